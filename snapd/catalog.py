@@ -1,0 +1,174 @@
+"""The catalog: SQLite tables for objects, workspaces, marks, versions and evictions.
+
+Durability rules (DESIGN.md semantics 6): WAL mode with ``synchronous=FULL`` so a committed
+transaction survives power loss; every write is an explicit ``BEGIN IMMEDIATE`` transaction on
+the single writer connection, serialised by a lock; readers use their own connections and see
+only committed state. Small objects live inline in the ``objects`` table, so their bytes
+commit atomically with the rows that refer to them; large ones are files that the store makes
+durable before the transaction that names them commits.
+
+The store records its format version in ``meta`` and refuses one it does not know.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from snapd import safeio
+from snapd.errors import DiskFull, StoreError, StoreFormatError
+
+FORMAT_VERSION = 1
+
+SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE objects (
+    key TEXT PRIMARY KEY,
+    size INTEGER NOT NULL,
+    codec INTEGER NOT NULL,
+    stored INTEGER NOT NULL,
+    external INTEGER NOT NULL,
+    created INTEGER NOT NULL,
+    data BLOB
+);
+CREATE TABLE workspaces (
+    id INTEGER PRIMARY KEY,
+    root BLOB NOT NULL UNIQUE,
+    created INTEGER NOT NULL,
+    watching INTEGER NOT NULL DEFAULT 1
+);
+CREATE TABLE marks (
+    id TEXT PRIMARY KEY,
+    workspace INTEGER NOT NULL REFERENCES workspaces(id),
+    seq INTEGER NOT NULL,
+    label TEXT NOT NULL,
+    message TEXT,
+    agent TEXT,
+    session TEXT,
+    created INTEGER NOT NULL,
+    git_head TEXT,
+    tree TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    pinned INTEGER NOT NULL DEFAULT 0,
+    summary TEXT,
+    UNIQUE (workspace, seq)
+);
+CREATE INDEX marks_label ON marks (workspace, label, seq);
+CREATE TABLE versions (
+    id INTEGER PRIMARY KEY,
+    workspace INTEGER NOT NULL,
+    path BLOB NOT NULL,
+    time INTEGER NOT NULL,
+    kind TEXT,
+    mode INTEGER,
+    object TEXT
+);
+CREATE INDEX versions_path ON versions (workspace, path, time);
+CREATE INDEX versions_time ON versions (time);
+CREATE TABLE evictions (
+    id INTEGER PRIMARY KEY,
+    workspace INTEGER NOT NULL,
+    mark TEXT NOT NULL,
+    label TEXT NOT NULL,
+    created INTEGER NOT NULL,
+    evicted INTEGER NOT NULL,
+    reason TEXT NOT NULL
+);
+"""
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("PRAGMA foreign_keys=ON")
+    return conn
+
+
+class Catalog:
+    """One writer connection (serialised), one reader connection per thread."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        if not path.exists():
+            # Create the file ourselves so it (and the -wal/-shm files SQLite derives from its
+            # mode) is private whatever the umask.
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, safeio.FILE_MODE)
+            os.close(fd)
+        os.chmod(path, safeio.FILE_MODE)
+        try:
+            self._w = _connect(path)
+            self._init_schema()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot open the catalog {path}: {exc}") from exc
+        self._lock = threading.RLock()
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+
+    def _init_schema(self) -> None:
+        have = self._w.execute("SELECT name FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
+        if have is None:
+            self._w.execute("PRAGMA auto_vacuum=INCREMENTAL")
+            self._w.execute("VACUUM")  # auto_vacuum takes effect on an empty database
+            self._w.execute("BEGIN IMMEDIATE")
+            for stmt in SCHEMA.split(";"):
+                if stmt.strip():
+                    self._w.execute(stmt)
+            self._w.execute("INSERT INTO meta (key, value) VALUES ('format', ?)", (str(FORMAT_VERSION),))
+            self._w.execute("COMMIT")
+            safeio.step("catalog.create")
+            return
+        row = self._w.execute("SELECT value FROM meta WHERE key='format'").fetchone()
+        found = row[0] if row else "none"
+        if found != str(FORMAT_VERSION):
+            raise StoreFormatError(
+                f"the store {self.path.parent} has format {found}, and this snapd understands "
+                f"format {FORMAT_VERSION}: run the snapd version that wrote it, or move the "
+                "store aside to start a new history"
+            )
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """A ``BEGIN IMMEDIATE`` transaction on the writer connection; commits on success."""
+        with self._lock:
+            conn = self._w
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                raise StoreError(f"catalog is busy or unwritable: {exc}") from exc
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.OperationalError as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                if "full" in str(exc).lower():
+                    raise DiskFull("disk full while committing to the catalog; nothing was lost") from exc
+                raise StoreError(f"catalog commit failed: {exc}") from exc
+            safeio.step("catalog.commit")
+
+    def read(self) -> sqlite3.Connection:
+        """This thread's read-only connection (sees committed state only)."""
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = _connect(self.path)
+            conn.execute("PRAGMA query_only=ON")
+            self._local.conn = conn
+            with self._lock:
+                self._readers.append(conn)
+        return conn
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in self._readers:
+                conn.close()
+            self._readers.clear()
+            self._w.close()

@@ -1,0 +1,248 @@
+"""Reading a workspace into the store: the baseline walk and capturing changed paths.
+
+This is where file system reads meet the store. Files are opened with ``O_NOFOLLOW`` and
+``O_NONBLOCK`` (a path swapped for a symlink or a FIFO between ``lstat`` and ``open`` is
+never followed or waited on); a file whose size or mtime changes while it is read is read
+again a bounded number of times, then stored as last read and reported ``unstable``.
+Everything not captured is reported with a reason, never dropped silently.
+
+Costs: ``ingest_tree`` is one walk of the workspace; ``capture_paths`` reads only the paths
+it is given and rewrites only their directories' tree nodes.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from snapd import trees
+from snapd.store import Batch, Mark, Store
+
+VCS_DIRS = frozenset({b".git", b".hg", b".jj", b".svn"})
+DEFAULT_SIZE_CAP = 64 << 20
+MAX_REREADS = 3
+EXAMPLES = 10
+
+Ignored = Callable[[bytes, bool], bool]
+"""(relative path, is_dir) -> True when the path is not captured."""
+
+
+def vcs_only(rel: bytes, is_dir: bool) -> bool:
+    return rel.rsplit(b"/", 1)[-1] in VCS_DIRS
+
+
+@dataclass
+class Report:
+    """What a capture did, for mark summaries and ``status``."""
+
+    files: int = 0
+    size: int = 0
+    skipped: dict[str, list[bytes]] = field(default_factory=dict)
+    skipped_count: int = 0
+    unstable: list[bytes] = field(default_factory=list)
+
+    def skip(self, rel: bytes, reason: str) -> None:
+        self.skipped_count += 1
+        examples = self.skipped.setdefault(reason, [])
+        if len(examples) < EXAMPLES:
+            examples.append(rel)
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    files: int
+    bytes: int
+    tree: str
+    mark_id: str
+    report: Report
+
+
+def read_entry(
+    batch: Batch, root: bytes, rel: bytes, report: Report, size_cap: int = DEFAULT_SIZE_CAP
+) -> trees.Change | None | bool:
+    """Capture one path: an Entry/Dir, ``None`` if it no longer exists, ``False`` if skipped."""
+    path = root + b"/" + rel
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        report.skip(rel, f"unreadable ({exc.strerror})")
+        return False
+    mode = stat.S_IMODE(st.st_mode)
+    if stat.S_ISDIR(st.st_mode):
+        return trees.Dir(mode)
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            target = os.readlink(path)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            report.skip(rel, f"unreadable ({exc.strerror})")
+            return False
+        return trees.Entry("symlink", mode, len(target), batch.put(target))
+    if not stat.S_ISREG(st.st_mode):
+        report.skip(rel, "special file")
+        return False
+    if st.st_size > size_cap:
+        report.skip(rel, "over size cap")
+        return False
+    for attempt in range(MAX_REREADS + 1):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            report.skip(rel, f"unreadable ({exc.strerror})")
+            return False
+        try:
+            before = os.fstat(fd)
+            if not stat.S_ISREG(before.st_mode):
+                report.skip(rel, "special file")
+                return False
+            if before.st_size > size_cap:
+                report.skip(rel, "over size cap")
+                return False
+            chunks = []
+            while chunk := os.read(fd, max(before.st_size + 1, 1 << 16)):
+                chunks.append(chunk)
+            data = b"".join(chunks)
+            after = os.fstat(fd)
+        except OSError as exc:
+            report.skip(rel, f"unreadable ({exc.strerror})")
+            return False
+        finally:
+            os.close(fd)
+        stable = (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+        if stable and len(data) == after.st_size:
+            break
+        if attempt == MAX_REREADS:
+            report.unstable.append(rel)
+    report.files += 1
+    report.size += len(data)
+    return trees.Entry("file", stat.S_IMODE(after.st_mode), len(data), batch.put(data))
+
+
+def walk(root: bytes, ignored: Ignored, rel_dir: bytes = b"") -> Iterator[tuple[bytes, bool]]:
+    """(relative path, is_dir) for every non-ignored path under ``rel_dir``, parents first."""
+    top = root + b"/" + rel_dir if rel_dir else root
+    try:
+        entries = sorted(os.scandir(top), key=lambda e: e.name)
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        return
+    for e in entries:
+        rel = rel_dir + b"/" + e.name if rel_dir else e.name
+        try:
+            is_dir = e.is_dir(follow_symlinks=False)
+        except OSError:
+            is_dir = False
+        if ignored(rel, is_dir):
+            continue
+        yield rel, is_dir
+        if is_dir:
+            yield from walk(root, ignored, rel)
+
+
+def summarize(store: Store | Batch, old: str | None, new: str, report: Report) -> dict[str, Any]:
+    """Counts and examples of what changed from tree ``old`` to ``new``."""
+    counts: dict[str, int] = {}
+    examples: dict[str, list[str]] = {}
+    for d in trees.diff(store.load_node, old, new):
+        counts[d.status] = counts.get(d.status, 0) + 1
+        ex = examples.setdefault(d.status, [])
+        if len(ex) < EXAMPLES:
+            ex.append(os.fsdecode(d.path))
+    return {
+        "counts": counts,
+        "changed": sum(counts.values()),
+        "examples": examples,
+        "skipped": {k: [os.fsdecode(p) for p in v] for k, v in report.skipped.items()},
+        "skipped_count": report.skipped_count,
+        "unstable": [os.fsdecode(p) for p in report.unstable],
+    }
+
+
+def capture(
+    batch: Batch,
+    root: bytes,
+    paths: Iterable[bytes],
+    report: Report,
+    *,
+    ignored: Ignored = vcs_only,
+    size_cap: int = DEFAULT_SIZE_CAP,
+    ws: int | None = None,
+) -> dict[bytes, trees.Change]:
+    """Read ``paths`` into ``batch``; return tree changes (and record versions if ``ws``)."""
+    changes: dict[bytes, trees.Change] = {}
+    now = time.time_ns()
+    for rel in paths:
+        got = read_entry(batch, root, rel, report, size_cap)
+        if got is False:
+            continue
+        change: trees.Change = got if not isinstance(got, bool) else None
+        changes[rel] = change
+        if ws is not None and not isinstance(change, trees.Dir):
+            batch.add_version(ws, rel, now, change)
+    return changes
+
+
+def ingest_tree(
+    store: Store,
+    ws: int,
+    root: Path | str | bytes,
+    *,
+    ignored: Ignored = vcs_only,
+    size_cap: int = DEFAULT_SIZE_CAP,
+    label: str = "baseline",
+    kind: str = "baseline",
+) -> IngestResult:
+    """Capture the whole workspace as a new mark (the baseline)."""
+    rootb = os.fsencode(root)
+    report = Report()
+    with store.batch() as batch:
+        changes = capture(
+            batch,
+            rootb,
+            (rel for rel, _ in walk(rootb, ignored)),
+            report,
+            ignored=ignored,
+            size_cap=size_cap,
+            ws=ws,
+        )
+        tree = batch.apply(None, changes)
+        prev = store.latest_mark(ws)
+        summary = summarize(batch, prev.tree if prev else None, tree, report)
+        batch.add_mark(ws, label, tree, kind=kind, summary=summary)
+        (mark,) = batch.commit()
+    return IngestResult(report.files, report.size, tree, mark.id, report)
+
+
+def capture_paths(
+    store: Store,
+    ws: int,
+    root: Path | str | bytes,
+    paths: Iterable[bytes],
+    label: str,
+    *,
+    ignored: Ignored = vcs_only,
+    size_cap: int = DEFAULT_SIZE_CAP,
+    kind: str = "user",
+    **meta: Any,
+) -> Mark:
+    """A new durable mark: the previous mark's tree plus the current state of ``paths``."""
+    rootb = os.fsencode(root)
+    report = Report()
+    prev = store.latest_mark(ws)
+    base = prev.tree if prev else None
+    with store.batch() as batch:
+        changes = capture(batch, rootb, paths, report, ignored=ignored, size_cap=size_cap, ws=ws)
+        tree = batch.apply(base, changes)
+        summary = summarize(batch, base, tree, report)
+        batch.add_mark(ws, label, tree, kind=kind, summary=summary, **meta)
+        (mark,) = batch.commit()
+    return mark

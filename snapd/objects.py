@@ -1,0 +1,99 @@
+"""Object encoding: content keys, compression, and verified decoding.
+
+An object is an immutable byte string named by its key: the xxh3-128 digest of the content
+(32 hex digits) and its size, ``<digest>-<size>``. xxh3 is fast but not collision-resistant
+against crafted input, so the store compares bytes whenever a key already exists and, on a
+real collision, names the second content ``<digest>-<size>.1`` (``.2``...). The digest in a
+key always describes the content, so every read can be re-hashed: a payload whose content does
+not hash to its key is corruption and is never returned.
+
+Payloads are zstd frames, or the raw bytes when compression does not shrink them (files that
+are already compressed). This is the only module that imports ``xxhash`` and ``zstandard``.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable
+from typing import Final
+
+import xxhash
+import zstandard
+
+from snapd.errors import CorruptObject
+
+CODEC_RAW: Final = 0
+CODEC_ZSTD: Final = 1
+ZSTD_LEVEL: Final = 3
+
+Hasher = Callable[[bytes], str]
+"""Content -> 32 lower-case hex digits. Injectable so tests can force collisions."""
+
+KEY_RE: Final = re.compile(r"^([0-9a-f]{32})-([0-9]+)(?:\.([1-9][0-9]*))?$")
+
+
+def xxh3_hex(data: bytes) -> str:
+    return xxhash.xxh3_128_hexdigest(data)
+
+
+def base_key(digest: str, size: int) -> str:
+    return f"{digest}-{size}"
+
+
+def variant_key(base: str, n: int) -> str:
+    """The n-th colliding content's key (n == 0 is the base key itself)."""
+    return base if n == 0 else f"{base}.{n}"
+
+
+def parse_key(key: str) -> tuple[str, int]:
+    """Validate a key before any I/O; return (digest, size)."""
+    m = KEY_RE.match(key)
+    if m is None:
+        raise CorruptObject(f"malformed object key {key!r}")
+    return m.group(1), int(m.group(2))
+
+
+_local = threading.local()
+
+
+def _compressor() -> zstandard.ZstdCompressor:
+    # zstd contexts are not thread safe; one per thread, reused across objects.
+    c = getattr(_local, "cctx", None)
+    if c is None:
+        c = _local.cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+    return c
+
+
+def _decompressor() -> zstandard.ZstdDecompressor:
+    d = getattr(_local, "dctx", None)
+    if d is None:
+        d = _local.dctx = zstandard.ZstdDecompressor()
+    return d
+
+
+def encode(data: bytes) -> tuple[int, bytes]:
+    """Compress ``data``; keep it raw when zstd does not make it smaller."""
+    if len(data) < 64:
+        return CODEC_RAW, data
+    packed = _compressor().compress(data)
+    if len(packed) >= len(data):
+        return CODEC_RAW, data
+    return CODEC_ZSTD, packed
+
+
+def decode(key: str, codec: int, payload: bytes, hasher: Hasher = xxh3_hex) -> bytes:
+    """Decode a stored payload and prove it is the content ``key`` names."""
+    digest, size = parse_key(key)
+    try:
+        if codec == CODEC_RAW:
+            data = payload
+        elif codec == CODEC_ZSTD:
+            data = _decompressor().decompress(payload, max_output_size=size)
+        else:
+            raise CorruptObject(f"object {key} has unknown codec {codec}", key=key)
+    except zstandard.ZstdError as exc:
+        raise CorruptObject(f"object {key} does not decompress: {exc}", key=key) from exc
+    if len(data) != size or hasher(data) != digest:
+        raise CorruptObject(f"object {key} is corrupt: its content does not match its key", key=key)
+    return bytes(data)

@@ -1,0 +1,196 @@
+"""Retention: which marks to evict, and the mark-and-sweep GC that reclaims their objects.
+
+Policy (DESIGN.md semantics 5): marks older than the age window, or beyond the per-workspace
+count, are evicted oldest first; when the store exceeds its disk budget, further marks are
+evicted oldest first across workspaces until it fits. Never evicted: pinned marks, a
+workspace's newest mark, a ``pre-rollback`` mark younger than the age window. When what must
+be kept exceeds the budget, eviction stops and the report carries a warning. Every eviction
+is recorded in the catalog so ``log`` can say that older marks were pruned.
+
+GC is mark-and-sweep. Live: every object reachable from a remaining mark's tree, every object
+named by a version inside the age window, every object younger than the grace period, and
+every key a batch in flight holds. Deletions run in short transactions so captures are never
+blocked for long.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from snapd import safeio, trees
+from snapd.store import Mark, Store
+
+DAY_NS = 86_400 * 10**9
+SWEEP_CHUNK = 500
+
+
+@dataclass(frozen=True)
+class Policy:
+    max_age_days: float = 14.0
+    max_marks: int = 2000
+    budget_bytes: int = 5 << 30
+    grace_s: float = 900.0
+
+    @property
+    def max_age_ns(self) -> int:
+        return int(self.max_age_days * DAY_NS)
+
+
+@dataclass
+class GcReport:
+    evicted: list[tuple[str, str]] = field(default_factory=list)  # (mark id, reason)
+    objects_deleted: int = 0
+    bytes_freed: int = 0
+    versions_deleted: int = 0
+    stored_bytes: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+
+def protected(mark: Mark, newest: dict[int, str], policy: Policy, now: int) -> bool:
+    if mark.pinned or newest.get(mark.workspace) == mark.id:
+        return True
+    return mark.kind == "pre-rollback" and now - mark.created < policy.max_age_ns
+
+
+def plan_evictions(marks: Iterable[Mark], policy: Policy, now: int) -> list[tuple[Mark, str]]:
+    """Marks to evict for age and count (pure). Oldest first."""
+    by_ws: dict[int, list[Mark]] = {}
+    for m in marks:
+        by_ws.setdefault(m.workspace, []).append(m)
+    out: list[tuple[Mark, str]] = []
+    for ms in by_ws.values():
+        ms.sort(key=lambda m: m.seq)
+        newest = {ms[-1].workspace: ms[-1].id}
+        excess = len(ms) - policy.max_marks
+        for m in ms:
+            if protected(m, newest, policy, now):
+                continue
+            if now - m.created > policy.max_age_ns:
+                out.append((m, "age"))
+                excess -= 1
+            elif excess > 0:
+                out.append((m, "count"))
+                excess -= 1
+    out.sort(key=lambda p: p[0].created)
+    return out
+
+
+def budget_candidates(marks: Iterable[Mark], policy: Policy, now: int) -> list[Mark]:
+    """Marks that may go for the disk budget, oldest first (pure)."""
+    ms = list(marks)
+    newest: dict[int, Mark] = {}
+    for m in ms:
+        if m.workspace not in newest or m.seq > newest[m.workspace].seq:
+            newest[m.workspace] = m
+    ids = {ws: m.id for ws, m in newest.items()}
+    return sorted((m for m in ms if not protected(m, ids, policy, now)), key=lambda m: m.created)
+
+
+def evict(store: Store, doomed: list[tuple[Mark, str]], now: int) -> None:
+    with store.catalog.write() as c:
+        for m, reason in doomed:
+            c.execute("DELETE FROM marks WHERE id=?", (m.id,))
+            c.execute(
+                "INSERT INTO evictions (workspace, mark, label, created, evicted, reason)"
+                " VALUES (?,?,?,?,?,?)",
+                (m.workspace, m.id, m.label, m.created, now, reason),
+            )
+
+
+def live_keys(store: Store, policy: Policy, now: int) -> set[str]:
+    db = store.catalog.read()
+    live: set[str] = set()
+    for (tree,) in db.execute("SELECT DISTINCT tree FROM marks"):
+        trees.reachable(store.load_node, tree, live)
+    cutoff = now - policy.max_age_ns
+    for (key,) in db.execute(
+        "SELECT DISTINCT object FROM versions WHERE time >= ? AND object IS NOT NULL", (cutoff,)
+    ):
+        live.add(key)
+    return live
+
+
+def sweep(store: Store, policy: Policy, now: int, report: GcReport) -> None:
+    live = live_keys(store, policy, now)
+    young = now - int(policy.grace_s * 1e9)
+    rows = store.catalog.read().execute("SELECT key, stored, external, created FROM objects").fetchall()
+    dead = [(k, s, e) for k, s, e, created in rows if k not in live and created < young]
+    for i in range(0, len(dead), SWEEP_CHUNK):
+        chunk = dead[i : i + SWEEP_CHUNK]
+        files = []
+        with store._gc_lock, store.catalog.write() as c:
+            for key, stored, external in chunk:
+                if store._inuse.get(key):
+                    continue
+                c.execute("DELETE FROM objects WHERE key=?", (key,))
+                report.objects_deleted += 1
+                report.bytes_freed += stored
+                if external:
+                    files.append(store.object_path(key))
+        for p in files:  # after the commit: a crash before this leaves only orphan files
+            safeio.unlink(p)
+    remove_orphan_files(store, young)
+
+
+def remove_orphan_files(store: Store, older_than: int) -> int:
+    """Object files no catalog row names (a crash between write and commit, or after a sweep)."""
+    removed = 0
+    db = store.catalog.read()
+    for shard in sorted((store.dir / "objects").glob("*")):
+        safeio.remove_temp_files([shard])
+        for p in shard.iterdir():
+            if db.execute("SELECT 1 FROM objects WHERE key=? AND external=1", (p.name,)).fetchone():
+                continue
+            try:
+                if p.stat().st_mtime_ns < older_than and safeio.unlink(p):
+                    removed += 1
+            except FileNotFoundError:
+                continue
+    return removed
+
+
+def _settled_bytes(store: Store, young: int) -> int:
+    """Bytes of objects past the grace period: only those can be reclaimed by evicting marks."""
+    row = (
+        store.catalog.read()
+        .execute("SELECT COALESCE(SUM(stored), 0) FROM objects WHERE created < ?", (young,))
+        .fetchone()
+    )
+    return int(row[0])
+
+
+def gc(store: Store, policy: Policy = Policy(), now: int | None = None) -> GcReport:
+    """Apply the retention policy, then reclaim unreachable objects."""
+    now = time.time_ns() if now is None else now
+    report = GcReport()
+    doomed = plan_evictions(store.marks(), policy, now)
+    if doomed:
+        evict(store, doomed, now)
+        report.evicted += [(m.id, r) for m, r in doomed]
+    with store.catalog.write() as c:
+        report.versions_deleted = c.execute(
+            "DELETE FROM versions WHERE time < ?", (now - policy.max_age_ns,)
+        ).rowcount
+    sweep(store, policy, now, report)
+    step = 1
+    young = now - int(policy.grace_s * 1e9)
+    while _settled_bytes(store, young) > policy.budget_bytes:
+        cands = budget_candidates(store.marks(), policy, now)
+        if not cands:
+            report.warnings.append(
+                f"the store holds {store.stored_bytes()} bytes, over its budget of "
+                f"{policy.budget_bytes}, and every remaining mark must be kept "
+                "(newest, pinned, recent pre-rollback, or recent versions): raise the budget or unpin marks"
+            )
+            break
+        batch = [(m, "budget") for m in cands[:step]]
+        evict(store, batch, now)
+        report.evicted += [(m.id, r) for m, r in batch]
+        sweep(store, policy, now, report)
+        step *= 2
+    with store.catalog.write() as c:
+        c.execute("PRAGMA incremental_vacuum")
+    report.stored_bytes = store.stored_bytes()
+    return report

@@ -1,0 +1,232 @@
+"""Merkle directory trees: one node per directory, a snapshot is the key of its root node.
+
+A node is the sorted list of a directory's entries (name bytes, kind, permission bits, size,
+object key; a directory's key is its own node's key). Nodes are stored as ordinary objects,
+so identical directories are stored once and shared between snapshots, and every node read is
+verified like any other object.
+
+Everything here is pure: reading and writing nodes goes through the ``load``/``save``
+callables the store passes in. Editing a tree touches only the nodes on the paths that
+changed — O(changed paths x depth) — and diffing skips every subtree whose key is equal.
+
+Names are raw bytes (Linux file names need not be UTF-8); paths are ``b"/"``-joined relative
+paths without a leading slash.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from snapd.errors import CorruptObject
+
+Kind = Literal["file", "symlink", "dir"]
+KIND_CODES: dict[str, int] = {"file": 1, "symlink": 2, "dir": 3}
+CODE_KINDS: dict[int, Kind] = {1: "file", 2: "symlink", 3: "dir"}
+MAGIC = b"snapd-tree-1\n"
+_HEAD = struct.Struct(">BIQHB")  # kind, mode, size, name length, key length
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One captured path. For a symlink the object holds the link's target text."""
+
+    kind: Kind
+    mode: int
+    size: int
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Dir:
+    """A change that makes a path a directory with ``mode``, keeping its contents if it was one."""
+
+    mode: int
+
+
+Change = Entry | Dir | None  # None removes the path (and everything under it)
+Node = dict[bytes, Entry]
+Load = Callable[[str], Node]
+Save = Callable[[Node], str]
+
+DEFAULT_DIR_MODE = 0o755
+
+
+def encode_node(node: Mapping[bytes, Entry]) -> bytes:
+    parts = [MAGIC]
+    for name in sorted(node):
+        e = node[name]
+        key = e.key.encode("ascii")
+        parts.append(_HEAD.pack(KIND_CODES[e.kind], e.mode, e.size, len(name), len(key)))
+        parts.append(name)
+        parts.append(key)
+    return b"".join(parts)
+
+
+def decode_node(data: bytes) -> Node:
+    if not data.startswith(MAGIC):
+        raise CorruptObject("tree node has an unknown format")
+    node: Node = {}
+    pos = len(MAGIC)
+    try:
+        while pos < len(data):
+            code, mode, size, nlen, klen = _HEAD.unpack_from(data, pos)
+            pos += _HEAD.size
+            name = data[pos : pos + nlen]
+            pos += nlen
+            key = data[pos : pos + klen].decode("ascii")
+            pos += klen
+            if not name or b"/" in name or name in (b".", b"..") or len(key) != klen:
+                raise CorruptObject("tree node holds an invalid entry")
+            node[name] = Entry(CODE_KINDS[code], mode, size, key)
+    except (struct.error, KeyError, UnicodeDecodeError) as exc:
+        raise CorruptObject("tree node is truncated or malformed") from exc
+    return node
+
+
+def split_path(path: bytes) -> list[bytes]:
+    parts = path.split(b"/")
+    if not path or any(p in (b"", b".", b"..") for p in parts):
+        raise ValueError(f"invalid relative path {path!r}")
+    return parts
+
+
+class _Pending:
+    __slots__ = ("change", "has_change", "children", "adds_below")
+
+    def __init__(self) -> None:
+        self.change: Change = None
+        self.has_change = False
+        self.children: dict[bytes, _Pending] = {}
+        self.adds_below = False  # some change below this path creates or sets something
+
+
+def _nest(changes: Mapping[bytes, Change]) -> _Pending:
+    top = _Pending()
+    for path, change in changes.items():
+        node = top
+        for part in split_path(path):
+            if change is not None:
+                node.adds_below = True
+            node = node.children.setdefault(part, _Pending())
+        node.change = change
+        node.has_change = True
+    return top
+
+
+def apply_changes(load: Load, save: Save, root: str | None, changes: Mapping[bytes, Change]) -> str:
+    """Return the key of ``root`` with ``changes`` applied (``root=None``: the empty tree).
+
+    A removal applies before additions below the same path, so ``{a: None, a/b: ...}``
+    replaces ``a``. Missing parent directories are created with mode 0755 unless the changes
+    give them a ``Dir``.
+    """
+    return _apply(load, save, root, _nest(changes))
+
+
+def _apply(load: Load, save: Save, key: str | None, pending: _Pending) -> str:
+    node = dict(load(key)) if key is not None else {}
+    for name, sub in pending.children.items():
+        entry: Entry | None = node.get(name)
+        if sub.has_change:
+            ch = sub.change
+            if ch is None:
+                entry = None
+            elif isinstance(ch, Dir):
+                keep = entry.key if entry is not None and entry.kind == "dir" else None
+                entry = Entry("dir", ch.mode, 0, keep or "")
+            else:
+                entry = ch
+        if sub.children and (sub.adds_below or (entry is not None and entry.kind == "dir")):
+            if entry is None or entry.kind != "dir":
+                entry = Entry("dir", DEFAULT_DIR_MODE, 0, "")
+            entry = Entry("dir", entry.mode, 0, _apply(load, save, entry.key or None, sub))
+        elif entry is not None and entry.kind == "dir" and not entry.key:
+            entry = Entry("dir", entry.mode, 0, save({}))
+        if entry is None:
+            node.pop(name, None)
+        else:
+            node[name] = entry
+    return save(node)
+
+
+def lookup(load: Load, root: str, path: bytes) -> Entry | None:
+    key = root
+    parts = split_path(path)
+    for i, part in enumerate(parts):
+        entry = load(key).get(part)
+        if entry is None:
+            return None
+        if i == len(parts) - 1:
+            return entry
+        if entry.kind != "dir":
+            return None
+        key = entry.key
+    return None
+
+
+def walk(load: Load, root: str, prefix: bytes = b"") -> Iterator[tuple[bytes, Entry]]:
+    """Every (path, entry) under ``root``, parents before children, names in byte order."""
+    node = load(root)
+    for name in sorted(node):
+        entry = node[name]
+        path = prefix + name
+        yield path, entry
+        if entry.kind == "dir":
+            yield from walk(load, entry.key, path + b"/")
+
+
+Status = Literal["added", "removed", "modified", "mode", "type"]
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    path: bytes
+    status: Status
+    old: Entry | None
+    new: Entry | None
+
+
+def diff(load: Load, old: str | None, new: str | None, prefix: bytes = b"") -> Iterator[Difference]:
+    """Differences from ``old`` to ``new``, parents before children.
+
+    A directory added or removed yields itself and every path under it; a path that changed
+    kind yields ``type`` and, for a directory side, its contents as added or removed.
+    """
+    if old == new:
+        return
+    a = load(old) if old is not None else {}
+    b = load(new) if new is not None else {}
+    for name in sorted(a.keys() | b.keys()):
+        ea, eb = a.get(name), b.get(name)
+        path = prefix + name
+        if ea == eb:
+            continue
+        if ea is None:
+            yield Difference(path, "added", None, eb)
+        elif eb is None:
+            yield Difference(path, "removed", ea, None)
+        elif ea.kind != eb.kind:
+            yield Difference(path, "type", ea, eb)
+        elif ea.kind != "dir" and (ea.key != eb.key or ea.size != eb.size):
+            yield Difference(path, "modified", ea, eb)
+        elif ea.mode != eb.mode:
+            yield Difference(path, "mode", ea, eb)
+        sub_old = ea.key if ea is not None and ea.kind == "dir" else None
+        sub_new = eb.key if eb is not None and eb.kind == "dir" else None
+        if sub_old is not None or sub_new is not None:
+            yield from diff(load, sub_old, sub_new, path + b"/")
+
+
+def reachable(load: Load, root: str, seen: set[str]) -> None:
+    """Add every key reachable from ``root`` (nodes and contents) to ``seen``."""
+    if root in seen:
+        return
+    seen.add(root)
+    for entry in load(root).values():
+        if entry.kind == "dir":
+            reachable(load, entry.key, seen)
+        else:
+            seen.add(entry.key)

@@ -1,0 +1,261 @@
+"""Store tests on real directories: objects, catalog, refs, retention, GC, verify."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from snapd import objects, refs, retention, trees
+from snapd.errors import Ambiguous, CorruptObject, NotFound, StoreFormatError, UsageError
+from snapd.ingest import capture_paths, ingest_tree
+from snapd.store import LARGE_OBJECT, Store
+from snapd.verify import verify
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    s = Store.open(tmp_path / "store")
+    yield s
+    s.close()
+
+
+def put(store: Store, data: bytes) -> str:
+    with store.batch() as b:
+        key = b.put(data)
+    return key
+
+
+def test_roundtrip_compression_and_raw(store: Store) -> None:
+    text = b"hello world\n" * 1000
+    noise = os.urandom(5000)
+    k1, k2 = put(store, text), put(store, noise)
+    assert store.get(k1) == text and store.get(k2) == noise
+    rows = dict(store.catalog.read().execute("SELECT key, codec FROM objects").fetchall())
+    assert rows[k1] == objects.CODEC_ZSTD and rows[k2] == objects.CODEC_RAW
+    assert put(store, text) == k1  # dedup
+    assert store.catalog.read().execute("SELECT COUNT(*) FROM objects").fetchone()[0] == 2
+
+
+def test_large_objects_are_files(store: Store) -> None:
+    big = os.urandom(LARGE_OBJECT + 10)
+    key = put(store, big)
+    assert store.object_path(key).exists()
+    assert store.get(key) == big
+
+
+def test_corruption_is_detected_never_returned(store: Store) -> None:
+    key = put(store, b"important " * 100)
+    big = put(store, os.urandom(LARGE_OBJECT + 1))
+    with store.catalog.write() as c:
+        data = bytearray(c.execute("SELECT data FROM objects WHERE key=?", (key,)).fetchone()[0])
+        data[len(data) // 2] ^= 0xFF
+        c.execute("UPDATE objects SET data=? WHERE key=?", (bytes(data), key))
+    p = store.object_path(big)
+    raw = bytearray(p.read_bytes())
+    raw[100] ^= 1
+    p.write_bytes(bytes(raw))
+    for k in (key, big):
+        with pytest.raises(CorruptObject):
+            store.get(k)
+
+
+def test_forced_collision_keeps_both(tmp_path: Path) -> None:
+    constant = "0" * 32
+    s = Store.open(tmp_path / "s", hasher=lambda data: constant)
+    with s.batch() as b:
+        k1 = b.put(b"first content")
+        k2 = b.put(b"other content")  # same size, same (forced) digest: collision in one batch
+        k3 = b.put(b"first content")
+    assert k1 != k2 and k3 == k1 and k2.endswith(".1")
+    with s.batch() as b:
+        k4 = b.put(b"third content")  # collides with two stored objects
+        k5 = b.put(b"other content")
+    assert k4.endswith(".2") and k5 == k2
+    assert [s.get(k) for k in (k1, k2, k4)] == [b"first content", b"other content", b"third content"]
+    s.close()
+
+
+def test_store_is_private_whatever_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0)
+    try:
+        s = Store.open(tmp_path / "s")
+        put(s, os.urandom(LARGE_OBJECT + 1))
+        s.close()
+    finally:
+        os.umask(old)
+    for p in [tmp_path / "s", *(tmp_path / "s").rglob("*")]:
+        mode = stat.S_IMODE(p.lstat().st_mode)
+        assert mode == (0o700 if p.is_dir() else 0o600), (p, oct(mode))
+
+
+def test_unknown_format_refused(tmp_path: Path) -> None:
+    Store.open(tmp_path / "s").close()
+    db = sqlite3.connect(tmp_path / "s" / "catalog.sqlite")
+    db.execute("UPDATE meta SET value='99' WHERE key='format'")
+    db.commit()
+    db.close()
+    with pytest.raises(StoreFormatError, match="format 99"):
+        Store.open(tmp_path / "s")
+
+
+def make_ws(tmp_path: Path, files: dict[str, bytes]) -> Path:
+    root = tmp_path / "ws"
+    for name, data in files.items():
+        p = root / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+    root.mkdir(exist_ok=True)
+    return root
+
+
+def test_ingest_and_capture_with_odd_names_symlinks_modes(store: Store, tmp_path: Path) -> None:
+    root = make_ws(tmp_path, {"a/b.txt": b"b", "run.sh": b"#!/bin/sh\n"})
+    os.chmod(root / "run.sh", 0o755)
+    os.symlink("a/b.txt", root / "link")
+    (root / ".git").mkdir()
+    (root / ".git" / "HEAD").write_bytes(b"ref")
+    odd = os.fsencode(root) + b"/\xff\xfe-name"
+    with open(odd, "wb") as fh:
+        fh.write(b"odd")
+    os.mkfifo(root / "fifo")
+    ws = store.add_workspace(os.fsencode(root))
+    res = ingest_tree(store, ws, root)
+    got = dict(trees.walk(store.load_node, res.tree))
+    assert set(got) == {b"a", b"a/b.txt", b"run.sh", b"link", b"\xff\xfe-name"}
+    assert got[b"run.sh"].mode == 0o755 and got[b"link"].kind == "symlink"
+    assert store.get(got[b"link"].key) == b"a/b.txt"
+    assert res.report.skipped == {"special file": [b"fifo"]}
+    (root / "a" / "b.txt").write_bytes(b"changed")
+    os.unlink(odd)
+    m = capture_paths(store, ws, root, [b"a/b.txt", b"\xff\xfe-name"], "turn-1")
+    assert m.summary["counts"] == {"modified": 1, "removed": 1}
+    assert [v.entry is None for v in store.versions(ws, b"\xff\xfe-name")] == [False, True]
+
+
+def test_mark_refs(store: Store, tmp_path: Path) -> None:
+    root = make_ws(tmp_path, {"f": b"0"})
+    ws = store.add_workspace(os.fsencode(root))
+    ingest_tree(store, ws, root)
+    ids = []
+    for i, label in enumerate(["turn-start", "turn-end", "turn-start"]):
+        (root / "f").write_bytes(str(i).encode())
+        ids.append(capture_paths(store, ws, root, [b"f"], label, session="s1" if i < 2 else "s2").id)
+    assert store.resolve(ws, "turn-start").id == ids[2]
+    assert store.resolve(ws, "turn-start", session="s1").id == ids[0]
+    assert store.resolve(ws, "turn-start~1").id == ids[1]
+    assert store.resolve(ws, ids[1]).id == ids[1]
+    assert store.resolve(ws, ids[1][:6]).id == ids[1]
+    assert store.resolve(ws, ids[2] + "~2").id == ids[0]
+    with pytest.raises(NotFound):
+        store.resolve(ws, "nope")
+    with pytest.raises(NotFound):
+        store.resolve(ws, "turn-start~9")
+    for bad in ("42", "3abc", "has space", "a~1", ""):
+        with pytest.raises(UsageError):
+            refs.validate_label(bad)
+    assert all(refs.FULL_ID.match(i) for i in ids)
+
+
+def test_ambiguous_prefix_lists_candidates(store: Store, tmp_path: Path) -> None:
+    root = make_ws(tmp_path, {"f": b"0"})
+    ws = store.add_workspace(os.fsencode(root))
+    ingest_tree(store, ws, root)
+    tree = store.latest_mark(ws).tree
+    with store.batch() as b:
+        for i in range(2):
+            b.add_mark(ws, f"m{i}", tree)
+    with store.catalog.write() as c:  # force a shared prefix
+        c.execute("UPDATE marks SET id='1aaaa' || substr(id, 6) WHERE label IN ('m0', 'm1')")
+    with pytest.raises(Ambiguous) as err:
+        store.resolve(ws, "1aaaa")
+    assert len(err.value.details["candidates"]) == 2
+
+
+def _marks(store: Store, root: Path, ws: int, n: int, **kw: object) -> list[str]:
+    out = []
+    for i in range(n):
+        (root / "f").write_bytes(f"v{i}-".encode() * 50)
+        out.append(capture_paths(store, ws, root, [b"f"], f"m{i}", **kw).id)
+    return out
+
+
+def test_retention_by_count_keeps_newest_pinned_and_records(store: Store, tmp_path: Path) -> None:
+    root = make_ws(tmp_path, {"f": b"0"})
+    ws = store.add_workspace(os.fsencode(root))
+    ids = _marks(store, root, ws, 6)
+    store.set_pinned(ids[0], True)
+    policy = retention.Policy(max_marks=3, grace_s=0)
+    rep = retention.gc(store, policy)
+    left = [m.id for m in store.marks(ws)]
+    assert ids[0] in left and ids[-1] in left and len(left) == 3
+    assert {e["mark"] for e in store.evictions(ws)} == {i for i, _ in rep.evicted}
+    assert verify(store).ok
+    with pytest.raises(NotFound, match="pruned"):
+        store.resolve(ws, rep.evicted[0][0])
+
+
+def test_retention_by_age_spares_young_pre_rollback(store: Store, tmp_path: Path) -> None:
+    root = make_ws(tmp_path, {"f": b"0"})
+    ws = store.add_workspace(os.fsencode(root))
+    old = _marks(store, root, ws, 3)
+    pre = capture_paths(store, ws, root, [b"f"], "pre-rollback", kind="pre-rollback").id
+    newest = _marks(store, root, ws, 1)[0]
+    later = time.time_ns() + retention.DAY_NS  # one day on: everything is older than 0.5 days
+    rep = retention.gc(store, retention.Policy(max_age_days=0.5, grace_s=0), now=later)
+    assert {i for i, _ in rep.evicted} == set(old) | {pre}
+    assert [m.id for m in store.marks(ws)] == [newest]
+    store2_pre = capture_paths(store, ws, root, [b"f"], "pre-rollback", kind="pre-rollback").id
+    _marks(store, root, ws, 1)
+    rep = retention.gc(store, retention.Policy(max_age_days=0.5, grace_s=0))
+    assert store2_pre in {m.id for m in store.marks(ws)}
+
+
+def test_budget_evicts_oldest_then_warns(store: Store, tmp_path: Path) -> None:
+    root = make_ws(tmp_path, {})
+    ws = store.add_workspace(os.fsencode(root))
+    ids = []
+    for i in range(4):
+        (root / "f").write_bytes(os.urandom(20_000))
+        ids.append(capture_paths(store, ws, root, [b"f"], f"m{i}").id)
+    rep = retention.gc(store, retention.Policy(budget_bytes=50_000, grace_s=0, max_age_days=0))
+    assert ids[-1] in {m.id for m in store.marks(ws)}
+    assert ids[0] in {i for i, _ in rep.evicted}
+    assert store.stored_bytes() <= 50_000 or rep.warnings
+    rep = retention.gc(store, retention.Policy(budget_bytes=1_000, grace_s=0, max_age_days=0))
+    assert rep.warnings and [m.id for m in store.marks(ws)] == [ids[-1]]
+    assert verify(store).ok
+
+
+def test_gc_grace_and_inflight_batches(store: Store, tmp_path: Path) -> None:
+    loose = put(store, b"unreferenced " * 10)
+    retention.gc(store, retention.Policy())  # within grace: kept
+    assert store.has(loose)
+    with store.batch() as b:
+        held = b.put(b"unreferenced " * 10)  # a batch in flight holds the existing key
+        retention.gc(store, retention.Policy(grace_s=0))
+        assert store.has(held)
+    retention.gc(store, retention.Policy(grace_s=0))
+    assert not store.has(loose)
+
+
+def test_verify_reports_affected_marks(store: Store, tmp_path: Path) -> None:
+    root = make_ws(tmp_path, {"a/x": b"x" * 300, "y": b"y" * 300})
+    ws = store.add_workspace(os.fsencode(root))
+    res = ingest_tree(store, ws, root)
+    assert verify(store).ok
+    xkey = trees.lookup(store.load_node, res.tree, b"a/x").key
+    ykey = trees.lookup(store.load_node, res.tree, b"y").key
+    with store.catalog.write() as c:
+        c.execute("UPDATE objects SET data=zeroblob(length(data)) WHERE key=?", (xkey,))
+        c.execute("DELETE FROM objects WHERE key=?", (ykey,))
+    rep = verify(store)
+    assert not rep.ok
+    assert rep.corrupt == {xkey: [res.mark_id]} and rep.missing == {ykey: [res.mark_id]}
+    assert verify(store, sample=0.0001, seed=1).checked < rep.checked
