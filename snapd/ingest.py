@@ -14,19 +14,24 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from snapd import trees
+from snapd import objects, trees
 from snapd.store import Batch, Mark, Store
 
 VCS_DIRS = frozenset({b".git", b".hg", b".jj", b".svn"})
 DEFAULT_SIZE_CAP = 64 << 20
 MAX_REREADS = 3
 EXAMPLES = 10
+WORKERS = 4
+WINDOW = 256
 
 Ignored = Callable[[bytes, bool], bool]
 """(relative path, is_dir) -> True when the path is not captured."""
@@ -62,70 +67,107 @@ class IngestResult:
     report: Report
 
 
-def read_entry(
-    batch: Batch, root: bytes, rel: bytes, report: Report, size_cap: int = DEFAULT_SIZE_CAP
-) -> trees.Change | None | bool:
-    """Capture one path: an Entry/Dir, ``None`` if it no longer exists, ``False`` if skipped."""
+@dataclass(slots=True)
+class Read:
+    """One path as found on disk, read and (for contents) hashed, ready for the store."""
+
+    rel: bytes
+    kind: Literal["file", "symlink", "dir", "missing", "skipped"]
+    mode: int = 0
+    data: bytes = b""
+    reason: str = ""
+    unstable: bool = False
+    digest: str | None = None
+    encoded: tuple[int, bytes] | None = None
+
+
+def read_path(root: bytes, rel: bytes, size_cap: int = DEFAULT_SIZE_CAP) -> Read:
+    """Read one path without following symlinks or blocking on special files."""
     path = root + b"/" + rel
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        return None
+        return Read(rel, "missing")
     except OSError as exc:
-        report.skip(rel, f"unreadable ({exc.strerror})")
-        return False
+        return Read(rel, "skipped", reason=f"unreadable ({exc.strerror})")
     mode = stat.S_IMODE(st.st_mode)
     if stat.S_ISDIR(st.st_mode):
-        return trees.Dir(mode)
+        return Read(rel, "dir", mode)
     if stat.S_ISLNK(st.st_mode):
         try:
-            target = os.readlink(path)
+            return Read(rel, "symlink", mode, os.readlink(path))
         except FileNotFoundError:
-            return None
+            return Read(rel, "missing")
         except OSError as exc:
-            report.skip(rel, f"unreadable ({exc.strerror})")
-            return False
-        return trees.Entry("symlink", mode, len(target), batch.put(target))
+            return Read(rel, "skipped", reason=f"unreadable ({exc.strerror})")
     if not stat.S_ISREG(st.st_mode):
-        report.skip(rel, "special file")
-        return False
+        return Read(rel, "skipped", reason="special file")
     if st.st_size > size_cap:
-        report.skip(rel, "over size cap")
-        return False
+        return Read(rel, "skipped", reason="over size cap")
     for attempt in range(MAX_REREADS + 1):
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
-            return None
+            return Read(rel, "missing")
         except OSError as exc:
-            report.skip(rel, f"unreadable ({exc.strerror})")
-            return False
+            return Read(rel, "skipped", reason=f"unreadable ({exc.strerror})")
         try:
             before = os.fstat(fd)
             if not stat.S_ISREG(before.st_mode):
-                report.skip(rel, "special file")
-                return False
+                return Read(rel, "skipped", reason="special file")
             if before.st_size > size_cap:
-                report.skip(rel, "over size cap")
-                return False
+                return Read(rel, "skipped", reason="over size cap")
             chunks = []
             while chunk := os.read(fd, max(before.st_size + 1, 1 << 16)):
                 chunks.append(chunk)
             data = b"".join(chunks)
             after = os.fstat(fd)
         except OSError as exc:
-            report.skip(rel, f"unreadable ({exc.strerror})")
-            return False
+            return Read(rel, "skipped", reason=f"unreadable ({exc.strerror})")
         finally:
             os.close(fd)
         stable = (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
         if stable and len(data) == after.st_size:
-            break
-        if attempt == MAX_REREADS:
-            report.unstable.append(rel)
-    report.files += 1
-    report.size += len(data)
-    return trees.Entry("file", stat.S_IMODE(after.st_mode), len(data), batch.put(data))
+            return Read(rel, "file", stat.S_IMODE(after.st_mode), data)
+    return Read(rel, "file", stat.S_IMODE(after.st_mode), data, unstable=True)
+
+
+class _Preparer:
+    """Worker-side part of a capture: read, hash, and compress each distinct content once.
+
+    Runs in a thread pool (file reads, xxh3 and zstd all release the GIL); only the first
+    worker to see a content compresses it, the store's dedup does the rest.
+    """
+
+    def __init__(self, root: bytes, size_cap: int, hasher: objects.Hasher) -> None:
+        self.root, self.size_cap, self.hasher = root, size_cap, hasher
+        self._claimed: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, rel: bytes) -> Read:
+        r = read_path(self.root, rel, self.size_cap)
+        if r.kind in ("file", "symlink"):
+            r.digest = self.hasher(r.data)
+            base = objects.base_key(r.digest, len(r.data))
+            with self._lock:
+                first = base not in self._claimed
+                self._claimed.add(base)
+            if first:
+                r.encoded = objects.encode(r.data)
+        return r
+
+
+def _bounded_map(
+    pool: ThreadPoolExecutor, fn: Callable[[bytes], Read], items: Iterable[bytes]
+) -> Iterator[Read]:
+    """``pool.map`` with at most WINDOW results in memory, in input order."""
+    pending: deque[Future[Read]] = deque()
+    for item in items:
+        pending.append(pool.submit(fn, item))
+        if len(pending) >= WINDOW:
+            yield pending.popleft().result()
+    while pending:
+        yield pending.popleft().result()
 
 
 def walk(root: bytes, ignored: Ignored, rel_dir: bytes = b"") -> Iterator[tuple[bytes, bool]]:
@@ -173,21 +215,36 @@ def capture(
     paths: Iterable[bytes],
     report: Report,
     *,
-    ignored: Ignored = vcs_only,
     size_cap: int = DEFAULT_SIZE_CAP,
     ws: int | None = None,
+    parallel: bool = False,
 ) -> dict[bytes, trees.Change]:
     """Read ``paths`` into ``batch``; return tree changes (and record versions if ``ws``)."""
     changes: dict[bytes, trees.Change] = {}
     now = time.time_ns()
-    for rel in paths:
-        got = read_entry(batch, root, rel, report, size_cap)
-        if got is False:
-            continue
-        change: trees.Change = got if not isinstance(got, bool) else None
-        changes[rel] = change
-        if ws is not None and not isinstance(change, trees.Dir):
-            batch.add_version(ws, rel, now, change)
+    prepare = _Preparer(root, size_cap, batch.store.hasher)
+    with ThreadPoolExecutor(WORKERS if parallel else 1, thread_name_prefix="snapd-read") as pool:
+        reads = _bounded_map(pool, prepare, paths) if parallel else map(prepare, paths)
+        for r in reads:
+            change: trees.Change
+            if r.kind == "skipped":
+                report.skip(r.rel, r.reason)
+                continue
+            if r.kind == "missing":
+                change = None
+            elif r.kind == "dir":
+                change = trees.Dir(r.mode)
+            else:
+                key = batch.put(r.data, r.digest, r.encoded)
+                change = trees.Entry(r.kind, r.mode, len(r.data), key)
+                if r.kind == "file":
+                    report.files += 1
+                    report.size += len(r.data)
+                if r.unstable:
+                    report.unstable.append(r.rel)
+            changes[r.rel] = change
+            if ws is not None and not isinstance(change, trees.Dir):
+                batch.add_version(ws, r.rel, now, change)
     return changes
 
 
@@ -205,15 +262,8 @@ def ingest_tree(
     rootb = os.fsencode(root)
     report = Report()
     with store.batch() as batch:
-        changes = capture(
-            batch,
-            rootb,
-            (rel for rel, _ in walk(rootb, ignored)),
-            report,
-            ignored=ignored,
-            size_cap=size_cap,
-            ws=ws,
-        )
+        rels = (rel for rel, _ in walk(rootb, ignored))
+        changes = capture(batch, rootb, rels, report, size_cap=size_cap, ws=ws, parallel=True)
         tree = batch.apply(None, changes)
         prev = store.latest_mark(ws)
         summary = summarize(batch, prev.tree if prev else None, tree, report)
@@ -229,7 +279,6 @@ def capture_paths(
     paths: Iterable[bytes],
     label: str,
     *,
-    ignored: Ignored = vcs_only,
     size_cap: int = DEFAULT_SIZE_CAP,
     kind: str = "user",
     **meta: Any,
@@ -240,7 +289,7 @@ def capture_paths(
     prev = store.latest_mark(ws)
     base = prev.tree if prev else None
     with store.batch() as batch:
-        changes = capture(batch, rootb, paths, report, ignored=ignored, size_cap=size_cap, ws=ws)
+        changes = capture(batch, rootb, paths, report, size_cap=size_cap, ws=ws)
         tree = batch.apply(base, changes)
         summary = summarize(batch, base, tree, report)
         batch.add_mark(ws, label, tree, kind=kind, summary=summary, **meta)

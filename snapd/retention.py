@@ -135,11 +135,14 @@ def sweep(store: Store, policy: Policy, now: int, report: GcReport) -> None:
 
 
 def remove_orphan_files(store: Store, older_than: int) -> int:
-    """Object files no catalog row names (a crash between write and commit, or after a sweep)."""
+    """Object and temp files no catalog row names (a crash before a commit, or after a sweep).
+
+    Only files older than the grace period go: a batch in flight may be between writing a
+    file and committing its row.
+    """
     removed = 0
     db = store.catalog.read()
     for shard in sorted((store.dir / "objects").glob("*")):
-        safeio.remove_temp_files([shard])
         for p in shard.iterdir():
             if db.execute("SELECT 1 FROM objects WHERE key=? AND external=1", (p.name,)).fetchone():
                 continue

@@ -366,9 +366,12 @@ class Batch:
 
     # -- objects -----------------------------------------------------------------------------
 
-    def put(self, data: bytes) -> str:
-        """Store ``data`` (deduplicated, collision-checked); return its key."""
-        base = objects.base_key(self.store.hasher(data), len(data))
+    def put(self, data: bytes, digest: str | None = None, encoded: tuple[int, bytes] | None = None) -> str:
+        """Store ``data`` (deduplicated, collision-checked); return its key.
+
+        ``digest`` and ``encoded`` may be precomputed by a worker thread (see ingest).
+        """
+        base = objects.base_key(digest or self.store.hasher(data), len(data))
         n = 0
         while True:
             key = objects.variant_key(base, n)
@@ -387,11 +390,11 @@ class Batch:
             if self.store.get(key) == data:
                 return key
             n += 1
-        self._add(key, data)
+        self._add(key, data, encoded)
         return key
 
-    def _add(self, key: str, data: bytes) -> None:
-        codec, payload = objects.encode(data)
+    def _add(self, key: str, data: bytes, encoded: tuple[int, bytes] | None) -> None:
+        codec, payload = encoded or objects.encode(data)
         external = len(payload) >= LARGE_OBJECT
         if external:
             path = self.store.object_path(key)
