@@ -127,3 +127,32 @@ def from_wire(error: dict[str, Any]) -> SnapdError:
     details = error.get("details") or {}
     exc = cls(str(error.get("message", "unknown error")), **(details if isinstance(details, dict) else {}))
     return exc
+
+
+# Added with the config/protocol/server layer. Registered explicitly because the
+# ``_register(SnapdError)`` walk above ran before these classes existed.
+
+
+class ConfigError(SnapdError):
+    """A config file, ``SNAPD_*`` variable or flag that cannot be used as given."""
+
+    code = "config"
+    exit_code = 2
+
+
+class Busy(SnapdError):
+    """The daemon has too many requests in flight; retrying later is safe."""
+
+    code = "busy"
+    exit_code = 9
+
+
+class InternalError(SnapdError):
+    """A bug in the daemon: the reply says so and the traceback is in the daemon's log."""
+
+    code = "internal"
+    exit_code = 70
+
+
+for _cls in (ConfigError, Busy, InternalError):
+    _register(_cls)

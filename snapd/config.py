@@ -1,0 +1,370 @@
+"""Configuration: where snapd keeps things, and the settings that tune it.
+
+Settings are layered defaults < TOML config file < ``SNAPD_*`` environment < overrides (flags),
+and flow down as one frozen ``Config``. ``load_config`` is the only function that looks at
+environment variables, and it is handed them explicitly (``main()`` passes ``os.environ``), so
+tests never depend on the developer's ``HOME`` or ``XDG_*``.
+
+Locations are computed, not created: the same environment gives a client and the daemon the
+same paths, including the socket. A Unix socket path longer than ``IPC_PATH_MAX`` bytes cannot
+be bound, so such a socket moves to a short private directory named after a hash of the
+preferred one (deterministic, so clients find it too); the daemon also records the endpoint it
+actually bound in ``state_dir/endpoint``. Directories are made private by
+``ensure_private_dir`` when they are about to be used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pwd
+import re
+import stat
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from snapd.errors import ConfigError, PermissionRefused
+
+MiB = 1 << 20
+GiB = 1 << 30
+#: sizeof(sockaddr_un.sun_path) - 1 on Linux: the longest ipc:// path libzmq can bind.
+IPC_PATH_MAX = 107
+SOCKET_NAME = "control.sock"
+ENDPOINT_FILE = "endpoint"
+LOCK_FILE = "snapd.lock"
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How much history is kept per workspace before the oldest unpinned marks are evicted."""
+
+    max_age_days: float = 14.0
+    max_marks: int = 2000
+    budget_bytes: int = 5 * GiB
+
+
+@dataclass(frozen=True)
+class Locations:
+    """Every path snapd uses. ``state_dir`` holds the lock and endpoint files and is the data
+    directory itself: the lock must guard the store, whatever runtime directory is in use."""
+
+    home: Path | None
+    state_dir: Path
+    data_dir: Path
+    runtime_dir: Path
+    config_file: Path
+
+    @property
+    def store_dir(self) -> Path:
+        return self.data_dir / "store"
+
+    @property
+    def socket_path(self) -> Path:
+        return self.runtime_dir / SOCKET_NAME
+
+    @property
+    def endpoint(self) -> str:
+        return f"ipc://{self.socket_path}"
+
+    @property
+    def endpoint_file(self) -> Path:
+        return self.state_dir / ENDPOINT_FILE
+
+    @property
+    def lock_file(self) -> Path:
+        return self.state_dir / LOCK_FILE
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole configuration of one daemon or client process."""
+
+    locations: Locations
+    log_level: str = "info"
+    log_file: Path | None = None
+    retention: Retention = field(default_factory=Retention)
+    size_cap: int = 64 * MiB
+    extra_ignore: tuple[str, ...] = ()
+    barrier_timeout_s: float = 5.0
+    request_max_bytes: int = 1 * MiB
+    client_timeout_s: float = 10.0
+
+    @property
+    def endpoint(self) -> str:
+        return self.locations.endpoint
+
+
+# -- settings table -------------------------------------------------------------------------
+
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*(B|KiB|MiB|GiB|TiB)?\s*$")
+_UNITS = {None: 1, "B": 1, "KiB": 1 << 10, "MiB": MiB, "GiB": GiB, "TiB": 1 << 40}
+
+
+def _size(v: Any) -> int:
+    """Byte counts: an int, or a string such as ``"64 MiB"`` (binary units only: no guessing
+    whether "MB" means 10**6 or 2**20)."""
+    if isinstance(v, str) and (m := _SIZE_RE.match(v)):
+        v = int(m.group(1)) * _UNITS[m.group(2)]
+    if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+        return v
+    raise ValueError("a positive size in bytes (e.g. 67108864 or \"64 MiB\")")
+
+
+def _count(v: Any) -> int:
+    if isinstance(v, str) and v.strip().isdigit():
+        v = int(v)
+    if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+        return v
+    raise ValueError("a positive integer")
+
+
+def _seconds(v: Any) -> float:
+    if isinstance(v, str):
+        try:
+            v = float(v)
+        except ValueError:
+            raise ValueError("a positive number") from None
+    if isinstance(v, int | float) and not isinstance(v, bool) and 0 < v < float("inf"):
+        return float(v)
+    raise ValueError("a positive number")
+
+
+def _level(v: Any) -> str:
+    if isinstance(v, str) and v.lower() in LOG_LEVELS:
+        return v.lower()
+    raise ValueError("one of " + ", ".join(LOG_LEVELS))
+
+
+def _abs_path(v: Any) -> Path:
+    if isinstance(v, str | Path) and Path(v).is_absolute():
+        return Path(v)
+    raise ValueError("an absolute path")
+
+
+def _patterns(v: Any) -> tuple[str, ...]:
+    if isinstance(v, list | tuple) and all(isinstance(p, str) for p in v):
+        return tuple(v)
+    raise ValueError("a list of gitignore patterns (strings)")
+
+
+# dotted name -> parser; the TOML table ``[retention]`` holds the ``retention.*`` keys and the
+# environment variable is SNAPD_ + the name upper-cased with dots as underscores. Lists have
+# no environment form: any separator would be a legal pattern character.
+_SETTINGS: dict[str, Callable[[Any], Any]] = {
+    "log_level": _level,
+    "log_file": _abs_path,
+    "size_cap": _size,
+    "extra_ignore": _patterns,
+    "barrier_timeout_s": _seconds,
+    "request_max_bytes": _size,
+    "client_timeout_s": _seconds,
+    "retention.max_age_days": _seconds,
+    "retention.max_marks": _count,
+    "retention.budget_bytes": _size,
+}
+_NO_ENV = {"extra_ignore"}
+
+
+def _env_name(key: str) -> str:
+    return "SNAPD_" + key.upper().replace(".", "_")
+
+
+def _set(values: dict[str, Any], key: str, raw: Any, source: str) -> None:
+    try:
+        values[key] = _SETTINGS[key](raw)
+    except ValueError as e:
+        raise ConfigError(f"{source}: '{key}' must be {e}, got {raw!r}", key=key) from None
+
+
+def _read_config_file(path: Path) -> dict[str, Any]:
+    """Flatten the TOML file into dotted keys, rejecting anything we do not know: a typo in a
+    retention key must not silently keep the default and evict history early."""
+    import tomllib  # deferred: most client runs have no config file to parse
+
+    where = f"config file {path}"
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{where}: not valid TOML: {e}", file=str(path)) from None
+    except OSError as e:
+        raise ConfigError(f"{where}: cannot be read: {e.strerror}", file=str(path)) from None
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if key == "retention" and isinstance(value, dict):
+            flat.update({f"retention.{k}": v for k, v in value.items()})
+        else:
+            flat[key] = value
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        if key not in _SETTINGS:
+            known = ", ".join(sorted(_SETTINGS))
+            raise ConfigError(f"{where}: unknown setting '{key}' (known: {known})", key=key)
+        _set(out, key, value, where)
+    return out
+
+
+# -- locations ------------------------------------------------------------------------------
+
+
+def _xdg(env: Mapping[str, str], name: str, home: Path, default: str) -> Path:
+    """The XDG spec says relative values are invalid and must be ignored."""
+    value = env.get(name, "")
+    return Path(value) if value and os.path.isabs(value) else home / default
+
+
+def _short_socket_dir(preferred: Path, uid: int, tmp_base: Path) -> Path:
+    digest = hashlib.sha256(os.fsencode(preferred)).hexdigest()[:12]
+    return tmp_base / f"snapd-{uid}-{digest}"
+
+
+def resolve_locations(
+    env: Mapping[str, str], snapd_home: str | None, config_file: str | None, uid: int,
+    tmp_base: Path,
+) -> Locations:
+    """Compute every path from the environment, without touching the file system."""
+    if snapd_home is not None:
+        if not os.path.isabs(snapd_home):
+            # Client and daemon usually run in different directories.
+            raise ConfigError(f"SNAPD_HOME must be an absolute path, got {snapd_home!r}")
+        root = Path(snapd_home)
+        state = data = root
+        runtime = root / "run"
+        cfg = root / "config.toml"
+    else:
+        home = Path(env.get("HOME") or pwd.getpwuid(uid).pw_dir)
+        data = state = _xdg(env, "XDG_DATA_HOME", home, ".local/share") / "snapd"
+        cfg = _xdg(env, "XDG_CONFIG_HOME", home, ".config") / "snapd" / "config.toml"
+        xdg_runtime = env.get("XDG_RUNTIME_DIR", "")
+        if xdg_runtime and os.path.isabs(xdg_runtime):
+            runtime = Path(xdg_runtime) / "snapd"
+        else:
+            runtime = tmp_base / f"snapd-{uid}"
+    if len(os.fsencode(runtime / SOCKET_NAME)) > IPC_PATH_MAX:
+        runtime = _short_socket_dir(runtime, uid, tmp_base)
+    if config_file is not None:
+        cfg = _abs_path_or_error(config_file, "SNAPD_CONFIG / --config")
+    return Locations(Path(snapd_home) if snapd_home else None, state, data, runtime, cfg)
+
+
+def _abs_path_or_error(value: str, source: str) -> Path:
+    if not os.path.isabs(value):
+        raise ConfigError(f"{source} must be an absolute path, got {value!r}")
+    return Path(value)
+
+
+def load_config(
+    env: Mapping[str, str],
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    uid: int | None = None,
+    tmp_base: Path = Path("/tmp"),
+) -> Config:
+    """Build the configuration: defaults < config file < ``SNAPD_*`` < ``overrides``.
+
+    ``overrides`` uses the dotted setting names (``"retention.max_marks"``) plus ``"home"``
+    and ``"config_file"``, which take precedence over ``SNAPD_HOME`` and ``SNAPD_CONFIG``.
+    ``uid`` and ``tmp_base`` exist so tests can exercise the ``/tmp`` fallback elsewhere.
+    """
+    overrides = dict(overrides or {})
+    uid = os.getuid() if uid is None else uid
+    home = overrides.pop("home", None) or env.get("SNAPD_HOME") or None
+    explicit_cfg = overrides.pop("config_file", None) or env.get("SNAPD_CONFIG") or None
+    locations = resolve_locations(
+        env, str(home) if home else None, str(explicit_cfg) if explicit_cfg else None,
+        uid, tmp_base,
+    )
+
+    values: dict[str, Any] = {}
+    if explicit_cfg is not None or locations.config_file.exists():
+        values.update(_read_config_file(locations.config_file))
+    for key in _SETTINGS:
+        name = _env_name(key)
+        if key not in _NO_ENV and env.get(name, "") != "":
+            _set(values, key, env[name], f"environment variable {name}")
+    for key, raw in overrides.items():
+        if key not in _SETTINGS:
+            raise ConfigError(f"unknown setting '{key}'", key=key)
+        _set(values, key, raw, "command-line option")
+
+    retention = Retention(**{
+        k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("retention.")
+    })
+    flat = {k: v for k, v in values.items() if not k.startswith("retention.")}
+    return replace(Config(locations), retention=retention, **flat)
+
+
+# -- private directories and the endpoint file ------------------------------------------------
+
+
+def ensure_private_dir(path: Path, *, uid: int | None = None) -> Path:
+    """Create ``path`` (and missing parents) as a directory only its owner can enter.
+
+    The control socket and the store rely on this directory for access control, so an
+    existing one is accepted only if it is a real directory (not a symlink someone planted in
+    ``/tmp``) owned by ``uid``; a mode that is too open on our own directory is tightened.
+    The checks run on an ``O_NOFOLLOW`` descriptor so the path cannot be swapped in between.
+    """
+    uid = os.getuid() if uid is None else uid
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    if os.path.islink(path):
+        raise PermissionRefused(
+            f"{path} is a symbolic link; refusing to use it as a private directory "
+            "(remove it, or set XDG_RUNTIME_DIR or SNAPD_HOME)", path=str(path))
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        raise PermissionRefused(f"{path} cannot be used as a private directory: {e.strerror}",
+                                path=str(path)) from None
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != uid:
+            raise PermissionRefused(
+                f"{path} belongs to uid {st.st_uid}, not to uid {uid}; refusing to use it "
+                "(remove it, or set XDG_RUNTIME_DIR or SNAPD_HOME)", path=str(path))
+        if stat.S_IMODE(st.st_mode) != 0o700:
+            os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
+    return path
+
+
+def write_endpoint_file(state_dir: Path, endpoint: str) -> Path:
+    """Record the bound endpoint atomically (temp file + rename) so a client never reads half
+    of it. Not fsynced: a crash makes the daemon rewrite it at the next start."""
+    ensure_private_dir(state_dir)
+    target = state_dir / ENDPOINT_FILE
+    tmp = state_dir / f".{ENDPOINT_FILE}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, endpoint.encode() + b"\n")
+    finally:
+        os.close(fd)
+    os.replace(tmp, target)
+    return target
+
+
+def read_endpoint_file(state_dir: Path) -> str | None:
+    """The endpoint a running (or crashed) daemon recorded, or None if there is none."""
+    path = state_dir / ENDPOINT_FILE
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"endpoint file {path} cannot be read: {e}") from None
+    if not text.startswith("ipc://"):
+        raise ConfigError(f"endpoint file {path} does not hold an ipc:// endpoint: {text!r}")
+    return text
+
+
+def resolve_endpoint(config: Config) -> str:
+    """Where a client should connect: the endpoint the daemon recorded, else the computed one."""
+    return read_endpoint_file(config.locations.state_dir) or config.endpoint

@@ -1,0 +1,307 @@
+"""The wire protocol between clients and the daemon, as pure functions over bytes and dicts.
+
+No sockets here: the server and the client move bytes, this module decides what they mean, so
+every rule (size limit, version, argument types, path encoding) is testable without ZeroMQ.
+docs/protocol.md is the specification; keep the two in step.
+
+Invariants: a request that ``parse_request`` returns has a known op, an id, the current
+version and arguments of the declared types (paths already decoded to ``bytes``); anything
+else raises ``BadRequest`` or ``ProtocolMismatch`` with a message meant for a person.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+from snapd.errors import BadRequest, ProtocolMismatch, SnapdError
+
+PROTOCOL_VERSION = 1
+MAX_ID_LENGTH = 128
+
+Op = Literal[
+    "ping", "status", "stop", "watch", "unwatch", "forget", "mark", "log", "show", "verify",
+    "gc", "pin", "unpin", "rollback_plan", "rollback_apply", "undo", "diff", "cat",
+]
+OPS: frozenset[str] = frozenset(get_args(Op))
+
+ArgKind = Literal["str", "int", "bool", "float", "path", "paths", "strs"]
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One declared argument of an op."""
+
+    kind: ArgKind
+    required: bool = False
+
+
+# Most ops act on "the workspace": named by ``workspace``, else found from the caller's
+# ``cwd`` (the enclosing watched root). The daemon, not the client, resolves it.
+_WHERE = {"workspace": Arg("path"), "cwd": Arg("path")}
+
+OP_ARGS: dict[str, dict[str, Arg]] = {
+    "ping": {},
+    "status": {**_WHERE},
+    "stop": {},
+    "watch": {"path": Arg("path", required=True)},
+    "unwatch": {**_WHERE},
+    "forget": {**_WHERE},
+    "mark": {
+        **_WHERE, "label": Arg("str", required=True), "message": Arg("str"),
+        "agent": Arg("str"), "session": Arg("str"),
+    },
+    "log": {
+        **_WHERE, "limit": Arg("int"), "agent": Arg("str"), "session": Arg("str"),
+        "all": Arg("bool"),
+    },
+    "show": {**_WHERE, "mark": Arg("str", required=True)},
+    "verify": {**_WHERE, "full": Arg("bool")},
+    "gc": {**_WHERE, "dry_run": Arg("bool")},
+    "pin": {**_WHERE, "mark": Arg("str", required=True)},
+    "unpin": {**_WHERE, "mark": Arg("str", required=True)},
+    "rollback_plan": {
+        **_WHERE, "to": Arg("str", required=True), "paths": Arg("paths"), "force": Arg("bool"),
+    },
+    "rollback_apply": {"plan": Arg("str", required=True), "force": Arg("bool")},
+    "undo": {**_WHERE, "force": Arg("bool")},
+    "diff": {
+        **_WHERE, "from": Arg("str"), "to": Arg("str"), "paths": Arg("paths"),
+        "stat": Arg("bool"),
+    },
+    "cat": {**_WHERE, "path": Arg("path", required=True), "at": Arg("str")},
+}
+assert set(OP_ARGS) == OPS, "every op needs an argument table"
+
+
+@dataclass(frozen=True)
+class Request:
+    """A validated request. ``args`` holds only declared names, paths as ``bytes``."""
+
+    op: Op
+    id: str
+    version: int
+    args: dict[str, Any] = field(default_factory=dict, hash=False)
+
+    def fingerprint(self) -> str:
+        """What a retry must repeat exactly: reusing an id for another request is an error."""
+        return f"{self.op}:{sorted(self.args.items())!r}"
+
+
+# -- JSON -----------------------------------------------------------------------------------
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # Duplicate keys are where two parsers disagree on what a message says.
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise BadRequest(f"duplicate key {key!r} in JSON object")
+        out[key] = value
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise BadRequest(f"{name} is not valid JSON")
+
+
+def decode_json(raw: bytes) -> Any:
+    """Strict JSON: UTF-8, no NaN/Infinity, no duplicate keys."""
+    try:
+        text = raw.decode("utf-8")
+        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    except UnicodeDecodeError:
+        raise BadRequest("request is not UTF-8 text") from None
+    except (json.JSONDecodeError, RecursionError) as e:
+        raise BadRequest(f"request is not valid JSON: {e}") from None
+
+
+def encode_json(obj: Any) -> bytes:
+    """Compact UTF-8 JSON; raises TypeError/ValueError for values JSON cannot hold."""
+    return json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+
+
+# -- paths ----------------------------------------------------------------------------------
+
+
+def encode_path(path: bytes) -> str | dict[str, str]:
+    """Paths are bytes on Linux; JSON strings are Unicode. Valid UTF-8 travels as a string,
+    anything else as ``{"b64": ...}`` of the exact bytes, so no file name is ever mangled."""
+    try:
+        return path.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"b64": base64.b64encode(path).decode("ascii")}
+
+
+def decode_path(obj: Any, what: str = "path") -> bytes:
+    """Inverse of ``encode_path``; rejects shapes that cannot be a file name."""
+    if isinstance(obj, str):
+        try:
+            raw = obj.encode("utf-8")
+        except UnicodeEncodeError:
+            raise BadRequest(
+                f"{what} contains a lone surrogate; send undecodable names as {{\"b64\": ...}}"
+            ) from None
+    elif isinstance(obj, dict) and set(obj) == {"b64"} and isinstance(obj["b64"], str):
+        try:
+            raw = base64.b64decode(obj["b64"], validate=True)
+        except (binascii.Error, ValueError):
+            raise BadRequest(f"{what}: 'b64' is not valid base64") from None
+    else:
+        raise BadRequest(f"{what} must be a string or {{\"b64\": \"...\"}}, got {_kind(obj)}")
+    if not raw:
+        raise BadRequest(f"{what} is empty")
+    if b"\0" in raw:
+        raise BadRequest(f"{what} contains a NUL byte")
+    return raw
+
+
+def display_path(path: bytes) -> str:
+    """A path for a terminal: undecodable bytes and control characters as ``\\xNN``, so a
+    file name can neither garble the output nor send escape sequences."""
+    text = path.decode("utf-8", errors="backslashreplace")
+    return "".join(
+        f"\\x{ord(c):02x}" if (ord(c) < 0x20 or ord(c) == 0x7F) else c for c in text
+    )
+
+
+# -- requests -------------------------------------------------------------------------------
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+_EXPECTED: dict[str, str] = {
+    "str": "a string", "int": "an integer", "bool": "a boolean", "float": "a number",
+    "path": "a path", "paths": "an array of paths", "strs": "an array of strings",
+}
+
+
+def _check_arg(op: str, name: str, spec: Arg, value: Any) -> Any:
+    what = f"{op}: argument '{name}'"
+    kind = spec.kind
+    if kind == "path":
+        return decode_path(value, what)
+    if kind == "paths" and isinstance(value, list):
+        return [decode_path(v, f"{what}[{i}]") for i, v in enumerate(value)]
+    ok = {
+        "str": isinstance(value, str),
+        "int": isinstance(value, int) and not isinstance(value, bool),
+        "bool": isinstance(value, bool),
+        "float": isinstance(value, int | float) and not isinstance(value, bool),
+        "strs": isinstance(value, list) and all(isinstance(v, str) for v in value),
+        "paths": False,
+    }[kind]
+    if not ok:
+        raise BadRequest(f"{what} must be {_EXPECTED[kind]}, got {_kind(value)}", arg=name)
+    return float(value) if kind == "float" else value
+
+
+def validate_args(op: str, args: Mapping[str, Any]) -> dict[str, Any]:
+    """Check ``args`` against the op's table; unknown names are refused, not ignored, because
+    client and daemon speak the same version and a stray name is a client bug."""
+    table = OP_ARGS[op]
+    for name in args:
+        if name not in table:
+            known = ", ".join(sorted(table)) or "none"
+            raise BadRequest(f"{op}: unknown argument '{name}' (accepted: {known})", arg=name)
+    out: dict[str, Any] = {}
+    for name, spec in table.items():
+        if name not in args or args[name] is None:
+            if spec.required:
+                raise BadRequest(f"{op}: missing required argument '{name}'", arg=name)
+            continue
+        out[name] = _check_arg(op, name, spec, args[name])
+    return out
+
+
+def parse_request(raw: bytes, max_bytes: int) -> Request:
+    """Validate one request frame. The version is checked before the op and arguments, so a
+    newer client gets "upgrade/restart" rather than a confusing "unknown op"."""
+    if len(raw) > max_bytes:
+        raise BadRequest(f"request of {len(raw)} bytes exceeds the limit of {max_bytes} bytes")
+    obj = decode_json(raw)
+    if not isinstance(obj, dict):
+        raise BadRequest(f"request must be a JSON object, got {_kind(obj)}")
+    unknown = set(obj) - {"op", "id", "version", "args"}
+    if unknown:
+        raise BadRequest(f"unknown request field(s): {', '.join(sorted(unknown))}")
+    version = obj.get("version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise BadRequest(f"'version' must be an integer, got {_kind(version)}")
+    if version != PROTOCOL_VERSION:
+        raise ProtocolMismatch(mismatch_message(PROTOCOL_VERSION, version),
+                               daemon=PROTOCOL_VERSION, client=version)
+    rid = obj.get("id")
+    if not isinstance(rid, str) or not 0 < len(rid) <= MAX_ID_LENGTH or not rid.isprintable():
+        raise BadRequest(f"'id' must be a printable string of 1-{MAX_ID_LENGTH} characters")
+    op = obj.get("op")
+    if not isinstance(op, str):
+        raise BadRequest(f"'op' must be a string, got {_kind(op)}")
+    if op not in OPS:
+        raise BadRequest(f"unknown op {op!r}", op=op)
+    args = obj.get("args", {})
+    if not isinstance(args, dict):
+        raise BadRequest(f"'args' must be a JSON object, got {_kind(args)}")
+    return Request(op=op, id=rid, version=version, args=validate_args(op, args))  # type: ignore[arg-type]
+
+
+def salvage_id(raw: bytes) -> str | None:
+    """Best-effort id of a request that failed validation, so even its error reply can be
+    matched by the client."""
+    try:
+        obj = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    rid = obj.get("id") if isinstance(obj, dict) else None
+    return rid if isinstance(rid, str) and len(rid) <= MAX_ID_LENGTH else None
+
+
+def mismatch_message(daemon: Any, client: Any) -> str:
+    """Which side to restart or upgrade: a newer client usually means the package was upgraded
+    while the old daemon kept running."""
+    older_daemon = isinstance(daemon, int) and isinstance(client, int) and daemon < client
+    hint = ("restart the daemon (snapd stop; snapd start) or upgrade the client"
+            if older_daemon else
+            "upgrade the client, or restart the daemon from the matching version")
+    return f"daemon speaks protocol {daemon}, client speaks {client}: {hint}"
+
+
+def build_request(op: str, rid: str, args: Mapping[str, Any]) -> bytes:
+    """The client side of ``parse_request`` (paths in ``args`` may be given as bytes)."""
+    wire = {k: _encode_arg(v) for k, v in args.items()}
+    return encode_json({"op": op, "id": rid, "version": PROTOCOL_VERSION, "args": wire})
+
+
+def _encode_arg(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return encode_path(value)
+    if isinstance(value, list | tuple):
+        return [_encode_arg(v) for v in value]
+    return value
+
+
+# -- replies --------------------------------------------------------------------------------
+
+
+def ok_reply(rid: str | None, **fields: Any) -> dict[str, Any]:
+    return {"id": rid, "ok": True, "version": PROTOCOL_VERSION, "result": fields}
+
+
+def error_reply(rid: str | None, error: SnapdError) -> dict[str, Any]:
+    return {"id": rid, "ok": False, "version": PROTOCOL_VERSION, "error": error.to_wire()}

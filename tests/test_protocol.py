@@ -1,0 +1,168 @@
+"""Pure tests of the wire protocol: no sockets, no threads."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from snapd import protocol
+from snapd.errors import BadRequest, NotFound, ProtocolMismatch, from_wire
+
+pytestmark = pytest.mark.timeout(30)
+
+MAX = 1 << 20
+
+
+def raw(**fields: Any) -> bytes:
+    base: dict[str, Any] = {"op": "ping", "id": "abc", "version": protocol.PROTOCOL_VERSION}
+    base.update(fields)
+    return json.dumps({k: v for k, v in base.items() if v is not ...}).encode()
+
+
+def test_minimal_request_parses() -> None:
+    req = protocol.parse_request(raw(), MAX)
+    assert (req.op, req.id, req.version, req.args) == ("ping", "abc", 1, {})
+
+
+def test_paths_arrive_as_bytes() -> None:
+    req = protocol.parse_request(
+        raw(op="mark", args={"label": "turn-start", "cwd": {"b64": "L3RtcC//"}}), MAX)
+    assert req.args == {"label": "turn-start", "cwd": b"/tmp/\xff"}
+
+
+@pytest.mark.parametrize(
+    "data, fragment",
+    [
+        (b"not json", "not valid JSON"),
+        (b"\xff\xfe", "not UTF-8"),
+        (b"[1, 2]", "must be a JSON object, got an array"),
+        (b'{"op": "ping", "op": "stop", "id": "a", "version": 1}', "duplicate key"),
+        (b'{"op": "ping", "id": "a", "version": NaN}', "NaN is not valid JSON"),
+        (raw(version=...), "'version' must be an integer"),
+        (raw(version="1"), "'version' must be an integer"),
+        (raw(version=True), "'version' must be an integer"),
+        (raw(id=...), "'id' must be"),
+        (raw(id=7), "'id' must be"),
+        (raw(id=""), "'id' must be"),
+        (raw(id="x" * 129), "'id' must be"),
+        (raw(id="a\nb"), "'id' must be"),
+        (raw(op=...), "'op' must be a string, got null"),
+        (raw(op=["ping"]), "'op' must be a string, got an array"),
+        (raw(op="frobnicate"), "unknown op 'frobnicate'"),
+        (raw(args=[]), "'args' must be a JSON object"),
+        (raw(extra=1), "unknown request field(s): extra"),
+        (raw(op="mark", args={}), "mark: missing required argument 'label'"),
+        (raw(op="mark", args={"label": 5}), "mark: argument 'label' must be a string, got a number"),
+        (raw(op="log", args={"limit": "10"}), "log: argument 'limit' must be an integer"),
+        (raw(op="log", args={"limit": True}), "log: argument 'limit' must be an integer"),
+        (raw(op="gc", args={"dry_run": 1}), "gc: argument 'dry_run' must be a boolean"),
+        (raw(op="ping", args={"x": 1}), "ping: unknown argument 'x' (accepted: none)"),
+        (raw(op="watch", args={"path": 3}), "watch: argument 'path' must be a string or"),
+        (raw(op="watch", args={"path": {"b64": "!!"}}), "not valid base64"),
+        (raw(op="watch", args={"path": ""}), "is empty"),
+        (raw(op="watch", args={"path": "a\u0000b"}), "NUL byte"),
+        (raw(op="diff", args={"paths": "a"}), "must be an array of paths"),
+        (raw(op="diff", args={"paths": ["a", 1]}), "argument 'paths'[1]"),
+    ],
+)
+def test_bad_requests_say_what_is_wrong(data: bytes, fragment: str) -> None:
+    with pytest.raises(BadRequest) as info:
+        protocol.parse_request(data, MAX)
+    assert fragment in info.value.message
+
+
+def test_oversized_request_is_refused_before_parsing() -> None:
+    with pytest.raises(BadRequest, match="exceeds the limit of 100 bytes"):
+        protocol.parse_request(b" " * 101, 100)
+
+
+def test_other_version_says_what_to_restart() -> None:
+    with pytest.raises(ProtocolMismatch) as info:
+        protocol.parse_request(raw(version=2, op="some-future-op"), MAX)
+    assert info.value.message == (
+        "daemon speaks protocol 1, client speaks 2: "
+        "restart the daemon (snapd stop; snapd start) or upgrade the client")
+    assert "upgrade the client" in protocol.mismatch_message(2, 1)
+
+
+def test_null_optional_argument_counts_as_absent() -> None:
+    req = protocol.parse_request(raw(op="log", args={"limit": None}), MAX)
+    assert req.args == {}
+
+
+def test_float_argument_accepts_integers() -> None:
+    spec = protocol.Arg("float")
+    assert protocol._check_arg("x", "n", spec, 3) == 3.0
+
+
+def test_every_op_has_a_table_and_valid_kinds() -> None:
+    assert set(protocol.OP_ARGS) == protocol.OPS
+    for table in protocol.OP_ARGS.values():
+        for arg in table.values():
+            assert arg.kind in {"str", "int", "bool", "float", "path", "paths", "strs"}
+
+
+def test_salvage_id_for_error_replies() -> None:
+    assert protocol.salvage_id(raw(op="nope", id="r1")) == "r1"
+    assert protocol.salvage_id(b"garbage") is None
+    assert protocol.salvage_id(b"[]") is None
+
+
+def test_fingerprint_distinguishes_requests() -> None:
+    a = protocol.parse_request(raw(op="mark", args={"label": "a"}), MAX)
+    b = protocol.parse_request(raw(op="mark", args={"label": "b"}), MAX)
+    assert a.fingerprint() != b.fingerprint()
+    assert a.fingerprint() == protocol.parse_request(
+        raw(op="mark", args={"label": "a"}), MAX).fingerprint()
+
+
+def test_build_request_round_trips_through_parse() -> None:
+    data = protocol.build_request("diff", "id1", {"paths": [b"ok", b"\xff"], "from": "m1"})
+    req = protocol.parse_request(data, MAX)
+    assert req.args == {"paths": [b"ok", b"\xff"], "from": "m1"}
+
+
+def test_replies() -> None:
+    assert protocol.ok_reply("i", marks=[]) == {
+        "id": "i", "ok": True, "version": 1, "result": {"marks": []}}
+    err = protocol.error_reply("i", NotFound("no mark m1", mark="m1"))
+    assert err["ok"] is False
+    again = from_wire(err["error"])
+    assert isinstance(again, NotFound)
+    assert (again.message, again.details) == ("no mark m1", {"mark": "m1"})
+
+
+def test_encode_json_is_strict_and_compact() -> None:
+    assert protocol.encode_json({"a": "é"}) == '{"a":"é"}'.encode()
+    with pytest.raises(ValueError):
+        protocol.encode_json(float("nan"))
+
+
+def test_encode_path_prefers_strings() -> None:
+    assert protocol.encode_path(b"src/main.py") == "src/main.py"
+    assert protocol.encode_path(b"caf\xe9") == {"b64": "Y2Fm6Q=="}
+
+
+def test_decode_path_rejects_lone_surrogates_and_other_shapes() -> None:
+    with pytest.raises(BadRequest, match="lone surrogate"):
+        protocol.decode_path("a\udcff")
+    bad: Any
+    for bad in (None, 3, [], {"b64": 3}, {"b64": "", "x": 1}, {"hex": "00"}):
+        with pytest.raises(BadRequest):
+            protocol.decode_path(bad)
+
+
+@given(st.binary(min_size=1).filter(lambda b: b"\0" not in b))
+def test_path_encoding_round_trips(path: bytes) -> None:
+    wire = json.loads(json.dumps(protocol.encode_path(path)))
+    assert protocol.decode_path(wire) == path
+
+
+def test_display_path_escapes_undecodable_and_control_bytes() -> None:
+    assert protocol.display_path(b"caf\xc3\xa9") == "café"
+    assert protocol.display_path(b"caf\xe9") == "caf\\xe9"
+    assert protocol.display_path(b"a\nb\x1b[31m") == "a\\x0ab\\x1b[31m"
