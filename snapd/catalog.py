@@ -39,7 +39,8 @@ CREATE TABLE workspaces (
     id INTEGER PRIMARY KEY,
     root BLOB NOT NULL UNIQUE,
     created INTEGER NOT NULL,
-    watching INTEGER NOT NULL DEFAULT 1
+    watching INTEGER NOT NULL DEFAULT 1,
+    head TEXT
 );
 CREATE TABLE marks (
     id TEXT PRIMARY KEY,

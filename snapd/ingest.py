@@ -79,6 +79,7 @@ class Read:
     unstable: bool = False
     digest: str | None = None
     encoded: tuple[int, bytes] | None = None
+    sig: tuple[int, int, int, int] | None = None  # size, mtime_ns, ctime_ns, inode as read
 
 
 def read_path(root: bytes, rel: bytes, size_cap: int = DEFAULT_SIZE_CAP) -> Read:
@@ -127,9 +128,10 @@ def read_path(root: bytes, rel: bytes, size_cap: int = DEFAULT_SIZE_CAP) -> Read
         finally:
             os.close(fd)
         stable = (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+        sig = (after.st_size, after.st_mtime_ns, after.st_ctime_ns, after.st_ino)
         if stable and len(data) == after.st_size:
-            return Read(rel, "file", stat.S_IMODE(after.st_mode), data)
-    return Read(rel, "file", stat.S_IMODE(after.st_mode), data, unstable=True)
+            return Read(rel, "file", stat.S_IMODE(after.st_mode), data, sig=sig)
+    return Read(rel, "file", stat.S_IMODE(after.st_mode), data, unstable=True, sig=sig)
 
 
 class _Preparer:
@@ -170,8 +172,14 @@ def _bounded_map(
         yield pending.popleft().result()
 
 
-def walk(root: bytes, ignored: Ignored, rel_dir: bytes = b"") -> Iterator[tuple[bytes, bool]]:
-    """(relative path, is_dir) for every non-ignored path under ``rel_dir``, parents first."""
+def walk(
+    root: bytes, ignored: Ignored, rel_dir: bytes = b"", descend: Callable[[bytes], bool] | None = None
+) -> Iterator[tuple[bytes, bool]]:
+    """(relative path, is_dir) for every non-ignored path under ``rel_dir``, parents first.
+
+    An ignored directory is still entered (and yielded) when ``descend(rel)`` says it may
+    hold captured paths (files git tracks inside an ignored directory).
+    """
     top = root + b"/" + rel_dir if rel_dir else root
     try:
         entries = sorted(os.scandir(top), key=lambda e: e.name)
@@ -183,11 +191,11 @@ def walk(root: bytes, ignored: Ignored, rel_dir: bytes = b"") -> Iterator[tuple[
             is_dir = e.is_dir(follow_symlinks=False)
         except OSError:
             is_dir = False
-        if ignored(rel, is_dir):
+        if ignored(rel, is_dir) and not (is_dir and descend is not None and descend(rel)):
             continue
         yield rel, is_dir
         if is_dir:
-            yield from walk(root, ignored, rel)
+            yield from walk(root, ignored, rel, descend)
 
 
 def summarize(store: Store | Batch, old: str | None, new: str, report: Report) -> dict[str, Any]:
@@ -218,8 +226,12 @@ def capture(
     size_cap: int = DEFAULT_SIZE_CAP,
     ws: int | None = None,
     parallel: bool = False,
+    on_read: Callable[[Read], None] | None = None,
 ) -> dict[bytes, trees.Change]:
-    """Read ``paths`` into ``batch``; return tree changes (and record versions if ``ws``)."""
+    """Read ``paths`` into ``batch``; return tree changes (and record versions if ``ws``).
+
+    ``on_read`` sees every path as read (the daemon keeps its stat cache with it).
+    """
     changes: dict[bytes, trees.Change] = {}
     now = time.time_ns()
     prepare = _Preparer(root, size_cap, batch.store.hasher)
@@ -227,6 +239,8 @@ def capture(
         reads = _bounded_map(pool, prepare, paths) if parallel else map(prepare, paths)
         for r in reads:
             change: trees.Change
+            if on_read is not None:
+                on_read(r)
             if r.kind == "skipped":
                 report.skip(r.rel, r.reason)
                 continue

@@ -7,7 +7,8 @@ workspace's newest mark, a ``pre-rollback`` mark younger than the age window. Wh
 be kept exceeds the budget, eviction stops and the report carries a warning. Every eviction
 is recorded in the catalog so ``log`` can say that older marks were pruned.
 
-GC is mark-and-sweep. Live: every object reachable from a remaining mark's tree, every object
+GC is mark-and-sweep. Live: every object reachable from a remaining mark's tree or from a
+workspace's head (its state captured since the last mark), every object
 named by a version inside the age window, every object younger than the grace period, and
 every key a batch in flight holds. Deletions run in short transactions so captures are never
 blocked for long.
@@ -102,8 +103,9 @@ def evict(store: Store, doomed: list[tuple[Mark, str]], now: int) -> None:
 def live_keys(store: Store, policy: Policy, now: int) -> set[str]:
     db = store.catalog.read()
     live: set[str] = set()
-    for (tree,) in db.execute("SELECT DISTINCT tree FROM marks"):
-        trees.reachable(store.load_node, tree, live)
+    for (tree,) in db.execute("SELECT DISTINCT tree FROM marks UNION SELECT head FROM workspaces"):
+        if tree:
+            trees.reachable(store.load_node, tree, live)
     cutoff = now - policy.max_age_ns
     for (key,) in db.execute(
         "SELECT DISTINCT object FROM versions WHERE time >= ? AND object IS NOT NULL", (cutoff,)

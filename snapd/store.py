@@ -192,6 +192,11 @@ class Store:
                 return w
         raise NotFound(f"no workspace with id {ws}")
 
+    def head(self, ws: int) -> str | None:
+        """The tree of everything captured in ``ws``, marks or not (None before a baseline)."""
+        row = self.catalog.read().execute("SELECT head FROM workspaces WHERE id=?", (ws,)).fetchone()
+        return row[0] if row else None
+
     def set_watching(self, ws: int, watching: bool) -> None:
         with self.catalog.write() as c:
             c.execute("UPDATE workspaces SET watching=? WHERE id=?", (int(watching), ws))
@@ -340,6 +345,7 @@ class Batch:
         self._shards: set[Path] = set()
         self._versions: list[tuple[int, bytes, int, str | None, int | None, str | None]] = []
         self._marks: list[Mark] = []
+        self._heads: dict[int, str] = {}
         self._done = False
 
     def __enter__(self) -> Batch:
@@ -431,6 +437,10 @@ class Batch:
         else:
             self._versions.append((ws, path, when, entry.kind, entry.mode, entry.key or None))
 
+    def set_head(self, ws: int, tree: str) -> None:
+        """Record ``tree`` as the workspace's captured state when the batch commits."""
+        self._heads[ws] = tree
+
     def add_mark(
         self,
         ws: int,
@@ -464,6 +474,7 @@ class Batch:
             summary or {},
         )
         self._marks.append(mark)
+        self._heads[ws] = tree
         return mark
 
     # -- durability --------------------------------------------------------------------------
@@ -535,11 +546,14 @@ class Batch:
                     ),
                 )
                 committed.append(dataclasses.replace(m, seq=seq))
+            for ws, tree in self._heads.items():
+                c.execute("UPDATE workspaces SET head=? WHERE id=?", (tree, ws))
         for key, node in self._nodes.items():
             self.store._cache_node(key, node)
         self._nodes.clear()
         self._versions.clear()
         self._marks.clear()
+        self._heads.clear()
         self._done = True
         return committed
 

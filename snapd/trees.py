@@ -127,7 +127,8 @@ def apply_changes(load: Load, save: Save, root: str | None, changes: Mapping[byt
 
 
 def _apply(load: Load, save: Save, key: str | None, pending: _Pending) -> str:
-    node = dict(load(key)) if key is not None else {}
+    original = load(key) if key is not None else None
+    node = dict(original) if original is not None else {}
     for name, sub in pending.children.items():
         entry: Entry | None = node.get(name)
         if sub.has_change:
@@ -149,6 +150,8 @@ def _apply(load: Load, save: Save, key: str | None, pending: _Pending) -> str:
             node.pop(name, None)
         else:
             node[name] = entry
+    if key is not None and node == original:
+        return key  # nothing changed here: no node to write (scans re-assert every directory)
     return save(node)
 
 

@@ -1,6 +1,6 @@
 """``verify``: re-hash what the catalog references and say which marks a problem affects.
 
-Checked: every tree node reachable from a mark (always — a tree is needed to know what it
+Checked: every tree node reachable from a mark or a workspace head (always — a tree is needed to know what it
 references), every file and symlink object those trees name, and every object a version row
 names. With ``sample`` in (0, 1), that fraction of the content objects is re-hashed instead
 of all of them (nodes are still all read). A missing or corrupt object is reported with the
@@ -67,6 +67,9 @@ def verify(store: Store, sample: float | None = None, seed: int | None = None) -
 
     db = store.catalog.read()
     marks = db.execute("SELECT id, tree FROM marks").fetchall()
+    heads = [h for (h,) in db.execute("SELECT head FROM workspaces WHERE head IS NOT NULL")]
+    for head in heads:
+        node_bad(head)
     for _, tree in marks:
         node_bad(tree)
     contents.update(k for (k,) in db.execute("SELECT DISTINCT object FROM versions WHERE object IS NOT NULL"))

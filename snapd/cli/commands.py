@@ -1,0 +1,246 @@
+"""One function per ``snapctl`` command: build the request, call the daemon, render."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from snapd.cli.output import print_json, progress_bar, size, summary_line, when
+from snapd.client import Client
+from snapd.config import load_config
+from snapd.protocol import display_path
+
+Env = dict[str, str]
+
+
+def _client(args: argparse.Namespace, env: Env, timeout: float | None = None) -> Client:
+    config = load_config(env)
+    client = Client.from_config(config)
+    if args.timeout is not None:
+        client.timeout_s = args.timeout
+    elif timeout is not None:
+        client.timeout_s = timeout
+    return client
+
+
+def _where(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {"cwd": os.fsencode(os.getcwd())}
+    ws = getattr(args, "workspace", None)
+    if ws:
+        out["workspace"] = os.fsencode(os.path.abspath(ws))
+    return out
+
+
+def cmd_status(args: argparse.Namespace, env: Env) -> int:
+    with _client(args, env, timeout=5.0) as c:
+        st = c.call("status")
+    if args.json:
+        print_json(st)
+        return 0
+    print(f"snapd {st['version']} (pid {st['pid']}) at {st['endpoint']}")
+    print(f"store: {st['store']['path']} ({size(st['store']['stored_bytes'])} stored)")
+    if not st["workspaces"]:
+        print("no workspaces: `snapctl watch PATH` adds one")
+    for w in st["workspaces"]:
+        state = w.get("state", "unwatched" if not w["watching"] else "?")
+        line = f"  {w['root']}  [{state}]"
+        if "files" in w:
+            line += f"  {w['files']} files, {w['skipped']} skipped, {w['pending']} pending"
+        last = w.get("last_mark")
+        if last:
+            line += f"  last mark {last['id']} {last['label']} {when(last['created'])}"
+        print(line)
+        for ex in w.get("skipped_examples", [])[:5]:
+            print(f"      skipped: {ex}")
+    for warning in st.get("warnings", []):
+        print(f"warning: {warning}", file=sys.stderr)
+    return 0
+
+
+def _watch_progress(args: argparse.Namespace, env: Env, root: str, done: threading.Event) -> None:
+    """Draw a progress bar from ``status`` while the baseline runs (terminal only)."""
+    with _client(args, env, timeout=2.0) as c:
+        while not done.wait(0.25):
+            try:
+                st = c.call("status")
+            except Exception:
+                continue
+            for w in st["workspaces"]:
+                prog = w.get("progress")
+                if w["root"] == root and prog:
+                    sys.stderr.write("\r" + progress_bar(prog[0], prog[1]))
+                    sys.stderr.flush()
+    sys.stderr.write("\r" + " " * 60 + "\r")
+
+
+def cmd_watch(args: argparse.Namespace, env: Env) -> int:
+    root = os.path.realpath(args.path)
+    done = threading.Event()
+    bar = None
+    if sys.stderr.isatty() and not args.json:
+        bar = threading.Thread(target=_watch_progress, args=(args, env, root, done), daemon=True)
+        bar.start()
+    try:
+        with _client(args, env, timeout=3600.0) as c:
+            r = c.call("watch", path=os.fsencode(os.path.abspath(args.path)))
+    finally:
+        done.set()
+        if bar is not None:
+            bar.join(timeout=1)
+    if args.json:
+        print_json(r)
+        return 0
+    base = r.get("baseline")
+    if base:
+        print(f"watching {r['workspace']}: baseline {base['id']}, {summary_line(base['summary'])}")
+    else:
+        print(f"watching {r['workspace']} (already watched)")
+    if r.get("skipped"):
+        print(f"  {r['skipped']} paths skipped (see `snapctl status`)")
+    for w in r.get("warnings", []):
+        print(f"warning: {w}", file=sys.stderr)
+    return 0
+
+
+def _ws_arg(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {"cwd": os.fsencode(os.getcwd())}
+    if args.path:
+        out["workspace"] = os.fsencode(os.path.abspath(args.path))
+    return out
+
+
+def cmd_unwatch(args: argparse.Namespace, env: Env) -> int:
+    with _client(args, env) as c:
+        r = c.call("unwatch", **_ws_arg(args))
+    print_json(r) if args.json else print(f"stopped watching {r['workspace']} (history kept)")
+    return 0
+
+
+def cmd_forget(args: argparse.Namespace, env: Env) -> int:
+    with _client(args, env, timeout=60.0) as c:
+        r = c.call("forget", **_ws_arg(args))
+    if args.json:
+        print_json(r)
+    else:
+        print(f"forgot {r['workspace']}: {r['forgotten_marks']} marks deleted (space is reclaimed by `snapctl gc`)")
+    return 0
+
+
+def cmd_mark(args: argparse.Namespace, env: Env) -> int:
+    fields = {k: getattr(args, k) for k in ("message", "agent", "session") if getattr(args, k)}
+    with _client(args, env, timeout=120.0) as c:
+        m = c.call("mark", label=args.label, **fields, **_where(args))
+    if args.json:
+        print_json(m)
+        return 0
+    print(f"{m['id']} {m['label']}  {summary_line(m['summary'])}")
+    for w in m["summary"].get("warnings", []):
+        print(f"warning: {w}", file=sys.stderr)
+    return 0
+
+
+def cmd_log(args: argparse.Namespace, env: Env) -> int:
+    fields = {k: getattr(args, k) for k in ("agent", "session") if getattr(args, k)}
+    with _client(args, env) as c:
+        r = c.call("log", limit=args.limit, **fields, **_where(args))
+    if args.json:
+        print_json(r)
+        return 0
+    for m in r["marks"]:
+        who = " ".join(x for x in (m.get("agent"), m.get("session")) if x)
+        pin = " [pinned]" if m["pinned"] else ""
+        changed = m["summary"].get("changed", 0)
+        print(f"{m['id']}  {when(m['created'])}  {m['label']:<16} {changed:>5} changed  {who}{pin}")
+    if r.get("pruned"):
+        print(f"({r['pruned']} older marks were pruned by retention, the newest from {when(r['pruned_newest'])})")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace, env: Env) -> int:
+    with _client(args, env) as c:
+        r = c.call("show", mark=args.mark, **_where(args))
+    if args.json:
+        print_json(r)
+        return 0
+    print(f"mark {r['id']}  {r['label']}  ({r['kind']})")
+    print(f"  workspace {r['workspace']}\n  created   {when(r['created'])}")
+    for k in ("message", "agent", "session", "git_head"):
+        if r.get(k):
+            print(f"  {k:<9} {r[k]}")
+    print(f"  changes   {summary_line(r['summary'])}")
+    for ch in r["changes"]:
+        p = ch["path"]
+        text = display_path(base64.b64decode(p["b64"])) if isinstance(p, dict) else p
+        print(f"    {ch['status']:<8} {text}")
+    if r["changes_total"] > len(r["changes"]):
+        print(f"    … and {r['changes_total'] - len(r['changes'])} more")
+    return 0
+
+
+def cmd_cat(args: argparse.Namespace, env: Env) -> int:
+    with _client(args, env) as c:
+        r = c.call("cat", at=args.mark, path=os.fsencode(args.path), **_where(args))
+    sys.stdout.buffer.write(base64.b64decode(r["data_b64"]))
+    sys.stdout.flush()
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace, env: Env) -> int:
+    with _client(args, env, timeout=3600.0) as c:
+        r = c.call("verify", full=not args.sample)
+    if args.json:
+        print_json(r)
+    else:
+        print(f"checked {r['checked']} objects: " + ("clean" if r["clean"] else "PROBLEMS FOUND"))
+        for what in ("missing", "corrupt"):
+            for key, marks in r[what].items():
+                print(f"  {what} {key}: affects marks {', '.join(marks) or '(none; history only)'}")
+    return 0 if r["clean"] else 1
+
+
+def cmd_gc(args: argparse.Namespace, env: Env) -> int:
+    with _client(args, env, timeout=3600.0) as c:
+        r = c.call("gc", dry_run=args.dry_run)
+    if args.json:
+        print_json(r)
+        return 0
+    if args.dry_run:
+        print(f"would evict {len(r['would_evict'])} marks")
+        for m in r["would_evict"]:
+            print(f"  {m['id']} {m['label']} ({m['reason']})")
+        return 0
+    print(f"evicted {len(r['evicted'])} marks, deleted {r['objects_deleted']} objects, freed {size(r['bytes_freed'])}; "
+          f"store holds {size(r['stored_bytes'])}")
+    for w in r["warnings"]:
+        print(f"warning: {w}", file=sys.stderr)
+    return 0
+
+
+def _pin(args: argparse.Namespace, env: Env, op: str) -> int:
+    with _client(args, env) as c:
+        r = c.call(op, mark=args.mark, **_where(args))  # type: ignore[arg-type]
+    print_json(r) if args.json else print(f"{r['id']} {r['label']}: {'pinned' if r['pinned'] else 'unpinned'}")
+    return 0
+
+
+def cmd_pin(args: argparse.Namespace, env: Env) -> int:
+    return _pin(args, env, "pin")
+
+
+def cmd_unpin(args: argparse.Namespace, env: Env) -> int:
+    return _pin(args, env, "unpin")
+
+
+def cmd_stop(args: argparse.Namespace, env: Env) -> int:
+    with _client(args, env) as c:
+        r = c.call("stop")
+    print(f"snapd (pid {r['pid']}) is stopping")
+    return 0
+
+
+__all__ = ["print_json", "Path"]

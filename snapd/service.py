@@ -1,0 +1,373 @@
+"""The daemon's operations: one method per protocol op, over the store and live workspaces.
+
+Requests arrive on the server's worker threads, so a slow operation (a baseline, a barrier,
+a GC) never blocks another client, and one workspace's lock never blocks another's marks.
+Every failure a user can cause is a :class:`SnapdError`, which the server turns into an
+error reply; the daemon keeps serving.
+
+Workspace roots follow DESIGN.md semantics 1: real paths; refused are ``/``, the home
+directory itself, anything holding snapd's own directories or inside them, and a root that
+overlaps another workspace.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from snapd import __version__, ignore, protocol, retention, trees
+from snapd.errors import NotFound, SnapdError, UsageError, WorkspaceRefused
+from snapd.protocol import Request
+from snapd.server import PeerInfo
+from snapd.store import Mark, Store
+from snapd.verify import verify
+from snapd.workspace import Settings, Workspace
+
+log = structlog.get_logger(__name__)
+
+
+class Unsupported(SnapdError):
+    code = "unsupported"
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    home: Path  # the user's home directory: never a workspace itself
+    own_dirs: tuple[Path, ...]  # snapd's store, state and socket directories
+    endpoint: str
+    settings: Settings
+    policy: retention.Policy
+
+
+def mark_json(m: Mark, root: Path | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": m.id, "label": m.label, "kind": m.kind, "created": m.created / 1e9,
+        "created_ns": m.created, "message": m.message, "agent": m.agent, "session": m.session,
+        "git_head": m.git_head, "pinned": m.pinned, "seq": m.seq, "summary": m.summary,
+    }
+    if root is not None:
+        out["workspace"] = str(root)
+    return out
+
+
+class Service:
+    def __init__(self, store: Store, config: ServiceConfig, request_stop: Callable[[], None]) -> None:
+        self.store, self.config, self._request_stop = store, config, request_stop
+        self._live: dict[int, Workspace] = {}
+        self._ready: dict[int, threading.Event] = {}
+        self._errors: dict[int, str] = {}
+        self._lock = threading.RLock()  # registration and the tables above
+        self.started = time.time()
+
+    # -- life cycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Bring every watched workspace back, each in its own thread (a big one is slow)."""
+        for w in self.store.workspaces():
+            if w.watching:
+                root = Path(os.fsdecode(w.root))
+                threading.Thread(target=self._start_ws, args=(w.id, root), daemon=True,
+                                 name=f"snapd-start:{root}").start()
+
+    def stop(self) -> None:
+        with self._lock:
+            live = list(self._live.values())
+        for ws in live:
+            ws.stop()
+
+    def _start_ws(self, ws_id: int, root: Path) -> Workspace | None:
+        ready = threading.Event()
+        workspace = Workspace(self.store, ws_id, root, self.config.settings)
+        with self._lock:
+            self._live[ws_id] = workspace
+            self._ready[ws_id] = ready
+            self._errors.pop(ws_id, None)
+        try:
+            workspace.start()
+            return workspace
+        except SnapdError as exc:
+            self._errors[ws_id] = exc.message
+            log.warning("workspace.unavailable", workspace=str(root), error=exc.message)
+            return None
+        except Exception as exc:
+            self._errors[ws_id] = f"internal error: {exc}"
+            log.exception("workspace.start_failed", workspace=str(root))
+            return None
+        finally:
+            ready.set()
+
+    # -- dispatch -----------------------------------------------------------------------------
+
+    def handle(self, req: Request, peer: PeerInfo) -> dict[str, Any]:
+        method = getattr(self, "op_" + req.op, None)
+        if method is None:
+            raise Unsupported(f"{req.op!r} is not available in snapd {__version__} yet")
+        result: dict[str, Any] = method(**req.args)
+        return result
+
+    # -- workspaces ---------------------------------------------------------------------------
+
+    def _validate_root(self, path: Path) -> Path:
+        try:
+            root = path.resolve(strict=True)
+        except (FileNotFoundError, RuntimeError, OSError) as exc:
+            raise WorkspaceRefused(f"cannot watch {path}: it does not exist") from exc
+        if not root.is_dir():
+            raise WorkspaceRefused(f"cannot watch {root}: not a directory")
+        if root == Path("/"):
+            raise WorkspaceRefused("refusing to watch / : choose a project directory")
+        if root == self.config.home.resolve():
+            raise WorkspaceRefused(f"refusing to watch your home directory {root} itself: choose a project directory")
+        for own in self.config.own_dirs:
+            own = own.resolve()
+            if own == root or root in own.parents or own in root.parents:
+                raise WorkspaceRefused(f"refusing to watch {root}: it overlaps snapd's own directory {own}")
+        for w in self.store.workspaces():
+            other = Path(os.fsdecode(w.root))
+            if other == root:
+                continue
+            if other in root.parents or root in other.parents:
+                raise WorkspaceRefused(
+                    f"refusing to watch {root}: it overlaps the workspace {other}"
+                    + ("" if w.watching else " (unwatched; `snapctl forget` it first)")
+                )
+        return root
+
+    def _register(self, path: Path) -> tuple[Workspace, Mark | None]:
+        """Watch ``path`` (validated); capture its baseline the first time. Idempotent."""
+        with self._lock:
+            root = self._validate_root(path)
+            existing = next((ws for ws in self._live.values() if ws.root == root), None)
+            if existing is None:
+                ws_id = self.store.add_workspace(os.fsencode(root))
+                workspace = Workspace(self.store, ws_id, root, self.config.settings)
+                ready = threading.Event()
+                self._live[ws_id], self._ready[ws_id] = workspace, ready
+                self._errors.pop(ws_id, None)
+        if existing is not None:
+            self._wait_ready(existing.id)
+            return existing, None
+        try:
+            baseline = workspace.start()
+        except SnapdError as exc:
+            with self._lock:
+                self._errors[ws_id] = exc.message
+                self._live.pop(ws_id, None)
+            self.store.set_watching(ws_id, False)
+            workspace.stop()
+            raise
+        finally:
+            ready.set()
+        log.info("workspace.watched", workspace=str(root), baseline=baseline.id if baseline else None)
+        return workspace, baseline
+
+    def _find(self, workspace: bytes | None, cwd: bytes | None, *, register: bool = False) -> tuple[Workspace, Mark | None]:
+        """The live workspace a request means: ``workspace`` if given, else the one holding ``cwd``."""
+        where = workspace if workspace is not None else cwd
+        if where is None:
+            raise UsageError("no workspace given: pass -w PATH or run from inside a workspace")
+        path = Path(os.fsdecode(where))
+        try:
+            real = path.resolve(strict=False)
+        except (OSError, RuntimeError) as exc:
+            raise NotFound(f"cannot resolve {path}: {exc}") from exc
+        with self._lock:
+            candidates = [ws for ws in self._live.values() if ws.root == real or ws.root in real.parents]
+        if candidates:
+            ws = max(candidates, key=lambda w: len(str(w.root)))
+            self._wait_ready(ws.id)
+            return ws, None
+        if workspace is not None and not register:
+            known = [w for w in self.store.workspaces() if Path(os.fsdecode(w.root)) == real]
+            if known:
+                raise NotFound(f"{real} is not being watched (`snapctl watch {real}` resumes it)")
+            raise NotFound(f"{real} is not a watched workspace (`snapctl watch {real}` adds it)")
+        if not register:
+            raise NotFound(f"no watched workspace contains {real}: pass -w PATH, or `snapctl watch` it")
+        top = ignore.git_toplevel(real) if real.is_dir() else None
+        return self._register(top or real)
+
+    def _wait_ready(self, ws_id: int) -> None:
+        ready = self._ready.get(ws_id)
+        if ready is not None:
+            ready.wait()
+        if ws_id in self._errors:
+            raise NotFound(self._errors[ws_id])
+
+    def _ws_id(self, workspace: bytes | None, cwd: bytes | None) -> tuple[int, Path]:
+        """A workspace id for read-only ops: live or not, named or holding ``cwd``."""
+        where = workspace if workspace is not None else cwd
+        if where is None:
+            raise UsageError("no workspace given: pass -w PATH or run from inside a workspace")
+        real = Path(os.fsdecode(where)).resolve(strict=False)
+        best: tuple[int, Path] | None = None
+        for w in self.store.workspaces():
+            root = Path(os.fsdecode(w.root))
+            if (root == real or root in real.parents) and (best is None or len(str(root)) > len(str(best[1]))):
+                best = (w.id, root)
+        if best is None:
+            raise NotFound(f"no workspace contains {real}: pass -w PATH, or `snapctl watch` it")
+        return best
+
+    # -- ops ----------------------------------------------------------------------------------
+
+    def op_ping(self) -> dict[str, Any]:
+        return {"pong": True, "version": __version__, "protocol": protocol.PROTOCOL_VERSION}
+
+    def op_stop(self) -> dict[str, Any]:
+        self._request_stop()
+        return {"stopping": True, "pid": os.getpid()}
+
+    def op_watch(self, path: bytes) -> dict[str, Any]:
+        ws, baseline = self._register(Path(os.fsdecode(path)))
+        out = {"workspace": str(ws.root), **ws.status()}
+        if baseline is not None:
+            out["baseline"] = mark_json(baseline, ws.root)
+        return out
+
+    def op_unwatch(self, workspace: bytes | None = None, cwd: bytes | None = None) -> dict[str, Any]:
+        ws_id, root = self._ws_id(workspace, cwd)
+        with self._lock:
+            ws = self._live.pop(ws_id, None)
+            self._ready.pop(ws_id, None)
+        if ws is not None:
+            ws.stop()
+        self.store.set_watching(ws_id, False)
+        return {"workspace": str(root), "watching": False}
+
+    def op_forget(self, workspace: bytes | None = None, cwd: bytes | None = None) -> dict[str, Any]:
+        ws_id, root = self._ws_id(workspace, cwd)
+        self.op_unwatch(os.fsencode(root))
+        marks = self.store.forget_workspace(ws_id)
+        return {"workspace": str(root), "forgotten_marks": marks}
+
+    def op_mark(
+        self, label: str, workspace: bytes | None = None, cwd: bytes | None = None,
+        message: str | None = None, agent: str | None = None, session: str | None = None,
+    ) -> dict[str, Any]:
+        from snapd.refs import validate_label
+
+        validate_label(label)
+        ws, _ = self._find(workspace, cwd, register=True)
+        mark = ws.mark(label, message=message, agent=agent, session=session)
+        return mark_json(mark, ws.root)
+
+    def op_log(
+        self, workspace: bytes | None = None, cwd: bytes | None = None, limit: int | None = None,
+        agent: str | None = None, session: str | None = None, all: bool = False,
+    ) -> dict[str, Any]:
+        ws_id, root = self._ws_id(workspace, cwd)
+        marks = self.store.marks(ws_id)
+        if agent is not None:
+            marks = [m for m in marks if m.agent == agent]
+        if session is not None:
+            marks = [m for m in marks if m.session == session]
+        if limit is not None:
+            marks = marks[: max(limit, 0)]
+        evictions = self.store.evictions(ws_id)
+        return {
+            "workspace": str(root),
+            "marks": [mark_json(m) for m in marks],
+            "pruned": len(evictions),
+            "pruned_newest": evictions[0]["created"] / 1e9 if evictions else None,
+        }
+
+    def op_show(self, mark: str, workspace: bytes | None = None, cwd: bytes | None = None) -> dict[str, Any]:
+        ws_id, root = self._ws_id(workspace, cwd)
+        m = self.store.resolve(ws_id, mark)
+        prev = self.store.marks(ws_id)
+        older = [p for p in prev if p.seq < m.seq]
+        base = older[0].tree if older else None
+        changes = [
+            {"path": protocol.encode_path(d.path), "status": d.status}
+            for d in trees.diff(self.store.load_node, base, m.tree)
+        ]
+        return {**mark_json(m, root), "changes": changes[:1000], "changes_total": len(changes)}
+
+    def op_pin(self, mark: str, workspace: bytes | None = None, cwd: bytes | None = None) -> dict[str, Any]:
+        return self._set_pin(mark, workspace, cwd, True)
+
+    def op_unpin(self, mark: str, workspace: bytes | None = None, cwd: bytes | None = None) -> dict[str, Any]:
+        return self._set_pin(mark, workspace, cwd, False)
+
+    def _set_pin(self, ref: str, workspace: bytes | None, cwd: bytes | None, pinned: bool) -> dict[str, Any]:
+        ws_id, root = self._ws_id(workspace, cwd)
+        m = self.store.resolve(ws_id, ref)
+        self.store.set_pinned(m.id, pinned)
+        return {"id": m.id, "label": m.label, "pinned": pinned, "workspace": str(root)}
+
+    def op_verify(self, workspace: bytes | None = None, cwd: bytes | None = None, full: bool = True) -> dict[str, Any]:
+        report = verify(self.store, sample=None if full else 0.1)
+        return {"clean": report.ok, "checked": report.checked, "missing": report.missing, "corrupt": report.corrupt}
+
+    def op_gc(self, workspace: bytes | None = None, cwd: bytes | None = None, dry_run: bool = False) -> dict[str, Any]:
+        if dry_run:
+            doomed = retention.plan_evictions(self.store.marks(), self.config.policy, time.time_ns())
+            return {"dry_run": True, "would_evict": [{"id": m.id, "label": m.label, "reason": r} for m, r in doomed]}
+        rep = retention.gc(self.store, self.config.policy)
+        return {
+            "evicted": [{"id": i, "reason": r} for i, r in rep.evicted], "objects_deleted": rep.objects_deleted,
+            "bytes_freed": rep.bytes_freed, "stored_bytes": rep.stored_bytes, "warnings": rep.warnings,
+        }
+
+    def op_cat(self, path: bytes, workspace: bytes | None = None, cwd: bytes | None = None, at: str | None = None) -> dict[str, Any]:
+        ws_id, root = self._ws_id(workspace, cwd)
+        rel = _relative(root, path)
+        tree = self.store.resolve(ws_id, at).tree if at else self.store.head(ws_id)
+        entry = trees.lookup(self.store.load_node, tree, rel) if tree else None
+        if entry is None or entry.kind == "dir":
+            raise NotFound(f"{protocol.display_path(rel)} is not a captured file at {at or 'the latest capture'}")
+        data = self.store.get(entry.key)
+        return {"kind": entry.kind, "mode": entry.mode, "size": len(data), "data_b64": base64.b64encode(data).decode()}
+
+    def op_status(self, workspace: bytes | None = None, cwd: bytes | None = None) -> dict[str, Any]:
+        with self._lock:
+            live = dict(self._live)
+            errors = dict(self._errors)
+            ready = {k: v.is_set() for k, v in self._ready.items()}
+        spaces = []
+        warnings: list[str] = []
+        for w in self.store.workspaces():
+            root = Path(os.fsdecode(w.root))
+            entry: dict[str, Any] = {"id": w.id, "root": str(root), "watching": w.watching}
+            ws = live.get(w.id)
+            if ws is not None:
+                entry["state"] = "error" if w.id in errors else ("ready" if ready.get(w.id) else "starting")
+                entry.update(ws.status())
+                warnings += [f"{root}: {x}" for x in ws.warnings]
+            if w.id in errors:
+                entry["error"] = errors[w.id]
+                warnings.append(f"{root}: {errors[w.id]}")
+            latest = self.store.latest_mark(w.id)
+            entry["last_mark"] = mark_json(latest) if latest else None
+            spaces.append(entry)
+        return {
+            "pid": os.getpid(), "version": __version__, "protocol": protocol.PROTOCOL_VERSION,
+            "endpoint": self.config.endpoint, "uptime_s": time.time() - self.started,
+            "store": {"path": str(self.store.dir), "stored_bytes": self.store.stored_bytes()},
+            "workspaces": spaces, "pending": sum(ws.pending() for ws in live.values()),
+            "warnings": warnings,
+        }
+
+
+def _relative(root: Path, path: bytes) -> bytes:
+    """``path`` (absolute, or relative to the root) as a path relative to ``root``, or an error."""
+    p = Path(os.fsdecode(path))
+    if p.is_absolute():
+        try:
+            p = p.relative_to(root)
+        except ValueError:
+            raise UsageError(f"{p} is outside the workspace {root}") from None
+    rel = os.fsencode(os.path.normpath(p))
+    if rel in (b".", b"") or rel.startswith(b"../") or rel == b"..":
+        raise UsageError(f"{os.fsdecode(path)} is outside the workspace {root}")
+    return rel

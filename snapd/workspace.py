@@ -1,0 +1,410 @@
+"""One watched workspace: events in, dirty paths, captures, barriers and marks.
+
+Flow: the watcher's reader thread hands event batches to :meth:`Workspace.on_events`, which
+only records dirty paths (cheap, under a small lock). A capture thread per workspace reads
+them shortly after (history between marks: every captured version is recorded). A mark runs
+on the request's thread: barrier (cookie round trip through this workspace's inotify queue),
+then, under the workspace lock, capture of everything still dirty and one durable commit.
+
+A mark is O(changes since the last capture): only dirty paths are read, only their
+directories' tree nodes rewritten. Full scans happen only when events cannot be trusted
+(start-up, queue overflow, a barrier timeout, ignore rules changed, a watch shortfall or a
+file system without events); they are stat walks against the stat cache, re-reading only
+files whose (size, mtime, ctime, inode) differ or whose mtime is too recent to trust.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from snapd import ignore, ingest, trees
+from snapd.errors import NotFound
+from snapd.store import Mark, Store
+from snapd.watcher import Watcher, WatchEvent, remove_stale_cookies
+
+log = structlog.get_logger(__name__)
+
+DEBOUNCE_S = 0.05
+RACY_NS = 2_000_000_000  # mtimes this close to the read are not trusted (git's racy rule)
+EVENTLESS_FS = frozenset(
+    {"nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "v9fs", "drvfs", "sshfs", "fuse", "afs", "ceph"}
+)
+
+Sig = tuple[int, int, int, int]
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class Settings:
+    size_cap: int = ingest.DEFAULT_SIZE_CAP
+    extra_ignore: tuple[str, ...] = ()
+    barrier_timeout_s: float = 5.0
+    max_watches: int | None = None  # test seam: simulate the kernel's watch limit
+
+
+def fs_type(path: Path) -> str:
+    """File system type of the mount holding ``path`` (from /proc/self/mountinfo)."""
+    best, kind = "", "unknown"
+    target = str(path)
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                left, _, right = line.partition(" - ")
+                mount = left.split()[4].replace("\\040", " ")
+                if (target == mount or target.startswith(mount.rstrip("/") + "/")) and len(mount) >= len(best):
+                    best, kind = mount, right.split()[0]
+    except OSError:
+        pass
+    return kind
+
+
+@dataclass
+class _Dirty:
+    paths: set[bytes] = field(default_factory=set)
+    scan_dirs: set[bytes] = field(default_factory=set)
+    full: bool = False
+    rules: bool = False
+
+
+class Workspace:
+    def __init__(self, store: Store, ws_id: int, root: Path, settings: Settings) -> None:
+        self.store, self.id, self.root, self.settings = store, ws_id, root, settings
+        self.rootb = os.fsencode(root)
+        self.lock = threading.RLock()  # captures, scans and marks of this workspace
+        self._dirty = _Dirty()
+        self._dirty_lock = threading.Condition()
+        self._stats: dict[bytes, tuple[Sig, int]] = {}  # rel -> (sig, read time ns)
+        self._skipped: dict[bytes, str] = {}
+        self._since_mark = ingest.Report()
+        self.tree: str | None = None
+        self.warnings: list[str] = []
+        self.scan_every_mark = False
+        self.git_top: Path | None = None
+        self._git_index: Path | None = None
+        self._git_index_sig: tuple[int, int] | None = None
+        self.rules = ignore.IgnoreRules.load(root, settings.extra_ignore)
+        self.watcher: Watcher | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self.events_seen = 0
+        self.files = 0
+        self.progress: tuple[int, int] | None = None  # (done, total) while starting
+
+    # -- life cycle --------------------------------------------------------------------------
+
+    def start(self, progress: Progress | None = None) -> Mark | None:
+        """Watch, then capture the baseline (first time) or reconcile with the disk.
+
+        Returns the baseline mark when one was taken.
+        """
+        if not self.root.is_dir():
+            raise NotFound(f"workspace root {self.root} does not exist or is not a directory")
+        remove_stale_cookies(self.root)
+        self._load_git()
+        kind = fs_type(self.root)
+        if kind in EVENTLESS_FS or kind.startswith("fuse"):
+            self.scan_every_mark = True
+            self.warnings.append(
+                f"{self.root} is on a {kind} file system, which delivers no change events: "
+                "every mark scans the workspace"
+            )
+        self.watcher = Watcher(
+            self.root, self.on_events, self.rules.dir_may_contain_captured,
+            max_watches=self.settings.max_watches,
+        )
+        self.watcher.start()
+        if self.watcher.watch_failures:
+            self.scan_every_mark = True
+            self.warnings.append(
+                f"{self.watcher.watch_failures} directories could not be watched (inotify watch "
+                "limit): every mark scans the workspace; raise it with "
+                "`sysctl fs.inotify.max_user_watches=524288`"
+            )
+        def note(done: int, total: int) -> None:
+            self.progress = (done, total)
+            if progress is not None:
+                progress(done, total)
+
+        baseline = None
+        with self.lock:
+            self.tree = self.store.head(self.id)
+            if self.tree is None:
+                baseline = self._baseline(note)
+            else:
+                self._scan(b"", note)
+                self._flush()
+        self.progress = None
+        self._thread = threading.Thread(target=self._capture_loop, name=f"snapd-capture:{self.root}", daemon=True)
+        self._thread.start()
+        log.info("workspace.started", workspace=str(self.root), files=self.files, watches=self.watcher.watch_count)
+        return baseline
+
+    def stop(self) -> None:
+        self._stopping = True
+        with self._dirty_lock:
+            self._dirty_lock.notify_all()
+        if self.watcher is not None:
+            self.watcher.stop()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
+
+    # -- events (watcher thread: keep it quick) -----------------------------------------------
+
+    def on_events(self, events: list[WatchEvent]) -> None:
+        with self._dirty_lock:
+            d = self._dirty
+            for ev in events:
+                self.events_seen += 1
+                if ev.kind == "overflow":
+                    d.full = True
+                    continue
+                if ev.path == b"":
+                    continue  # the root itself: a mark will find it gone
+                for path in (ev.path, ev.dest):
+                    if path is None:
+                        continue
+                    if self.rules.is_rule_file(path):
+                        d.rules = True
+                    d.paths.add(path)
+                if ev.kind == "moved" and ev.is_dir and ev.dest is not None:
+                    d.scan_dirs.add(ev.dest)
+            self._dirty_lock.notify_all()
+
+    def pending(self) -> int:
+        with self._dirty_lock:
+            return len(self._dirty.paths) + len(self._dirty.scan_dirs) + int(self._dirty.full)
+
+    def _take_dirty(self) -> _Dirty:
+        with self._dirty_lock:
+            d, self._dirty = self._dirty, _Dirty()
+            return d
+
+    def _capture_loop(self) -> None:
+        while not self._stopping:
+            with self._dirty_lock:
+                while not self._stopping and not (self._dirty.paths or self._dirty.scan_dirs or self._dirty.full):
+                    self._dirty_lock.wait()
+            if self._stopping:
+                return
+            time.sleep(DEBOUNCE_S)  # let a burst (a save, a checkout) settle into one capture
+            try:
+                with self.lock:
+                    self._flush()
+            except Exception:
+                log.exception("workspace.capture_failed", workspace=str(self.root))
+                time.sleep(1.0)
+
+    # -- capture -----------------------------------------------------------------------------
+
+    def _load_git(self) -> None:
+        self.git_top = ignore.git_toplevel(self.root)
+        self._git_index = None
+        if self.git_top is not None:
+            dotgit = self.git_top / ".git"
+            if dotgit.is_dir():
+                self._git_index = dotgit / "index"
+            elif dotgit.is_file():
+                text = dotgit.read_text(errors="replace").strip()
+                if text.startswith("gitdir:"):
+                    gitdir = Path(text[7:].strip())
+                    self._git_index = (self.git_top / gitdir if not gitdir.is_absolute() else gitdir) / "index"
+        self._git_index_sig = self._index_sig()
+        tracked = ignore.git_tracked_files(self.root) if self.git_top else None
+        self.rules = ignore.IgnoreRules.load(self.root, self.settings.extra_ignore, tracked)
+
+    def _index_sig(self) -> tuple[int, int] | None:
+        if self._git_index is None:
+            return None
+        try:
+            st = self._git_index.stat()
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size)
+
+    def _refresh_rules_if_needed(self, d: _Dirty) -> None:
+        """Rebuild ignore rules when a rule file or git's index changed; then rescan all."""
+        sig = self._index_sig()
+        if not d.rules and sig == self._git_index_sig:
+            return
+        self._git_index_sig = sig
+        tracked = ignore.git_tracked_files(self.root) if self.git_top else None
+        self.rules = ignore.IgnoreRules.load(self.root, self.settings.extra_ignore, tracked)
+        if self.watcher is not None:
+            self.watcher._should_watch_dir = self.rules.dir_may_contain_captured
+            self.watcher.rescan_watches()
+        d.full = True
+
+    def _ignored(self, rel: bytes, is_dir: bool) -> bool:
+        return self.rules.is_ignored(rel, is_dir)
+
+    def _baseline(self, progress: Progress | None) -> Mark:
+        report = ingest.Report()
+        rels = [rel for rel, _ in ingest.walk(self.rootb, self._ignored, descend=self.rules.dir_may_contain_captured)]
+        done = [0]
+
+        def counted() -> Any:
+            for rel in rels:
+                done[0] += 1
+                if progress is not None and done[0] % 500 == 0:
+                    progress(done[0], len(rels))
+                yield rel
+
+        with self.store.batch() as batch:
+            changes = ingest.capture(
+                batch, self.rootb, counted(), report, size_cap=self.settings.size_cap,
+                ws=self.id, parallel=True, on_read=self._note_read,
+            )
+            tree = batch.apply(None, changes)
+            summary = ingest.summarize(batch, None, tree, report)
+            batch.add_mark(self.id, "baseline", tree, kind="baseline", summary=summary,
+                           git_head=self._git_head())
+            (mark,) = batch.commit()
+        if progress is not None:
+            progress(len(rels), len(rels))
+        self.tree = tree
+        self.files = report.files
+        return mark
+
+    def _note_read(self, r: ingest.Read) -> None:
+        if r.kind == "skipped":
+            self._skipped[r.rel] = r.reason
+            self._stats.pop(r.rel, None)
+            return
+        self._skipped.pop(r.rel, None)
+        if r.kind == "file" and r.sig is not None and not r.unstable:
+            self._stats[r.rel] = (r.sig, time.time_ns())
+        else:
+            self._stats.pop(r.rel, None)
+
+    def _scan(self, top: bytes, progress: Progress | None = None) -> None:
+        """Stat-walk ``top`` (b"" = all): mark differing paths dirty, and paths gone from disk."""
+        seen: set[bytes] = set()
+        dirty: set[bytes] = set()
+        now = time.time_ns()
+        if top and self._ignored(top, True) and not self.rules.dir_may_contain_captured(top):
+            walked: list[tuple[bytes, bool]] = []
+        else:
+            walked = list(ingest.walk(self.rootb, self._ignored, top, descend=self.rules.dir_may_contain_captured))
+            if top:
+                walked.insert(0, (top, True))
+        for i, (rel, is_dir) in enumerate(walked):
+            seen.add(rel)
+            if progress is not None and i % 2000 == 0:
+                progress(i, len(walked))
+            if is_dir:
+                dirty.add(rel)  # cheap: a Dir change only rewrites a node when the mode differs
+                continue
+            cached = self._stats.get(rel)
+            try:
+                st = os.lstat(self.rootb + b"/" + rel)
+            except OSError:
+                dirty.add(rel)
+                continue
+            sig = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+            if cached is None or cached[0] != sig or st.st_mtime_ns >= cached[1] - RACY_NS or st.st_mtime_ns > now - RACY_NS:
+                dirty.add(rel)
+        if self.tree is not None:
+            start = self.tree if not top else None
+            if top:
+                entry = trees.lookup(self.store.load_node, self.tree, top)
+                start = entry.key if entry is not None and entry.kind == "dir" else None
+            if start is not None:
+                prefix = top + b"/" if top else b""
+                for rel, _ in trees.walk(self.store.load_node, start, prefix):
+                    if rel not in seen:
+                        dirty.add(rel)
+        with self._dirty_lock:
+            self._dirty.paths |= dirty
+
+    def _flush(self, label: str | None = None, **meta: Any) -> Mark | None:
+        """Capture everything dirty; with ``label``, also commit a mark. Caller holds the lock."""
+        d = self._take_dirty()
+        self._refresh_rules_if_needed(d)
+        if d.full or (label is not None and self.scan_every_mark):
+            self._scan(b"")
+            d = _merge(d, self._take_dirty())
+            d.full = False
+        for top in d.scan_dirs:
+            self._scan(top)
+        if d.scan_dirs:
+            d = _merge(d, self._take_dirty())
+        paths = sorted(p for p in d.paths if not self._ignored(p, os.path.isdir(self.rootb + b"/" + p)) or self._in_tree(p))
+        if not paths and label is None:
+            return None
+        with self.store.batch() as batch:
+            changes: dict[bytes, trees.Change] = {}
+            for rel, change in ingest.capture(
+                batch, self.rootb, paths, self._since_mark, size_cap=self.settings.size_cap,
+                ws=self.id, on_read=self._note_read,
+            ).items():
+                if change is not None and self._ignored(rel, isinstance(change, trees.Dir)):
+                    change = None  # now ignored (rules changed): no longer captured
+                changes[rel] = change
+            tree = batch.apply(self.tree, changes) if changes else self.tree
+            assert tree is not None
+            mark = None
+            if label is None:
+                batch.set_head(self.id, tree)
+            else:
+                prev = self.store.latest_mark(self.id)
+                summary = ingest.summarize(batch, prev.tree if prev else None, tree, self._since_mark)
+                summary["warnings"] = list(self.warnings)
+                mark = batch.add_mark(self.id, label, tree, git_head=self._git_head(), summary=summary, **meta)
+            committed = batch.commit()
+        self.tree = tree
+        if mark is not None:
+            self._since_mark = ingest.Report()
+            return committed[0]
+        return None
+
+    def _in_tree(self, rel: bytes) -> bool:
+        return self.tree is not None and trees.lookup(self.store.load_node, self.tree, rel) is not None
+
+    def _git_head(self) -> str | None:
+        return ignore.git_head(self.root) if self.git_top is not None else None
+
+    # -- marks -------------------------------------------------------------------------------
+
+    def mark(self, label: str, **meta: Any) -> Mark:
+        """A durable mark holding every change completed before this call (DESIGN.md 3)."""
+        if not self.root.is_dir():
+            raise NotFound(f"workspace root {self.root} no longer exists: `snapctl forget` it or recreate it")
+        ok = self.watcher is not None and self.watcher.barrier(self.settings.barrier_timeout_s)
+        if not ok:
+            log.warning("workspace.barrier_failed", workspace=str(self.root))
+            with self._dirty_lock:
+                self._dirty.full = True
+        with self.lock:
+            mark = self._flush(label, **meta)
+        assert mark is not None
+        log.info("mark.created", workspace=str(self.root), mark=mark.id, label=label,
+                 changed=mark.summary.get("changed", 0))
+        return mark
+
+    def status(self) -> dict[str, Any]:
+        examples = [os.fsdecode(p) for p in list(self._skipped)[:10]]
+        return {
+            "root": str(self.root),
+            "files": len(self._stats) or self.files,
+            "skipped": len(self._skipped),
+            "skipped_examples": examples,
+            "pending": self.pending(),
+            "watches": self.watcher.watch_count if self.watcher else 0,
+            "watch_failures": self.watcher.watch_failures if self.watcher else 0,
+            "overflows": self.watcher.overflowed if self.watcher else 0,
+            "scan_every_mark": self.scan_every_mark,
+            "warnings": list(self.warnings),
+            "progress": self.progress,
+        }
+
+
+def _merge(a: _Dirty, b: _Dirty) -> _Dirty:
+    return _Dirty(a.paths | b.paths, a.scan_dirs | b.scan_dirs, a.full or b.full, a.rules or b.rules)
