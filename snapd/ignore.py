@@ -1,0 +1,468 @@
+"""What is captured under a workspace root (DESIGN.md, semantics 2).
+
+Pure decisions over relative POSIX paths given as ``bytes`` (``b"a/b/c"``; names need not be
+UTF-8). The only I/O is reading rule files (lazily, per directory) and running read-only git
+commands; nothing here starts threads or writes anything, least of all inside ``.git``.
+
+Precedence, highest first (the first source with a matching pattern decides):
+
+1. ``.git``, ``.hg``, ``.jj``, ``.svn`` as any path component: never captured ("vcs").
+2. snapd's own cookie and temp files ``.snapd-*~`` ("snapd").
+3. Paths git tracks: always captured, whatever the patterns say.
+4. Editors' swap, lock and backup files ("editor").
+5. A path inside a directory excluded by 6-9 is excluded too (git never descends into an
+   excluded directory, so no pattern below it can re-include anything).
+6. The root ``.snapdignore`` ("snapdignore"), then extra patterns from config ("config").
+7. ``.gitignore`` files, the one nearest to the path first ("gitignore"); ancestors above the
+   root count when the root is a subdirectory of a git work tree.
+8. ``$GIT_COMMON_DIR/info/exclude`` ("exclude").
+
+Within one source the last matching pattern wins, ``!`` re-includes. Patterns are compiled by
+pathspec's ``GitIgnoreSpec``, but matched one path component at a time the way git's directory
+walk does: a pattern matches only the path itself, never "a file because its parent matched"
+(pathspec's file-list semantics), which is what makes per-directory precedence come out as git's.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import subprocess
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Final, Literal
+
+from pathspec import GitIgnoreSpec
+
+Reason = Literal["vcs", "snapd", "editor", "snapdignore", "config", "gitignore", "exclude"]
+
+VCS_NAMES: Final = frozenset({b".git", b".hg", b".jj", b".svn"})
+RULE_FILE_NAME: Final = b".gitignore"
+SNAPDIGNORE: Final = b".snapdignore"
+INFO_EXCLUDE: Final = b".git/info/exclude"
+_SNAPD_PREFIX: Final = b".snapd-"
+
+# Matched against the base name of files (not directories).
+EDITOR_PATTERNS: Final = (
+    ".*.sw[a-px]",  # vim swap files (.swp, .swo, ... and the .swx probe)
+    ".sw[a-px]",  # vim swap file of an unnamed buffer
+    "*~",  # vim/emacs/gedit/nano backups
+    "\\#*#",  # emacs auto-save (escaped: "#" starts a comment)
+    ".#*",  # emacs lock (a dangling symlink)
+    "4913",  # vim's "can I write here" probe
+    "*___jb_tmp___",  # JetBrains safe-write
+    "*___jb_old___",
+    "*___jb_bak___",
+    "*.kate-swp",  # Kate
+    ".goutputstream-*",  # gedit / GIO atomic save
+    ".~lock.*#",  # LibreOffice lock
+)
+
+_GIT_TIMEOUT: Final = 30.0
+_MAX_RULE_FILE: Final = 1 << 20
+_BOM: Final = b"\xef\xbb\xbf"
+# Set by git hooks and aliases; inherited, they would point our git at another repository.
+_GIT_LOCATION_VARS: Final = frozenset(
+    {
+        "GIT_DIR",
+        "GIT_WORK_TREE",
+        "GIT_INDEX_FILE",
+        "GIT_COMMON_DIR",
+        "GIT_OBJECT_DIRECTORY",
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+        "GIT_NAMESPACE",
+        "GIT_PREFIX",
+    }
+)
+
+_Loader = Callable[[bytes], "bytes | None"]
+
+
+def _s(b: bytes) -> str:
+    """bytes -> str the way every path and pattern is decoded here (round-trips any bytes)."""
+    return b.decode("utf-8", "surrogateescape")
+
+
+# --- pattern matching ------------------------------------------------------------------------
+
+# pathspec 1.x regex shapes (GitIgnoreSpecPattern.pattern_to_regex), pinned by tests:
+#   "name"      -> ...(?:(?P<ps_d>/)|$)   matches the path itself, file or directory
+#   "name/"     -> ...(?P<ps_d>/)         matches the path itself, directories only
+#   "name/**"   -> .../                   matches every path strictly below
+#   "*", "**"   -> .                      everything
+#   "*/", "**/" -> (?P<ps_d>/)            every directory
+#   "*/**"-like -> /                      every path below the top level
+_END_ANY: Final = "(?:(?P<ps_d>/)|$)"
+_END_DIR: Final = "(?P<ps_d>/)"
+
+
+class _Rule:
+    """One compiled pattern with git's "this path exactly" match."""
+
+    __slots__ = ("regex", "ignore", "kind")
+
+    def __init__(self, regex: re.Pattern[str], ignore: bool) -> None:
+        self.regex = regex
+        self.ignore = ignore
+        src = regex.pattern
+        if src == ".":
+            self.kind = "all"
+        elif src == _END_DIR:
+            self.kind = "alldirs"
+        elif src == "/":
+            self.kind = "nested"
+        elif src.endswith(_END_ANY):
+            self.kind = "any"
+        elif src.endswith(_END_DIR):
+            self.kind = "dir"
+        elif src.endswith("/"):
+            self.kind = "below"
+        else:  # an unknown pathspec shape: fall back to pathspec's own (prefix) semantics
+            self.kind = "search"
+
+    def matches(self, path: str, is_dir: bool) -> bool:
+        kind = self.kind
+        if kind == "any":
+            return self.regex.fullmatch(path) is not None
+        if kind == "dir":
+            return is_dir and self.regex.fullmatch(path + "/") is not None
+        if kind == "below":
+            # The regex ends in "/": any match ends before the last component, i.e. it names
+            # a proper ancestor, so the path lies strictly below what the pattern names.
+            return self.regex.search(path) is not None
+        if kind == "all":
+            return True
+        if kind == "alldirs":
+            return is_dir
+        if kind == "nested":
+            return "/" in path
+        return self.regex.search(path + "/" if is_dir else path) is not None
+
+
+def _compile(lines: Iterable[str]) -> tuple[_Rule, ...]:
+    fixed = []
+    for line in lines:
+        # pathspec turns "x/**/" into "x/", git matches only directories strictly below x.
+        stripped = line.rstrip()
+        if stripped.endswith("/**/") and not stripped.endswith("\\/**/"):
+            line = stripped[:-1] + "*/"
+        fixed.append(line)
+    spec = GitIgnoreSpec.from_lines(fixed, backend="simple")
+    rules = [
+        _Rule(p.regex, bool(p.include))
+        for p in spec.patterns
+        if p.include is not None and p.regex is not None
+    ]
+    # Last match wins: keep them reversed so the first match decides.
+    return tuple(reversed(rules))
+
+
+def _decide(rules: tuple[_Rule, ...], path: str, is_dir: bool) -> bool | None:
+    for rule in rules:
+        if rule.matches(path, is_dir):
+            return rule.ignore
+    return None
+
+
+def _lines(data: bytes) -> list[str]:
+    if data.startswith(_BOM):
+        data = data[len(_BOM) :]
+    return _s(data).split("\n")
+
+
+_EDITOR_RULES: Final = _compile(EDITOR_PATTERNS)
+
+
+def is_cookie_name(name: bytes) -> bool:
+    """snapd's own cookie/temp shape ``.snapd-*~`` (never captured, never reported)."""
+    return name.startswith(_SNAPD_PREFIX) and name.endswith(b"~")
+
+
+# --- the rules object ------------------------------------------------------------------------
+
+
+class _Source:
+    """One .gitignore: its directory relative to the git top level, and its rules."""
+
+    __slots__ = ("base", "rules")
+
+    def __init__(self, base: str, rules: tuple[_Rule, ...]) -> None:
+        self.base = base
+        self.rules = rules
+
+    def decide(self, top_path: str, is_dir: bool) -> bool | None:
+        rel = top_path[len(self.base) + 1 :] if self.base else top_path
+        return _decide(self.rules, rel, is_dir)
+
+
+class IgnoreRules:
+    """Immutable ignore decisions for one workspace root.
+
+    Built with :meth:`load` (reads rule files from disk, lazily per directory) or directly
+    from a ``gitignore`` loader (``rel_dir -> bytes | None``) for tests. Rule-file edits are
+    not picked up: when :meth:`is_rule_file` says a changed path is one, build a new object.
+    Caches are filled on demand; concurrent readers at worst compute an entry twice.
+    """
+
+    def __init__(
+        self,
+        *,
+        gitignore: _Loader = lambda rel_dir: None,
+        snapdignore: bytes = b"",
+        extra_patterns: Sequence[str] = (),
+        info_exclude: bytes = b"",
+        tracked: frozenset[bytes] = frozenset(),
+        prefix: bytes = b"",
+        outer_gitignores: Sequence[tuple[bytes, bytes]] = (),
+    ) -> None:
+        """``prefix``: the root relative to the git top level when the workspace is a
+        subdirectory of a work tree; ``outer_gitignores``: (dir relative to the top level,
+        contents) for the .gitignore files from the top level down to the root's parent."""
+        self._load = gitignore
+        self._snapd = _compile(_lines(snapdignore))
+        self._extra = _compile(extra_patterns)
+        self._exclude = _compile(_lines(info_exclude))
+        self.tracked = tracked
+        tracked_dirs: set[bytes] = set()
+        for path in tracked:
+            tracked_dirs.add(path)  # a submodule is a tracked directory
+            parts = path.split(b"/")
+            for i in range(1, len(parts)):
+                tracked_dirs.add(b"/".join(parts[:i]))
+        self._tracked_dirs = frozenset(tracked_dirs)
+        self._prefix = _s(prefix.strip(b"/"))
+        outer = tuple(_Source(_s(d.strip(b"/")), _compile(_lines(data))) for d, data in outer_gitignores)
+        # rel_dir -> the .gitignore sources that apply to entries of rel_dir, nearest first.
+        self._chains: dict[bytes, tuple[_Source, ...]] = {}
+        self._outer = tuple(reversed(outer))
+        # rel_dir -> reason it is excluded by patterns (or None); "" is the root.
+        self._dirs: dict[bytes, Reason | None] = {b"": None}
+
+    @classmethod
+    def load(
+        cls,
+        root: Path,
+        extra_patterns: Sequence[str] = (),
+        tracked: frozenset[bytes] | None = None,
+    ) -> IgnoreRules:
+        """Rules for ``root`` from disk: root ``.snapdignore``, ``.gitignore`` files (read
+        when a directory is first asked about), the enclosing repository's info/exclude."""
+        root_b = os.path.abspath(os.fsencode(root))
+        repo = _find_repo(root_b)
+        prefix = b""
+        outer: list[tuple[bytes, bytes]] = []
+        exclude = b""
+        if repo is not None:
+            top, common = repo
+            prefix = os.path.relpath(root_b, top) if top != root_b else b""
+            parts = prefix.split(b"/") if prefix else []
+            for i in range(len(parts)):
+                d = b"/".join(parts[:i])
+                data = _read_rule_file(os.path.join(top, d, RULE_FILE_NAME))
+                if data:
+                    outer.append((d, data))
+            exclude = _read_rule_file(os.path.join(common, b"info", b"exclude")) or b""
+
+        def gitignore(rel_dir: bytes) -> bytes | None:
+            base = os.path.join(root_b, rel_dir) if rel_dir else root_b
+            return _read_rule_file(os.path.join(base, RULE_FILE_NAME))
+
+        return cls(
+            gitignore=gitignore,
+            snapdignore=_read_rule_file(os.path.join(root_b, SNAPDIGNORE)) or b"",
+            extra_patterns=extra_patterns,
+            info_exclude=exclude,
+            tracked=tracked or frozenset(),
+            prefix=prefix,
+            outer_gitignores=outer,
+        )
+
+    # -- public decisions ---------------------------------------------------------------------
+
+    def is_ignored(self, rel: bytes, is_dir: bool = False) -> bool:
+        """True iff ``rel`` is not captured. For a directory this is the rules' verdict; a
+        directory that is ignored may still have to be descended: see
+        :meth:`dir_may_contain_captured`."""
+        return self.reason(rel, is_dir) is not None
+
+    def reason(self, rel: bytes, is_dir: bool = False) -> Reason | None:
+        """Why ``rel`` is not captured, or None when it is captured."""
+        parts = rel.split(b"/")
+        if any(p in VCS_NAMES for p in parts):
+            return "vcs"
+        name = parts[-1]
+        if is_cookie_name(name):
+            return "snapd"
+        if rel in self.tracked:
+            return None
+        if not is_dir and _decide(_EDITOR_RULES, _s(name), False):
+            return "editor"
+        parent = rel.rpartition(b"/")[0]
+        inherited = self._dir_reason(parent)
+        if inherited is not None:
+            return inherited
+        return self._pattern_reason(rel, is_dir)
+
+    def dir_may_contain_captured(self, rel_dir: bytes) -> bool:
+        """Whether a walker or watcher must descend into ``rel_dir``: it is not excluded, or
+        git tracks something below it (a tracked file inside an ignored directory)."""
+        if any(p in VCS_NAMES for p in rel_dir.split(b"/")):
+            return False
+        if rel_dir in self._tracked_dirs:
+            return True
+        return self._dir_reason(rel_dir) is None and not is_cookie_name(rel_dir.rpartition(b"/")[2])
+
+    def is_rule_file(self, rel: bytes) -> bool:
+        """Whether a change to ``rel`` changes these rules (then build a new object)."""
+        return rel == SNAPDIGNORE or rel == INFO_EXCLUDE or rel.rpartition(b"/")[2] == RULE_FILE_NAME
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _dir_reason(self, rel_dir: bytes) -> Reason | None:
+        """Pattern verdict for a directory, inherited from its ancestors (cached)."""
+        try:
+            return self._dirs[rel_dir]
+        except KeyError:
+            pass
+        parent = rel_dir.rpartition(b"/")[0]
+        reason = self._dir_reason(parent)
+        if reason is None:
+            if rel_dir.rpartition(b"/")[2] in VCS_NAMES:
+                reason = "vcs"
+            else:
+                reason = self._pattern_reason(rel_dir, True)
+        self._dirs[rel_dir] = reason
+        return reason
+
+    def _pattern_reason(self, rel: bytes, is_dir: bool) -> Reason | None:
+        path = _s(rel)
+        verdict = _decide(self._snapd, path, is_dir)
+        if verdict is not None:
+            return "snapdignore" if verdict else None
+        verdict = _decide(self._extra, path, is_dir)
+        if verdict is not None:
+            return "config" if verdict else None
+        top_path = f"{self._prefix}/{path}" if self._prefix else path
+        for source in self._chain(rel.rpartition(b"/")[0]):
+            verdict = source.decide(top_path, is_dir)
+            if verdict is not None:
+                return "gitignore" if verdict else None
+        verdict = _decide(self._exclude, top_path, is_dir)
+        if verdict:
+            return "exclude"
+        return None
+
+    def _chain(self, rel_dir: bytes) -> tuple[_Source, ...]:
+        try:
+            return self._chains[rel_dir]
+        except KeyError:
+            pass
+        if rel_dir == b"":
+            below: tuple[_Source, ...] = self._outer
+        else:
+            below = self._chain(rel_dir.rpartition(b"/")[0])
+        data = self._load(rel_dir)
+        chain = below
+        if data:
+            rules = _compile(_lines(data))
+            if rules:
+                path = _s(rel_dir)
+                base = f"{self._prefix}/{path}" if self._prefix else path
+                chain = (_Source(base.strip("/"), rules), *below)
+        self._chains[rel_dir] = chain
+        return chain
+
+
+# --- reading from disk, read-only git --------------------------------------------------------
+
+
+def _read_rule_file(path: bytes) -> bytes | None:
+    """Contents of a rule file; None if absent, unreadable, or a symlink (git >= 2.32 does
+    not follow symlinked .gitignore files either)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, _MAX_RULE_FILE)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _find_repo(root: bytes) -> tuple[bytes, bytes] | None:
+    """(work tree top, common git dir) of the repository enclosing ``root``, found by looking
+    for ``.git`` upwards (a directory, or a file ``gitdir: ...`` as in worktrees and
+    submodules); None outside a repository."""
+    current = os.path.abspath(root)
+    while True:
+        dotgit = os.path.join(current, b".git")
+        gitdir: bytes | None = None
+        if os.path.isdir(dotgit) and not os.path.islink(dotgit):
+            gitdir = dotgit
+        elif os.path.isfile(dotgit):
+            data = _read_rule_file(dotgit) or b""
+            if data.startswith(b"gitdir:"):
+                target = data[len(b"gitdir:") :].strip()
+                gitdir = os.path.normpath(os.path.join(current, target))
+        if gitdir is not None:
+            common = gitdir
+            commondir = _read_rule_file(os.path.join(gitdir, b"commondir"))
+            if commondir:
+                common = os.path.normpath(os.path.join(gitdir, commondir.strip()))
+            return current, common
+        parent = os.path.dirname(current)
+        if parent == current:
+            return None
+        current = parent
+
+
+def _git(root: Path, *args: str, timeout: float) -> bytes | None:
+    """stdout of a read-only git command in ``root``, or None on any failure."""
+    env = {k: v for k, v in os.environ.items() if k not in _GIT_LOCATION_VARS}
+    env["GIT_OPTIONAL_LOCKS"] = "0"  # no opportunistic index refresh (a write)
+    env["GIT_TERMINAL_PROMPT"] = "0"
+    try:
+        done = subprocess.run(
+            ["git", "-C", os.fspath(root), *args],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            env=env,
+            timeout=timeout,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    return done.stdout
+
+
+def git_tracked_files(root: Path, timeout: float = _GIT_TIMEOUT) -> frozenset[bytes] | None:
+    """Paths git tracks under ``root``, relative to ``root`` (``git ls-files`` run in a
+    subdirectory lists that subtree relative to it). None when ``root`` is not inside a git
+    work tree, git is missing, or it takes longer than ``timeout``."""
+    out = _git(root, "ls-files", "-z", timeout=timeout)
+    if out is None:
+        return None
+    return frozenset(p for p in out.split(b"\0") if p)
+
+
+def git_head(root: Path, timeout: float = _GIT_TIMEOUT) -> str | None:
+    """The commit HEAD names, or None (not a work tree, unborn branch, no git)."""
+    out = _git(root, "rev-parse", "--verify", "--quiet", "HEAD", timeout=timeout)
+    text = out.decode("ascii", "replace").strip() if out else ""
+    return text or None
+
+
+def git_toplevel(path: Path, timeout: float = _GIT_TIMEOUT) -> Path | None:
+    """Top of the git work tree containing ``path``, or None."""
+    out = _git(path, "rev-parse", "--show-toplevel", timeout=timeout)
+    if not out:
+        return None
+    text = out.rstrip(b"\n")
+    return Path(os.fsdecode(text)) if text else None

@@ -1,0 +1,389 @@
+"""Ignore rules: pure decisions first, then loading from disk, then git as the oracle."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from snapd.ignore import IgnoreRules, git_head, git_toplevel, git_tracked_files
+
+pytestmark = pytest.mark.timeout(120)
+
+HAVE_GIT = shutil.which("git") is not None
+needs_git = pytest.mark.skipif(not HAVE_GIT, reason="git not installed")
+
+
+def rules(gitignores: Mapping[bytes, bytes] | None = None, **kwargs: object) -> IgnoreRules:
+    files = dict(gitignores or {})
+    return IgnoreRules(gitignore=files.get, **kwargs)  # type: ignore[arg-type]
+
+
+# --- pure ------------------------------------------------------------------------------------
+
+
+def test_nested_gitignore_and_negation() -> None:
+    r = rules({b"": b"*.log\n", b"sub": b"!keep.log\n"})
+    assert r.is_ignored(b"x.log")
+    assert r.reason(b"x.log") == "gitignore"
+    assert r.is_ignored(b"sub/x.log")
+    assert not r.is_ignored(b"sub/keep.log")
+    assert not r.is_ignored(b"sub/deeper/keep.log")  # no slash: any depth below sub/
+    assert r.is_ignored(b"keep.log")  # sub's rules do not apply above it
+    assert not r.is_ignored(b"sub/x.txt")
+
+
+def test_last_match_wins_within_a_file() -> None:
+    r = rules({b"": b"*.o\n!important.o\nimportant.o\n!a/*.o\n"})
+    assert r.is_ignored(b"important.o")
+    assert not r.is_ignored(b"a/b.o")
+    assert r.is_ignored(b"a/c/b.o")
+
+
+def test_directory_only_and_anchored_patterns() -> None:
+    r = rules({b"": b"build/\n/out\n"})
+    assert r.is_ignored(b"build", is_dir=True)
+    assert not r.is_ignored(b"build", is_dir=False)  # a file named build
+    assert r.is_ignored(b"src/build", is_dir=True)
+    assert r.is_ignored(b"build/x.c")  # inside an ignored directory
+    assert r.is_ignored(b"out", is_dir=True) and r.is_ignored(b"out")
+    assert not r.is_ignored(b"src/out")
+
+
+def test_excluded_parent_cannot_be_reincluded_but_star_star_can() -> None:
+    r = rules({b"": b"build/\n!build/keep.txt\nfoo/**\n!foo/keep\n"})
+    assert r.is_ignored(b"build/keep.txt")
+    assert not r.is_ignored(b"foo", is_dir=True)
+    assert r.is_ignored(b"foo/x")
+    assert not r.is_ignored(b"foo/keep")
+
+
+def test_gitignore_inside_an_ignored_directory_is_never_read() -> None:
+    asked: list[bytes] = []
+
+    def loader(rel_dir: bytes) -> bytes | None:
+        asked.append(rel_dir)
+        return {b"": b"gen/\n", b"gen": b"!*\n"}.get(rel_dir)
+
+    r = IgnoreRules(gitignore=loader)
+    assert r.is_ignored(b"gen/a.c")
+    assert b"gen" not in asked
+    r.is_ignored(b"src/a/b.c")
+    r.is_ignored(b"src/a/c.c")
+    assert asked.count(b"src/a") == 1  # cached per directory
+
+
+def test_tracked_file_inside_ignored_dir_is_captured_and_reachable() -> None:
+    r = rules({b"": b"build/\ndist/\n*.bin\n"}, tracked=frozenset({b"build/sub/keep.txt", b"x.bin"}))
+    assert not r.is_ignored(b"build/sub/keep.txt")
+    assert not r.is_ignored(b"x.bin")
+    assert r.is_ignored(b"build/sub/other.txt")
+    assert r.is_ignored(b"build", is_dir=True)
+    assert r.reason(b"build", is_dir=True) == "gitignore"
+    assert r.dir_may_contain_captured(b"build")
+    assert r.dir_may_contain_captured(b"build/sub")
+    assert not r.dir_may_contain_captured(b"build/other")
+    assert not r.dir_may_contain_captured(b"dist")
+    assert r.dir_may_contain_captured(b"src")
+
+
+def test_snapdignore_reincludes_and_excludes() -> None:
+    r = rules(
+        {b"": b".env\nvendor/\n"},
+        snapdignore=b"!.env\nsecrets/\n!vendor/\n",
+        extra_patterns=["*.tmp"],
+    )
+    assert not r.is_ignored(b".env")
+    assert r.reason(b"secrets", is_dir=True) == "snapdignore"
+    assert r.reason(b"secrets/k") == "snapdignore"
+    assert not r.is_ignored(b"vendor", is_dir=True)
+    assert not r.is_ignored(b"vendor/lib.c")
+    assert r.reason(b"a/b.tmp") == "config"
+
+
+def test_info_exclude_has_lowest_precedence() -> None:
+    r = rules({b"": b"!local.cfg\n"}, info_exclude=b"local.cfg\nscratch/\n")
+    assert not r.is_ignored(b"local.cfg")
+    assert r.reason(b"scratch/x") == "exclude"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        b".main.c.swp",
+        b".main.c.swo",
+        b".main.c.swx",
+        b"main.c~",
+        b"#main.c#",
+        b".#main.c",
+        b"4913",
+        b"main.c___jb_tmp___",
+        b"main.c___jb_old___",
+        b".goutputstream-AB12CD",
+    ],
+)
+def test_editor_files(name: bytes) -> None:
+    r = rules()
+    assert r.reason(name) == "editor"
+    assert r.reason(b"deep/dir/" + name) == "editor"
+
+
+def test_editor_patterns_leave_ordinary_names_alone() -> None:
+    r = rules()
+    for name in (b"main.swp.c", b"4913.txt", b"a#b", b"swp", b"notes.md"):
+        assert not r.is_ignored(name), name
+
+
+def test_vcs_and_snapd_names() -> None:
+    r = rules(tracked=frozenset({b".snapd-1-2~"}))
+    for path in (b".git", b".git/config", b"sub/.git", b"a/.hg/store", b".jj/repo", b"x/.svn"):
+        assert r.reason(path) == "vcs", path
+    assert r.reason(b".git", is_dir=True) == "vcs"
+    assert not r.dir_may_contain_captured(b".git")
+    assert not r.dir_may_contain_captured(b"vendor/.git/objects")
+    assert r.reason(b".snapd-1-2~") == "snapd"  # even if git tracked one
+    assert r.reason(b"a/.snapd-tmp-x~") == "snapd"
+    assert not r.is_ignored(b".gitignore")
+    assert not r.is_ignored(b".github", is_dir=True)
+
+
+def test_is_rule_file() -> None:
+    r = rules()
+    assert r.is_rule_file(b".gitignore") and r.is_rule_file(b"a/b/.gitignore")
+    assert r.is_rule_file(b".snapdignore") and r.is_rule_file(b".git/info/exclude")
+    assert not r.is_rule_file(b"a/.snapdignore") and not r.is_rule_file(b"x.gitignore")
+
+
+def test_non_utf8_names_and_patterns() -> None:
+    r = rules({b"": b"caf\xe9*\n", b"d\xff": b"!caf\xe9-keep\n"})
+    assert r.is_ignored(b"caf\xe9.txt")
+    assert r.is_ignored(b"d\xff/caf\xe9-x")
+    assert not r.is_ignored(b"d\xff/caf\xe9-keep")
+    assert not r.is_ignored(b"cafe.txt")
+
+
+def test_gitignore_details_bom_crlf_comments_escapes() -> None:
+    r = rules({b"": b"\xef\xbb\xbf*.a\r\n# c\r\n\\#lit\n\\!bang\ntrail \n"})
+    assert r.is_ignored(b"x.a")
+    assert r.is_ignored(b"#lit") and r.is_ignored(b"!bang") and r.is_ignored(b"trail")
+    assert not r.is_ignored(b"# c")
+
+
+# --- from disk and git -------------------------------------------------------------------
+
+
+@pytest.fixture
+def git_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    home = tmp_path / "githome"  # conftest already isolates HOME; make git's explicit
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("GIT_AUTHOR_NAME", "t")
+    monkeypatch.setenv("GIT_AUTHOR_EMAIL", "t@example.invalid")
+    monkeypatch.setenv("GIT_COMMITTER_NAME", "t")
+    monkeypatch.setenv("GIT_COMMITTER_EMAIL", "t@example.invalid")
+    yield
+
+
+def git(cwd: Path, *args: str) -> bytes:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True).stdout
+
+
+def write(path: Path, data: bytes = b"x") -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+
+
+def test_load_reads_rule_files_lazily_from_disk(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    write(root / ".gitignore", b"*.o\n")
+    write(root / "a" / "b" / ".gitignore", b"!keep.o\nlocal/\n")
+    write(root / ".snapdignore", b"big/\n")
+    r = IgnoreRules.load(root, extra_patterns=["*.cache"])
+    assert r.is_ignored(b"a/x.o") and not r.is_ignored(b"a/b/keep.o")
+    assert r.is_ignored(b"a/b/local", is_dir=True)
+    assert r.reason(b"big/x") == "snapdignore"
+    assert r.reason(b"q.cache") == "config"
+
+
+def test_symlinked_gitignore_is_not_followed(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    write(tmp_path / "elsewhere", b"*\n")
+    root.mkdir()
+    os.symlink(tmp_path / "elsewhere", root / ".gitignore")
+    assert not IgnoreRules.load(root).is_ignored(b"file")
+
+
+@needs_git
+def test_repo_subdirectory_workspace(tmp_path: Path, git_env: None) -> None:
+    top = tmp_path / "repo"
+    top.mkdir()
+    git(top, "init", "-q")
+    write(top / ".gitignore", b"*.log\nbuild/\n")
+    write(top / ".git" / "info" / "exclude", b"scratch\n")
+    write(top / "pkg" / ".gitignore", b"!keep.log\n")
+    write(top / "pkg" / "ws" / "a.log")
+    write(top / "pkg" / "ws" / "keep.log")
+    write(top / "pkg" / "ws" / "build" / "t.txt")
+    write(top / "pkg" / "ws" / "src.c")
+    write(top / "other.c")
+    git(top, "add", "-f", "pkg/ws/build/t.txt", "pkg/ws/src.c", "other.c")
+    git(top, "commit", "-q", "-m", "c")
+    ws = top / "pkg" / "ws"
+    tracked = git_tracked_files(ws)
+    assert tracked == frozenset({b"build/t.txt", b"src.c"})
+    r = IgnoreRules.load(ws, tracked=tracked)
+    assert r.is_ignored(b"a.log")
+    assert not r.is_ignored(b"keep.log")
+    assert r.is_ignored(b"build", is_dir=True) and r.dir_may_contain_captured(b"build")
+    assert not r.is_ignored(b"build/t.txt")
+    assert r.reason(b"scratch") == "exclude"
+    assert git_toplevel(ws) == top
+    head = git_head(ws)
+    assert head is not None and len(head) == 40
+    assert git_head(ws) == git(top, "rev-parse", "HEAD").decode().strip()
+
+
+@needs_git
+def test_git_helpers_outside_a_repo_and_unborn(tmp_path: Path, git_env: None) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    assert git_tracked_files(plain) is None
+    assert git_head(plain) is None
+    assert git_toplevel(plain) is None
+    assert git_tracked_files(tmp_path / "missing") is None
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    git(fresh, "init", "-q")
+    assert git_tracked_files(fresh) == frozenset()
+    assert git_head(fresh) is None
+
+
+@needs_git
+def test_git_helpers_write_nothing(tmp_path: Path, git_env: None) -> None:
+    top = tmp_path / "repo"
+    top.mkdir()
+    git(top, "init", "-q")
+    write(top / "f")
+    git(top, "add", "f")
+    git(top, "commit", "-q", "-m", "c")
+    os.utime(top / "f", ns=(1, 1))  # stale stat info: a status would refresh the index
+    before = {p: p.stat().st_mtime_ns for p in (top / ".git").rglob("*")}
+    assert git_tracked_files(top) == frozenset({b"f"})
+    git_head(top)
+    git_toplevel(top)
+    after = {p: p.stat().st_mtime_ns for p in (top / ".git").rglob("*")}
+    assert before == after
+
+
+@needs_git
+def test_worktree_dotgit_file_finds_common_exclude(tmp_path: Path, git_env: None) -> None:
+    top = tmp_path / "repo"
+    top.mkdir()
+    git(top, "init", "-q")
+    write(top / "f")
+    git(top, "add", "f")
+    git(top, "commit", "-q", "-m", "c")
+    write(top / ".git" / "info" / "exclude", b"*.secret\n")
+    wt = tmp_path / "wt"
+    git(top, "worktree", "add", "-q", str(wt))
+    assert (wt / ".git").is_file()
+    r = IgnoreRules.load(wt)
+    assert r.reason(b"a.secret") == "exclude"
+    assert r.reason(b".git") == "vcs"
+
+
+# --- property: agree with git's own directory walk ------------------------------------------
+
+NAMES = ["a", "b", "c.o", "d.log"]
+DIRS = ["x", "y", "z.o"]
+PATTERNS = [
+    "*.o",
+    "!*.o",
+    "d.log",
+    "!d.log",
+    "x/",
+    "!x/",
+    "/y",
+    "y/",
+    "x/*",
+    "!x/a",
+    "**/z.o",
+    "z.o/",
+    "a",
+    "!a",
+    "/a",
+    "*",
+    "!b",
+    "x/**",
+    "!x/**/b",
+    "y/**/a",
+    "*/",
+    "[ab]",
+    "?",
+    "!y/",
+    "!*/",
+    "x/y/",
+    "z.o/**/d.log",
+    "!z.o",
+    "*.log",
+    "b/",
+    "**/a",
+]
+
+file_paths = st.lists(
+    st.tuples(st.lists(st.sampled_from(DIRS), max_size=3), st.sampled_from(NAMES)),
+    min_size=1,
+    max_size=14,
+)
+pattern_files = st.dictionaries(
+    st.lists(st.sampled_from(DIRS), max_size=2).map(tuple),
+    st.lists(st.sampled_from(PATTERNS), max_size=5),
+    max_size=4,
+)
+
+
+@needs_git
+@settings(
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(files=file_paths, ignores=pattern_files, exclude=st.lists(st.sampled_from(PATTERNS), max_size=2))
+def test_matches_git_on_random_trees(
+    git_env: None,
+    files: list[tuple[list[str], str]],
+    ignores: dict[tuple[str, ...], list[str]],
+    exclude: list[str],
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        git(root, "init", "-q")
+        made: set[str] = set()
+        for dirs, name in files:
+            path = "/".join([*dirs, name])
+            # a path cannot be both a file and a directory
+            if any(m.startswith(path + "/") or path.startswith(m + "/") for m in made):
+                continue
+            write(root / path)
+            made.add(path)
+        for dirs, pats in ignores.items():
+            d = "/".join(dirs)
+            if any(m == d or d.startswith(m + "/") for m in made):
+                continue
+            write(root / d / ".gitignore", ("\n".join(pats) + "\n").encode())
+            made.add(f"{d}/.gitignore" if d else ".gitignore")
+        write(root / ".git" / "info" / "exclude", ("\n".join(exclude) + "\n").encode())
+        out = git(root, "ls-files", "-z", "--others", "--ignored", "--exclude-standard")
+        git_ignored = {p for p in out.decode().split("\0") if p}
+        r = IgnoreRules.load(root, tracked=git_tracked_files(root))
+        ours = {p for p in made if r.is_ignored(p.encode())}
+        assert ours == git_ignored
