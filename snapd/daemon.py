@@ -46,7 +46,9 @@ def service_config(config: Config, home: Path) -> ServiceConfig:
             extra_ignore=config.extra_ignore,
             barrier_timeout_s=config.barrier_timeout_s,
         ),
-        policy=retention.Policy(max_age_days=r.max_age_days, max_marks=r.max_marks, budget_bytes=r.budget_bytes),
+        policy=retention.Policy(
+            max_age_days=r.max_age_days, max_marks=r.max_marks, budget_bytes=r.budget_bytes
+        ),
     )
 
 
@@ -69,7 +71,9 @@ class Daemon:
         store = Store.open(loc.store_dir)
         service = Service(store, service_config(self.config, self.home), self.request_stop)
         server = ControlServer(
-            self.config.endpoint, service.handle, max_bytes=self.config.request_max_bytes,
+            self.config.endpoint,
+            service.handle,
+            max_bytes=self.config.request_max_bytes,
             endpoint_file_dir=loc.state_dir,
         )
         try:
@@ -77,8 +81,13 @@ class Daemon:
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
             service.start()
-            log.info("daemon.started", pid=os.getpid(), version=__version__, endpoint=self.config.endpoint,
-                     store=str(loc.store_dir))
+            log.info(
+                "daemon.started",
+                pid=os.getpid(),
+                version=__version__,
+                endpoint=self.config.endpoint,
+                store=str(loc.store_dir),
+            )
             while not self._stop.wait(1.0):
                 pass
             log.info("daemon.stopping")
@@ -99,7 +108,9 @@ def _home(env: dict[str, str]) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="snapd", description="snapd: rollback history for workspaces (daemon)")
+    parser = argparse.ArgumentParser(
+        prog="snapd", description="snapd: rollback history for workspaces (daemon)"
+    )
     parser.add_argument("--version", action="version", version=f"snapd {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     start = sub.add_parser("start", help="run the daemon in the foreground")

@@ -31,7 +31,8 @@ DEFAULT_SIZE_CAP = 64 << 20
 MAX_REREADS = 3
 EXAMPLES = 10
 WORKERS = 4
-WINDOW = 256
+WINDOW = 16  # chunks in flight
+CHUNK = 64  # paths per chunk
 
 Ignored = Callable[[bytes, bool], bool]
 """(relative path, is_dir) -> True when the path is not captured."""
@@ -105,7 +106,7 @@ def read_path(root: bytes, rel: bytes, size_cap: int = DEFAULT_SIZE_CAP) -> Read
         return Read(rel, "skipped", reason="special file")
     if st.st_size > size_cap:
         return Read(rel, "skipped", reason="over size cap")
-    for attempt in range(MAX_REREADS + 1):
+    for _ in range(MAX_REREADS + 1):
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -159,13 +160,24 @@ class _Preparer:
         return r
 
 
+def _chunks(items: Iterable[bytes], size: int) -> Iterator[list[bytes]]:
+    chunk: list[bytes] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
 def _bounded_map(
     pool: ThreadPoolExecutor, fn: Callable[[bytes], Read], items: Iterable[bytes]
-) -> Iterator[Read]:
-    """``pool.map`` with at most WINDOW results in memory, in input order."""
-    pending: deque[Future[Read]] = deque()
-    for item in items:
-        pending.append(pool.submit(fn, item))
+) -> Iterator[list[Read]]:
+    """Chunks of ``fn`` results in input order, at most WINDOW chunks in flight (memory bound)."""
+    pending: deque[Future[list[Read]]] = deque()
+    for chunk in _chunks(items, CHUNK):
+        pending.append(pool.submit(lambda c: [fn(x) for x in c], chunk))
         if len(pending) >= WINDOW:
             yield pending.popleft().result()
     while pending:
@@ -173,36 +185,52 @@ def _bounded_map(
 
 
 def walk(
-    root: bytes, ignored: Ignored, rel_dir: bytes = b"", descend: Callable[[bytes], bool] | None = None
+    root: bytes,
+    ignored: Ignored,
+    rel_dir: bytes = b"",
+    descend: Callable[[bytes], bool] | None = None,
+    unreadable: Callable[[bytes, str], None] | None = None,
 ) -> Iterator[tuple[bytes, bool]]:
     """(relative path, is_dir) for every non-ignored path under ``rel_dir``, parents first.
 
     An ignored directory is still entered (and yielded) when ``descend(rel)`` says it may
-    hold captured paths (files git tracks inside an ignored directory).
+    hold captured paths (files git tracks inside an ignored directory). A directory that
+    cannot be listed is reported to ``unreadable``, never skipped in silence. Iterative and
+    unsorted: on a 100k-file tree a recursive, sorted walk costs several times the syscalls.
     """
-    top = root + b"/" + rel_dir if rel_dir else root
-    try:
-        entries = sorted(os.scandir(top), key=lambda e: e.name)
-    except (FileNotFoundError, NotADirectoryError, PermissionError):
-        return
-    for e in entries:
-        rel = rel_dir + b"/" + e.name if rel_dir else e.name
+    stack = [rel_dir]
+    while stack:
+        d = stack.pop()
         try:
-            is_dir = e.is_dir(follow_symlinks=False)
-        except OSError:
-            is_dir = False
-        if ignored(rel, is_dir) and not (is_dir and descend is not None and descend(rel)):
+            it = os.scandir(root + b"/" + d if d else root)
+        except (FileNotFoundError, NotADirectoryError):
             continue
-        yield rel, is_dir
-        if is_dir:
-            yield from walk(root, ignored, rel, descend)
+        except OSError as exc:
+            if unreadable is not None:
+                unreadable(d, f"unreadable directory ({exc.strerror})")
+            continue
+        with it:
+            for e in it:
+                rel = d + b"/" + e.name if d else e.name
+                try:
+                    is_dir = e.is_dir(follow_symlinks=False)
+                except OSError:
+                    is_dir = False
+                if ignored(rel, is_dir) and not (is_dir and descend is not None and descend(rel)):
+                    continue
+                yield rel, is_dir
+                if is_dir:
+                    stack.append(rel)
 
 
 def summarize(store: Store | Batch, old: str | None, new: str, report: Report) -> dict[str, Any]:
     """Counts and examples of what changed from tree ``old`` to ``new``."""
     counts: dict[str, int] = {}
     examples: dict[str, list[str]] = {}
-    for d in trees.diff(store.load_node, old, new):
+    diffs: Iterable[trees.Difference] = trees.diff(store.load_node, old, new)
+    if old is None:  # everything is new: a walk, without the diff's per-node bookkeeping
+        diffs = (trees.Difference(p, "added", None, e) for p, e in trees.walk(store.load_node, new))
+    for d in diffs:
         counts[d.status] = counts.get(d.status, 0) + 1
         ex = examples.setdefault(d.status, [])
         if len(ex) < EXAMPLES:
@@ -236,29 +264,32 @@ def capture(
     now = time.time_ns()
     prepare = _Preparer(root, size_cap, batch.store.hasher)
     with ThreadPoolExecutor(WORKERS if parallel else 1, thread_name_prefix="snapd-read") as pool:
-        reads = _bounded_map(pool, prepare, paths) if parallel else map(prepare, paths)
-        for r in reads:
-            change: trees.Change
-            if on_read is not None:
-                on_read(r)
-            if r.kind == "skipped":
-                report.skip(r.rel, r.reason)
-                continue
-            if r.kind == "missing":
-                change = None
-            elif r.kind == "dir":
-                change = trees.Dir(r.mode)
-            else:
-                key = batch.put(r.data, r.digest, r.encoded)
-                change = trees.Entry(r.kind, r.mode, len(r.data), key)
-                if r.kind == "file":
-                    report.files += 1
-                    report.size += len(r.data)
-                if r.unstable:
-                    report.unstable.append(r.rel)
-            changes[r.rel] = change
-            if ws is not None and not isinstance(change, trees.Dir):
-                batch.add_version(ws, r.rel, now, change)
+        chunks = _bounded_map(pool, prepare, paths) if parallel else ([prepare(p)] for p in paths)
+        for chunk in chunks:
+            if len(chunk) > 1:  # one existence query for the whole chunk
+                batch.prefetch(objects.base_key(r.digest, len(r.data)) for r in chunk if r.digest is not None)
+            for r in chunk:
+                change: trees.Change
+                if on_read is not None:
+                    on_read(r)
+                if r.kind == "skipped":
+                    report.skip(r.rel, r.reason)
+                    continue
+                if r.kind == "missing":
+                    change = None
+                elif r.kind == "dir":
+                    change = trees.Dir(r.mode)
+                else:
+                    key = batch.put(r.data, r.digest, r.encoded)
+                    change = trees.Entry(r.kind, r.mode, len(r.data), key)
+                    if r.kind == "file":
+                        report.files += 1
+                        report.size += len(r.data)
+                    if r.unstable:
+                        report.unstable.append(r.rel)
+                changes[r.rel] = change
+                if ws is not None and not isinstance(change, trees.Dir):
+                    batch.add_version(ws, r.rel, now, change)
     return changes
 
 

@@ -50,9 +50,18 @@ class ServiceConfig:
 
 def mark_json(m: Mark, root: Path | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "id": m.id, "label": m.label, "kind": m.kind, "created": m.created / 1e9,
-        "created_ns": m.created, "message": m.message, "agent": m.agent, "session": m.session,
-        "git_head": m.git_head, "pinned": m.pinned, "seq": m.seq, "summary": m.summary,
+        "id": m.id,
+        "label": m.label,
+        "kind": m.kind,
+        "created": m.created / 1e9,
+        "created_ns": m.created,
+        "message": m.message,
+        "agent": m.agent,
+        "session": m.session,
+        "git_head": m.git_head,
+        "pinned": m.pinned,
+        "seq": m.seq,
+        "summary": m.summary,
     }
     if root is not None:
         out["workspace"] = str(root)
@@ -75,8 +84,9 @@ class Service:
         for w in self.store.workspaces():
             if w.watching:
                 root = Path(os.fsdecode(w.root))
-                threading.Thread(target=self._start_ws, args=(w.id, root), daemon=True,
-                                 name=f"snapd-start:{root}").start()
+                threading.Thread(
+                    target=self._start_ws, args=(w.id, root), daemon=True, name=f"snapd-start:{root}"
+                ).start()
 
     def stop(self) -> None:
         with self._lock:
@@ -126,7 +136,9 @@ class Service:
         if root == Path("/"):
             raise WorkspaceRefused("refusing to watch / : choose a project directory")
         if root == self.config.home.resolve():
-            raise WorkspaceRefused(f"refusing to watch your home directory {root} itself: choose a project directory")
+            raise WorkspaceRefused(
+                f"refusing to watch your home directory {root} itself: choose a project directory"
+            )
         for own in self.config.own_dirs:
             own = own.resolve()
             if own == root or root in own.parents or own in root.parents:
@@ -170,7 +182,9 @@ class Service:
         log.info("workspace.watched", workspace=str(root), baseline=baseline.id if baseline else None)
         return workspace, baseline
 
-    def _find(self, workspace: bytes | None, cwd: bytes | None, *, register: bool = False) -> tuple[Workspace, Mark | None]:
+    def _find(
+        self, workspace: bytes | None, cwd: bytes | None, *, register: bool = False
+    ) -> tuple[Workspace, Mark | None]:
         """The live workspace a request means: ``workspace`` if given, else the one holding ``cwd``."""
         where = workspace if workspace is not None else cwd
         if where is None:
@@ -212,7 +226,9 @@ class Service:
         best: tuple[int, Path] | None = None
         for w in self.store.workspaces():
             root = Path(os.fsdecode(w.root))
-            if (root == real or root in real.parents) and (best is None or len(str(root)) > len(str(best[1]))):
+            if (root == real or root in real.parents) and (
+                best is None or len(str(root)) > len(str(best[1]))
+            ):
                 best = (w.id, root)
         if best is None:
             raise NotFound(f"no workspace contains {real}: pass -w PATH, or `snapctl watch` it")
@@ -251,8 +267,13 @@ class Service:
         return {"workspace": str(root), "forgotten_marks": marks}
 
     def op_mark(
-        self, label: str, workspace: bytes | None = None, cwd: bytes | None = None,
-        message: str | None = None, agent: str | None = None, session: str | None = None,
+        self,
+        label: str,
+        workspace: bytes | None = None,
+        cwd: bytes | None = None,
+        message: str | None = None,
+        agent: str | None = None,
+        session: str | None = None,
     ) -> dict[str, Any]:
         from snapd.refs import validate_label
 
@@ -262,8 +283,13 @@ class Service:
         return mark_json(mark, ws.root)
 
     def op_log(
-        self, workspace: bytes | None = None, cwd: bytes | None = None, limit: int | None = None,
-        agent: str | None = None, session: str | None = None, all: bool = False,
+        self,
+        workspace: bytes | None = None,
+        cwd: bytes | None = None,
+        limit: int | None = None,
+        agent: str | None = None,
+        session: str | None = None,
+        all: bool = False,
     ) -> dict[str, Any]:
         ws_id, root = self._ws_id(workspace, cwd)
         marks = self.store.marks(ws_id)
@@ -305,29 +331,53 @@ class Service:
         self.store.set_pinned(m.id, pinned)
         return {"id": m.id, "label": m.label, "pinned": pinned, "workspace": str(root)}
 
-    def op_verify(self, workspace: bytes | None = None, cwd: bytes | None = None, full: bool = True) -> dict[str, Any]:
+    def op_verify(
+        self, workspace: bytes | None = None, cwd: bytes | None = None, full: bool = True
+    ) -> dict[str, Any]:
         report = verify(self.store, sample=None if full else 0.1)
-        return {"clean": report.ok, "checked": report.checked, "missing": report.missing, "corrupt": report.corrupt}
-
-    def op_gc(self, workspace: bytes | None = None, cwd: bytes | None = None, dry_run: bool = False) -> dict[str, Any]:
-        if dry_run:
-            doomed = retention.plan_evictions(self.store.marks(), self.config.policy, time.time_ns())
-            return {"dry_run": True, "would_evict": [{"id": m.id, "label": m.label, "reason": r} for m, r in doomed]}
-        rep = retention.gc(self.store, self.config.policy)
         return {
-            "evicted": [{"id": i, "reason": r} for i, r in rep.evicted], "objects_deleted": rep.objects_deleted,
-            "bytes_freed": rep.bytes_freed, "stored_bytes": rep.stored_bytes, "warnings": rep.warnings,
+            "clean": report.ok,
+            "checked": report.checked,
+            "missing": report.missing,
+            "corrupt": report.corrupt,
         }
 
-    def op_cat(self, path: bytes, workspace: bytes | None = None, cwd: bytes | None = None, at: str | None = None) -> dict[str, Any]:
+    def op_gc(
+        self, workspace: bytes | None = None, cwd: bytes | None = None, dry_run: bool = False
+    ) -> dict[str, Any]:
+        if dry_run:
+            doomed = retention.plan_evictions(self.store.marks(), self.config.policy, time.time_ns())
+            return {
+                "dry_run": True,
+                "would_evict": [{"id": m.id, "label": m.label, "reason": r} for m, r in doomed],
+            }
+        rep = retention.gc(self.store, self.config.policy)
+        return {
+            "evicted": [{"id": i, "reason": r} for i, r in rep.evicted],
+            "objects_deleted": rep.objects_deleted,
+            "bytes_freed": rep.bytes_freed,
+            "stored_bytes": rep.stored_bytes,
+            "warnings": rep.warnings,
+        }
+
+    def op_cat(
+        self, path: bytes, workspace: bytes | None = None, cwd: bytes | None = None, at: str | None = None
+    ) -> dict[str, Any]:
         ws_id, root = self._ws_id(workspace, cwd)
         rel = _relative(root, path)
         tree = self.store.resolve(ws_id, at).tree if at else self.store.head(ws_id)
         entry = trees.lookup(self.store.load_node, tree, rel) if tree else None
         if entry is None or entry.kind == "dir":
-            raise NotFound(f"{protocol.display_path(rel)} is not a captured file at {at or 'the latest capture'}")
+            raise NotFound(
+                f"{protocol.display_path(rel)} is not a captured file at {at or 'the latest capture'}"
+            )
         data = self.store.get(entry.key)
-        return {"kind": entry.kind, "mode": entry.mode, "size": len(data), "data_b64": base64.b64encode(data).decode()}
+        return {
+            "kind": entry.kind,
+            "mode": entry.mode,
+            "size": len(data),
+            "data_b64": base64.b64encode(data).decode(),
+        }
 
     def op_status(self, workspace: bytes | None = None, cwd: bytes | None = None) -> dict[str, Any]:
         with self._lock:
@@ -351,10 +401,14 @@ class Service:
             entry["last_mark"] = mark_json(latest) if latest else None
             spaces.append(entry)
         return {
-            "pid": os.getpid(), "version": __version__, "protocol": protocol.PROTOCOL_VERSION,
-            "endpoint": self.config.endpoint, "uptime_s": time.time() - self.started,
+            "pid": os.getpid(),
+            "version": __version__,
+            "protocol": protocol.PROTOCOL_VERSION,
+            "endpoint": self.config.endpoint,
+            "uptime_s": time.time() - self.started,
             "store": {"path": str(self.store.dir), "stored_bytes": self.store.stored_bytes()},
-            "workspaces": spaces, "pending": sum(ws.pending() for ws in live.values()),
+            "workspaces": spaces,
+            "pending": sum(ws.pending() for ws in live.values()),
             "warnings": warnings,
         }
 

@@ -346,6 +346,7 @@ class Batch:
         self._versions: list[tuple[int, bytes, int, str | None, int | None, str | None]] = []
         self._marks: list[Mark] = []
         self._heads: dict[int, str] = {}
+        self._absent: set[str] = set()  # keys a prefetch found missing (see prefetch)
         self._done = False
 
     def __enter__(self) -> Batch:
@@ -372,6 +373,26 @@ class Batch:
 
     # -- objects -----------------------------------------------------------------------------
 
+    def prefetch(self, keys: Iterable[str]) -> None:
+        """Look up many keys in one query, so ``put`` skips a query for each missing one.
+
+        Keys found present are held against GC right away, as ``put`` would hold them.
+        """
+        wanted = [k for k in set(keys) if k not in self._pending and k not in self._held]
+        if not wanted:
+            return
+        marks = ",".join("?" * len(wanted))
+        with self.store._gc_lock:
+            found = {
+                k
+                for (k,) in self.store.catalog.read().execute(
+                    f"SELECT key FROM objects WHERE key IN ({marks})", wanted
+                )
+            }
+            for k in found:
+                self._hold(k)
+        self._absent.update(k for k in wanted if k not in found)
+
     def put(self, data: bytes, digest: str | None = None, encoded: tuple[int, bytes] | None = None) -> str:
         """Store ``data`` (deduplicated, collision-checked); return its key.
 
@@ -387,8 +408,12 @@ class Batch:
                     return key
                 n += 1
                 continue
+            if n == 0 and key in self._absent:
+                # Missing at prefetch; if another batch stores it meanwhile, commit compares.
+                self._absent.discard(key)
+                break
             with self.store._gc_lock:
-                exists = self.store.has(key)
+                exists = key in self._held or self.store.has(key)
                 if exists:
                     self._hold(key)
             if not exists:

@@ -59,7 +59,9 @@ def fs_type(path: Path) -> str:
             for line in fh:
                 left, _, right = line.partition(" - ")
                 mount = left.split()[4].replace("\\040", " ")
-                if (target == mount or target.startswith(mount.rstrip("/") + "/")) and len(mount) >= len(best):
+                if (target == mount or target.startswith(mount.rstrip("/") + "/")) and len(mount) >= len(
+                    best
+                ):
                     best, kind = mount, right.split()[0]
     except OSError:
         pass
@@ -89,7 +91,7 @@ class Workspace:
         self.scan_every_mark = False
         self.git_top: Path | None = None
         self._git_index: Path | None = None
-        self._git_index_sig: tuple[int, int] | None = None
+        self._git_index_sig: tuple[int, ...] | None = None
         self.rules = ignore.IgnoreRules.load(root, settings.extra_ignore)
         self.watcher: Watcher | None = None
         self._thread: threading.Thread | None = None
@@ -117,7 +119,9 @@ class Workspace:
                 "every mark scans the workspace"
             )
         self.watcher = Watcher(
-            self.root, self.on_events, self.rules.dir_may_contain_captured,
+            self.root,
+            self.on_events,
+            self.rules.dir_may_contain_captured,
             max_watches=self.settings.max_watches,
         )
         self.watcher.start()
@@ -128,6 +132,7 @@ class Workspace:
                 "limit): every mark scans the workspace; raise it with "
                 "`sysctl fs.inotify.max_user_watches=524288`"
             )
+
         def note(done: int, total: int) -> None:
             self.progress = (done, total)
             if progress is not None:
@@ -142,9 +147,13 @@ class Workspace:
                 self._scan(b"", note)
                 self._flush()
         self.progress = None
-        self._thread = threading.Thread(target=self._capture_loop, name=f"snapd-capture:{self.root}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._capture_loop, name=f"snapd-capture:{self.root}", daemon=True
+        )
         self._thread.start()
-        log.info("workspace.started", workspace=str(self.root), files=self.files, watches=self.watcher.watch_count)
+        log.info(
+            "workspace.started", workspace=str(self.root), files=self.files, watches=self.watcher.watch_count
+        )
         return baseline
 
     def stop(self) -> None:
@@ -190,7 +199,9 @@ class Workspace:
     def _capture_loop(self) -> None:
         while not self._stopping:
             with self._dirty_lock:
-                while not self._stopping and not (self._dirty.paths or self._dirty.scan_dirs or self._dirty.full):
+                while not self._stopping and not (
+                    self._dirty.paths or self._dirty.scan_dirs or self._dirty.full
+                ):
                     self._dirty_lock.wait()
             if self._stopping:
                 return
@@ -215,19 +226,26 @@ class Workspace:
                 text = dotgit.read_text(errors="replace").strip()
                 if text.startswith("gitdir:"):
                     gitdir = Path(text[7:].strip())
-                    self._git_index = (self.git_top / gitdir if not gitdir.is_absolute() else gitdir) / "index"
+                    self._git_index = (
+                        self.git_top / gitdir if not gitdir.is_absolute() else gitdir
+                    ) / "index"
         self._git_index_sig = self._index_sig()
         tracked = ignore.git_tracked_files(self.root) if self.git_top else None
         self.rules = ignore.IgnoreRules.load(self.root, self.settings.extra_ignore, tracked)
 
-    def _index_sig(self) -> tuple[int, int] | None:
+    def _index_sig(self) -> tuple[int, ...] | None:
+        """Signature of git's index and info/exclude: .git is never watched, so the tracked
+        set and exclude rules are re-read when these files change (one stat each per capture)."""
         if self._git_index is None:
             return None
-        try:
-            st = self._git_index.stat()
-        except OSError:
-            return None
-        return (st.st_mtime_ns, st.st_size)
+        sig: list[int] = []
+        for path in (self._git_index, self._git_index.parent / "info" / "exclude"):
+            try:
+                st = path.stat()
+                sig += [st.st_mtime_ns, st.st_size, st.st_ino]
+            except OSError:
+                sig += [0, 0, 0]
+        return tuple(sig)
 
     def _refresh_rules_if_needed(self, d: _Dirty) -> None:
         """Rebuild ignore rules when a rule file or git's index changed; then rescan all."""
@@ -238,8 +256,7 @@ class Workspace:
         tracked = ignore.git_tracked_files(self.root) if self.git_top else None
         self.rules = ignore.IgnoreRules.load(self.root, self.settings.extra_ignore, tracked)
         if self.watcher is not None:
-            self.watcher._should_watch_dir = self.rules.dir_may_contain_captured
-            self.watcher.rescan_watches()
+            self.watcher.rescan_watches(self.rules.dir_may_contain_captured)
         d.full = True
 
     def _ignored(self, rel: bytes, is_dir: bool) -> bool:
@@ -247,7 +264,10 @@ class Workspace:
 
     def _baseline(self, progress: Progress | None) -> Mark:
         report = ingest.Report()
-        rels = [rel for rel, _ in ingest.walk(self.rootb, self._ignored, descend=self.rules.dir_may_contain_captured)]
+        rels = [
+            rel
+            for rel, _ in ingest.walk(self.rootb, self._ignored, descend=self.rules.dir_may_contain_captured)
+        ]
         done = [0]
 
         def counted() -> Any:
@@ -259,13 +279,20 @@ class Workspace:
 
         with self.store.batch() as batch:
             changes = ingest.capture(
-                batch, self.rootb, counted(), report, size_cap=self.settings.size_cap,
-                ws=self.id, parallel=True, on_read=self._note_read,
+                batch,
+                self.rootb,
+                counted(),
+                report,
+                size_cap=self.settings.size_cap,
+                ws=self.id,
+                parallel=True,
+                on_read=self._note_read,
             )
             tree = batch.apply(None, changes)
             summary = ingest.summarize(batch, None, tree, report)
-            batch.add_mark(self.id, "baseline", tree, kind="baseline", summary=summary,
-                           git_head=self._git_head())
+            batch.add_mark(
+                self.id, "baseline", tree, kind="baseline", summary=summary, git_head=self._git_head()
+            )
             (mark,) = batch.commit()
         if progress is not None:
             progress(len(rels), len(rels))
@@ -292,7 +319,9 @@ class Workspace:
         if top and self._ignored(top, True) and not self.rules.dir_may_contain_captured(top):
             walked: list[tuple[bytes, bool]] = []
         else:
-            walked = list(ingest.walk(self.rootb, self._ignored, top, descend=self.rules.dir_may_contain_captured))
+            walked = list(
+                ingest.walk(self.rootb, self._ignored, top, descend=self.rules.dir_may_contain_captured)
+            )
             if top:
                 walked.insert(0, (top, True))
         for i, (rel, is_dir) in enumerate(walked):
@@ -309,7 +338,12 @@ class Workspace:
                 dirty.add(rel)
                 continue
             sig = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-            if cached is None or cached[0] != sig or st.st_mtime_ns >= cached[1] - RACY_NS or st.st_mtime_ns > now - RACY_NS:
+            if (
+                cached is None
+                or cached[0] != sig
+                or st.st_mtime_ns >= cached[1] - RACY_NS
+                or st.st_mtime_ns > now - RACY_NS
+            ):
                 dirty.add(rel)
         if self.tree is not None:
             start = self.tree if not top else None
@@ -336,14 +370,23 @@ class Workspace:
             self._scan(top)
         if d.scan_dirs:
             d = _merge(d, self._take_dirty())
-        paths = sorted(p for p in d.paths if not self._ignored(p, os.path.isdir(self.rootb + b"/" + p)) or self._in_tree(p))
+        paths = sorted(
+            p
+            for p in d.paths
+            if not self._ignored(p, os.path.isdir(self.rootb + b"/" + p)) or self._in_tree(p)
+        )
         if not paths and label is None:
             return None
         with self.store.batch() as batch:
             changes: dict[bytes, trees.Change] = {}
             for rel, change in ingest.capture(
-                batch, self.rootb, paths, self._since_mark, size_cap=self.settings.size_cap,
-                ws=self.id, on_read=self._note_read,
+                batch,
+                self.rootb,
+                paths,
+                self._since_mark,
+                size_cap=self.settings.size_cap,
+                ws=self.id,
+                on_read=self._note_read,
             ).items():
                 if change is not None and self._ignored(rel, isinstance(change, trees.Dir)):
                     change = None  # now ignored (rules changed): no longer captured
@@ -357,7 +400,9 @@ class Workspace:
                 prev = self.store.latest_mark(self.id)
                 summary = ingest.summarize(batch, prev.tree if prev else None, tree, self._since_mark)
                 summary["warnings"] = list(self.warnings)
-                mark = batch.add_mark(self.id, label, tree, git_head=self._git_head(), summary=summary, **meta)
+                mark = batch.add_mark(
+                    self.id, label, tree, git_head=self._git_head(), summary=summary, **meta
+                )
             committed = batch.commit()
         self.tree = tree
         if mark is not None:
@@ -385,8 +430,13 @@ class Workspace:
         with self.lock:
             mark = self._flush(label, **meta)
         assert mark is not None
-        log.info("mark.created", workspace=str(self.root), mark=mark.id, label=label,
-                 changed=mark.summary.get("changed", 0))
+        log.info(
+            "mark.created",
+            workspace=str(self.root),
+            mark=mark.id,
+            label=label,
+            changed=mark.summary.get("changed", 0),
+        )
         return mark
 
     def status(self) -> dict[str, Any]:

@@ -26,7 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
     def add(name: str, help: str, *, ws: bool = True, json: bool = True) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=help, description=help)
         if ws:
-            sp.add_argument("-w", "--workspace", help="workspace root (default: the one holding the current directory)")
+            sp.add_argument(
+                "-w", "--workspace", help="workspace root (default: the one holding the current directory)"
+            )
         if json:
             sp.add_argument("--json", action="store_true", help="print JSON for scripts")
         sp.set_defaults(func=getattr(commands, "cmd_" + name.replace("-", "_")))

@@ -127,7 +127,10 @@ def cmd_forget(args: argparse.Namespace, env: Env) -> int:
     if args.json:
         print_json(r)
     else:
-        print(f"forgot {r['workspace']}: {r['forgotten_marks']} marks deleted (space is reclaimed by `snapctl gc`)")
+        print(
+            f"forgot {r['workspace']}: {r['forgotten_marks']} marks deleted "
+            "(`snapctl gc` reclaims the space)"
+        )
     return 0
 
 
@@ -155,9 +158,13 @@ def cmd_log(args: argparse.Namespace, env: Env) -> int:
         who = " ".join(x for x in (m.get("agent"), m.get("session")) if x)
         pin = " [pinned]" if m["pinned"] else ""
         changed = m["summary"].get("changed", 0)
-        print(f"{m['id']}  {when(m['created'])}  {m['label']:<16} {changed:>5} changed  {who}{pin}")
+        line = f"{m['id']}  {when(m['created'])}  {m['label']:<16} {changed:>5} changed  {who}{pin}"
+        print(line.rstrip())
     if r.get("pruned"):
-        print(f"({r['pruned']} older marks were pruned by retention, the newest from {when(r['pruned_newest'])})")
+        print(
+            f"({r['pruned']} older marks were pruned by retention, "
+            f"the newest from {when(r['pruned_newest'])})"
+        )
     return 0
 
 
@@ -214,8 +221,11 @@ def cmd_gc(args: argparse.Namespace, env: Env) -> int:
         for m in r["would_evict"]:
             print(f"  {m['id']} {m['label']} ({m['reason']})")
         return 0
-    print(f"evicted {len(r['evicted'])} marks, deleted {r['objects_deleted']} objects, freed {size(r['bytes_freed'])}; "
-          f"store holds {size(r['stored_bytes'])}")
+    print(
+        f"evicted {len(r['evicted'])} marks, deleted {r['objects_deleted']} objects, "
+        f"freed {size(r['bytes_freed'])}; "
+        f"store holds {size(r['stored_bytes'])}"
+    )
     for w in r["warnings"]:
         print(f"warning: {w}", file=sys.stderr)
     return 0
@@ -224,7 +234,9 @@ def cmd_gc(args: argparse.Namespace, env: Env) -> int:
 def _pin(args: argparse.Namespace, env: Env, op: str) -> int:
     with _client(args, env) as c:
         r = c.call(op, mark=args.mark, **_where(args))  # type: ignore[arg-type]
-    print_json(r) if args.json else print(f"{r['id']} {r['label']}: {'pinned' if r['pinned'] else 'unpinned'}")
+    print_json(r) if args.json else print(
+        f"{r['id']} {r['label']}: {'pinned' if r['pinned'] else 'unpinned'}"
+    )
     return 0
 
 
