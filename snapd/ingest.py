@@ -223,13 +223,22 @@ def walk(
                     stack.append(rel)
 
 
-def summarize(store: Store | Batch, old: str | None, new: str, report: Report) -> dict[str, Any]:
-    """Counts and examples of what changed from tree ``old`` to ``new``."""
+def summarize(
+    store: Store | Batch,
+    old: str | None,
+    new: str,
+    report: Report,
+    added: Iterable[bytes] | None = None,
+) -> dict[str, Any]:
+    """Counts and examples of what changed from tree ``old`` to ``new``.
+
+    ``added``: with ``old=None``, the paths that make up ``new`` (saves re-reading the tree).
+    """
     counts: dict[str, int] = {}
     examples: dict[str, list[str]] = {}
     diffs: Iterable[trees.Difference] = trees.diff(store.load_node, old, new)
-    if old is None:  # everything is new: a walk, without the diff's per-node bookkeeping
-        diffs = (trees.Difference(p, "added", None, e) for p, e in trees.walk(store.load_node, new))
+    if old is None and added is not None:
+        diffs = (trees.Difference(p, "added", None, None) for p in added)
     for d in diffs:
         counts[d.status] = counts.get(d.status, 0) + 1
         ex = examples.setdefault(d.status, [])
@@ -311,7 +320,9 @@ def ingest_tree(
         changes = capture(batch, rootb, rels, report, size_cap=size_cap, ws=ws, parallel=True)
         tree = batch.apply(None, changes)
         prev = store.latest_mark(ws)
-        summary = summarize(batch, prev.tree if prev else None, tree, report)
+        old = prev.tree if prev else None
+        new_paths = [p for p, c in changes.items() if c is not None] if old is None else None
+        summary = summarize(batch, old, tree, report, new_paths)
         batch.add_mark(ws, label, tree, kind=kind, summary=summary)
         (mark,) = batch.commit()
     return IngestResult(report.files, report.size, tree, mark.id, report)

@@ -88,7 +88,7 @@ def decode_node(data: bytes) -> Node:
 
 def split_path(path: bytes) -> list[bytes]:
     parts = path.split(b"/")
-    if not path or any(p in (b"", b".", b"..") for p in parts):
+    if b"" in parts or b"." in parts or b".." in parts:
         raise ValueError(f"invalid relative path {path!r}")
     return parts
 
@@ -123,7 +123,54 @@ def apply_changes(load: Load, save: Save, root: str | None, changes: Mapping[byt
     replaces ``a``. Missing parent directories are created with mode 0755 unless the changes
     give them a ``Dir``.
     """
+    if root is None:
+        built = _build(save, changes)
+        if built is not None:
+            return built
     return _apply(load, save, root, _nest(changes))
+
+
+def _build(save: Save, changes: Mapping[bytes, Change]) -> str | None:
+    """``apply_changes`` from the empty tree, bottom-up: the baseline of a big workspace.
+
+    None when a path is given both as a file and as a directory's ancestor (the general
+    algorithm resolves that); a walk of a real tree never produces it.
+    """
+    dirs: dict[bytes, Node] = {b"": {}}
+    modes: dict[bytes, int] = {}
+    for path, change in changes.items():
+        if change is None:
+            continue
+        split_path(path)
+        if isinstance(change, Dir):
+            modes[path] = change.mode
+            dirs.setdefault(path, {})
+            node = None
+        else:
+            node = change
+        parent, _, name = path.rpartition(b"/")
+        while True:
+            siblings = dirs.get(parent)
+            fresh = siblings is None
+            if fresh:
+                siblings = dirs[parent] = {}
+            if node is not None:
+                siblings[name] = node
+            if not fresh or parent == b"":
+                break
+            node = None  # a parent directory only mentioned implicitly: make it exist
+            parent, _, name = parent.rpartition(b"/")
+    for path, change in changes.items():
+        if isinstance(change, Entry) and path in dirs:
+            return None
+    keys: dict[bytes, str] = {}
+    for path in sorted(dirs, key=lambda p: -p.count(b"/") if p else 1):
+        if path == b"":
+            continue
+        keys[path] = save(dirs[path])
+        parent, _, name = path.rpartition(b"/")
+        dirs.setdefault(parent, {})[name] = Entry("dir", modes.get(path, DEFAULT_DIR_MODE), 0, keys[path])
+    return save(dirs[b""])
 
 
 def _apply(load: Load, save: Save, key: str | None, pending: _Pending) -> str:

@@ -289,7 +289,9 @@ class Workspace:
                 on_read=self._note_read,
             )
             tree = batch.apply(None, changes)
-            summary = ingest.summarize(batch, None, tree, report)
+            summary = ingest.summarize(
+                batch, None, tree, report, [p for p, c in changes.items() if c is not None]
+            )
             batch.add_mark(
                 self.id, "baseline", tree, kind="baseline", summary=summary, git_head=self._git_head()
             )

@@ -146,3 +146,16 @@ def test_apply_matches_model(ops: list[tuple[bytes, str | None]]) -> None:
         empty = trees.apply_changes(m.load, m.save, None, {})
         added = {d.path for d in trees.diff(m.load, empty, root) if d.status == "added"}
         assert set(flat(m, root)) == added
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.dictionaries(paths, st.one_of(st.none(), st.text(max_size=3), st.integers(0o700, 0o777)), max_size=30))
+def test_bottom_up_build_equals_general_edit(spec: dict[bytes, str | int | None]) -> None:
+    """The baseline fast path builds exactly the tree the general algorithm builds."""
+    changes: dict[bytes, trees.Change] = {
+        p: None if v is None else (Dir(v) if isinstance(v, int) else f(v)) for p, v in spec.items()
+    }
+    m = Mem()
+    fast = trees.apply_changes(m.load, m.save, None, changes)
+    general = trees._apply(m.load, m.save, None, trees._nest(changes))
+    assert fast == general
