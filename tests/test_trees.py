@@ -149,7 +149,9 @@ def test_apply_matches_model(ops: list[tuple[bytes, str | None]]) -> None:
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.dictionaries(paths, st.one_of(st.none(), st.text(max_size=3), st.integers(0o700, 0o777)), max_size=30))
+@given(
+    st.dictionaries(paths, st.one_of(st.none(), st.text(max_size=3), st.integers(0o700, 0o777)), max_size=30)
+)
 def test_bottom_up_build_equals_general_edit(spec: dict[bytes, str | int | None]) -> None:
     """The baseline fast path builds exactly the tree the general algorithm builds."""
     changes: dict[bytes, trees.Change] = {
