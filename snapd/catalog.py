@@ -70,6 +70,17 @@ CREATE TABLE versions (
 );
 CREATE INDEX versions_path ON versions (workspace, path, time);
 CREATE INDEX versions_time ON versions (time);
+CREATE TABLE stats (
+    workspace INTEGER NOT NULL,
+    path BLOB NOT NULL,
+    mode INTEGER NOT NULL,
+    size INTEGER NOT NULL,
+    mtime INTEGER NOT NULL,
+    ctime INTEGER NOT NULL,
+    ino INTEGER NOT NULL,
+    read INTEGER NOT NULL,
+    PRIMARY KEY (workspace, path)
+) WITHOUT ROWID;
 CREATE TABLE evictions (
     id INTEGER PRIMARY KEY,
     workspace INTEGER NOT NULL,

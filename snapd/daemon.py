@@ -34,11 +34,11 @@ from snapd.workspace import Settings
 log = structlog.get_logger("snapd.daemon")
 
 
-def service_config(config: Config, home: Path) -> ServiceConfig:
+def service_config(config: Config, homes: tuple[Path, ...]) -> ServiceConfig:
     loc = config.locations
     r = config.retention
     return ServiceConfig(
-        home=home,
+        homes=homes,
         own_dirs=tuple({loc.state_dir, loc.data_dir, loc.runtime_dir, loc.store_dir}),
         endpoint=config.endpoint,
         settings=Settings(
@@ -53,9 +53,9 @@ def service_config(config: Config, home: Path) -> ServiceConfig:
 
 
 class Daemon:
-    def __init__(self, config: Config, home: Path) -> None:
+    def __init__(self, config: Config, homes: tuple[Path, ...]) -> None:
         self.config = config
-        self.home = home
+        self.homes = homes
         self._stop = threading.Event()
 
     def request_stop(self) -> None:
@@ -69,7 +69,7 @@ class Daemon:
         loc = self.config.locations
         lock = acquire_instance_lock(loc.state_dir)
         store = Store.open(loc.store_dir)
-        service = Service(store, service_config(self.config, self.home), self.request_stop)
+        service = Service(store, service_config(self.config, self.homes), self.request_stop)
         server = ControlServer(
             self.config.endpoint,
             service.handle,
@@ -100,11 +100,14 @@ class Daemon:
         return 0
 
 
-def _home(env: dict[str, str]) -> Path:
+def _homes(env: dict[str, str]) -> tuple[Path, ...]:
+    """The user's home as $HOME says and as the passwd database says (they can differ)."""
+    homes = [Path(env["HOME"])] if env.get("HOME") else []
     try:
-        return Path(pwd.getpwuid(os.getuid()).pw_dir)
+        homes.append(Path(pwd.getpwuid(os.getuid()).pw_dir))
     except KeyError:
-        return Path(env.get("HOME", "/"))
+        pass
+    return tuple(homes)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -124,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = load_config(env, overrides)
         if args.command == "start":
             configure_logging(config.log_level, json=True if args.log_json else None, file=config.log_file)
-            return Daemon(config, _home(env)).run()
+            return Daemon(config, _homes(env)).run()
         from snapd.client import Client
 
         with Client.from_config(config) as client:

@@ -34,6 +34,14 @@ WORKERS = 4
 WINDOW = 16  # chunks in flight
 CHUNK = 64  # paths per chunk
 
+Sig = tuple[int, int, int, int, int]
+"""What a stat says about a path: (st_mode, size, mtime_ns, ctime_ns, inode)."""
+
+
+def sig_of(st: os.stat_result) -> Sig:
+    return (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
 Ignored = Callable[[bytes, bool], bool]
 """(relative path, is_dir) -> True when the path is not captured."""
 
@@ -80,7 +88,7 @@ class Read:
     unstable: bool = False
     digest: str | None = None
     encoded: tuple[int, bytes] | None = None
-    sig: tuple[int, int, int, int] | None = None  # size, mtime_ns, ctime_ns, inode as read
+    sig: Sig | None = None  # (st_mode, size, mtime_ns, ctime_ns, inode) as read
 
 
 def read_path(root: bytes, rel: bytes, size_cap: int = DEFAULT_SIZE_CAP) -> Read:
@@ -94,10 +102,10 @@ def read_path(root: bytes, rel: bytes, size_cap: int = DEFAULT_SIZE_CAP) -> Read
         return Read(rel, "skipped", reason=f"unreadable ({exc.strerror})")
     mode = stat.S_IMODE(st.st_mode)
     if stat.S_ISDIR(st.st_mode):
-        return Read(rel, "dir", mode)
+        return Read(rel, "dir", mode, sig=sig_of(st))
     if stat.S_ISLNK(st.st_mode):
         try:
-            return Read(rel, "symlink", mode, os.readlink(path))
+            return Read(rel, "symlink", mode, os.readlink(path), sig=sig_of(st))
         except FileNotFoundError:
             return Read(rel, "missing")
         except OSError as exc:
@@ -129,7 +137,7 @@ def read_path(root: bytes, rel: bytes, size_cap: int = DEFAULT_SIZE_CAP) -> Read
         finally:
             os.close(fd)
         stable = (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
-        sig = (after.st_size, after.st_mtime_ns, after.st_ctime_ns, after.st_ino)
+        sig = sig_of(after)
         if stable and len(data) == after.st_size:
             return Read(rel, "file", stat.S_IMODE(after.st_mode), data, sig=sig)
     return Read(rel, "file", stat.S_IMODE(after.st_mode), data, unstable=True, sig=sig)
@@ -282,7 +290,9 @@ def capture(
                 if on_read is not None:
                     on_read(r)
                 if r.kind == "skipped":
+                    # Not captured now: a previous version must not stand in for it.
                     report.skip(r.rel, r.reason)
+                    changes[r.rel] = None
                     continue
                 if r.kind == "missing":
                     change = None

@@ -41,11 +41,28 @@ class Unsupported(SnapdError):
 
 @dataclass(frozen=True)
 class ServiceConfig:
-    home: Path  # the user's home directory: never a workspace itself
+    homes: tuple[Path, ...]  # the user's home directory ($HOME and the passwd entry): never a workspace
     own_dirs: tuple[Path, ...]  # snapd's store, state and socket directories
     endpoint: str
     settings: Settings
     policy: retention.Policy
+
+
+def wire_paths(obj: Any) -> Any:
+    """Summaries and status hold paths as ``os.fsdecode`` strings; one with an undecodable
+    byte (a lone surrogate) cannot be sent as JSON text, so it travels as ``{"b64": ...}``,
+    as every path in the protocol does."""
+    if isinstance(obj, str):
+        try:
+            obj.encode("utf-8")
+        except UnicodeEncodeError:
+            return protocol.encode_path(os.fsencode(obj))
+        return obj
+    if isinstance(obj, list):
+        return [wire_paths(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: wire_paths(v) for k, v in obj.items()}
+    return obj
 
 
 def mark_json(m: Mark, root: Path | None = None) -> dict[str, Any]:
@@ -61,7 +78,7 @@ def mark_json(m: Mark, root: Path | None = None) -> dict[str, Any]:
         "git_head": m.git_head,
         "pinned": m.pinned,
         "seq": m.seq,
-        "summary": m.summary,
+        "summary": wire_paths(m.summary),
     }
     if root is not None:
         out["workspace"] = str(root)
@@ -135,7 +152,7 @@ class Service:
             raise WorkspaceRefused(f"cannot watch {root}: not a directory")
         if root == Path("/"):
             raise WorkspaceRefused("refusing to watch / : choose a project directory")
-        if root == self.config.home.resolve():
+        if any(root == h.resolve() for h in self.config.homes):
             raise WorkspaceRefused(
                 f"refusing to watch your home directory {root} itself: choose a project directory"
             )
@@ -245,7 +262,7 @@ class Service:
 
     def op_watch(self, path: bytes) -> dict[str, Any]:
         ws, baseline = self._register(Path(os.fsdecode(path)))
-        out = {"workspace": str(ws.root), **ws.status()}
+        out = {"workspace": str(ws.root), **wire_paths(ws.status())}
         if baseline is not None:
             out["baseline"] = mark_json(baseline, ws.root)
         return out
@@ -392,7 +409,7 @@ class Service:
             ws = live.get(w.id)
             if ws is not None:
                 entry["state"] = "error" if w.id in errors else ("ready" if ready.get(w.id) else "starting")
-                entry.update(ws.status())
+                entry.update(wire_paths(ws.status()))
                 warnings += [f"{root}: {x}" for x in ws.warnings]
             if w.id in errors:
                 entry["error"] = errors[w.id]

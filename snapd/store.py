@@ -34,6 +34,7 @@ from snapd.errors import Ambiguous, CorruptObject, MissingObject, NotFound, Stor
 from snapd.refs import FULL_ID, new_mark_id, parse_ref, validate_label
 
 LARGE_OBJECT = 1 << 20
+StatRow = tuple[tuple[int, int, int, int, int], int]  # (st_mode, size, mtime, ctime, ino), read ns
 FLUSH_BYTES = 128 << 20
 NODE_CACHE = 4096
 
@@ -198,6 +199,16 @@ class Store:
         row = self.catalog.read().execute("SELECT head FROM workspaces WHERE id=?", (ws,)).fetchone()
         return row[0] if row else None
 
+    def load_stats(self, ws: int) -> dict[bytes, StatRow]:
+        """The stat cache of ``ws``: path -> ((st_mode, size, mtime_ns, ctime_ns, ino), read ns).
+
+        It holds every captured path and is committed with the head tree it describes.
+        """
+        rows = self.catalog.read().execute(
+            "SELECT path, mode, size, mtime, ctime, ino, read FROM stats WHERE workspace=?", (ws,)
+        )
+        return {bytes(r[0]): ((r[1], r[2], r[3], r[4], r[5]), r[6]) for r in rows}
+
     def set_watching(self, ws: int, watching: bool) -> None:
         with self.catalog.write() as c:
             c.execute("UPDATE workspaces SET watching=? WHERE id=?", (int(watching), ws))
@@ -208,6 +219,7 @@ class Store:
             n = c.execute("DELETE FROM marks WHERE workspace=?", (ws,)).rowcount
             c.execute("DELETE FROM versions WHERE workspace=?", (ws,))
             c.execute("DELETE FROM evictions WHERE workspace=?", (ws,))
+            c.execute("DELETE FROM stats WHERE workspace=?", (ws,))
             c.execute("DELETE FROM workspaces WHERE id=?", (ws,))
         return int(n)
 
@@ -352,6 +364,7 @@ class Batch:
         self._marks: list[Mark] = []
         self._heads: dict[int, str] = {}
         self._absent: set[str] = set()  # keys a prefetch found missing (see prefetch)
+        self._stats: dict[tuple[int, bytes], StatRow | None] = {}
         # Objects this batch already flushed: key -> BLAKE2b of the bytes we read. A repeat of
         # such a content is compared by this cryptographic fingerprint instead of reading the
         # object back (a baseline repeats most contents many times).
@@ -477,6 +490,10 @@ class Batch:
         else:
             self._versions.append((ws, path, when, entry.kind, entry.mode, entry.key or None))
 
+    def set_stat(self, ws: int, path: bytes, value: StatRow | None) -> None:
+        """Record (or with None drop, subtree included) a stat-cache entry at commit."""
+        self._stats[(ws, path)] = value
+
     def set_head(self, ws: int, tree: str) -> None:
         """Record ``tree`` as the workspace's captured state when the batch commits."""
         self._heads[ws] = tree
@@ -546,6 +563,21 @@ class Batch:
         self._pending.clear()
         self._pending_bytes = 0
 
+    def _write_stats(self, c: Any) -> None:
+        upserts = []
+        for (ws, path), value in self._stats.items():
+            if value is None:
+                # The path and everything below it ("/" is 0x2f, "0" the next byte).
+                c.execute(
+                    "DELETE FROM stats WHERE workspace=? AND (path=? OR (path>? AND path<?))",
+                    (ws, path, path + b"/", path + b"0"),
+                )
+            else:
+                (mode, size, mtime, ctime, ino), read = value
+                upserts.append((ws, path, mode, size, mtime, ctime, ino, read))
+        c.executemany("INSERT OR REPLACE INTO stats VALUES (?,?,?,?,?,?,?,?)", upserts)
+        self._stats.clear()
+
     def flush(self) -> None:
         """Make the objects put so far durable (they stay protected until the batch ends)."""
         self._sync_files()
@@ -589,6 +621,7 @@ class Batch:
                 committed.append(dataclasses.replace(m, seq=seq))
             for ws, tree in self._heads.items():
                 c.execute("UPDATE workspaces SET head=? WHERE id=?", (tree, ws))
+            self._write_stats(c)
         for key, node in self._nodes.items():
             self.store._cache_node(key, node)
         self._nodes.clear()

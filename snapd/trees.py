@@ -152,7 +152,7 @@ def _build(save: Save, changes: Mapping[bytes, Change]) -> str | None:
         while True:
             siblings = dirs.get(parent)
             fresh = siblings is None
-            if fresh:
+            if siblings is None:
                 siblings = dirs[parent] = {}
             if node is not None:
                 siblings[name] = node

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,18 +27,17 @@ import structlog
 
 from snapd import ignore, ingest, trees
 from snapd.errors import NotFound
-from snapd.store import Mark, Store
+from snapd.statcache import StatCache
+from snapd.store import Batch, Mark, Store
 from snapd.watcher import Watcher, WatchEvent, remove_stale_cookies
 
 log = structlog.get_logger(__name__)
 
 DEBOUNCE_S = 0.05
-RACY_NS = 2_000_000_000  # mtimes this close to the read are not trusted (git's racy rule)
 EVENTLESS_FS = frozenset(
     {"nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "v9fs", "drvfs", "sshfs", "fuse", "afs", "ceph"}
 )
 
-Sig = tuple[int, int, int, int]
 Progress = Callable[[int, int], None]
 
 
@@ -83,7 +82,7 @@ class Workspace:
         self.lock = threading.RLock()  # captures, scans and marks of this workspace
         self._dirty = _Dirty()
         self._dirty_lock = threading.Condition()
-        self._stats: dict[bytes, tuple[Sig, int]] = {}  # rel -> (sig, read time ns)
+        self._stats = StatCache()
         self._skipped: dict[bytes, str] = {}
         self._since_mark = ingest.Report()
         self.tree: str | None = None
@@ -97,7 +96,6 @@ class Workspace:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self.events_seen = 0
-        self.files = 0
         self.progress: tuple[int, int] | None = None  # (done, total) while starting
 
     # -- life cycle --------------------------------------------------------------------------
@@ -141,6 +139,7 @@ class Workspace:
         baseline = None
         with self.lock:
             self.tree = self.store.head(self.id)
+            self._stats = StatCache(self.store.load_stats(self.id))
             if self.tree is None:
                 baseline = self._baseline(note)
             else:
@@ -151,9 +150,8 @@ class Workspace:
             target=self._capture_loop, name=f"snapd-capture:{self.root}", daemon=True
         )
         self._thread.start()
-        log.info(
-            "workspace.started", workspace=str(self.root), files=self.files, watches=self.watcher.watch_count
-        )
+        watches = self.watcher.watch_count
+        log.info("workspace.started", workspace=str(self.root), files=self._stats.files(), watches=watches)
         return baseline
 
     def stop(self) -> None:
@@ -264,13 +262,11 @@ class Workspace:
 
     def _baseline(self, progress: Progress | None) -> Mark:
         report = ingest.Report()
-        rels = [
-            rel
-            for rel, _ in ingest.walk(self.rootb, self._ignored, descend=self.rules.dir_may_contain_captured)
-        ]
+        descend = self.rules.dir_may_contain_captured
+        rels = [rel for rel, _ in ingest.walk(self.rootb, self._ignored, descend=descend)]
         done = [0]
 
-        def counted() -> Any:
+        def counted() -> Iterator[bytes]:
             for rel in rels:
                 done[0] += 1
                 if progress is not None and done[0] % 500 == 0:
@@ -289,74 +285,60 @@ class Workspace:
                 on_read=self._note_read,
             )
             tree = batch.apply(None, changes)
-            summary = ingest.summarize(
-                batch, None, tree, report, [p for p, c in changes.items() if c is not None]
-            )
+            added = [p for p, c in changes.items() if c is not None]
+            summary = ingest.summarize(batch, None, tree, report, added)
             batch.add_mark(
                 self.id, "baseline", tree, kind="baseline", summary=summary, git_head=self._git_head()
             )
+            self._stage_stats(batch)
             (mark,) = batch.commit()
         if progress is not None:
             progress(len(rels), len(rels))
         self.tree = tree
-        self.files = report.files
         return mark
 
     def _note_read(self, r: ingest.Read) -> None:
+        """Keep the stat cache and the skipped list in step with what a capture read."""
         if r.kind == "skipped":
             self._skipped[r.rel] = r.reason
-            self._stats.pop(r.rel, None)
+            self._stats.remove(r.rel)
             return
         self._skipped.pop(r.rel, None)
-        if r.kind == "file" and r.sig is not None and not r.unstable:
-            self._stats[r.rel] = (r.sig, time.time_ns())
+        if r.kind == "missing" or r.sig is None:
+            self._stats.remove(r.rel)
         else:
-            self._stats.pop(r.rel, None)
+            # An unstable file gets read time 0: never trusted, so the next scan reads it again.
+            self._stats.set(r.rel, r.sig, 0 if r.unstable else time.time_ns())
+
+    def _stage_stats(self, batch: Batch) -> None:
+        for path, entry in self._stats.take_changes().items():
+            batch.set_stat(self.id, path, entry)
 
     def _scan(self, top: bytes, progress: Progress | None = None) -> None:
-        """Stat-walk ``top`` (b"" = all): mark differing paths dirty, and paths gone from disk."""
+        """Stat-walk ``top`` (b"" = all) against the stat cache; queue what differs or vanished."""
         seen: set[bytes] = set()
         dirty: set[bytes] = set()
         now = time.time_ns()
-        if top and self._ignored(top, True) and not self.rules.dir_may_contain_captured(top):
-            walked: list[tuple[bytes, bool]] = []
-        else:
-            walked = list(
-                ingest.walk(self.rootb, self._ignored, top, descend=self.rules.dir_may_contain_captured)
-            )
+        descend = self.rules.dir_may_contain_captured
+        walked: list[tuple[bytes, bool]] = []
+        if not top or not self._ignored(top, True) or descend(top):
+            walked = list(ingest.walk(self.rootb, self._ignored, top, descend=descend))
             if top:
                 walked.insert(0, (top, True))
-        for i, (rel, is_dir) in enumerate(walked):
+        for i, (rel, _) in enumerate(walked):
             seen.add(rel)
-            if progress is not None and i % 2000 == 0:
+            if progress is not None and i % 5000 == 0:
                 progress(i, len(walked))
-            if is_dir:
-                dirty.add(rel)  # cheap: a Dir change only rewrites a node when the mode differs
-                continue
-            cached = self._stats.get(rel)
             try:
                 st = os.lstat(self.rootb + b"/" + rel)
             except OSError:
                 dirty.add(rel)
                 continue
-            sig = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-            if (
-                cached is None
-                or cached[0] != sig
-                or st.st_mtime_ns >= cached[1] - RACY_NS
-                or st.st_mtime_ns > now - RACY_NS
-            ):
+            if not self._stats.is_clean(rel, ingest.sig_of(st), now):
                 dirty.add(rel)
-        if self.tree is not None:
-            start = self.tree if not top else None
-            if top:
-                entry = trees.lookup(self.store.load_node, self.tree, top)
-                start = entry.key if entry is not None and entry.kind == "dir" else None
-            if start is not None:
-                prefix = top + b"/" if top else b""
-                for rel, _ in trees.walk(self.store.load_node, start, prefix):
-                    if rel not in seen:
-                        dirty.add(rel)
+        for rel in self._stats.under(top):
+            if rel not in seen:
+                dirty.add(rel)
         with self._dirty_lock:
             self._dirty.paths |= dirty
 
@@ -372,16 +354,28 @@ class Workspace:
             self._scan(top)
         if d.scan_dirs:
             d = _merge(d, self._take_dirty())
-        paths = sorted(
-            p
-            for p in d.paths
-            if not self._ignored(p, os.path.isdir(self.rootb + b"/" + p)) or self._in_tree(p)
-        )
+        paths = sorted(p for p in d.paths if self._wanted(p))
         if not paths and label is None:
             return None
+        try:
+            return self._commit(paths, label, **meta)
+        except BaseException:
+            # Nothing was committed: forget what the cache learnt and read it all again.
+            for path in self._stats.take_changes():
+                self._stats.remove(path)
+            with self._dirty_lock:
+                self._dirty.paths.update(paths)
+            raise
+
+    def _wanted(self, rel: bytes) -> bool:
+        """Capture ``rel``: not ignored, or ignored now but still in the tree (to drop it)."""
+        is_dir = os.path.isdir(self.rootb + b"/" + rel)
+        return not self._ignored(rel, is_dir) or rel in self._stats
+
+    def _commit(self, paths: list[bytes], label: str | None, **meta: Any) -> Mark | None:
         with self.store.batch() as batch:
             changes: dict[bytes, trees.Change] = {}
-            for rel, change in ingest.capture(
+            captured = ingest.capture(
                 batch,
                 self.rootb,
                 paths,
@@ -389,9 +383,11 @@ class Workspace:
                 size_cap=self.settings.size_cap,
                 ws=self.id,
                 on_read=self._note_read,
-            ).items():
+            )
+            for rel, change in captured.items():
                 if change is not None and self._ignored(rel, isinstance(change, trees.Dir)):
                     change = None  # now ignored (rules changed): no longer captured
+                    self._stats.remove(rel)
                 changes[rel] = change
             tree = batch.apply(self.tree, changes) if changes else self.tree
             assert tree is not None
@@ -405,6 +401,7 @@ class Workspace:
                 mark = batch.add_mark(
                     self.id, label, tree, git_head=self._git_head(), summary=summary, **meta
                 )
+            self._stage_stats(batch)
             committed = batch.commit()
         self.tree = tree
         if mark is not None:
@@ -445,7 +442,7 @@ class Workspace:
         examples = [os.fsdecode(p) for p in list(self._skipped)[:10]]
         return {
             "root": str(self.root),
-            "files": len(self._stats) or self.files,
+            "files": self._stats.files(),
             "skipped": len(self._skipped),
             "skipped_examples": examples,
             "pending": self.pending(),

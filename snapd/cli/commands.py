@@ -36,6 +36,11 @@ def _where(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def _shown(p: str | dict[str, str]) -> str:
+    """A path from a reply (a string, or ``{"b64": ...}`` when not UTF-8), for a terminal."""
+    return display_path(base64.b64decode(p["b64"]) if isinstance(p, dict) else p.encode())
+
+
 def cmd_status(args: argparse.Namespace, env: Env) -> int:
     with _client(args, env, timeout=5.0) as c:
         st = c.call("status")
@@ -56,7 +61,7 @@ def cmd_status(args: argparse.Namespace, env: Env) -> int:
             line += f"  last mark {last['id']} {last['label']} {when(last['created'])}"
         print(line)
         for ex in w.get("skipped_examples", [])[:5]:
-            print(f"      skipped: {ex}")
+            print(f"      skipped: {_shown(ex)}")
     for warning in st.get("warnings", []):
         print(f"warning: {warning}", file=sys.stderr)
     return 0
@@ -181,9 +186,7 @@ def cmd_show(args: argparse.Namespace, env: Env) -> int:
             print(f"  {k:<9} {r[k]}")
     print(f"  changes   {summary_line(r['summary'])}")
     for ch in r["changes"]:
-        p = ch["path"]
-        text = display_path(base64.b64decode(p["b64"])) if isinstance(p, dict) else p
-        print(f"    {ch['status']:<8} {text}")
+        print(f"    {ch['status']:<8} {_shown(ch['path'])}")
     if r["changes_total"] > len(r["changes"]):
         print(f"    … and {r['changes_total'] - len(r['changes'])} more")
     return 0

@@ -1,0 +1,92 @@
+"""The stat cache: what the daemon last saw of every captured path in one workspace.
+
+Each captured path (file, symlink, directory) maps to the signature its ``lstat``/``fstat``
+gave when it was read — (st_mode, size, mtime_ns, ctime_ns, inode) — and the time it was
+read. A scan compares the disk with it and re-reads only what differs (DESIGN.md: O(changes)
+reconciliation). A file whose mtime is within ``RACY_NS`` of the time it was read is not
+trusted: a second write in the same timestamp tick would leave the signature unchanged (git's
+"racy" rule), so such files are read again by the next scan.
+
+The cache is persisted with the head tree it describes (same transaction), so a restart
+starts from exactly what was captured. Changes since the last :meth:`take_changes` are
+tracked so each capture batch writes only its own rows.
+"""
+
+from __future__ import annotations
+
+import stat
+from collections.abc import Iterator
+
+Sig = tuple[int, int, int, int, int]
+Entry = tuple[Sig, int]  # (signature, read time ns)
+
+RACY_NS = 2_000_000_000
+
+
+class StatCache:
+    def __init__(self, entries: dict[bytes, Entry] | None = None) -> None:
+        self._entries: dict[bytes, Entry] = {}
+        self._children: dict[bytes, set[bytes]] = {}
+        self._changed: dict[bytes, Entry | None] = {}
+        for path, entry in (entries or {}).items():
+            self._put(path, entry)
+        self._changed.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, path: bytes) -> bool:
+        return path in self._entries
+
+    def paths(self) -> Iterator[bytes]:
+        return iter(list(self._entries))
+
+    def under(self, top: bytes) -> Iterator[bytes]:
+        """``top`` and every cached path below it (everything for ``b""``)."""
+        if not top:
+            yield from list(self._entries)
+            return
+        stack = [top]
+        while stack:
+            p = stack.pop()
+            if p in self._entries:
+                yield p
+            stack.extend(self._children.get(p, ()))
+
+    def files(self) -> int:
+        return sum(1 for sig, _ in self._entries.values() if stat.S_ISREG(sig[0]))
+
+    def _put(self, path: bytes, entry: Entry) -> None:
+        if path not in self._entries:
+            parent = path.rpartition(b"/")[0]
+            self._children.setdefault(parent, set()).add(path)
+        self._entries[path] = entry
+        self._changed[path] = entry
+
+    def set(self, path: bytes, sig: Sig, read_ns: int) -> None:
+        self._put(path, (sig, read_ns))
+
+    def remove(self, path: bytes) -> None:
+        """Forget ``path`` and, for a directory, everything below it."""
+        stack = [path]
+        while stack:
+            p = stack.pop()
+            if self._entries.pop(p, None) is not None:
+                self._children.get(p.rpartition(b"/")[0], set()).discard(p)
+            stack.extend(self._children.pop(p, ()))
+        self._changed[path] = None
+
+    def is_clean(self, path: bytes, sig: Sig, now_ns: int) -> bool:
+        """True when ``path`` certainly has not changed since it was read."""
+        entry = self._entries.get(path)
+        if entry is None or entry[0] != sig:
+            return False
+        if stat.S_ISREG(sig[0]):
+            mtime = sig[2]
+            if mtime >= entry[1] - RACY_NS or mtime >= now_ns - RACY_NS:
+                return False
+        return True
+
+    def take_changes(self) -> dict[bytes, Entry | None]:
+        changed, self._changed = self._changed, {}
+        return changed
