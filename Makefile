@@ -10,13 +10,13 @@ $(BIN)/snapd: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@
 
-.PHONY: install run check lint test bench
+.PHONY: install run check lint lint-unit test bench
 install: $(BIN)/snapd
 
 run: install
 	$(BIN)/snapd start
 
-lint: install
+lint: install lint-unit
 	$(BIN)/ruff check snapd tests bench
 	$(BIN)/mypy snapd
 
@@ -28,3 +28,11 @@ check: lint test
 bench: install
 	$(BIN)/python bench/bench_store.py
 	$(BIN)/python bench/bench_mark.py
+
+# systemd-analyze exits 0 on some bad values, so any output at all fails the check.
+lint-unit:
+	@if command -v systemd-analyze >/dev/null 2>&1; then \
+		out=$$(systemd-analyze verify systemd/snapd.service 2>&1); \
+		if [ -n "$$out" ]; then echo "$$out"; echo "systemd-analyze verify: warnings above"; exit 1; fi; \
+		echo "systemd-analyze verify systemd/snapd.service: clean"; \
+	else echo "systemd-analyze not found: unit not verified"; fi

@@ -40,7 +40,8 @@ CREATE TABLE workspaces (
     root BLOB NOT NULL UNIQUE,
     created INTEGER NOT NULL,
     watching INTEGER NOT NULL DEFAULT 1,
-    head TEXT
+    head TEXT,
+    root_id TEXT
 );
 CREATE TABLE marks (
     id TEXT PRIMARY KEY,

@@ -91,6 +91,8 @@ class Config:
     barrier_timeout_s: float = 5.0
     request_max_bytes: int = 1 * MiB
     client_timeout_s: float = 10.0
+    watch_limit: int | None = None  # inotify watches per workspace; beyond: scan at every mark
+    scan_fs_types: tuple[str, ...] = ()  # more file system types to treat as event-less
 
     @property
     def endpoint(self) -> str:
@@ -110,7 +112,7 @@ def _size(v: Any) -> int:
         v = int(m.group(1)) * _UNITS[m.group(2)]
     if isinstance(v, int) and not isinstance(v, bool) and v > 0:
         return v
-    raise ValueError("a positive size in bytes (e.g. 67108864 or \"64 MiB\")")
+    raise ValueError('a positive size in bytes (e.g. 67108864 or "64 MiB")')
 
 
 def _count(v: Any) -> int:
@@ -150,6 +152,12 @@ def _patterns(v: Any) -> tuple[str, ...]:
     raise ValueError("a list of gitignore patterns (strings)")
 
 
+def _names(v: Any) -> tuple[str, ...]:
+    if isinstance(v, list | tuple) and all(isinstance(p, str) and p for p in v):
+        return tuple(v)
+    raise ValueError('a list of file system type names such as ["nfs4"]')
+
+
 # dotted name -> parser; the TOML table ``[retention]`` holds the ``retention.*`` keys and the
 # environment variable is SNAPD_ + the name upper-cased with dots as underscores. Lists have
 # no environment form: any separator would be a legal pattern character.
@@ -161,11 +169,13 @@ _SETTINGS: dict[str, Callable[[Any], Any]] = {
     "barrier_timeout_s": _seconds,
     "request_max_bytes": _size,
     "client_timeout_s": _seconds,
+    "watch_limit": _count,
+    "scan_fs_types": _names,
     "retention.max_age_days": _seconds,
     "retention.max_marks": _count,
     "retention.budget_bytes": _size,
 }
-_NO_ENV = {"extra_ignore"}
+_NO_ENV = {"extra_ignore", "scan_fs_types"}
 
 
 def _env_name(key: str) -> str:
@@ -222,7 +232,10 @@ def _short_socket_dir(preferred: Path, uid: int, tmp_base: Path) -> Path:
 
 
 def resolve_locations(
-    env: Mapping[str, str], snapd_home: str | None, config_file: str | None, uid: int,
+    env: Mapping[str, str],
+    snapd_home: str | None,
+    config_file: str | None,
+    uid: int,
     tmp_base: Path,
 ) -> Locations:
     """Compute every path from the environment, without touching the file system."""
@@ -274,8 +287,11 @@ def load_config(
     home = overrides.pop("home", None) or env.get("SNAPD_HOME") or None
     explicit_cfg = overrides.pop("config_file", None) or env.get("SNAPD_CONFIG") or None
     locations = resolve_locations(
-        env, str(home) if home else None, str(explicit_cfg) if explicit_cfg else None,
-        uid, tmp_base,
+        env,
+        str(home) if home else None,
+        str(explicit_cfg) if explicit_cfg else None,
+        uid,
+        tmp_base,
     )
 
     values: dict[str, Any] = {}
@@ -290,9 +306,7 @@ def load_config(
             raise ConfigError(f"unknown setting '{key}'", key=key)
         _set(values, key, raw, "command-line option")
 
-    retention = Retention(**{
-        k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("retention.")
-    })
+    retention = Retention(**{k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("retention.")})
     flat = {k: v for k, v in values.items() if not k.startswith("retention.")}
     return replace(Config(locations), retention=retention, **flat)
 
@@ -317,18 +331,23 @@ def ensure_private_dir(path: Path, *, uid: int | None = None) -> Path:
     if os.path.islink(path):
         raise PermissionRefused(
             f"{path} is a symbolic link; refusing to use it as a private directory "
-            "(remove it, or set XDG_RUNTIME_DIR or SNAPD_HOME)", path=str(path))
+            "(remove it, or set XDG_RUNTIME_DIR or SNAPD_HOME)",
+            path=str(path),
+        )
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as e:
-        raise PermissionRefused(f"{path} cannot be used as a private directory: {e.strerror}",
-                                path=str(path)) from None
+        raise PermissionRefused(
+            f"{path} cannot be used as a private directory: {e.strerror}", path=str(path)
+        ) from None
     try:
         st = os.fstat(fd)
         if st.st_uid != uid:
             raise PermissionRefused(
                 f"{path} belongs to uid {st.st_uid}, not to uid {uid}; refusing to use it "
-                "(remove it, or set XDG_RUNTIME_DIR or SNAPD_HOME)", path=str(path))
+                "(remove it, or set XDG_RUNTIME_DIR or SNAPD_HOME)",
+                path=str(path),
+            )
         if stat.S_IMODE(st.st_mode) != 0o700:
             os.fchmod(fd, 0o700)
     finally:

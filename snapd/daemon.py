@@ -1,8 +1,9 @@
-"""The ``snapd`` command: run the daemon in the foreground, or ask a running one to stop.
+"""The ``snapd`` command: run the daemon (foreground or background), stop it, install it.
 
 :class:`Daemon` owns the process life cycle, uvicorn-style: instance lock -> store -> control
-socket -> workspaces, then wait for SIGTERM/SIGINT or a ``stop`` request, then the reverse:
-stop taking requests, finish those in flight, stop the watchers, close the store, exit 0.
+socket -> ``READY=1`` -> workspaces, then wait for SIGTERM/SIGINT or a ``stop`` request, then
+the reverse: stop taking requests, finish those in flight, stop the watchers, close the
+store, exit 0.
 
 One daemon per ``SNAPD_HOME``: ZeroMQ's ``ipc://`` bind silently takes over an endpoint that
 another process is bound to, so the lock file is taken before anything else.
@@ -14,9 +15,12 @@ import argparse
 import os
 import pwd
 import signal
+import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
@@ -24,14 +28,26 @@ import structlog
 
 from snapd import __version__, retention
 from snapd.config import Config, load_config
-from snapd.errors import SnapdError
+from snapd.errors import DaemonUnavailable, SnapdError
 from snapd.logs import configure_logging
+from snapd.notify import Notifier
 from snapd.server import ControlServer, acquire_instance_lock
 from snapd.service import Service, ServiceConfig
 from snapd.store import Store
 from snapd.workspace import Settings
 
 log = structlog.get_logger("snapd.daemon")
+
+BACKGROUND_LOG = "snapd.log"
+
+
+@dataclass(frozen=True)
+class ProcessEnv:
+    """What the daemon takes from its environment (read by ``main`` only)."""
+
+    homes: tuple[Path, ...]
+    notify_socket: str | None = None
+    watchdog_usec: int | None = None
 
 
 def service_config(config: Config, homes: tuple[Path, ...]) -> ServiceConfig:
@@ -45,6 +61,8 @@ def service_config(config: Config, homes: tuple[Path, ...]) -> ServiceConfig:
             size_cap=config.size_cap,
             extra_ignore=config.extra_ignore,
             barrier_timeout_s=config.barrier_timeout_s,
+            max_watches=config.watch_limit,
+            eventless_fs=config.scan_fs_types,
         ),
         policy=retention.Policy(
             max_age_days=r.max_age_days, max_marks=r.max_marks, budget_bytes=r.budget_bytes
@@ -53,10 +71,11 @@ def service_config(config: Config, homes: tuple[Path, ...]) -> ServiceConfig:
 
 
 class Daemon:
-    def __init__(self, config: Config, homes: tuple[Path, ...]) -> None:
+    def __init__(self, config: Config, penv: ProcessEnv) -> None:
         self.config = config
-        self.homes = homes
+        self.penv = penv
         self._stop = threading.Event()
+        self.notifier = Notifier(penv.notify_socket, penv.watchdog_usec)
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -69,7 +88,7 @@ class Daemon:
         loc = self.config.locations
         lock = acquire_instance_lock(loc.state_dir)
         store = Store.open(loc.store_dir)
-        service = Service(store, service_config(self.config, self.homes), self.request_stop)
+        service = Service(store, service_config(self.config, self.penv.homes), self.request_stop)
         server = ControlServer(
             self.config.endpoint,
             service.handle,
@@ -81,6 +100,7 @@ class Daemon:
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
             service.start()
+            self.notifier.ready(f"serving at {self.config.endpoint}")
             log.info(
                 "daemon.started",
                 pid=os.getpid(),
@@ -88,9 +108,9 @@ class Daemon:
                 endpoint=self.config.endpoint,
                 store=str(loc.store_dir),
             )
-            while not self._stop.wait(1.0):
-                pass
+            self._serve(server)
             log.info("daemon.stopping")
+            self.notifier.stopping()
         finally:
             server.stop(drain_timeout_s=10.0)
             service.stop()
@@ -98,6 +118,50 @@ class Daemon:
             lock.release()
         log.info("daemon.stopped")
         return 0
+
+    def _serve(self, server: ControlServer) -> None:
+        """Wait for a stop; meanwhile answer systemd's watchdog while the server is healthy."""
+        interval = self.notifier.interval_s
+        tick = min(1.0, interval) if interval else 1.0
+        while not self._stop.wait(tick):
+            if interval is not None and server.alive:
+                self.notifier.watchdog()
+
+
+def start_background(config: Config, argv_extra: list[str]) -> int:
+    """Detach a daemon (own session, log in the state directory) and return once it answers."""
+    from snapd.client import Client
+
+    log_file = config.log_file or config.locations.state_dir / BACKGROUND_LOG
+    cmd = [sys.executable, "-m", "snapd", "start", "--log-file", str(log_file), *argv_extra]
+    config.locations.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with open(os.devnull, "rb") as devnull, open(os.devnull, "wb") as sink:
+        child = subprocess.Popen(
+            cmd, stdin=devnull, stdout=sink, stderr=subprocess.PIPE, start_new_session=True, close_fds=True
+        )
+    deadline = time.monotonic() + 60
+    with Client(config.endpoint, timeout_s=2.0) as client:
+        while time.monotonic() < deadline:
+            if child.poll() is not None:
+                err = child.stderr.read().decode(errors="replace").strip() if child.stderr else ""
+                print(f"snapd: the daemon exited at start-up: {err or f'see {log_file}'}", file=sys.stderr)
+                return child.returncode or 1
+            try:
+                reply = client.call("status", timeout_s=1.0)
+            except DaemonUnavailable:
+                time.sleep(0.1)
+                continue
+            if reply.get("pid") != child.pid:  # another daemon answers: ours will exit "already running"
+                time.sleep(0.1)
+                continue
+            if child.stderr:
+                child.stderr.close()
+            print(
+                f"snapd {reply.get('version')} started in the background (pid {child.pid}); log: {log_file}"
+            )
+            return 0
+    print(f"snapd: the daemon did not answer within 60 s; see {log_file}", file=sys.stderr)
+    return 1
 
 
 def _homes(env: dict[str, str]) -> tuple[Path, ...]:
@@ -110,24 +174,47 @@ def _homes(env: dict[str, str]) -> tuple[Path, ...]:
     return tuple(homes)
 
 
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value else None
+    except ValueError:
+        return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="snapd", description="snapd: rollback history for workspaces (daemon)"
     )
     parser.add_argument("--version", action="version", version=f"snapd {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    start = sub.add_parser("start", help="run the daemon in the foreground")
+    start = sub.add_parser("start", help="run the daemon (in the foreground, as systemd expects)")
+    start.add_argument("--background", action="store_true", help="detach; log to the state directory")
     start.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    start.add_argument("--log-file", help="append logs to this file (rotated) instead of stderr")
     start.add_argument("--log-json", action="store_true", help="JSON log lines even on a terminal")
     sub.add_parser("stop", help="ask the running daemon to exit")
+    inst = sub.add_parser("install-service", help="install and start the systemd user service")
+    inst.add_argument("--no-start", action="store_true", help="write the unit only")
     args = parser.parse_args(argv)
     env = dict(os.environ)
     try:
-        overrides = {"log_level": args.log_level} if getattr(args, "log_level", None) else {}
+        overrides: dict[str, object] = {}
+        if getattr(args, "log_level", None):
+            overrides["log_level"] = args.log_level
+        if getattr(args, "log_file", None):
+            overrides["log_file"] = os.path.abspath(args.log_file)
         config = load_config(env, overrides)
         if args.command == "start":
+            if args.background:
+                extra = [f"--log-level={args.log_level}"] if args.log_level else []
+                return start_background(config, extra)
             configure_logging(config.log_level, json=True if args.log_json else None, file=config.log_file)
-            return Daemon(config, _homes(env)).run()
+            penv = ProcessEnv(_homes(env), env.get("NOTIFY_SOCKET"), _int(env.get("WATCHDOG_USEC")))
+            return Daemon(config, penv).run()
+        if args.command == "install-service":
+            from snapd.service_unit import install_service
+
+            return install_service(env, start=not args.no_start)
         from snapd.client import Client
 
         with Client.from_config(config) as client:

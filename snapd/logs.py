@@ -9,50 +9,60 @@ destination and level, so nothing is lost and nothing is printed twice.
 
 from __future__ import annotations
 
+import io
 import logging
+import logging.handlers
 import os
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import structlog
 
 _LEVELS = {
-    "debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
-    "error": logging.ERROR, "critical": logging.CRITICAL,
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
 }
-_open_file: TextIO | None = None
+MAX_LOG_BYTES = 10 << 20
+LOG_BACKUPS = 3
 
 
-def _open_private(path: Path) -> TextIO:
-    """Append-only, created 0600: log lines name files and workspaces of this user."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    return os.fdopen(fd, "a", buffering=1, encoding="utf-8")
+class _PrivateRotatingFile(logging.handlers.RotatingFileHandler):
+    """Size-rotated log file, created 0600: log lines name files and workspaces of this user."""
+
+    def _open(self) -> io.TextIOWrapper:
+        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        return io.TextIOWrapper(io.FileIO(fd, "a"), encoding="utf-8", line_buffering=True)
 
 
-def configure_logging(level: str = "info", json: bool | None = None,
-                      file: Path | None = None) -> None:
+def configure_logging(level: str = "info", json: bool | None = None, file: Path | None = None) -> None:
     """Configure structlog (and stdlib logging) process-wide.
 
     ``json=None`` chooses: a console renderer when the destination is a terminal, JSON lines
-    otherwise. ``file`` sends everything to that file (appended) instead of stderr. Calling it
-    again replaces the previous configuration (tests do).
+    otherwise. ``file`` sends everything to that file instead of stderr, rotated at
+    ``MAX_LOG_BYTES`` with ``LOG_BACKUPS`` old files kept. Calling it again replaces the
+    previous configuration (tests do). Everything goes through one stdlib handler, so
+    structlog events and other libraries' log records share a destination and a format.
     """
-    global _open_file
     numeric = _LEVELS.get(level.lower())
     if numeric is None:
         raise ValueError(f"unknown log level {level!r}")
-    if _open_file is not None:
-        _open_file.close()
-        _open_file = None
-    stream: TextIO = sys.stderr
+    handler: logging.Handler
     if file is not None:
-        stream = _open_file = _open_private(file)
-    use_json = (not stream.isatty()) if json is None else json
+        file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        handler = _PrivateRotatingFile(file, maxBytes=MAX_LOG_BYTES, backupCount=LOG_BACKUPS)
+        tty = False
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        tty = sys.stderr.isatty()
+    use_json = (not tty) if json is None else json
 
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_logger_name,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         structlog.processors.StackInfoRenderer(),
@@ -60,28 +70,29 @@ def configure_logging(level: str = "info", json: bool | None = None,
     renderer: Any
     if use_json:
         # Without locals: a frame's locals may hold file contents, which are never logged.
-        shared.append(structlog.processors.ExceptionRenderer(
-            structlog.tracebacks.ExceptionDictTransformer(show_locals=False)))
+        shared.append(
+            structlog.processors.ExceptionRenderer(
+                structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
+            )
+        )
         renderer = structlog.processors.JSONRenderer()
     else:
-        renderer = structlog.dev.ConsoleRenderer(colors=stream.isatty())
+        renderer = structlog.dev.ConsoleRenderer(colors=tty)
     structlog.configure(
-        processors=[*shared, renderer],
+        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(stream),
+        logger_factory=structlog.stdlib.LoggerFactory(),
         # Not cached: modules bind loggers at import time, before main() configures them.
         cache_logger_on_first_use=False,
     )
-
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
-        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
-        foreign_pre_chain=[
-            structlog.stdlib.add_logger_name,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-        ],
-    ))
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+            foreign_pre_chain=shared,
+        )
+    )
     root = logging.getLogger()
+    for old in root.handlers:
+        old.close()
     root.handlers[:] = [handler]
     root.setLevel(numeric)

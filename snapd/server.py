@@ -165,6 +165,11 @@ class ControlServer:
         self._thread.start()
         log.info("server.listening", endpoint=self.endpoint)
 
+    @property
+    def alive(self) -> bool:
+        """The loop thread is serving (for the systemd watchdog)."""
+        return self._thread is not None and self._thread.is_alive() and not self._stopping.is_set()
+
     def request_stop(self) -> None:
         """Ask the loop to stop; safe from any thread, including a handler (the "stop" op)."""
         self._stopping.set()

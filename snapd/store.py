@@ -209,6 +209,15 @@ class Store:
         )
         return {bytes(r[0]): ((r[1], r[2], r[3], r[4], r[5]), r[6]) for r in rows}
 
+    def root_id(self, ws: int) -> str | None:
+        """Identity (``dev:inode``) of the directory the workspace was created on."""
+        row = self.catalog.read().execute("SELECT root_id FROM workspaces WHERE id=?", (ws,)).fetchone()
+        return row[0] if row else None
+
+    def set_root_id(self, ws: int, root_id: str) -> None:
+        with self.catalog.write() as c:
+            c.execute("UPDATE workspaces SET root_id=? WHERE id=?", (root_id, ws))
+
     def set_watching(self, ws: int, watching: bool) -> None:
         with self.catalog.write() as c:
             c.execute("UPDATE workspaces SET watching=? WHERE id=?", (int(watching), ws))

@@ -15,7 +15,9 @@ files whose (size, mtime, ctime, inode) differ or whose mtime is too recent to t
 
 from __future__ import annotations
 
+import fcntl
 import os
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,7 +28,7 @@ from typing import Any
 import structlog
 
 from snapd import ignore, ingest, trees
-from snapd.errors import NotFound
+from snapd.errors import NotFound, WorkspaceRefused
 from snapd.statcache import StatCache
 from snapd.store import Batch, Mark, Store
 from snapd.watcher import Watcher, WatchEvent, remove_stale_cookies
@@ -34,6 +36,7 @@ from snapd.watcher import Watcher, WatchEvent, remove_stale_cookies
 log = structlog.get_logger(__name__)
 
 DEBOUNCE_S = 0.05
+FS_IOC_GETVERSION = 0x80087601  # _IOR('v', 1, long)
 EVENTLESS_FS = frozenset(
     {"nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "v9fs", "drvfs", "sshfs", "fuse", "afs", "ceph"}
 )
@@ -46,7 +49,8 @@ class Settings:
     size_cap: int = ingest.DEFAULT_SIZE_CAP
     extra_ignore: tuple[str, ...] = ()
     barrier_timeout_s: float = 5.0
-    max_watches: int | None = None  # test seam: simulate the kernel's watch limit
+    max_watches: int | None = None  # a watch budget below the kernel's (and the test seam for it)
+    eventless_fs: tuple[str, ...] = ()  # more file system types to scan at every mark
 
 
 def fs_type(path: Path) -> str:
@@ -97,6 +101,8 @@ class Workspace:
         self._stopping = False
         self.events_seen = 0
         self.progress: tuple[int, int] | None = None  # (done, total) while starting
+        self.reads = 0  # files read from disk since start (a reconcile of an unchanged tree reads none)
+        self.root_id = ""
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -105,12 +111,20 @@ class Workspace:
 
         Returns the baseline mark when one was taken.
         """
-        if not self.root.is_dir():
-            raise NotFound(f"workspace root {self.root} does not exist or is not a directory")
+        self.root_id = self._check_root()
+        known = self.store.root_id(self.id)
+        if known is None:
+            self.store.set_root_id(self.id, self.root_id)
+        elif known != self.root_id:
+            raise WorkspaceRefused(
+                f"the directory {self.root} was replaced by another one since snapd captured it; its "
+                f"history belongs to the old directory: `snapctl forget {self.root}`, then "
+                f"`snapctl watch {self.root}` to start a new history"
+            )
         remove_stale_cookies(self.root)
         self._load_git()
         kind = fs_type(self.root)
-        if kind in EVENTLESS_FS or kind.startswith("fuse"):
+        if kind in EVENTLESS_FS or kind in self.settings.eventless_fs or kind.startswith("fuse"):
             self.scan_every_mark = True
             self.warnings.append(
                 f"{self.root} is on a {kind} file system, which delivers no change events: "
@@ -124,12 +138,7 @@ class Workspace:
         )
         self.watcher.start()
         if self.watcher.watch_failures:
-            self.scan_every_mark = True
-            self.warnings.append(
-                f"{self.watcher.watch_failures} directories could not be watched (inotify watch "
-                "limit): every mark scans the workspace; raise it with "
-                "`sysctl fs.inotify.max_user_watches=524288`"
-            )
+            self._watch_shortfall()
 
         def note(done: int, total: int) -> None:
             self.progress = (done, total)
@@ -153,6 +162,15 @@ class Workspace:
         watches = self.watcher.watch_count
         log.info("workspace.started", workspace=str(self.root), files=self._stats.files(), watches=watches)
         return baseline
+
+    def _watch_shortfall(self) -> None:
+        assert self.watcher is not None
+        self.scan_every_mark = True
+        self.warnings.append(
+            f"{self.watcher.watch_failures} directories could not be watched (inotify watch limit): "
+            "every mark scans the workspace; raise the limit with "
+            "`sudo sysctl fs.inotify.max_user_watches=524288` (and in /etc/sysctl.d/), then restart snapd"
+        )
 
     def stop(self) -> None:
         self._stopping = True
@@ -304,6 +322,8 @@ class Workspace:
             self._stats.remove(r.rel)
             return
         self._skipped.pop(r.rel, None)
+        if r.kind == "file":
+            self.reads += 1
         if r.kind == "missing" or r.sig is None:
             self._stats.remove(r.rel)
         else:
@@ -417,10 +437,38 @@ class Workspace:
 
     # -- marks -------------------------------------------------------------------------------
 
+    def _check_root(self) -> str:
+        """The root's identity; NotFound if it is gone or not a directory.
+
+        ``dev:inode:generation``: file systems reuse inode numbers at once (rm -r; mkdir gets the
+        same one on ext4), the inode generation (FS_IOC_GETVERSION) tells the two apart where
+        the file system keeps one.
+        """
+        try:
+            fd = os.open(self.rootb, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            raise NotFound(
+                f"workspace root {self.root} no longer exists: recreate it, or `snapctl forget {self.root}`"
+            ) from None
+        try:
+            st = os.fstat(fd)
+            try:
+                generation = struct.unpack("l", fcntl.ioctl(fd, FS_IOC_GETVERSION, bytes(8)))[0]
+            except OSError:
+                generation = 0
+        finally:
+            os.close(fd)
+        return f"{st.st_dev}:{st.st_ino}:{generation}"
+
     def mark(self, label: str, **meta: Any) -> Mark:
         """A durable mark holding every change completed before this call (DESIGN.md 3)."""
-        if not self.root.is_dir():
-            raise NotFound(f"workspace root {self.root} no longer exists: `snapctl forget` it or recreate it")
+        if self._check_root() != self.root_id:
+            raise WorkspaceRefused(
+                f"the directory {self.root} was replaced while snapd watched it: `snapctl forget "
+                f"{self.root}`, then `snapctl watch {self.root}` to start a new history"
+            )
+        if self.watcher is not None and self.watcher.watch_failures and not self.scan_every_mark:
+            self._watch_shortfall()
         ok = self.watcher is not None and self.watcher.barrier(self.settings.barrier_timeout_s)
         if not ok:
             log.warning("workspace.barrier_failed", workspace=str(self.root))
@@ -452,6 +500,7 @@ class Workspace:
             "scan_every_mark": self.scan_every_mark,
             "warnings": list(self.warnings),
             "progress": self.progress,
+            "reads": self.reads,
         }
 
 

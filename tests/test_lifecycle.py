@@ -1,0 +1,296 @@
+"""Daemon life cycle, end to end: restarts without gaps, degraded modes that say so,
+background mode, and the systemd notification protocol.
+
+Each test spawns real ``snapd start`` processes on a temporary ``SNAPD_HOME`` and drives them
+over the real socket; the only simulation is the watch limit (``watch_limit``, a seam in the
+watcher) and treating this machine's file system type as event-less (``scan_fs_types``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e_helpers import base_env, run_ctl, start_daemon, wait_for
+
+from snapd.service_unit import REPO_EXEC, render
+from snapd.statcache import RACY_NS, StatCache
+from snapd.workspace import fs_type
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _ws(tmp_path: Path, files: int = 20) -> Path:
+    root = tmp_path / "ws"
+    for d in ("src", "docs", "deep/a/b"):
+        (root / d).mkdir(parents=True, exist_ok=True)
+    for i in range(files):
+        (root / "src" / f"f{i}.txt").write_text(f"file {i}\n")
+    (root / "docs" / "readme.md").write_text("hello\n")
+    return root
+
+
+def _status_ws(d: Any, root: Path) -> dict[str, Any]:
+    st = d.call("status")
+    return next(w for w in st["workspaces"] if w["root"] == str(root))
+
+
+def _paths(show: dict[str, Any]) -> dict[str, str]:
+    return {c["path"]: c["status"] for c in show["changes"]}
+
+
+def test_restart_after_kill_captures_everything_changed_while_down(tmp_path: Path) -> None:
+    home = tmp_path / "home-snapd"
+    root = _ws(tmp_path)
+    d = start_daemon(home)
+    d.ctl("watch", str(root))
+    d.ctl("mark", "before", "-w", str(root))
+    os.kill(d.pid, signal.SIGKILL)
+    d.proc.wait(10)
+    # while snapd is down: modify, create, delete, chmod, a new directory with files
+    (root / "src" / "f1.txt").write_text("changed while down\n")
+    (root / "src" / "new.txt").write_text("new\n")
+    (root / "src" / "f2.txt").unlink()
+    os.chmod(root / "src" / "f3.txt", 0o600)
+    (root / "deep" / "a" / "b" / "c").mkdir()
+    (root / "deep" / "a" / "b" / "c" / "x.txt").write_text("x\n")
+    (root / "stale").mkdir()
+    (root / ".snapd-4242-7~").write_text("")  # a cookie left by the killed daemon
+    d2 = start_daemon(home, d.env)
+    try:
+        m = d2.ctl_json("mark", "after", "-w", str(root))
+        show = d2.ctl_json("show", m["id"], "-w", str(root))
+        got = _paths(show)
+        assert got["src/f1.txt"] == "modified"
+        assert got["src/new.txt"] == "added"
+        assert got["src/f2.txt"] == "removed"
+        assert got["src/f3.txt"] == "mode"
+        assert got["deep/a/b/c/x.txt"] == "added"
+        assert got["stale"] == "added"
+        assert not (root / ".snapd-4242-7~").exists()
+        assert not any(".snapd-" in p for p in got)
+        cat = d2.ctl("cat", "after", "src/f1.txt", "-w", str(root))
+        assert cat.stdout == b"changed while down\n"
+    finally:
+        assert d2.stop() == 0
+
+
+def test_restart_with_nothing_changed_reads_no_file(tmp_path: Path) -> None:
+    home = tmp_path / "home-snapd"
+    root = _ws(tmp_path, files=200)
+    old = time.time() - 3600  # mtimes well outside the racy window
+    for p in root.rglob("*"):
+        os.utime(p, (old, old))
+    d = start_daemon(home)
+    d.ctl("watch", str(root))
+    assert d.stop() == 0
+    d2 = start_daemon(home, d.env)
+    try:
+        w = wait_for(lambda: (x := _status_ws(d2, root)).get("state") == "ready" and x)
+        assert w["reads"] == 0, w
+        assert w["files"] == 201
+        m = d2.ctl_json("mark", "m", "-w", str(root))
+        assert m["summary"]["changed"] == 0
+    finally:
+        assert d2.stop() == 0
+
+
+def test_racy_rewrite_in_the_same_tick_is_recaptured(tmp_path: Path) -> None:
+    """A file rewritten with the same size and mtime right after it was read is read again."""
+    home = tmp_path / "home-snapd"
+    root = _ws(tmp_path, files=1)
+    target = root / "src" / "f0.txt"
+    d = start_daemon(home)
+    d.ctl("watch", str(root))  # reads f0.txt: its mtime is "now", inside the racy window
+    st = target.stat()
+    os.kill(d.pid, signal.SIGKILL)
+    d.proc.wait(10)
+    target.write_text("file X\n")  # same size
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))  # same mtime
+    d2 = start_daemon(home, d.env)
+    try:
+        d2.ctl("mark", "after", "-w", str(root))
+        assert d2.ctl("cat", "after", "src/f0.txt", "-w", str(root)).stdout == b"file X\n"
+    finally:
+        assert d2.stop() == 0
+
+
+def test_stat_cache_racy_rule() -> None:
+    sig = (0o100644, 5, 1_000 * 10**9, 1_000 * 10**9, 7)
+    cache = StatCache({b"f": (sig, 1_000 * 10**9 + RACY_NS + 1)})
+    assert cache.is_clean(b"f", sig, now_ns=5_000 * 10**9)
+    cache.set(b"g", sig, 1_000 * 10**9 + RACY_NS // 2)  # read within the tick: not trusted
+    assert not cache.is_clean(b"g", sig, now_ns=5_000 * 10**9)
+    assert not cache.is_clean(b"f", sig[:4] + (8,), now_ns=5_000 * 10**9)
+    cache.set(b"d", (0o040755, 0, 1, 1, 9), 10)
+    cache.set(b"d/x", sig, 10)
+    cache.remove(b"d")
+    assert b"d/x" not in cache and b"d" not in cache and len(cache) == 2
+
+
+def test_vanished_root_shows_in_status_and_marks_fail_clearly(tmp_path: Path) -> None:
+    home = tmp_path / "home-snapd"
+    root = _ws(tmp_path)
+    other = _ws(tmp_path / "o")
+    d = start_daemon(home)
+    d.ctl("watch", str(root))
+    d.ctl("watch", str(other))
+    assert d.stop() == 0
+    subprocess.run(["rm", "-rf", str(root)], check=True)
+    d2 = start_daemon(home, d.env)
+    try:
+        w = wait_for(lambda: (x := _status_ws(d2, root)).get("error") and x)
+        assert "no longer exists" in w["error"]
+        st = d2.call("status")
+        assert any(str(root) in x for x in st["warnings"])
+        cp = d2.ctl("mark", "m", "-w", str(root), check=False)
+        assert cp.returncode != 0 and b"no longer exists" in cp.stderr
+        d2.ctl("mark", "fine", "-w", str(other))  # the other workspace is unaffected
+        # replaced: a new directory at the same path is not silently given the old history
+        _ws(tmp_path)
+    finally:
+        assert d2.stop() == 0
+    d3 = start_daemon(home, d.env)
+    try:
+        w = wait_for(lambda: (x := _status_ws(d3, root)).get("error") and x)
+        assert "replaced" in w["error"]
+        cp = d3.ctl("mark", "m", "-w", str(root), check=False)
+        assert cp.returncode != 0 and b"replaced" in cp.stderr
+    finally:
+        assert d3.stop() == 0
+
+
+def _config(home: Path, text: str) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text(text)
+
+
+def test_watch_shortfall_scans_every_mark_and_warns(tmp_path: Path) -> None:
+    home = tmp_path / "home-snapd"
+    root = _ws(tmp_path)
+    env = base_env(home)
+    env["SNAPD_WATCH_LIMIT"] = "1"  # the root only: no events from any subdirectory
+    d = start_daemon(home, env)
+    try:
+        d.ctl("watch", str(root))
+        w = _status_ws(d, root)
+        assert w["scan_every_mark"] and w["watch_failures"] > 0
+        assert any("max_user_watches" in x for x in w["warnings"])
+        (root / "deep" / "a" / "b" / "new.txt").write_text("unwatched dir\n")
+        (root / "src" / "f0.txt").write_text("edited\n")
+        m = d.ctl_json("mark", "m", "-w", str(root))
+        assert any("max_user_watches" in x for x in m["summary"]["warnings"])
+        got = _paths(d.ctl_json("show", m["id"], "-w", str(root)))
+        assert got["deep/a/b/new.txt"] == "added" and got["src/f0.txt"] == "modified"
+    finally:
+        assert d.stop() == 0
+
+
+def test_eventless_file_system_scans_every_mark_and_warns(tmp_path: Path) -> None:
+    home = tmp_path / "home-snapd"
+    root = _ws(tmp_path)
+    kind = fs_type(root)
+    _config(home, f'scan_fs_types = ["{kind}"]\nwatch_limit = 1\n')
+    d = start_daemon(home)
+    try:
+        d.ctl("watch", str(root))
+        w = _status_ws(d, root)
+        assert w["scan_every_mark"]
+        assert any("delivers no change events" in x for x in w["warnings"])
+        (root / "src" / "sub").mkdir()
+        (root / "src" / "sub" / "n.txt").write_text("n\n")
+        m = d.ctl_json("mark", "m", "-w", str(root))
+        assert any("no change events" in x for x in m["summary"]["warnings"])
+        assert _paths(d.ctl_json("show", m["id"], "-w", str(root)))["src/sub/n.txt"] == "added"
+    finally:
+        assert d.stop() == 0
+
+
+def test_background_start_status_stop(tmp_path: Path) -> None:
+    home = tmp_path / "home-snapd"
+    env = base_env(home)
+    start = [sys.executable, "-m", "snapd", "start", "--background"]
+    cp = subprocess.run(start, env=env, capture_output=True, timeout=60, cwd="/")
+    assert cp.returncode == 0, cp.stderr
+    assert b"started in the background" in cp.stdout
+    st = run_ctl(env, "status", "--json")
+    assert st.returncode == 0, st.stderr
+    pid = int(__import__("json").loads(st.stdout)["pid"])
+    assert (home / "snapd.log").exists()
+    assert (home / "snapd.log").stat().st_mode & 0o077 == 0
+    again = subprocess.run(start, env=env, capture_output=True, timeout=60, cwd="/")
+    assert again.returncode != 0 and b"already" in again.stderr
+    assert run_ctl(env, "stop").returncode == 0
+    wait_for(lambda: not _alive(pid), 15)
+    assert run_ctl(env, "status").returncode != 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie child of ours would count as alive: it is not ours here (own session)
+    return True
+
+
+def test_ready_and_watchdog_datagrams(tmp_path: Path) -> None:
+    home = tmp_path / "home-snapd"
+    sock_path = tmp_path / "notify.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(sock_path))
+    sock.settimeout(20)
+    env = base_env(home)
+    env["NOTIFY_SOCKET"] = str(sock_path)
+    env["WATCHDOG_USEC"] = "400000"  # pet every 0.2 s
+    d = start_daemon(home, env)
+    try:
+        messages: list[str] = []
+        while not any(m.startswith("WATCHDOG=1") for m in messages):
+            messages.append(sock.recv(4096).decode())
+        assert messages[0].startswith("READY=1")
+        assert sock.recv(4096).decode() == "WATCHDOG=1"  # and again: it keeps petting
+    finally:
+        assert d.stop() == 0
+        tail = []
+        sock.settimeout(5)
+        try:
+            while True:
+                tail.append(sock.recv(4096).decode())
+                if tail[-1].startswith("STOPPING=1"):
+                    break
+        except TimeoutError:
+            pass
+        sock.close()
+    assert tail and tail[-1].startswith("STOPPING=1")
+
+
+def test_checked_in_unit_is_the_template() -> None:
+    unit = Path(__file__).resolve().parent.parent / "systemd" / "snapd.service"
+    assert unit.read_text() == render(REPO_EXEC)
+    text = unit.read_text()
+    for needed in ("Type=notify", "WatchdogSec=", "Restart=on-failure"):
+        assert needed in text
+    for forbidden in ("ProtectHome", "PrivateTmp"):
+        assert forbidden not in text
+
+
+def test_install_service_without_a_user_manager(tmp_path: Path) -> None:
+    env = {**base_env(tmp_path / "h"), "XDG_CONFIG_HOME": str(tmp_path / "cfg")}
+    env.pop("DBUS_SESSION_BUS_ADDRESS", None)
+    env["XDG_RUNTIME_DIR"] = str(tmp_path / "no-runtime")
+    cp = subprocess.run(
+        [sys.executable, "-m", "snapd", "install-service"], env=env, capture_output=True, timeout=60, cwd="/"
+    )
+    assert cp.returncode == 0, cp.stderr
+    unit = tmp_path / "cfg" / "systemd" / "user" / "snapd.service"
+    assert unit.exists()
+    assert f"ExecStart={sys.executable} -m snapd start" in unit.read_text()
+    assert b"systemctl --user daemon-reload" in cp.stdout
