@@ -172,6 +172,11 @@ def _lines(data: bytes) -> list[str]:
 
 
 _EDITOR_RULES: Final = _compile(EDITOR_PATTERNS)
+assert all(r.kind == "any" and r.ignore for r in _EDITOR_RULES)
+# One alternation instead of a dozen patterns: this test runs for every name of every walk.
+_EDITOR_RE: Final = re.compile(
+    "|".join("(?:" + r.regex.pattern.replace("(?P<ps_d>", "(?:") + ")" for r in _EDITOR_RULES)
+)
 
 
 def is_cookie_name(name: bytes) -> bool:
@@ -296,7 +301,7 @@ class IgnoreRules:
             return "snapd"
         if rel in self.tracked:
             return None
-        if not is_dir and _decide(_EDITOR_RULES, _s(name), False):
+        if not is_dir and _EDITOR_RE.fullmatch(_s(name)) is not None:
             return "editor"
         parent = rel.rpartition(b"/")[0]
         inherited = self._dir_reason(parent)

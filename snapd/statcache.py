@@ -25,12 +25,25 @@ RACY_NS = 2_000_000_000
 
 class StatCache:
     def __init__(self, entries: dict[bytes, Entry] | None = None) -> None:
-        self._entries: dict[bytes, Entry] = {}
-        self._children: dict[bytes, set[bytes]] = {}
+        self._entries: dict[bytes, Entry] = entries if entries is not None else {}
+        self._kids: dict[bytes, set[bytes]] | None = None  # dir -> child paths, built on demand
         self._changed: dict[bytes, Entry | None] = {}
-        for path, entry in (entries or {}).items():
-            self._put(path, entry)
-        self._changed.clear()
+
+    @property
+    def _children(self) -> dict[bytes, set[bytes]]:
+        if self._kids is None:
+            kids: dict[bytes, set[bytes]] = {}
+            for path in self._entries:
+                kids.setdefault(path.rpartition(b"/")[0], set()).add(path)
+            self._kids = kids
+        return self._kids
+
+    def children(self, path: bytes) -> set[bytes]:
+        """Cached paths directly below ``path`` (b"" for the root)."""
+        return set(self._children.get(path, ()))
+
+    def get(self, path: bytes) -> Entry | None:
+        return self._entries.get(path)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -57,9 +70,8 @@ class StatCache:
         return sum(1 for sig, _ in self._entries.values() if stat.S_ISREG(sig[0]))
 
     def _put(self, path: bytes, entry: Entry) -> None:
-        if path not in self._entries:
-            parent = path.rpartition(b"/")[0]
-            self._children.setdefault(parent, set()).add(path)
+        if path not in self._entries and self._kids is not None:
+            self._kids.setdefault(path.rpartition(b"/")[0], set()).add(path)
         self._entries[path] = entry
         self._changed[path] = entry
 
@@ -77,16 +89,37 @@ class StatCache:
         self._changed[path] = None
 
     def is_clean(self, path: bytes, sig: Sig, now_ns: int) -> bool:
-        """True when ``path`` certainly has not changed since it was read."""
+        """True when ``path`` certainly has not changed since it was read.
+
+        A directory counts as clean when its own mode is unchanged; whether its *listing* can
+        be trusted is :meth:`listing_trusted`.
+        """
         entry = self._entries.get(path)
         if entry is None or entry[0] != sig:
             return False
         if stat.S_ISREG(sig[0]):
-            mtime = sig[2]
-            if mtime >= entry[1] - RACY_NS or mtime >= now_ns - RACY_NS:
-                return False
+            return not _racy(sig[2], entry[1], now_ns)
         return True
+
+    def listing_trusted(self, path: bytes, sig: Sig, now_ns: int) -> bool:
+        """True when directory ``path`` gained or lost no entry since it was captured.
+
+        Adding, removing or renaming an entry changes a directory's mtime and ctime; an
+        unchanged signature, outside the racy window, means its captured children are still
+        exactly its entries (the scanner then skips listing it and re-judging ignore rules).
+        """
+        entry = self._entries.get(path)
+        return (
+            entry is not None
+            and entry[0] == sig
+            and stat.S_ISDIR(sig[0])
+            and not _racy(max(sig[2], sig[3]), entry[1], now_ns)
+        )
 
     def take_changes(self) -> dict[bytes, Entry | None]:
         changed, self._changed = self._changed, {}
         return changed
+
+
+def _racy(mtime_ns: int, read_ns: int, now_ns: int) -> bool:
+    return mtime_ns >= read_ns - RACY_NS or mtime_ns >= now_ns - RACY_NS

@@ -27,7 +27,7 @@ from typing import Any
 
 import structlog
 
-from snapd import ignore, ingest, trees
+from snapd import ignore, ingest, scan, trees
 from snapd.errors import NotFound, WorkspaceRefused
 from snapd.statcache import StatCache
 from snapd.store import Batch, Mark, Store
@@ -263,17 +263,17 @@ class Workspace:
                 sig += [0, 0, 0]
         return tuple(sig)
 
-    def _refresh_rules_if_needed(self, d: _Dirty) -> None:
-        """Rebuild ignore rules when a rule file or git's index changed; then rescan all."""
+    def _refresh_rules_if_needed(self, d: _Dirty) -> bool:
+        """Rebuild ignore rules when a rule file or git's index changed (then rescan all)."""
         sig = self._index_sig()
         if not d.rules and sig == self._git_index_sig:
-            return
+            return False
         self._git_index_sig = sig
         tracked = ignore.git_tracked_files(self.root) if self.git_top else None
         self.rules = ignore.IgnoreRules.load(self.root, self.settings.extra_ignore, tracked)
         if self.watcher is not None:
             self.watcher.rescan_watches(self.rules.dir_may_contain_captured)
-        d.full = True
+        return True
 
     def _ignored(self, rel: bytes, is_dir: bool) -> bool:
         return self.rules.is_ignored(rel, is_dir)
@@ -334,42 +334,32 @@ class Workspace:
         for path, entry in self._stats.take_changes().items():
             batch.set_stat(self.id, path, entry)
 
-    def _scan(self, top: bytes, progress: Progress | None = None) -> None:
-        """Stat-walk ``top`` (b"" = all) against the stat cache; queue what differs or vanished."""
-        seen: set[bytes] = set()
-        dirty: set[bytes] = set()
-        now = time.time_ns()
-        descend = self.rules.dir_may_contain_captured
-        walked: list[tuple[bytes, bool]] = []
-        if not top or not self._ignored(top, True) or descend(top):
-            walked = list(ingest.walk(self.rootb, self._ignored, top, descend=descend))
-            if top:
-                walked.insert(0, (top, True))
-        for i, (rel, _) in enumerate(walked):
-            seen.add(rel)
-            if progress is not None and i % 5000 == 0:
-                progress(i, len(walked))
-            try:
-                st = os.lstat(self.rootb + b"/" + rel)
-            except OSError:
-                dirty.add(rel)
-                continue
-            if not self._stats.is_clean(rel, ingest.sig_of(st), now):
-                dirty.add(rel)
-        for rel in self._stats.under(top):
-            if rel not in seen:
-                dirty.add(rel)
+    def _scan(self, top: bytes, progress: Progress | None = None, *, trust_listings: bool = True) -> None:
+        """Queue what differs from the stat cache under ``top`` (b"" = all), reading no file."""
+        dirty = scan.scan(
+            self.rootb,
+            top,
+            self._stats,
+            self._ignored,
+            self.rules.dir_may_contain_captured,
+            trust_listings=trust_listings,
+            progress=progress,
+        )
         with self._dirty_lock:
             self._dirty.paths |= dirty
+            if any(self.rules.is_rule_file(p) for p in dirty):
+                self._dirty.rules = True  # a rule file changed while unobserved
 
     def _flush(self, label: str | None = None, **meta: Any) -> Mark | None:
         """Capture everything dirty; with ``label``, also commit a mark. Caller holds the lock."""
         d = self._take_dirty()
-        self._refresh_rules_if_needed(d)
         if d.full or (label is not None and self.scan_every_mark):
             self._scan(b"")
             d = _merge(d, self._take_dirty())
             d.full = False
+        if self._refresh_rules_if_needed(d):
+            self._scan(b"", trust_listings=False)  # judge every name again under the new rules
+            d = _merge(d, self._take_dirty())
         for top in d.scan_dirs:
             self._scan(top)
         if d.scan_dirs:

@@ -1,0 +1,108 @@
+"""Reconciliation scans: compare a workspace on disk with its stat cache, without reading files.
+
+Used whenever events cannot be trusted: at start-up (changes made while snapd was down),
+after an inotify overflow or a barrier timeout, when ignore rules change, and at every mark
+in the degraded modes. The result is the set of paths to capture; nothing is read here but
+directory listings and ``lstat``.
+
+Cost on an unchanged tree is one ``lstat`` per captured path. A directory whose signature is
+unchanged (outside the racy window) gained and lost no entry, so its cached children stand
+in for a listing, and ignore rules are not re-judged for it. With ``trust_listings=False``
+(ignore rules changed) every directory is listed and every name judged again.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from collections.abc import Callable
+
+from snapd.ingest import Ignored, sig_of
+from snapd.statcache import StatCache
+
+Progress = Callable[[int, int], None]
+
+
+def scan(
+    root: bytes,
+    top: bytes,
+    cache: StatCache,
+    ignored: Ignored,
+    descend: Callable[[bytes], bool],
+    *,
+    trust_listings: bool = True,
+    progress: Progress | None = None,
+) -> set[bytes]:
+    """Paths under ``top`` (b"" = everything) that differ from ``cache`` or vanished."""
+    now = time.time_ns()
+    dirty: set[bytes] = set()
+    done = 0
+    # (directory, whether its listing may come from the cache)
+    stack: list[tuple[bytes, bool]] = []
+    if top:
+        try:
+            st = os.lstat(root + b"/" + top)
+        except OSError:
+            st = None
+        if st is None or not stat.S_ISDIR(st.st_mode):
+            dirty.add(top)
+            dirty.update(cache.under(top))
+            return dirty
+        sig = sig_of(st)
+        if not cache.is_clean(top, sig, now):
+            dirty.add(top)
+        stack.append((top, trust_listings and cache.listing_trusted(top, sig, now)))
+    else:
+        stack.append((b"", False))
+    while stack:
+        d, trusted = stack.pop()
+        known = cache.children(d)
+        if trusted:
+            names: list[bytes] = list(known)
+        else:
+            listed = _list(root, d, ignored, descend)
+            if listed is None:
+                dirty.add(d)
+                continue
+            names = listed
+            dirty.update(known - set(listed))  # vanished, or ignored now
+        for rel in names:
+            done += 1
+            if progress is not None and done % 5000 == 0:
+                progress(done, len(cache))
+            try:
+                st = os.lstat(root + b"/" + rel)
+            except OSError:
+                dirty.add(rel)
+                if rel in known:
+                    dirty.update(cache.under(rel))
+                continue
+            sig = sig_of(st)
+            if not cache.is_clean(rel, sig, now):
+                dirty.add(rel)
+            if stat.S_ISDIR(st.st_mode):
+                stack.append((rel, trust_listings and cache.listing_trusted(rel, sig, now)))
+    return dirty
+
+
+def _list(root: bytes, d: bytes, ignored: Ignored, descend: Callable[[bytes], bool]) -> list[bytes] | None:
+    """One directory's captured names (ignored ones dropped, unless they may hold tracked files)."""
+    try:
+        it = os.scandir(root + b"/" + d if d else root)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return []
+    out: list[bytes] = []
+    with it:
+        for e in it:
+            rel = d + b"/" + e.name if d else e.name
+            try:
+                is_dir = e.is_dir(follow_symlinks=False)
+            except OSError:
+                is_dir = False
+            if ignored(rel, is_dir) and not (is_dir and descend(rel)):
+                continue
+            out.append(rel)
+    return out
