@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from snapd import objects, trees
-from snapd.store import Batch, Mark, Store
+from snapd.store import Batch, Mark, Store, fingerprint
 
 VCS_DIRS = frozenset({b".git", b".hg", b".jj", b".svn"})
 DEFAULT_SIZE_CAP = 64 << 20
@@ -89,6 +89,7 @@ class Read:
     digest: str | None = None
     encoded: tuple[int, bytes] | None = None
     sig: Sig | None = None  # (st_mode, size, mtime_ns, ctime_ns, inode) as read
+    sha: bytes | None = None  # store.fingerprint, for contents seen earlier in this capture
 
 
 def read_path(root: bytes, rel: bytes, size_cap: int = DEFAULT_SIZE_CAP) -> Read:
@@ -165,6 +166,8 @@ class _Preparer:
                 self._claimed.add(base)
             if first:
                 r.encoded = objects.encode(r.data)
+            else:  # a repeat: the batch compares it by fingerprint; compute it here, in parallel
+                r.sha = fingerprint(r.data)
         return r
 
 
@@ -299,7 +302,7 @@ def capture(
                 elif r.kind == "dir":
                     change = trees.Dir(r.mode)
                 else:
-                    key = batch.put(r.data, r.digest, r.encoded)
+                    key = batch.put(r.data, r.digest, r.encoded, r.sha)
                     change = trees.Entry(r.kind, r.mode, len(r.data), key)
                     if r.kind == "file":
                         report.files += 1

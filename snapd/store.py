@@ -35,7 +35,7 @@ from snapd.refs import FULL_ID, new_mark_id, parse_ref, validate_label
 
 LARGE_OBJECT = 1 << 20
 StatRow = tuple[tuple[int, int, int, int, int], int]  # (st_mode, size, mtime, ctime, ino), read ns
-FLUSH_BYTES = 128 << 20
+FLUSH_BYTES = 32 << 20  # new content held in memory before it is flushed (bounds RSS)
 NODE_CACHE = 4096
 
 
@@ -355,8 +355,10 @@ class Store:
         return total
 
 
-def _fingerprint(data: bytes) -> bytes:
-    return hashlib.blake2b(data, digest_size=16).digest()
+def fingerprint(data: bytes) -> bytes:
+    """A cryptographic digest standing in for the bytes when a batch re-meets a content it has
+    already flushed (SHA-256: collision-resistant, unlike xxh3, and the fastest here)."""
+    return hashlib.sha256(data).digest()
 
 
 class Batch:
@@ -374,7 +376,7 @@ class Batch:
         self._heads: dict[int, str] = {}
         self._absent: set[str] = set()  # keys a prefetch found missing (see prefetch)
         self._stats: dict[tuple[int, bytes], StatRow | None] = {}
-        # Objects this batch already flushed: key -> BLAKE2b of the bytes we read. A repeat of
+        # Objects this batch already flushed: key -> SHA-256 of the bytes we read. A repeat of
         # such a content is compared by this cryptographic fingerprint instead of reading the
         # object back (a baseline repeats most contents many times).
         self._flushed: dict[str, bytes] = {}
@@ -424,10 +426,17 @@ class Batch:
                 self._hold(k)
         self._absent.update(k for k in wanted if k not in found)
 
-    def put(self, data: bytes, digest: str | None = None, encoded: tuple[int, bytes] | None = None) -> str:
+    def put(
+        self,
+        data: bytes,
+        digest: str | None = None,
+        encoded: tuple[int, bytes] | None = None,
+        sha: bytes | None = None,
+    ) -> str:
         """Store ``data`` (deduplicated, collision-checked); return its key.
 
-        ``digest`` and ``encoded`` may be precomputed by a worker thread (see ingest).
+        ``digest``, ``encoded`` and ``sha`` (:func:`fingerprint`) may be precomputed by a
+        worker thread (see ingest).
         """
         base = objects.base_key(digest or self.store.hasher(data), len(data))
         n = 0
@@ -441,7 +450,7 @@ class Batch:
                 continue
             seen = self._flushed.get(key)
             if seen is not None:
-                if seen == _fingerprint(data):
+                if seen == (sha or fingerprint(data)):
                     return key
                 n += 1
                 continue
@@ -564,7 +573,7 @@ class Batch:
             size = len(raw)
             stored_len = self.store.object_path(key).stat().st_size if external else len(payload)
             rows.append((key, size, codec, stored_len, int(external), now, None if external else payload))
-            self._flushed[key] = _fingerprint(raw)
+            self._flushed[key] = fingerprint(raw)
         c.executemany(
             "INSERT INTO objects (key, size, codec, stored, external, created, data) VALUES (?,?,?,?,?,?,?)",
             rows,

@@ -15,6 +15,7 @@ files whose (size, mtime, ctime, inode) differ or whose mtime is too recent to t
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import os
 import struct
@@ -51,6 +52,15 @@ class Settings:
     barrier_timeout_s: float = 5.0
     max_watches: int | None = None  # a watch budget below the kernel's (and the test seam for it)
     eventless_fs: tuple[str, ...] = ()  # more file system types to scan at every mark
+
+
+def trim_memory() -> None:
+    """Give freed heap back to the system after a big capture (glibc keeps it otherwise:
+    a 100k-file baseline leaves ~250 MB of free heap in the process)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass  # not glibc: nothing to do
 
 
 def fs_type(path: Path) -> str:
@@ -155,6 +165,7 @@ class Workspace:
                 self._scan(b"", note)
                 self._flush()
         self.progress = None
+        trim_memory()
         self._thread = threading.Thread(
             target=self._capture_loop, name=f"snapd-capture:{self.root}", daemon=True
         )

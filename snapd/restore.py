@@ -1,0 +1,368 @@
+"""Rollback planning: the exact list of operations that turns the captured state into a mark's.
+
+A plan is computed from two trees only — ``current`` (the barrier'd pre-rollback mark, i.e.
+what the workspace holds now as far as snapd could capture it) and ``target`` (mark M) — so it
+is pure and can be shown, compared and confirmed before anything is touched. Every
+:class:`Op` carries both the state it produces (``entry``) and the captured state it replaces
+(``expect``, None = the path must be absent): :mod:`snapd.apply` re-checks ``expect`` right
+before each change and recognises already-done work by ``entry``.
+
+Invariants:
+- applying ``ops`` in sequence is valid and yields ``target`` for every path in scope: all
+  removals first (files, then directories deepest-first), so a type change never meets its
+  own old kind; then directories parents-first; then contents; then directory modes
+  deepest-first, so a directory that is read-only at M is still filled first. Directories are
+  created 0700 (private while being filled) and get their mode at the end. The only early
+  ``chmod`` is one that gives the owner back write+search on a directory that needs it;
+- a path whose current content could not be captured (``uncapturable``) is never overwritten
+  or deleted, nor is a directory holding one, nor anything inside one: such changes are left
+  out and listed in ``kept`` — unless ``force``, where the ops touching it carry ``forced``
+  (the reason) and apply replaces whatever is there without comparing it;
+- ``token`` is a digest of the ops and ``kept``: equal plans have equal tokens, so a re-plan
+  that changed nothing is recognised, and any change shows up in :meth:`Plan.difference`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import stat
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from snapd import trees
+from snapd.errors import NotFound, UsageError
+from snapd.protocol import decode_path, encode_path
+from snapd.trees import Difference, Entry
+
+OpKind = Literal["mkdir", "write", "symlink", "chmod", "remove", "rmdir"]
+MKDIR_MODE = 0o700
+"""Mode of a directory apply creates; its mark's mode is set by a later chmod op."""
+_OWNER_WX = stat.S_IWUSR | stat.S_IXUSR
+
+
+def show(path: bytes) -> str:
+    """A path for people: undecodable bytes as ``\\xNN``."""
+    return path.decode("utf-8", "backslashreplace")
+
+
+def _entry_json(e: Entry | None) -> list[Any] | None:
+    return None if e is None else [e.kind, e.mode, e.size, e.key]
+
+
+def _entry_from(v: Any) -> Entry | None:
+    if v is None:
+        return None
+    kind, mode, size, key = v
+    if kind not in ("file", "symlink", "dir"):
+        raise ValueError(f"bad entry kind {kind!r}")
+    return Entry(kind, int(mode), int(size), str(key))
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """Make ``path`` hold ``entry`` (None for removals), replacing the captured ``expect``."""
+
+    kind: OpKind
+    path: bytes
+    entry: Entry | None
+    expect: Entry | None
+    forced: str | None = None  # why the current content could not be captured (force only)
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"kind": self.kind, "path": encode_path(self.path), "entry": _entry_json(self.entry)}
+        out["expect"] = _entry_json(self.expect)
+        if self.forced is not None:
+            out["forced"] = self.forced
+        return out
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> Op:
+        kind = obj["kind"]
+        if kind not in ("mkdir", "write", "symlink", "chmod", "remove", "rmdir"):
+            raise ValueError(f"bad op kind {kind!r}")
+        path = decode_path(obj["path"])
+        trees.split_path(path)
+        forced = obj.get("forced")
+        return cls(kind, path, _entry_from(obj["entry"]), _entry_from(obj["expect"]), forced)
+
+    def describe(self) -> str:
+        p = show(self.path)
+        if self.kind == "write":
+            text = f"restore {p}" if self.expect is not None else f"recreate {p}"
+        elif self.kind == "symlink":
+            text = f"restore symlink {p}" if self.expect is not None else f"recreate symlink {p}"
+        elif self.kind == "mkdir":
+            text = f"create directory {p}"
+        elif self.kind == "chmod":
+            text = f"set mode {self.entry.mode:04o} on {p}" if self.entry else f"chmod {p}"
+        elif self.kind == "remove":
+            text = f"delete {p}"
+        else:
+            text = f"delete directory {p}"
+        return text + (f" (not captured: {self.forced})" if self.forced else "")
+
+    def _canonical(self) -> list[Any]:
+        return [self.kind, self.path.hex(), _entry_json(self.entry), _entry_json(self.expect), self.forced]
+
+
+@dataclass(frozen=True)
+class Plan:
+    ops: tuple[Op, ...]
+    kept: tuple[tuple[bytes, str], ...]
+    counts: Mapping[str, int]  # restore, recreate, delete, mode, type
+    token: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "token": self.token,
+            "counts": dict(self.counts),
+            "ops": [op.to_json() for op in self.ops],
+            "kept": [{"path": encode_path(p), "reason": r} for p, r in self.kept],
+        }
+
+    def difference(self, other: Plan) -> list[str]:
+        """What changed from this plan to ``other``, one line each (empty: identical)."""
+        lines: list[str] = []
+        mine, theirs = _by_path(self.ops), _by_path(other.ops)
+        for path in sorted(mine.keys() | theirs.keys(), key=_parts):
+            a, b = mine.get(path, ()), theirs.get(path, ())
+            if a == b:
+                continue
+            if not a:
+                lines.extend(f"+ {op.describe()}" for op in b)
+            elif not b:
+                lines.extend(f"- no longer: {op.describe()}" for op in a)
+            else:
+                was = "; ".join(op.describe() for op in a)
+                now = "; ".join(op.describe() for op in b)
+                lines.append(
+                    f"~ {show(path)}: {now}" + (f" (was: {was})" if was != now else " (its state changed)")
+                )
+        old_kept, new_kept = dict(self.kept), dict(other.kept)
+        for path in sorted(old_kept.keys() | new_kept.keys(), key=_parts):
+            if old_kept.get(path) == new_kept.get(path):
+                continue
+            if path in new_kept:
+                lines.append(f"+ keep {show(path)}: {new_kept[path]}")
+            else:
+                lines.append(f"- no longer kept: {show(path)}")
+        return lines
+
+
+def _parts(path: bytes) -> list[bytes]:
+    return path.split(b"/")
+
+
+def _by_path(ops: Iterable[Op]) -> dict[bytes, tuple[Op, ...]]:
+    out: dict[bytes, tuple[Op, ...]] = {}
+    for op in ops:
+        out[op.path] = out.get(op.path, ()) + (op,)
+    return out
+
+
+def _ancestors(path: bytes) -> list[bytes]:
+    parts = path.split(b"/")
+    return [b"/".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _under(path: bytes, top: bytes) -> bool:
+    return path.startswith(top + b"/")
+
+
+def _create(path: bytes, new: Entry) -> list[Op]:
+    if new.kind == "dir":
+        ops = [Op("mkdir", path, new, None)]
+        if new.mode != MKDIR_MODE:
+            ops.append(Op("chmod", path, new, Entry("dir", MKDIR_MODE, 0, new.key)))
+        return ops
+    return [Op("write" if new.kind == "file" else "symlink", path, new, None)]
+
+
+def _ops_for(d: Difference) -> list[Op]:
+    old, new = d.old, d.new
+    if d.status == "mode":
+        assert new is not None
+        return [] if new.kind == "symlink" else [Op("chmod", d.path, new, old)]  # Linux has no lchmod
+    ops: list[Op] = []
+    if d.status in ("removed", "type"):
+        assert old is not None
+        ops.append(Op("rmdir" if old.kind == "dir" else "remove", d.path, None, old))
+    if d.status in ("added", "type"):
+        assert new is not None
+        ops.extend(_create(d.path, new))
+    if d.status == "modified":
+        assert new is not None
+        ops.append(Op("write" if new.kind == "file" else "symlink", d.path, new, old))
+    return ops
+
+
+_COUNT = {"modified": "restore", "added": "recreate", "removed": "delete", "mode": "mode", "type": "type"}
+
+
+def _desc(parts: list[bytes]) -> list[bytes]:
+    """A sort key that puts children before their parents (deepest first)."""
+    return [bytes(255 - b for b in p) + b"\xff" for p in parts] + [b"\x00"]
+
+
+def _order(op: Op) -> tuple[int, list[bytes]]:
+    parts = _parts(op.path)
+    if op.kind == "chmod" and op.entry is not None and op.entry.kind == "dir":
+        old = op.expect.mode if op.expect is not None else MKDIR_MODE
+        if (old & _OWNER_WX) != _OWNER_WX and (op.entry.mode & _OWNER_WX) == _OWNER_WX:
+            return (0, parts)  # give the owner write+search back before working inside
+        return (5, _desc(parts))
+    if op.kind == "remove":
+        return (1, parts)
+    if op.kind == "rmdir":
+        return (2, _desc(parts))
+    if op.kind == "mkdir":
+        return (3, parts)
+    return (4, parts)  # write, symlink, chmod of a file
+
+
+def _status(old: Entry | None, new: Entry | None) -> trees.Status | None:
+    """trees.diff's judgement for one path (a directory's own key is not a change)."""
+    if old == new:
+        return None
+    if old is None:
+        return "added"
+    if new is None:
+        return "removed"
+    if old.kind != new.kind:
+        return "type"
+    if old.kind != "dir" and (old.key != new.key or old.size != new.size):
+        return "modified"
+    return "mode" if old.mode != new.mode else None
+
+
+def _differences(
+    load: trees.Load, current: str | None, target: str, only: Sequence[bytes]
+) -> list[Difference]:
+    if not only:
+        return list(trees.diff(load, current, target))
+
+    def at(root: str | None, path: bytes) -> Entry | None:
+        return trees.lookup(load, root, path) if root is not None else None
+
+    found: dict[bytes, Difference] = {}
+    for top in only:
+        cur, tgt = at(current, top), at(target, top)
+        if tgt is not None:  # its parents must be directories, as they are at M
+            for anc in _ancestors(top):
+                ca, ta = at(current, anc), at(target, anc)
+                if ca is None or ca.kind != "dir":
+                    found.setdefault(anc, Difference(anc, "added" if ca is None else "type", ca, ta))
+        status = _status(cur, tgt)
+        if status is not None:
+            found[top] = Difference(top, status, cur, tgt)
+        sub_old = cur.key if cur is not None and cur.kind == "dir" else None
+        sub_new = tgt.key if tgt is not None and tgt.kind == "dir" else None
+        if sub_old is not None or sub_new is not None:
+            for d in trees.diff(load, sub_old, sub_new, top + b"/"):
+                found[d.path] = d
+    return sorted(found.values(), key=lambda d: _parts(d.path))
+
+
+def _normalize_only(only: Sequence[bytes]) -> list[bytes]:
+    tops: list[bytes] = []
+    for p in sorted(set(only), key=_parts):
+        try:
+            trees.split_path(p)
+        except ValueError:
+            raise UsageError(f"{show(p)!r} is not a path inside the workspace") from None
+        if not any(p == q or _under(p, q) for q in tops):
+            tops.append(p)
+    return tops
+
+
+class _Uncaptured:
+    """Where the paths the pre-rollback mark could not hold lie, for quick questions."""
+
+    def __init__(self, reasons: Mapping[bytes, str]) -> None:
+        self.reasons = dict(reasons)
+        self.below: dict[bytes, list[bytes]] = {}  # directory -> uncaptured paths under it
+        for u in sorted(self.reasons, key=_parts):
+            for anc in _ancestors(u):
+                self.below.setdefault(anc, []).append(u)
+
+    def at_or_above(self, path: bytes) -> bytes | None:
+        for p in [*_ancestors(path), path]:
+            if p in self.reasons:
+                return p
+        return None
+
+    def blocker(self, op: Op) -> bytes | None:
+        """The uncaptured path ``op`` would overwrite or delete, if any (chmod never does)."""
+        if op.kind == "chmod":
+            return None
+        hit = self.at_or_above(op.path)
+        if hit is None and op.kind in ("remove", "rmdir") and op.path in self.below:
+            hit = self.below[op.path][0]
+        return hit
+
+    def why(self, path: bytes, u: bytes) -> str:
+        if u == path:
+            return self.reasons[u]
+        if _under(u, path):
+            return f"holds {show(u)}, not captured: {self.reasons[u]}"
+        return f"inside {show(u)}, not captured: {self.reasons[u]}"
+
+
+def plan(
+    load: trees.Load,
+    current: str | None,
+    target: str,
+    *,
+    only: Sequence[bytes] = (),
+    uncapturable: Mapping[bytes, str] | None = None,
+    force: bool = False,
+) -> Plan:
+    """The operations that make the workspace captured as ``current`` hold ``target``.
+
+    ``only`` limits the plan to those paths and everything below them (plus the parent
+    directories they need); ``uncapturable`` maps paths on disk that ``current`` could not
+    hold to the reason. Raises NotFound for an ``only`` path that exists neither now nor at M.
+    """
+    unc = _Uncaptured(uncapturable or {})
+    tops = _normalize_only(only)
+    for top in tops:
+        exists = (current is not None and trees.lookup(load, current, top) is not None) or (
+            trees.lookup(load, target, top) is not None
+        )
+        if not exists and unc.at_or_above(top) is None and top not in unc.below:
+            raise NotFound(f"{show(top)} exists neither in the workspace nor in the mark")
+    ops: list[Op] = []
+    kept: list[tuple[bytes, str]] = []
+    counts = dict.fromkeys(("restore", "recreate", "delete", "mode", "type"), 0)
+    kept_dirs: list[bytes] = []  # directories not created: nothing can go inside them
+    forced_removals: set[bytes] = set()
+    for d in _differences(load, current, target, tops):
+        group = _ops_for(d)
+        if not group:
+            continue
+        outer = next((k for k in kept_dirs if _under(d.path, k)), None)
+        if outer is not None:
+            kept.append((d.path, f"its directory {show(outer)} is kept"))
+            continue
+        blocker = next((u for u in map(unc.blocker, group) if u is not None), None)
+        if blocker is not None and not force:
+            kept.append((d.path, unc.why(d.path, blocker)))
+            if any(op.kind == "mkdir" for op in group):
+                kept_dirs.append(d.path)
+            continue
+        if blocker is not None:
+            if unc.at_or_above(d.path) is not None:  # replace what is there without comparing
+                group = [Op(op.kind, op.path, op.entry, op.expect, unc.reasons[blocker]) for op in group]
+            for u in unc.below.get(d.path, ()):  # clear the way for removing this directory
+                if u not in forced_removals:
+                    forced_removals.add(u)
+                    ops.append(Op("remove", u, None, None, unc.reasons[u]))
+                    counts["delete"] += 1
+        ops.extend(group)
+        counts[_COUNT[d.status]] += 1
+    ordered = tuple(sorted(ops, key=_order))
+    canonical = {"ops": [op._canonical() for op in ordered], "kept": [[p.hex(), r] for p, r in kept]}
+    token = hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()[:32]
+    return Plan(ordered, tuple(kept), counts, token)
