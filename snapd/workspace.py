@@ -82,6 +82,28 @@ def fs_type(path: Path) -> str:
 
 
 @dataclass
+class IgnoredTally:
+    """Paths left out by ignore rules, by reason, with a few examples (DESIGN.md 2: nothing is
+    left out silently). Counted by walks that judge every name; a directory counts once."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, list[bytes]] = field(default_factory=dict)
+
+    def add(self, reason: str, rel: bytes) -> None:
+        self.counts[reason] = self.counts.get(reason, 0) + 1
+        ex = self.examples.setdefault(reason, [])
+        if len(ex) < 5:
+            ex.append(rel)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "counts": dict(self.counts),
+            "total": sum(self.counts.values()),
+            "examples": {k: [os.fsdecode(p) for p in v] for k, v in self.examples.items()},
+        }
+
+
+@dataclass
 class _Dirty:
     paths: set[bytes] = field(default_factory=set)
     scan_dirs: set[bytes] = field(default_factory=set)
@@ -99,6 +121,7 @@ class Workspace:
         self._stats = StatCache()
         self._skipped: dict[bytes, str] = {}
         self._since_mark = ingest.Report()
+        self.ignored = IgnoredTally()  # as of the last walk that judged every name
         self.tree: str | None = None
         self.warnings: list[str] = []
         self.scan_every_mark = False
@@ -289,10 +312,25 @@ class Workspace:
     def _ignored(self, rel: bytes, is_dir: bool) -> bool:
         return self.rules.is_ignored(rel, is_dir)
 
+    def _tallying(self, tally: IgnoredTally) -> ingest.Ignored:
+        """An ignore predicate that also counts what it leaves out, by reason (for reports)."""
+
+        def ignored(rel: bytes, is_dir: bool) -> bool:
+            reason = self.rules.reason(rel, is_dir)
+            if reason is None:
+                return False
+            if reason != "snapd":  # snapd's own cookies are nobody's business
+                tally.add(reason, rel)
+            return True
+
+        return ignored
+
     def _baseline(self, progress: Progress | None) -> Mark:
         report = ingest.Report()
         descend = self.rules.dir_may_contain_captured
-        rels = [rel for rel, _ in ingest.walk(self.rootb, self._ignored, descend=descend)]
+        tally = IgnoredTally()
+        rels = [rel for rel, _ in ingest.walk(self.rootb, self._tallying(tally), descend=descend)]
+        self.ignored = tally
         done = [0]
 
         def counted() -> Iterator[bytes]:
@@ -316,6 +354,7 @@ class Workspace:
             tree = batch.apply(None, changes)
             added = [p for p, c in changes.items() if c is not None]
             summary = ingest.summarize(batch, None, tree, report, added)
+            summary["ignored"] = self.ignored.to_json()
             batch.add_mark(
                 self.id, "baseline", tree, kind="baseline", summary=summary, git_head=self._git_head()
             )
@@ -347,15 +386,19 @@ class Workspace:
 
     def _scan(self, top: bytes, progress: Progress | None = None, *, trust_listings: bool = True) -> None:
         """Queue what differs from the stat cache under ``top`` (b"" = all), reading no file."""
+        tally = IgnoredTally()
+        full = not top and not trust_listings  # every name is judged: a complete count
         dirty = scan.scan(
             self.rootb,
             top,
             self._stats,
-            self._ignored,
+            self._tallying(tally) if full else self._ignored,
             self.rules.dir_may_contain_captured,
             trust_listings=trust_listings,
             progress=progress,
         )
+        if full:
+            self.ignored = tally
         with self._dirty_lock:
             self._dirty.paths |= dirty
             if any(self.rules.is_rule_file(p) for p in dirty):
@@ -419,6 +462,7 @@ class Workspace:
                 prev = self.store.latest_mark(self.id)
                 summary = ingest.summarize(batch, prev.tree if prev else None, tree, self._since_mark)
                 summary["warnings"] = list(self.warnings)
+                summary["ignored"] = self.ignored.to_json()
                 mark = batch.add_mark(
                     self.id, label, tree, git_head=self._git_head(), summary=summary, **meta
                 )
@@ -494,6 +538,7 @@ class Workspace:
             "files": self._stats.files(),
             "skipped": len(self._skipped),
             "skipped_examples": examples,
+            "ignored": self.ignored.to_json(),
             "pending": self.pending(),
             "watches": self.watcher.watch_count if self.watcher else 0,
             "watch_failures": self.watcher.watch_failures if self.watcher else 0,

@@ -294,3 +294,25 @@ def test_install_service_without_a_user_manager(tmp_path: Path) -> None:
     assert unit.exists()
     assert f"ExecStart={sys.executable} -m snapd start" in unit.read_text()
     assert b"systemctl --user daemon-reload" in cp.stdout
+
+
+def test_ignored_paths_are_counted_not_hidden(tmp_path: Path) -> None:
+    home = tmp_path / "home-snapd"
+    root = _ws(tmp_path)
+    (root / ".gitignore").write_text("*.log\nbuild/\n")
+    (root / "a.log").write_text("x")
+    (root / "build").mkdir()
+    (root / "build" / "out.o").write_text("o")
+    (root / "notes.txt~").write_text("backup")
+    d = start_daemon(home)
+    try:
+        r = d.ctl_json("watch", str(root))
+        ignored = r["ignored"]
+        assert ignored["counts"] == {"gitignore": 2, "editor": 1}, ignored
+        assert "a.log" in ignored["examples"]["gitignore"]
+        m = d.ctl_json("mark", "m", "-w", str(root))
+        assert m["summary"]["ignored"]["total"] == 3
+        out = d.ctl("status").stdout.decode()
+        assert "ignored: 3" in out
+    finally:
+        assert d.stop() == 0

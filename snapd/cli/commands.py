@@ -62,6 +62,10 @@ def cmd_status(args: argparse.Namespace, env: Env) -> int:
         print(line)
         for ex in w.get("skipped_examples", [])[:5]:
             print(f"      skipped: {_shown(ex)}")
+        ignored = w.get("ignored") or {}
+        if ignored.get("total"):
+            by = ", ".join(f"{k} {n}" for k, n in sorted(ignored["counts"].items()))
+            print(f"      ignored: {ignored['total']} ({by})")
     for warning in st.get("warnings", []):
         print(f"warning: {warning}", file=sys.stderr)
     return 0
@@ -107,6 +111,10 @@ def cmd_watch(args: argparse.Namespace, env: Env) -> int:
         print(f"watching {r['workspace']} (already watched)")
     if r.get("skipped"):
         print(f"  {r['skipped']} paths skipped (see `snapctl status`)")
+    ignored = r.get("ignored") or {}
+    if ignored.get("total"):
+        by = ", ".join(f"{k} {n}" for k, n in sorted(ignored["counts"].items()))
+        print(f"  {ignored['total']} paths ignored ({by})")
     for w in r.get("warnings", []):
         print(f"warning: {w}", file=sys.stderr)
     return 0
