@@ -30,7 +30,7 @@ VCS_DIRS = frozenset({b".git", b".hg", b".jj", b".svn"})
 DEFAULT_SIZE_CAP = 64 << 20
 MAX_REREADS = 3
 EXAMPLES = 10
-WORKERS = 4
+WORKERS = 2  # more only adds GIL contention: the main thread is the bottleneck
 WINDOW = 16  # chunks in flight
 CHUNK = 64  # paths per chunk
 
@@ -329,7 +329,7 @@ def ingest_tree(
     rootb = os.fsencode(root)
     report = Report()
     with store.batch() as batch:
-        rels = (rel for rel, _ in walk(rootb, ignored))
+        rels = [rel for rel, _ in walk(rootb, ignored)]  # before the readers start: no GIL contention
         changes = capture(batch, rootb, rels, report, size_cap=size_cap, ws=ws, parallel=True)
         tree = batch.apply(None, changes)
         prev = store.latest_mark(ws)

@@ -562,11 +562,18 @@ class Batch:
     def _write_objects(self, c: Any) -> None:
         now = time.time_ns()
         rows = []
+        keys = list(self._pending)
+        present: dict[str, tuple[int, int, bytes | None]] = {}
+        for i in range(0, len(keys), 500):  # one query per 500 keys, not one per key
+            chunk = keys[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            sql = f"SELECT key, codec, external, data FROM objects WHERE key IN ({marks})"
+            present.update((r[0], (r[1], r[2], r[3])) for r in c.execute(sql, chunk))
         for key, (codec, payload, raw, external) in self._pending.items():
-            row = c.execute("SELECT codec, external, data FROM objects WHERE key=?", (key,)).fetchone()
+            row = present.get(key)
             if row is not None:
                 # Another batch stored this key meanwhile: equal bytes, or a collision raced.
-                stored = self.store.object_path(key).read_bytes() if row[1] else row[2]
+                stored = self.store.object_path(key).read_bytes() if row[1] else (row[2] or b"")
                 if objects.decode(key, row[0], stored, self.store.hasher) != raw:
                     raise StoreError(f"object key {key} collided with a concurrent write; retry")
                 continue
