@@ -109,6 +109,12 @@ class Conflict(SnapdError):
     exit_code = 10
 
 
+class PlanChanged(Conflict):
+    """The workspace changed since the plan the user confirmed: details carry the new plan."""
+
+    code = "plan_changed"
+
+
 ALL_ERRORS: dict[str, type[SnapdError]] = {}
 
 

@@ -65,10 +65,13 @@ OP_ARGS: dict[str, dict[str, Arg]] = {
     "pin": {**_WHERE, "mark": Arg("str", required=True)},
     "unpin": {**_WHERE, "mark": Arg("str", required=True)},
     "rollback_plan": {
-        **_WHERE, "to": Arg("str", required=True), "paths": Arg("paths"), "force": Arg("bool"),
+        **_WHERE, "to": Arg("str"), "undo": Arg("bool"), "paths": Arg("paths"), "force": Arg("bool"),
     },
-    "rollback_apply": {"plan": Arg("str", required=True), "force": Arg("bool")},
-    "undo": {**_WHERE, "force": Arg("bool")},
+    "rollback_apply": {
+        **_WHERE, "to": Arg("str"), "undo": Arg("bool"), "paths": Arg("paths"), "force": Arg("bool"),
+        "token": Arg("str"),
+    },
+    "undo": {**_WHERE, "force": Arg("bool"), "token": Arg("str")},
     "diff": {
         **_WHERE, "from": Arg("str"), "to": Arg("str"), "paths": Arg("paths"),
         "stat": Arg("bool"),

@@ -201,25 +201,21 @@ def _ops_for(d: Difference) -> list[Op]:
 _COUNT = {"modified": "restore", "added": "recreate", "removed": "delete", "mode": "mode", "type": "type"}
 
 
-def _desc(parts: list[bytes]) -> list[bytes]:
-    """A sort key that puts children before their parents (deepest first)."""
-    return [bytes(255 - b for b in p) + b"\xff" for p in parts] + [b"\x00"]
-
-
-def _order(op: Op) -> tuple[int, list[bytes]]:
+def _order(op: Op) -> tuple[int, int, list[bytes]]:
+    """Phase, then parents-first (depth 0) or deepest-first (minus the depth), then name."""
     parts = _parts(op.path)
     if op.kind == "chmod" and op.entry is not None and op.entry.kind == "dir":
         old = op.expect.mode if op.expect is not None else MKDIR_MODE
         if (old & _OWNER_WX) != _OWNER_WX and (op.entry.mode & _OWNER_WX) == _OWNER_WX:
-            return (0, parts)  # give the owner write+search back before working inside
-        return (5, _desc(parts))
+            return (0, 0, parts)  # give the owner write+search back before working inside
+        return (5, -len(parts), parts)
     if op.kind == "remove":
-        return (1, parts)
+        return (1, 0, parts)
     if op.kind == "rmdir":
-        return (2, _desc(parts))
+        return (2, -len(parts), parts)
     if op.kind == "mkdir":
-        return (3, parts)
-    return (4, parts)  # write, symlink, chmod of a file
+        return (3, 0, parts)
+    return (4, 0, parts)  # write, symlink, chmod of a file
 
 
 def _status(old: Entry | None, new: Entry | None) -> trees.Status | None:

@@ -147,3 +147,97 @@ def remove_temp_files(directories: Iterable[Path]) -> int:
             if is_temp_name(name) and unlink(d / name):
                 removed += 1
     return removed
+
+
+# -- operations relative to a directory descriptor (never following a symlink) ------------------
+# Added for rollback's apply: every name is one component inside the directory behind ``dir_fd``,
+# so no path can escape it. The caller reports its own steps where it changes something.
+
+
+def lstat_at(dir_fd: int, name: bytes | str) -> os.stat_result | None:
+    """``lstat`` of ``name`` in ``dir_fd``; None when it does not exist."""
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def chmod_at(dir_fd: int, name: bytes | str, mode: int) -> None:
+    """chmod without following a symlink (Linux has no lchmod): through an O_PATH descriptor."""
+    fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        if stat.S_ISLNK(os.fstat(fd).st_mode):
+            raise OSError(errno.ELOOP, "refusing to chmod through a symlink")
+        os.chmod(f"/proc/self/fd/{fd}", mode)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir_at(dir_fd: int) -> bool:
+    """fsync the directory behind ``dir_fd`` (which may be O_PATH); False if it cannot be read."""
+    try:
+        fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return False
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return True
+
+
+def remove_tree_at(dir_fd: int, name: bytes | str, step_prefix: str) -> None:
+    """Remove ``name`` and everything below it, reporting ``<step_prefix>.unlink``/``.rmdir``."""
+    st = lstat_at(dir_fd, name)
+    if st is None:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        os.unlink(name, dir_fd=dir_fd)
+        step(f"{step_prefix}.unlink")
+        return
+    chmod_at(dir_fd, name, stat.S_IMODE(st.st_mode) | stat.S_IRWXU)  # make it listable
+    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        for child in os.listdir(fd):
+            remove_tree_at(fd, child, step_prefix)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=dir_fd)
+    step(f"{step_prefix}.rmdir")
+
+
+def read_file_at(dir_fd: int, name: bytes | str, expect: os.stat_result) -> bytes | None:
+    """The bytes of regular file ``name`` if it is still the inode ``expect`` describes."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != (expect.st_dev, expect.st_ino) or not stat.S_ISREG(st.st_mode):
+            return None
+        chunks = []
+        while chunk := os.read(fd, max(st.st_size + 1, 1 << 16)):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def write_temp_at(dir_fd: int, name: str, data: bytes, mode: int) -> int:
+    """Create temp file ``name`` (O_EXCL, no-follow) holding ``data`` with ``mode``; its open fd.
+
+    The caller fsyncs it (batched) and renames it; on failure nothing is left behind.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(name, flags, FILE_MODE, dir_fd=dir_fd)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fchmod(fd, mode)
+    except BaseException:
+        os.close(fd)
+        os.unlink(name, dir_fd=dir_fd)
+        raise
+    return fd

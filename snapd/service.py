@@ -23,7 +23,7 @@ from typing import Any
 
 import structlog
 
-from snapd import __version__, ignore, protocol, retention, trees
+from snapd import __version__, ignore, protocol, retention, rollback, textdiff, trees
 from snapd.errors import NotFound, SnapdError, UsageError, WorkspaceRefused
 from snapd.protocol import Request
 from snapd.server import PeerInfo
@@ -375,6 +375,104 @@ class Service:
             "bytes_freed": rep.bytes_freed,
             "stored_bytes": rep.stored_bytes,
             "warnings": rep.warnings,
+        }
+
+    # -- rollback and diff ----------------------------------------------------------------------
+
+    def _rollback_args(
+        self,
+        workspace: bytes | None,
+        cwd: bytes | None,
+        to: str | None,
+        undo: bool,
+        paths: list[bytes] | None,
+    ) -> tuple[Workspace, Mark, list[bytes]]:
+        ws, _ = self._find(workspace, cwd)
+        if undo:
+            target = rollback.undo_target(ws)
+        elif to is None:
+            raise UsageError("say which mark to roll back to (--to MARK)")
+        else:
+            target = self.store.resolve(ws.id, to)
+        only = [_relative(ws.root, p) for p in paths or []]
+        return ws, target, only
+
+    def op_rollback_plan(
+        self,
+        workspace: bytes | None = None,
+        cwd: bytes | None = None,
+        to: str | None = None,
+        undo: bool = False,
+        paths: list[bytes] | None = None,
+        force: bool = False,
+    ) -> dict[str, Any]:
+        ws, target, only = self._rollback_args(workspace, cwd, to, undo, paths)
+        result: dict[str, Any] = wire_paths(rollback.propose(ws, target, only, force))
+        return result
+
+    def op_rollback_apply(
+        self,
+        workspace: bytes | None = None,
+        cwd: bytes | None = None,
+        to: str | None = None,
+        undo: bool = False,
+        paths: list[bytes] | None = None,
+        force: bool = False,
+        token: str | None = None,
+    ) -> dict[str, Any]:
+        ws, target, only = self._rollback_args(workspace, cwd, to, undo, paths)
+        result: dict[str, Any] = wire_paths(rollback.execute(ws, target, only, force, token))
+        return result
+
+    def op_undo(
+        self,
+        workspace: bytes | None = None,
+        cwd: bytes | None = None,
+        force: bool = False,
+        token: str | None = None,
+    ) -> dict[str, Any]:
+        return self.op_rollback_apply(workspace, cwd, undo=True, force=force, token=token)
+
+    def op_diff(
+        self,
+        workspace: bytes | None = None,
+        cwd: bytes | None = None,
+        paths: list[bytes] | None = None,
+        stat: bool = False,
+        **refs: str | None,
+    ) -> dict[str, Any]:
+        ws_id, root = self._ws_id(workspace, cwd)
+        frm, to = refs.get("from"), refs.get("to")
+        if frm is None:
+            raise UsageError("say which mark to diff from")
+        old = self.store.resolve(ws_id, frm)
+        if to is None:  # the live workspace: capture it first
+            ws, _ = self._find(workspace, cwd)
+            new_tree, new_name = ws.sync(), "the workspace now"
+        else:
+            new = self.store.resolve(ws_id, to)
+            new_tree, new_name = new.tree, f"{new.id} ({new.label})"
+        only = [_relative(root, p) for p in paths or []]
+        files = []
+        for d in trees.diff(self.store.load_node, old.tree, new_tree):
+            if only and not any(d.path == p or d.path.startswith(p + b"/") for p in only):
+                continue
+            record: dict[str, Any] = {"path": protocol.encode_path(d.path), "status": d.status}
+            if d.old is not None:
+                record["old_mode"] = d.old.mode
+            if d.new is not None:
+                record["new_mode"] = d.new.mode
+            contents = [e for e in (d.old, d.new) if e is not None and e.kind != "dir"]
+            if not stat and contents and d.status != "mode":
+                a = self.store.get(d.old.key) if d.old is not None and d.old.kind != "dir" else None
+                b = self.store.get(d.new.key) if d.new is not None and d.new.kind != "dir" else None
+                record.update(textdiff.file_diff(d.path, d.status, a, b))
+            files.append(record)
+        return {
+            "workspace": str(root),
+            "from": {"id": old.id, "label": old.label},
+            "to": new_name,
+            "files": files,
         }
 
     def op_cat(

@@ -28,8 +28,8 @@ from typing import Any
 
 import structlog
 
-from snapd import ignore, ingest, scan, trees
-from snapd.errors import NotFound, WorkspaceRefused
+from snapd import apply, ignore, ingest, scan, trees
+from snapd.errors import NotFound, SnapdError, WorkspaceRefused
 from snapd.statcache import StatCache
 from snapd.store import Batch, Mark, Store
 from snapd.watcher import Watcher, WatchEvent, remove_stale_cookies
@@ -136,6 +136,7 @@ class Workspace:
         self.progress: tuple[int, int] | None = None  # (done, total) while starting
         self.reads = 0  # files read from disk since start (a reconcile of an unchanged tree reads none)
         self.root_id = ""
+        self.recovered: dict[str, Any] | None = None  # what start-up recovery of a rollback did
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -173,6 +174,8 @@ class Workspace:
         if self.watcher.watch_failures:
             self._watch_shortfall()
 
+        self._recover_rollback()
+
         def note(done: int, total: int) -> None:
             self.progress = (done, total)
             if progress is not None:
@@ -196,6 +199,28 @@ class Workspace:
         watches = self.watcher.watch_count
         log.info("workspace.started", workspace=str(self.root), files=self._stats.files(), watches=watches)
         return baseline
+
+    def _recover_rollback(self) -> None:
+        """Finish a rollback that a crash interrupted (its journal is still there)."""
+        try:
+            result = apply.recover(self.root, self.journal, self.store.get, self.store.hasher)
+        except SnapdError as exc:
+            self.warnings.append(f"an interrupted rollback could not be finished: {exc.message}")
+            log.error("rollback.recovery_failed", workspace=str(self.root), error=exc.message)
+            return
+        if result is None:
+            return
+        note = (
+            f"a rollback interrupted by a crash was finished at start-up: {len(result.applied)} paths "
+            f"restored, {len(result.conflicts)} conflicts, {result.temps_removed} temp files removed"
+        )
+        self.warnings.append(note)
+        self.recovered = {
+            "applied": len(result.applied),
+            "conflicts": [[os.fsdecode(p), why] for p, why in result.conflicts],
+            "temps_removed": result.temps_removed,
+        }
+        log.warning("rollback.recovered", workspace=str(self.root), applied=len(result.applied))
 
     def _watch_shortfall(self) -> None:
         assert self.watcher is not None
@@ -477,6 +502,9 @@ class Workspace:
     def _in_tree(self, rel: bytes) -> bool:
         return self.tree is not None and trees.lookup(self.store.load_node, self.tree, rel) is not None
 
+    def git_head(self) -> str | None:
+        return self._git_head()
+
     def _git_head(self) -> str | None:
         return ignore.git_head(self.root) if self.git_top is not None else None
 
@@ -505,8 +533,8 @@ class Workspace:
             os.close(fd)
         return f"{st.st_dev}:{st.st_ino}:{generation}"
 
-    def mark(self, label: str, **meta: Any) -> Mark:
-        """A durable mark holding every change completed before this call (DESIGN.md 3)."""
+    def _barrier(self) -> None:
+        """Every change completed before now is in the dirty set (or a full rescan is queued)."""
         if self._check_root() != self.root_id:
             raise WorkspaceRefused(
                 f"the directory {self.root} was replaced while snapd watched it: `snapctl forget "
@@ -519,8 +547,30 @@ class Workspace:
             log.warning("workspace.barrier_failed", workspace=str(self.root))
             with self._dirty_lock:
                 self._dirty.full = True
+
+    def sync(self) -> str:
+        """Capture everything changed before this call; the captured tree. Takes the lock."""
         with self.lock:
+            return self.sync_locked()
+
+    def sync_locked(self) -> str:
+        """:meth:`sync` for a caller that holds :attr:`lock` (a rollback)."""
+        self._barrier()
+        self._flush()
+        assert self.tree is not None
+        return self.tree
+
+    def mark(self, label: str, *, locked: bool = False, **meta: Any) -> Mark:
+        """A durable mark holding every change completed before this call (DESIGN.md 3).
+
+        ``locked``: the caller already holds :attr:`lock` (a rollback's pre-rollback mark).
+        """
+        self._barrier()
+        if locked:
             mark = self._flush(label, **meta)
+        else:
+            with self.lock:
+                mark = self._flush(label, **meta)
         assert mark is not None
         log.info(
             "mark.created",
@@ -530,6 +580,16 @@ class Workspace:
             changed=mark.summary.get("changed", 0),
         )
         return mark
+
+    @property
+    def skipped(self) -> dict[bytes, str]:
+        """Paths on disk whose content is not captured (over the cap, unreadable, special)."""
+        return dict(self._skipped)
+
+    @property
+    def journal(self) -> Path:
+        """Where a rollback of this workspace keeps its write-ahead journal."""
+        return self.store.dir / "journal" / f"workspace-{self.id}.json"
 
     def status(self) -> dict[str, Any]:
         examples = [os.fsdecode(p) for p in list(self._skipped)[:10]]
@@ -547,6 +607,7 @@ class Workspace:
             "warnings": list(self.warnings),
             "progress": self.progress,
             "reads": self.reads,
+            "recovered_rollback": self.recovered,
         }
 
 

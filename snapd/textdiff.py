@@ -1,0 +1,49 @@
+"""Unified diffs of file versions, for ``snapctl diff`` (pure: bytes in, records out).
+
+Text is anything that decodes as UTF-8 with no NUL byte; anything else is summarised by size
+and never dumped. Very large texts are summarised too: a diff is for reading.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from snapd.protocol import display_path
+
+MAX_TEXT = 1 << 20
+
+
+def _text(data: bytes | None) -> list[str] | None:
+    if data is None:
+        return []
+    if b"\0" in data or len(data) > MAX_TEXT:
+        return None
+    try:
+        return data.decode("utf-8").splitlines(keepends=True)
+    except UnicodeDecodeError:
+        return None
+
+
+def file_diff(path: bytes, status: str, old: bytes | None, new: bytes | None) -> dict[str, Any]:
+    """One file's change: a unified diff for text, a size summary for binary content."""
+    name = display_path(path)
+    a, b = _text(old), _text(new)
+    if a is None or b is None:
+        return {
+            "binary": True,
+            "old_size": None if old is None else len(old),
+            "new_size": None if new is None else len(new),
+        }
+    lines = list(
+        difflib.unified_diff(
+            a,
+            b,
+            fromfile="/dev/null" if old is None else f"a/{name}",
+            tofile="/dev/null" if new is None else f"b/{name}",
+        )
+    )
+    added = sum(1 for x in lines if x.startswith("+") and not x.startswith("+++"))
+    removed = sum(1 for x in lines if x.startswith("-") and not x.startswith("---"))
+    text = "".join(x if x.endswith("\n") else x + "\n\\ No newline at end of file\n" for x in lines)
+    return {"binary": False, "diff": text, "added": added, "removed": removed}

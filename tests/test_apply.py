@@ -1,0 +1,396 @@
+"""Apply tests on real directories: restore, re-check, containment, and crash recovery.
+
+Trees come from a real store: a builder function lays out the *current* and the *target*
+workspace, both are captured with ``ingest_tree``, and the plan between them is applied to a
+fresh copy of the current layout. Success means the workspace's full listing (kinds, modes,
+contents, link texts) equals the target layout's, with no temp file and no journal left.
+Crash tests fork a child that dies right after the N-th persistent step, for every N, then
+recover in the parent (and, for a few N, crash the recovery itself at every step too).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from snapd import safeio
+from snapd.apply import ApplyResult, apply, recover
+from snapd.errors import Conflict
+from snapd.ingest import ingest_tree
+from snapd.objects import xxh3_hex
+from snapd.restore import Plan, plan
+from snapd.store import Store
+
+pytestmark = pytest.mark.timeout(300)
+
+NOBODY = 65534
+Builder = Callable[[Path], None]
+Listing = dict[str, tuple[str, int, bytes]]
+
+
+def write(path: Path, data: str | bytes, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+    path.chmod(mode)
+
+
+def target_tree(ws: Path) -> None:
+    ws.mkdir(parents=True)
+    write(ws / "same.txt", "same")
+    write(ws / "mod.txt", "old content\n" * 50)
+    write(ws / "gone.txt", "deleted since M")
+    write(ws / "exe.sh", "#!/bin/sh\n", 0o755)
+    write(ws / "sub/deep/x.txt", "x")
+    write(ws / "ro/inner.txt", "inner at M")
+    write(ws / "swapdir", "a file at M")
+    write(ws / "lnk2/in.txt", "a dir at M")
+    (ws / "emptydir").mkdir(mode=0o750)
+    (ws / "emptydir").chmod(0o750)
+    os.symlink("mod.txt", ws / "link")
+    os.symlink("same.txt", ws / "swap")
+    (ws / "ro").chmod(0o500)
+
+
+def current_tree(ws: Path) -> None:
+    ws.mkdir(parents=True)
+    write(ws / "same.txt", "same")
+    write(ws / "mod.txt", "new content")
+    write(ws / "new.txt", "created since M")
+    write(ws / "exe.sh", "#!/bin/sh\n", 0o644)
+    write(ws / "newdir/a/b.txt", "b")
+    write(ws / "ro/inner.txt", "inner changed")
+    write(ws / "swap/inside.txt", "swap is a dir now")
+    write(ws / "swapdir/f", "swapdir is a dir now")
+    os.symlink("elsewhere", ws / "lnk2")
+    os.symlink("same.txt", ws / "link")
+
+
+def listing(root: Path) -> Listing:
+    out: Listing = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            st = p.lstat()
+            rel = str(p.relative_to(root))
+            if stat.S_ISLNK(st.st_mode):
+                out[rel] = ("symlink", 0, os.readlink(p).encode())
+            elif stat.S_ISDIR(st.st_mode):
+                out[rel] = ("dir", stat.S_IMODE(st.st_mode), b"")
+            elif stat.S_ISREG(st.st_mode):
+                out[rel] = ("file", stat.S_IMODE(st.st_mode), p.read_bytes())
+            else:
+                out[rel] = ("special", stat.S_IMODE(st.st_mode), b"")
+    return out
+
+
+class Case:
+    """Capture both layouts, plan from current to target; lay out fresh copies to apply to."""
+
+    def __init__(self, tmp: Path, current: Builder, target: Builder, **plan_args: object) -> None:
+        self.tmp, self.current = tmp, current
+        with Store.open(tmp / "store") as store:
+            trees = []
+            for name, build in (("cur-ref", current), ("tgt-ref", target)):
+                build(tmp / name)
+                wid = store.add_workspace(os.fsencode(tmp / name))
+                trees.append(ingest_tree(store, wid, tmp / name).tree)
+            self.plan: Plan = plan(store.load_node, trees[0], trees[1], **plan_args)  # type: ignore[arg-type]
+            keys = {e.key for op in self.plan.ops for e in (op.entry, op.expect) if e and e.kind != "dir"}
+            self.objects = {k: store.get(k) for k in keys}
+        self.want = listing(tmp / "tgt-ref")
+        self.before = listing(tmp / "cur-ref")
+        self.n = 0
+
+    def fresh(self) -> tuple[Path, Path]:
+        self.n += 1
+        ws = self.tmp / f"ws{self.n}"
+        self.current(ws)
+        (self.tmp / "state").mkdir(exist_ok=True)
+        return ws.resolve(), self.tmp / "state" / f"journal{self.n}.json"
+
+    def get(self, key: str) -> bytes:
+        return self.objects[key]
+
+    def apply(self, ws: Path, journal: Path, p: Plan | None = None, **kw: bool) -> ApplyResult:
+        return apply(ws, p or self.plan, self.get, xxh3_hex, journal, **kw)
+
+
+def no_temps(ws: Path) -> bool:
+    return not any(safeio.is_temp_name(n) for _, ds, fs in os.walk(ws) for n in ds + fs)
+
+
+def test_apply_restores_every_kind_of_change(tmp_path: Path) -> None:
+    case = Case(tmp_path, current_tree, target_tree)
+    ws, journal = case.fresh()
+    start = time.time()
+    result = case.apply(ws, journal)
+    assert listing(ws) == case.want
+    assert result.ok and not journal.exists() and no_temps(ws)
+    assert (ws / "mod.txt").stat().st_mtime >= start - 1  # restored files carry the current time
+    assert b"gone.txt" in result.applied and b"new.txt" in result.applied
+    # applying the same plan again: everything is recognised as done, nothing conflicts
+    again = case.apply(ws, journal)
+    assert again.ok and listing(ws) == case.want
+
+
+def test_changed_path_is_left_alone_and_reported(tmp_path: Path) -> None:
+    case = Case(tmp_path, current_tree, target_tree)
+    ws, journal = case.fresh()
+    (ws / "mod.txt").write_bytes(b"a concurrent writer")
+    (ws / "new.txt").unlink()  # already gone: its removal is done, not a conflict
+    (ws / "gone.txt").write_bytes(b"someone recreated it")
+    result = case.apply(ws, journal)
+    assert dict(result.conflicts).keys() == {b"mod.txt", b"gone.txt"}
+    assert (ws / "mod.txt").read_bytes() == b"a concurrent writer"
+    assert (ws / "gone.txt").read_bytes() == b"someone recreated it"
+    got, want = listing(ws), case.want
+    assert {k: v for k, v in got.items() if k not in ("mod.txt", "gone.txt")} == {
+        k: v for k, v in want.items() if k not in ("mod.txt", "gone.txt")
+    }
+    assert not journal.exists() and no_temps(ws)
+
+
+def test_directory_swapped_for_symlink_outside_is_replaced(tmp_path: Path) -> None:
+    def target(ws: Path) -> None:
+        write(ws / "d/f", "f at M")
+        write(ws / "d/g", "g at M")
+
+    def current(ws: Path) -> None:
+        write(ws / "d/f", "f now")
+
+    outside = tmp_path / "outside"
+    write(outside / "f", "outside f")
+    write(outside / "keep", "outside keep")
+    before = listing(outside)
+    case = Case(tmp_path, current, target)
+    ws, journal = case.fresh()
+    for p in (ws / "d").iterdir():
+        p.unlink()
+    (ws / "d").rmdir()
+    (ws / "d").symlink_to(outside, target_is_directory=True)
+    result = case.apply(ws, journal)
+    assert listing(outside) == before
+    assert (ws / "d").is_dir() and not (ws / "d").is_symlink()
+    assert result.replaced == (b"d",)
+    assert (ws / "d/g").read_bytes() == b"g at M"  # expected absent: restored into the real dir
+    assert dict(result.conflicts) == {b"d/f": "changed since the plan was made: it is gone"}
+
+
+def test_file_swapped_for_symlink_outside_is_not_followed(tmp_path: Path) -> None:
+    def target(ws: Path) -> None:
+        write(ws / "f", "f at M")
+
+    def current(ws: Path) -> None:
+        write(ws / "f", "f now")
+        write(ws / "n", "created since M")
+
+    outside = tmp_path / "outside"
+    write(outside / "secret", "outside secret", 0o600)
+    before = listing(outside)
+    case = Case(tmp_path, current, target)
+    ws, journal = case.fresh()
+    for name in ("f", "n"):
+        (ws / name).unlink()
+        (ws / name).symlink_to(outside / "secret")
+    result = case.apply(ws, journal)
+    assert listing(outside) == before
+    assert (ws / "f").is_symlink() and (ws / "n").is_symlink()
+    assert dict(result.conflicts).keys() == {b"f", b"n"}
+
+
+def test_parent_turned_into_a_file_is_a_conflict(tmp_path: Path) -> None:
+    def target(ws: Path) -> None:
+        write(ws / "d/new", "new at M")
+
+    def current(ws: Path) -> None:
+        (ws / "d").mkdir(parents=True)
+
+    case = Case(tmp_path, current, target)
+    ws, journal = case.fresh()
+    (ws / "d").rmdir()
+    write(ws / "d", "a file now")
+    result = case.apply(ws, journal)
+    assert (ws / "d").read_bytes() == b"a file now"
+    assert dict(result.conflicts) == {b"d/new": "d is not a directory"}
+
+
+def test_uncapturable_paths_kept_unless_forced(tmp_path: Path) -> None:
+    def target(ws: Path) -> None:
+        write(ws / "p", "p at M")
+        write(ws / "ok", "ok at M")
+
+    def current(ws: Path) -> None:
+        ws.mkdir(parents=True)
+        os.mkfifo(ws / "p")
+        write(ws / "ok", "ok now")
+        write(ws / "newdir/x", "x")
+        os.mkfifo(ws / "newdir/fifo")
+
+    unc = {b"p": "special file", b"newdir/fifo": "special file"}
+    kept = Case(tmp_path / "a", current, target, uncapturable=unc)
+    assert [p for p, _ in kept.plan.kept] == [b"newdir", b"p"]
+    ws, journal = kept.fresh()
+    result = kept.apply(ws, journal)
+    assert not result.ok and dict(result.kept).keys() == {b"newdir", b"p"}
+    assert stat.S_ISFIFO((ws / "p").lstat().st_mode) and stat.S_ISFIFO((ws / "newdir/fifo").lstat().st_mode)
+    assert (ws / "ok").read_bytes() == b"ok at M" and not (ws / "newdir/x").exists()
+
+    forced = Case(tmp_path / "b", current, target, uncapturable=unc, force=True)
+    ws, journal = forced.fresh()
+    refused = forced.apply(ws, journal)  # a forced plan needs a forced apply
+    assert dict(refused.conflicts).keys() == {b"p", b"newdir/fifo"}
+    ws, journal = forced.fresh()
+    result = forced.apply(ws, journal, force=True)
+    assert result.ok and listing(ws) == forced.want
+
+
+def test_directory_still_holding_ignored_entries_is_kept(tmp_path: Path) -> None:
+    def target(ws: Path) -> None:
+        ws.mkdir(parents=True)
+
+    def current(ws: Path) -> None:
+        write(ws / "build/out.txt", "captured")
+        write(ws / "build/obj.o", "ignored")
+
+    def current_without_ignored(ws: Path) -> None:
+        write(ws / "build/out.txt", "captured")
+
+    case = Case(tmp_path, current_without_ignored, target)
+    case.current = current  # the workspace also holds an ignored file the trees never saw
+    ws, journal = case.fresh()
+    result = case.apply(ws, journal)
+    assert dict(result.kept) == {b"build": "still holds paths that are not captured"}
+    assert (ws / "build/obj.o").read_bytes() == b"ignored" and not (ws / "build/out.txt").exists()
+
+
+def test_apply_refuses_while_a_journal_exists(tmp_path: Path) -> None:
+    case = Case(tmp_path, current_tree, target_tree)
+    ws, journal = case.fresh()
+    journal.write_text("{}")
+    with pytest.raises(Conflict):
+        case.apply(ws, journal)
+    assert listing(ws) == case.before
+
+
+# -- crashes ----------------------------------------------------------------------------------
+
+
+def _in_child(action: Callable[[], object], n: int) -> int:
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            safeio.crash_after(n)
+            action()
+        except BaseException:
+            code = 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def _count(action: Callable[[], object]) -> int:
+    safeio.crash_after(None)
+    action()
+    return safeio.operations()
+
+
+def _converged(case: Case, ws: Path, journal: Path) -> None:
+    assert listing(ws) == case.want
+    assert no_temps(ws) and not journal.exists()
+
+
+def test_crash_at_every_apply_step_then_recover(tmp_path: Path) -> None:
+    case = Case(tmp_path, current_tree, target_tree)
+    ws, journal = case.fresh()
+    total = _count(lambda ws=ws, journal=journal: case.apply(ws, journal))
+    assert total > 30
+    crashed, temps_removed = 0, 0
+    for n in range(1, total + 1):
+        ws, journal = case.fresh()
+        code = _in_child(lambda ws=ws, journal=journal: case.apply(ws, journal), n)
+        assert code in (0, safeio.CRASH_EXIT_CODE)
+        crashed += code == safeio.CRASH_EXIT_CODE
+        report = recover(ws, journal, case.get, xxh3_hex)
+        if report is None and n < 3:  # died before the journal was published: nothing was touched
+            assert listing(ws) == case.before
+            continue
+        assert report is not None or n == total  # or it died right after deleting the journal
+        assert report is None or (report.ok and report.token == case.plan.token)
+        temps_removed += report.temps_removed if report else 0
+        _converged(case, ws, journal)
+    assert crashed >= total - 1
+    assert temps_removed > 0  # some crashes fell between a temp file's write and its rename
+    assert recover(ws, journal, case.get, xxh3_hex) is None  # nothing left to recover
+
+
+@pytest.mark.parametrize("fraction", [0.3, 0.6, 0.9])
+def test_crash_during_recovery_at_every_step(tmp_path: Path, fraction: float) -> None:
+    case = Case(tmp_path, current_tree, target_tree)
+    ws, journal = case.fresh()
+    n = max(4, int(_count(lambda ws=ws, journal=journal: case.apply(ws, journal)) * fraction))
+    ws, journal = case.fresh()
+    assert _in_child(lambda ws=ws, journal=journal: case.apply(ws, journal), n) == safeio.CRASH_EXIT_CODE
+    total = _count(lambda ws=ws, journal=journal: recover(ws, journal, case.get, xxh3_hex))
+    _converged(case, ws, journal)
+    assert total > 0
+    for m in range(1, total + 1):
+        ws, journal = case.fresh()
+        assert _in_child(lambda ws=ws, journal=journal: case.apply(ws, journal), n) == safeio.CRASH_EXIT_CODE
+        assert _in_child(lambda ws=ws, journal=journal: recover(ws, journal, case.get, xxh3_hex), m) in (
+            0,
+            safeio.CRASH_EXIT_CODE,
+        )
+        assert recover(ws, journal, case.get, xxh3_hex) is not None or not journal.exists()
+        _converged(case, ws, journal)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the apply as another uid")
+def test_read_only_directories_as_an_unprivileged_user(tmp_path: Path) -> None:
+    """Root ignores modes, so the apply runs as ``nobody``: dirs read-only now or at M still work."""
+
+    def target(ws: Path) -> None:
+        write(ws / "ro_now/f", "f at M")
+        write(ws / "ro_at_m/g", "g at M")
+        write(ws / "new_ro/h", "h at M")
+        for d in ("ro_at_m", "new_ro"):
+            (ws / d).chmod(0o500)
+
+    def current(ws: Path) -> None:
+        write(ws / "ro_now/f", "f now")
+        write(ws / "ro_at_m/g", "g now")
+        (ws / "ro_now").chmod(0o555)
+
+    case = Case(tmp_path, current, target)
+    base = Path(tempfile.mkdtemp(dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        ws, journal = base / "ws", base / "state" / "journal.json"
+        current(ws)
+        (base / "state").mkdir()
+        for path in [base, *base.rglob("*")]:
+            os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.setgid(NOBODY)
+                os.setuid(NOBODY)
+                code = 0 if case.apply(ws, journal).ok else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert listing(ws) == case.want and not journal.exists()
+    finally:
+        for path in [base, *base.rglob("*")]:
+            if path.is_dir() and not path.is_symlink():
+                path.chmod(0o755)
+        shutil.rmtree(base)

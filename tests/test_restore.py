@@ -1,0 +1,360 @@
+"""Pure rollback-planning tests: an in-memory node map stands in for the store.
+
+The central check is :func:`simulate`: it runs a plan's ops, in order, against a model of the
+current tree, asserting that each op is valid where it runs (parent is a directory, the path
+holds exactly ``expect``, removed directories are empty) — and the result must be the target.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from snapd import trees
+from snapd.errors import NotFound, UsageError
+from snapd.objects import xxh3_hex
+from snapd.restore import MKDIR_MODE, Op, Plan, plan
+from snapd.trees import Dir, Entry
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class Mem:
+    def __init__(self) -> None:
+        self.nodes: dict[str, bytes] = {}
+
+    def save(self, node: trees.Node) -> str:
+        data = trees.encode_node(node)
+        key = f"{xxh3_hex(data)}-{len(data)}"
+        self.nodes[key] = data
+        return key
+
+    def load(self, key: str) -> trees.Node:
+        return trees.decode_node(self.nodes[key])
+
+    def tree(self, changes: dict[bytes, trees.Change]) -> str:
+        return trees.apply_changes(self.load, self.save, None, changes)
+
+
+def f(content: str, mode: int = 0o644) -> Entry:
+    data = content.encode()
+    return Entry("file", mode, len(data), f"{xxh3_hex(data)}-{len(data)}")
+
+
+def ln(target: str) -> Entry:
+    data = target.encode()
+    return Entry("symlink", 0o777, len(data), f"{xxh3_hex(data)}-{len(data)}")
+
+
+Model = dict[bytes, Entry]
+
+
+def flat(m: Mem, root: str | None) -> Model:
+    return dict(trees.walk(m.load, root)) if root is not None else {}
+
+
+def _same(a: Entry | None, b: Entry | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a.kind == b.kind if a.kind == "dir" or b.kind == "dir" else a == b
+
+
+def simulate(state: Model, ops: tuple[Op, ...]) -> Model:
+    """Run ``ops`` on a model, asserting that each is valid at its turn; return the result."""
+    state = dict(state)
+    for op in ops:
+        parent = op.path.rpartition(b"/")[0]
+        assert parent == b"" or (parent in state and state[parent].kind == "dir"), f"no parent: {op}"
+        now = state.get(op.path)
+        assert op.forced is not None or _same(now, op.expect), f"found {now}: {op}"
+        if op.kind in ("remove", "rmdir"):
+            if op.forced is None:
+                assert now is not None and (now.kind == "dir") == (op.kind == "rmdir"), op
+                assert not any(p.startswith(op.path + b"/") for p in state), f"not empty: {op}"
+            state = {p: e for p, e in state.items() if p != op.path and not p.startswith(op.path + b"/")}
+        elif op.kind == "mkdir":
+            assert now is None and op.entry is not None, op
+            state[op.path] = Entry("dir", MKDIR_MODE, 0, "")
+        elif op.kind == "chmod":
+            assert now is not None and op.entry is not None and now.kind == op.entry.kind, op
+            state[op.path] = Entry(now.kind, op.entry.mode, now.size, now.key)
+        else:
+            assert op.entry is not None and (now is None or now.kind != "dir"), op
+            state[op.path] = op.entry
+    return state
+
+
+def normalized(model: Model) -> dict[bytes, tuple[str, int, str]]:
+    return {p: (e.kind, e.mode, "" if e.kind == "dir" else e.key) for p, e in model.items()}
+
+
+def check(m: Mem, current: str | None, target: str, p: Plan) -> None:
+    assert normalized(simulate(flat(m, current), p.ops)) == normalized(flat(m, target))
+
+
+def kinds(p: Plan) -> list[tuple[str, bytes]]:
+    return [(op.kind, op.path) for op in p.ops]
+
+
+def test_every_kind_of_change() -> None:
+    m = Mem()
+    target = m.tree(
+        {
+            b"keep": f("k"),
+            b"mod": f("old"),
+            b"chmod": f("c", 0o755),
+            b"gone": f("g"),
+            b"gonedir/a/x": f("x"),
+            b"empty": Dir(0o750),
+            b"link": ln("mod"),
+            b"relink": ln("a"),
+        }
+    )
+    current = m.tree(
+        {
+            b"keep": f("k"),
+            b"mod": f("new"),
+            b"chmod": f("c", 0o644),
+            b"new": f("n"),
+            b"newdir/deep/y": f("y"),
+            b"link": ln("mod"),
+            b"relink": ln("b"),
+        }
+    )
+    p = plan(m.load, current, target)
+    check(m, current, target, p)
+    assert p.counts == {"restore": 2, "recreate": 5, "delete": 4, "mode": 1, "type": 0}
+    ops = {(op.kind, op.path): op for op in p.ops}
+    assert ops[("write", b"mod")].expect == f("new") and ops[("write", b"mod")].entry == f("old")
+    assert ops[("write", b"gone")].expect is None
+    assert ops[("symlink", b"relink")].entry == ln("a")
+    assert ops[("chmod", b"chmod")].entry == f("c", 0o755)
+    assert ops[("remove", b"newdir/deep/y")].expect == f("y")
+    assert ("mkdir", b"empty") in ops and ops[("chmod", b"empty")].entry.mode == 0o750  # type: ignore[union-attr]
+    assert ("write", b"keep") not in ops and ("symlink", b"link") not in ops
+
+
+def test_order_removes_rmdirs_mkdirs_writes_then_dir_modes() -> None:
+    m = Mem()
+    target = m.tree({b"a/b/c/f": f("f"), b"a": Dir(0o500), b"a/b": Dir(0o555), b"x": f("x")})
+    current = m.tree({b"z/y/w": f("w"), b"z/q": f("q"), b"x": f("old")})
+    p = plan(m.load, current, target)
+    check(m, current, target, p)
+    assert kinds(p) == [
+        ("remove", b"z/q"),
+        ("remove", b"z/y/w"),
+        ("rmdir", b"z/y"),
+        ("rmdir", b"z"),
+        ("mkdir", b"a"),
+        ("mkdir", b"a/b"),
+        ("mkdir", b"a/b/c"),
+        ("write", b"a/b/c/f"),
+        ("write", b"x"),
+        ("chmod", b"a/b/c"),
+        ("chmod", b"a/b"),
+        ("chmod", b"a"),
+    ]
+
+
+def test_read_only_directory_is_opened_first_and_closed_last() -> None:
+    m = Mem()
+    current = m.tree({b"ro/f": f("new"), b"ro": Dir(0o555)})
+    target = m.tree({b"ro/f": f("old"), b"ro": Dir(0o755)})
+    assert kinds(plan(m.load, current, target)) == [("chmod", b"ro"), ("write", b"ro/f")]
+    back = plan(m.load, target, current)
+    assert kinds(back) == [("write", b"ro/f"), ("chmod", b"ro")]
+
+
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        (f("file"), Dir(0o755)),
+        (Dir(0o755), f("file")),
+        (f("file"), ln("t")),
+        (ln("t"), f("file")),
+        (ln("t"), Dir(0o700)),
+        (Dir(0o700), ln("t")),
+    ],
+    ids=["file-dir", "dir-file", "file-link", "link-file", "link-dir", "dir-link"],
+)
+def test_type_changes(old: trees.Change, new: trees.Change) -> None:
+    m = Mem()
+
+    def build(change: trees.Change) -> str:
+        extra: dict[bytes, trees.Change] = {b"p/inner": f("i")} if isinstance(change, Dir) else {}
+        return m.tree({b"p": change, **extra, b"other": f("o")})
+
+    current, target = build(old), build(new)
+    p = plan(m.load, current, target)
+    check(m, current, target, p)
+    assert p.counts["type"] == 1
+    first = next(op for op in p.ops if op.path == b"p")
+    assert first.kind in ("remove", "rmdir") and first.expect is not None
+
+
+def test_empty_directories_are_recreated_and_removed() -> None:
+    m = Mem()
+    target = m.tree({b"e1": Dir(0o700), b"e2/e3": Dir(0o755)})
+    current = m.tree({b"n1": Dir(0o755)})
+    p = plan(m.load, current, target)
+    check(m, current, target, p)
+    assert ("mkdir", b"e2/e3") in kinds(p) and ("rmdir", b"n1") in kinds(p)
+    assert ("chmod", b"e1") not in kinds(p)  # created with its mode already
+
+
+def test_from_an_empty_workspace_and_to_an_empty_mark() -> None:
+    m = Mem()
+    full = m.tree({b"a/b": f("b"), b"c": ln("a")})
+    empty = m.tree({})
+    check(m, None, full, plan(m.load, None, full))
+    p = plan(m.load, full, empty)
+    check(m, full, empty, p)
+    assert p.counts["delete"] == 3
+
+
+def test_only_limits_the_plan_and_creates_needed_parents() -> None:
+    m = Mem()
+    target = m.tree({b"a/b/f": f("f"), b"a/g": f("g"), b"x": f("x"), b"d/k": f("k")})
+    current = m.tree({b"x": f("changed"), b"d": f("d was a file"), b"y": f("new")})
+    p = plan(m.load, current, target, only=[b"a/b/f"])
+    assert kinds(p) == [
+        ("mkdir", b"a"),
+        ("mkdir", b"a/b"),
+        ("write", b"a/b/f"),
+        ("chmod", b"a/b"),
+        ("chmod", b"a"),
+    ]
+    p2 = plan(m.load, current, target, only=[b"d/k", b"y", b"d"])
+    assert set(kinds(p2)) == {
+        ("remove", b"d"),
+        ("mkdir", b"d"),
+        ("write", b"d/k"),
+        ("chmod", b"d"),
+        ("remove", b"y"),
+    }
+    simulate(flat(m, current), p2.ops)
+    assert (
+        plan(m.load, current, target, only=[b"a"]).ops
+        == plan(m.load, current, target, only=[b"a", b"a/g"]).ops
+    )
+    with pytest.raises(NotFound, match="nowhere"):
+        plan(m.load, current, target, only=[b"nowhere"])
+    with pytest.raises(UsageError):
+        plan(m.load, current, target, only=[b"../etc"])
+
+
+def test_only_a_path_that_is_unchanged_gives_an_empty_plan() -> None:
+    m = Mem()
+    t = m.tree({b"a": f("a"), b"b": f("b")})
+    c = m.tree({b"a": f("a"), b"b": f("B")})
+    assert plan(m.load, c, t, only=[b"a"]).ops == ()
+
+
+def test_uncapturable_paths_are_kept_unless_forced() -> None:
+    m = Mem()
+    target = m.tree({b"fifo": f("was a file"), b"big": f("small at M"), b"sub/x": f("x"), b"fine": f("1")})
+    current = m.tree({b"newdir/ok": f("ok"), b"fine": f("2"), b"sub": Dir(0o755)})
+    unc = {
+        b"fifo": "special file",
+        b"big": "over size cap",
+        b"newdir/huge": "over size cap",
+        b"sub": "unreadable",
+    }
+    p = plan(m.load, current, target, uncapturable=unc)
+    assert dict(p.kept) == {
+        b"fifo": "special file",
+        b"big": "over size cap",
+        b"newdir": "holds newdir/huge, not captured: over size cap",
+        b"sub/x": "inside sub, not captured: unreadable",
+    }
+    assert set(kinds(p)) == {("write", b"fine"), ("remove", b"newdir/ok")}  # siblings still go
+    forced = plan(m.load, current, target, uncapturable=unc, force=True)
+    assert forced.kept == ()
+    by = {(op.kind, op.path): op for op in forced.ops}
+    assert by[("remove", b"newdir/huge")].forced == "over size cap"
+    assert by[("write", b"fifo")].forced == "special file" and by[("write", b"sub/x")].forced == "unreadable"
+    assert kinds(forced).index(("remove", b"newdir/huge")) < kinds(forced).index(("rmdir", b"newdir"))
+    assert forced.token != p.token
+
+
+def test_uncapturable_directory_in_the_way_keeps_everything_below() -> None:
+    m = Mem()
+    target = m.tree({b"d/a/b": f("b"), b"d/c": f("c")})
+    current = m.tree({})
+    p = plan(m.load, current, target, uncapturable={b"d": "special file"})
+    assert p.ops == ()
+    assert [k for k, _ in p.kept] == [b"d", b"d/a", b"d/a/b", b"d/c"]
+    assert dict(p.kept)[b"d/c"] == "its directory d is kept"
+
+
+def test_token_is_stable_and_sensitive() -> None:
+    m = Mem()
+    target = m.tree({b"a": f("a"), b"b/c": f("c")})
+    current = m.tree({b"a": f("A"), b"n": f("n")})
+    p1, p2 = plan(m.load, current, target), plan(m.load, current, target)
+    assert p1.token == p2.token and p1.difference(p2) == []
+    current2 = m.tree({b"a": f("A2"), b"n": f("n")})
+    p3 = plan(m.load, current2, target)
+    assert p3.token != p1.token
+    assert p1.difference(p3) == ["~ a: restore a (its state changed)"]
+    current3 = m.tree({b"a": f("A"), b"n": f("n"), b"n2": f("n2")})
+    p4 = plan(m.load, current3, target)
+    assert p1.difference(p4) == ["+ delete n2"] and p4.difference(p1) == ["- no longer: delete n2"]
+    p5 = plan(m.load, current, target, uncapturable={b"n": "special file"})
+    assert p1.difference(p5) == ["- no longer: delete n", "+ keep n: special file"]
+    target2 = m.tree({b"a": f("a", 0o600), b"b/c": f("c")})
+    assert "set mode" not in " ".join(p1.difference(plan(m.load, current, target2)))
+    assert plan(m.load, current, target2).token != p1.token
+
+
+def test_to_json_and_op_round_trip() -> None:
+    m = Mem()
+    odd = b"caf\xe9"
+    target = m.tree({odd: f("x"), b"l": ln("t")})
+    p = plan(m.load, None, target)
+    doc = p.to_json()
+    assert doc["token"] == p.token and doc["counts"]["recreate"] == 2
+    assert {"b64": "Y2Fm6Q=="} in [o["path"] for o in doc["ops"]]
+    assert tuple(Op.from_json(o) for o in doc["ops"]) == p.ops
+
+
+# -- property: for any pair of trees, the plan turns one into the other ----------------------
+
+names = st.sampled_from([b"a", b"b", b"c", b"\xff"])
+rel_paths = st.lists(names, min_size=1, max_size=3).map(b"/".join)
+specs = st.one_of(
+    st.tuples(st.just("file"), st.sampled_from(["x", "y", ""]), st.sampled_from([0o644, 0o755, 0o600])),
+    st.tuples(st.just("link"), st.sampled_from(["a", "../b"]), st.just(0)),
+    st.tuples(st.just("dir"), st.just(""), st.sampled_from([0o755, 0o700, 0o500])),
+)
+tree_specs = st.dictionaries(rel_paths, specs, max_size=12)
+
+
+def _build(m: Mem, spec: dict[bytes, tuple[str, str, int]]) -> str:
+    changes: dict[bytes, trees.Change] = {}
+    for path, (kind, content, mode) in spec.items():
+        changes[path] = f(content, mode) if kind == "file" else ln(content) if kind == "link" else Dir(mode)
+    return m.tree(changes)
+
+
+@settings(max_examples=300, deadline=None)
+@given(tree_specs, tree_specs, st.lists(rel_paths, max_size=2))
+def test_plan_turns_current_into_target(
+    cur: dict[bytes, tuple[str, str, int]], tgt: dict[bytes, tuple[str, str, int]], only: list[bytes]
+) -> None:
+    m = Mem()
+    current, target = _build(m, cur), _build(m, tgt)
+    p = plan(m.load, current, target)
+    check(m, current, target, p)
+    assert plan(m.load, current, target).token == p.token
+    assert (p.ops == ()) == (normalized(flat(m, current)) == normalized(flat(m, target)))
+    try:
+        partial = plan(m.load, current, target, only=only)
+    except NotFound:
+        return
+    result = normalized(simulate(flat(m, current), partial.ops))
+    want = normalized(flat(m, target))
+    for top in only:
+        inside = lambda p, top=top: p == top or p.startswith(top + b"/")  # noqa: E731
+        assert {p: v for p, v in result.items() if inside(p)} == {p: v for p, v in want.items() if inside(p)}
