@@ -17,6 +17,14 @@ from snapd.cli import commands
 from snapd.errors import SnapdError
 
 
+def _rollback_flags(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--dry-run", action="store_true", help="show the plan, change nothing")
+    sp.add_argument("-y", "--yes", action="store_true", help="apply without asking")
+    sp.add_argument(
+        "--force", action="store_true", help="also overwrite or delete paths snapd could not capture"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="snapctl", description="Control snapd: marks, history and workspaces.")
     p.add_argument("--version", action="version", version=f"snapctl {__version__}")
@@ -62,12 +70,27 @@ def build_parser() -> argparse.ArgumentParser:
     for name, verb in (("pin", "keep a mark forever"), ("unpin", "let retention evict a mark again")):
         sp = add(name, verb)
         sp.add_argument("mark")
+    sp = add("rollback", "put the workspace back to a mark (files after -- limit it)")
+    sp.add_argument("--to", required=True, metavar="MARK")
+    _rollback_flags(sp)
+    sp = add("undo", "return to the state before the last rollback (or undo)")
+    _rollback_flags(sp)
+    sp = add("diff", "unified diff between two marks, or a mark and the workspace now (files after --)")
+    sp.add_argument("from_mark", metavar="FROM")
+    sp.add_argument("to_mark", metavar="TO", nargs="?")
+    sp.add_argument("--stat", action="store_true", help="only the changed files and line counts")
     add("stop", "ask the daemon to exit", ws=False, json=False)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    paths: list[str] = []
+    if "--" in argv:  # paths after "--" limit rollback and diff; they are never options
+        cut = argv.index("--")
+        argv, paths = argv[:cut], argv[cut + 1 :]
     args = build_parser().parse_args(argv)
+    args.paths = paths
     try:
         return int(args.func(args, dict(os.environ)))
     except SnapdError as exc:

@@ -13,6 +13,7 @@ from typing import Any
 from snapd.cli.output import print_json, progress_bar, size, summary_line, when
 from snapd.client import Client
 from snapd.config import load_config
+from snapd.errors import Conflict, PlanChanged, UsageError
 from snapd.protocol import display_path
 
 Env = dict[str, str]
@@ -141,8 +142,7 @@ def cmd_forget(args: argparse.Namespace, env: Env) -> int:
         print_json(r)
     else:
         print(
-            f"forgot {r['workspace']}: {r['forgotten_marks']} marks deleted "
-            "(`snapctl gc` reclaims the space)"
+            f"forgot {r['workspace']}: {r['forgotten_marks']} marks deleted (`snapctl gc` reclaims the space)"
         )
     return 0
 
@@ -267,3 +267,135 @@ def cmd_stop(args: argparse.Namespace, env: Env) -> int:
 
 
 __all__ = ["print_json", "Path"]
+
+
+# -- rollback, undo, diff -------------------------------------------------------------------
+
+
+def _rollback_fields(args: argparse.Namespace, undo: bool) -> dict[str, Any]:
+    fields: dict[str, Any] = {"undo": True} if undo else {"to": args.to}
+    fields.update(_where(args))
+    if args.paths:
+        fields["paths"] = [os.fsencode(os.path.abspath(p)) for p in args.paths]
+    return fields
+
+
+def _print_plan(r: dict[str, Any], limit: int = 200) -> None:
+    t = r["target"]
+    print(f"rollback of {r['workspace']} to {t['id']} {t['label']} ({when(t['created'])})")
+    lines = r["lines"]
+    for line in lines[:limit]:
+        print(f"  {line}")
+    if len(lines) > limit:
+        print(f"  … and {len(lines) - limit} more (--json lists them all)")
+    for k in r["plan"]["kept"]:
+        print(f"  kept: {_shown(k['path'])} ({k['reason']})")
+    counts = ", ".join(f"{n} {k}" for k, n in sorted(r["plan"]["counts"].items()) if n)
+    print(f"  {counts or 'nothing to change'}")
+    for w in r.get("warnings", []):
+        print(f"warning: {w}", file=sys.stderr)
+
+
+def _confirm(question: str) -> bool:
+    try:
+        return input(question).strip().lower() in ("y", "yes")
+    except EOFError:
+        return False
+
+
+def _rollback(args: argparse.Namespace, env: Env, undo: bool) -> int:
+    fields = _rollback_fields(args, undo)
+    with _client(args, env, timeout=3600.0) as c:
+        r = c.call("rollback_plan", force=args.force, **fields)
+        if args.dry_run:
+            print_json(r) if args.json else _print_plan(r)
+            return 0 if not r["plan"]["kept"] else Conflict.exit_code
+        if not args.json:
+            _print_plan(r)
+        token: str | None = None  # with --yes nothing was confirmed: the fresh plan is applied
+        if not args.yes:
+            if not sys.stdin.isatty():
+                print("snapctl: refusing to change files without confirmation: pass --yes", file=sys.stderr)
+                return UsageError.exit_code
+            if not _confirm("apply this rollback? [y/N] "):
+                print("nothing changed")
+                return 1
+            token = r["plan"]["token"]
+        while True:
+            try:
+                res = c.call("rollback_apply", force=args.force, token=token, **fields)
+                break
+            except PlanChanged as exc:
+                new = exc.details
+                print("the workspace changed since the plan was made; the plan is now different:")
+                old_lines, new_lines = set(r["lines"]), set(new["lines"])
+                for line in sorted(new_lines - old_lines):
+                    print(f"  + {line}")
+                for line in sorted(old_lines - new_lines):
+                    print(f"  - no longer: {line}")
+                if not _confirm("apply the new plan? [y/N] "):
+                    print("nothing changed")
+                    return 1
+                r, token = new, new["plan"]["token"]
+    if args.json:
+        print_json(res)
+    else:
+        print(f"rolled back: {res['applied']} paths; `snapctl undo` returns to {res['pre_rollback']}")
+        for x in res["conflicts"]:
+            print(f"  conflict: {_shown(x['path'])}: {x['reason']} (left as it is)", file=sys.stderr)
+        for x in res["kept"]:
+            print(f"  kept: {_shown(x['path'])}: {x['reason']}", file=sys.stderr)
+    return 0 if res["ok"] else Conflict.exit_code
+
+
+def cmd_rollback(args: argparse.Namespace, env: Env) -> int:
+    return _rollback(args, env, undo=False)
+
+
+def cmd_undo(args: argparse.Namespace, env: Env) -> int:
+    return _rollback(args, env, undo=True)
+
+
+def _colors(env: Env) -> dict[str, str]:
+    if env.get("NO_COLOR") or not sys.stdout.isatty():
+        return {k: "" for k in ("add", "del", "hunk", "head", "end")}
+    return {"add": "\033[32m", "del": "\033[31m", "hunk": "\033[36m", "head": "\033[1m", "end": "\033[0m"}
+
+
+def cmd_diff(args: argparse.Namespace, env: Env) -> int:
+    fields: dict[str, Any] = {"from": args.from_mark, **_where(args)}
+    if args.to_mark:
+        fields["to"] = args.to_mark
+    if args.paths:
+        fields["paths"] = [os.fsencode(os.path.abspath(p)) for p in args.paths]
+    with _client(args, env, timeout=600.0) as c:
+        r = c.call("diff", stat=args.stat, **fields)
+    if args.json:
+        print_json(r)
+        return 0
+    col = _colors(env)
+    for f in r["files"]:
+        name = _shown(f["path"])
+        if args.stat or f["status"] == "mode" or "binary" not in f:
+            extra = f" +{f['added']} -{f['removed']}" if "added" in f else ""
+            mode = (
+                f" {f.get('old_mode', 0):04o} -> {f.get('new_mode', 0):04o}" if f["status"] == "mode" else ""
+            )
+            print(f"{f['status']:<9} {name}{extra}{mode}")
+            continue
+        print(f"{col['head']}diff {name} ({f['status']}){col['end']}")
+        if f["binary"]:
+            print(f"Binary file {name} differs ({f['old_size']} -> {f['new_size']} bytes)")
+            continue
+        for line in f["diff"].splitlines():
+            if line.startswith(("+++", "---")):
+                print(f"{col['head']}{line}{col['end']}")
+            elif line.startswith("+"):
+                print(f"{col['add']}{line}{col['end']}")
+            elif line.startswith("-"):
+                print(f"{col['del']}{line}{col['end']}")
+            elif line.startswith("@@"):
+                print(f"{col['hunk']}{line}{col['end']}")
+            else:
+                print(line)
+    return 0
