@@ -223,13 +223,17 @@ def test_background_start_status_stop(tmp_path: Path) -> None:
     st = run_ctl(env, "status", "--json")
     assert st.returncode == 0, st.stderr
     pid = int(__import__("json").loads(st.stdout)["pid"])
-    assert (home / "snapd.log").exists()
-    assert (home / "snapd.log").stat().st_mode & 0o077 == 0
-    again = subprocess.run(start, env=env, capture_output=True, timeout=60, cwd="/")
-    assert again.returncode != 0 and b"already" in again.stderr
-    assert run_ctl(env, "stop").returncode == 0
-    wait_for(lambda: not _alive(pid), 15)
-    assert run_ctl(env, "status").returncode != 0
+    try:
+        assert (home / "snapd.log").exists()
+        assert (home / "snapd.log").stat().st_mode & 0o077 == 0
+        again = subprocess.run(start, env=env, capture_output=True, timeout=60, cwd="/")
+        assert again.returncode != 0 and b"already" in again.stderr
+        assert run_ctl(env, "stop").returncode == 0
+        wait_for(lambda: not _alive(pid), 15)
+        assert run_ctl(env, "status").returncode != 0
+    finally:
+        if _alive(pid):  # never leave a detached daemon behind a failed test
+            os.kill(pid, signal.SIGKILL)
 
 
 def _alive(pid: int) -> bool:
