@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     import zmq
 
 Progress = Callable[[dict[str, Any]], None]
+LIVENESS_MS = 1000  # while waiting for a reply, check this often that the daemon still listens
 
 
 class _Default:
@@ -175,8 +176,17 @@ class Client:
             if remaining is not None and remaining <= 0:
                 self._drop_socket()
                 return None
-            wait_ms = None if remaining is None else max(1, int(remaining * 1000))
+            # Wait in slices: a long call (a baseline, a rollback) must notice a daemon that died
+            # under it instead of waiting out its whole deadline.
+            wait_ms = LIVENESS_MS if remaining is None else max(1, min(LIVENESS_MS, int(remaining * 1000)))
             if not sock.poll(wait_ms, zmq.POLLIN):
+                if probe_listener(self.endpoint) is False:
+                    self._drop_socket()
+                    raise DaemonUnavailable(
+                        f"snapd at {self.endpoint} went away while handling this request (it exited "
+                        "or was killed); see its log, and `snapctl status` after restarting it",
+                        endpoint=self.endpoint,
+                    )
                 continue
             reply = self._decode(sock.recv())
             if reply.get("id") != rid:

@@ -26,7 +26,7 @@ from types import FrameType
 
 import structlog
 
-from snapd import __version__, retention
+from snapd import __version__, retention, safeio
 from snapd.config import Config, load_config
 from snapd.errors import DaemonUnavailable, SnapdError
 from snapd.logs import configure_logging
@@ -174,6 +174,19 @@ def _homes(env: dict[str, str]) -> tuple[Path, ...]:
     return tuple(homes)
 
 
+def _arm_test_crash(spec: str | None) -> None:
+    """Fault injection for crash tests: ``SNAPD_TEST_CRASH_AFTER=apply.:N`` makes the daemon
+    die (exit 86) right after its N-th persistent operation whose name starts with ``apply.``
+    — the same seam the store's crash tests use in-process (:func:`safeio.crash_after`)."""
+    if not spec:
+        return
+    prefix, _, count = spec.rpartition(":")
+    if not count.isdigit():
+        raise SnapdError(f"SNAPD_TEST_CRASH_AFTER must be PREFIX:N, got {spec!r}")
+    log.warning("daemon.crash_armed", prefix=prefix, after=int(count))
+    safeio.crash_after(int(count), only=prefix)
+
+
 def _int(value: str | None) -> int | None:
     try:
         return int(value) if value else None
@@ -210,6 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return start_background(config, extra)
             configure_logging(config.log_level, json=True if args.log_json else None, file=config.log_file)
             penv = ProcessEnv(_homes(env), env.get("NOTIFY_SOCKET"), _int(env.get("WATCHDOG_USEC")))
+            _arm_test_crash(env.get("SNAPD_TEST_CRASH_AFTER"))
             return Daemon(config, penv).run()
         if args.command == "install-service":
             from snapd.service_unit import install_service

@@ -30,17 +30,20 @@ TEMP_SUFFIX = "~"
 
 _ops = 0
 _crash_at: int | None = None
+_crash_only = ""
 CRASH_EXIT_CODE = 86
 
 
-def crash_after(n: int | None) -> None:
+def crash_after(n: int | None, only: str = "") -> None:
     """Arm (or with None disarm) a simulated crash right after the n-th operation from now.
 
-    ``n == 0`` crashes at the next operation, before it takes effect.
+    ``n == 0`` crashes at the next operation, before it takes effect. With ``only``, just the
+    operations whose name starts with it count (``"apply."``: the steps of a rollback).
     """
-    global _ops, _crash_at
+    global _ops, _crash_at, _crash_only
     _ops = 0
     _crash_at = n
+    _crash_only = only
     if n == 0:
         os._exit(CRASH_EXIT_CODE)
 
@@ -53,6 +56,8 @@ def operations() -> int:
 def step(name: str) -> None:
     """Record that a persistent operation named ``name`` completed (crash point)."""
     global _ops
+    if _crash_only and not name.startswith(_crash_only):
+        return
     _ops += 1
     if _crash_at is not None and _ops >= _crash_at:
         os._exit(CRASH_EXIT_CODE)
