@@ -164,12 +164,15 @@ class Workspace:
                 f"{self.root} is on a {kind} file system, which delivers no change events: "
                 "every mark scans the workspace"
             )
-        self.watcher = Watcher(
-            self.root,
-            self.on_events,
-            self.rules.dir_may_contain_captured,
-            max_watches=self.settings.max_watches,
-        )
+        self._stats = StatCache(self.store.load_stats(self.id))
+
+        def watch_dir(rel: bytes) -> bool:
+            # A directory captured last time was judged then: skip re-judging 10^4-10^5 names
+            # at start-up. If the rules changed meanwhile, the reconcile scan finds the changed
+            # rule file and re-applies them to the watches.
+            return rel in self._stats or self.rules.dir_may_contain_captured(rel)
+
+        self.watcher = Watcher(self.root, self.on_events, watch_dir, max_watches=self.settings.max_watches)
         self.watcher.start()
         if self.watcher.watch_failures:
             self._watch_shortfall()
@@ -184,7 +187,6 @@ class Workspace:
         baseline = None
         with self.lock:
             self.tree = self.store.head(self.id)
-            self._stats = StatCache(self.store.load_stats(self.id))
             if self.tree is None:
                 baseline = self._baseline(note)
             else:
