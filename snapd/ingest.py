@@ -92,22 +92,52 @@ class Read:
     sha: bytes | None = None  # store.fingerprint, for contents seen earlier in this capture
 
 
-def read_path(root: bytes, rel: bytes, size_cap: int = DEFAULT_SIZE_CAP) -> Read:
-    """Read one path without following symlinks or blocking on special files."""
+def parents_real(root: bytes, rel: bytes) -> bool:
+    """Every ancestor of ``rel`` below ``root`` is a real directory (not a symlink to one).
+
+    A path whose parent became a symlink does not exist as captured: reading it would read
+    through the link, possibly outside the workspace. The link itself is captured as a link.
+    """
+    parent = rel.rpartition(b"/")[0]
+    while parent:
+        try:
+            if not stat.S_ISDIR(os.lstat(root + b"/" + parent).st_mode):
+                return False
+        except OSError:
+            return False
+        parent = parent.rpartition(b"/")[0]
+    return True
+
+
+def read_path(root: bytes, rel: bytes, size_cap: int = DEFAULT_SIZE_CAP, *, trusted: bool = False) -> Read:
+    """Read one path without following symlinks or blocking on special files.
+
+    ``trusted``: the caller (a walk that never descends into symlinks) vouches for the
+    parents; otherwise they are checked, before and after the read.
+    """
     path = root + b"/" + rel
+    if not trusted and not parents_real(root, rel):
+        return Read(rel, "missing")
     try:
         st = os.lstat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # gone, or a parent is a file now
         return Read(rel, "missing")
     except OSError as exc:
         return Read(rel, "skipped", reason=f"unreadable ({exc.strerror})")
+    got = _read_entry(path, rel, st, size_cap)
+    if not trusted and got.kind != "missing" and not parents_real(root, rel):
+        return Read(rel, "missing")  # a parent was swapped for a link while we read
+    return got
+
+
+def _read_entry(path: bytes, rel: bytes, st: os.stat_result, size_cap: int) -> Read:
     mode = stat.S_IMODE(st.st_mode)
     if stat.S_ISDIR(st.st_mode):
         return Read(rel, "dir", mode, sig=sig_of(st))
     if stat.S_ISLNK(st.st_mode):
         try:
             return Read(rel, "symlink", mode, os.readlink(path), sig=sig_of(st))
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return Read(rel, "missing")
         except OSError as exc:
             return Read(rel, "skipped", reason=f"unreadable ({exc.strerror})")
@@ -118,7 +148,7 @@ def read_path(root: bytes, rel: bytes, size_cap: int = DEFAULT_SIZE_CAP) -> Read
     for _ in range(MAX_REREADS + 1):
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return Read(rel, "missing")
         except OSError as exc:
             return Read(rel, "skipped", reason=f"unreadable ({exc.strerror})")
@@ -151,13 +181,13 @@ class _Preparer:
     worker to see a content compresses it, the store's dedup does the rest.
     """
 
-    def __init__(self, root: bytes, size_cap: int, hasher: objects.Hasher) -> None:
-        self.root, self.size_cap, self.hasher = root, size_cap, hasher
+    def __init__(self, root: bytes, size_cap: int, hasher: objects.Hasher, trusted: bool) -> None:
+        self.root, self.size_cap, self.hasher, self.trusted = root, size_cap, hasher, trusted
         self._claimed: set[str] = set()
         self._lock = threading.Lock()
 
     def __call__(self, rel: bytes) -> Read:
-        r = read_path(self.root, rel, self.size_cap)
+        r = read_path(self.root, rel, self.size_cap, trusted=self.trusted)
         if r.kind in ("file", "symlink"):
             r.digest = self.hasher(r.data)
             base = objects.base_key(r.digest, len(r.data))
@@ -275,14 +305,17 @@ def capture(
     ws: int | None = None,
     parallel: bool = False,
     on_read: Callable[[Read], None] | None = None,
+    from_walk: bool = False,
 ) -> dict[bytes, trees.Change]:
     """Read ``paths`` into ``batch``; return tree changes (and record versions if ``ws``).
 
     ``on_read`` sees every path as read (the daemon keeps its stat cache with it).
+    ``from_walk``: the paths come from :func:`walk` just now, which never descends into a
+    symlink, so their parents need no re-check.
     """
     changes: dict[bytes, trees.Change] = {}
     now = time.time_ns()
-    prepare = _Preparer(root, size_cap, batch.store.hasher)
+    prepare = _Preparer(root, size_cap, batch.store.hasher, trusted=from_walk)
     with ThreadPoolExecutor(WORKERS if parallel else 1, thread_name_prefix="snapd-read") as pool:
         chunks = _bounded_map(pool, prepare, paths) if parallel else ([prepare(p)] for p in paths)
         for chunk in chunks:
@@ -330,7 +363,7 @@ def ingest_tree(
     report = Report()
     with store.batch() as batch:
         rels = [rel for rel, _ in walk(rootb, ignored)]  # before the readers start: no GIL contention
-        changes = capture(batch, rootb, rels, report, size_cap=size_cap, ws=ws, parallel=True)
+        changes = capture(batch, rootb, rels, report, size_cap=size_cap, ws=ws, parallel=True, from_walk=True)
         tree = batch.apply(None, changes)
         prev = store.latest_mark(ws)
         old = prev.tree if prev else None

@@ -463,10 +463,12 @@ class Service:
             if d.new is not None:
                 record["new_mode"] = d.new.mode
             contents = [e for e in (d.old, d.new) if e is not None and e.kind != "dir"]
-            if not stat and contents and d.status != "mode":
+            if contents and d.status != "mode":
                 a = self.store.get(d.old.key) if d.old is not None and d.old.kind != "dir" else None
                 b = self.store.get(d.new.key) if d.new is not None and d.new.kind != "dir" else None
                 record.update(textdiff.file_diff(d.path, d.status, a, b))
+                if stat:
+                    record.pop("diff", None)  # --stat: line counts only
             files.append(record)
         return {
             "workspace": str(root),

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import fcntl
 import os
+import stat
 import struct
 import threading
 import time
@@ -377,6 +378,7 @@ class Workspace:
                 ws=self.id,
                 parallel=True,
                 on_read=self._note_read,
+                from_walk=True,
             )
             tree = batch.apply(None, changes)
             added = [p for p, c in changes.items() if c is not None]
@@ -460,7 +462,10 @@ class Workspace:
 
     def _wanted(self, rel: bytes) -> bool:
         """Capture ``rel``: not ignored, or ignored now but still in the tree (to drop it)."""
-        is_dir = os.path.isdir(self.rootb + b"/" + rel)
+        try:  # lstat: a symlink named like an ignored directory ("build/") is not a directory
+            is_dir = stat.S_ISDIR(os.lstat(self.rootb + b"/" + rel).st_mode)
+        except OSError:
+            is_dir = False
         return not self._ignored(rel, is_dir) or rel in self._stats
 
     def _commit(self, paths: list[bytes], label: str | None, **meta: Any) -> Mark | None:
