@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from snapd import objects, trees
-from snapd.store import Batch, Mark, Store, fingerprint
+from snapd.batch import Batch, fingerprint
+from snapd.records import Mark
+from snapd.store import Store
 
 VCS_DIRS = frozenset({b".git", b".hg", b".jj", b".svn"})
 DEFAULT_SIZE_CAP = 64 << 20

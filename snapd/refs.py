@@ -64,7 +64,10 @@ def parse_ref(text: str) -> Ref:
     back = 0
     m = _BACK.match(text)
     if m:
-        text, back = m.group(1), int(m.group(2))
+        text, digits = m.group(1), m.group(2)
+        if len(digits) > 6:
+            raise UsageError(f"{text}~{digits}: that is more marks back than any history holds")
+        back = int(digits)
     if ID_SHAPE.match(text):
         if len(text) < MIN_PREFIX:
             raise UsageError(f"mark id prefix {text!r} is too short: give at least {MIN_PREFIX} characters")

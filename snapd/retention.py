@@ -21,7 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from snapd import safeio, trees
-from snapd.store import Mark, Store
+from snapd.records import Mark
+from snapd.store import Store
 
 DAY_NS = 86_400 * 10**9
 SWEEP_CHUNK = 500
@@ -115,24 +116,30 @@ def live_keys(store: Store, policy: Policy, now: int) -> set[str]:
 
 
 def sweep(store: Store, policy: Policy, now: int, report: GcReport) -> None:
-    live = live_keys(store, policy, now)
-    young = now - int(policy.grace_s * 1e9)
-    rows = store.catalog.read().execute("SELECT key, stored, external, created FROM objects").fetchall()
-    dead = [(k, s, e) for k, s, e, created in rows if k not in live and created < young]
-    for i in range(0, len(dead), SWEEP_CHUNK):
-        chunk = dead[i : i + SWEEP_CHUNK]
-        files = []
-        with store._gc_lock, store.catalog.write() as c:
-            for key, stored, external in chunk:
-                if store._inuse.get(key):
-                    continue
-                c.execute("DELETE FROM objects WHERE key=?", (key,))
-                report.objects_deleted += 1
-                report.bytes_freed += stored
-                if external:
-                    files.append(store.object_path(key))
-        for p in files:  # after the commit: a crash before this leaves only orphan files
-            safeio.unlink(p)
+    with store._gc_lock:
+        store._gc_touched = set()  # from here on, every key a batch holds is spared
+    try:
+        live = live_keys(store, policy, now)
+        young = now - int(policy.grace_s * 1e9)
+        rows = store.catalog.read().execute("SELECT key, stored, external, created FROM objects").fetchall()
+        dead = [(k, s, e) for k, s, e, created in rows if k not in live and created < young]
+        for i in range(0, len(dead), SWEEP_CHUNK):
+            chunk = dead[i : i + SWEEP_CHUNK]
+            files = []
+            with store._gc_lock, store.catalog.write() as c:
+                for key, stored, external in chunk:
+                    if store._inuse.get(key) or key in store._gc_touched:
+                        continue
+                    c.execute("DELETE FROM objects WHERE key=?", (key,))
+                    report.objects_deleted += 1
+                    report.bytes_freed += stored
+                    if external:
+                        files.append(store.object_path(key))
+            for p in files:  # after the commit: a crash before this leaves only orphan files
+                safeio.unlink(p)
+    finally:
+        with store._gc_lock:
+            store._gc_touched = None
     remove_orphan_files(store, young)
 
 
@@ -154,6 +161,32 @@ def remove_orphan_files(store: Store, older_than: int) -> int:
             except FileNotFoundError:
                 continue
     return removed
+
+
+def _kept_bytes(store: Store, policy: Policy, now: int) -> int:
+    """Bytes no budget eviction can free: what protected marks, workspace heads and versions
+    inside the age window reference. If that alone exceeds the budget, evicting the other
+    marks would empty the history and still not meet it."""
+    marks = store.marks()
+    newest: dict[int, Mark] = {}
+    for m in marks:
+        if m.workspace not in newest or m.seq > newest[m.workspace].seq:
+            newest[m.workspace] = m
+    ids = {ws: m.id for ws, m in newest.items()}
+    db = store.catalog.read()
+    roots = [m.tree for m in marks if protected(m, ids, policy, now)]
+    roots += [h for (h,) in db.execute("SELECT head FROM workspaces WHERE head IS NOT NULL")]
+    keep: set[str] = set()
+    for root in roots:
+        trees.reachable(store.load_node, root, keep)
+    cutoff = now - policy.max_age_ns
+    keep.update(
+        k
+        for (k,) in db.execute(
+            "SELECT object FROM versions WHERE time >= ? AND object IS NOT NULL", (cutoff,)
+        )
+    )
+    return sum(stored for key, stored in db.execute("SELECT key, stored FROM objects") if key in keep)
 
 
 def _settled_bytes(store: Store, young: int) -> int:
@@ -181,20 +214,27 @@ def gc(store: Store, policy: Policy = Policy(), now: int | None = None) -> GcRep
     sweep(store, policy, now, report)
     step = 1
     young = now - int(policy.grace_s * 1e9)
-    while _settled_bytes(store, young) > policy.budget_bytes:
+    kept: int | None = None
+    while (settled := _settled_bytes(store, young)) > policy.budget_bytes:
+        if kept is None:
+            kept = _kept_bytes(store, policy, now)
         cands = budget_candidates(store.marks(), policy, now)
-        if not cands:
-            report.warnings.append(
-                f"the store holds {store.stored_bytes()} bytes, over its budget of "
-                f"{policy.budget_bytes}, and every remaining mark must be kept "
-                "(newest, pinned, recent pre-rollback, or recent versions): raise the budget or unpin marks"
-            )
-            break
-        batch = [(m, "budget") for m in cands[:step]]
-        evict(store, batch, now)
-        report.evicted += [(m.id, r) for m, r in batch]
-        sweep(store, policy, now, report)
-        step *= 2
+        if cands and kept <= policy.budget_bytes:
+            batch = [(m, "budget") for m in cands[:step]]
+            evict(store, batch, now)
+            report.evicted += [(m.id, r) for m, r in batch]
+            sweep(store, policy, now, report)
+            step *= 2
+            if _settled_bytes(store, young) < settled:
+                continue
+        # Nothing left to evict, or evicting freed nothing (what is left is held by newer
+        # marks, pins or recent versions): stop rather than empty the history for no gain.
+        report.warnings.append(
+            f"the store holds {settled} bytes, over its budget of {policy.budget_bytes}, and what "
+            "remains is held by marks and versions that must be kept (newest, pinned, recent "
+            "pre-rollback, versions inside the age window): raise the budget or unpin marks"
+        )
+        break
     with store.catalog.write() as c:
         c.execute("PRAGMA incremental_vacuum")
     report.stored_bytes = store.stored_bytes()

@@ -28,8 +28,8 @@ import structlog
 from snapd import apply, restore
 from snapd.errors import NotFound, PlanChanged
 from snapd.protocol import encode_path
+from snapd.records import Mark
 from snapd.restore import Plan
-from snapd.store import Mark
 from snapd.workspace import Workspace
 
 log = structlog.get_logger(__name__)

@@ -111,7 +111,7 @@ class ControlServer:
         endpoint: str,
         handler: Handler,
         *,
-        workers: int = 8,
+        workers: int = 32,
         max_bytes: int = 1 << 20,
         max_pending: int = 256,
         dedup_entries: int = 1024,

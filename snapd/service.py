@@ -24,14 +24,17 @@ from typing import Any
 import structlog
 
 from snapd import __version__, ignore, protocol, retention, rollback, textdiff, trees
-from snapd.errors import NotFound, SnapdError, UsageError, WorkspaceRefused
+from snapd.errors import Busy, NotFound, SnapdError, UsageError, WorkspaceRefused
 from snapd.protocol import Request
+from snapd.records import Mark
 from snapd.server import PeerInfo
-from snapd.store import Mark, Store
+from snapd.store import Store
 from snapd.verify import verify
 from snapd.workspace import Settings, Workspace
 
 log = structlog.get_logger(__name__)
+
+READY_WAIT_S = 300.0
 
 
 class Unsupported(SnapdError):
@@ -228,9 +231,13 @@ class Service:
         return self._register(top or real)
 
     def _wait_ready(self, ws_id: int) -> None:
+        """Wait (bounded) for a workspace that is starting: its baseline or reconcile."""
         ready = self._ready.get(ws_id)
-        if ready is not None:
-            ready.wait()
+        if ready is not None and not ready.wait(READY_WAIT_S):
+            raise Busy(
+                f"the workspace is still capturing its baseline after {READY_WAIT_S:.0f} s "
+                "(`snapctl status` shows its progress); retry when it is ready"
+            )
         if ws_id in self._errors:
             raise NotFound(self._errors[ws_id])
 

@@ -5,93 +5,29 @@ Layout (see docs/storage.md)::
     STORE/catalog.sqlite          SQLite catalog (WAL), inline objects under 1 MiB
     STORE/objects/ab/<key>        larger objects, one file each (zstd or raw payload)
 
-Writes happen in a :class:`Batch`: objects are encoded as they are put, large ones written and
-fsynced at once, and ``commit`` makes everything durable with one directory fsync per shard
-and one catalog transaction, so object bytes are durable before any row refers to them and a
-100k-file baseline costs a handful of fsyncs, not 100k.
-
-A key that already exists is trusted only after its bytes compare equal; a different content
-with the same digest gets the next collision key. Keys a batch relies on are protected from
-GC until the batch ends, so a capture in flight never loses its objects.
+This module reads (every object verified against its key, tree nodes cached), resolves mark
+references, and keeps small catalog records (workspaces, pins). Writes of objects, versions
+and marks go through :class:`snapd.batch.Batch` (``Store.batch()``), which makes them durable
+together. The store's GC lock and its table of keys held by batches in flight are what keep
+GC from deleting an object a capture is about to reference.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from snapd import objects, safeio, trees
+from snapd.batch import Batch, StatRow
 from snapd.catalog import Catalog
-from snapd.errors import Ambiguous, CorruptObject, MissingObject, NotFound, StoreError
-from snapd.refs import FULL_ID, new_mark_id, parse_ref, validate_label
+from snapd.errors import Ambiguous, MissingObject, NotFound
+from snapd.records import MARK_COLUMNS, Mark, Version, Workspace, mark_from_row
+from snapd.refs import FULL_ID, parse_ref
 
-LARGE_OBJECT = 1 << 20
-StatRow = tuple[tuple[int, int, int, int, int], int]  # (st_mode, size, mtime, ctime, ino), read ns
-FLUSH_BYTES = 32 << 20  # new content held in memory before it is flushed (bounds RSS)
 NODE_CACHE = 4096
-
-
-@dataclass(frozen=True)
-class Workspace:
-    id: int
-    root: bytes
-    created: int
-    watching: bool
-
-
-@dataclass(frozen=True)
-class Mark:
-    id: str
-    workspace: int
-    seq: int
-    label: str
-    message: str | None
-    agent: str | None
-    session: str | None
-    created: int  # ns since the epoch
-    git_head: str | None
-    tree: str
-    kind: str
-    pinned: bool
-    summary: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Version:
-    path: bytes
-    time: int
-    entry: trees.Entry | None  # None: the path was deleted
-
-
-_MARK_COLS = (
-    "id, workspace, seq, label, message, agent, session, created, git_head, tree, kind, pinned, summary"
-)
-
-
-def _mark(row: tuple[Any, ...]) -> Mark:
-    return Mark(
-        id=row[0],
-        workspace=row[1],
-        seq=row[2],
-        label=row[3],
-        message=row[4],
-        agent=row[5],
-        session=row[6],
-        created=row[7],
-        git_head=row[8],
-        tree=row[9],
-        kind=row[10],
-        pinned=bool(row[11]),
-        summary=json.loads(row[12]) if row[12] else {},
-    )
 
 
 class Store:
@@ -105,6 +41,7 @@ class Store:
         self._nodes_lock = threading.Lock()
         self._gc_lock = threading.Lock()  # object lookups vs. GC deletions
         self._inuse: Counter[str] = Counter()
+        self._gc_touched: set[str] | None = None  # keys held by batches while a sweep runs
 
     @classmethod
     def open(cls, directory: Path, hasher: objects.Hasher = objects.xxh3_hex) -> Store:
@@ -236,7 +173,7 @@ class Store:
 
     def marks(self, ws: int | None = None, limit: int | None = None) -> list[Mark]:
         """Marks, newest first (all workspaces when ``ws`` is None)."""
-        sql = f"SELECT {_MARK_COLS} FROM marks"
+        sql = f"SELECT {MARK_COLUMNS} FROM marks"
         args: list[Any] = []
         if ws is not None:
             sql += " WHERE workspace=?"
@@ -245,21 +182,22 @@ class Store:
         if limit is not None:
             sql += " LIMIT ?"
             args.append(limit)
-        return [_mark(r) for r in self.catalog.read().execute(sql, args)]
+        return [mark_from_row(r) for r in self.catalog.read().execute(sql, args)]
 
     def mark(self, mark_id: str) -> Mark:
-        row = self.catalog.read().execute(f"SELECT {_MARK_COLS} FROM marks WHERE id=?", (mark_id,)).fetchone()
+        sql = f"SELECT {MARK_COLUMNS} FROM marks WHERE id=?"
+        row = self.catalog.read().execute(sql, (mark_id,)).fetchone()
         if row is None:
             raise NotFound(f"no mark {mark_id}")
-        return _mark(row)
+        return mark_from_row(row)
 
     def latest_mark(self, ws: int) -> Mark | None:
         row = (
             self.catalog.read()
-            .execute(f"SELECT {_MARK_COLS} FROM marks WHERE workspace=? ORDER BY seq DESC LIMIT 1", (ws,))
+            .execute(f"SELECT {MARK_COLUMNS} FROM marks WHERE workspace=? ORDER BY seq DESC LIMIT 1", (ws,))
             .fetchone()
         )
-        return _mark(row) if row else None
+        return mark_from_row(row) if row else None
 
     def resolve(self, ws: int, ref: str, session: str | None = None) -> Mark:
         """Find the mark a user means (see :mod:`snapd.refs`) in workspace ``ws``."""
@@ -267,7 +205,7 @@ class Store:
         db = self.catalog.read()
         if r.is_id:
             rows = db.execute(
-                f"SELECT {_MARK_COLS} FROM marks WHERE workspace=? AND id LIKE ? ORDER BY seq DESC",
+                f"SELECT {MARK_COLUMNS} FROM marks WHERE workspace=? AND id LIKE ? ORDER BY seq DESC",
                 (ws, r.base + "%"),
             ).fetchall()
             if not rows:
@@ -281,9 +219,9 @@ class Store:
                 raise Ambiguous(
                     f"mark id prefix {r.base} is ambiguous: {ids}", candidates=[row[0] for row in rows]
                 )
-            base = _mark(rows[0])
+            base = mark_from_row(rows[0])
         else:
-            sql = f"SELECT {_MARK_COLS} FROM marks WHERE workspace=? AND label=?"
+            sql = f"SELECT {MARK_COLUMNS} FROM marks WHERE workspace=? AND label=?"
             args: list[Any] = [ws, r.base]
             if session is not None:
                 sql += " AND session=?"
@@ -292,16 +230,17 @@ class Store:
             if row is None:
                 scope = f" in session {session}" if session else ""
                 raise NotFound(f"no mark labelled {r.base!r}{scope} in this workspace")
-            base = _mark(row)
+            base = mark_from_row(row)
         if r.back == 0:
             return base
         row = db.execute(
-            f"SELECT {_MARK_COLS} FROM marks WHERE workspace=? AND seq<? ORDER BY seq DESC LIMIT 1 OFFSET ?",
+            f"SELECT {MARK_COLUMNS} FROM marks WHERE workspace=? AND seq<?"
+            " ORDER BY seq DESC LIMIT 1 OFFSET ?",
             (ws, base.seq, r.back - 1),
         ).fetchone()
         if row is None:
             raise NotFound(f"{ref}: there are fewer than {r.back} marks before {base.id}")
-        return _mark(row)
+        return mark_from_row(row)
 
     def set_pinned(self, mark_id: str, pinned: bool) -> None:
         with self.catalog.write() as c:
@@ -353,317 +292,3 @@ class Store:
             except FileNotFoundError:
                 continue
         return total
-
-
-def fingerprint(data: bytes) -> bytes:
-    """A cryptographic digest standing in for the bytes when a batch re-meets a content it has
-    already flushed (SHA-256: collision-resistant, unlike xxh3, and the fastest here)."""
-    return hashlib.sha256(data).digest()
-
-
-class Batch:
-    """A group of object and catalog writes that become durable together in ``commit``."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self._pending: dict[str, tuple[int, bytes, bytes, bool]] = {}  # key -> codec, payload, raw, external
-        self._pending_bytes = 0
-        self._nodes: dict[str, trees.Node] = {}
-        self._held: set[str] = set()
-        self._shards: set[Path] = set()
-        self._versions: list[tuple[int, bytes, int, str | None, int | None, str | None]] = []
-        self._marks: list[Mark] = []
-        self._heads: dict[int, str] = {}
-        self._absent: set[str] = set()  # keys a prefetch found missing (see prefetch)
-        self._stats: dict[tuple[int, bytes], StatRow | None] = {}
-        # Objects this batch already flushed: key -> SHA-256 of the bytes we read. A repeat of
-        # such a content is compared by this cryptographic fingerprint instead of reading the
-        # object back (a baseline repeats most contents many times).
-        self._flushed: dict[str, bytes] = {}
-        self._done = False
-
-    def __enter__(self) -> Batch:
-        return self
-
-    def __exit__(self, exc_type: object, *rest: object) -> None:
-        if exc_type is None and not self._done:
-            self.commit()
-        self.close()
-
-    def close(self) -> None:
-        """Release GC protection (after commit or abort)."""
-        if self._held:
-            with self.store._gc_lock:
-                self.store._inuse.subtract(self._held)
-                self.store._inuse += Counter()  # drop zero counts
-            self._held.clear()
-        self._done = True
-
-    def _hold(self, key: str) -> None:
-        if key not in self._held:
-            self._held.add(key)
-            self.store._inuse[key] += 1
-
-    # -- objects -----------------------------------------------------------------------------
-
-    def prefetch(self, keys: Iterable[str]) -> None:
-        """Look up many keys in one query, so ``put`` skips a query for each missing one.
-
-        Keys found present are held against GC right away, as ``put`` would hold them.
-        """
-        wanted = [k for k in set(keys) if k not in self._pending and k not in self._held]
-        if not wanted:
-            return
-        marks = ",".join("?" * len(wanted))
-        with self.store._gc_lock:
-            found = {
-                k
-                for (k,) in self.store.catalog.read().execute(
-                    f"SELECT key FROM objects WHERE key IN ({marks})", wanted
-                )
-            }
-            for k in found:
-                self._hold(k)
-        self._absent.update(k for k in wanted if k not in found)
-
-    def put(
-        self,
-        data: bytes,
-        digest: str | None = None,
-        encoded: tuple[int, bytes] | None = None,
-        sha: bytes | None = None,
-    ) -> str:
-        """Store ``data`` (deduplicated, collision-checked); return its key.
-
-        ``digest``, ``encoded`` and ``sha`` (:func:`fingerprint`) may be precomputed by a
-        worker thread (see ingest).
-        """
-        base = objects.base_key(digest or self.store.hasher(data), len(data))
-        n = 0
-        while True:
-            key = objects.variant_key(base, n)
-            pending = self._pending.get(key)
-            if pending is not None:
-                if pending[2] == data:
-                    return key
-                n += 1
-                continue
-            seen = self._flushed.get(key)
-            if seen is not None:
-                if seen == (sha or fingerprint(data)):
-                    return key
-                n += 1
-                continue
-            if n == 0 and key in self._absent:
-                # Missing at prefetch; if another batch stores it meanwhile, commit compares.
-                self._absent.discard(key)
-                break
-            with self.store._gc_lock:
-                exists = key in self._held or self.store.has(key)
-                if exists:
-                    self._hold(key)
-            if not exists:
-                break
-            if self.store.get(key) == data:
-                return key
-            n += 1
-        self._add(key, data, encoded)
-        return key
-
-    def _add(self, key: str, data: bytes, encoded: tuple[int, bytes] | None) -> None:
-        codec, payload = encoded or objects.encode(data)
-        external = len(payload) >= LARGE_OBJECT
-        if external:
-            path = self.store.object_path(key)
-            safeio.ensure_dir(path.parent)
-            safeio.write_atomic(path, payload, sync_dir=False)
-            self._shards.add(path.parent)
-            self._pending[key] = (codec, b"", data, True)
-        else:
-            self._pending[key] = (codec, payload, data, False)
-        with self.store._gc_lock:
-            self._hold(key)
-        self._pending_bytes += len(data)
-        if self._pending_bytes >= FLUSH_BYTES:
-            self.flush()
-
-    def load_node(self, key: str) -> trees.Node:
-        node = self._nodes.get(key)
-        return node if node is not None else self.store.load_node(key)
-
-    def save_node(self, node: trees.Node) -> str:
-        key = self.put(trees.encode_node(node))
-        self._nodes[key] = node
-        return key
-
-    def apply(self, root: str | None, changes: Mapping[bytes, trees.Change]) -> str:
-        """A new tree: ``root`` with ``changes`` applied (only the changed paths are touched)."""
-        return trees.apply_changes(self.load_node, self.save_node, root, changes)
-
-    # -- catalog rows ------------------------------------------------------------------------
-
-    def add_version(self, ws: int, path: bytes, when: int, entry: trees.Entry | None) -> None:
-        if entry is None:
-            self._versions.append((ws, path, when, None, None, None))
-        else:
-            self._versions.append((ws, path, when, entry.kind, entry.mode, entry.key or None))
-
-    def set_stat(self, ws: int, path: bytes, value: StatRow | None) -> None:
-        """Record (or with None drop, subtree included) a stat-cache entry at commit."""
-        self._stats[(ws, path)] = value
-
-    def set_head(self, ws: int, tree: str) -> None:
-        """Record ``tree`` as the workspace's captured state when the batch commits."""
-        self._heads[ws] = tree
-
-    def add_mark(
-        self,
-        ws: int,
-        label: str,
-        tree: str,
-        *,
-        kind: str = "user",
-        message: str | None = None,
-        agent: str | None = None,
-        session: str | None = None,
-        git_head: str | None = None,
-        summary: dict[str, Any] | None = None,
-        created: int | None = None,
-    ) -> Mark:
-        """Queue a mark; its id is final, its ``seq`` is assigned at commit."""
-        if kind == "user":
-            validate_label(label)
-        mark = Mark(
-            new_mark_id(),
-            ws,
-            0,
-            label,
-            message,
-            agent,
-            session,
-            created or time.time_ns(),
-            git_head,
-            tree,
-            kind,
-            False,
-            summary or {},
-        )
-        self._marks.append(mark)
-        self._heads[ws] = tree
-        return mark
-
-    # -- durability --------------------------------------------------------------------------
-
-    def _sync_files(self) -> None:
-        for d in sorted(self._shards):
-            safeio.fsync_dir(d)
-        self._shards.clear()
-
-    def _write_objects(self, c: Any) -> None:
-        now = time.time_ns()
-        rows = []
-        keys = list(self._pending)
-        present: dict[str, tuple[int, int, bytes | None]] = {}
-        for i in range(0, len(keys), 500):  # one query per 500 keys, not one per key
-            chunk = keys[i : i + 500]
-            marks = ",".join("?" * len(chunk))
-            sql = f"SELECT key, codec, external, data FROM objects WHERE key IN ({marks})"
-            present.update((r[0], (r[1], r[2], r[3])) for r in c.execute(sql, chunk))
-        for key, (codec, payload, raw, external) in self._pending.items():
-            row = present.get(key)
-            if row is not None:
-                # Another batch stored this key meanwhile: equal bytes, or a collision raced.
-                stored = self.store.object_path(key).read_bytes() if row[1] else (row[2] or b"")
-                if objects.decode(key, row[0], stored, self.store.hasher) != raw:
-                    raise StoreError(f"object key {key} collided with a concurrent write; retry")
-                continue
-            size = len(raw)
-            stored_len = self.store.object_path(key).stat().st_size if external else len(payload)
-            rows.append((key, size, codec, stored_len, int(external), now, None if external else payload))
-            self._flushed[key] = fingerprint(raw)
-        c.executemany(
-            "INSERT INTO objects (key, size, codec, stored, external, created, data) VALUES (?,?,?,?,?,?,?)",
-            rows,
-        )
-        self._pending.clear()
-        self._pending_bytes = 0
-
-    def _write_stats(self, c: Any) -> None:
-        upserts = []
-        for (ws, path), value in self._stats.items():
-            if value is None:
-                # The path and everything below it ("/" is 0x2f, "0" the next byte).
-                # Two statements: with an OR, SQLite scans the whole workspace for each one.
-                c.execute("DELETE FROM stats WHERE workspace=? AND path=?", (ws, path))
-                below = (ws, path + b"/", path + b"0")
-                c.execute("DELETE FROM stats WHERE workspace=? AND path>? AND path<?", below)
-            else:
-                (mode, size, mtime, ctime, ino), read = value
-                upserts.append((ws, path, mode, size, mtime, ctime, ino, read))
-        c.executemany("INSERT OR REPLACE INTO stats VALUES (?,?,?,?,?,?,?,?)", upserts)
-        self._stats.clear()
-
-    def flush(self) -> None:
-        """Make the objects put so far durable (they stay protected until the batch ends)."""
-        self._sync_files()
-        with self.store.catalog.write() as c:
-            self._write_objects(c)
-
-    def commit(self) -> list[Mark]:
-        """Objects, versions and marks durable in one catalog transaction; return the marks."""
-        if self._done:
-            raise StoreError("batch already committed")
-        self._sync_files()
-        committed: list[Mark] = []
-        with self.store.catalog.write() as c:
-            self._write_objects(c)
-            c.executemany(
-                "INSERT INTO versions (workspace, path, time, kind, mode, object) VALUES (?,?,?,?,?,?)",
-                self._versions,
-            )
-            for m in self._marks:
-                seq = c.execute(
-                    "SELECT COALESCE(MAX(seq), 0) + 1 FROM marks WHERE workspace=?", (m.workspace,)
-                ).fetchone()[0]
-                c.execute(
-                    f"INSERT INTO marks ({_MARK_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (
-                        m.id,
-                        m.workspace,
-                        seq,
-                        m.label,
-                        m.message,
-                        m.agent,
-                        m.session,
-                        m.created,
-                        m.git_head,
-                        m.tree,
-                        m.kind,
-                        0,
-                        json.dumps(m.summary),
-                    ),
-                )
-                committed.append(dataclasses.replace(m, seq=seq))
-            for ws, tree in self._heads.items():
-                c.execute("UPDATE workspaces SET head=? WHERE id=?", (tree, ws))
-            self._write_stats(c)
-        for key, node in self._nodes.items():
-            self.store._cache_node(key, node)
-        self._nodes.clear()
-        self._versions.clear()
-        self._marks.clear()
-        self._heads.clear()
-        self._done = True
-        return committed
-
-
-def iter_reachable(store: Store, roots: Iterable[str], seen: set[str] | None = None) -> Iterator[str]:
-    """Keys reachable from the tree ``roots`` (nodes included); a bad node raises."""
-    seen = set() if seen is None else seen
-    for root in roots:
-        before = set(seen)
-        trees.reachable(store.load_node, root, seen)
-        yield from seen - before
-
-
-__all__ = ["Store", "Batch", "Mark", "Workspace", "Version", "CorruptObject", "iter_reachable"]

@@ -148,14 +148,17 @@ def _under(path: bytes, top: bytes) -> bool:
 class _Pending:
     """A MOVED_FROM waiting for its MOVED_TO; holds its place in the event order."""
 
-    __slots__ = ("path", "is_dir", "cookie", "since", "event")
+    __slots__ = ("path", "is_dir", "cookie", "since", "event", "watch_seq")
 
-    def __init__(self, path: bytes, is_dir: bool, cookie: int) -> None:
+    def __init__(self, path: bytes, is_dir: bool, cookie: int, watch_seq: int = 0) -> None:
         self.path = path
         self.is_dir = is_dir
         self.cookie = cookie
         self.since = time.monotonic()
         self.event: WatchEvent | None = None
+        # Watches placed from here on are not the moved directory's: a directory recreated
+        # under the same name before this move is resolved must keep its watches.
+        self.watch_seq = watch_seq
 
 
 class _Waiter:
@@ -197,6 +200,8 @@ class Watcher:
         self._pipe_lock = threading.Lock()  # the kill pipe is closed by stop() only
         self._wd_path: dict[int, bytes] = {}
         self._path_wd: dict[bytes, int] = {}
+        self._wd_seqs: dict[int, int] = {}  # wd -> order in which it was placed
+        self._watch_seq = 0
         self._root_wd = -1
         self._pending: dict[int, _Pending] = {}
         self._carry: list[WatchEvent | _Pending] = []  # undelivered, blocked by a pending move
@@ -380,13 +385,26 @@ class Watcher:
             self._path_wd.pop(old, None)
         self._wd_path[wd] = rel
         self._path_wd[rel] = wd
+        if wd not in self._wd_seqs:
+            self._wd_seqs[wd] = self._watch_seq
+            self._watch_seq += 1
         return wd
 
-    def _drop_watches(self, top: bytes) -> None:
-        """Remove the watches of ``top`` and everything below it."""
-        for path in [p for p in self._path_wd if _under(p, top)]:
-            wd = self._path_wd.pop(path)
-            self._wd_path.pop(wd, None)
+    def _drop_watches(self, top: bytes, placed_before: int | None = None) -> None:
+        """Remove the watches of ``top`` and everything below it.
+
+        With ``placed_before``, only watches placed before that sequence number: the ones of a
+        directory that was moved away, not of one recreated under the same name since.
+        """
+        for wd, path in list(self._wd_path.items()):
+            if not _under(path, top):
+                continue
+            if placed_before is not None and self._wd_seqs.get(wd, 0) >= placed_before:
+                continue
+            del self._wd_path[wd]
+            self._wd_seqs.pop(wd, None)
+            if self._path_wd.get(path) == wd:
+                del self._path_wd[path]
             inotify_rm_watch(self._fd, wd)  # EINVAL if the kernel already dropped it: fine
 
     def _add_tree(self, top: bytes, out: list[WatchEvent | _Pending] | None) -> set[bytes]:
@@ -526,7 +544,7 @@ class Watcher:
             return True
         rel = _join(parent, name)
         if mask & _C.IN_MOVED_FROM:
-            pending = _Pending(rel, is_dir, cookie)
+            pending = _Pending(rel, is_dir, cookie, self._watch_seq)
             self._pending[cookie] = pending
             out.append(pending)
         elif mask & _C.IN_MOVED_TO:
@@ -559,7 +577,7 @@ class Watcher:
                 del self._pending[cookie]
                 pending.event = WatchEvent("deleted", pending.path, None, pending.is_dir)
                 if pending.is_dir:
-                    self._drop_watches(pending.path)
+                    self._drop_watches(pending.path, placed_before=pending.watch_seq)
 
     def _deliver(self, out: list[WatchEvent | _Pending], waiters: list[tuple[int, _Waiter]]) -> None:
         """Hand the complete prefix of ``out`` to the callback, then release the barriers

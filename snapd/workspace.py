@@ -30,9 +30,11 @@ from typing import Any
 import structlog
 
 from snapd import apply, ignore, ingest, scan, trees
+from snapd.batch import Batch
 from snapd.errors import NotFound, SnapdError, WorkspaceRefused
+from snapd.records import Mark
 from snapd.statcache import StatCache
-from snapd.store import Batch, Mark, Store
+from snapd.store import Store
 from snapd.watcher import Watcher, WatchEvent, remove_stale_cookies
 
 log = structlog.get_logger(__name__)
@@ -261,8 +263,14 @@ class Workspace:
                     if self.rules.is_rule_file(path):
                         d.rules = True
                     d.paths.add(path)
-                if ev.kind == "moved" and ev.is_dir and ev.dest is not None:
-                    d.scan_dirs.add(ev.dest)
+                if ev.is_dir:
+                    # A directory's contents get no events of their own when it moves or is
+                    # replaced: re-list both ends, so the cached children of the old one go
+                    # and the new one's are found ("mv build old && mkdir build").
+                    if ev.kind == "moved" and ev.dest is not None:
+                        d.scan_dirs.update((ev.path, ev.dest))
+                    elif ev.kind == "deleted" or (ev.kind == "created" and ev.path in self._stats):
+                        d.scan_dirs.add(ev.path)
             self._dirty_lock.notify_all()
 
     def pending(self) -> int:

@@ -526,11 +526,12 @@ def test_ambiguous_mark_prefix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         d.ctl("watch", root)
     finally:
         assert d.stop() == 0
+    from snapd import batch as batch_mod
     from snapd import store as store_mod
     from snapd.config import load_config
 
     ids = iter(["7abcd00001", "7abcd00002"])
-    monkeypatch.setattr(store_mod, "new_mark_id", lambda: next(ids))
+    monkeypatch.setattr(batch_mod, "new_mark_id", lambda: next(ids))
     store = store_mod.Store.open(load_config(d.env).locations.store_dir)
     try:
         (w,) = store.workspaces()

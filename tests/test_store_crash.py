@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from snapd import retention, safeio, trees
+from snapd.batch import LARGE_OBJECT
 from snapd.ingest import capture_paths, ingest_tree
-from snapd.store import LARGE_OBJECT, Store
+from snapd.store import Store
 from snapd.verify import verify
 
 pytestmark = pytest.mark.timeout(300)

@@ -1,0 +1,340 @@
+"""Write batches: objects and catalog rows that become durable together.
+
+A batch encodes objects as they are put (large ones are written and fsynced at once), then
+``commit`` fsyncs each object directory once and writes everything else in one catalog
+transaction: object bytes are durable before any row refers to them, and a 100k-file
+baseline costs a handful of fsyncs. A key that already exists is trusted only after its
+bytes compare equal (for a content the batch already flushed, by its SHA-256 fingerprint);
+a different content with the same xxh3 digest gets the next collision key. Keys a batch
+relies on are held against GC until it ends, so a capture in flight never loses its objects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from snapd import objects, safeio, trees
+from snapd.errors import StoreError
+from snapd.records import MARK_COLUMNS, Mark
+from snapd.refs import new_mark_id, validate_label
+
+if TYPE_CHECKING:
+    from snapd.store import Store
+
+LARGE_OBJECT = 1 << 20
+FLUSH_BYTES = 32 << 20  # new content held in memory before it is flushed (bounds RSS)
+StatRow = tuple[tuple[int, int, int, int, int], int]  # (st_mode, size, mtime, ctime, ino), read ns
+
+
+def fingerprint(data: bytes) -> bytes:
+    """A cryptographic digest standing in for the bytes when a batch re-meets a content it has
+    already flushed (SHA-256: collision-resistant, unlike xxh3, and the fastest here)."""
+    return hashlib.sha256(data).digest()
+
+
+class Batch:
+    """A group of object and catalog writes that become durable together in ``commit``."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._pending: dict[str, tuple[int, bytes, bytes, bool]] = {}  # key -> codec, payload, raw, external
+        self._pending_bytes = 0
+        self._nodes: dict[str, trees.Node] = {}
+        self._held: set[str] = set()
+        self._shards: set[Path] = set()
+        self._versions: list[tuple[int, bytes, int, str | None, int | None, str | None]] = []
+        self._marks: list[Mark] = []
+        self._heads: dict[int, str] = {}
+        self._absent: set[str] = set()  # keys a prefetch found missing (see prefetch)
+        self._stats: dict[tuple[int, bytes], StatRow | None] = {}
+        # Objects this batch already flushed: key -> SHA-256 of the bytes we read. A repeat of
+        # such a content is compared by this cryptographic fingerprint instead of reading the
+        # object back (a baseline repeats most contents many times).
+        self._flushed: dict[str, bytes] = {}
+        self._done = False
+
+    def __enter__(self) -> Batch:
+        return self
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        if exc_type is None and not self._done:
+            self.commit()
+        self.close()
+
+    def close(self) -> None:
+        """Release GC protection (after commit or abort)."""
+        if self._held:
+            with self.store._gc_lock:
+                self.store._inuse.subtract(self._held)
+                self.store._inuse += Counter()  # drop zero counts
+            self._held.clear()
+        self._done = True
+
+    def _hold(self, key: str) -> None:
+        """Protect ``key`` from GC (caller holds the store's GC lock)."""
+        if key not in self._held:
+            self._held.add(key)
+            self.store._inuse[key] += 1
+        if self.store._gc_touched is not None:
+            # A sweep is running on a live set computed before this: it must not delete a
+            # key this batch relies on, even after the batch has committed and let go.
+            self.store._gc_touched.add(key)
+
+    # -- objects -----------------------------------------------------------------------------
+
+    def prefetch(self, keys: Iterable[str]) -> None:
+        """Look up many keys in one query, so ``put`` skips a query for each missing one.
+
+        Keys found present are held against GC right away, as ``put`` would hold them.
+        """
+        wanted = [k for k in set(keys) if k not in self._pending and k not in self._held]
+        if not wanted:
+            return
+        marks = ",".join("?" * len(wanted))
+        with self.store._gc_lock:
+            found = {
+                k
+                for (k,) in self.store.catalog.read().execute(
+                    f"SELECT key FROM objects WHERE key IN ({marks})", wanted
+                )
+            }
+            for k in found:
+                self._hold(k)
+        self._absent.update(k for k in wanted if k not in found)
+
+    def put(
+        self,
+        data: bytes,
+        digest: str | None = None,
+        encoded: tuple[int, bytes] | None = None,
+        sha: bytes | None = None,
+    ) -> str:
+        """Store ``data`` (deduplicated, collision-checked); return its key.
+
+        ``digest``, ``encoded`` and ``sha`` (:func:`fingerprint`) may be precomputed by a
+        worker thread (see ingest).
+        """
+        base = objects.base_key(digest or self.store.hasher(data), len(data))
+        n = 0
+        while True:
+            key = objects.variant_key(base, n)
+            pending = self._pending.get(key)
+            if pending is not None:
+                if pending[2] == data:
+                    return key
+                n += 1
+                continue
+            seen = self._flushed.get(key)
+            if seen is not None:
+                if seen == (sha or fingerprint(data)):
+                    return key
+                n += 1
+                continue
+            if n == 0 and key in self._absent:
+                # Missing at prefetch; if another batch stores it meanwhile, commit compares.
+                self._absent.discard(key)
+                break
+            with self.store._gc_lock:
+                exists = key in self._held or self.store.has(key)
+                if exists:
+                    self._hold(key)
+            if not exists:
+                break
+            if self.store.get(key) == data:
+                return key
+            n += 1
+        self._add(key, data, encoded)
+        return key
+
+    def _add(self, key: str, data: bytes, encoded: tuple[int, bytes] | None) -> None:
+        codec, payload = encoded or objects.encode(data)
+        external = len(payload) >= LARGE_OBJECT
+        if external:
+            path = self.store.object_path(key)
+            safeio.ensure_dir(path.parent)
+            safeio.write_atomic(path, payload, sync_dir=False)
+            self._shards.add(path.parent)
+            self._pending[key] = (codec, b"", data, True)
+        else:
+            self._pending[key] = (codec, payload, data, False)
+        with self.store._gc_lock:
+            self._hold(key)
+        self._pending_bytes += len(data)
+        if self._pending_bytes >= FLUSH_BYTES:
+            self.flush()
+
+    def load_node(self, key: str) -> trees.Node:
+        node = self._nodes.get(key)
+        return node if node is not None else self.store.load_node(key)
+
+    def save_node(self, node: trees.Node) -> str:
+        key = self.put(trees.encode_node(node))
+        self._nodes[key] = node
+        return key
+
+    def apply(self, root: str | None, changes: Mapping[bytes, trees.Change]) -> str:
+        """A new tree: ``root`` with ``changes`` applied (only the changed paths are touched)."""
+        return trees.apply_changes(self.load_node, self.save_node, root, changes)
+
+    # -- catalog rows ------------------------------------------------------------------------
+
+    def add_version(self, ws: int, path: bytes, when: int, entry: trees.Entry | None) -> None:
+        if entry is None:
+            self._versions.append((ws, path, when, None, None, None))
+        else:
+            self._versions.append((ws, path, when, entry.kind, entry.mode, entry.key or None))
+
+    def set_stat(self, ws: int, path: bytes, value: StatRow | None) -> None:
+        """Record (or with None drop, subtree included) a stat-cache entry at commit."""
+        self._stats[(ws, path)] = value
+
+    def set_head(self, ws: int, tree: str) -> None:
+        """Record ``tree`` as the workspace's captured state when the batch commits."""
+        self._heads[ws] = tree
+
+    def add_mark(
+        self,
+        ws: int,
+        label: str,
+        tree: str,
+        *,
+        kind: str = "user",
+        message: str | None = None,
+        agent: str | None = None,
+        session: str | None = None,
+        git_head: str | None = None,
+        summary: dict[str, Any] | None = None,
+        created: int | None = None,
+    ) -> Mark:
+        """Queue a mark; its id is final, its ``seq`` is assigned at commit."""
+        if kind == "user":
+            validate_label(label)
+        mark = Mark(
+            new_mark_id(),
+            ws,
+            0,
+            label,
+            message,
+            agent,
+            session,
+            created or time.time_ns(),
+            git_head,
+            tree,
+            kind,
+            False,
+            summary or {},
+        )
+        self._marks.append(mark)
+        self._heads[ws] = tree
+        return mark
+
+    # -- durability --------------------------------------------------------------------------
+
+    def _sync_files(self) -> None:
+        for d in sorted(self._shards):
+            safeio.fsync_dir(d)
+        self._shards.clear()
+
+    def _write_objects(self, c: Any) -> None:
+        now = time.time_ns()
+        rows = []
+        keys = list(self._pending)
+        present: dict[str, tuple[int, int, bytes | None]] = {}
+        for i in range(0, len(keys), 500):  # one query per 500 keys, not one per key
+            chunk = keys[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            sql = f"SELECT key, codec, external, data FROM objects WHERE key IN ({marks})"
+            present.update((r[0], (r[1], r[2], r[3])) for r in c.execute(sql, chunk))
+        for key, (codec, payload, raw, external) in self._pending.items():
+            row = present.get(key)
+            if row is not None:
+                # Another batch stored this key meanwhile: equal bytes, or a collision raced.
+                stored = self.store.object_path(key).read_bytes() if row[1] else (row[2] or b"")
+                if objects.decode(key, row[0], stored, self.store.hasher) != raw:
+                    raise StoreError(f"object key {key} collided with a concurrent write; retry")
+                continue
+            size = len(raw)
+            stored_len = self.store.object_path(key).stat().st_size if external else len(payload)
+            rows.append((key, size, codec, stored_len, int(external), now, None if external else payload))
+            self._flushed[key] = fingerprint(raw)
+        c.executemany(
+            "INSERT INTO objects (key, size, codec, stored, external, created, data) VALUES (?,?,?,?,?,?,?)",
+            rows,
+        )
+        self._pending.clear()
+        self._pending_bytes = 0
+
+    def _write_stats(self, c: Any) -> None:
+        upserts = []
+        for (ws, path), value in self._stats.items():
+            if value is None:
+                # The path and everything below it ("/" is 0x2f, "0" the next byte).
+                # Two statements: with an OR, SQLite scans the whole workspace for each one.
+                c.execute("DELETE FROM stats WHERE workspace=? AND path=?", (ws, path))
+                below = (ws, path + b"/", path + b"0")
+                c.execute("DELETE FROM stats WHERE workspace=? AND path>? AND path<?", below)
+            else:
+                (mode, size, mtime, ctime, ino), read = value
+                upserts.append((ws, path, mode, size, mtime, ctime, ino, read))
+        c.executemany("INSERT OR REPLACE INTO stats VALUES (?,?,?,?,?,?,?,?)", upserts)
+        self._stats.clear()
+
+    def flush(self) -> None:
+        """Make the objects put so far durable (they stay protected until the batch ends)."""
+        self._sync_files()
+        with self.store.catalog.write() as c:
+            self._write_objects(c)
+
+    def commit(self) -> list[Mark]:
+        """Objects, versions and marks durable in one catalog transaction; return the marks."""
+        if self._done:
+            raise StoreError("batch already committed")
+        self._sync_files()
+        committed: list[Mark] = []
+        with self.store.catalog.write() as c:
+            self._write_objects(c)
+            c.executemany(
+                "INSERT INTO versions (workspace, path, time, kind, mode, object) VALUES (?,?,?,?,?,?)",
+                self._versions,
+            )
+            for m in self._marks:
+                seq = c.execute(
+                    "SELECT COALESCE(MAX(seq), 0) + 1 FROM marks WHERE workspace=?", (m.workspace,)
+                ).fetchone()[0]
+                c.execute(
+                    f"INSERT INTO marks ({MARK_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (
+                        m.id,
+                        m.workspace,
+                        seq,
+                        m.label,
+                        m.message,
+                        m.agent,
+                        m.session,
+                        m.created,
+                        m.git_head,
+                        m.tree,
+                        m.kind,
+                        0,
+                        json.dumps(m.summary),
+                    ),
+                )
+                committed.append(dataclasses.replace(m, seq=seq))
+            for ws, tree in self._heads.items():
+                c.execute("UPDATE workspaces SET head=? WHERE id=?", (tree, ws))
+            self._write_stats(c)
+        for key, node in self._nodes.items():
+            self.store._cache_node(key, node)
+        self._nodes.clear()
+        self._versions.clear()
+        self._marks.clear()
+        self._heads.clear()
+        self._done = True
+        return committed

@@ -1,0 +1,68 @@
+"""The catalog's records as plain frozen values: workspaces, marks, versions.
+
+Everything above the store works with these, never with SQLite rows; ``MARK_COLUMNS`` and
+``mark_from_row`` are the one place a mark row's layout is spelled out.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from snapd import trees
+
+
+@dataclass(frozen=True)
+class Workspace:
+    id: int
+    root: bytes
+    created: int
+    watching: bool
+
+
+@dataclass(frozen=True)
+class Mark:
+    id: str
+    workspace: int
+    seq: int
+    label: str
+    message: str | None
+    agent: str | None
+    session: str | None
+    created: int  # ns since the epoch
+    git_head: str | None
+    tree: str
+    kind: str
+    pinned: bool
+    summary: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Version:
+    path: bytes
+    time: int
+    entry: trees.Entry | None  # None: the path was deleted
+
+
+MARK_COLUMNS = (
+    "id, workspace, seq, label, message, agent, session, created, git_head, tree, kind, pinned, summary"
+)
+
+
+def mark_from_row(row: tuple[Any, ...]) -> Mark:
+    return Mark(
+        id=row[0],
+        workspace=row[1],
+        seq=row[2],
+        label=row[3],
+        message=row[4],
+        agent=row[5],
+        session=row[6],
+        created=row[7],
+        git_head=row[8],
+        tree=row[9],
+        kind=row[10],
+        pinned=bool(row[11]),
+        summary=json.loads(row[12]) if row[12] else {},
+    )
