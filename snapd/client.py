@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from snapd import protocol
 from snapd.config import Config, resolve_endpoint
 from snapd.errors import (
+    BadRequest,
     DaemonUnavailable,
     PermissionRefused,
     ProtocolMismatch,
@@ -77,15 +78,16 @@ def probe_listener(endpoint: str) -> bool | None:
 class Client:
     """A connection to one daemon. ``timeout_s`` is the default deadline of each call."""
 
-    def __init__(self, endpoint: str, timeout_s: float = 10.0) -> None:
+    def __init__(self, endpoint: str, timeout_s: float = 10.0, max_bytes: int = 1 << 20) -> None:
         self.endpoint = endpoint
         self.timeout_s = timeout_s
+        self.max_bytes = max_bytes
         self._ctx: zmq.Context[zmq.Socket[bytes]] | None = None
         self._sock: zmq.Socket[bytes] | None = None
 
     @classmethod
     def from_config(cls, config: Config) -> Client:
-        return cls(resolve_endpoint(config), config.client_timeout_s)
+        return cls(resolve_endpoint(config), config.client_timeout_s, config.request_max_bytes)
 
     def __enter__(self) -> Client:
         return self
@@ -116,6 +118,11 @@ class Client:
         timeout = self.timeout_s if isinstance(timeout_s, _Default) else timeout_s
         rid = uuid.uuid4().hex
         payload = protocol.build_request(op, rid, args)
+        if len(payload) > self.max_bytes:  # ZeroMQ would drop it silently: say so here
+            raise BadRequest(
+                f"this request is {len(payload)} bytes; snapd accepts at most {self.max_bytes} "
+                "(give fewer paths, or raise request_max_bytes in the daemon's config)"
+            )
         if timeout is None:
             reply = self._attempt(payload, rid, None, on_progress)
             assert reply is not None

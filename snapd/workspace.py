@@ -365,7 +365,12 @@ class Workspace:
         report = ingest.Report()
         descend = self.rules.dir_may_contain_captured
         tally = IgnoredTally()
-        rels = [rel for rel, _ in ingest.walk(self.rootb, self._tallying(tally), descend=descend)]
+        def unreadable(rel: bytes, why: str) -> None:  # reported, never skipped in silence
+            report.skip(rel, why)
+            self._skipped[rel] = why
+
+        walked = ingest.walk(self.rootb, self._tallying(tally), descend=descend, unreadable=unreadable)
+        rels = [rel for rel, _ in walked]
         self.ignored = tally
         done = [0]
 
