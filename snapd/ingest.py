@@ -245,25 +245,36 @@ def walk(
     while stack:
         d = stack.pop()
         try:
-            it = os.scandir(root + b"/" + d if d else root)
+            entries = list_dir(root, d, ignored, descend)
         except (FileNotFoundError, NotADirectoryError):
             continue
         except OSError as exc:
             if unreadable is not None:
                 unreadable(d, f"unreadable directory ({exc.strerror})")
             continue
-        with it:
-            for e in it:
-                rel = d + b"/" + e.name if d else e.name
-                try:
-                    is_dir = e.is_dir(follow_symlinks=False)
-                except OSError:
-                    is_dir = False
-                if ignored(rel, is_dir) and not (is_dir and descend is not None and descend(rel)):
-                    continue
-                yield rel, is_dir
-                if is_dir:
-                    stack.append(rel)
+        for rel, is_dir in entries:
+            yield rel, is_dir
+            if is_dir:
+                stack.append(rel)
+
+
+def list_dir(
+    root: bytes, d: bytes, ignored: Ignored, descend: Callable[[bytes], bool] | None = None
+) -> list[tuple[bytes, bool]]:
+    """One directory's captured entries as (relative path, is_dir): ignored names dropped,
+    unless a directory may hold captured paths (``descend``). Raises OSError."""
+    out: list[tuple[bytes, bool]] = []
+    with os.scandir(root + b"/" + d if d else root) as it:
+        for e in it:
+            rel = d + b"/" + e.name if d else e.name
+            try:
+                is_dir = e.is_dir(follow_symlinks=False)
+            except OSError:
+                is_dir = False
+            if ignored(rel, is_dir) and not (is_dir and descend is not None and descend(rel)):
+                continue
+            out.append((rel, is_dir))
+    return out
 
 
 def summarize(

@@ -18,7 +18,7 @@ import stat
 import time
 from collections.abc import Callable
 
-from snapd.ingest import Ignored, sig_of
+from snapd.ingest import Ignored, list_dir, sig_of
 from snapd.statcache import StatCache
 
 Progress = Callable[[int, int], None]
@@ -87,22 +87,10 @@ def scan(
 
 
 def _list(root: bytes, d: bytes, ignored: Ignored, descend: Callable[[bytes], bool]) -> list[bytes] | None:
-    """One directory's captured names (ignored ones dropped, unless they may hold tracked files)."""
+    """One directory's captured names; None when it is gone, [] when it cannot be listed."""
     try:
-        it = os.scandir(root + b"/" + d if d else root)
-    except FileNotFoundError:
+        return [rel for rel, _ in list_dir(root, d, ignored, descend)]
+    except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError:
         return []
-    out: list[bytes] = []
-    with it:
-        for e in it:
-            rel = d + b"/" + e.name if d else e.name
-            try:
-                is_dir = e.is_dir(follow_symlinks=False)
-            except OSError:
-                is_dir = False
-            if ignored(rel, is_dir) and not (is_dir and descend(rel)):
-                continue
-            out.append(rel)
-    return out

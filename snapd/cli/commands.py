@@ -63,13 +63,20 @@ def cmd_status(args: argparse.Namespace, env: Env) -> int:
         print(line)
         for ex in w.get("skipped_examples", [])[:5]:
             print(f"      skipped: {_shown(ex)}")
-        ignored = w.get("ignored") or {}
-        if ignored.get("total"):
-            by = ", ".join(f"{k} {n}" for k, n in sorted(ignored["counts"].items()))
-            print(f"      ignored: {ignored['total']} ({by})")
+        if line := _ignored_line(w):
+            print(f"      ignored: {line}")
     for warning in st.get("warnings", []):
         print(f"warning: {warning}", file=sys.stderr)
     return 0
+
+
+def _ignored_line(fields: dict[str, Any]) -> str:
+    """"12 (gitignore 10, editor 2)" from a status or watch reply, or "" when nothing is."""
+    ignored = fields.get("ignored") or {}
+    if not ignored.get("total"):
+        return ""
+    by = ", ".join(f"{k} {n}" for k, n in sorted(ignored["counts"].items()))
+    return f"{ignored['total']} ({by})"
 
 
 def _watch_progress(args: argparse.Namespace, env: Env, root: str, done: threading.Event) -> None:
@@ -112,10 +119,8 @@ def cmd_watch(args: argparse.Namespace, env: Env) -> int:
         print(f"watching {r['workspace']} (already watched)")
     if r.get("skipped"):
         print(f"  {r['skipped']} paths skipped (see `snapctl status`)")
-    ignored = r.get("ignored") or {}
-    if ignored.get("total"):
-        by = ", ".join(f"{k} {n}" for k, n in sorted(ignored["counts"].items()))
-        print(f"  {ignored['total']} paths ignored ({by})")
+    if line := _ignored_line(r):
+        print(f"  paths ignored: {line}")
     for w in r.get("warnings", []):
         print(f"warning: {w}", file=sys.stderr)
     return 0
