@@ -23,8 +23,8 @@ from typing import Any
 
 import structlog
 
-from snapd import __version__, ignore, protocol, retention, rollback, textdiff, trees
-from snapd.errors import Busy, NotFound, SnapdError, UsageError, WorkspaceRefused
+from snapd import __version__, ignore, protocol, retention, rollback, roots, textdiff, trees
+from snapd.errors import Busy, NotFound, SnapdError, UsageError
 from snapd.protocol import Request
 from snapd.records import Mark
 from snapd.server import PeerInfo
@@ -147,32 +147,8 @@ class Service:
     # -- workspaces ---------------------------------------------------------------------------
 
     def _validate_root(self, path: Path) -> Path:
-        try:
-            root = path.resolve(strict=True)
-        except (FileNotFoundError, RuntimeError, OSError) as exc:
-            raise WorkspaceRefused(f"cannot watch {path}: it does not exist") from exc
-        if not root.is_dir():
-            raise WorkspaceRefused(f"cannot watch {root}: not a directory")
-        if root == Path("/"):
-            raise WorkspaceRefused("refusing to watch / : choose a project directory")
-        if any(root == h.resolve() for h in self.config.homes):
-            raise WorkspaceRefused(
-                f"refusing to watch your home directory {root} itself: choose a project directory"
-            )
-        for own in self.config.own_dirs:
-            own = own.resolve()
-            if own == root or root in own.parents or own in root.parents:
-                raise WorkspaceRefused(f"refusing to watch {root}: it overlaps snapd's own directory {own}")
-        for w in self.store.workspaces():
-            other = Path(os.fsdecode(w.root))
-            if other == root:
-                continue
-            if other in root.parents or root in other.parents:
-                raise WorkspaceRefused(
-                    f"refusing to watch {root}: it overlaps the workspace {other}"
-                    + ("" if w.watching else " (unwatched; `snapctl forget` it first)")
-                )
-        return root
+        others = [(Path(os.fsdecode(w.root)), w.watching) for w in self.store.workspaces()]
+        return roots.validate(path, self.config.homes, self.config.own_dirs, others)
 
     def _register(self, path: Path) -> tuple[Workspace, Mark | None]:
         """Watch ``path`` (validated); capture its baseline the first time. Idempotent."""

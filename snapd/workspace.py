@@ -16,10 +16,8 @@ files whose (size, mtime, ctime, inode) differ or whose mtime is too recent to t
 from __future__ import annotations
 
 import ctypes
-import fcntl
 import os
 import stat
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -29,9 +27,9 @@ from typing import Any
 
 import structlog
 
-from snapd import apply, ignore, ingest, scan, trees
+from snapd import apply, ignore, ingest, roots, scan, trees
 from snapd.batch import Batch
-from snapd.errors import NotFound, SnapdError, WorkspaceRefused
+from snapd.errors import SnapdError, WorkspaceRefused
 from snapd.records import Mark
 from snapd.statcache import StatCache
 from snapd.store import Store
@@ -40,10 +38,6 @@ from snapd.watcher import Watcher, WatchEvent, remove_stale_cookies
 log = structlog.get_logger(__name__)
 
 DEBOUNCE_S = 0.05
-FS_IOC_GETVERSION = 0x80087601  # _IOR('v', 1, long)
-EVENTLESS_FS = frozenset(
-    {"nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "v9fs", "drvfs", "sshfs", "fuse", "afs", "ceph"}
-)
 
 Progress = Callable[[int, int], None]
 
@@ -64,24 +58,6 @@ def trim_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass  # not glibc: nothing to do
-
-
-def fs_type(path: Path) -> str:
-    """File system type of the mount holding ``path`` (from /proc/self/mountinfo)."""
-    best, kind = "", "unknown"
-    target = str(path)
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                left, _, right = line.partition(" - ")
-                mount = left.split()[4].replace("\\040", " ")
-                if (target == mount or target.startswith(mount.rstrip("/") + "/")) and len(mount) >= len(
-                    best
-                ):
-                    best, kind = mount, right.split()[0]
-    except OSError:
-        pass
-    return kind
 
 
 @dataclass
@@ -160,8 +136,8 @@ class Workspace:
             )
         remove_stale_cookies(self.root)
         self._load_git()
-        kind = fs_type(self.root)
-        if kind in EVENTLESS_FS or kind in self.settings.eventless_fs or kind.startswith("fuse"):
+        kind = roots.fs_type(self.root)
+        if not roots.delivers_events(kind, self.settings.eventless_fs):
             self.scan_every_mark = True
             self.warnings.append(
                 f"{self.root} is on a {kind} file system, which delivers no change events: "
@@ -531,27 +507,7 @@ class Workspace:
     # -- marks -------------------------------------------------------------------------------
 
     def _check_root(self) -> str:
-        """The root's identity; NotFound if it is gone or not a directory.
-
-        ``dev:inode:generation``: file systems reuse inode numbers at once (rm -r; mkdir gets the
-        same one on ext4), the inode generation (FS_IOC_GETVERSION) tells the two apart where
-        the file system keeps one.
-        """
-        try:
-            fd = os.open(self.rootb, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError:
-            raise NotFound(
-                f"workspace root {self.root} no longer exists: recreate it, or `snapctl forget {self.root}`"
-            ) from None
-        try:
-            st = os.fstat(fd)
-            try:
-                generation = struct.unpack("l", fcntl.ioctl(fd, FS_IOC_GETVERSION, bytes(8)))[0]
-            except OSError:
-                generation = 0
-        finally:
-            os.close(fd)
-        return f"{st.st_dev}:{st.st_ino}:{generation}"
+        return roots.identity(self.root)
 
     def _barrier(self) -> None:
         """Every change completed before now is in the dirty set (or a full rescan is queued)."""

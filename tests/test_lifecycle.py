@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 from e2e_helpers import base_env, run_ctl, start_daemon, wait_for
 
+from snapd.roots import fs_type
 from snapd.service_unit import REPO_EXEC, render
 from snapd.statcache import RACY_NS, StatCache
-from snapd.workspace import fs_type
 
 pytestmark = pytest.mark.timeout(120)
 
