@@ -6,25 +6,17 @@ import os
 import shutil
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from e2e_helpers import wait_for
 
 from snapd.watcher import Watcher, WatchEvent, is_cookie_name, remove_stale_cookies
 
 pytestmark = pytest.mark.timeout(60)
 
 IGNORED_NAMES = {b".git", b"node_modules"}
-
-
-def wait_for(pred: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met before deadline")
-        time.sleep(0.005)
 
 
 class Recorder:
