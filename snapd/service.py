@@ -253,6 +253,11 @@ class Service:
     def op_unwatch(self, workspace: bytes | None = None, cwd: bytes | None = None) -> dict[str, Any]:
         ws_id, root = self._ws_id(workspace, cwd)
         with self._lock:
+            ready = self._ready.get(ws_id)
+            if ready is not None and not ready.is_set():
+                # Its baseline (or reconcile) is being written: stopping it now would leave a
+                # half-started watcher, and forgetting it would pull rows from under the commit.
+                raise Busy(f"{root} is still starting (capturing its baseline); retry when it is ready")
             ws = self._live.pop(ws_id, None)
             self._ready.pop(ws_id, None)
         if ws is not None:

@@ -115,3 +115,42 @@ def test_absurd_back_reference_is_a_usage_error() -> None:
     with pytest.raises(UsageError):
         parse_ref("m1~99999999999999999999")
     assert parse_ref("m1~3").back == 3
+
+
+def test_forget_while_the_baseline_runs_is_refused_clearly(tmp_path: Path) -> None:
+    import threading
+
+    from e2e_helpers import wait_for
+
+    from snapd.client import Client
+    from snapd.errors import Busy
+
+    root = tmp_path / "ws"
+    for i in range(40):
+        sub = root / f"d{i}"
+        sub.mkdir(parents=True)
+        for j in range(500):
+            (sub / f"f{j}").write_text(f"{i}-{j}\n" * 20)
+    d = start_daemon(tmp_path / "snapd-home")
+    try:
+        result: dict[str, object] = {}
+
+        def watch() -> None:
+            with Client(d.endpoint, 300) as c:
+                result["watch"] = c.call("watch", path=os.fsencode(root))
+
+        t = threading.Thread(target=watch)
+        t.start()
+
+        def starting() -> bool:
+            st = d.call("status")
+            return any(w["root"] == str(root) and w.get("state") == "starting" for w in st["workspaces"])
+
+        wait_for(starting, 30)
+        with Client(d.endpoint, 30) as c, pytest.raises(Busy, match="still starting"):
+            c.call("forget", workspace=os.fsencode(root))
+        t.join(300)
+        assert "watch" in result
+        d.ctl("forget", str(root))  # once ready, forgetting works
+    finally:
+        assert d.stop() == 0
