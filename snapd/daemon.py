@@ -123,9 +123,11 @@ class Daemon:
         """Wait for a stop; meanwhile answer systemd's watchdog while the server is healthy."""
         interval = self.notifier.interval_s
         tick = min(1.0, interval) if interval else 1.0
+        last = time.monotonic()
         while not self._stop.wait(tick):
-            if interval is not None and server.alive:
+            if interval is not None and server.alive and time.monotonic() - last >= interval:
                 self.notifier.watchdog()
+                last = time.monotonic()
 
 
 def start_background(config: Config, argv_extra: list[str]) -> int:
