@@ -8,6 +8,7 @@ watcher) and treating this machine's file system type as event-less (``scan_fs_t
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -222,7 +223,7 @@ def test_background_start_status_stop(tmp_path: Path) -> None:
     assert b"started in the background" in cp.stdout
     st = run_ctl(env, "status", "--json")
     assert st.returncode == 0, st.stderr
-    pid = int(__import__("json").loads(st.stdout)["pid"])
+    pid = int(json.loads(st.stdout)["pid"])
     try:
         assert (home / "snapd.log").exists()
         assert (home / "snapd.log").stat().st_mode & 0o077 == 0
@@ -320,3 +321,36 @@ def test_ignored_paths_are_counted_not_hidden(tmp_path: Path) -> None:
         assert "ignored: 3" in out
     finally:
         assert d.stop() == 0
+
+
+def test_claude_code_hook_marks_turns_with_the_session(tmp_path: Path) -> None:
+    home = tmp_path / "home-snapd"
+    root = _ws(tmp_path, files=2)
+    hook = Path(__file__).resolve().parent.parent / "clients" / "claude-code" / "snapd-turn.sh"
+    d = start_daemon(home)
+    try:
+        env = {**d.env, "SNAPCTL": f"{sys.executable} -m snapd"}
+        event = json.dumps({"session_id": "abc-123", "cwd": str(root), "hook_event_name": "UserPromptSubmit"})
+
+        def run_hook(label: str) -> subprocess.CompletedProcess[bytes]:
+            return subprocess.run(
+                [str(hook), label], input=event.encode(), env=env, capture_output=True, timeout=60
+            )
+
+        cp = run_hook("turn-start")
+        assert cp.returncode == 0 and cp.stdout == b"", cp  # nothing may reach Claude's context
+        (root / "src" / "f0.txt").write_text("edited by the agent\n")
+        cp = run_hook("turn-end")
+        assert cp.returncode == 0 and cp.stdout == b"", cp
+        log = d.ctl_json("log", "-w", str(root))
+        start, end = log["marks"][1], log["marks"][0]
+        assert (start["label"], end["label"]) == ("turn-start", "turn-end")
+        assert start["agent"] == "claude-code" and start["session"] == "abc-123"
+        assert end["summary"]["counts"] == {"modified": 1}
+        # a daemon that is gone never blocks the prompt: exit 0, the reason on stderr
+        assert d.stop() == 0
+        cp = run_hook("turn-start")
+        assert cp.returncode == 0 and cp.stdout == b"" and b"could not mark" in cp.stderr
+    finally:
+        if d.alive():
+            d.stop()
