@@ -66,6 +66,9 @@ class StatCache:
                 yield p
             stack.extend(self._children.get(p, ()))
 
+    def directories(self) -> list[bytes]:
+        return [p for p, (sig, _) in self._entries.items() if stat.S_ISDIR(sig[0])]
+
     def files(self) -> int:
         return sum(1 for sig, _ in self._entries.values() if stat.S_ISREG(sig[0]))
 

@@ -144,7 +144,7 @@ class Store:
         rows = self.catalog.read().execute(
             "SELECT path, mode, size, mtime, ctime, ino, read FROM stats WHERE workspace=?", (ws,)
         )
-        return {bytes(r[0]): ((r[1], r[2], r[3], r[4], r[5]), r[6]) for r in rows}
+        return {r[0]: (r[1:6], r[6]) for r in rows}  # BLOB paths come back as bytes
 
     def root_id(self, ws: int) -> str | None:
         """Identity (``dev:inode``) of the directory the workspace was created on."""

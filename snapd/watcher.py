@@ -43,7 +43,7 @@ import struct
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
@@ -243,8 +243,14 @@ class Watcher:
         thread = self._thread
         return thread is not None and thread.is_alive() and not self._stopping
 
-    def start(self) -> None:
-        """Place the watches and start reading; returns once every watch is in place."""
+    def start(self, known_dirs: Iterable[bytes] | None = None) -> None:
+        """Place the watches and start reading; returns once every watch is in place.
+
+        ``known_dirs``: the directories a previous run captured (parents before children are
+        not required). They are watched without listing any directory — at start-up, listing
+        tens of thousands of unchanged directories dominates — and directories that appeared
+        since are for the caller to find (its reconcile scan) and hand to :meth:`watch_new`.
+        """
         if self._thread is not None:
             raise RuntimeError("watcher already started")
         if not os.path.isdir(self._root_b):
@@ -262,7 +268,13 @@ class Watcher:
         try:
             with self._lock:
                 self._root_wd = self._add_watch(b"", root=True)
-                self._add_tree(b"", None)
+                if known_dirs is None:
+                    self._add_tree(b"", None)
+                else:
+                    for rel in sorted(known_dirs, key=lambda p: p.count(b"/")):
+                        parent = rel.rpartition(b"/")[0]
+                        if (parent == b"" or parent in self._path_wd) and self._should_watch(rel):
+                            self._add_watch(rel)
         except BaseException:
             os.close(fd)
             self._fd = -1
@@ -331,6 +343,24 @@ class Watcher:
             finally:
                 self._cookies.pop(name, None)
         return False
+
+    def watch_new(self, dirs: Iterable[bytes]) -> list[WatchEvent]:
+        """Watch directories found after :meth:`start` (and everything below them); returns a
+        ``created`` event for every entry found in them once watched, so nothing created
+        between their creation and their watch is missed."""
+        out: list[WatchEvent | _Pending] = []
+        with self._lock:
+            if not self.running:
+                return []
+            for rel in sorted(dirs, key=lambda p: p.count(b"/")):
+                parent = rel.rpartition(b"/")[0]
+                if rel in self._path_wd or (parent and parent not in self._path_wd):
+                    continue
+                if os.path.isdir(os.path.join(self._root_b, rel)) and not os.path.islink(
+                    os.path.join(self._root_b, rel)
+                ):
+                    self._add_tree(rel, out)
+        return [e for e in out if isinstance(e, WatchEvent)]
 
     def rescan_watches(self, should_watch_dir: Callable[[bytes], bool] | None = None) -> None:
         """Re-apply ``should_watch_dir`` (a new one if given, e.g. after the ignore rules

@@ -152,9 +152,10 @@ class Workspace:
             return rel in self._stats or self.rules.dir_may_contain_captured(rel)
 
         self.watcher = Watcher(self.root, self.on_events, watch_dir, max_watches=self.settings.max_watches)
-        self.watcher.start()
-        if self.watcher.watch_failures:
-            self._watch_shortfall()
+        # A known workspace: watch the directories captured last time without listing them
+        # (the reconcile scan finds new ones, watched below); a new one: list everything.
+        known_dirs = self._stats.directories() if len(self._stats) else None
+        self.watcher.start(known_dirs)
 
         self._recover_rollback()
 
@@ -170,7 +171,14 @@ class Workspace:
                 baseline = self._baseline(note)
             else:
                 self._scan(b"", note)
+                with self._dirty_lock:
+                    found = [p for p in self._dirty.paths if p not in self._stats]
+                # Directories that appeared while snapd was down: watch them, then list them
+                # (what their listing finds is dirty too), so nothing slips between the two.
+                self.on_events(self.watcher.watch_new(found))
                 self._flush()
+        if self.watcher.watch_failures:
+            self._watch_shortfall()
         self.progress = None
         trim_memory()
         self._thread = threading.Thread(

@@ -354,3 +354,33 @@ def test_claude_code_hook_marks_turns_with_the_session(tmp_path: Path) -> None:
     finally:
         if d.alive():
             d.stop()
+
+
+def test_directories_created_while_down_are_watched_after_restart(tmp_path: Path) -> None:
+    """Known directories are watched without listing them at start; new ones must still be."""
+    home = tmp_path / "home-snapd"
+    root = _ws(tmp_path, files=3)
+    d = start_daemon(home)
+    d.ctl("watch", str(root))
+    os.kill(d.pid, signal.SIGKILL)
+    d.proc.wait(10)
+    (root / "newdir" / "sub").mkdir(parents=True)
+    (root / "newdir" / "sub" / "first.txt").write_text("made while down\n")
+    (root / "docs" / "inner").mkdir()
+    d2 = start_daemon(home, d.env)
+    try:
+        d2.ctl("mark", "after-restart", "-w", str(root))
+        assert (
+            d2.ctl("cat", "after-restart", "newdir/sub/first.txt", "-w", str(root)).stdout
+            == b"made while down\n"
+        )
+        for rel in ("newdir/sub/later.txt", "newdir/later.txt", "docs/inner/later.txt", "src/later.txt"):
+            (root / rel).write_text(rel + "\n")
+        m = d2.ctl_json("mark", "later", "-w", str(root))
+        got = _paths(d2.ctl_json("show", m["id"], "-w", str(root)))
+        for rel in ("newdir/sub/later.txt", "newdir/later.txt", "docs/inner/later.txt", "src/later.txt"):
+            assert got.get(rel) == "added", (rel, got)
+        w = _status_ws(d2, root)
+        assert not w["scan_every_mark"] and w["watch_failures"] == 0
+    finally:
+        assert d2.stop() == 0
