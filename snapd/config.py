@@ -91,6 +91,7 @@ class Config:
     barrier_timeout_s: float = 5.0
     request_max_bytes: int = 1 * MiB
     client_timeout_s: float = 10.0
+    gc_interval_s: float = 3600.0  # how often the daemon applies retention and GC
     watch_limit: int | None = None  # inotify watches per workspace; beyond: scan at every mark
     scan_fs_types: tuple[str, ...] = ()  # more file system types to treat as event-less
 
@@ -169,6 +170,7 @@ _SETTINGS: dict[str, Callable[[Any], Any]] = {
     "barrier_timeout_s": _seconds,
     "request_max_bytes": _size,
     "client_timeout_s": _seconds,
+    "gc_interval_s": _seconds,
     "watch_limit": _count,
     "scan_fs_types": _names,
     "retention.max_age_days": _seconds,

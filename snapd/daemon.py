@@ -67,6 +67,7 @@ def service_config(config: Config, homes: tuple[Path, ...]) -> ServiceConfig:
         policy=retention.Policy(
             max_age_days=r.max_age_days, max_marks=r.max_marks, budget_bytes=r.budget_bytes
         ),
+        gc_interval_s=config.gc_interval_s,
     )
 
 

@@ -49,6 +49,7 @@ class ServiceConfig:
     endpoint: str
     settings: Settings
     policy: retention.Policy
+    gc_interval_s: float = 3600.0  # retention and GC run this often (first run after a tenth)
 
 
 def wire_paths(obj: Any) -> Any:
@@ -95,20 +96,48 @@ class Service:
         self._ready: dict[int, threading.Event] = {}
         self._errors: dict[int, str] = {}
         self._lock = threading.RLock()  # registration and the tables above
+        self._stopping = threading.Event()
+        self.gc_warnings: list[str] = []  # from the last periodic GC (e.g. over budget)
         self.started = time.time()
 
     # -- life cycle ---------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Bring every watched workspace back, each in its own thread (a big one is slow)."""
+        """Bring every watched workspace back, each in its own thread (a big one is slow), and
+        start the retention thread."""
         for w in self.store.workspaces():
             if w.watching:
                 root = Path(os.fsdecode(w.root))
                 threading.Thread(
                     target=self._start_ws, args=(w.id, root), daemon=True, name=f"snapd-start:{root}"
                 ).start()
+        threading.Thread(target=self._maintain, daemon=True, name="snapd-gc").start()
+
+    def _maintain(self) -> None:
+        """Apply retention and GC periodically: history must not grow without bound just
+        because nobody ran `snapctl gc`. Its warnings (over budget) show in `status`."""
+        wait = self.config.gc_interval_s / 10
+        while not self._stopping.wait(wait):
+            wait = self.config.gc_interval_s
+            try:
+                rep = retention.gc(self.store, self.config.policy)
+            except SnapdError as exc:
+                log.warning("gc.failed", error=exc.message)
+                continue
+            except Exception:
+                log.exception("gc.failed")
+                continue
+            self.gc_warnings = list(rep.warnings)
+            log.info(
+                "gc.done",
+                evicted=len(rep.evicted),
+                objects_deleted=rep.objects_deleted,
+                bytes_freed=rep.bytes_freed,
+                stored_bytes=rep.stored_bytes,
+            )
 
     def stop(self) -> None:
+        self._stopping.set()
         with self._lock:
             live = list(self._live.values())
         for ws in live:
@@ -514,7 +543,7 @@ class Service:
             "store": {"path": str(self.store.dir), "stored_bytes": self.store.stored_bytes()},
             "workspaces": spaces,
             "pending": sum(ws.pending() for ws in live.values()),
-            "warnings": warnings,
+            "warnings": warnings + self.gc_warnings,
         }
 
 

@@ -384,3 +384,20 @@ def test_directories_created_while_down_are_watched_after_restart(tmp_path: Path
         assert not w["scan_every_mark"] and w["watch_failures"] == 0
     finally:
         assert d2.stop() == 0
+
+
+def test_the_daemon_applies_retention_by_itself(tmp_path: Path) -> None:
+    home = tmp_path / "home-snapd"
+    root = _ws(tmp_path, files=1)
+    env = {**base_env(home), "SNAPD_GC_INTERVAL_S": "1", "SNAPD_RETENTION_MAX_MARKS": "2"}
+    d = start_daemon(home, env)
+    try:
+        d.ctl("watch", str(root))
+        for i in range(5):
+            (root / "src" / "f0.txt").write_text(f"version {i}\n")
+            d.ctl("mark", f"m{i}", "-w", str(root))
+        log = wait_for(lambda: (x := d.ctl_json("log", "-w", str(root)))["pruned"] >= 4 and x, 30)
+        assert [m["label"] for m in log["marks"]] == ["m4", "m3"]
+        assert d.ctl("verify").returncode == 0
+    finally:
+        assert d.stop() == 0
