@@ -433,17 +433,29 @@ class Workspace:
     def _flush(self, label: str | None = None, **meta: Any) -> Mark | None:
         """Capture everything dirty; with ``label``, also commit a mark. Caller holds the lock."""
         d = self._take_dirty()
-        if d.full or (label is not None and self.scan_every_mark):
-            self._scan(b"")
-            d = _merge(d, self._take_dirty())
-            d.full = False
-        if self._refresh_rules_if_needed(d):
+        refreshed = self._refresh_rules_if_needed(d)
+        if refreshed:
             self._scan(b"", trust_listings=False)  # judge every name again under the new rules
-            d = _merge(d, self._take_dirty())
+            new = self._take_dirty()
+            d = _merge(d, new)
+            d.full = new.full  # this scan covered any earlier overflow, not one reported since
         for top in d.scan_dirs:
             self._scan(top)
         if d.scan_dirs:
             d = _merge(d, self._take_dirty())
+        # Last, and again whenever a merge brought one in: an overflow (or a barrier timeout)
+        # reported while we scanned means lost events, which only a full scan recovers.
+        full = d.full or (label is not None and self.scan_every_mark)
+        while full:
+            self._scan(b"")
+            new = self._take_dirty()
+            full = new.full  # another overflow while we scanned: scan again
+            d = _merge(d, new)
+            d.full = False
+        if d.rules and not refreshed:  # a rule file changed during the scans: next flush
+            with self._dirty_lock:
+                self._dirty.rules = self._dirty.full = True
+                self._dirty_lock.notify_all()
         paths = sorted(p for p in d.paths if self._wanted(p))
         if not paths and label is None:
             return None
