@@ -154,3 +154,44 @@ def test_forget_while_the_baseline_runs_is_refused_clearly(tmp_path: Path) -> No
         d.ctl("forget", str(root))  # once ready, forgetting works
     finally:
         assert d.stop() == 0
+
+
+def test_an_overflow_reported_during_a_flush_still_gets_its_full_scan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by CI under load: a subtree scan merged in a later overflow flag and dropped it."""
+    from snapd.watcher import OVERFLOW, WatchEvent
+    from snapd.workspace import Settings, Workspace
+
+    root = tmp_path / "ws"
+    for d in ("a", "b"):
+        (root / d).mkdir(parents=True)
+        (root / d / "f").write_text(d)
+    store = Store.open(tmp_path / "store")
+    ws = Workspace(store, store.add_workspace(os.fsencode(root)), root, Settings())
+    ws.start()
+    try:
+        with ws.lock:  # keep the capture thread out while the scene is set up
+            (root / "a" / "f").unlink()
+            (root / "a").rmdir()
+            (root / "b" / "f").unlink()  # its event is "lost" in the overflow
+            real_scan = ws._scan
+            injected = []
+
+            def scan_then_overflow(top: bytes, *args: object, **kw: object) -> None:
+                real_scan(top, *args, **kw)  # type: ignore[arg-type]
+                if top == b"a" and not injected:  # the overflow arrives mid-flush
+                    injected.append(True)
+                    ws.on_events([OVERFLOW])
+
+            monkeypatch.setattr(ws, "_scan", scan_then_overflow)
+            ws.on_events([WatchEvent("deleted", b"a", None, True)])
+            ws._take_dirty()  # only what the test injects below counts
+            ws.on_events([WatchEvent("deleted", b"a", None, True)])
+            ws._flush()
+        assert injected
+        files = {p for p, e in trees.walk(store.load_node, ws.tree) if e.kind == "file"} if ws.tree else set()
+        assert files == set(), files  # b/f is gone too: the overflow's full scan ran
+    finally:
+        ws.stop()
+        store.close()
