@@ -12,6 +12,7 @@ it is given and rewrites only their directories' tree nodes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import threading
@@ -25,10 +26,10 @@ from typing import Any, Literal
 
 from snapd import objects, trees
 from snapd.batch import Batch, fingerprint
+from snapd.ignore import VCS_NAMES
 from snapd.records import Mark
 from snapd.store import Store
 
-VCS_DIRS = frozenset({b".git", b".hg", b".jj", b".svn"})
 DEFAULT_SIZE_CAP = 64 << 20
 MAX_REREADS = 3
 EXAMPLES = 10
@@ -49,7 +50,7 @@ Ignored = Callable[[bytes, bool], bool]
 
 
 def vcs_only(rel: bytes, is_dir: bool) -> bool:
-    return rel.rsplit(b"/", 1)[-1] in VCS_DIRS
+    return rel.rsplit(b"/", 1)[-1] in VCS_NAMES
 
 
 @dataclass
@@ -329,8 +330,11 @@ def capture(
     changes: dict[bytes, trees.Change] = {}
     now = time.time_ns()
     prepare = _Preparer(root, size_cap, batch.store.hasher, trusted=from_walk)
-    with ThreadPoolExecutor(WORKERS if parallel else 1, thread_name_prefix="snapd-read") as pool:
-        chunks = _bounded_map(pool, prepare, paths) if parallel else ([prepare(p)] for p in paths)
+    with contextlib.ExitStack() as stack:
+        chunks: Iterable[list[Read]] = ([prepare(p)] for p in paths)
+        if parallel:  # a thread pool only where it pays: baselines, not a mark's few paths
+            pool = stack.enter_context(ThreadPoolExecutor(WORKERS, thread_name_prefix="snapd-read"))
+            chunks = _bounded_map(pool, prepare, paths)
         for chunk in chunks:
             if len(chunk) > 1:  # one existence query for the whole chunk
                 batch.prefetch(objects.base_key(r.digest, len(r.data)) for r in chunk if r.digest is not None)

@@ -79,14 +79,19 @@ def plan_evictions(marks: Iterable[Mark], policy: Policy, now: int) -> list[tupl
     return out
 
 
+def newest_ids(marks: Iterable[Mark]) -> dict[int, str]:
+    """Each workspace's newest mark id (never evicted)."""
+    newest: dict[int, Mark] = {}
+    for m in marks:
+        if m.workspace not in newest or m.seq > newest[m.workspace].seq:
+            newest[m.workspace] = m
+    return {ws: m.id for ws, m in newest.items()}
+
+
 def budget_candidates(marks: Iterable[Mark], policy: Policy, now: int) -> list[Mark]:
     """Marks that may go for the disk budget, oldest first (pure)."""
     ms = list(marks)
-    newest: dict[int, Mark] = {}
-    for m in ms:
-        if m.workspace not in newest or m.seq > newest[m.workspace].seq:
-            newest[m.workspace] = m
-    ids = {ws: m.id for ws, m in newest.items()}
+    ids = newest_ids(ms)
     return sorted((m for m in ms if not protected(m, ids, policy, now)), key=lambda m: m.created)
 
 
@@ -168,11 +173,7 @@ def _kept_bytes(store: Store, policy: Policy, now: int) -> int:
     inside the age window reference. If that alone exceeds the budget, evicting the other
     marks would empty the history and still not meet it."""
     marks = store.marks()
-    newest: dict[int, Mark] = {}
-    for m in marks:
-        if m.workspace not in newest or m.seq > newest[m.workspace].seq:
-            newest[m.workspace] = m
-    ids = {ws: m.id for ws, m in newest.items()}
+    ids = newest_ids(marks)
     db = store.catalog.read()
     roots = [m.tree for m in marks if protected(m, ids, policy, now)]
     roots += [h for (h,) in db.execute("SELECT head FROM workspaces WHERE head IS NOT NULL")]

@@ -18,7 +18,6 @@ import errno
 import os
 import secrets
 import stat
-from collections.abc import Iterable
 from pathlib import Path
 
 from snapd.errors import DiskFull, StoreError
@@ -138,20 +137,6 @@ def unlink(path: Path) -> bool:
         _raise_os(exc, "remove", path)
     step("unlink")
     return True
-
-
-def remove_temp_files(directories: Iterable[Path]) -> int:
-    """Delete leftover ``.snapd-*~`` temp files (a crash between write and rename)."""
-    removed = 0
-    for d in directories:
-        try:
-            names = os.listdir(d)
-        except FileNotFoundError:
-            continue
-        for name in names:
-            if is_temp_name(name) and unlink(d / name):
-                removed += 1
-    return removed
 
 
 # -- operations relative to a directory descriptor (never following a symlink) ------------------

@@ -282,13 +282,3 @@ class Store:
     def stored_bytes(self) -> int:
         row = self.catalog.read().execute("SELECT COALESCE(SUM(stored), 0) FROM objects").fetchone()
         return int(row[0])
-
-    def disk_bytes(self) -> int:
-        """Allocated bytes of the whole store directory, as ``du`` counts them."""
-        total = 0
-        for p in self.dir.rglob("*"):
-            try:
-                total += p.lstat().st_blocks * 512
-            except FileNotFoundError:
-                continue
-        return total

@@ -349,6 +349,7 @@ class Workspace:
         report = ingest.Report()
         descend = self.rules.dir_may_contain_captured
         tally = IgnoredTally()
+
         def unreadable(rel: bytes, why: str) -> None:  # reported, never skipped in silence
             report.skip(rel, why)
             self._skipped[rel] = why
@@ -514,9 +515,6 @@ class Workspace:
             self._since_mark = ingest.Report()
             return committed[0]
         return None
-
-    def _in_tree(self, rel: bytes) -> bool:
-        return self.tree is not None and trees.lookup(self.store.load_node, self.tree, rel) is not None
 
     def git_head(self) -> str | None:
         return self._git_head()
