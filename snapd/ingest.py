@@ -70,6 +70,28 @@ class Report:
             examples.append(rel)
 
 
+@dataclass
+class IgnoredTally:
+    """Paths left out by ignore rules, by reason, with a few examples (DESIGN.md 2: nothing is
+    left out silently). Counted by walks that judge every name; a directory counts once."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, list[bytes]] = field(default_factory=dict)
+
+    def add(self, reason: str, rel: bytes) -> None:
+        self.counts[reason] = self.counts.get(reason, 0) + 1
+        ex = self.examples.setdefault(reason, [])
+        if len(ex) < 5:
+            ex.append(rel)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "counts": dict(self.counts),
+            "total": sum(self.counts.values()),
+            "examples": {k: [os.fsdecode(p) for p in v] for k, v in self.examples.items()},
+        }
+
+
 @dataclass(frozen=True)
 class IngestResult:
     files: int

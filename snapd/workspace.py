@@ -61,28 +61,6 @@ def trim_memory() -> None:
 
 
 @dataclass
-class IgnoredTally:
-    """Paths left out by ignore rules, by reason, with a few examples (DESIGN.md 2: nothing is
-    left out silently). Counted by walks that judge every name; a directory counts once."""
-
-    counts: dict[str, int] = field(default_factory=dict)
-    examples: dict[str, list[bytes]] = field(default_factory=dict)
-
-    def add(self, reason: str, rel: bytes) -> None:
-        self.counts[reason] = self.counts.get(reason, 0) + 1
-        ex = self.examples.setdefault(reason, [])
-        if len(ex) < 5:
-            ex.append(rel)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "counts": dict(self.counts),
-            "total": sum(self.counts.values()),
-            "examples": {k: [os.fsdecode(p) for p in v] for k, v in self.examples.items()},
-        }
-
-
-@dataclass
 class _Dirty:
     paths: set[bytes] = field(default_factory=set)
     scan_dirs: set[bytes] = field(default_factory=set)
@@ -100,7 +78,7 @@ class Workspace:
         self._stats = StatCache()
         self._skipped: dict[bytes, str] = {}
         self._since_mark = ingest.Report()
-        self.ignored = IgnoredTally()  # as of the last walk that judged every name
+        self.ignored = ingest.IgnoredTally()  # as of the last walk that judged every name
         self.tree: str | None = None
         self.warnings: list[str] = []
         self.scan_every_mark = False
@@ -332,7 +310,7 @@ class Workspace:
     def _ignored(self, rel: bytes, is_dir: bool) -> bool:
         return self.rules.is_ignored(rel, is_dir)
 
-    def _tallying(self, tally: IgnoredTally) -> ingest.Ignored:
+    def _tallying(self, tally: ingest.IgnoredTally) -> ingest.Ignored:
         """An ignore predicate that also counts what it leaves out, by reason (for reports)."""
 
         def ignored(rel: bytes, is_dir: bool) -> bool:
@@ -348,7 +326,7 @@ class Workspace:
     def _baseline(self, progress: Progress | None) -> Mark:
         report = ingest.Report()
         descend = self.rules.dir_may_contain_captured
-        tally = IgnoredTally()
+        tally = ingest.IgnoredTally()
 
         def unreadable(rel: bytes, why: str) -> None:  # reported, never skipped in silence
             report.skip(rel, why)
@@ -413,7 +391,7 @@ class Workspace:
 
     def _scan(self, top: bytes, progress: Progress | None = None, *, trust_listings: bool = True) -> None:
         """Queue what differs from the stat cache under ``top`` (b"" = all), reading no file."""
-        tally = IgnoredTally()
+        tally = ingest.IgnoredTally()
         full = not top and not trust_listings  # every name is judged: a complete count
         dirty = scan.scan(
             self.rootb,
