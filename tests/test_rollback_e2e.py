@@ -34,7 +34,6 @@ import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -42,7 +41,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_helpers import Daemon, base_env, describe, no_cookies, run_ctl, start_daemon, wait_for
+from e2e_helpers import (
+    Daemon,
+    Snap,
+    describe,
+    no_cookies,
+    nobody,
+    run_ctl,
+    snap_diff,
+    snapshot,
+    start_daemon,
+    wait_for,
+    world_dir,
+)
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
@@ -50,57 +61,11 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 from snapd.client import Client
 from snapd.errors import PlanChanged
 
-Snap = dict[str, tuple[Any, ...]]  # rel path -> ("file", mode, bytes) | ("dir", mode) | ("link", text)
-
-NOBODY = 65534
-
 # -- helpers --------------------------------------------------------------------------------------
 
 
 def b(path: Path | str) -> bytes:
     return os.fsencode(path)
-
-
-def snapshot(root: Path) -> Snap:
-    """Everything under ``root`` (``.git`` excepted), never following a symlink."""
-    out: Snap = {}
-
-    def walk(dirpath: str, rel: str) -> None:
-        for entry in os.scandir(dirpath):
-            if entry.name == ".git":
-                continue
-            r = f"{rel}{entry.name}"
-            st_ = entry.stat(follow_symlinks=False)
-            if stat.S_ISLNK(st_.st_mode):
-                out[r] = ("link", os.readlink(entry.path))
-            elif stat.S_ISDIR(st_.st_mode):
-                out[r] = ("dir", stat.S_IMODE(st_.st_mode))
-                walk(entry.path, r + "/")
-            elif stat.S_ISREG(st_.st_mode):
-                out[r] = ("file", stat.S_IMODE(st_.st_mode), Path(entry.path).read_bytes())
-            else:
-                out[r] = ("special", stat.S_IFMT(st_.st_mode))
-
-    walk(str(root), "")
-    return out
-
-
-def snap_diff(got: Snap, want: Snap, limit: int = 20) -> str:
-    lines = []
-    for p in sorted(got.keys() | want.keys()):
-        if got.get(p) != want.get(p):
-            lines.append(f"  {p}: got {_short(got.get(p))} want {_short(want.get(p))}")
-    return "\n".join(lines[:limit]) + (f"\n  ... {len(lines) - limit} more" if len(lines) > limit else "")
-
-
-def _short(v: tuple[Any, ...] | None) -> str:
-    if v is None:
-        return "absent"
-    if v[0] == "file":
-        return f"file {v[1]:04o} {v[2][:30]!r}{'...' if len(v[2]) > 30 else ''}"
-    if v[0] == "dir":
-        return f"dir {v[1]:04o}"
-    return repr(v)
 
 
 def tree_digest(root: Path) -> str:
@@ -795,106 +760,39 @@ def test_over_cap_file_and_fifo_in_the_way_are_kept_unless_forced(tmp_path: Path
         assert d.stop() == 0, d.log()[-3000:]
 
 
-def _other_uid_python() -> str | None:
-    """A Python that uid 65534 can run with this venv's packages (the venv's own lives under
-    /root, which only root can enter), or None."""
-    exe = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
-    if os.getuid() != 0 or not os.access(exe, os.X_OK):
-        return None
-    return exe
-
-
 @pytest.mark.timeout(90)
-def test_unreadable_file_in_the_way_is_kept_unless_forced(tmp_path: Path) -> None:
+def test_unreadable_file_in_the_way_is_kept_unless_forced() -> None:
     """Root reads anything, so the daemon and the CLI run as uid 65534 here (DESIGN.md: tests that
     check permissions run the other side as another uid); the file is mode 000."""
-    exe = _other_uid_python()
-    if exe is None:
-        pytest.skip("needs root and a system python of the same version for uid 65534")
-    import zmq
-
-    import snapd
-
-    top = Path(tempfile.mkdtemp(prefix="snapd-uid-"))  # pytest's tmp root is 0700: not enterable
+    user = nobody()
+    top = world_dir(user)
     try:
-        top.chmod(0o755)
-        home, ws = top / "home", top / "ws"
-        home.mkdir()
-        ws.mkdir()
-        env = base_env(home / "snapd")
-        env["HOME"] = str(home)
-        site = os.path.dirname(os.path.dirname(zmq.__file__))
-        env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(snapd.__file__)), site])
-        write(ws / "secret.txt", "secret at M\n")
-        write(ws / "plain.txt", "plain at M\n")
-        for p in (home, ws, ws / "secret.txt", ws / "plain.txt"):
-            os.chown(p, NOBODY, NOBODY)
-        probe = subprocess.run(
-            [exe, "-c", "import snapd, zmq, xxhash, zstandard, watchdog, structlog"],
-            env=env,
-            user=NOBODY,
-            group=NOBODY,
-            capture_output=True,
-            cwd="/",
-        )
-        if probe.returncode != 0:
-            pytest.skip(f"{exe} cannot import snapd's dependencies as uid 65534: {probe.stderr[-300:]!r}")
-
-        def ctl(*args: str | Path, check: bool = True) -> subprocess.CompletedProcess[bytes]:
-            cp = subprocess.run(
-                [exe, "-m", "snapd", *map(str, args)],
-                env=env,
-                user=NOBODY,
-                group=NOBODY,
-                capture_output=True,
-                cwd=ws,
-                timeout=60,
-            )
-            assert not check or cp.returncode == 0, describe(cp) + log.read_text(errors="replace")[-3000:]
-            return cp
-
-        log = top / "daemon.log"
-        with open(log, "wb") as fh:
-            proc = subprocess.Popen(
-                [exe, "-m", "snapd", "start", "--log-level", "debug"],
-                env=env,
-                user=NOBODY,
-                group=NOBODY,
-                stdout=fh,
-                stderr=subprocess.STDOUT,
-                cwd="/",
-                stdin=subprocess.DEVNULL,
-            )
+        ws = top / "ws"
+        user.do(os.mkdir, ws)
+        d = start_daemon(top / "home" / "snapd", user=user)
         try:
-            wait_for(lambda: ctl("status", check=False).returncode == 0, 30, 0.1, "daemon as 65534")
-            ctl("watch", ws)
-            m = json.loads(ctl("mark", "m", "--json").stdout)["id"]
-            (ws / "secret.txt").write_text("secret now: not readable by the daemon\n")
-            (ws / "secret.txt").chmod(0o000)
-            (ws / "plain.txt").write_text("plain now\n")
-            ctl("mark", "n")
+            user.do(write, ws / "secret.txt", "secret at M\n")
+            user.do(write, ws / "plain.txt", "plain at M\n")
+            d.ctl("watch", ws)
+            m = json.loads(d.ctl("mark", "m", "--json", cwd=ws).stdout)["id"]
+            user.do(write, ws / "secret.txt", "secret now: not readable by the daemon\n", 0o000)
+            user.do(write, ws / "plain.txt", "plain now\n")
+            d.ctl("mark", "n", cwd=ws)
 
-            cp = ctl("rollback", "--to", m, "--yes", check=False)
+            cp = d.ctl("rollback", "--to", m, "--yes", cwd=ws, check=False)
             assert cp.returncode == 10, describe(cp)
             assert b"kept: secret.txt" in cp.stderr and b"unreadable" in cp.stderr, describe(cp)
             assert (ws / "secret.txt").read_text() == "secret now: not readable by the daemon\n"
             assert stat.S_IMODE((ws / "secret.txt").stat().st_mode) == 0
             assert (ws / "plain.txt").read_text() == "plain at M\n"
 
-            cp = ctl("rollback", "--to", m, "--yes", "--force", check=False)
+            cp = d.ctl("rollback", "--to", m, "--yes", "--force", cwd=ws, check=False)
             assert cp.returncode == 0, describe(cp)
             assert (ws / "secret.txt").read_text() == "secret at M\n"
             assert stat.S_IMODE((ws / "secret.txt").stat().st_mode) == 0o644
             assert temps(ws) == []
         finally:
-            ctl("stop", check=False)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
-                raise
-            assert proc.returncode == 0, log.read_text(errors="replace")[-3000:]
+            assert d.stop() == 0, d.log()[-3000:]
     finally:
         shutil.rmtree(top, ignore_errors=True)
 
