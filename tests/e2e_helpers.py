@@ -153,8 +153,14 @@ def _readable_copy_of_packages() -> str:
     for dirpath, dirnames, filenames in os.walk(top):
         for n in dirnames + filenames + ["."]:
             p = os.path.join(dirpath, n)
-            os.chmod(p, os.stat(p).st_mode | stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH | (
-                stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH if os.path.isdir(p) else 0))
+            os.chmod(
+                p,
+                os.stat(p).st_mode
+                | stat.S_IRUSR
+                | stat.S_IRGRP
+                | stat.S_IROTH
+                | (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH if os.path.isdir(p) else 0),
+            )
     import atexit
 
     atexit.register(shutil.rmtree, top, True)
