@@ -106,8 +106,8 @@ OFF_UNTIL_FIXED: Final[dict[str, int]] = {
 ALLOWED_UNTIL_FIXED: Final[dict[str, int]] = {"left_dirs_exit_10": 12}
 
 DEFAULT_SEED: Final = 20260508
-DEFAULT_ROUNDS: Final = 3
-DEFAULT_STEPS: Final = 120
+DEFAULT_ROUNDS: Final = 12
+DEFAULT_STEPS: Final = 100
 
 DIR_NAMES: Final = ("a", "b", "src", "pkg", "out", "out.new", "build", "__pycache__", "docs")
 FILE_NAMES: Final = ("f", "g.txt", "m.py", "x.log", "keep.log", ".env", "README", "m.pyc", "n.o")
@@ -742,6 +742,7 @@ class Round:
         self, d: Daemon, top: Path, name: str, oracle: GitOracle, tally: Tally, allowed: frozenset[str]
     ) -> None:
         self.d, self.user, self.oracle, self.tally, self.allowed = d, d.user, oracle, tally, allowed
+        self.log_start = len(d.log())
         base = top / name
         self.user.do(os.mkdir, base)
         self.user.do(os.mkdir, base / "ws")
@@ -911,7 +912,7 @@ class Lab:
         for i, s in enumerate(steps):
             what = rd.step(s)
             if what:
-                return Failure("replay", i, list(steps), what + log_excerpt(self.d))
+                return Failure("replay", i, list(steps), what + log_excerpt(self.d, rd.log_start))
         return None
 
     def close(self) -> int:
@@ -942,13 +943,15 @@ def run_round(lab: Lab, tally: Tally, cfg: Settings, r: int) -> Failure | None:
         steps.append(s)
         what = rd.step(s)
         if what:
-            return Failure(f"{cfg.seed}/{r}", len(steps) - 1, steps, what + log_excerpt(lab.d))
+            return Failure(f"{cfg.seed}/{r}", len(steps) - 1, steps, what + log_excerpt(lab.d, rd.log_start))
     return None
 
 
-def log_excerpt(d: Daemon) -> str:
-    """The daemon's warnings and errors (its debug lines would drown them)."""
-    lines = [ln for ln in d.log().splitlines() if '"level": "warning"' in ln or '"level": "error"' in ln]
+def log_excerpt(d: Daemon, since: int = 0) -> str:
+    """The daemon's warnings and errors after byte ``since`` of its log (debug lines would drown them)."""
+    lines = [
+        ln for ln in d.log()[since:].splitlines() if '"level": "warning"' in ln or '"level": "error"' in ln
+    ]
     return ("\n--- daemon warnings and errors ---\n" + "\n".join(lines[-8:])) if lines else ""
 
 
