@@ -90,8 +90,10 @@ OFF_UNTIL_FIXED: Final[dict[str, int]] = {
     "mkfifo": 5,
     "big": 5,  # a file over the size cap
     "unreadable_file": 5,  # mode 000/200: unreadable for uid 65534
-    "unlistable_dir": 3,  # mode 311/300/000: unlistable for uid 65534
-    "chmod_root": 6,  # the root's own mode
+    # An unlistable directory is stored as empty (mode 311/300/000: unlistable for uid 65534).
+    "unlistable_dir": 3,
+    # The root's own mode is not restored.
+    "chmod_root": 6,
     # Read-only directories (mode 555/500) block restoring and deleting inside them; root ignores
     # modes, so this is off only for another uid.
     "readonly_dirs": 10,
@@ -183,6 +185,9 @@ class Step:
             case "out_and_back":
                 extra = f"; printf x > $OUT/moved/{a[2]}" if a[2] else ""
                 return f"mv {a[0]} $OUT/moved{extra}; mv $OUT/moved {a[1]}"
+            case "move_in":
+                fill = f"printf {data(a[2])} | tee $OUT/in/h > $OUT/in/sub/f"
+                return f"mkdir -p $OUT/in/sub; {fill}; chmod {a[1]:o} $OUT/in; mv $OUT/in {a[0]}"
             case "replace_dir":
                 return f"mv {a[0]} $OUT/old-{a[2]} && mv {a[1]} {a[0]}"
             case "swap_dirs":
@@ -290,6 +295,14 @@ class World:
                 if a[2]:
                     _fd_write(moved / a[2], b"changed while outside\n", os.O_TRUNC, None)
                 os.rename(moved, r / a[1])
+            case "move_in":  # a directory made elsewhere (an unpacked archive) moved into the tree
+                made = out / "in"
+                os.mkdir(made)
+                _fd_write(made / "h", content(a[2]), os.O_TRUNC, None)
+                os.mkdir(made / "sub")
+                _fd_write(made / "sub" / "f", content(a[2]), os.O_TRUNC, None)
+                os.chmod(made, a[1])
+                os.rename(made, r / a[0])
             case "replace_dir":
                 os.rename(r / a[0], out / f"old-{a[2]}")
                 os.rename(r / a[1], r / a[0])
@@ -393,6 +406,7 @@ class Generator:
         "rename": 5,
         "out_and_back": 2,
         "replace_dir": 2,
+        "move_in": 2,
         "swap_dirs": 2,
         "hardlink": 2,
         "link_outside": 1,
@@ -472,6 +486,9 @@ class Generator:
                 dst = src if rng.random() < 0.5 else new_path(DIR_NAMES)
                 inside = rng.choice(("", "", "f", "zz-new.txt"))
                 return Step(op, (src, dst, inside))
+            case "move_in":
+                modes = dir_modes + ([] if "unlistable_dir" in self.off else list(UNLISTABLE_DIR_MODES))
+                return Step(op, (new_path(DIR_NAMES), rng.choice(modes), self.data()))
             case "replace_dir" if len(subdirs) >= 2:
                 a, b = rng.sample(subdirs, 2)
                 if not (_under(a, b) or _under(b, a)):

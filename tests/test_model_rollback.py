@@ -230,8 +230,27 @@ SCENARIOS: dict[str, tuple[list[Step], str]] = {
     ),
 }
 
+# A file over the size cap at M (so M holds no bytes for it), smaller now: M cannot be restored, so
+# the rollback must say so (kept, non-zero exit); it deletes the file instead, as if it had not
+# existed at M.
+SCENARIOS["over-the-cap-at-m"] = (
+    [write("g.txt", f"big*{8192 + 4}"), MARK, write("g.txt", "v2*1"), BACK],
+    "found by the model: a path absent from M because it could not be captured is deleted",
+)
+
 # Scenarios that need another uid (root ignores modes).
-AS_NOBODY = {"readonly-parent-of-a-left-dir"}
+AS_NOBODY = {"readonly-parent-of-a-left-dir", "unlistable-dir-at-m"}
+# A directory moved in while unlistable (mode 311) is stored as empty: its files go at rollback.
+SCENARIOS["unlistable-dir-at-m"] = (
+    [
+        Step("move_in", ("pkg", 0o311, "v1*1")),
+        MARK,
+        Step("chmod", ("pkg", 0o755)),
+        write("pkg/h", "v2*1"),
+        BACK,
+    ],
+    "point 3",
+)
 # A directory left because it holds an ignored file, inside a read-only new directory: the tree is
 # right, but the rollback tries to delete it, fails on the read-only parent and exits 10.
 SCENARIOS["readonly-parent-of-a-left-dir"] = (
