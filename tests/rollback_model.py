@@ -76,6 +76,7 @@ OFF_UNTIL_FIXED: Final[dict[str, int]] = {
     # Watches lost when a directory takes the place of one just moved away, or comes back.
     "replace_dir": 1,  # mv out $OUT/old && mv out.new out
     "out_and_back": 1,  # mv d $OUT/moved; mv $OUT/moved d
+    "swap_dirs": 1,  # mv a a.swap; mv b a; mv a.swap b
     # Hard links: a write through one name leaves the other names' bytes stale in the marks.
     "hardlink": 2,
     "link_outside": 2,  # a hard link whose other name is outside the root
