@@ -295,6 +295,8 @@ def _print_plan(r: dict[str, Any], limit: int = 200) -> None:
         print(f"  … and {len(lines) - limit} more (--json lists them all)")
     for k in r["plan"]["kept"]:
         print(f"  kept: {_shown(k['path'])} ({k['reason']})")
+    for k in r["plan"].get("left", []):
+        print(f"  left: {_shown(k['path'])} ({k['reason']})")
     counts = ", ".join(f"{n} {k}" for k, n in sorted(r["plan"]["counts"].items()) if n)
     print(f"  {counts or 'nothing to change'}")
     for w in r.get("warnings", []):
@@ -345,7 +347,10 @@ def _rollback(args: argparse.Namespace, env: Env, undo: bool) -> int:
     if args.json:
         print_json(res)
     else:
-        print(f"rolled back: {res['applied']} paths; `snapctl undo` returns to {res['pre_rollback']}")
+        if res["pre_rollback"] is None:
+            print("nothing to change: the workspace already matches the mark")
+        else:
+            print(f"rolled back: {res['applied']} paths; `snapctl undo` returns to {res['pre_rollback']}")
         for x in res["conflicts"]:
             print(f"  conflict: {_shown(x['path'])}: {x['reason']} (left as it is)", file=sys.stderr)
         for x in res["kept"]:
