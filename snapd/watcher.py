@@ -23,6 +23,13 @@ stack, because each of those layers has a behaviour snapd cannot live with (watc
 * A directory moved out of the tree keeps its watches in watchdog and keeps reporting changes
   under its old path; we remove them.
 
+Watches of a directory whose IN_MOVED_FROM is read are *detached* at once: taken off the path
+tables and held by the pending move. Its IN_MOVED_TO re-attaches them under the new name; a
+move resolved as leaving the tree removes only those still detached. So whatever arrives under
+the old name in between — another directory renamed there (``mv out /x && mv out.new out``), or
+the same directory moved back (the kernel hands back the same watch descriptors) — keeps its
+watches: a watch belongs to the directory it was placed on, never to a name.
+
 One inotify instance and one reader thread per workspace: the barrier cookie is created in the
 root and comes back through the same queue as every other event of that workspace (DESIGN.md
 semantics 3), and an overflow in one workspace does not force rescans of the others.
@@ -148,17 +155,14 @@ def _under(path: bytes, top: bytes) -> bool:
 class _Pending:
     """A MOVED_FROM waiting for its MOVED_TO; holds its place in the event order."""
 
-    __slots__ = ("path", "is_dir", "cookie", "since", "event", "watch_seq")
+    __slots__ = ("path", "is_dir", "cookie", "since", "event")
 
-    def __init__(self, path: bytes, is_dir: bool, cookie: int, watch_seq: int = 0) -> None:
+    def __init__(self, path: bytes, is_dir: bool, cookie: int) -> None:
         self.path = path
         self.is_dir = is_dir
         self.cookie = cookie
         self.since = time.monotonic()
         self.event: WatchEvent | None = None
-        # Watches placed from here on are not the moved directory's: a directory recreated
-        # under the same name before this move is resolved must keep its watches.
-        self.watch_seq = watch_seq
 
 
 class _Waiter:
@@ -200,8 +204,9 @@ class Watcher:
         self._pipe_lock = threading.Lock()  # the kill pipe is closed by stop() only
         self._wd_path: dict[int, bytes] = {}
         self._path_wd: dict[bytes, int] = {}
-        self._wd_seqs: dict[int, int] = {}  # wd -> order in which it was placed
-        self._watch_seq = 0
+        # Watches of directories moved away whose move is not resolved yet:
+        # wd -> (the move's cookie, path relative to the moved directory, b"" for itself).
+        self._detached: dict[int, tuple[int, bytes]] = {}
         self._root_wd = -1
         self._pending: dict[int, _Pending] = {}
         self._carry: list[WatchEvent | _Pending] = []  # undelivered, blocked by a pending move
@@ -415,27 +420,37 @@ class Watcher:
             self._path_wd.pop(old, None)
         self._wd_path[wd] = rel
         self._path_wd[rel] = wd
-        if wd not in self._wd_seqs:
-            self._wd_seqs[wd] = self._watch_seq
-            self._watch_seq += 1
+        # A detached directory back in the tree (the kernel gives an inode its old wd): it is
+        # watched here now, whatever becomes of the move that took it away.
+        self._detached.pop(wd, None)
         return wd
 
-    def _drop_watches(self, top: bytes, placed_before: int | None = None) -> None:
-        """Remove the watches of ``top`` and everything below it.
-
-        With ``placed_before``, only watches placed before that sequence number: the ones of a
-        directory that was moved away, not of one recreated under the same name since.
-        """
+    def _drop_watches(self, top: bytes) -> None:
+        """Remove the watches of ``top`` and everything below it."""
         for wd, path in list(self._wd_path.items()):
             if not _under(path, top):
                 continue
-            if placed_before is not None and self._wd_seqs.get(wd, 0) >= placed_before:
-                continue
             del self._wd_path[wd]
-            self._wd_seqs.pop(wd, None)
             if self._path_wd.get(path) == wd:
                 del self._path_wd[path]
             inotify_rm_watch(self._fd, wd)  # EINVAL if the kernel already dropped it: fine
+
+    def _detach(self, top: bytes, cookie: int) -> None:
+        """Take the watches of directory ``top`` (moved away by the rename ``cookie``) off the
+        path tables; :meth:`_moved_dir` or :meth:`_release` decides their fate."""
+        for path in [p for p in self._path_wd if _under(p, top)]:
+            wd = self._path_wd.pop(path)
+            if self._wd_path.get(wd) == path:
+                del self._wd_path[wd]
+            self._detached[wd] = (cookie, path[len(top) :])
+
+    def _release(self, cookie: int) -> None:
+        """The rename ``cookie`` left the tree: remove the watches it took that are still
+        detached (none came back into the tree)."""
+        for wd, (c, _) in list(self._detached.items()):
+            if c == cookie:
+                del self._detached[wd]
+                inotify_rm_watch(self._fd, wd)  # EINVAL if the kernel already dropped it: fine
 
     def _add_tree(self, top: bytes, out: list[WatchEvent | _Pending] | None) -> set[bytes]:
         """Watch ``top`` and the directories below it that ``should_watch_dir`` allows,
@@ -472,14 +487,14 @@ class Watcher:
             self._wd_path.pop(wd, None)
             inotify_rm_watch(self._fd, wd)
 
-    def _moved_dir(self, src: bytes, dest: bytes) -> None:
-        """Rename the watch paths of a directory moved inside the root, then re-apply the
-        predicate at the new place (it may now be ignored, or no longer)."""
-        for path in [p for p in self._path_wd if _under(p, src)]:
-            wd = self._path_wd.pop(path)
-            new = dest + path[len(src) :]
-            self._path_wd[new] = wd
-            self._wd_path[wd] = new
+    def _moved_dir(self, cookie: int, dest: bytes) -> None:
+        """Re-attach the watches detached by the rename ``cookie`` under ``dest``, then
+        re-apply the predicate at the new place (it may now be ignored, or no longer)."""
+        for wd, (c, suffix) in list(self._detached.items()):
+            if c == cookie:
+                del self._detached[wd]
+                self._path_wd[dest + suffix] = wd
+                self._wd_path[wd] = dest + suffix
         for path in sorted(p for p in self._path_wd if _under(p, dest)):
             if path in self._path_wd and not self._should_watch(path):
                 self._drop_watches(path)
@@ -516,6 +531,7 @@ class Watcher:
             with self._lock:
                 self._path_wd.clear()
                 self._wd_path.clear()
+                self._detached.clear()
                 os.close(self._fd)  # drops every watch
                 self._fd = -1
             for waiter in [*self._cookies.values(), *(w for _, w in self._carry_waiters)]:
@@ -551,14 +567,15 @@ class Watcher:
             self._resync()
             out.append(OVERFLOW)
             return False
+        if mask & _C.IN_IGNORED:  # the kernel dropped this watch (directory deleted...)
+            self._detached.pop(wd, None)
+            gone = self._wd_path.pop(wd, None)
+            if gone is not None and self._path_wd.get(gone) == wd:
+                del self._path_wd[gone]
+            return False
         parent = self._wd_path.get(wd)
         if parent is None:
-            return False  # a watch we already removed
-        if mask & _C.IN_IGNORED:
-            if self._path_wd.get(parent) == wd:
-                del self._path_wd[parent]
-            del self._wd_path[wd]
-            return False
+            return False  # a watch we removed, or of a directory moved away (detached)
         is_dir = bool(mask & _C.IN_ISDIR)
         if not name:  # about the watched directory itself
             if wd == self._root_wd:
@@ -574,15 +591,17 @@ class Watcher:
             return True
         rel = _join(parent, name)
         if mask & _C.IN_MOVED_FROM:
-            pending = _Pending(rel, is_dir, cookie, self._watch_seq)
+            pending = _Pending(rel, is_dir, cookie)
             self._pending[cookie] = pending
             out.append(pending)
+            if is_dir:
+                self._detach(rel, cookie)
         elif mask & _C.IN_MOVED_TO:
             source = self._pending.pop(cookie, None)
             if source is not None:
                 source.event = WatchEvent("moved", source.path, rel, is_dir)
                 if is_dir:
-                    self._moved_dir(source.path, rel)
+                    self._moved_dir(cookie, rel)
             else:
                 out.append(WatchEvent("created", rel, None, is_dir))
                 if is_dir:
@@ -607,7 +626,7 @@ class Watcher:
                 del self._pending[cookie]
                 pending.event = WatchEvent("deleted", pending.path, None, pending.is_dir)
                 if pending.is_dir:
-                    self._drop_watches(pending.path, placed_before=pending.watch_seq)
+                    self._release(cookie)
 
     def _deliver(self, out: list[WatchEvent | _Pending], waiters: list[tuple[int, _Waiter]]) -> None:
         """Hand the complete prefix of ``out`` to the callback, then release the barriers
