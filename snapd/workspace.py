@@ -384,6 +384,8 @@ class Workspace:
         else:
             # An unstable file gets read time 0: never trusted, so the next scan reads it again.
             self._stats.set(r.rel, r.sig, 0 if r.unstable else time.time_ns())
+            if r.kind == "file":
+                self._stats.note_links(r.rel, (r.dev, r.sig[4]), r.nlink)
 
     def _stage_stats(self, batch: Batch) -> None:
         for path, entry in self._stats.take_changes().items():
@@ -456,18 +458,39 @@ class Workspace:
             is_dir = False
         return not self._ignored(rel, is_dir) or rel in self._stats
 
+    def _capture(self, batch: Batch, paths: list[bytes]) -> dict[bytes, trees.Change]:
+        """Read ``paths`` into ``batch``, and with each file that has other links, its other
+        captured names: a write through one name changed them all, and only that name had an
+        event."""
+        linked: list[bytes] = []
+
+        def on_read(r: ingest.Read) -> None:
+            self._note_read(r)
+            if r.kind == "file" and r.nlink > 1:
+                linked.append(r.rel)
+
+        captured: dict[bytes, trees.Change] = {}
+        todo = paths
+        while todo:
+            captured.update(
+                ingest.capture(
+                    batch,
+                    self.rootb,
+                    todo,
+                    self._since_mark,
+                    size_cap=self.settings.size_cap,
+                    ws=self.id,
+                    on_read=on_read,
+                )
+            )
+            todo = sorted({o for p in linked for o in self._stats.linked(p)} - captured.keys())
+            linked.clear()
+        return captured
+
     def _commit(self, paths: list[bytes], label: str | None, **meta: Any) -> Mark | None:
         with self.store.batch() as batch:
             changes: dict[bytes, trees.Change] = {}
-            captured = ingest.capture(
-                batch,
-                self.rootb,
-                paths,
-                self._since_mark,
-                size_cap=self.settings.size_cap,
-                ws=self.id,
-                on_read=self._note_read,
-            )
+            captured = self._capture(batch, paths)
             for rel, change in captured.items():
                 if change is not None and self._ignored(rel, isinstance(change, trees.Dir)):
                     change = None  # now ignored (rules changed): no longer captured
@@ -515,10 +538,27 @@ class Workspace:
         if self.watcher is not None and self.watcher.watch_failures and not self.scan_every_mark:
             self._watch_shortfall()
         ok = self.watcher is not None and self.watcher.barrier(self.settings.barrier_timeout_s)
-        if not ok:
-            log.warning("workspace.barrier_failed", workspace=str(self.root))
-            with self._dirty_lock:
+        with self.lock:  # the stat cache is the capture thread's
+            changed_links = self._recheck_loose_links()
+        with self._dirty_lock:
+            self._dirty.paths.update(changed_links)
+            if not ok:
+                log.warning("workspace.barrier_failed", workspace=str(self.root))
                 self._dirty.full = True
+
+    def _recheck_loose_links(self) -> list[bytes]:
+        """Files with a name outside the root (or ignored) were maybe written through it, which
+        no watch of ours reports: re-stat them; those that differ from the cache are dirty."""
+        now = time.time_ns()
+        changed = []
+        for rel in self._stats.loose_links():
+            try:
+                sig = ingest.sig_of(os.lstat(self.rootb + b"/" + rel))
+            except OSError:
+                sig = None
+            if sig is None or not self._stats.is_clean(rel, sig, now):
+                changed.append(rel)
+        return changed
 
     def sync(self) -> str:
         """Capture everything changed before this call; the captured tree. Takes the lock."""
@@ -575,6 +615,7 @@ class Workspace:
             "watches": self.watcher.watch_count if self.watcher else 0,
             "watch_failures": self.watcher.watch_failures if self.watcher else 0,
             "overflows": self.watcher.overflowed if self.watcher else 0,
+            "hardlinks_rechecked": len(self._stats.loose_links()),
             "scan_every_mark": self.scan_every_mark,
             "warnings": list(self.warnings),
             "progress": self.progress,

@@ -15,6 +15,7 @@ import shutil
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from e2e_helpers import Daemon, start_daemon
@@ -201,3 +202,77 @@ def test_randomized_directory_move_bursts_match_the_disk(daemon: Daemon, ws: Pat
             f"differ: {sorted(k for k in set(got) & set(want) if got[k] != want[k])[:20]}"
         )
     shutil.rmtree(outside)
+
+
+# -- 2. hard links --------------------------------------------------------------------------------
+
+
+def ws_status(d: Daemon, root: Path) -> dict[str, Any]:
+    return next(w for w in d.call("status")["workspaces"] if w["root"] == str(root))
+
+
+def test_hard_link_written_through_one_name_is_captured_under_all(daemon: Daemon, ws: Path) -> None:
+    """inotify reports only the name written through; every other name of the file inside the
+    root must be captured too — links made before the watch, after it, and across a restart."""
+    write(ws / "a", "one\n")
+    os.link(ws / "a", ws / "b")
+    daemon.ctl("watch", ws)
+    with open(ws / "a", "a") as fh:
+        fh.write("more\n")
+    daemon.ctl("mark", "m1", "-w", ws)
+    assert cat(daemon, ws, "m1", "a") == cat(daemon, ws, "m1", "b") == b"one\nmore\n"
+
+    write(ws / "sub" / "c", "c\n")
+    daemon.ctl("mark", "m2", "-w", ws)
+    os.link(ws / "sub" / "c", ws / "d")  # the link is made while watched
+    daemon.ctl("mark", "m3", "-w", ws)
+    with open(ws / "d", "a") as fh:
+        fh.write("through d\n")
+    daemon.ctl("mark", "m4", "-w", ws)
+    assert cat(daemon, ws, "m4", "sub/c") == cat(daemon, ws, "m4", "d") == b"c\nthrough d\n"
+    assert ws_status(daemon, ws)["hardlinks_rechecked"] == 0, "every name is inside: no re-check"
+
+
+def test_hard_links_known_again_after_a_restart(tmp_path: Path, ws: Path) -> None:
+    write(ws / "a", "one\n")
+    os.link(ws / "a", ws / "b")
+    home = tmp_path / "snapd-home"
+    d = start_daemon(home)
+    try:
+        d.ctl("watch", ws)
+    finally:
+        assert d.stop() == 0
+    d = start_daemon(home, d.env)
+    try:
+        with open(ws / "b", "a") as fh:
+            fh.write("more\n")
+        d.ctl("mark", "m1", "-w", ws)
+        assert cat(d, ws, "m1", "a") == cat(d, ws, "m1", "b") == b"one\nmore\n"
+    finally:
+        assert d.stop() == 0
+
+
+def test_hard_link_to_a_name_outside_or_ignored_is_rechecked_at_each_mark(
+    daemon: Daemon, ws: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    write(outside / "x", "x0\n")
+    os.link(outside / "x", ws / "l")
+    write(ws / ".gitignore", "ign/\n")
+    write(ws / "ign" / "y", "y0\n")
+    os.link(ws / "ign" / "y", ws / "k")
+    daemon.ctl("watch", ws)
+    daemon.ctl("mark", "m1", "-w", ws)
+    assert ws_status(daemon, ws)["hardlinks_rechecked"] == 2
+    with open(outside / "x", "a") as fh:
+        fh.write("x1\n")
+    with open(ws / "ign" / "y", "a") as fh:
+        fh.write("y1\n")
+    daemon.ctl("mark", "m2", "-w", ws)
+    assert cat(daemon, ws, "m2", "l") == b"x0\nx1\n"
+    assert cat(daemon, ws, "m2", "k") == b"y0\ny1\n"
+    os.unlink(outside / "x")  # the last other name gone: nothing left to re-check for l
+    write(ws / "l", "x0\nx1\nlocal\n")
+    daemon.ctl("mark", "m3", "-w", ws)
+    assert ws_status(daemon, ws)["hardlinks_rechecked"] == 1
