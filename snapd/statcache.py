@@ -123,20 +123,20 @@ class StatCache:
         else:
             self._links.pop(path, None)
 
-    def linked(self, path: bytes) -> set[bytes]:
+    def linked(self, path: bytes) -> frozenset[bytes]:
         """Other captured files with ``path``'s inode number: its other names (a file on
         another device with the same number may be among them; reading it again is harmless).
         Only asked about files seen with more than one link."""
         entry = self._entries.get(path)
         if path not in self._links or entry is None:
-            return set()
+            return frozenset()
         if self._by_ino is None:
             index: dict[int, set[bytes]] = {}
             for p, (sig, _) in self._entries.items():
                 if stat.S_ISREG(sig[0]):
                     index.setdefault(sig[4], set()).add(p)
             self._by_ino = index
-        return self._by_ino.get(entry[0][4], set()) - {path}
+        return frozenset(self._by_ino.get(entry[0][4], ())) - {path}
 
     def loose_links(self) -> list[bytes]:
         """Names of files with more links than names captured here: some name is outside the
