@@ -527,7 +527,7 @@ class Service:
             if ws is not None:
                 entry["state"] = "error" if w.id in errors else ("ready" if ready.get(w.id) else "starting")
                 entry.update(wire_paths(ws.status()))
-                warnings += [f"{root}: {x}" for x in ws.warnings]
+                warnings += [f"{root}: {x}" for x in ws.current_warnings()]
             if w.id in errors:
                 entry["error"] = errors[w.id]
                 warnings.append(f"{root}: {errors[w.id]}")

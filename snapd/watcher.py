@@ -94,6 +94,8 @@ _READ_SIZE: Final = 64 * 1024
 _EVENT_HEADER: Final = struct.Struct("iIII")
 # Watch failures that are not races with the tree changing under us.
 _RACES: Final = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP})
+# ... that are the kernel's limits (fs.inotify.max_user_watches, memory), not the directory's.
+LIMITS: Final = frozenset({errno.ENOSPC, errno.ENOMEM})
 
 COOKIE_RE: Final = re.compile(rb"\.snapd-[0-9]+-[0-9]+~")
 
@@ -216,7 +218,10 @@ class Watcher:
         self._cookie_n = 0
         self._pid = os.getpid()
         self._failures = 0
+        self._limit_failures = 0
         self._failed_dirs: deque[tuple[bytes, int]] = deque(maxlen=32)
+        # Directories left unwatched for a reason of their own (EACCES...), until watched again.
+        self._refused: dict[bytes, int] = {}
         self._overflowed = 0
         self._delivery_failed = False
 
@@ -230,13 +235,27 @@ class Watcher:
     @property
     def watch_failures(self) -> int:
         """Directories that should have been watched but could not be (ENOSPC, EACCES, the
-        ``max_watches`` seam...), counted since start; changes in them go unseen."""
+        ``max_watches`` seam...), counted since start (a refused directory once, however often
+        it is tried again); changes in them go unseen."""
         return self._failures
+
+    @property
+    def limit_failures(self) -> int:
+        """The failures due to the kernel's limits (``LIMITS``, the ``max_watches`` seam):
+        where they lie is anyone's guess, so only a scan at every mark makes up for them."""
+        return self._limit_failures
 
     @property
     def failed_dirs(self) -> list[tuple[bytes, int]]:
         """Recent (rel_dir, errno) watch failures, for status reports."""
         return list(self._failed_dirs)
+
+    def refused_dirs(self) -> dict[bytes, int]:
+        """Directories unwatched now for a reason of their own (``EACCES`` for one we may not
+        read...) -> errno. A directory leaves this table when a watch on it is placed again —
+        a change of its mode is tried at once — or when it is deleted or moved."""
+        with self._lock:
+            return dict(self._refused)
 
     @property
     def overflowed(self) -> int:
@@ -407,8 +426,12 @@ class Watcher:
                     + (" (raise fs.inotify.max_user_watches)" if err == errno.ENOSPC else ""),
                     errno=err,
                 )
-            if err not in _RACES:
+            if err not in _RACES and self._refused.get(rel) != err:  # each refusal counts once
                 self._failures += 1
+                if err in LIMITS:
+                    self._limit_failures += 1
+                else:
+                    self._refused[rel] = err
                 self._failed_dirs.append((rel, err))
                 report = log.warning if self._failures <= 5 else log.debug
                 report(
@@ -420,6 +443,7 @@ class Watcher:
             self._path_wd.pop(old, None)
         self._wd_path[wd] = rel
         self._path_wd[rel] = wd
+        self._refused.pop(rel, None)
         # A detached directory back in the tree (the kernel gives an inode its old wd): it is
         # watched here now, whatever becomes of the move that took it away.
         self._detached.pop(wd, None)
@@ -434,6 +458,12 @@ class Watcher:
             if self._path_wd.get(path) == wd:
                 del self._path_wd[path]
             inotify_rm_watch(self._fd, wd)  # EINVAL if the kernel already dropped it: fine
+
+    def _forget_refused(self, top: bytes) -> None:
+        """``top`` was deleted or moved: its refusals went with it (a move's arrival is tried
+        again under its new name)."""
+        for rel in [r for r in self._refused if _under(r, top)]:
+            del self._refused[rel]
 
     def _detach(self, top: bytes, cookie: int) -> None:
         """Take the watches of directory ``top`` (moved away by the rename ``cookie``) off the
@@ -532,6 +562,7 @@ class Watcher:
                 self._path_wd.clear()
                 self._wd_path.clear()
                 self._detached.clear()
+                self._refused.clear()
                 os.close(self._fd)  # drops every watch
                 self._fd = -1
             for waiter in [*self._cookies.values(), *(w for _, w in self._carry_waiters)]:
@@ -596,6 +627,7 @@ class Watcher:
             out.append(pending)
             if is_dir:
                 self._detach(rel, cookie)
+                self._forget_refused(rel)
         elif mask & _C.IN_MOVED_TO:
             source = self._pending.pop(cookie, None)
             if source is not None:
@@ -612,8 +644,14 @@ class Watcher:
                 self._add_tree(rel, out)
         elif mask & _C.IN_DELETE:
             out.append(WatchEvent("deleted", rel, None, is_dir))
+            if is_dir:
+                self._forget_refused(rel)
         elif mask & _CHANGE_MASK:
             out.append(WatchEvent("modified", rel, None, is_dir))
+            if is_dir and mask & _C.IN_ATTRIB and rel in self._refused:
+                # Its mode changed: maybe we may watch it now. Then whatever it holds is
+                # reported as created, since none of it was seen while it was refused.
+                self._add_tree(rel, out)
         return False
 
     def _resolve_pending(self, out: list[WatchEvent | _Pending], *, force: bool) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 
 import structlog
 
-from snapd import apply, ignore, ingest, roots, scan, trees
+from snapd import apply, ignore, ingest, protocol, roots, scan, trees
 from snapd.batch import Batch
 from snapd.errors import SnapdError, WorkspaceRefused
 from snapd.records import Mark
@@ -80,7 +80,8 @@ class Workspace:
         self._since_mark = ingest.Report()
         self.ignored = ingest.IgnoredTally()  # as of the last walk that judged every name
         self.tree: str | None = None
-        self.warnings: list[str] = []
+        self.warnings: list[str] = []  # lasting conditions, in status and every mark
+        self._told: dict[bytes, int] = {}  # refused directories some mark's summary reported
         self.scan_every_mark = False
         self.git_top: Path | None = None
         self._git_index: Path | None = None
@@ -155,7 +156,7 @@ class Workspace:
                 # (what their listing finds is dirty too), so nothing slips between the two.
                 self.on_events(self.watcher.watch_new(found))
                 self._flush()
-        if self.watcher.watch_failures:
+        if self.watcher.limit_failures:
             self._watch_shortfall()
         self.progress = None
         trim_memory()
@@ -193,10 +194,33 @@ class Workspace:
         assert self.watcher is not None
         self.scan_every_mark = True
         self.warnings.append(
-            f"{self.watcher.watch_failures} directories could not be watched (inotify watch limit): "
+            f"{self.watcher.limit_failures} directories could not be watched (inotify watch limit): "
             "every mark scans the workspace; raise the limit with "
             "`sudo sysctl fs.inotify.max_user_watches=524288` (and in /etc/sysctl.d/), then restart snapd"
         )
+
+    def _refusals(self) -> dict[bytes, str]:
+        """Directories that cannot be watched for a reason of their own, with what to tell the
+        user: the real cause (``Permission denied: PATH``), never the watch limit."""
+        refused = self.watcher.refused_dirs() if self.watcher is not None else {}
+        return {
+            rel: f"{os.strerror(err)}: {protocol.display_path(rel)} (snapd cannot watch this "
+            "directory; changes inside it are not captured while it stays so)"
+            for rel, err in sorted(refused.items())
+        }
+
+    def current_warnings(self) -> list[str]:
+        """Everything wrong now, for ``status``: lasting conditions and refused directories."""
+        return [*self.warnings, *self._refusals().values()]
+
+    def _mark_warnings(self) -> tuple[list[str], dict[bytes, int]]:
+        """A mark's warnings: the lasting conditions, and each refused directory once — in the
+        first mark that finds it so, not again while nothing about it changes. Also what is
+        told by then, to keep once the mark is committed."""
+        refused = self.watcher.refused_dirs() if self.watcher is not None else {}
+        news = self._refusals()
+        fresh = [news[rel] for rel, err in refused.items() if self._told.get(rel) != err and rel in news]
+        return [*self.warnings, *fresh], refused
 
     def stop(self) -> None:
         self._stopping = True
@@ -359,6 +383,7 @@ class Workspace:
             tree = batch.apply(None, changes)
             added = [p for p, c in changes.items() if c is not None]
             summary = ingest.summarize(batch, None, tree, report, added)
+            summary["warnings"], told = self._mark_warnings()
             summary["ignored"] = self.ignored.to_json()
             batch.add_mark(
                 self.id, "baseline", tree, kind="baseline", summary=summary, git_head=self._git_head()
@@ -367,6 +392,7 @@ class Workspace:
             (mark,) = batch.commit()
         if progress is not None:
             progress(len(rels), len(rels))
+        self._told = told
         self.tree = tree
         return mark
 
@@ -499,12 +525,13 @@ class Workspace:
             tree = batch.apply(self.tree, changes) if changes else self.tree
             assert tree is not None
             mark = None
+            told = self._told
             if label is None:
                 batch.set_head(self.id, tree)
             else:
                 prev = self.store.latest_mark(self.id)
                 summary = ingest.summarize(batch, prev.tree if prev else None, tree, self._since_mark)
-                summary["warnings"] = list(self.warnings)
+                summary["warnings"], told = self._mark_warnings()
                 summary["ignored"] = self.ignored.to_json()
                 mark = batch.add_mark(
                     self.id, label, tree, git_head=self._git_head(), summary=summary, **meta
@@ -512,6 +539,7 @@ class Workspace:
             self._stage_stats(batch)
             committed = batch.commit()
         self.tree = tree
+        self._told = told
         if mark is not None:
             self._since_mark = ingest.Report()
             return committed[0]
@@ -535,7 +563,7 @@ class Workspace:
                 f"the directory {self.root} was replaced while snapd watched it: `snapctl forget "
                 f"{self.root}`, then `snapctl watch {self.root}` to start a new history"
             )
-        if self.watcher is not None and self.watcher.watch_failures and not self.scan_every_mark:
+        if self.watcher is not None and self.watcher.limit_failures and not self.scan_every_mark:
             self._watch_shortfall()
         ok = self.watcher is not None and self.watcher.barrier(self.settings.barrier_timeout_s)
         with self.lock:  # the stat cache is the capture thread's
@@ -617,7 +645,7 @@ class Workspace:
             "overflows": self.watcher.overflowed if self.watcher else 0,
             "hardlinks_rechecked": len(self._stats.loose_links()),
             "scan_every_mark": self.scan_every_mark,
-            "warnings": list(self.warnings),
+            "warnings": self.current_warnings(),
             "progress": self.progress,
             "reads": self.reads,
             "recovered_rollback": self.recovered,

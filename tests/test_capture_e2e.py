@@ -9,6 +9,7 @@ bursts of directory moves checked against the disk.
 from __future__ import annotations
 
 import base64
+import json
 import os
 import random
 import shutil
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_helpers import Daemon, start_daemon
+from e2e_helpers import Daemon, OtherUser, start_daemon
 
 from snapd.errors import NotFound
 
@@ -276,3 +277,39 @@ def test_hard_link_to_a_name_outside_or_ignored_is_rechecked_at_each_mark(
     write(ws / "l", "x0\nx1\nlocal\n")
     daemon.ctl("mark", "m3", "-w", ws)
     assert ws_status(daemon, ws)["hardlinks_rechecked"] == 1
+
+
+# -- 3. a directory that cannot be listed ---------------------------------------------------------
+
+
+def test_unreadable_directory_is_reported_as_such_once(nobody: OtherUser) -> None:
+    """As uid 65534 (root lists anything): ``d`` is mode 0311. Its cause — permission denied —
+    is reported once in the marks (not as an inotify watch limit, not on every mark), and in
+    status while it lasts; once readable again, what is inside is captured."""
+    ws = nobody.top / "ws"
+    nobody.run("mkdir", "-p", ws / "d", ws / "ok")
+    nobody.run("sh", "-c", "echo h > d/h && echo f > ok/f && chmod 311 d", cwd=ws)
+    d = nobody.start_daemon(nobody.top / "home" / "snapd")
+    try:
+        base = d.ctl_json("watch", ws)["baseline"]
+        m1 = d.ctl_json("mark", "m1", "-w", ws)
+        m2 = d.ctl_json("mark", "m2", "-w", ws)
+        status = next(w for w in d.ctl_json("status")["workspaces"] if w["root"] == str(ws))
+        said = [*base["summary"].get("warnings", []), *m1["summary"]["warnings"]]
+        everything = json.dumps([base, m1, m2, status])
+        assert "max_user_watches" not in everything and "watch limit" not in everything, everything
+        assert not status["scan_every_mark"], status
+        assert [w for w in said if "Permission denied: d" in w] and len(said) == 1, said
+        assert m2["summary"]["warnings"] == [], "nothing changed: not repeated"
+        assert [w for w in status["warnings"] if "Permission denied: d" in w], status
+
+        nobody.run("chmod", "755", ws / "d")
+        nobody.run("sh", "-c", "echo h2 > d/h && echo n > d/new", cwd=ws)
+        m3 = d.ctl_json("mark", "m3", "-w", ws)
+        assert d.ctl("cat", "m3", "d/h", "-w", ws).stdout == b"h2\n"
+        assert d.ctl("cat", "m3", "d/new", "-w", ws).stdout == b"n\n"
+        assert m3["summary"]["warnings"] == []
+        status = next(w for w in d.ctl_json("status")["workspaces"] if w["root"] == str(ws))
+        assert status["warnings"] == [], status
+    finally:
+        assert d.stop() == 0, d.log()[-3000:]
