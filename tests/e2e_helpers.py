@@ -221,6 +221,20 @@ def start_daemon(
     return d
 
 
+def git(repo: Path, *args: str) -> str:
+    """``git ARGS`` in ``repo`` with a fixed identity and none of the developer's config."""
+    identity = ["-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "init.defaultBranch=main"]
+    cp = subprocess.run(
+        ["git", *identity, *args],
+        cwd=repo,
+        capture_output=True,
+        timeout=30,
+        env=base_env(repo),
+    )
+    assert cp.returncode == 0, cp
+    return cp.stdout.decode().strip()
+
+
 # -- another uid -----------------------------------------------------------------------------------
 
 

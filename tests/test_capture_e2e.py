@@ -14,14 +14,17 @@ import os
 import random
 import shutil
 import stat
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_helpers import Daemon, OtherUser, start_daemon
+from e2e_helpers import Daemon, OtherUser, describe, git, start_daemon, unavailable, wait_for
 
 from snapd.errors import NotFound
+from snapd.roots import fs_type
+from snapd.store import Store
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -313,3 +316,137 @@ def test_unreadable_directory_is_reported_as_such_once(nobody: OtherUser) -> Non
         assert status["warnings"] == [], status
     finally:
         assert d.stop() == 0, d.log()[-3000:]
+
+
+# -- 4. roots inside a VCS directory --------------------------------------------------------------
+
+
+def refused(d: Daemon, path: Path, *words: bytes, cwd: Path | None = None) -> None:
+    """``watch PATH`` (or, with ``cwd``, a mark from there) is refused: workspace_refused, exit 7."""
+    args = ("mark", "m", "--json") if cwd is not None else ("watch", path, "--json")
+    cp = d.ctl(*args, cwd=cwd, check=False)
+    assert cp.returncode == 7, describe(cp)
+    error = json.loads(cp.stdout)["error"]
+    assert error["code"] == "workspace_refused", error
+    for word in words:
+        assert word.decode() in error["message"], error
+
+
+def test_roots_inside_a_vcs_directory_are_refused(daemon: Daemon, tmp_path: Path) -> None:
+    top = tmp_path.resolve()
+    repo = top / "repo"
+    (repo / "sub").mkdir(parents=True)
+    git(repo, "init", "-q")
+    write(repo / "f.txt", "f\n")
+    git(repo, "add", "f.txt")
+    git(repo, "commit", "-q", "-m", "one")
+    git(repo, "worktree", "add", "-q", str(top / "wt"))  # wt/.git -> repo/.git/worktrees/wt
+    sep = top / "gitdirs" / "sep.git"
+    (top / "gitdirs").mkdir()
+    (top / "sepwt").mkdir()
+    git(top / "sepwt", "init", "-q", f"--separate-git-dir={sep}")  # sepwt/.git -> gitdirs/sep.git
+    write(top / "sepwt" / "g.txt", "g\n")
+    git(top / "sepwt", "add", "g.txt")
+    git(top / "sepwt", "commit", "-q", "-m", "one")
+    git(top / "sepwt", "worktree", "add", "-q", str(top / "sepwt2"))  # -> gitdirs/sep.git/worktrees/sepwt2
+    git(top, "init", "-q", "--bare", str(top / "bare.git"))
+    for vcs in (".hg", ".jj", ".svn"):
+        (repo / "sub" / vcs / "store").mkdir(parents=True)
+
+    for bad in (
+        repo / ".git",
+        repo / ".git" / "refs",
+        repo / ".git" / "worktrees" / "wt",
+        repo / "sub" / ".hg",
+        repo / "sub" / ".jj" / "store",
+        repo / "sub" / ".svn",
+        sep,
+        sep / "refs" / "heads",
+        sep / "worktrees" / "sepwt2",
+        top / "bare.git",
+        top / "bare.git" / "objects",
+    ):
+        refused(daemon, bad, b"version-control directory")
+    assert daemon.call("status")["workspaces"] == []
+
+    # A mark from inside .git registers the work tree around it, never .git.
+    m = daemon.ctl_json("mark", "from-git-dir", cwd=repo / ".git" / "refs")
+    assert m["workspace"] == str(repo)
+    assert daemon.ctl("cat", m["id"], "f.txt", "-w", repo).stdout == b"f\n"
+    # A separate git directory has no work tree around it: refused, clearly.
+    refused(daemon, sep, b"version-control directory", cwd=sep / "refs")
+    # Work trees whose .git is a file are fine.
+    for ok in (top / "wt", top / "sepwt2"):
+        daemon.ctl("watch", ok)
+    roots = sorted(w["root"] for w in daemon.call("status")["workspaces"])
+    assert roots == sorted(str(p) for p in (repo, top / "wt", top / "sepwt2")), roots
+
+
+def test_a_workspace_stored_inside_git_is_refused_at_start(tmp_path: Path) -> None:
+    """An older snapd accepted ``repo/.git``: at start-up it is refused and no longer watched
+    (its history stays until forgotten); a mark from inside ``.git`` then registers ``repo``."""
+    repo = (tmp_path / "repo").resolve()
+    repo.mkdir()
+    git(repo, "init", "-q")
+    home = tmp_path / "snapd-home"
+    d = start_daemon(home)
+    assert d.stop() == 0
+    store = Store.open(home / "store")
+    try:
+        store.add_workspace(os.fsencode(repo / ".git"))
+    finally:
+        store.close()
+    d = start_daemon(home, d.env)
+    try:
+        w = wait_for(lambda: next(iter(d.call("status")["workspaces"]), {}).get("error"), what="refused")
+        assert "version-control directory" in str(w), w
+        assert d.call("status")["workspaces"][0]["watching"] is False
+        cp = d.ctl("watch", repo / ".git", check=False)
+        assert cp.returncode == 7 and b"version-control directory" in cp.stderr, describe(cp)
+        assert d.ctl_json("mark", "m", cwd=repo / ".git")["workspace"] == str(repo)
+        roots = {w["root"]: w.get("state") for w in d.call("status")["workspaces"]}
+        assert roots.get(str(repo)) == "ready", roots
+    finally:
+        assert d.stop() == 0
+
+
+# -- 5. pseudo file systems -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/proc", "/proc/self", "/sys", "/sys/kernel", "/dev", "/dev/pts"])
+def test_pseudo_file_systems_are_refused(daemon: Daemon, path: str) -> None:
+    kind = fs_type(Path(path).resolve())
+    if kind not in ("proc", "sysfs", "devtmpfs", "devpts"):
+        unavailable(f"{path} is on {kind} here, not the pseudo file system this test expects")
+    refused(daemon, Path(path), f"{kind} file system".encode())
+    assert daemon.call("status")["workspaces"] == []
+
+
+def _mount(kind: str, where: Path) -> None:
+    where.mkdir(parents=True, exist_ok=True)
+    cp = subprocess.run(["mount", "-t", kind, kind, str(where)], capture_output=True, timeout=30)
+    if cp.returncode != 0:
+        unavailable(f"cannot mount {kind} at {where}: {cp.stderr.decode(errors='replace')}")
+
+
+def _umount(where: Path) -> None:
+    subprocess.run(["umount", "-l", str(where)], capture_output=True, timeout=30)
+
+
+def test_tmpfs_is_accepted_and_a_pseudo_fs_mounted_inside_refused(daemon: Daemon, tmp_path: Path) -> None:
+    mnt = (tmp_path / "mnt").resolve()
+    jail = (tmp_path / "jail").resolve()
+    _mount("tmpfs", mnt)
+    try:
+        write(mnt / "a.txt", "on tmpfs\n")
+        daemon.ctl("watch", mnt)
+        m = daemon.ctl_json("mark", "m", "-w", mnt)
+        assert daemon.ctl("cat", m["id"], "a.txt", "-w", mnt).stdout == b"on tmpfs\n"
+        daemon.ctl("unwatch", mnt)
+        _mount("proc", jail / "proc")
+        try:
+            refused(daemon, jail, b"proc file system is mounted inside it")
+        finally:
+            _umount(jail / "proc")
+    finally:
+        _umount(mnt)
