@@ -15,7 +15,6 @@ import random
 import shutil
 import stat
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,16 +26,6 @@ from snapd.roots import fs_type
 from snapd.store import Store
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[Daemon]:
-    d = start_daemon(tmp_path / "snapd-home")
-    try:
-        yield d
-    finally:
-        code = d.stop()
-        assert code == 0, f"snapd exited with {code}\n{d.log()[-4000:]}"
 
 
 @pytest.fixture

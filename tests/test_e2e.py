@@ -22,7 +22,6 @@ import subprocess
 import sys
 import threading
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,16 +43,6 @@ from snapd.client import Client
 from snapd.errors import NotFound
 
 # -- fixtures -------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[Daemon]:
-    d = start_daemon(tmp_path / "snapd-home")
-    try:
-        yield d
-    finally:
-        code = d.stop()
-        assert code == 0, f"snapd exited with {code}\n{d.log()[-4000:]}"
 
 
 @pytest.fixture
