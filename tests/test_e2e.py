@@ -22,7 +22,6 @@ import subprocess
 import sys
 import threading
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from e2e_helpers import (
     Daemon,
     base_env,
     describe,
+    git,
     no_cookies,
     raw_call,
     raw_json,
@@ -43,16 +43,6 @@ from snapd.client import Client
 from snapd.errors import NotFound
 
 # -- fixtures -------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[Daemon]:
-    d = start_daemon(tmp_path / "snapd-home")
-    try:
-        yield d
-    finally:
-        code = d.stop()
-        assert code == 0, f"snapd exited with {code}\n{d.log()[-4000:]}"
 
 
 @pytest.fixture
@@ -668,27 +658,6 @@ def test_python_m_snapd_stop(tmp_path: Path) -> None:
 
 
 # -- 10. marks from unwatched directories, git ----------------------------------------------------
-
-
-def git(repo: Path, *args: str) -> str:
-    cp = subprocess.run(
-        [
-            "git",
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@example.com",
-            "-c",
-            "init.defaultBranch=main",
-            *args,
-        ],
-        cwd=repo,
-        capture_output=True,
-        timeout=30,
-        env=base_env(repo),
-    )
-    assert cp.returncode == 0, cp
-    return cp.stdout.decode().strip()
 
 
 @pytest.mark.timeout(60)
