@@ -7,7 +7,6 @@ A real daemon and the real CLI throughout, as in test_exactness.py.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -78,3 +77,61 @@ def test_removing_a_self_ignoring_gitignore_does_not_make_its_files_new(daemon: 
     assert (ws / "a.txt").read_text() == "a1\n", r
     assert (ws / "cache" / "x").exists(), (code, r["lines"])
     assert (ws / "cache" / "x").read_text() == "precious, ignored at M\n", r
+
+
+# -- rule inputs outside the tree must be followed while the daemon runs ------------------------------
+
+
+def _repo(tmp_path: Path) -> Path:
+    repo = (tmp_path / "repo").resolve()
+    repo.mkdir()
+    git(repo, "init", "-q")
+    write(repo / "README", "r\n")
+    git(repo, "add", "README")
+    git(repo, "commit", "-qm", "init")
+    return repo
+
+
+def test_info_exclude_edited_for_a_linked_worktree_is_followed(daemon: Daemon, tmp_path: Path) -> None:
+    """A linked worktree's rules use the common dir's info/exclude; emptying it makes
+    local.cfg captured, so a mark taken afterwards must hold it."""
+    repo = _repo(tmp_path)
+    wt = (tmp_path / "wt").resolve()
+    git(repo, "worktree", "add", "-q", str(wt))
+    exclude = repo / ".git" / "info" / "exclude"
+    exclude.parent.mkdir(exist_ok=True)
+    exclude.write_text("local.cfg\n")
+    daemon.ctl("watch", wt)
+    mark(daemon, wt, "before")
+    exclude.write_text("")  # local.cfg is captured from now on
+    write(wt / "local.cfg", "v1\n")
+    a = mark(daemon, wt, "a")
+    write(wt / "local.cfg", "v2\n")
+    mark(daemon, wt, "b")
+
+    cp = daemon.ctl("cat", a, "local.cfg", cwd=wt, check=False)
+    assert cp.returncode == 0 and cp.stdout == b"v1\n", describe(cp)
+    code, r = rollback(daemon, wt, "--to", a)
+    assert code == 0, r
+    assert (wt / "local.cfg").read_text() == "v1\n", r
+
+
+def test_an_outer_gitignore_edited_above_the_root_is_followed(daemon: Daemon, tmp_path: Path) -> None:
+    """The root is a subdirectory of a work tree: the .gitignore above it is a rule input too."""
+    repo = _repo(tmp_path)
+    write(repo / ".gitignore", "*.log\n")
+    sub = repo / "sub"
+    write(sub / "a.txt", "a\n")
+    daemon.ctl("watch", sub)
+    mark(daemon, sub, "before")
+    write(repo / ".gitignore", "")  # x.log is captured from now on
+    write(sub / "x.log", "v1\n")
+    a = mark(daemon, sub, "a")
+    write(sub / "x.log", "v2\n")
+    mark(daemon, sub, "b")
+
+    cp = daemon.ctl("cat", a, "x.log", cwd=sub, check=False)
+    assert cp.returncode == 0 and cp.stdout == b"v1\n", describe(cp)
+    code, r = rollback(daemon, sub, "--to", a)
+    assert code == 0, r
+    assert (sub / "x.log").read_text() == "v1\n", r
