@@ -7,11 +7,16 @@ A real daemon and the real CLI throughout, as in test_exactness.py.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_helpers import Daemon, describe, git
+from e2e_helpers import Daemon, OtherUser, base_env, describe, git, start_daemon, wait_for
+
+from snapd.client import Client
+from snapd.errors import SnapdError
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -135,3 +140,118 @@ def test_an_outer_gitignore_edited_above_the_root_is_followed(daemon: Daemon, tm
     code, r = rollback(daemon, sub, "--to", a)
     assert code == 0, r
     assert (sub / "x.log").read_text() == "v1\n", r
+
+
+# -- read-only directories, nested, created, removed (another uid: root ignores modes) --------------
+
+
+def _tree(root: Path) -> dict[str, tuple[str, int, bytes]]:
+    """Every path under ``root``: (kind, mode, bytes or link target)."""
+    out: dict[str, tuple[str, int, bytes]] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            st = p.lstat()
+            rel = str(p.relative_to(root))
+            if stat.S_ISDIR(st.st_mode):
+                out[rel] = ("dir", stat.S_IMODE(st.st_mode), b"")
+            elif stat.S_ISLNK(st.st_mode):
+                out[rel] = ("symlink", 0, os.readlink(p).encode())
+            else:
+                out[rel] = ("file", stat.S_IMODE(st.st_mode), p.read_bytes())
+    out["."] = ("dir", stat.S_IMODE(root.stat().st_mode), b"")
+    return out
+
+
+@pytest.mark.timeout(150)
+def test_nested_read_only_directories_round_trip_through_rollback_and_undo(nobody: OtherUser) -> None:
+    ws = nobody.top / "ws"
+    nobody.run("mkdir", ws)
+    d = nobody.start_daemon(nobody.top / "home" / "snapd")
+    try:
+
+        def sh(script: str) -> None:
+            nobody.run("sh", "-ec", script, cwd=ws)
+
+        sh(
+            "mkdir -p a/b gone/deep; echo v1 > a/b/f; echo old > a/b/old; echo g > gone/deep/g;"
+            " chmod 555 a/b a gone/deep; chmod 500 gone; chmod 555 ."
+        )
+        d.ctl("watch", str(ws))
+        m = d.ctl_json("mark", "m", cwd=ws)["id"]
+        at_m = _tree(ws)
+        sh(
+            "chmod 755 . a a/b gone gone/deep; echo v2 > a/b/f; rm a/b/old; echo new > a/b/new;"
+            " rm -r gone; mkdir -p r/s; echo x > r/s/x; chmod 555 r/s r; chmod 700 a; chmod 511 ."
+        )
+        d.ctl("mark", "n", cwd=ws)
+        before = _tree(ws)
+
+        cp = d.ctl("rollback", "--to", m, "--yes", "--json", cwd=ws, check=False)
+        assert cp.returncode == 0, describe(cp) + d.log()[-3000:]
+        assert _tree(ws) == at_m, json.loads(cp.stdout)["lines"]
+        cp = d.ctl("undo", "--yes", "--json", cwd=ws, check=False)
+        assert cp.returncode == 0, describe(cp) + d.log()[-3000:]
+        assert _tree(ws) == before, json.loads(cp.stdout)["lines"]
+    finally:
+        assert d.stop() == 0, d.log()[-3000:]
+
+
+# -- crash recovery with the root's mode and the opened read-only directories -----------------------
+
+
+@pytest.mark.timeout(600)
+def test_a_crash_after_any_step_leaves_modes_as_at_the_mark_after_recovery(tmp_path: Path) -> None:
+    """The plan opens ro/ for its owner, writes inside, closes it and sets the root's mode:
+    killed after every step, the next start must leave every mode as at M (root's included)."""
+    n = crashed = 0
+    while True:
+        n += 1
+        assert n < 60, "the rollback never completed"
+        base = tmp_path / f"n{n}"
+        root = base / "ws"
+        (root / "ro").mkdir(parents=True)
+        (root / "ro" / "f").write_text("v1\n")
+        (root / "ro").chmod(0o555)
+        root.chmod(0o750)
+        home = base / "snapd-home"
+        env = base_env(home)
+        d = start_daemon(home, env)
+        d.ctl("watch", str(root))
+        d.ctl("mark", "a", "-w", str(root))
+        target = _tree(root)
+        (root / "ro").chmod(0o755)
+        (root / "ro" / "f").write_text("v2\n")
+        (root / "ro" / "g").write_text("new\n")
+        (root / "ro").chmod(0o555)
+        root.chmod(0o700)
+        d.ctl("mark", "b", "-w", str(root))
+        before = _tree(root)
+        assert d.stop() == 0
+        d = start_daemon(home, {**env, "SNAPD_TEST_CRASH_AFTER": f"apply.:{n}"})
+        try:
+            with Client(d.endpoint, 20.0) as c:
+                c.call("rollback_apply", workspace=os.fsencode(root), to="a")
+            completed = True
+        except SnapdError:
+            completed = False
+        if completed:
+            assert d.stop() == 0
+            assert _tree(root) == target
+            break
+        crashed += 1
+        assert d.wait_exit(20) == 86, d.log()[-3000:]
+        d2 = start_daemon(home, env)
+        try:
+
+            def ready(d: Daemon = d2, r: Path = root) -> dict[str, Any] | None:
+                st = d.call("status")
+                w = next(x for x in st["workspaces"] if x["root"] == str(r))
+                return st if w.get("state") == "ready" else None
+
+            wait_for(ready, 30)
+            now = _tree(root)
+            assert now in (target, before), (n, now, d2.log()[-2000:])
+        finally:
+            assert d2.stop() == 0
+    assert crashed >= 3, crashed
