@@ -32,7 +32,7 @@ def mark(d: Daemon, ws: Path, label: str, *extra: str) -> str:
 
 
 def rollback(d: Daemon, ws: Path, *args: str) -> tuple[int, dict[str, Any]]:
-    cp = d.ctl("rollback", *args, "--yes", "--json", cwd=ws, check=False)
+    cp = d.ctl("rollback", "--yes", "--json", *args, cwd=ws, check=False)
     try:
         return cp.returncode, json.loads(cp.stdout)
     except json.JSONDecodeError:
@@ -255,3 +255,48 @@ def test_a_crash_after_any_step_leaves_modes_as_at_the_mark_after_recovery(tmp_p
         finally:
             assert d2.stop() == 0
     assert crashed >= 3, crashed
+
+
+# -- paths ignored now but captured at M: odd kinds, limited rollbacks --------------------------------
+
+
+def test_extras_of_odd_kinds_under_a_now_ignored_directory(daemon: Daemon, ws: Path) -> None:
+    write(ws / "build" / "out.txt", "v1\n")
+    os.symlink("/etc/passwd", ws / "build" / "link")
+    write(ws / "a.txt", "a1\n")
+    m = mark(daemon, ws, "m")
+    write(ws / ".gitignore", "build/\n")
+    write(ws / "build" / "out.txt", "v2\n", 0o600)
+    (ws / "build" / "link").unlink()
+    os.symlink("/etc/hostname", ws / "build" / "link")
+    os.mkfifo(ws / "build" / "pipe")
+    write(ws / "build" / "deep" / "new.txt", "new\n")
+    write(ws / "a.txt", "a2\n")
+    mark(daemon, ws, "n")
+
+    code, r = rollback(daemon, ws, "--to", m, "--", "build/out.txt")  # limited: only this file
+    assert code == 0, (r["lines"], r["kept"], r["left"])
+    assert (ws / "build" / "out.txt").read_text() == "v1\n"
+    assert (ws / "a.txt").read_text() == "a2\n" and (ws / ".gitignore").exists()
+    code, r = rollback(daemon, ws, "--to", m)
+    assert code == 10 and paths_of(r["kept"]) == {"build/pipe"}, r
+    assert os.readlink(ws / "build" / "link") == "/etc/passwd"
+    assert not (ws / "build" / "deep").exists() and not (ws / ".gitignore").exists()
+    code, r = undo(daemon, ws)
+    assert code == 0, r
+    assert (ws / "build" / "out.txt").read_text() == "v1\n"  # the state before the last rollback
+    assert os.readlink(ws / "build" / "link") == "/etc/hostname"
+    assert (ws / "build" / "deep" / "new.txt").read_text() == "new\n"
+    assert (ws / ".gitignore").read_text() == "build/\n" and (ws / "a.txt").read_text() == "a2\n"
+    code, r = undo(daemon, ws)  # a second undo redoes; the FIFO still blocks (absent there too)
+    assert code == 10 and paths_of(r["kept"]) == {"build/pipe"}, r
+    assert not (ws / "build" / "deep").exists()
+
+
+def paths_of(entries: list[dict[str, Any]]) -> set[str]:
+    return {e["path"] for e in entries}
+
+
+def undo(d: Daemon, ws: Path) -> tuple[int, dict[str, Any]]:
+    cp = d.ctl("undo", "--yes", "--json", cwd=ws, check=False)
+    return cp.returncode, json.loads(cp.stdout)
