@@ -10,12 +10,16 @@ Precedence, highest first (the first source with a matching pattern decides):
 2. snapd's own cookie and temp files ``.snapd-*~`` ("snapd").
 3. Paths git tracks: always captured, whatever the patterns say.
 4. Editors' swap, lock and backup files ("editor").
-5. A path inside a directory excluded by 6-9 is excluded too (git never descends into an
+5. A path inside a directory excluded by 7-9 is excluded too (git never descends into an
    excluded directory, so no pattern below it can re-include anything).
-6. The root ``.snapdignore`` ("snapdignore"), then extra patterns from config ("config").
-7. ``.gitignore`` files, the one nearest to the path first ("gitignore"); ancestors above the
+6. Rule files in effect (a ``.gitignore`` outside excluded directories, the root
+   ``.snapdignore``): always captured, even when a pattern matches them — unlike git, which
+   leaves a self-ignoring ``.gitignore`` untracked — because a mark's rules are rebuilt from
+   the rule files in its tree.
+7. The root ``.snapdignore`` ("snapdignore"), then extra patterns from config ("config").
+8. ``.gitignore`` files, the one nearest to the path first ("gitignore"); ancestors above the
    root count when the root is a subdirectory of a git work tree.
-8. ``$GIT_COMMON_DIR/info/exclude`` ("exclude").
+9. ``$GIT_COMMON_DIR/info/exclude`` ("exclude").
 
 Within one source the last matching pattern wins, ``!`` re-includes. Patterns are compiled by
 pathspec's ``GitIgnoreSpec``, but matched one path component at a time the way git's directory
@@ -378,6 +382,11 @@ class IgnoreRules:
         inherited = self._dir_reason(parent)
         if inherited is not None:
             return inherited
+        if not is_dir and (name == RULE_FILE_NAME or rel == SNAPDIGNORE):
+            # A rule file in effect is captured even when a pattern matches it (`*` in a cache
+            # directory's own .gitignore): a mark's rules are rebuilt from its tree, and a rule
+            # file missing there would let a rollback treat what it hid as never existing.
+            return None
         return self._pattern_reason(rel, is_dir)
 
     def dir_may_contain_captured(self, rel_dir: bytes) -> bool:

@@ -98,6 +98,7 @@ class Service:
         self._ready: dict[int, threading.Event] = {}
         self._errors: dict[int, str] = {}
         self._lock = threading.RLock()  # registration and the tables above
+        self._started = threading.Event()  # set once start() has listed the stored workspaces
         self._stopping = threading.Event()
         self.gc_warnings: list[str] = []  # from the last periodic GC (e.g. over budget)
         self.started = time.time()
@@ -110,10 +111,14 @@ class Service:
         for w in self.store.workspaces():
             if w.watching:
                 root = Path(os.fsdecode(w.root))
+                # Listed as live (starting) before any thread runs: a request that arrives
+                # while it starts waits for it instead of hearing "not watched".
+                workspace, ready = self._add_live(w.id, root)
                 threading.Thread(
-                    target=self._start_ws, args=(w.id, root), daemon=True, name=f"snapd-start:{root}"
+                    target=self._start_ws, args=(workspace, ready), daemon=True, name=f"snapd-start:{root}"
                 ).start()
         threading.Thread(target=self._maintain, daemon=True, name="snapd-gc").start()
+        self._started.set()
 
     def _maintain(self) -> None:
         """Apply retention and GC periodically: history must not grow without bound just
@@ -145,13 +150,17 @@ class Service:
         for ws in live:
             ws.stop()
 
-    def _start_ws(self, ws_id: int, root: Path) -> Workspace | None:
+    def _add_live(self, ws_id: int, root: Path) -> tuple[Workspace, threading.Event]:
         ready = threading.Event()
         workspace = Workspace(self.store, ws_id, root, self.config.settings)
         with self._lock:
             self._live[ws_id] = workspace
             self._ready[ws_id] = ready
             self._errors.pop(ws_id, None)
+        return workspace, ready
+
+    def _start_ws(self, workspace: Workspace, ready: threading.Event) -> Workspace | None:
+        ws_id, root = workspace.id, workspace.root
         try:
             self._recheck_place(ws_id, root)
             workspace.start()
@@ -230,6 +239,9 @@ class Service:
         if where is None:
             raise UsageError("no workspace given: pass -w PATH or run from inside a workspace")
         path = Path(os.fsdecode(where))
+        # The server answers before start() has listed the stored workspaces as live: a
+        # request in that moment must find its workspace starting, not "not watched".
+        self._started.wait(30)
         try:
             real = path.resolve(strict=False)
         except (OSError, RuntimeError) as exc:

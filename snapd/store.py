@@ -162,9 +162,10 @@ class Store:
         row = self.catalog.read().execute("SELECT last_rollback FROM workspaces WHERE id=?", (ws,)).fetchone()
         return json.loads(row[0]) if row and row[0] else None
 
-    def set_last_rollback(self, ws: int, value: dict[str, Any]) -> None:
+    def set_last_rollback(self, ws: int, value: dict[str, Any] | None) -> None:
+        text = json.dumps(value) if value is not None else None
         with self.catalog.write() as c:
-            c.execute("UPDATE workspaces SET last_rollback=? WHERE id=?", (json.dumps(value), ws))
+            c.execute("UPDATE workspaces SET last_rollback=? WHERE id=?", (text, ws))
 
     def set_watching(self, ws: int, watching: bool) -> None:
         with self.catalog.write() as c:

@@ -879,6 +879,13 @@ def test_writer_during_apply_is_a_conflict_and_is_captured(daemon: Daemon, ws: P
     cat = daemon.call("cat", at=after["id"], path=b"zzz/hot.txt", workspace=b(ws))
     assert base64.b64decode(cat["data_b64"]) == written[0]
     assert daemon.call("diff", **{"from": after["id"]}, workspace=b(ws), stat=True)["files"] == []
+    # Repeating the rollback must not share the first one's pre-rollback mark: that mark never
+    # held the writer's change, which the repeat deletes. Undo brings it back.
+    again = daemon.call("rollback_apply", to=mark_a, workspace=b(ws))
+    assert again["pre_rollback"] not in (None, res["pre_rollback"]), again
+    assert not (ws / "zzz" / "hot.txt").exists()
+    daemon.call("undo", workspace=b(ws))
+    assert (ws / "zzz" / "hot.txt").read_bytes() == written[0]
 
 
 @pytest.mark.timeout(120)
