@@ -29,6 +29,7 @@ import structlog
 
 from snapd import apply, ignore, ingest, roots, scan, trees
 from snapd.batch import Batch
+from snapd.display import count
 from snapd.errors import SnapdError, WorkspaceRefused
 from snapd.records import Mark
 from snapd.statcache import StatCache
@@ -192,8 +193,17 @@ class Workspace:
     def _watch_shortfall(self) -> None:
         assert self.watcher is not None
         self.scan_every_mark = True
+        dirs = count(self.watcher.watch_failures, "directory", "directories")
+        limit = self.settings.max_watches
+        if limit is not None and self.watcher.watch_count >= limit:  # our own setting, not the kernel's
+            self.warnings.append(
+                f"{dirs} could not be watched: snapd's watch_limit setting ({limit} per workspace) "
+                "was reached; every mark scans the workspace. Raise watch_limit in config.toml "
+                "(or SNAPD_WATCH_LIMIT), then restart snapd"
+            )
+            return
         self.warnings.append(
-            f"{self.watcher.watch_failures} directories could not be watched (inotify watch limit): "
+            f"{dirs} could not be watched (inotify watch limit): "
             "every mark scans the workspace; raise the limit with "
             "`sudo sysctl fs.inotify.max_user_watches=524288` (and in /etc/sysctl.d/), then restart snapd"
         )
@@ -507,11 +517,8 @@ class Workspace:
 
     def _barrier(self) -> None:
         """Every change completed before now is in the dirty set (or a full rescan is queued)."""
-        if self._check_root() != self.root_id:
-            raise WorkspaceRefused(
-                f"the directory {self.root} was replaced while snapd watched it: `snapctl forget "
-                f"{self.root}`, then `snapctl watch {self.root}` to start a new history"
-            )
+        if (why := roots.replaced(self.root, self.root_id)) is not None:
+            raise WorkspaceRefused(why)
         if self.watcher is not None and self.watcher.watch_failures and not self.scan_every_mark:
             self._watch_shortfall()
         ok = self.watcher is not None and self.watcher.barrier(self.settings.barrier_timeout_s)

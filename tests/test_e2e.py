@@ -475,12 +475,14 @@ def test_protocol_error_paths_keep_the_daemon_serving(daemon: Daemon, ws: Path, 
         "holds snapd home": str(tmp_path),
         "inside a workspace": str(ws / "sub"),
         "holds a workspace": str(tmp_path / "proj"),
-        "missing": str(tmp_path / "does-not-exist"),
         "a file": str(ws / "file.txt"),
     }
     for why, path in refused.items():
         err = bad(request("watch", {"path": path}), "workspace_refused")
         assert err["message"], why
+    # A path that does not exist is not_found, as docs/protocol.md lists (issue 14, point 11).
+    err = bad(request("watch", {"path": str(tmp_path / "does-not-exist")}), "not_found")
+    assert "does not exist" in err["message"]
     # The overlapping root was not registered as a side effect.
     roots = [w["root"] for w in daemon.call("status")["workspaces"]]
     assert roots == [str(ws)], roots

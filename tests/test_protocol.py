@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from snapd import protocol
+from snapd.display import shown
 from snapd.errors import BadRequest, NotFound, ProtocolMismatch, from_wire
 
 pytestmark = pytest.mark.timeout(30)
@@ -163,6 +164,6 @@ def test_path_encoding_round_trips(path: bytes) -> None:
 
 
 def test_display_path_escapes_undecodable_and_control_bytes() -> None:
-    assert protocol.display_path(b"caf\xc3\xa9") == "café"
-    assert protocol.display_path(b"caf\xe9") == "caf\\xe9"
-    assert protocol.display_path(b"a\nb\x1b[31m") == "a\\x0ab\\x1b[31m"
+    assert shown(b"caf\xc3\xa9") == "café"
+    assert shown(b"caf\xe9") == "caf\\xe9"
+    assert shown(b"a\nb\x1b[31m") == "a\\x0ab\\x1b[31m"
