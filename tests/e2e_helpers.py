@@ -10,8 +10,10 @@ the daemon's log attached, never a silent pass.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -238,3 +240,79 @@ def no_cookies(root: Path) -> list[str]:
             if name.startswith(".snapd-") and name.endswith("~"):
                 found.append(os.path.join(dirpath, name))
     return found
+
+
+# -- a real terminal ---------------------------------------------------------------------------
+
+
+@dataclass
+class TerminalRun:
+    """What a command run on a pseudo-terminal showed there, and how it ended."""
+
+    returncode: int
+    screen: bytes  # everything written to the terminal (the command's stdout only if not redirected)
+
+
+def run_in_terminal(
+    env: dict[str, str],
+    shell_command: str,
+    *,
+    cwd: Path,
+    answer: bytes | None = None,
+    expect: bytes = b"[y/N] ",
+    timeout: float = 30.0,
+) -> TerminalRun:
+    """Run ``sh -c shell_command`` as a new session whose controlling terminal is a fresh pty
+    (so ``/dev/tty`` is that pty), type ``answer`` once ``expect`` shows on it, and collect the
+    screen until the command exits. A prompt that never reaches the terminal is a failure at
+    the deadline, with the screen so far."""
+    import pty
+    import select
+
+    argv = ["/bin/sh", "-c", f"exec {shell_command}"]
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: pty.fork made it a session leader with the pty as its terminal
+        try:
+            os.chdir(cwd)
+            os.execve(argv[0], argv, env)
+        finally:
+            os._exit(127)
+    screen = b""
+    answered = answer is None
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                missing = "no exit" if answered else f"no {expect!r} on the terminal"
+                raise AssertionError(
+                    f"{shell_command!r}: {missing} within {timeout} s; screen so far:\n"
+                    + screen.decode(errors="replace")
+                )
+            ready, _, _ = select.select([fd], [], [], min(left, 0.2))
+            if ready:
+                try:
+                    chunk = os.read(fd, 4096)
+                except OSError:  # EIO: the terminal's last user is gone
+                    chunk = b""
+                if not chunk:
+                    break
+                screen += chunk
+            if not answered and expect in screen:
+                assert answer is not None
+                os.write(fd, answer)
+                answered = True
+        _, status = os.waitpid(pid, 0)
+    finally:
+        os.close(fd)
+        with contextlib.suppress(ChildProcessError):
+            if os.waitpid(pid, os.WNOHANG) == (0, 0):
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+    assert answered, f"{shell_command!r} exited before asking; screen:\n{screen.decode(errors='replace')}"
+    return TerminalRun(os.waitstatus_to_exitcode(status), screen)
+
+
+def snapctl_command(*args: str) -> str:
+    """A shell command line running this checkout's snapctl with ``args`` (quoted)."""
+    return " ".join(shlex.quote(a) for a in (sys.executable, "-m", "snapd", *args))

@@ -22,7 +22,6 @@ import subprocess
 import sys
 import threading
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,26 +44,7 @@ from snapd.errors import NotFound
 # -- fixtures -------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[Daemon]:
-    d = start_daemon(tmp_path / "snapd-home")
-    try:
-        yield d
-    finally:
-        code = d.stop()
-        assert code == 0, f"snapd exited with {code}\n{d.log()[-4000:]}"
-
-
-@pytest.fixture
-def ws(tmp_path: Path, daemon: Daemon) -> Path:
-    """A watched workspace (via `snapctl watch`), as its real path."""
-    root = tmp_path / "proj" / "ws"
-    root.mkdir(parents=True)
-    root = root.resolve()
-    out = daemon.ctl_json("watch", root)
-    assert out["workspace"] == str(root)
-    assert out["baseline"]["kind"] == "baseline"
-    return root
+# ``daemon`` and ``ws`` come from conftest.py.
 
 
 def b(path: Path) -> bytes:

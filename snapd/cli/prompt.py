@@ -12,6 +12,7 @@ output is not that terminal. With no terminal to ask on, the command refuses and
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 
@@ -34,17 +35,14 @@ def confirm(question: str, what: Sequence[str], *, shown_on_stdout: bool, refusa
             "there is no one to ask; pass --yes"
         )
     try:
-        tty = open(TTY, "r+", encoding="utf-8", errors="replace")
+        fd = os.open(TTY, os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as exc:
         raise UsageError(
             f"refusing to {refusal} without confirmation: no terminal to ask on ({TTY}: "
             f"{exc.strerror}); pass --yes"
         ) from None
-    with tty:
-        if not (shown_on_stdout and sys.stdout.isatty()):
-            for line in what:
-                tty.write(shown(line) + "\n")
-        tty.write(question)
-        tty.flush()
-        answer = tty.readline()
+    with open(fd, "rb", buffering=0) as tty:  # a terminal cannot seek: no buffered "r+"
+        text = [] if shown_on_stdout and sys.stdout.isatty() else [shown(line) + "\n" for line in what]
+        os.write(fd, ("".join(text) + question).encode("utf-8"))
+        answer = tty.readline().decode("utf-8", "replace")
     return answer.strip().lower() in ("y", "yes")
