@@ -13,7 +13,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shlex
+import pty
+import select
 import signal
 import subprocess
 import sys
@@ -245,74 +246,57 @@ def no_cookies(root: Path) -> list[str]:
 # -- a real terminal ---------------------------------------------------------------------------
 
 
-@dataclass
-class TerminalRun:
-    """What a command run on a pseudo-terminal showed there, and how it ended."""
+class Pty:
+    """A CLI run whose stdin, stderr (and stdout, unless ``stdout`` names a file to redirect
+    it to, as ``> file`` in a shell) are a terminal; read until a prompt appears."""
 
-    returncode: int
-    screen: bytes  # everything written to the terminal (the command's stdout only if not redirected)
+    def __init__(self, env: dict[str, str], *args: str | Path, cwd: Path, stdout: Path | None = None) -> None:
+        self.master, slave = pty.openpty()
+        with contextlib.ExitStack() as stack:
+            out = stack.enter_context(open(stdout, "wb")) if stdout is not None else slave
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "snapd", *map(str, args)],
+                env=env,
+                cwd=cwd,
+                stdin=slave,
+                stdout=out,
+                stderr=slave,
+            )
+        os.close(slave)
+        self.out = b""
 
-
-def run_in_terminal(
-    env: dict[str, str],
-    shell_command: str,
-    *,
-    cwd: Path,
-    answer: bytes | None = None,
-    expect: bytes = b"[y/N] ",
-    timeout: float = 30.0,
-) -> TerminalRun:
-    """Run ``sh -c shell_command`` as a new session whose controlling terminal is a fresh pty
-    (so ``/dev/tty`` is that pty), type ``answer`` once ``expect`` shows on it, and collect the
-    screen until the command exits. A prompt that never reaches the terminal is a failure at
-    the deadline, with the screen so far."""
-    import pty
-    import select
-
-    argv = ["/bin/sh", "-c", f"exec {shell_command}"]
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: pty.fork made it a session leader with the pty as its terminal
-        try:
-            os.chdir(cwd)
-            os.execve(argv[0], argv, env)
-        finally:
-            os._exit(127)
-    screen = b""
-    answered = answer is None
-    deadline = time.monotonic() + timeout
-    try:
-        while True:
+    def read_until(self, needle: bytes, timeout: float = 30.0) -> bytes:
+        deadline = time.monotonic() + timeout
+        while needle not in self.out:
             left = deadline - time.monotonic()
-            if left <= 0:
-                missing = "no exit" if answered else f"no {expect!r} on the terminal"
-                raise AssertionError(
-                    f"{shell_command!r}: {missing} within {timeout} s; screen so far:\n"
-                    + screen.decode(errors="replace")
-                )
-            ready, _, _ = select.select([fd], [], [], min(left, 0.2))
+            assert left > 0, f"no {needle!r} in {self.out!r}"
+            ready, _, _ = select.select([self.master], [], [], left)
             if ready:
                 try:
-                    chunk = os.read(fd, 4096)
-                except OSError:  # EIO: the terminal's last user is gone
+                    chunk = os.read(self.master, 4096)
+                except OSError:  # EIO: the other side closed
                     chunk = b""
                 if not chunk:
+                    assert needle in self.out, f"EOF before {needle!r}: {self.out!r}"
+                self.out += chunk
+        return self.out
+
+    def send(self, text: bytes) -> None:
+        os.write(self.master, text)
+
+    def finish(self, timeout: float = 30.0) -> int:
+        try:
+            while True:
+                ready, _, _ = select.select([self.master], [], [], 0.5)
+                if ready:
+                    chunk = os.read(self.master, 4096)
+                    if not chunk:
+                        break
+                    self.out += chunk
+                elif self.proc.poll() is not None:
                     break
-                screen += chunk
-            if not answered and expect in screen:
-                assert answer is not None
-                os.write(fd, answer)
-                answered = True
-        _, status = os.waitpid(pid, 0)
-    finally:
-        os.close(fd)
-        with contextlib.suppress(ChildProcessError):
-            if os.waitpid(pid, os.WNOHANG) == (0, 0):
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-    assert answered, f"{shell_command!r} exited before asking; screen:\n{screen.decode(errors='replace')}"
-    return TerminalRun(os.waitstatus_to_exitcode(status), screen)
-
-
-def snapctl_command(*args: str) -> str:
-    """A shell command line running this checkout's snapctl with ``args`` (quoted)."""
-    return " ".join(shlex.quote(a) for a in (sys.executable, "-m", "snapd", *args))
+        except OSError:
+            pass
+        code = self.proc.wait(timeout)
+        os.close(self.master)
+        return code

@@ -2,8 +2,8 @@
 
 Issue 14 ("asks before it destroys, keeps a running daemon reachable, docs tell the truth")
 and the CLI points of issue 8 (paths in ``cat``, non-UTF-8 text, pruned labels, terminal
-escapes). Questions are tested on a pseudo-terminal (``run_in_terminal``: the command's
-controlling terminal is a pty, as in a shell), "hung" is a real daemon stopped with SIGSTOP.
+escapes). Questions are tested on a pseudo-terminal (``Pty``: standard input and error are a
+pty, standard output the pty or a file), "hung" is a real daemon stopped with SIGSTOP.
 """
 
 from __future__ import annotations
@@ -23,13 +23,12 @@ from typing import Any
 import pytest
 from e2e_helpers import (
     Daemon,
+    Pty,
     base_env,
     describe,
     raw_json,
     request,
     run_ctl,
-    run_in_terminal,
-    snapctl_command,
     start_daemon,
     wait_for,
 )
@@ -65,30 +64,35 @@ def test_rollback_question_reaches_the_terminal_when_stdout_is_redirected(daemon
     """Issue 14, point 1: `rollback > out.txt` must still show the plan and the question."""
     _rolled_back_setup(daemon, ws)
     out = ws.parent / "out.txt"
-    run = run_in_terminal(
-        daemon.env, snapctl_command("rollback", "--to", "start") + f" > {out}", cwd=ws, answer=b"y\n"
-    )
-    assert run.returncode == 0, run.screen
-    assert b"apply this rollback? [y/N]" in run.screen
-    assert b"delete new.txt" in run.screen  # the plan the person confirms is on their screen
+
+    def answer(reply: bytes, *args: str) -> Pty:
+        t = Pty(daemon.env, *args, cwd=ws, stdout=out)
+        t.read_until(b"[y/N] ")
+        t.send(reply)
+        return t
+
+    t = answer(b"y\n", "rollback", "--to", "start")
+    assert t.finish() == 0, t.out
+    assert b"apply this rollback? [y/N]" in t.out
+    assert b"delete new.txt" in t.out  # the plan the person confirms is on their screen
     assert b"[y/N]" not in out.read_bytes()
     assert b"rolled back" in out.read_bytes()
     assert (ws / "keep.txt").read_text() == "at start\n" and not (ws / "new.txt").exists()
 
     # undo asks the same way; "n" changes nothing and exits 1
-    run = run_in_terminal(daemon.env, snapctl_command("undo") + f" > {out}", cwd=ws, answer=b"n\n")
-    assert run.returncode == 1 and b"[y/N]" in run.screen, run.screen
+    t = answer(b"n\n", "undo")
+    assert t.finish() == 1, t.out
     assert not (ws / "new.txt").exists()
     # with --json, stdout is JSON only: the question and the plan went to the terminal
-    run = run_in_terminal(daemon.env, snapctl_command("undo", "--json") + f" > {out}", cwd=ws, answer=b"y\n")
-    assert run.returncode == 0, run.screen
+    t = answer(b"y\n", "undo", "--json")
+    assert t.finish() == 0, t.out
     assert json.loads(out.read_bytes())["ok"] is True
-    assert b"restore keep.txt" in run.screen or b"recreate new.txt" in run.screen, run.screen
+    assert b"recreate new.txt" in t.out, t.out
     assert (ws / "new.txt").read_text() == "created after start\n"
 
 
 def test_no_terminal_means_no_question_and_no_change(daemon: Daemon, ws: Path) -> None:
-    """Issue 14, point 1: with nothing to ask on, refuse (and say --yes), whatever stdin holds."""
+    """Issue 14, point 1: with nothing to ask on, refuse (and say --yes): "y" piped in is no answer."""
     _rolled_back_setup(daemon, ws)
     for cmd, stdin in ((("rollback", "--to", "start"), b"y\n"), (("undo",), b""), (("forget",), b"y\n")):
         cp = subprocess.run(
@@ -102,20 +106,18 @@ def test_no_terminal_means_no_question_and_no_change(daemon: Daemon, ws: Path) -
         assert b"--yes" in cp.stderr and b"[y/N]" not in cp.stdout, describe(cp)
     assert (ws / "new.txt").exists()
     assert daemon.ctl_json("log", cwd=ws)["marks"]  # forget deleted nothing
-    # a pipe is no answer even where a terminal exists: `yes | snapctl rollback` is refused
-    run = run_in_terminal(daemon.env, "echo y | " + snapctl_command("rollback", "--to", "start"), cwd=ws)
-    assert run.returncode == 2 and b"--yes" in run.screen, run.screen
-    assert (ws / "new.txt").exists()
 
 
 def test_forget_names_what_it_deletes_and_asks(daemon: Daemon, ws: Path) -> None:
     """Issue 14, point 3: forget asks like rollback (terminal, or --yes) and names marks and bytes."""
     (ws / "a.txt").write_text("x" * 3000)
     daemon.ctl("mark", "one", cwd=ws)
-    run = run_in_terminal(daemon.env, snapctl_command("forget"), cwd=ws, answer=b"n\n")
-    assert run.returncode == 1, run.screen
-    assert b"2 marks" in run.screen and b"KiB of file contents" in run.screen, run.screen
-    assert b"nothing deleted" in run.screen
+    t = Pty(daemon.env, "forget", cwd=ws)
+    t.read_until(b"delete this history? [y/N] ")
+    t.send(b"n\n")
+    assert t.finish() == 1, t.out
+    assert b"2 marks" in t.out and b"KiB of file contents" in t.out, t.out
+    assert b"nothing deleted" in t.out
     assert len(daemon.ctl_json("log", cwd=ws)["marks"]) == 2
     out = daemon.ctl_json("forget", "--yes", "-w", ws)
     assert out["forgotten_marks"] == 2 and out["bytes"] >= 3000, out

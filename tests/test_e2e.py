@@ -821,7 +821,7 @@ def test_cli_log_pin_verify_gc_status(daemon: Daemon, ws: Path) -> None:
     # unwatch keeps history; forget removes it.
     daemon.ctl("unwatch", ws)
     assert daemon.ctl_json("log", cwd=ws)["marks"][0]["label"] == "step-2"
-    assert daemon.ctl_json("forget", ws)["forgotten_marks"] == 4
+    assert daemon.ctl_json("forget", "--yes", ws)["forgotten_marks"] == 4  # no terminal: --yes
     cp = daemon.ctl("log", cwd=ws, check=False)
     assert cp.returncode == 6, describe(cp)
     with pytest.raises(NotFound):

@@ -325,14 +325,16 @@ def _rollback_fields(args: argparse.Namespace, undo: bool) -> dict[str, Any]:
     return fields
 
 
-def _plan_lines(r: dict[str, Any], limit: int = 200) -> list[str]:
+def _plan_lines(r: dict[str, Any], *, kept: bool, limit: int = 200) -> list[str]:
+    """The plan for people; ``kept``: with the paths it leaves alone (else the result lists them)."""
     t = r["target"]
     out = [f"rollback of {r['workspace']} to {t['id']} {t['label']} ({when(t['created'])})"]
     lines = r["lines"]
     out += [f"  {line}" for line in lines[:limit]]
     if len(lines) > limit:
         out.append(f"  … and {len(lines) - limit} more (--json lists them all)")
-    out += [f"  kept: {path_text(k['path'])} ({k['reason']})" for k in r["plan"]["kept"]]
+    if kept:
+        out += [f"  kept: {path_text(k['path'])} ({k['reason']})" for k in r["plan"]["kept"]]
     counts = ", ".join(f"{n} {k}" for k, n in sorted(r["plan"]["counts"].items()) if n)
     out.append(f"  {counts or 'nothing to change'}")
     return out
@@ -340,7 +342,7 @@ def _plan_lines(r: dict[str, Any], limit: int = 200) -> list[str]:
 
 def _plan_change(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """What differs between the plan the user saw and the new one (operations and kept paths)."""
-    out = ["the plan changed since it was shown (a path in it changed on disk); the new plan differs:"]
+    out = ["the plan is now different (a path in it changed since it was shown):"]
     old_lines, new_lines = set(old["lines"]), set(new["lines"])
     out += [f"  + {line}" for line in sorted(new_lines - old_lines)]
     out += [f"  - no longer: {line}" for line in sorted(old_lines - new_lines)]
@@ -356,7 +358,10 @@ def _rollback(args: argparse.Namespace, env: Env, undo: bool) -> int:
     what = "undo the last rollback" if undo else "roll the workspace back"
     with _client(args, env) as c:
         r = c.call("rollback_plan", force=args.force, **fields)
-        shown_plan = _plan_lines(r)
+        # Kept paths are listed once: in the plan when it is confirmed or only shown, else
+        # (--yes) in the result, which also names any the apply itself had to leave.
+        plan_lists_kept = args.dry_run or not args.yes
+        shown_plan = _plan_lines(r, kept=plan_lists_kept)
         if args.json and args.dry_run:
             print_json(r)
         elif not args.json:
@@ -392,15 +397,13 @@ def _rollback(args: argparse.Namespace, env: Env, undo: bool) -> int:
     emit(f"rolled back: {count(res['applied'], 'path')}; `snapctl undo` returns to {res['pre_rollback']}")
     for x in res["conflicts"]:
         emit(f"  conflict: {path_text(x['path'])}: {x['reason']} (left as it is)", err=True)
-    # The plan above already listed its kept paths: name only what the apply added to them.
-    listed = {path_text(k["path"]) for k in r["plan"]["kept"]}
+    listed = {path_text(k["path"]) for k in r["plan"]["kept"]} if plan_lists_kept else set()
     for x in res["kept"]:
         if (p := path_text(x["path"])) not in listed:
             listed.add(p)
             emit(f"  kept: {p}: {x['reason']}", err=True)
     if res["kept"]:
-        emit(f"  {count(len(listed), 'path')} kept as they are (listed above; --force replaces them)",
-             err=True)
+        emit(f"  {count(len(listed), 'path')} kept as they are (--force replaces them)", err=True)
     return 0 if res["ok"] else Conflict.exit_code
 
 
