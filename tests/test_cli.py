@@ -470,8 +470,9 @@ def test_names_labels_and_messages_are_escaped_for_the_terminal(daemon: Daemon, 
     assert "first\\x1b[31m line\\x0dsecond" in outputs[2].stdout.decode()
 
 
-def test_rollback_lists_a_kept_path_once(tmp_path: Path) -> None:
-    """Issue 8, point 17: the plan lists the kept path; the summary after it does not repeat it."""
+@pytest.fixture
+def capped(tmp_path: Path) -> Iterator[tuple[Daemon, Path]]:
+    """A daemon whose size cap is 1 KiB, and a watched workspace ``tmp_path/"ws"``."""
     home = tmp_path / "snapd-home"
     d = start_daemon(home, {**base_env(home), "SNAPD_SIZE_CAP": "1 KiB"})
     try:
@@ -480,31 +481,34 @@ def test_rollback_lists_a_kept_path_once(tmp_path: Path) -> None:
         (root / "grows.bin").write_bytes(b"small\n")
         (root / "other.txt").write_text("one\n")
         d.ctl("watch", root)
-        d.ctl("mark", "small", cwd=root)
-        (root / "grows.bin").write_bytes(b"x" * 4096)  # now over the cap: its content cannot be held
-        (root / "other.txt").write_text("two\n")
-        cp = d.ctl("rollback", "--to", "small", "--yes", cwd=root, check=False)
-        assert cp.returncode == 10, describe(cp)
-        shown = cp.stdout + cp.stderr
-        assert shown.count(b"grows.bin") == 1, describe(cp)
-        assert (root / "other.txt").read_text() == "one\n"
+        yield d, root
     finally:
         assert d.stop() == 0
 
 
-def test_mark_summary_lists_a_skipped_path_once(tmp_path: Path) -> None:
+def test_rollback_lists_a_kept_path_once(capped: tuple[Daemon, Path]) -> None:
+    """Issue 8, point 17: the kept path is listed once, whether the plan or the result lists it."""
+    d, root = capped
+    d.ctl("mark", "small", cwd=root)
+    (root / "grows.bin").write_bytes(b"x" * 4096)  # now over the cap: its content cannot be held
+    (root / "other.txt").write_text("two\n")
+    cp = d.ctl("rollback", "--to", "small", "--yes", cwd=root, check=False)
+    assert cp.returncode == 10, describe(cp)
+    assert (cp.stdout + cp.stderr).count(b"grows.bin") == 1, describe(cp)
+    assert (root / "other.txt").read_text() == "one\n"
+    t = Pty(d.env, "rollback", "--to", "small", cwd=root)
+    t.read_until(b"[y/N] ")
+    t.send(b"y\n")
+    assert t.finish() == 10, t.out
+    assert t.out.count(b"grows.bin") == 1, t.out
+
+
+def test_mark_summary_lists_a_skipped_path_once(capped: tuple[Daemon, Path]) -> None:
     """Issue 8, point 17: a path skipped by two captures between marks is one skipped path."""
-    home = tmp_path / "snapd-home"
-    d = start_daemon(home, {**base_env(home), "SNAPD_SIZE_CAP": "1 KiB"})
-    try:
-        root = tmp_path / "ws"
-        root.mkdir()
-        d.ctl("watch", root)
-        (root / "big.bin").write_bytes(b"x" * 4096)
-        wait_for(lambda: _status_ws(d, root)["skipped"] == 1, what="the first capture skipped big.bin")
-        (root / "big.bin").write_bytes(b"y" * 5000)
-        summary = d.ctl_json("mark", "m", cwd=root)["summary"]
-        assert summary["skipped"] == {"over size cap": ["big.bin"]}, summary
-        assert summary["skipped_count"] == 1, summary
-    finally:
-        assert d.stop() == 0
+    d, root = capped
+    (root / "big.bin").write_bytes(b"x" * 4096)
+    wait_for(lambda: _status_ws(d, root)["skipped"] == 1, what="the first capture skipped big.bin")
+    (root / "big.bin").write_bytes(b"y" * 5000)
+    summary = d.ctl_json("mark", "m", cwd=root)["summary"]
+    assert summary["skipped"] == {"over size cap": ["big.bin"]}, summary
+    assert summary["skipped_count"] == 1, summary

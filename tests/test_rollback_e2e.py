@@ -35,7 +35,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -148,14 +147,7 @@ def failure(cp: subprocess.CompletedProcess[bytes], d: Daemon) -> str:
 # -- fixtures -------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[Daemon]:
-    d = start_daemon(tmp_path / "snapd-home")
-    try:
-        yield d
-    finally:
-        code = d.stop()
-        assert code == 0, f"snapd exited with {code}\n{d.log()[-4000:]}"
+# ``daemon`` comes from conftest.py.
 
 
 def watched(d: Daemon, root: Path) -> Path:
