@@ -25,11 +25,14 @@ walk does: a pattern matches only the path itself, never "a file because its par
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import re
 import stat
 import subprocess
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
@@ -187,6 +190,55 @@ def is_cookie_name(name: bytes) -> bool:
 # --- the rules object ------------------------------------------------------------------------
 
 
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+@dataclass(frozen=True)
+class RuleInputs:
+    """What a workspace's ignore rules depend on besides the rule files inside its tree.
+
+    A mark records these (as one content-addressed object), so a rollback can judge every
+    path under the rules the mark was captured with: the ``.gitignore`` and ``.snapdignore``
+    files come from the mark's own tree, the rest from here (DESIGN.md semantics 4).
+    """
+
+    extra: tuple[str, ...] = ()
+    exclude: bytes = b""
+    tracked: frozenset[bytes] = frozenset()
+    prefix: bytes = b""
+    outer: tuple[tuple[bytes, bytes], ...] = ()
+
+    _MAGIC = b"snapd-rules-1\n"
+
+    def encode(self) -> bytes:
+        """A canonical byte form: equal inputs give equal bytes (so one object per rule set)."""
+        head = {
+            "extra": list(self.extra),
+            "exclude": _b64(self.exclude),
+            "prefix": _b64(self.prefix),
+            "outer": [[_b64(d), _b64(data)] for d, data in self.outer],
+        }
+        tracked = b"\0".join(sorted(self.tracked))
+        return self._MAGIC + json.dumps(head, sort_keys=True).encode() + b"\n" + tracked
+
+    @classmethod
+    def decode(cls, data: bytes) -> RuleInputs:
+        if not data.startswith(cls._MAGIC):
+            raise ValueError("not a rule-inputs record")
+        head_raw, _, tracked = data[len(cls._MAGIC) :].partition(b"\n")
+        head = json.loads(head_raw)
+        unb64 = base64.b64decode
+        return cls(
+            extra=tuple(str(x) for x in head["extra"]),
+            exclude=unb64(head["exclude"]),
+            tracked=frozenset(p for p in tracked.split(b"\0") if p),
+            prefix=unb64(head["prefix"]),
+            outer=tuple((unb64(d), unb64(x)) for d, x in head["outer"]),
+        )
+
+
+
 class _Source:
     """One .gitignore: its directory relative to the git top level, and its rules."""
 
@@ -225,6 +277,9 @@ class IgnoreRules:
         subdirectory of a work tree; ``outer_gitignores``: (dir relative to the top level,
         contents) for the .gitignore files from the top level down to the root's parent."""
         self._load = gitignore
+        self.inputs = RuleInputs(
+            tuple(extra_patterns), info_exclude, tracked, prefix, tuple(outer_gitignores)
+        )
         self._snapd = _compile(_lines(snapdignore))
         self._extra = _compile(extra_patterns)
         self._exclude = _compile(_lines(info_exclude))
@@ -282,6 +337,25 @@ class IgnoreRules:
             prefix=prefix,
             outer_gitignores=outer,
         )
+
+    @classmethod
+    def from_inputs(cls, inputs: RuleInputs, gitignore: _Loader, snapdignore: bytes) -> IgnoreRules:
+        """Rules rebuilt from recorded ``inputs`` and rule files read through ``gitignore``
+        (``rel_dir -> contents``), e.g. from a mark's tree."""
+        return cls(
+            gitignore=gitignore,
+            snapdignore=snapdignore,
+            extra_patterns=inputs.extra,
+            info_exclude=inputs.exclude,
+            tracked=inputs.tracked,
+            prefix=inputs.prefix,
+            outer_gitignores=inputs.outer,
+        )
+
+    def same_outside(self, other: RuleInputs) -> bool:
+        """Whether these rules' inputs outside the tree equal ``other``, the tracked set aside."""
+        a, b = self.inputs, other
+        return (a.extra, a.exclude, a.prefix, a.outer) == (b.extra, b.exclude, b.prefix, b.outer)
 
     # -- public decisions ---------------------------------------------------------------------
 

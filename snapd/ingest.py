@@ -121,6 +121,7 @@ class Read:
     encoded: tuple[int, bytes] | None = None
     sig: Sig | None = None  # (st_mode, size, mtime_ns, ctime_ns, inode) as read
     sha: bytes | None = None  # store.fingerprint, for contents seen earlier in this capture
+    listed: bool = True  # a directory: whether it can be listed (else its contents are unknown)
 
 
 def parents_real(root: bytes, rel: bytes) -> bool:
@@ -164,7 +165,9 @@ def read_path(root: bytes, rel: bytes, size_cap: int = DEFAULT_SIZE_CAP, *, trus
 def _read_entry(path: bytes, rel: bytes, st: os.stat_result, size_cap: int) -> Read:
     mode = stat.S_IMODE(st.st_mode)
     if stat.S_ISDIR(st.st_mode):
-        return Read(rel, "dir", mode, sig=sig_of(st))
+        if _listable(path):
+            return Read(rel, "dir", mode, sig=sig_of(st))
+        return Read(rel, "dir", mode, sig=sig_of(st), listed=False, reason="unreadable directory")
     if stat.S_ISLNK(st.st_mode):
         try:
             return Read(rel, "symlink", mode, os.readlink(path), sig=sig_of(st))
@@ -203,6 +206,14 @@ def _read_entry(path: bytes, rel: bytes, st: os.stat_result, size_cap: int) -> R
         if stable and len(data) == after.st_size:
             return Read(rel, "file", stat.S_IMODE(after.st_mode), data, sig=sig)
     return Read(rel, "file", stat.S_IMODE(after.st_mode), data, unstable=True, sig=sig)
+
+
+_ROOT = os.geteuid() == 0
+
+
+def _listable(path: bytes) -> bool:
+    """Whether a directory can be listed (root can list any; one syscall otherwise)."""
+    return _ROOT or os.access(path, os.R_OK | os.X_OK, follow_symlinks=False)
 
 
 class _Preparer:
@@ -378,7 +389,9 @@ def capture(
                 if r.kind == "missing":
                     change = None
                 elif r.kind == "dir":
-                    change = trees.Dir(r.mode)
+                    change = trees.Dir(r.mode, r.listed)
+                    if not r.listed:
+                        report.skip(r.rel, r.reason)
                 else:
                     key = batch.put(r.data, r.digest, r.encoded, r.sha)
                     change = trees.Entry(r.kind, r.mode, len(r.data), key)

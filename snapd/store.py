@@ -14,6 +14,7 @@ GC from deleting an object a capture is about to reference.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import Counter, OrderedDict
@@ -154,6 +155,16 @@ class Store:
     def set_root_id(self, ws: int, root_id: str) -> None:
         with self.catalog.write() as c:
             c.execute("UPDATE workspaces SET root_id=? WHERE id=?", (root_id, ws))
+
+    def last_rollback(self, ws: int) -> dict[str, Any] | None:
+        """What the workspace's last rollback that changed something did: ``target`` (mark id),
+        ``after`` (the tree it left), ``pre`` (its pre-rollback mark id)."""
+        row = self.catalog.read().execute("SELECT last_rollback FROM workspaces WHERE id=?", (ws,)).fetchone()
+        return json.loads(row[0]) if row and row[0] else None
+
+    def set_last_rollback(self, ws: int, value: dict[str, Any]) -> None:
+        with self.catalog.write() as c:
+            c.execute("UPDATE workspaces SET last_rollback=? WHERE id=?", (json.dumps(value), ws))
 
     def set_watching(self, ws: int, watching: bool) -> None:
         with self.catalog.write() as c:

@@ -20,7 +20,7 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,6 +78,7 @@ class Workspace:
         self._dirty_lock = threading.Condition()
         self._stats = StatCache()
         self._skipped: dict[bytes, str] = {}
+        self._unlisted: set[bytes] = set()  # directories that could not be listed when last read
         self._since_mark = ingest.Report()
         self.ignored = ingest.IgnoredTally()  # as of the last walk that judged every name
         self.tree: str | None = None
@@ -87,6 +88,7 @@ class Workspace:
         self._git_index: Path | None = None
         self._git_index_sig: tuple[int, ...] | None = None
         self.rules = ignore.IgnoreRules.load(root, settings.extra_ignore)
+        self._rules_record: tuple[ignore.RuleInputs, bytes, str] | None = None  # inputs, bytes, digest
         self.watcher: Watcher | None = None
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -338,9 +340,10 @@ class Workspace:
         descend = self.rules.dir_may_contain_captured
         tally = ingest.IgnoredTally()
 
-        def unreadable(rel: bytes, why: str) -> None:  # reported, never skipped in silence
-            report.skip(rel, why)
-            self._skipped[rel] = why
+        unlistable: dict[bytes, str] = {}
+
+        def unreadable(rel: bytes, why: str) -> None:  # recorded as unlisted below, and reported
+            unlistable[rel] = why
 
         walked = ingest.walk(self.rootb, self._tallying(tally), descend=descend, unreadable=unreadable)
         rels = [rel for rel, _ in walked]
@@ -366,12 +369,25 @@ class Workspace:
                 on_read=self._note_read,
                 from_walk=True,
             )
+            for rel, why in unlistable.items():  # a listing failed where access() said it would not
+                change = changes.get(rel)
+                if isinstance(change, trees.Dir) and change.listed:
+                    changes[rel] = trees.Dir(change.mode, listed=False)
+                    report.skip(rel, why)
+                    self._skipped[rel] = why
+                    self._unlisted.add(rel)
             tree = batch.apply(None, changes)
             added = [p for p, c in changes.items() if c is not None]
             summary = ingest.summarize(batch, None, tree, report, added)
             summary["ignored"] = self.ignored.to_json()
             batch.add_mark(
-                self.id, "baseline", tree, kind="baseline", summary=summary, git_head=self._git_head()
+                self.id,
+                "baseline",
+                tree,
+                kind="baseline",
+                summary=summary,
+                git_head=self._git_head(),
+                **self._mark_state(batch),
             )
             self._stage_stats(batch)
             (mark,) = batch.commit()
@@ -387,6 +403,12 @@ class Workspace:
             self._stats.remove(r.rel)
             return
         self._skipped.pop(r.rel, None)
+        if r.kind == "dir":
+            if r.listed:
+                self._unlisted.discard(r.rel)
+            else:  # its contents are unknown: a rollback keeps what is under it
+                self._skipped[r.rel] = r.reason
+                self._unlisted.add(r.rel)
         if r.kind == "file":
             self.reads += 1
         if r.kind == "missing" or r.sig is None:
@@ -428,6 +450,12 @@ class Workspace:
             new = self._take_dirty()
             d = _merge(d, new)
             d.full = new.full  # this scan covered any earlier overflow, not one reported since
+        # A directory that could not be listed has no watch and its listing is unknown: when it
+        # changes (a chmod that makes it readable), list it and watch it again.
+        relisted = {p for p in d.paths if p in self._unlisted}
+        if relisted and self.watcher is not None:
+            d.paths.update(e.path for e in self.watcher.watch_new(relisted))
+        d.scan_dirs |= relisted
         for top in d.scan_dirs:
             self._scan(top)
         if d.scan_dirs:
@@ -467,6 +495,7 @@ class Workspace:
         return not self._ignored(rel, is_dir) or rel in self._stats
 
     def _commit(self, paths: list[bytes], label: str | None, **meta: Any) -> Mark | None:
+        hold: Sequence[bytes] = meta.pop("hold", ())
         with self.store.batch() as batch:
             changes: dict[bytes, trees.Change] = {}
             captured = ingest.capture(
@@ -489,13 +518,24 @@ class Workspace:
             if label is None:
                 batch.set_head(self.id, tree)
             else:
+                head = tree
+                if hold:  # the mark also holds these, whatever today's rules (a pre-rollback mark)
+                    tree = batch.apply(tree, self._read_held(batch, hold)[0])
                 prev = self.store.latest_mark(self.id)
                 summary = ingest.summarize(batch, prev.tree if prev else None, tree, self._since_mark)
                 summary["warnings"] = list(self.warnings)
                 summary["ignored"] = self.ignored.to_json()
                 mark = batch.add_mark(
-                    self.id, label, tree, git_head=self._git_head(), summary=summary, **meta
+                    self.id,
+                    label,
+                    tree,
+                    git_head=self._git_head(),
+                    summary=summary,
+                    **self._mark_state(batch),
+                    **meta,
                 )
+                batch.set_head(self.id, head)
+                tree = head
             self._stage_stats(batch)
             committed = batch.commit()
         self.tree = tree
@@ -503,6 +543,57 @@ class Workspace:
             self._since_mark = ingest.Report()
             return committed[0]
         return None
+
+    def _read_held(
+        self, batch: Batch, paths: Sequence[bytes]
+    ) -> tuple[dict[bytes, trees.Change], dict[bytes, str]]:
+        """Read ``paths`` (and their parents) into ``batch`` whatever today's ignore rules: the
+        changes, and why each path that could not be read was skipped."""
+        wanted = set(paths)
+        for p in paths:
+            parts = p.split(b"/")
+            wanted.update(b"/".join(parts[:i]) for i in range(1, len(parts)))
+        skipped: dict[bytes, str] = {}
+
+        def note(r: ingest.Read) -> None:
+            if r.kind == "skipped":
+                skipped[r.rel] = r.reason
+
+        changes = ingest.capture(
+            batch,
+            self.rootb,
+            sorted(wanted, key=lambda p: p.split(b"/")),
+            ingest.Report(),
+            size_cap=self.settings.size_cap,
+            on_read=note,
+        )
+        return changes, skipped
+
+    def hold(self, tree: str, paths: Sequence[bytes]) -> tuple[str, dict[bytes, str]]:
+        """``tree`` plus the state on disk of ``paths``, which today's rules leave out (a
+        rollback holds every path it touches, DESIGN.md 4), and the paths that could not be
+        read. The objects are stored; no mark or head changes."""
+        if not paths:
+            return tree, {}
+        with self.store.batch() as batch:
+            changes, skipped = self._read_held(batch, paths)
+            held = batch.apply(tree, changes)
+            batch.commit()
+        return held, skipped
+
+    def _mark_state(self, batch: Batch) -> dict[str, Any]:
+        """What a mark records beside its tree: the rule inputs that live outside the tree (one
+        shared object per distinct set) and the root's own mode (DESIGN.md semantics 4)."""
+        inputs = self.rules.inputs
+        if self._rules_record is None or self._rules_record[0] is not inputs:
+            data = inputs.encode()
+            self._rules_record = (inputs, data, self.store.hasher(data))
+        _, data, digest = self._rules_record
+        try:
+            root_mode: int | None = stat.S_IMODE(os.stat(self.rootb).st_mode)
+        except OSError:
+            root_mode = None  # the barrier reports a vanished root; nothing to restore here
+        return {"rules": batch.put(data, digest), "root_mode": root_mode}
 
     def git_head(self) -> str | None:
         return self._git_head()

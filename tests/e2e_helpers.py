@@ -300,3 +300,130 @@ class Pty:
         code = self.proc.wait(timeout)
         os.close(self.master)
         return code
+
+
+# -- another uid ---------------------------------------------------------------------------------
+
+NOBODY = 65534
+
+
+def fail_or_skip(reason: str) -> None:
+    """A test that cannot set up its real condition fails under CI (never a quiet skip there)."""
+    import pytest
+
+    if os.environ.get("CI"):
+        pytest.fail(f"cannot set up this test's real condition: {reason}")
+    pytest.skip(reason)
+
+
+@dataclass
+class OtherUid:
+    """A ``snapd start`` running as uid 65534 (root ignores file modes, so permission tests
+    need another uid), with a home and a workspace that uid owns under ``top``."""
+
+    top: Path
+    ws: Path
+    exe: str
+    env: dict[str, str]
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def log_path(self) -> Path:
+        return self.top / "daemon.log"
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+
+    def run(
+        self, argv: Sequence[Arg], *, cwd: Path | None = None, timeout: float = 60.0
+    ) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            list(argv),
+            env=self.env,
+            user=NOBODY,
+            group=NOBODY,
+            extra_groups=[],
+            capture_output=True,
+            cwd=cwd or self.ws,
+            timeout=timeout,
+        )
+
+    def sh(self, script: str) -> None:
+        """Run a shell script as uid 65534 in the workspace (files it makes belong to that uid)."""
+        cp = self.run(["/bin/sh", "-ec", script])
+        assert cp.returncode == 0, describe(cp)
+
+    def ctl(
+        self, *args: Arg, check: bool = True, cwd: Path | None = None
+    ) -> subprocess.CompletedProcess[bytes]:
+        cp = self.run([self.exe, "-m", "snapd", *args], cwd=cwd)
+        assert not check or cp.returncode == 0, describe(cp) + "\n--- daemon log ---\n" + self.log()[-3000:]
+        return cp
+
+    def ctl_json(self, *args: Arg) -> Any:
+        return json.loads(self.ctl(*args, "--json").stdout)
+
+    def start(self) -> None:
+        with open(self.log_path, "wb") as fh:
+            self.proc = subprocess.Popen(
+                [self.exe, "-m", "snapd", "start", "--log-level", "debug"],
+                env=self.env,
+                user=NOBODY,
+                group=NOBODY,
+                extra_groups=[],
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                cwd="/",
+                stdin=subprocess.DEVNULL,
+            )
+        wait_for(lambda: self.ctl("status", check=False).returncode == 0, 30, 0.1, "daemon as uid 65534")
+
+    def stop(self) -> int:
+        assert self.proc is not None
+        self.ctl("stop", check=False)
+        try:
+            return self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+            log = self.log()[-3000:]
+            raise AssertionError("snapd as uid 65534 did not stop; killed it\n" + log) from None
+
+
+def other_uid() -> OtherUid:
+    """Set up (not start) a daemon as uid 65534: a system Python of this version that can import
+    snapd and its dependencies from this checkout and venv, and a world-enterable top directory
+    (pytest's own temp root is 0700). Fails under CI, skips elsewhere, when that cannot be done."""
+    import tempfile
+
+    import zmq
+
+    import snapd
+
+    exe = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+    if os.getuid() != 0:
+        fail_or_skip("switching to uid 65534 needs root")
+    if not os.access(exe, os.X_OK):
+        fail_or_skip(f"{exe} (a Python that uid 65534 can run) is missing")
+    top = Path(tempfile.mkdtemp(prefix="snapd-uid-"))
+    top.chmod(0o755)
+    home, ws = top / "home", top / "ws"
+    home.mkdir()
+    ws.mkdir()
+    os.chown(home, NOBODY, NOBODY)
+    os.chown(ws, NOBODY, NOBODY)
+    env = base_env(home / "snapd")
+    env["HOME"] = str(home)
+    site = os.path.dirname(os.path.dirname(zmq.__file__))
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(snapd.__file__)), site])
+    o = OtherUid(top, ws, exe, env)
+    probe = o.run([exe, "-c", "import snapd, zmq, xxhash, zstandard, watchdog, structlog"], cwd=Path("/"))
+    if probe.returncode != 0:
+        import shutil
+
+        shutil.rmtree(top, ignore_errors=True)
+        fail_or_skip(f"{exe} cannot import snapd's dependencies as uid 65534: {probe.stderr[-300:]!r}")
+    return o

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from snapd.ignore import IgnoreRules, git_head, git_toplevel, git_tracked_files
+from snapd.ignore import IgnoreRules, RuleInputs, git_head, git_toplevel, git_tracked_files
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -387,3 +387,30 @@ def test_matches_git_on_random_trees(
         r = IgnoreRules.load(root, tracked=git_tracked_files(root))
         ours = {p for p in made if r.is_ignored(p.encode())}
         assert ours == git_ignored
+
+
+def test_rule_inputs_round_trip_and_rebuild_the_same_rules() -> None:
+    """A mark records its rules' outside inputs; rebuilt with the same rule files they decide
+    exactly as the rules they were recorded from."""
+    files = {b"": b"*.log\n!keep.log\nbuild/\n", b"sub": b"x\n"}
+    rules = IgnoreRules(
+        gitignore=files.get,
+        extra_patterns=("*.tmp",),
+        info_exclude=b"local.cfg\n",
+        tracked=frozenset({b"build/kept.o", b"odd\xff.log"}),
+        prefix=b"proj",
+        outer_gitignores=((b"", b"*.bak\n"),),
+    )
+    data = rules.inputs.encode()
+    assert RuleInputs.decode(data) == rules.inputs
+    assert RuleInputs.decode(data).encode() == data
+    again = IgnoreRules.from_inputs(RuleInputs.decode(data), files.get, b"")
+    for rel, is_dir in [
+        (b"a.log", False), (b"keep.log", False), (b"build", True), (b"build/kept.o", False),
+        (b"odd\xff.log", False), (b"x.tmp", False), (b"local.cfg", False), (b"sub/x", False),
+        (b"y.bak", False), (b"src/main.py", False),
+    ]:
+        assert again.reason(rel, is_dir) == rules.reason(rel, is_dir), rel
+    assert rules.same_outside(again.inputs)
+    with pytest.raises(ValueError):
+        RuleInputs.decode(b"not a record")

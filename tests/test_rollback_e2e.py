@@ -224,46 +224,51 @@ def _depth(p: str) -> int:
 
 
 def expected_rollback(disk: Snap, target: Snap) -> tuple[Snap, set[str], bool]:
-    """(expected disk, paths whose directory mode may be either, whether a path is left/kept).
+    """(expected disk, paths whose directory mode may be either, whether a difference is kept).
 
-    DESIGN.md 4: paths captured at M get their state at M; paths captured now but absent at M
-    go; paths ignored now are never touched — so a path both ignored now and captured at M
-    keeps its current content (a conflict) unless it already equals M's; a directory that must
-    go but still holds ignored paths is kept (and listed); nothing goes inside a path left as
-    it is.
+    DESIGN.md 4: paths captured at M (``target``) get their state at M, whatever today's rules;
+    paths absent at M go, unless M's own rules ignored them (then they are never touched, and
+    neither is a directory that holds one: left, which is success); a directory that holds such
+    a path where M has a file or a symlink cannot be replaced (kept, not ok); nothing goes
+    inside a path that is not a directory.
     """
-    current = captured(disk)
-    ignored_now = {p for p in disk if p not in current}
+    m_pats = rules_of(target)
     result = dict(disk)
-    either_mode: set[str] = set()
-    left = False
-    for p in sorted(current, key=_depth, reverse=True):  # removals, deepest first
-        want = target.get(p)
-        if want is not None and want[0] == current[p][0]:
+    not_ok = False
+    for p in sorted(disk, key=_depth, reverse=True):  # removals, deepest first
+        want, cur = target.get(p), disk[p]
+        if want is None and gitignored(p, cur[0] == "dir", m_pats):
+            continue  # ignored at M: never touched
+        if want is not None and want[0] == cur[0]:
             continue
-        if current[p][0] == "dir" and any(q.startswith(p + "/") for q in result):
-            left = True  # still holds ignored paths: kept
+        if cur[0] == "dir" and any(q.startswith(p + "/") for q in result):
+            not_ok = not_ok or want is not None  # M has a file here, but ignored data is inside
             continue
         del result[p]
     for p in sorted(target, key=_depth):  # creations and updates, parents first
         want, cur = target[p], result.get(p)
         par = _parent(p)
         if par and (result.get(par) or ("",))[0] != "dir":
-            left = True  # its directory is not there: blocked
+            not_ok = True  # its directory is not there: blocked
             continue
         if cur == want:
             continue
-        if p in ignored_now:
-            if cur is not None and cur[0] == "dir" == want[0]:
-                either_mode.add(p)
-                continue
-            left = True  # ignored now, different from M: never touched
-            continue
-        if cur is not None and (p not in current or cur[0] != want[0]):
-            left = True  # a directory kept above stands where M has something else
+        if cur is not None and cur[0] != want[0]:
+            not_ok = True  # a directory kept above stands where M has something else
             continue
         result[p] = want
-    return result, either_mode, left
+    return result, set(), not_ok
+
+
+def held_before(before: Snap, target: Snap) -> Snap:
+    """What the pre-rollback mark of a rollback to ``target`` holds: every path captured now,
+    and every path today's rules ignore but the mark's rules capture (held before it changes)."""
+    now_pats, m_pats = rules_of(before), rules_of(target)
+    return {
+        p: v
+        for p, v in before.items()
+        if not (gitignored(p, v[0] == "dir", now_pats) and gitignored(p, v[0] == "dir", m_pats))
+    }
 
 
 def same_disk(got: Snap, want: Snap, either_mode: set[str]) -> bool:
@@ -295,7 +300,8 @@ class RollbackMachine(RuleBasedStateMachine):
         out = self.d.call("watch", path=b(self.root))
         self.disk: Snap = snapshot(self.root)
         self.marks: list[tuple[str, Snap]] = [(out["baseline"]["id"], captured(self.disk))]
-        self.pre: Snap | None = None  # captured state before the last rollback or undo
+        self.pre: Snap | None = None  # held state before the last rollback or undo that changed something
+        self.pre_id: str | None = None
 
     def teardown(self) -> None:
         self.d.call("forget", workspace=b(self.root))
@@ -394,10 +400,13 @@ class RollbackMachine(RuleBasedStateMachine):
             f"after rollback the disk differs from the model:\n{snap_diff(got, want)}\n"
             f"before: {sorted(before.items())}\ntarget: {sorted(target.items())}\nreply: {reply}"
         )
-        assert reply["ok"] is (not left), f"model says left={left}; reply: {reply}"
-        for what, hit in (("rollbacks", True), ("left", left), ("changed", got != before)):
+        assert reply["ok"] is (not left), f"model says kept={left}; reply: {reply}"
+        for what, hit in (("rollbacks", True), ("kept", left), ("changed", got != before)):
             self.seen[what] = self.seen.get(what, 0) + int(hit)
-        self.pre = captured(before)
+        if reply["pre_rollback"] is None:  # changed nothing: no pre-rollback mark, undo unchanged
+            assert got == before, f"no pre-rollback mark, yet the disk changed; reply: {reply}"
+        elif reply["pre_rollback"] != self.pre_id:  # (a repeat shares the first one's mark)
+            self.pre, self.pre_id = held_before(before, target), reply["pre_rollback"]
         self.disk = got
 
     @rule(data=st.data())
@@ -447,7 +456,7 @@ def test_stateful_rollback_against_a_model(daemon: Daemon, tmp_path: Path) -> No
 
 
 SCENARIOS = {
-    # A directory created since M still holding an ignored file: kept, listed, not ok.
+    # A directory created since M still holding a file M's rules ignore: left, listed, ok.
     "dir-holding-ignored": [
         ("write_file", ".gitignore", b"*.log\n"),
         ("mark",),
@@ -457,7 +466,7 @@ SCENARIOS = {
         ("rollback", 1),
         ("undo",),
     ],
-    # Captured at M, ignored now with other content: never touched (the .gitignore goes back).
+    # Captured at M, ignored now with other content: held by the pre-rollback mark, then restored.
     "ignored-now-captured-at-m": [
         ("gitignore", None),
         ("write_file", "b.log", b"at M\n"),
@@ -468,7 +477,7 @@ SCENARIOS = {
         ("undo",),
         ("undo",),
     ],
-    # Ignored at M, captured now: captured now and absent at M, so removed; undo brings it back.
+    # Ignored at M, captured now: it may have existed at M (its rules hid it), so never touched.
     "captured-now-ignored-at-m": [
         ("write_file", ".gitignore", b"*.log\n"),
         ("write_file", "b.log", b"ignored at M\n"),
@@ -746,7 +755,7 @@ def test_over_cap_file_and_fifo_in_the_way_are_kept_unless_forced(tmp_path: Path
         os.mkfifo(ws / "pipe")
         write(ws / "newdir" / "plain.txt", "captured\n")
         os.mkfifo(ws / "newdir" / "fifo")
-        write(ws / "new-big.bin", b"N" * 4096)  # uncaptured and not in the way: never touched
+        write(ws / "new-big.bin", b"N" * 4096)  # uncaptured, absent at M: kept unless --force
         write(ws / "mod.txt", "changed\n")
         before = snapshot(ws)
 
@@ -754,14 +763,14 @@ def test_over_cap_file_and_fifo_in_the_way_are_kept_unless_forced(tmp_path: Path
         assert dry.returncode == 10, failure(dry, d)
         assert snapshot(ws) == before
         out = dry.stdout.decode()
-        for p in ("big.txt", "pipe", "newdir"):
+        for p in ("big.txt", "pipe", "newdir", "new-big.bin"):
             assert f"kept: {p} (" in out, out
 
         cp = d.ctl("rollback", "--to", m, "--yes", "--json", "-w", ws, check=False)
         assert cp.returncode == 10, failure(cp, d)
         res = json.loads(cp.stdout)
         kept = {k["path"]: k["reason"] for k in res["kept"]}
-        assert {"big.txt", "pipe", "newdir"} <= kept.keys(), kept
+        assert {"big.txt", "pipe", "newdir", "new-big.bin"} <= kept.keys(), kept
         assert "size cap" in kept["big.txt"] and "special" in kept["pipe"], kept
         assert res["ok"] is False
         got = snapshot(ws)
@@ -778,8 +787,7 @@ def test_over_cap_file_and_fifo_in_the_way_are_kept_unless_forced(tmp_path: Path
         cp = d.ctl("rollback", "--to", m, "--yes", "--force", "-w", ws, check=False)
         assert cp.returncode == 0, failure(cp, d)
         got = snapshot(ws)
-        want = dict(at_m, **{"new-big.bin": before["new-big.bin"]})
-        assert got == want, snap_diff(got, want)
+        assert got == at_m, snap_diff(got, at_m)
         assert temps(ws) == []
     finally:
         assert d.stop() == 0, d.log()[-3000:]

@@ -335,6 +335,7 @@ def _plan_lines(r: dict[str, Any], *, kept: bool, limit: int = 200) -> list[str]
         out.append(f"  … and {len(lines) - limit} more (--json lists them all)")
     if kept:
         out += [f"  kept: {path_text(k['path'])} ({k['reason']})" for k in r["plan"]["kept"]]
+    out += [f"  left: {path_text(k['path'])} ({k['reason']})" for k in r["plan"].get("left", [])]
     counts = ", ".join(f"{n} {k}" for k, n in sorted(r["plan"]["counts"].items()) if n)
     out.append(f"  {counts or 'nothing to change'}")
     return out
@@ -394,7 +395,10 @@ def _rollback(args: argparse.Namespace, env: Env, undo: bool) -> int:
                 r, token = new, new["plan"]["token"]
     if not _human(args, res):
         return 0 if res["ok"] else Conflict.exit_code
-    emit(f"rolled back: {count(res['applied'], 'path')}; `snapctl undo` returns to {res['pre_rollback']}")
+    if res["pre_rollback"] is None:
+        emit("nothing to change: the workspace already matches the mark")
+    else:
+        emit(f"rolled back: {count(res['applied'], 'path')}; `snapctl undo` returns to {res['pre_rollback']}")
     for x in res["conflicts"]:
         emit(f"  conflict: {path_text(x['path'])}: {x['reason']} (left as it is)", err=True)
     listed = {path_text(k["path"]) for k in r["plan"]["kept"]} if plan_lists_kept else set()
