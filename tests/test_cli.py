@@ -228,8 +228,8 @@ def test_vanished_and_replaced_roots_show_in_status_at_once(daemon: Daemon, ws: 
     shutil.rmtree(ws)
     w = _status_ws(daemon, ws)
     assert w["state"] == "error" and "no longer exists" in w["error"], w
-    human = daemon.ctl("status").stdout.decode()
-    assert "[error]" in human and "no longer exists" in human, human
+    human = daemon.ctl("status")
+    assert b"[error]" in human.stdout and b"no longer exists" in human.stderr, describe(human)
     ws.mkdir()
     w = _status_ws(daemon, ws)
     assert w["state"] == "error" and "replaced" in w["error"], w

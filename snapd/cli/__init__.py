@@ -1,8 +1,8 @@
 """``snapctl``: the command-line client. One function per command in :mod:`.commands`.
 
 Start-up cost matters (agents run ``snapctl mark`` on every turn), so this package imports
-only the client, configuration and protocol modules — never the store or the watcher — and
-``zmq`` is loaded on the first call.
+only the client, configuration, protocol and display modules — never the store or the
+watcher — and ``zmq`` is loaded on the first call.
 
 Promises kept here for every command: ``--json`` is accepted, and with it even a usage error
 is a JSON object on stdout (``{"ok": false, "error": {...}}``); every error, usage included,

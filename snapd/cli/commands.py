@@ -96,9 +96,7 @@ def cmd_status(args: argparse.Namespace, env: Env) -> int:
         last = w.get("last_mark")
         if last:
             line += f"  last mark {last['id']} {last['label']} {when(last['created'])}"
-        emit(line)
-        if w.get("error"):
-            emit(f"      error: {w['error']}")
+        emit(line)  # its error, if any, is among the warnings below
         for ex in w.get("skipped_examples", [])[:5]:
             emit(f"      skipped: {path_text(ex)}")
         if line := _ignored_line(w):
