@@ -122,6 +122,8 @@ class Read:
     sig: Sig | None = None  # (st_mode, size, mtime_ns, ctime_ns, inode) as read
     sha: bytes | None = None  # store.fingerprint, for contents seen earlier in this capture
     listed: bool = True  # a directory: whether it can be listed (else its contents are unknown)
+    dev: int = 0  # a file's st_dev and st_nlink as read: its other names must be captured too
+    nlink: int = 1
 
 
 def parents_real(root: bytes, rel: bytes) -> bool:
@@ -202,10 +204,12 @@ def _read_entry(path: bytes, rel: bytes, st: os.stat_result, size_cap: int) -> R
         finally:
             os.close(fd)
         stable = (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
-        sig = sig_of(after)
         if stable and len(data) == after.st_size:
-            return Read(rel, "file", stat.S_IMODE(after.st_mode), data, sig=sig)
-    return Read(rel, "file", stat.S_IMODE(after.st_mode), data, unstable=True, sig=sig)
+            break
+    else:
+        stable = False
+    mode, sig = stat.S_IMODE(after.st_mode), sig_of(after)
+    return Read(rel, "file", mode, data, unstable=not stable, sig=sig, dev=after.st_dev, nlink=after.st_nlink)
 
 
 _ROOT = os.geteuid() == 0

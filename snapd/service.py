@@ -6,8 +6,10 @@ Every failure a user can cause is a :class:`SnapdError`, which the server turns 
 error reply; the daemon keeps serving.
 
 Workspace roots follow DESIGN.md semantics 1: real paths; refused are ``/``, the home
-directory itself, anything holding snapd's own directories or inside them, and a root that
-overlaps another workspace.
+directory itself, anything holding snapd's own directories or inside them, a root that
+overlaps another workspace, one inside a VCS directory and one on a pseudo file system
+(``roots``). A mark sent from inside a repository's ``.git`` registers the work tree around
+it, never ``.git``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import structlog
 
 from snapd import __version__, ignore, protocol, retention, rollback, roots, textdiff, trees
 from snapd.display import shown
-from snapd.errors import Busy, NotFound, SnapdError, UsageError
+from snapd.errors import Busy, NotFound, SnapdError, UsageError, WorkspaceRefused
 from snapd.protocol import Request
 from snapd.records import Mark
 from snapd.server import PeerInfo
@@ -153,6 +155,7 @@ class Service:
             self._ready[ws_id] = ready
             self._errors.pop(ws_id, None)
         try:
+            self._recheck_place(ws_id, root)
             workspace.start()
             return workspace
         except SnapdError as exc:
@@ -165,6 +168,18 @@ class Service:
             return None
         finally:
             ready.set()
+
+    def _recheck_place(self, ws_id: int, root: Path) -> None:
+        """A stored root that an older snapd accepted but that is refused now (inside a VCS
+        directory, on a pseudo file system) is not watched any more: its history stays until
+        `snapctl forget`, and status says why."""
+        try:
+            roots.check_place(root)
+        except WorkspaceRefused:
+            with self._lock:
+                self._live.pop(ws_id, None)
+            self.store.set_watching(ws_id, False)
+            raise
 
     # -- dispatch -----------------------------------------------------------------------------
 
@@ -234,8 +249,20 @@ class Service:
             raise NotFound(f"{real} is not a watched workspace (`snapctl watch {real}` adds it)")
         if not register:
             raise NotFound(f"no watched workspace contains {real}: pass -w PATH, or `snapctl watch` it")
-        top = ignore.git_toplevel(real) if real.is_dir() else None
-        return self._register(top or real)
+        return self._register(self._auto_root(real))
+
+    @staticmethod
+    def _auto_root(where: Path) -> Path:
+        """The workspace a mark from unwatched ``where`` registers: the enclosing git work
+        tree's top, else ``where`` itself. From inside a ``.git`` (or ``.hg``...) directory, the
+        directory holding it: git answers no work-tree question from in there, and the VCS
+        directory itself is never a workspace. (Inside a git directory found by its shape
+        alone — bare, or separate — there is no work tree to find: validation refuses it.)"""
+        vcs = roots.vcs_dir_holding(where)
+        if vcs is not None and os.fsencode(vcs.name) in ignore.VCS_NAMES:
+            where = vcs.parent
+        top = ignore.git_toplevel(where) if where.is_dir() else None
+        return top or where
 
     def _wait_ready(self, ws_id: int) -> None:
         """Wait (bounded) for a workspace that is starting: its baseline or reconcile."""
@@ -560,7 +587,7 @@ class Service:
             if ws is not None:
                 entry["state"] = "error" if w.id in errors else ("ready" if ready.get(w.id) else "starting")
                 entry.update(wire_paths(ws.status()))
-                warnings += [f"{root}: {x}" for x in ws.warnings]
+                warnings += [f"{root}: {x}" for x in ws.current_warnings()]
             if w.id in errors:
                 entry["error"] = errors[w.id]
                 warnings.append(f"{root}: {errors[w.id]}")

@@ -29,7 +29,7 @@ import structlog
 
 from snapd import apply, ignore, ingest, roots, scan, trees
 from snapd.batch import Batch
-from snapd.display import count
+from snapd.display import count, shown
 from snapd.errors import SnapdError, WorkspaceRefused
 from snapd.records import Mark
 from snapd.statcache import StatCache
@@ -78,11 +78,11 @@ class Workspace:
         self._dirty_lock = threading.Condition()
         self._stats = StatCache()
         self._skipped: dict[bytes, str] = {}
-        self._unlisted: set[bytes] = set()  # directories that could not be listed when last read
         self._since_mark = ingest.Report()
         self.ignored = ingest.IgnoredTally()  # as of the last walk that judged every name
         self.tree: str | None = None
-        self.warnings: list[str] = []
+        self.warnings: list[str] = []  # lasting conditions, in status and every mark
+        self._told: dict[bytes, int] = {}  # refused directories some mark's summary reported
         self.scan_every_mark = False
         self.git_top: Path | None = None
         self._git_index: Path | None = None
@@ -158,7 +158,7 @@ class Workspace:
                 # (what their listing finds is dirty too), so nothing slips between the two.
                 self.on_events(self.watcher.watch_new(found))
                 self._flush()
-        if self.watcher.watch_failures:
+        if self.watcher.limit_failures:
             self._watch_shortfall()
         self.progress = None
         trim_memory()
@@ -195,7 +195,7 @@ class Workspace:
     def _watch_shortfall(self) -> None:
         assert self.watcher is not None
         self.scan_every_mark = True
-        dirs = count(self.watcher.watch_failures, "directory", "directories")
+        dirs = count(self.watcher.limit_failures, "directory", "directories")
         limit = self.settings.max_watches
         if limit is not None and self.watcher.watch_count >= limit:  # our own setting, not the kernel's
             self.warnings.append(
@@ -209,6 +209,29 @@ class Workspace:
             "every mark scans the workspace; raise the limit with "
             "`sudo sysctl fs.inotify.max_user_watches=524288` (and in /etc/sysctl.d/), then restart snapd"
         )
+
+    def _refusals(self) -> dict[bytes, str]:
+        """Directories that cannot be watched for a reason of their own, with what to tell the
+        user: the real cause (``Permission denied: PATH``), never the watch limit."""
+        refused = self.watcher.refused_dirs() if self.watcher is not None else {}
+        return {
+            rel: f"{os.strerror(err)}: {shown(rel)} (snapd cannot watch this "
+            "directory; changes inside it are not captured while it stays so)"
+            for rel, err in sorted(refused.items())
+        }
+
+    def current_warnings(self) -> list[str]:
+        """Everything wrong now, for ``status``: lasting conditions and refused directories."""
+        return [*self.warnings, *self._refusals().values()]
+
+    def _mark_warnings(self) -> tuple[list[str], dict[bytes, int]]:
+        """A mark's warnings: the lasting conditions, and each refused directory once — in the
+        first mark that finds it so, not again while nothing about it changes. Also what is
+        told by then, to keep once the mark is committed."""
+        refused = self.watcher.refused_dirs() if self.watcher is not None else {}
+        news = self._refusals()
+        fresh = [news[rel] for rel, err in refused.items() if self._told.get(rel) != err and rel in news]
+        return [*self.warnings, *fresh], refused
 
     def stop(self) -> None:
         self._stopping = True
@@ -375,10 +398,10 @@ class Workspace:
                     changes[rel] = trees.Dir(change.mode, listed=False)
                     report.skip(rel, why)
                     self._skipped[rel] = why
-                    self._unlisted.add(rel)
             tree = batch.apply(None, changes)
             added = [p for p, c in changes.items() if c is not None]
             summary = ingest.summarize(batch, None, tree, report, added)
+            summary["warnings"], told = self._mark_warnings()
             summary["ignored"] = self.ignored.to_json()
             batch.add_mark(
                 self.id,
@@ -393,6 +416,7 @@ class Workspace:
             (mark,) = batch.commit()
         if progress is not None:
             progress(len(rels), len(rels))
+        self._told = told
         self.tree = tree
         return mark
 
@@ -403,12 +427,8 @@ class Workspace:
             self._stats.remove(r.rel)
             return
         self._skipped.pop(r.rel, None)
-        if r.kind == "dir":
-            if r.listed:
-                self._unlisted.discard(r.rel)
-            else:  # its contents are unknown: a rollback keeps what is under it
-                self._skipped[r.rel] = r.reason
-                self._unlisted.add(r.rel)
+        if r.kind == "dir" and not r.listed:  # its contents are unknown: a rollback keeps them
+            self._skipped[r.rel] = r.reason
         if r.kind == "file":
             self.reads += 1
         if r.kind == "missing" or r.sig is None:
@@ -416,6 +436,8 @@ class Workspace:
         else:
             # An unstable file gets read time 0: never trusted, so the next scan reads it again.
             self._stats.set(r.rel, r.sig, 0 if r.unstable else time.time_ns())
+            if r.kind == "file":
+                self._stats.note_links(r.rel, (r.dev, r.sig[4]), r.nlink)
 
     def _stage_stats(self, batch: Batch) -> None:
         for path, entry in self._stats.take_changes().items():
@@ -450,12 +472,6 @@ class Workspace:
             new = self._take_dirty()
             d = _merge(d, new)
             d.full = new.full  # this scan covered any earlier overflow, not one reported since
-        # A directory that could not be listed has no watch and its listing is unknown: when it
-        # changes (a chmod that makes it readable), list it and watch it again.
-        relisted = {p for p in d.paths if p in self._unlisted}
-        if relisted and self.watcher is not None:
-            d.paths.update(e.path for e in self.watcher.watch_new(relisted))
-        d.scan_dirs |= relisted
         for top in d.scan_dirs:
             self._scan(top)
         if d.scan_dirs:
@@ -494,19 +510,40 @@ class Workspace:
             is_dir = False
         return not self._ignored(rel, is_dir) or rel in self._stats
 
+    def _capture(self, batch: Batch, paths: list[bytes]) -> dict[bytes, trees.Change]:
+        """Read ``paths`` into ``batch``, and with each file that has other links, its other
+        captured names: a write through one name changed them all, and only that name had an
+        event."""
+        linked: list[bytes] = []
+
+        def on_read(r: ingest.Read) -> None:
+            self._note_read(r)
+            if r.kind == "file" and r.nlink > 1:
+                linked.append(r.rel)
+
+        captured: dict[bytes, trees.Change] = {}
+        todo = paths
+        while todo:
+            captured.update(
+                ingest.capture(
+                    batch,
+                    self.rootb,
+                    todo,
+                    self._since_mark,
+                    size_cap=self.settings.size_cap,
+                    ws=self.id,
+                    on_read=on_read,
+                )
+            )
+            todo = sorted({o for p in linked for o in self._stats.linked(p)} - captured.keys())
+            linked.clear()
+        return captured
+
     def _commit(self, paths: list[bytes], label: str | None, **meta: Any) -> Mark | None:
         hold: Sequence[bytes] = meta.pop("hold", ())
         with self.store.batch() as batch:
             changes: dict[bytes, trees.Change] = {}
-            captured = ingest.capture(
-                batch,
-                self.rootb,
-                paths,
-                self._since_mark,
-                size_cap=self.settings.size_cap,
-                ws=self.id,
-                on_read=self._note_read,
-            )
+            captured = self._capture(batch, paths)
             for rel, change in captured.items():
                 if change is not None and self._ignored(rel, isinstance(change, trees.Dir)):
                     change = None  # now ignored (rules changed): no longer captured
@@ -515,6 +552,7 @@ class Workspace:
             tree = batch.apply(self.tree, changes) if changes else self.tree
             assert tree is not None
             mark = None
+            told = self._told
             if label is None:
                 batch.set_head(self.id, tree)
             else:
@@ -523,7 +561,7 @@ class Workspace:
                     tree = batch.apply(tree, self._read_held(batch, hold)[0])
                 prev = self.store.latest_mark(self.id)
                 summary = ingest.summarize(batch, prev.tree if prev else None, tree, self._since_mark)
-                summary["warnings"] = list(self.warnings)
+                summary["warnings"], told = self._mark_warnings()
                 summary["ignored"] = self.ignored.to_json()
                 mark = batch.add_mark(
                     self.id,
@@ -539,6 +577,7 @@ class Workspace:
             self._stage_stats(batch)
             committed = batch.commit()
         self.tree = tree
+        self._told = told
         if mark is not None:
             self._since_mark = ingest.Report()
             return committed[0]
@@ -610,13 +649,30 @@ class Workspace:
         """Every change completed before now is in the dirty set (or a full rescan is queued)."""
         if (why := roots.replaced(self.root, self.root_id)) is not None:
             raise WorkspaceRefused(why)
-        if self.watcher is not None and self.watcher.watch_failures and not self.scan_every_mark:
+        if self.watcher is not None and self.watcher.limit_failures and not self.scan_every_mark:
             self._watch_shortfall()
         ok = self.watcher is not None and self.watcher.barrier(self.settings.barrier_timeout_s)
-        if not ok:
-            log.warning("workspace.barrier_failed", workspace=str(self.root))
-            with self._dirty_lock:
+        with self.lock:  # the stat cache is the capture thread's
+            changed_links = self._recheck_loose_links()
+        with self._dirty_lock:
+            self._dirty.paths.update(changed_links)
+            if not ok:
+                log.warning("workspace.barrier_failed", workspace=str(self.root))
                 self._dirty.full = True
+
+    def _recheck_loose_links(self) -> list[bytes]:
+        """Files with a name outside the root (or ignored) were maybe written through it, which
+        no watch of ours reports: re-stat them; those that differ from the cache are dirty."""
+        now = time.time_ns()
+        changed = []
+        for rel in self._stats.loose_links():
+            try:
+                sig = ingest.sig_of(os.lstat(self.rootb + b"/" + rel))
+            except OSError:
+                sig = None
+            if sig is None or not self._stats.is_clean(rel, sig, now):
+                changed.append(rel)
+        return changed
 
     def sync(self) -> str:
         """Capture everything changed before this call; the captured tree. Takes the lock."""
@@ -673,8 +729,9 @@ class Workspace:
             "watches": self.watcher.watch_count if self.watcher else 0,
             "watch_failures": self.watcher.watch_failures if self.watcher else 0,
             "overflows": self.watcher.overflowed if self.watcher else 0,
+            "hardlinks_rechecked": len(self._stats.loose_links()),
             "scan_every_mark": self.scan_every_mark,
-            "warnings": list(self.warnings),
+            "warnings": self.current_warnings(),
             "progress": self.progress,
             "reads": self.reads,
             "recovered_rollback": self.recovered,

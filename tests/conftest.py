@@ -1,13 +1,15 @@
-"""Shared fixtures: every test gets its own HOME / XDG dirs / SNAPD_HOME under tmp_path, and
-end-to-end tests get a real daemon (``daemon``) and a watched workspace (``ws``)."""
+"""Shared fixtures: every test gets its own HOME / XDG dirs / SNAPD_HOME under tmp_path; a
+running daemon (`daemon`) and a workspace it watches (`ws`); acting as uid 65534 (`nobody`)."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_helpers import Daemon, start_daemon
+from e2e_helpers import NOBODY, Daemon, OtherUser, other_user, start_daemon
 
 
 @pytest.fixture(autouse=True)
@@ -21,9 +23,20 @@ def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[N
 
 
 @pytest.fixture
+def nobody() -> Iterator[OtherUser]:
+    """Acting as uid 65534 (permission tests: root reads everything), in a directory of its
+    own, removed afterwards."""
+    top = Path(tempfile.mkdtemp(prefix="snapd-uid-"))  # pytest's temp root is 0700: not enterable
+    try:
+        yield other_user(NOBODY, top)
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.fixture
 def daemon(tmp_path: Path) -> Iterator[Daemon]:
-    """A real ``snapd start`` on ``tmp_path/"snapd-home"``; stopped with ``snapctl stop`` at
-    teardown (SIGKILL as a last resort, which fails the test), and it must exit 0."""
+    """A running ``snapd start`` of this test's own (e2e_helpers); stopped at teardown, where
+    anything but a clean exit 0 fails the test."""
     d = start_daemon(tmp_path / "snapd-home")
     try:
         yield d

@@ -6,6 +6,10 @@ malformed requests no well-behaved client can send) go through :func:`raw_call`.
 
 Waiting is always poll-until-deadline (``wait_for``); a deadline that passes is a failure with
 the daemon's log attached, never a silent pass.
+
+Permissions can only be tested as another uid (root reads everything): :class:`OtherUser` runs
+the daemon, the CLI and the test's own actions as that uid. A test that cannot set up what it
+needs calls :func:`unavailable`: a failure under ``CI``, a skip elsewhere.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import json
 import os
 import pty
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,14 +28,17 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+import pytest
 import zmq
 
+import snapd
 from snapd.client import Client
 from snapd.config import load_config, resolve_endpoint
 
 Arg = str | bytes | os.PathLike[str]
+NOBODY = 65534
 
 
 def wait_for(
@@ -60,15 +68,23 @@ def base_env(snapd_home: Path) -> dict[str, str]:
     return env
 
 
+def unavailable(reason: str) -> NoReturn:
+    """The test needs a condition this machine cannot give it: fail under CI, skip elsewhere."""
+    if os.environ.get("CI"):
+        pytest.fail(f"cannot run under CI: {reason}")
+    pytest.skip(reason)
+
+
 def run_ctl(
     env: dict[str, str],
     *args: Arg,
     cwd: Path | str | None = None,
     timeout: float = 30.0,
     input: bytes | None = None,
+    python: Sequence[str] = (sys.executable,),
 ) -> subprocess.CompletedProcess[bytes]:
     """``python -m snapd ARGS`` (snapctl for everything but start); output as bytes."""
-    argv: list[Arg] = [sys.executable, "-m", "snapd", *args]
+    argv: list[Arg] = [*python, "-m", "snapd", *args]
     return subprocess.run(argv, env=env, cwd=cwd, capture_output=True, timeout=timeout, input=input)
 
 
@@ -88,6 +104,7 @@ class Daemon:
     snapd_home: Path
     log_path: Path
     endpoint: str
+    python: Sequence[str] = (sys.executable,)  # how to run snapd (another uid: OtherUser.python)
     _clients: list[Client] = field(default_factory=list)
 
     @property
@@ -103,7 +120,7 @@ class Daemon:
     def ctl(
         self, *args: Arg, cwd: Path | str | None = None, timeout: float = 30.0, check: bool = True
     ) -> subprocess.CompletedProcess[bytes]:
-        cp = run_ctl(self.env, *args, cwd=cwd, timeout=timeout)
+        cp = run_ctl(self.env, *args, cwd=cwd, timeout=timeout, python=self.python)
         if check:
             assert cp.returncode == 0, describe(cp) + "\n--- daemon log ---\n" + self.log()[-4000:]
         return cp
@@ -113,7 +130,8 @@ class Daemon:
         return json.loads(cp.stdout)
 
     def client(self, timeout_s: float = 10.0) -> Client:
-        """An in-process client over the real socket; closed at teardown."""
+        """An in-process client over the real socket; closed at teardown. (A daemon of another
+        uid refuses it: use :meth:`ctl`.)"""
         c = Client(self.endpoint, timeout_s)
         self._clients.append(c)
         return c
@@ -149,7 +167,7 @@ class Daemon:
         self.close_clients()
         if self.proc.poll() is None:
             os.kill(self.pid, signal.SIGCONT)  # a test that failed mid-SIGSTOP must not hang us
-            run_ctl(self.env, "stop", timeout=20)
+            run_ctl(self.env, "stop", timeout=20, python=self.python)
             code = self.wait_exit(15)
             if code is None:
                 self.proc.kill()
@@ -160,13 +178,19 @@ class Daemon:
         return self.proc.returncode
 
 
-def start_daemon(snapd_home: Path, env: dict[str, str] | None = None, *, timeout: float = 20.0) -> Daemon:
+def start_daemon(
+    snapd_home: Path,
+    env: dict[str, str] | None = None,
+    *,
+    timeout: float = 20.0,
+    python: Sequence[str] = (sys.executable,),
+) -> Daemon:
     """Spawn ``snapd start``; return once ``status`` answers (fail with its log otherwise)."""
     env = env or base_env(snapd_home)
     log_path = snapd_home.parent / f"{snapd_home.name}-daemon-{uuid.uuid4().hex[:6]}.log"
     with open(log_path, "wb") as log_fh:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "snapd", "start", "--log-level", "debug", "--log-json"],
+            [*python, "-m", "snapd", "start", "--log-level", "debug", "--log-json"],
             env=env,
             stdout=log_fh,
             stderr=subprocess.STDOUT,
@@ -174,11 +198,14 @@ def start_daemon(snapd_home: Path, env: dict[str, str] | None = None, *, timeout
             cwd="/",  # python -m puts the cwd first on sys.path: a "snapd" dir there would shadow us
         )
     endpoint = resolve_endpoint(load_config(env))
-    d = Daemon(proc, env, snapd_home, log_path, endpoint)
+    d = Daemon(proc, env, snapd_home, log_path, endpoint, tuple(python))
 
     def ready() -> bool:
         if proc.poll() is not None:
             raise AssertionError(f"snapd start exited with {proc.returncode}\n{d.log()}")
+        if tuple(python) != (sys.executable,):  # another uid: it refuses our in-process client
+            cp = run_ctl(env, "status", "--json", python=python, timeout=10)
+            return cp.returncode == 0 and json.loads(cp.stdout).get("pid") == proc.pid
         try:
             with Client(resolve_endpoint(load_config(env)), 2.0) as c:
                 st = c.call("status")
@@ -195,6 +222,83 @@ def start_daemon(snapd_home: Path, env: dict[str, str] | None = None, *, timeout
         raise
     d.endpoint = resolve_endpoint(load_config(env))
     return d
+
+
+def git(repo: Path, *args: str) -> str:
+    """``git ARGS`` in ``repo`` with a fixed identity and none of the developer's config."""
+    identity = ["-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "init.defaultBranch=main"]
+    cp = subprocess.run(
+        ["git", *identity, *args],
+        cwd=repo,
+        capture_output=True,
+        timeout=30,
+        env=base_env(repo),
+    )
+    assert cp.returncode == 0, cp
+    return cp.stdout.decode().strip()
+
+
+# -- another uid -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OtherUser:
+    """Acting as another uid: ``setpriv`` with that uid and gid and no supplementary groups (so
+    nothing is reachable through root's groups), the system Python of our version (the venv's
+    interpreter lives under /root), and this checkout plus the venv's site-packages on
+    PYTHONPATH. ``top`` is a 0755 directory it owns, outside pytest's 0700 temp root."""
+
+    uid: int
+    top: Path
+    python: tuple[str, ...]
+    pythonpath: str
+
+    def env(self, snapd_home: Path) -> dict[str, str]:
+        env = base_env(snapd_home)
+        env["HOME"] = str(self.top / "home")
+        env["PYTHONPATH"] = self.pythonpath
+        return env
+
+    def start_daemon(self, snapd_home: Path) -> Daemon:
+        return start_daemon(snapd_home, self.env(snapd_home), python=self.python, timeout=40.0)
+
+    def run(self, *argv: Arg, cwd: Path | None = None) -> subprocess.CompletedProcess[bytes]:
+        """A command (a test's own action) as this uid; it must succeed."""
+        cp = subprocess.run([*self.python[:-1], *argv], cwd=cwd or self.top, capture_output=True, timeout=60)
+        assert cp.returncode == 0, describe(cp)
+        return cp
+
+
+def other_user(uid: int, top: Path) -> OtherUser:
+    """An :class:`OtherUser` for ``uid`` in ``top`` (made 0755 and given to it), or
+    :func:`unavailable` saying what is missing."""
+    exe = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+    if os.getuid() != 0:
+        unavailable(f"acting as uid {uid} needs root (running as uid {os.getuid()})")
+    setpriv = shutil.which("setpriv")
+    if setpriv is None or not os.access(exe, os.X_OK):
+        unavailable(f"acting as uid {uid} needs setpriv and {exe}")
+    site = os.path.dirname(os.path.dirname(zmq.__file__))
+    code = os.path.dirname(os.path.dirname(snapd.__file__))
+    who = OtherUser(
+        uid,
+        top,
+        (setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", exe),
+        os.pathsep.join([code, site]),
+    )
+    top.chmod(0o755)
+    (top / "home").mkdir()
+    os.chown(top, uid, uid)
+    os.chown(top / "home", uid, uid)
+    probe = subprocess.run(
+        [*who.python, "-c", "import snapd, zmq, xxhash, zstandard, watchdog, structlog"],
+        env=who.env(top / "home" / "snapd"),
+        capture_output=True,
+        cwd="/",
+    )
+    if probe.returncode != 0:
+        unavailable(f"uid {uid} cannot import snapd's code or dependencies: {probe.stderr[-300:]!r}")
+    return who
 
 
 # -- raw protocol --------------------------------------------------------------------------------
@@ -300,130 +404,3 @@ class Pty:
         code = self.proc.wait(timeout)
         os.close(self.master)
         return code
-
-
-# -- another uid ---------------------------------------------------------------------------------
-
-NOBODY = 65534
-
-
-def fail_or_skip(reason: str) -> None:
-    """A test that cannot set up its real condition fails under CI (never a quiet skip there)."""
-    import pytest
-
-    if os.environ.get("CI"):
-        pytest.fail(f"cannot set up this test's real condition: {reason}")
-    pytest.skip(reason)
-
-
-@dataclass
-class OtherUid:
-    """A ``snapd start`` running as uid 65534 (root ignores file modes, so permission tests
-    need another uid), with a home and a workspace that uid owns under ``top``."""
-
-    top: Path
-    ws: Path
-    exe: str
-    env: dict[str, str]
-    proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def log_path(self) -> Path:
-        return self.top / "daemon.log"
-
-    def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return "(no log)"
-
-    def run(
-        self, argv: Sequence[Arg], *, cwd: Path | None = None, timeout: float = 60.0
-    ) -> subprocess.CompletedProcess[bytes]:
-        return subprocess.run(
-            list(argv),
-            env=self.env,
-            user=NOBODY,
-            group=NOBODY,
-            extra_groups=[],
-            capture_output=True,
-            cwd=cwd or self.ws,
-            timeout=timeout,
-        )
-
-    def sh(self, script: str) -> None:
-        """Run a shell script as uid 65534 in the workspace (files it makes belong to that uid)."""
-        cp = self.run(["/bin/sh", "-ec", script])
-        assert cp.returncode == 0, describe(cp)
-
-    def ctl(
-        self, *args: Arg, check: bool = True, cwd: Path | None = None
-    ) -> subprocess.CompletedProcess[bytes]:
-        cp = self.run([self.exe, "-m", "snapd", *args], cwd=cwd)
-        assert not check or cp.returncode == 0, describe(cp) + "\n--- daemon log ---\n" + self.log()[-3000:]
-        return cp
-
-    def ctl_json(self, *args: Arg) -> Any:
-        return json.loads(self.ctl(*args, "--json").stdout)
-
-    def start(self) -> None:
-        with open(self.log_path, "wb") as fh:
-            self.proc = subprocess.Popen(
-                [self.exe, "-m", "snapd", "start", "--log-level", "debug"],
-                env=self.env,
-                user=NOBODY,
-                group=NOBODY,
-                extra_groups=[],
-                stdout=fh,
-                stderr=subprocess.STDOUT,
-                cwd="/",
-                stdin=subprocess.DEVNULL,
-            )
-        wait_for(lambda: self.ctl("status", check=False).returncode == 0, 30, 0.1, "daemon as uid 65534")
-
-    def stop(self) -> int:
-        assert self.proc is not None
-        self.ctl("stop", check=False)
-        try:
-            return self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-            log = self.log()[-3000:]
-            raise AssertionError("snapd as uid 65534 did not stop; killed it\n" + log) from None
-
-
-def other_uid() -> OtherUid:
-    """Set up (not start) a daemon as uid 65534: a system Python of this version that can import
-    snapd and its dependencies from this checkout and venv, and a world-enterable top directory
-    (pytest's own temp root is 0700). Fails under CI, skips elsewhere, when that cannot be done."""
-    import tempfile
-
-    import zmq
-
-    import snapd
-
-    exe = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
-    if os.getuid() != 0:
-        fail_or_skip("switching to uid 65534 needs root")
-    if not os.access(exe, os.X_OK):
-        fail_or_skip(f"{exe} (a Python that uid 65534 can run) is missing")
-    top = Path(tempfile.mkdtemp(prefix="snapd-uid-"))
-    top.chmod(0o755)
-    home, ws = top / "home", top / "ws"
-    home.mkdir()
-    ws.mkdir()
-    os.chown(home, NOBODY, NOBODY)
-    os.chown(ws, NOBODY, NOBODY)
-    env = base_env(home / "snapd")
-    env["HOME"] = str(home)
-    site = os.path.dirname(os.path.dirname(zmq.__file__))
-    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(snapd.__file__)), site])
-    o = OtherUid(top, ws, exe, env)
-    probe = o.run([exe, "-c", "import snapd, zmq, xxhash, zstandard, watchdog, structlog"], cwd=Path("/"))
-    if probe.returncode != 0:
-        import shutil
-
-        shutil.rmtree(top, ignore_errors=True)
-        fail_or_skip(f"{exe} cannot import snapd's dependencies as uid 65534: {probe.stderr[-300:]!r}")
-    return o

@@ -30,6 +30,7 @@ from e2e_helpers import (
     Daemon,
     base_env,
     describe,
+    git,
     no_cookies,
     raw_call,
     raw_json,
@@ -650,27 +651,6 @@ def test_python_m_snapd_stop(tmp_path: Path) -> None:
 
 
 # -- 10. marks from unwatched directories, git ----------------------------------------------------
-
-
-def git(repo: Path, *args: str) -> str:
-    cp = subprocess.run(
-        [
-            "git",
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@example.com",
-            "-c",
-            "init.defaultBranch=main",
-            *args,
-        ],
-        cwd=repo,
-        capture_output=True,
-        timeout=30,
-        env=base_env(repo),
-    )
-    assert cp.returncode == 0, cp
-    return cp.stdout.decode().strip()
 
 
 @pytest.mark.timeout(60)

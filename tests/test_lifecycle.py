@@ -136,6 +136,31 @@ def test_stat_cache_racy_rule() -> None:
     assert b"d/x" not in cache and b"d" not in cache and len(cache) == 2
 
 
+def test_stat_cache_links() -> None:
+    """Other names of a linked file come from the inode index; names whose file has more links
+    than names known here are loose (re-checked at each mark)."""
+    f = lambda ino: (0o100644, 5, 1, 1, ino)  # noqa: E731
+    cache = StatCache({b"a": (f(7), 1), b"b": (f(7), 1), b"c": (f(8), 1)})
+    assert cache.linked(b"a") == set(), "not known to be linked: no index is built"
+    cache.note_links(b"a", (1, 7), 2)
+    assert cache.linked(b"a") == {b"b"} and cache.loose_links() == [b"a"]
+    cache.note_links(b"b", (1, 7), 2)
+    assert cache.loose_links() == []
+    cache.note_links(b"a", (1, 7), 3)  # a third name, not (yet) captured
+    cache.note_links(b"b", (1, 7), 3)
+    assert cache.loose_links() == [b"a", b"b"]
+    cache.set(b"d", f(7), 1)  # ... now captured; the index follows
+    cache.note_links(b"d", (1, 7), 3)
+    assert cache.linked(b"b") == {b"a", b"d"} and cache.loose_links() == []
+    cache.set(b"d", f(9), 1)  # replaced by another file
+    cache.note_links(b"d", (1, 9), 1)
+    cache.note_links(b"a", (1, 7), 2)
+    cache.note_links(b"b", (1, 7), 2)
+    assert cache.linked(b"b") == {b"a"} and cache.loose_links() == []
+    cache.remove(b"a")
+    assert cache.loose_links() == [b"b"] and cache.linked(b"b") == set()
+
+
 def test_vanished_root_shows_in_status_and_marks_fail_clearly(tmp_path: Path) -> None:
     home = tmp_path / "home-snapd"
     root = _ws(tmp_path)

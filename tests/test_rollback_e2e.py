@@ -32,14 +32,23 @@ import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_helpers import Daemon, Pty, base_env, describe, no_cookies, run_ctl, start_daemon, wait_for
+from e2e_helpers import (
+    NOBODY,
+    Daemon,
+    OtherUser,
+    Pty,
+    describe,
+    no_cookies,
+    run_ctl,
+    start_daemon,
+    wait_for,
+)
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
@@ -49,7 +58,6 @@ from snapd.errors import PlanChanged
 
 Snap = dict[str, tuple[Any, ...]]  # rel path -> ("file", mode, bytes) | ("dir", mode) | ("link", text)
 
-NOBODY = 65534
 
 # -- helpers --------------------------------------------------------------------------------------
 
@@ -145,9 +153,6 @@ def failure(cp: subprocess.CompletedProcess[bytes], d: Daemon) -> str:
 
 
 # -- fixtures -------------------------------------------------------------------------------------
-
-
-# ``daemon`` comes from conftest.py.
 
 
 def watched(d: Daemon, root: Path) -> Path:
@@ -793,108 +798,39 @@ def test_over_cap_file_and_fifo_in_the_way_are_kept_unless_forced(tmp_path: Path
         assert d.stop() == 0, d.log()[-3000:]
 
 
-def _other_uid_python() -> str | None:
-    """A Python that uid 65534 can run with this venv's packages (the venv's own lives under
-    /root, which only root can enter), or None."""
-    exe = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
-    if os.getuid() != 0 or not os.access(exe, os.X_OK):
-        return None
-    return exe
-
-
 @pytest.mark.timeout(90)
-def test_unreadable_file_in_the_way_is_kept_unless_forced(tmp_path: Path) -> None:
+def test_unreadable_file_in_the_way_is_kept_unless_forced(nobody: OtherUser) -> None:
     """Root reads anything, so the daemon and the CLI run as uid 65534 here (DESIGN.md: tests that
     check permissions run the other side as another uid); the file is mode 000."""
-    exe = _other_uid_python()
-    if exe is None:
-        pytest.skip("needs root and a system python of the same version for uid 65534")
-    import zmq
-
-    import snapd
-
-    top = Path(tempfile.mkdtemp(prefix="snapd-uid-"))  # pytest's tmp root is 0700: not enterable
+    ws = nobody.top / "ws"
+    ws.mkdir()
+    write(ws / "secret.txt", "secret at M\n")
+    write(ws / "plain.txt", "plain at M\n")
+    for p in (ws, ws / "secret.txt", ws / "plain.txt"):
+        os.chown(p, NOBODY, NOBODY)
+    d = nobody.start_daemon(nobody.top / "home" / "snapd")
     try:
-        top.chmod(0o755)
-        home, ws = top / "home", top / "ws"
-        home.mkdir()
-        ws.mkdir()
-        env = base_env(home / "snapd")
-        env["HOME"] = str(home)
-        site = os.path.dirname(os.path.dirname(zmq.__file__))
-        env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(snapd.__file__)), site])
-        write(ws / "secret.txt", "secret at M\n")
-        write(ws / "plain.txt", "plain at M\n")
-        for p in (home, ws, ws / "secret.txt", ws / "plain.txt"):
-            os.chown(p, NOBODY, NOBODY)
-        probe = subprocess.run(
-            [exe, "-c", "import snapd, zmq, xxhash, zstandard, watchdog, structlog"],
-            env=env,
-            user=NOBODY,
-            group=NOBODY,
-            capture_output=True,
-            cwd="/",
-        )
-        if probe.returncode != 0:
-            pytest.skip(f"{exe} cannot import snapd's dependencies as uid 65534: {probe.stderr[-300:]!r}")
+        d.ctl("watch", ws)
+        m = d.ctl_json("mark", "m", "-w", ws)["id"]
+        (ws / "secret.txt").write_text("secret now: not readable by the daemon\n")
+        (ws / "secret.txt").chmod(0o000)
+        (ws / "plain.txt").write_text("plain now\n")
+        d.ctl("mark", "n", "-w", ws)
 
-        def ctl(*args: str | Path, check: bool = True) -> subprocess.CompletedProcess[bytes]:
-            cp = subprocess.run(
-                [exe, "-m", "snapd", *map(str, args)],
-                env=env,
-                user=NOBODY,
-                group=NOBODY,
-                capture_output=True,
-                cwd=ws,
-                timeout=60,
-            )
-            assert not check or cp.returncode == 0, describe(cp) + log.read_text(errors="replace")[-3000:]
-            return cp
+        cp = d.ctl("rollback", "--to", m, "--yes", cwd=ws, check=False)
+        assert cp.returncode == 10, describe(cp)
+        assert b"kept: secret.txt" in cp.stderr and b"unreadable" in cp.stderr, describe(cp)
+        assert (ws / "secret.txt").read_text() == "secret now: not readable by the daemon\n"
+        assert stat.S_IMODE((ws / "secret.txt").stat().st_mode) == 0
+        assert (ws / "plain.txt").read_text() == "plain at M\n"
 
-        log = top / "daemon.log"
-        with open(log, "wb") as fh:
-            proc = subprocess.Popen(
-                [exe, "-m", "snapd", "start", "--log-level", "debug"],
-                env=env,
-                user=NOBODY,
-                group=NOBODY,
-                stdout=fh,
-                stderr=subprocess.STDOUT,
-                cwd="/",
-                stdin=subprocess.DEVNULL,
-            )
-        try:
-            wait_for(lambda: ctl("status", check=False).returncode == 0, 30, 0.1, "daemon as 65534")
-            ctl("watch", ws)
-            m = json.loads(ctl("mark", "m", "--json").stdout)["id"]
-            (ws / "secret.txt").write_text("secret now: not readable by the daemon\n")
-            (ws / "secret.txt").chmod(0o000)
-            (ws / "plain.txt").write_text("plain now\n")
-            ctl("mark", "n")
-
-            cp = ctl("rollback", "--to", m, "--yes", check=False)
-            assert cp.returncode == 10, describe(cp)
-            assert b"kept: secret.txt" in cp.stderr and b"unreadable" in cp.stderr, describe(cp)
-            assert (ws / "secret.txt").read_text() == "secret now: not readable by the daemon\n"
-            assert stat.S_IMODE((ws / "secret.txt").stat().st_mode) == 0
-            assert (ws / "plain.txt").read_text() == "plain at M\n"
-
-            cp = ctl("rollback", "--to", m, "--yes", "--force", check=False)
-            assert cp.returncode == 0, describe(cp)
-            assert (ws / "secret.txt").read_text() == "secret at M\n"
-            assert stat.S_IMODE((ws / "secret.txt").stat().st_mode) == 0o644
-            assert temps(ws) == []
-        finally:
-            ctl("stop", check=False)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
-                raise
-            assert proc.returncode == 0, log.read_text(errors="replace")[-3000:]
+        cp = d.ctl("rollback", "--to", m, "--yes", "--force", cwd=ws, check=False)
+        assert cp.returncode == 0, describe(cp)
+        assert (ws / "secret.txt").read_text() == "secret at M\n"
+        assert stat.S_IMODE((ws / "secret.txt").stat().st_mode) == 0o644
+        assert temps(ws) == []
     finally:
-        shutil.rmtree(top, ignore_errors=True)
+        assert d.stop() == 0, d.log()[-3000:]
 
 
 # == 5. concurrency: a writer during the apply, a mark during a rollback, racing rollbacks =======
