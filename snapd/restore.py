@@ -81,8 +81,9 @@ class Op:
         kind = obj["kind"]
         if kind not in ("mkdir", "write", "symlink", "chmod", "remove", "rmdir"):
             raise ValueError(f"bad op kind {kind!r}")
-        path = decode_path(obj["path"])
-        if path or kind != "chmod":  # b"" is the root itself: only its mode is ever set
+        # b"" is the root itself: only its mode is ever set (decode_path refuses empty names)
+        path = b"" if kind == "chmod" and obj["path"] == "" else decode_path(obj["path"])
+        if path:
             trees.split_path(path)
         forced = obj.get("forced")
         return cls(kind, path, _entry_from(obj["entry"]), _entry_from(obj["expect"]), forced)

@@ -87,6 +87,7 @@ class Workspace:
         self.git_top: Path | None = None
         self._git_index: Path | None = None
         self._git_index_sig: tuple[int, ...] | None = None
+        self._outside_rules: list[Path] = []  # ignore.outside_rule_files, stat'ed with the index
         self.rules = ignore.IgnoreRules.load(root, settings.extra_ignore)
         self._rules_record: tuple[ignore.RuleInputs, bytes, str] | None = None  # inputs, bytes, digest
         self.watcher: Watcher | None = None
@@ -312,17 +313,20 @@ class Workspace:
                     self._git_index = (
                         self.git_top / gitdir if not gitdir.is_absolute() else gitdir
                     ) / "index"
+        self._outside_rules = [Path(os.fsdecode(p)) for p in ignore.outside_rule_files(self.root)]
         self._git_index_sig = self._index_sig()
         tracked = ignore.git_tracked_files(self.root) if self.git_top else None
         self.rules = ignore.IgnoreRules.load(self.root, self.settings.extra_ignore, tracked)
 
     def _index_sig(self) -> tuple[int, ...] | None:
-        """Signature of git's index and info/exclude: .git is never watched, so the tracked
-        set and exclude rules are re-read when these files change (one stat each per capture)."""
+        """Signature of git's index and the rule files outside the tree (the common git dir's
+        info/exclude, .gitignore files above a root inside a work tree): they are never watched,
+        so the tracked set and those rules are re-read when these change (one stat each per
+        capture)."""
         if self._git_index is None:
             return None
         sig: list[int] = []
-        for path in (self._git_index, self._git_index.parent / "info" / "exclude"):
+        for path in (self._git_index, *self._outside_rules):
             try:
                 st = path.stat()
                 sig += [st.st_mtime_ns, st.st_size, st.st_ino]
