@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from snapd import trees
+from snapd.display import shown
 from snapd.errors import NotFound, UsageError
 from snapd.protocol import decode_path, encode_path
 from snapd.trees import Difference, Entry
@@ -42,9 +43,7 @@ MKDIR_MODE = 0o700
 _OWNER_WX = stat.S_IWUSR | stat.S_IXUSR
 
 
-def show(path: bytes) -> str:
-    """A path for people: undecodable bytes as ``\\xNN``."""
-    return path.decode("utf-8", "backslashreplace")
+show = shown  # paths in plans and reasons are shown to people: one rendering (snapd.display)
 
 
 def _entry_json(e: Entry | None) -> list[Any] | None:

@@ -27,8 +27,9 @@ from typing import Any
 
 import structlog
 
-from snapd import apply, ignore, ingest, protocol, roots, scan, trees
+from snapd import apply, ignore, ingest, roots, scan, trees
 from snapd.batch import Batch
+from snapd.display import count, shown
 from snapd.errors import SnapdError, WorkspaceRefused
 from snapd.records import Mark
 from snapd.statcache import StatCache
@@ -195,8 +196,17 @@ class Workspace:
     def _watch_shortfall(self) -> None:
         assert self.watcher is not None
         self.scan_every_mark = True
+        dirs = count(self.watcher.limit_failures, "directory", "directories")
+        limit = self.settings.max_watches
+        if limit is not None and self.watcher.watch_count >= limit:  # our own setting, not the kernel's
+            self.warnings.append(
+                f"{dirs} could not be watched: snapd's watch_limit setting ({limit} per workspace) "
+                "was reached; every mark scans the workspace. Raise watch_limit in config.toml "
+                "(or SNAPD_WATCH_LIMIT), then restart snapd"
+            )
+            return
         self.warnings.append(
-            f"{self.watcher.limit_failures} directories could not be watched (inotify watch limit): "
+            f"{dirs} could not be watched (inotify watch limit): "
             "every mark scans the workspace; raise the limit with "
             "`sudo sysctl fs.inotify.max_user_watches=524288` (and in /etc/sysctl.d/), then restart snapd"
         )
@@ -206,7 +216,7 @@ class Workspace:
         user: the real cause (``Permission denied: PATH``), never the watch limit."""
         refused = self.watcher.refused_dirs() if self.watcher is not None else {}
         return {
-            rel: f"{os.strerror(err)}: {protocol.display_path(rel)} (snapd cannot watch this "
+            rel: f"{os.strerror(err)}: {shown(rel)} (snapd cannot watch this "
             "directory; changes inside it are not captured while it stays so)"
             for rel, err in sorted(refused.items())
         }
@@ -641,11 +651,8 @@ class Workspace:
 
     def _barrier(self) -> None:
         """Every change completed before now is in the dirty set (or a full rescan is queued)."""
-        if self._check_root() != self.root_id:
-            raise WorkspaceRefused(
-                f"the directory {self.root} was replaced while snapd watched it: `snapctl forget "
-                f"{self.root}`, then `snapctl watch {self.root}` to start a new history"
-            )
+        if (why := roots.replaced(self.root, self.root_id)) is not None:
+            raise WorkspaceRefused(why)
         if self.watcher is not None and self.watcher.limit_failures and not self.scan_every_mark:
             self._watch_shortfall()
         ok = self.watcher is not None and self.watcher.barrier(self.settings.barrier_timeout_s)

@@ -1,5 +1,5 @@
 """Shared fixtures: every test gets its own HOME / XDG dirs / SNAPD_HOME under tmp_path; a
-running daemon (`daemon`); acting as uid 65534 (`nobody`)."""
+running daemon (`daemon`) and a workspace it watches (`ws`); acting as uid 65534 (`nobody`)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[N
     for var in ("XDG_RUNTIME_DIR", "XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "SNAPD_HOME"):
         monkeypatch.delenv(var, raising=False)
     yield
-
 
 
 @pytest.fixture
@@ -44,3 +43,15 @@ def daemon(tmp_path: Path) -> Iterator[Daemon]:
     finally:
         code = d.stop()
         assert code == 0, f"snapd exited with {code}\n{d.log()[-4000:]}"
+
+
+@pytest.fixture
+def ws(tmp_path: Path, daemon: Daemon) -> Path:
+    """A watched workspace (via `snapctl watch`), as its real path."""
+    root = tmp_path / "proj" / "ws"
+    root.mkdir(parents=True)
+    root = root.resolve()
+    out = daemon.ctl_json("watch", root)
+    assert out["workspace"] == str(root)
+    assert out["baseline"]["kind"] == "baseline"
+    return root
