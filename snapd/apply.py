@@ -56,6 +56,7 @@ class ApplyResult:
     applied: tuple[bytes, ...]  # paths that now hold what the plan wanted
     conflicts: tuple[tuple[bytes, str], ...]  # left as they are: changed meanwhile, or failed
     kept: tuple[tuple[bytes, str], ...]  # the plan's kept paths, and directories still holding others
+    left: tuple[tuple[bytes, str], ...]  # ignored at the mark: never touched (not a difference)
     temps_removed: int
     replaced: tuple[bytes, ...]  # symlinks found where a directory was needed, now directories
 
@@ -181,7 +182,7 @@ class _Engine:
             yield None
             return
         try:
-            name = op.path.rpartition(b"/")[2]
+            name = op.path.rpartition(b"/")[2] or b"."  # b"": the root itself (its mode)
             st = safeio.lstat_at(fd, name)
             if self.done(fd, name, st, follow):
                 self.applied[op.path] = None
@@ -207,7 +208,12 @@ class _Engine:
         by_path: dict[bytes, list[int]] = {}
         for k, op in enumerate(ops):
             by_path.setdefault(op.path, []).append(k)
-        follow = [[ops[j] for j in by_path[op.path] if j >= k] for k, op in enumerate(ops)]
+        # A directory's mode is no evidence of progress (a read-only directory is opened, then
+        # given its mode back): a chmod of one is judged by its own result only.
+        follow = [
+            [op] if _dir_chmod(op) else [ops[j] for j in by_path[op.path] if j >= k]
+            for k, op in enumerate(ops)
+        ]
         k, phase = 0, 0
         while k < len(ops):
             end = k
@@ -340,16 +346,21 @@ class _Engine:
                 self.drop_temp(fd, temp)
                 os.close(fd)
 
-    def result(self, kept: Sequence[tuple[bytes, str]]) -> dict[str, Any]:
+    def result(self, kept: Sequence[tuple[bytes, str]], left: Sequence[tuple[bytes, str]]) -> dict[str, Any]:
         applied = tuple(p for p in self.applied if p not in self.conflicts and p not in self.kept)
         all_kept = tuple(kept) + tuple(self.kept.items())
         return dict(
             applied=applied,
             conflicts=tuple(self.conflicts.items()),
             kept=all_kept,
+            left=tuple(left),
             temps_removed=self.temps_removed,
             replaced=tuple(self.replaced),
         )
+
+
+def _dir_chmod(op: Op) -> bool:
+    return op.kind == "chmod" and op.entry is not None and op.entry.kind == "dir"
 
 
 def _ancestors(path: bytes) -> list[bytes]:
@@ -403,6 +414,7 @@ def apply(
         "force": force,
         "ops": [dict(op.to_json(), temp=temp) for op, temp in zip(plan.ops, temps, strict=True)],
         "kept": [{"path": encode_path(p), "reason": r} for p, r in plan.kept],
+        "left": [{"path": encode_path(p), "reason": r} for p, r in plan.left],
     }
 
     def record(phase: int) -> None:
@@ -417,7 +429,7 @@ def apply(
         safeio.unlink(journal)
     finally:
         os.close(root_fd)
-    return ApplyResult(**engine.result(plan.kept))
+    return ApplyResult(**engine.result(plan.kept, plan.left))
 
 
 def recover(root: Path, journal: Path, get: Get, hasher: Hasher) -> RecoveryResult | None:
@@ -435,6 +447,7 @@ def recover(root: Path, journal: Path, get: Get, hasher: Hasher) -> RecoveryResu
         if any(t is not None and not (safeio.is_temp_name(t) and "/" not in t) for t in temps):
             raise ValueError("a temp file name is not one of snapd's")
         kept = [(decode_path(k["path"]), str(k["reason"])) for k in doc["kept"]]
+        left = [(decode_path(k["path"]), str(k["reason"])) for k in doc.get("left", [])]
         journal_root = decode_path(doc["root"])
     except (ValueError, KeyError, TypeError) as exc:
         raise StoreError(f"rollback journal {journal} is unreadable ({exc}); it was left in place") from exc
@@ -448,4 +461,4 @@ def recover(root: Path, journal: Path, get: Get, hasher: Hasher) -> RecoveryResu
         safeio.unlink(journal)
     finally:
         os.close(root_fd)
-    return RecoveryResult(**engine.result(kept), root=root, token=str(doc.get("token", "")))
+    return RecoveryResult(**engine.result(kept, left), root=root, token=str(doc.get("token", "")))

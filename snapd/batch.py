@@ -212,6 +212,8 @@ class Batch:
         git_head: str | None = None,
         summary: dict[str, Any] | None = None,
         created: int | None = None,
+        rules: str | None = None,
+        root_mode: int | None = None,
     ) -> Mark:
         """Queue a mark; its id is final, its ``seq`` is assigned at commit."""
         if kind == "user":
@@ -230,6 +232,8 @@ class Batch:
             kind,
             False,
             summary or {},
+            rules,
+            root_mode,
         )
         self._marks.append(mark)
         self._heads[ws] = tree
@@ -309,7 +313,7 @@ class Batch:
                     "SELECT COALESCE(MAX(seq), 0) + 1 FROM marks WHERE workspace=?", (m.workspace,)
                 ).fetchone()[0]
                 c.execute(
-                    f"INSERT INTO marks ({MARK_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    f"INSERT INTO marks ({MARK_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (
                         m.id,
                         m.workspace,
@@ -324,6 +328,8 @@ class Batch:
                         m.kind,
                         0,
                         json.dumps(m.summary),
+                        m.rules,
+                        m.root_mode,
                     ),
                 )
                 committed.append(dataclasses.replace(m, seq=seq))

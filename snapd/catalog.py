@@ -22,7 +22,17 @@ from pathlib import Path
 from snapd import safeio
 from snapd.errors import DiskFull, StoreError, StoreFormatError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# Format 1 lacked the marks' rule inputs and root mode, and the workspace's last rollback: the
+# columns are added on open (such marks are judged under today's outside rules, and their root
+# mode is not restored).
+_MIGRATIONS = {
+    "1": (
+        "ALTER TABLE marks ADD COLUMN rules TEXT",
+        "ALTER TABLE marks ADD COLUMN root_mode INTEGER",
+        "ALTER TABLE workspaces ADD COLUMN last_rollback TEXT",
+    ),
+}
 
 SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -41,7 +51,8 @@ CREATE TABLE workspaces (
     created INTEGER NOT NULL,
     watching INTEGER NOT NULL DEFAULT 1,
     head TEXT,
-    root_id TEXT
+    root_id TEXT,
+    last_rollback TEXT
 );
 CREATE TABLE marks (
     id TEXT PRIMARY KEY,
@@ -57,6 +68,8 @@ CREATE TABLE marks (
     kind TEXT NOT NULL,
     pinned INTEGER NOT NULL DEFAULT 0,
     summary TEXT,
+    rules TEXT,
+    root_mode INTEGER,
     UNIQUE (workspace, seq)
 );
 CREATE INDEX marks_label ON marks (workspace, label, seq);
@@ -137,6 +150,13 @@ class Catalog:
             return
         row = self._w.execute("SELECT value FROM meta WHERE key='format'").fetchone()
         found = row[0] if row else "none"
+        if found in _MIGRATIONS:
+            self._w.execute("BEGIN IMMEDIATE")
+            for stmt in _MIGRATIONS[found]:
+                self._w.execute(stmt)
+            self._w.execute("UPDATE meta SET value=? WHERE key='format'", (str(FORMAT_VERSION),))
+            self._w.execute("COMMIT")
+            found = str(FORMAT_VERSION)
         if found != str(FORMAT_VERSION):
             raise StoreFormatError(
                 f"the store {self.path.parent} has format {found}, and this snapd understands "

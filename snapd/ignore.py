@@ -10,12 +10,16 @@ Precedence, highest first (the first source with a matching pattern decides):
 2. snapd's own cookie and temp files ``.snapd-*~`` ("snapd").
 3. Paths git tracks: always captured, whatever the patterns say.
 4. Editors' swap, lock and backup files ("editor").
-5. A path inside a directory excluded by 6-9 is excluded too (git never descends into an
+5. A path inside a directory excluded by 7-9 is excluded too (git never descends into an
    excluded directory, so no pattern below it can re-include anything).
-6. The root ``.snapdignore`` ("snapdignore"), then extra patterns from config ("config").
-7. ``.gitignore`` files, the one nearest to the path first ("gitignore"); ancestors above the
+6. Rule files in effect (a ``.gitignore`` outside excluded directories, the root
+   ``.snapdignore``): always captured, even when a pattern matches them — unlike git, which
+   leaves a self-ignoring ``.gitignore`` untracked — because a mark's rules are rebuilt from
+   the rule files in its tree.
+7. The root ``.snapdignore`` ("snapdignore"), then extra patterns from config ("config").
+8. ``.gitignore`` files, the one nearest to the path first ("gitignore"); ancestors above the
    root count when the root is a subdirectory of a git work tree.
-8. ``$GIT_COMMON_DIR/info/exclude`` ("exclude").
+9. ``$GIT_COMMON_DIR/info/exclude`` ("exclude").
 
 Within one source the last matching pattern wins, ``!`` re-includes. Patterns are compiled by
 pathspec's ``GitIgnoreSpec``, but matched one path component at a time the way git's directory
@@ -25,11 +29,14 @@ walk does: a pattern matches only the path itself, never "a file because its par
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import re
 import stat
 import subprocess
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
@@ -187,6 +194,55 @@ def is_cookie_name(name: bytes) -> bool:
 # --- the rules object ------------------------------------------------------------------------
 
 
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+@dataclass(frozen=True)
+class RuleInputs:
+    """What a workspace's ignore rules depend on besides the rule files inside its tree.
+
+    A mark records these (as one content-addressed object), so a rollback can judge every
+    path under the rules the mark was captured with: the ``.gitignore`` and ``.snapdignore``
+    files come from the mark's own tree, the rest from here (DESIGN.md semantics 4).
+    """
+
+    extra: tuple[str, ...] = ()
+    exclude: bytes = b""
+    tracked: frozenset[bytes] = frozenset()
+    prefix: bytes = b""
+    outer: tuple[tuple[bytes, bytes], ...] = ()
+
+    _MAGIC = b"snapd-rules-1\n"
+
+    def encode(self) -> bytes:
+        """A canonical byte form: equal inputs give equal bytes (so one object per rule set)."""
+        head = {
+            "extra": list(self.extra),
+            "exclude": _b64(self.exclude),
+            "prefix": _b64(self.prefix),
+            "outer": [[_b64(d), _b64(data)] for d, data in self.outer],
+        }
+        tracked = b"\0".join(sorted(self.tracked))
+        return self._MAGIC + json.dumps(head, sort_keys=True).encode() + b"\n" + tracked
+
+    @classmethod
+    def decode(cls, data: bytes) -> RuleInputs:
+        if not data.startswith(cls._MAGIC):
+            raise ValueError("not a rule-inputs record")
+        head_raw, _, tracked = data[len(cls._MAGIC) :].partition(b"\n")
+        head = json.loads(head_raw)
+        unb64 = base64.b64decode
+        return cls(
+            extra=tuple(str(x) for x in head["extra"]),
+            exclude=unb64(head["exclude"]),
+            tracked=frozenset(p for p in tracked.split(b"\0") if p),
+            prefix=unb64(head["prefix"]),
+            outer=tuple((unb64(d), unb64(x)) for d, x in head["outer"]),
+        )
+
+
+
 class _Source:
     """One .gitignore: its directory relative to the git top level, and its rules."""
 
@@ -225,6 +281,9 @@ class IgnoreRules:
         subdirectory of a work tree; ``outer_gitignores``: (dir relative to the top level,
         contents) for the .gitignore files from the top level down to the root's parent."""
         self._load = gitignore
+        self.inputs = RuleInputs(
+            tuple(extra_patterns), info_exclude, tracked, prefix, tuple(outer_gitignores)
+        )
         self._snapd = _compile(_lines(snapdignore))
         self._extra = _compile(extra_patterns)
         self._exclude = _compile(_lines(info_exclude))
@@ -254,20 +313,17 @@ class IgnoreRules:
         """Rules for ``root`` from disk: root ``.snapdignore``, ``.gitignore`` files (read
         when a directory is first asked about), the enclosing repository's info/exclude."""
         root_b = os.path.abspath(os.fsencode(root))
-        repo = _find_repo(root_b)
         prefix = b""
         outer: list[tuple[bytes, bytes]] = []
         exclude = b""
-        if repo is not None:
-            top, common = repo
-            prefix = os.path.relpath(root_b, top) if top != root_b else b""
-            parts = prefix.split(b"/") if prefix else []
-            for i in range(len(parts)):
-                d = b"/".join(parts[:i])
-                data = _read_rule_file(os.path.join(top, d, RULE_FILE_NAME))
+        files = _outside_files(root_b)
+        if files is not None:
+            prefix, exclude_path, outer_paths = files
+            for d, path in outer_paths:
+                data = _read_rule_file(path)
                 if data:
                     outer.append((d, data))
-            exclude = _read_rule_file(os.path.join(common, b"info", b"exclude")) or b""
+            exclude = _read_rule_file(exclude_path) or b""
 
         def gitignore(rel_dir: bytes) -> bytes | None:
             base = os.path.join(root_b, rel_dir) if rel_dir else root_b
@@ -282,6 +338,25 @@ class IgnoreRules:
             prefix=prefix,
             outer_gitignores=outer,
         )
+
+    @classmethod
+    def from_inputs(cls, inputs: RuleInputs, gitignore: _Loader, snapdignore: bytes) -> IgnoreRules:
+        """Rules rebuilt from recorded ``inputs`` and rule files read through ``gitignore``
+        (``rel_dir -> contents``), e.g. from a mark's tree."""
+        return cls(
+            gitignore=gitignore,
+            snapdignore=snapdignore,
+            extra_patterns=inputs.extra,
+            info_exclude=inputs.exclude,
+            tracked=inputs.tracked,
+            prefix=inputs.prefix,
+            outer_gitignores=inputs.outer,
+        )
+
+    def same_outside(self, other: RuleInputs) -> bool:
+        """Whether these rules' inputs outside the tree equal ``other``, the tracked set aside."""
+        a, b = self.inputs, other
+        return (a.extra, a.exclude, a.prefix, a.outer) == (b.extra, b.exclude, b.prefix, b.outer)
 
     # -- public decisions ---------------------------------------------------------------------
 
@@ -307,6 +382,11 @@ class IgnoreRules:
         inherited = self._dir_reason(parent)
         if inherited is not None:
             return inherited
+        if not is_dir and (name == RULE_FILE_NAME or rel == SNAPDIGNORE):
+            # A rule file in effect is captured even when a pattern matches it (`*` in a cache
+            # directory's own .gitignore): a mark's rules are rebuilt from its tree, and a rule
+            # file missing there would let a rollback treat what it hid as never existing.
+            return None
         return self._pattern_reason(rel, is_dir)
 
     def dir_may_contain_captured(self, rel_dir: bytes) -> bool:
@@ -397,6 +477,31 @@ def _read_rule_file(path: bytes) -> bytes | None:
         return None
     finally:
         os.close(fd)
+
+
+def _outside_files(root: bytes) -> tuple[bytes, bytes, list[tuple[bytes, bytes]]] | None:
+    """Where the rules of ``root`` read what lies outside its tree: (the root relative to the
+    work tree's top, the common git dir's info/exclude, and (dir relative to the top, path)
+    of each .gitignore from the top down to the root's parent, present or not); None
+    outside a repository."""
+    repo = _find_repo(root)
+    if repo is None:
+        return None
+    top, common = repo
+    prefix = os.path.relpath(root, top) if top != root else b""
+    parts = prefix.split(b"/") if prefix else []
+    dirs = [b"/".join(parts[:i]) for i in range(len(parts))]
+    outer = [(d, os.path.join(top, d, RULE_FILE_NAME)) for d in dirs]
+    return prefix, os.path.join(common, b"info", b"exclude"), outer
+
+
+def outside_rule_files(root: Path) -> list[bytes]:
+    """The files outside ``root``'s tree whose contents its rules depend on (see
+    :func:`_outside_files`): a watcher of the tree never sees them change, so callers stat them."""
+    files = _outside_files(os.path.abspath(os.fsencode(root)))
+    if files is None:
+        return []
+    return [files[1], *(path for _, path in files[2])]
 
 
 def _find_repo(root: bytes) -> tuple[bytes, bytes] | None:

@@ -62,8 +62,14 @@ class Report:
     skipped: dict[str, list[bytes]] = field(default_factory=dict)
     skipped_count: int = 0
     unstable: list[bytes] = field(default_factory=list)
+    # One report spans every capture between two marks: a path skipped (or unstable) by two
+    # of them is still one path, counted and listed once.
+    _skipped_paths: set[bytes] = field(default_factory=set, repr=False)
 
     def skip(self, rel: bytes, reason: str) -> None:
+        if rel in self._skipped_paths:
+            return
+        self._skipped_paths.add(rel)
         self.skipped_count += 1
         examples = self.skipped.setdefault(reason, [])
         if len(examples) < EXAMPLES:
@@ -115,6 +121,9 @@ class Read:
     encoded: tuple[int, bytes] | None = None
     sig: Sig | None = None  # (st_mode, size, mtime_ns, ctime_ns, inode) as read
     sha: bytes | None = None  # store.fingerprint, for contents seen earlier in this capture
+    listed: bool = True  # a directory: whether it can be listed (else its contents are unknown)
+    dev: int = 0  # a file's st_dev and st_nlink as read: its other names must be captured too
+    nlink: int = 1
 
 
 def parents_real(root: bytes, rel: bytes) -> bool:
@@ -158,7 +167,9 @@ def read_path(root: bytes, rel: bytes, size_cap: int = DEFAULT_SIZE_CAP, *, trus
 def _read_entry(path: bytes, rel: bytes, st: os.stat_result, size_cap: int) -> Read:
     mode = stat.S_IMODE(st.st_mode)
     if stat.S_ISDIR(st.st_mode):
-        return Read(rel, "dir", mode, sig=sig_of(st))
+        if _listable(path):
+            return Read(rel, "dir", mode, sig=sig_of(st))
+        return Read(rel, "dir", mode, sig=sig_of(st), listed=False, reason="unreadable directory")
     if stat.S_ISLNK(st.st_mode):
         try:
             return Read(rel, "symlink", mode, os.readlink(path), sig=sig_of(st))
@@ -193,10 +204,20 @@ def _read_entry(path: bytes, rel: bytes, st: os.stat_result, size_cap: int) -> R
         finally:
             os.close(fd)
         stable = (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
-        sig = sig_of(after)
         if stable and len(data) == after.st_size:
-            return Read(rel, "file", stat.S_IMODE(after.st_mode), data, sig=sig)
-    return Read(rel, "file", stat.S_IMODE(after.st_mode), data, unstable=True, sig=sig)
+            break
+    else:
+        stable = False
+    mode, sig = stat.S_IMODE(after.st_mode), sig_of(after)
+    return Read(rel, "file", mode, data, unstable=not stable, sig=sig, dev=after.st_dev, nlink=after.st_nlink)
+
+
+_ROOT = os.geteuid() == 0
+
+
+def _listable(path: bytes) -> bool:
+    """Whether a directory can be listed (root can list any; one syscall otherwise)."""
+    return _ROOT or os.access(path, os.R_OK | os.X_OK, follow_symlinks=False)
 
 
 class _Preparer:
@@ -372,14 +393,16 @@ def capture(
                 if r.kind == "missing":
                     change = None
                 elif r.kind == "dir":
-                    change = trees.Dir(r.mode)
+                    change = trees.Dir(r.mode, r.listed)
+                    if not r.listed:
+                        report.skip(r.rel, r.reason)
                 else:
                     key = batch.put(r.data, r.digest, r.encoded, r.sha)
                     change = trees.Entry(r.kind, r.mode, len(r.data), key)
                     if r.kind == "file":
                         report.files += 1
                         report.size += len(r.data)
-                    if r.unstable:
+                    if r.unstable and r.rel not in report.unstable:
                         report.unstable.append(r.rel)
                 changes[r.rel] = change
                 if ws is not None and not isinstance(change, trees.Dir):

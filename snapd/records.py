@@ -36,6 +36,8 @@ class Mark:
     kind: str
     pinned: bool
     summary: dict[str, Any]
+    rules: str | None = None  # object key of the rule inputs outside the tree (ignore.RuleInputs)
+    root_mode: int | None = None  # the workspace root's own permission bits
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,8 @@ class Version:
 
 
 MARK_COLUMNS = (
-    "id, workspace, seq, label, message, agent, session, created, git_head, tree, kind, pinned, summary"
+    "id, workspace, seq, label, message, agent, session, created, git_head, tree, kind, pinned, summary,"
+    " rules, root_mode"
 )
 
 
@@ -65,4 +68,6 @@ def mark_from_row(row: tuple[Any, ...]) -> Mark:
         kind=row[10],
         pinned=bool(row[11]),
         summary=json.loads(row[12]) if row[12] else {},
+        rules=row[13],
+        root_mode=row[14],
     )

@@ -27,11 +27,12 @@ from __future__ import annotations
 import hashlib
 import json
 import stat
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from snapd import trees
+from snapd.display import shown
 from snapd.errors import NotFound, UsageError
 from snapd.protocol import decode_path, encode_path
 from snapd.trees import Difference, Entry
@@ -42,9 +43,7 @@ MKDIR_MODE = 0o700
 _OWNER_WX = stat.S_IWUSR | stat.S_IXUSR
 
 
-def show(path: bytes) -> str:
-    """A path for people: undecodable bytes as ``\\xNN``."""
-    return path.decode("utf-8", "backslashreplace")
+show = shown  # paths in plans and reasons are shown to people: one rendering (snapd.display)
 
 
 def _entry_json(e: Entry | None) -> list[Any] | None:
@@ -82,13 +81,16 @@ class Op:
         kind = obj["kind"]
         if kind not in ("mkdir", "write", "symlink", "chmod", "remove", "rmdir"):
             raise ValueError(f"bad op kind {kind!r}")
-        path = decode_path(obj["path"])
-        trees.split_path(path)
+        # b"" is the root itself: only its mode is ever set (decode_path refuses empty names)
+        path = b"" if kind == "chmod" and obj["path"] == "" else decode_path(obj["path"])
+        if path:
+            trees.split_path(path)
         forced = obj.get("forced")
         return cls(kind, path, _entry_from(obj["entry"]), _entry_from(obj["expect"]), forced)
 
     def describe(self) -> str:
-        p = show(self.path)
+        p = show(self.path) if self.path else "the workspace root"
+
         if self.kind == "write":
             text = f"restore {p}" if self.expect is not None else f"recreate {p}"
         elif self.kind == "symlink":
@@ -110,9 +112,10 @@ class Op:
 @dataclass(frozen=True)
 class Plan:
     ops: tuple[Op, ...]
-    kept: tuple[tuple[bytes, str], ...]
+    kept: tuple[tuple[bytes, str], ...]  # differences left in place: the rollback is not exact
     counts: Mapping[str, int]  # restore, recreate, delete, mode, type
     token: str
+    left: tuple[tuple[bytes, str], ...] = ()  # ignored at the mark: never touched, and no difference
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -120,6 +123,7 @@ class Plan:
             "counts": dict(self.counts),
             "ops": [op.to_json() for op in self.ops],
             "kept": [{"path": encode_path(p), "reason": r} for p, r in self.kept],
+            "left": [{"path": encode_path(p), "reason": r} for p, r in self.left],
         }
 
     def difference(self, other: Plan) -> list[str]:
@@ -306,6 +310,15 @@ class _Uncaptured:
         return f"inside {show(u)}, not captured: {self.reasons[u]}"
 
 
+TargetIgnores = Callable[[bytes, bool], "str | None"]
+"""(path, is_dir) -> why the mark's own rules ignore it, or None when they capture it."""
+InTheWay = Callable[[bytes], "str | None"]
+"""path -> why something the current tree does not hold (ignored now) stands on disk there."""
+IgnoredBelow = Callable[[bytes], "list[tuple[bytes, str]]"]
+"""directory -> the entries on disk directly inside it that the mark's rules ignore and that
+the current tree does not hold (paths, with why)."""
+
+
 def plan(
     load: trees.Load,
     current: str | None,
@@ -314,14 +327,24 @@ def plan(
     only: Sequence[bytes] = (),
     uncapturable: Mapping[bytes, str] | None = None,
     force: bool = False,
+    target_ignores: TargetIgnores | None = None,
+    ignored_below: IgnoredBelow | None = None,
+    in_the_way: InTheWay | None = None,
+    root_modes: tuple[int | None, int | None] = (None, None),
 ) -> Plan:
     """The operations that make the workspace captured as ``current`` hold ``target``.
 
     ``only`` limits the plan to those paths and everything below them (plus the parent
     directories they need); ``uncapturable`` maps paths on disk that ``current`` could not
-    hold to the reason. Raises NotFound for an ``only`` path that exists neither now nor at M.
+    hold to the reason. ``target_ignores`` and ``ignored_below`` say what the mark's rules
+    ignore: such paths are never touched (``left``), nor is a directory that holds one.
+    ``in_the_way`` says why a path the plan would create is occupied on disk by something
+    ``current`` lacks (data ignored now and at the mark): such a path is ``kept``.
+    ``root_modes``: the root's mode now and at the mark (None: unknown). Raises NotFound for
+    an ``only`` path that exists neither now nor at M.
     """
     unc = _Uncaptured(uncapturable or {})
+    ignores: TargetIgnores = target_ignores or (lambda p, d: None)
     tops = _normalize_only(only)
     for top in tops:
         exists = (current is not None and trees.lookup(load, current, top) is not None) or (
@@ -329,22 +352,51 @@ def plan(
         )
         if not exists and unc.at_or_above(top) is None and top not in unc.below:
             raise NotFound(f"{show(top)} exists neither in the workspace nor in the mark")
-    ops: list[Op] = []
-    kept: list[tuple[bytes, str]] = []
-    counts = dict.fromkeys(("restore", "recreate", "delete", "mode", "type"), 0)
+    groups: dict[bytes, tuple[str, list[Op]]] = {}  # path -> (its difference's count key, ops)
+    kept: dict[bytes, str] = {}
+    left: dict[bytes, str] = {}
     kept_dirs: list[bytes] = []  # directories not created: nothing can go inside them
     forced_removals: set[bytes] = set()
+    extra: list[Op] = []  # forced removals of uncaptured paths
+    unlisted: dict[bytes, bool] = {}
+
+    def inside_unlisted(path: bytes) -> bytes | None:
+        """The directory above ``path`` that could not be listed at M, if any."""
+        for anc in _ancestors(path):
+            if anc not in unlisted:
+                unlisted[anc] = trees.unlisted(trees.lookup(load, target, anc))
+            if unlisted[anc]:
+                return anc
+        return None
+
     for d in _differences(load, current, target, tops):
         group = _ops_for(d)
         if not group:
             continue
+        if any(_under(d.path, k) for k in left):
+            continue  # below an ignored directory: ignored too, and never touched
+        if d.new is None and (hidden := inside_unlisted(d.path)) is not None:
+            left[d.path] = f"inside {show(hidden)}, which could not be listed at the mark"
+            continue
         outer = next((k for k in kept_dirs if _under(d.path, k)), None)
         if outer is not None:
-            kept.append((d.path, f"its directory {show(outer)} is kept"))
+            kept[d.path] = f"its directory {show(outer)} is kept"
             continue
+        if d.new is None and d.old is not None:
+            why = ignores(d.path, d.old.kind == "dir")
+            if why is not None:  # absent at M because its rules ignored it, not because it did not exist
+                left[d.path] = f"ignored at the mark ({why})"
+                continue
+        if d.old is None and in_the_way is not None and unc.at_or_above(d.path) is None:
+            why = in_the_way(d.path)
+            if why is not None:  # M has something where ignored data stands now: never touched
+                kept[d.path] = why
+                if any(op.kind == "mkdir" for op in group):
+                    kept_dirs.append(d.path)
+                continue
         blocker = next((u for u in map(unc.blocker, group) if u is not None), None)
         if blocker is not None and not force:
-            kept.append((d.path, unc.why(d.path, blocker)))
+            kept[d.path] = unc.why(d.path, blocker)
             if any(op.kind == "mkdir" for op in group):
                 kept_dirs.append(d.path)
             continue
@@ -354,11 +406,116 @@ def plan(
             for u in unc.below.get(d.path, ()):  # clear the way for removing this directory
                 if u not in forced_removals:
                     forced_removals.add(u)
-                    ops.append(Op("remove", u, None, None, unc.reasons[u]))
-                    counts["delete"] += 1
+                    extra.append(Op("remove", u, None, None, unc.reasons[u]))
+        groups[d.path] = (_COUNT[d.status], group)
+    _keep_what_holds_ignored(groups, kept, left, ignored_below)
+    for u, why in unc.reasons.items():  # uncaptured paths that did not exist at M (point: delete them)
+        if u in forced_removals or u in groups or u in kept or u in left:
+            continue
+        if tops and not any(u == t or _under(u, t) for t in tops):
+            continue
+        if any(_under(u, x) for x in (*left, *kept)) or trees.lookup(load, target, u) is not None:
+            continue
+        ignored = ignores(u, False)
+        hidden = inside_unlisted(u)
+        if ignored is not None:
+            left[u] = f"ignored at the mark ({ignored})"
+        elif hidden is not None:
+            left[u] = f"inside {show(hidden)}, which could not be listed at the mark"
+        elif not force:
+            kept[u] = f"not captured ({why}): did not exist at the mark"
+        else:
+            forced_removals.add(u)
+            extra.append(Op("remove", u, None, None, why))
+    counts = dict.fromkeys(("restore", "recreate", "delete", "mode", "type"), 0)
+    ops: list[Op] = []
+    for count, group in groups.values():
+        counts[count] += 1
         ops.extend(group)
-        counts[_COUNT[d.status]] += 1
+    counts["delete"] += len(extra)
+    ops.extend(extra)
+    if not tops:
+        ops.extend(_root_mode(root_modes))
+    ops.extend(_open_read_only_dirs(load, current, ops, root_modes[0]))
     ordered = tuple(sorted(ops, key=_order))
-    canonical = {"ops": [op._canonical() for op in ordered], "kept": [[p.hex(), r] for p, r in kept]}
+    kept_t = tuple(sorted(kept.items(), key=lambda kv: _parts(kv[0])))
+    left_t = tuple(sorted(left.items(), key=lambda kv: _parts(kv[0])))
+    canonical = {
+        "ops": [op._canonical() for op in ordered],
+        "kept": [[p.hex(), r] for p, r in kept_t],
+        "left": [[p.hex(), r] for p, r in left_t],
+    }
     token = hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()[:32]
-    return Plan(ordered, tuple(kept), counts, token)
+    return Plan(ordered, kept_t, counts, token, left_t)
+
+
+def _keep_what_holds_ignored(
+    groups: dict[bytes, tuple[str, list[Op]]],
+    kept: dict[bytes, str],
+    left: dict[bytes, str],
+    ignored_below: IgnoredBelow | None,
+) -> None:
+    """A directory the plan would remove but that holds a path the mark's rules ignore stays:
+    ``left`` when M has nothing there (no difference remains), ``kept`` when M has a file or a
+    symlink in its place (a difference that cannot be undone without touching ignored data)."""
+    if ignored_below is not None:
+        for path, (_, group) in list(groups.items()):
+            if any(op.kind == "rmdir" and op.forced is None for op in group):
+                for p, why in ignored_below(path):
+                    left.setdefault(p, why)
+    for holder in sorted(left, key=_parts):
+        for anc in _ancestors(holder):
+            entry = groups.get(anc)
+            if entry is None or not any(op.kind == "rmdir" for op in entry[1]):
+                continue
+            del groups[anc]
+            why = f"holds {show(holder)}, ignored at the mark"
+            if any(op.kind in ("write", "symlink") for op in entry[1]):
+                kept[anc] = why  # M has a non-directory here
+            else:
+                left[anc] = why
+
+
+def _root_mode(root_modes: tuple[int | None, int | None]) -> list[Op]:
+    now, then = root_modes
+    if now is None or then is None or now == then:
+        return []
+    return [Op("chmod", b"", Entry("dir", then, 0, ""), Entry("dir", now, 0, ""))]
+
+
+def _open_read_only_dirs(
+    load: trees.Load, current: str | None, ops: Sequence[Op], root_mode: int | None
+) -> list[Op]:
+    """Chmods that give the owner write and search permission on the existing directories the
+    ops work in, for the length of the apply, and give them their mode back afterwards."""
+    need: dict[bytes, int] = {}
+    for op in ops:
+        if not op.path:
+            continue
+        parent = op.path.rpartition(b"/")[0]
+        need[parent] = need.get(parent, 0) | _OWNER_WX
+        for anc in [b"", *_ancestors(parent)] if parent else []:
+            need[anc] = need.get(anc, 0) | stat.S_IXUSR
+    own: dict[bytes, list[Op]] = {}
+    removed = {op.path for op in ops if op.kind in ("rmdir", "remove")}
+    for op in ops:
+        if op.kind == "chmod":
+            own.setdefault(op.path, []).append(op)
+    out: list[Op] = []
+    for path, bits in need.items():
+        if path:
+            now = trees.lookup(load, current, path) if current is not None else None
+            if now is None or now.kind != "dir":
+                continue  # created by the plan (0700 while filled), or not a directory now
+        elif root_mode is None:
+            continue
+        else:
+            now = Entry("dir", root_mode, 0, "")
+        mine = own.get(path, [])
+        if now.mode & bits == bits or any(op.entry and op.entry.mode & bits == bits for op in mine):
+            continue  # open already, or the plan's own chmod opens it first (see _order)
+        opened = Entry("dir", now.mode | _OWNER_WX, 0, now.key)
+        out.append(Op("chmod", path, opened, now))
+        if not mine and path not in removed:  # else the plan's own chmod sets the mark's mode at the end
+            out.append(Op("chmod", path, now, opened))
+    return out

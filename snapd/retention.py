@@ -8,7 +8,7 @@ be kept exceeds the budget, eviction stops and the report carries a warning. Eve
 is recorded in the catalog so ``log`` can say that older marks were pruned.
 
 GC is mark-and-sweep. Live: every object reachable from a remaining mark's tree or from a
-workspace's head (its state captured since the last mark), every object
+workspace's head (its state captured since the last mark), every mark's rule inputs, every object
 named by a version inside the age window, every object younger than the grace period, and
 every key a batch in flight holds. Deletions run in short transactions so captures are never
 blocked for long.
@@ -112,6 +112,8 @@ def live_keys(store: Store, policy: Policy, now: int) -> set[str]:
     for (tree,) in db.execute("SELECT DISTINCT tree FROM marks UNION SELECT head FROM workspaces"):
         if tree:
             trees.reachable(store.load_node, tree, live)
+    for (key,) in db.execute("SELECT DISTINCT rules FROM marks WHERE rules IS NOT NULL"):
+        live.add(key)
     cutoff = now - policy.max_age_ns
     for (key,) in db.execute(
         "SELECT DISTINCT object FROM versions WHERE time >= ? AND object IS NOT NULL", (cutoff,)
@@ -180,6 +182,7 @@ def _kept_bytes(store: Store, policy: Policy, now: int) -> int:
     keep: set[str] = set()
     for root in roots:
         trees.reachable(store.load_node, root, keep)
+    keep.update(k for (k,) in db.execute("SELECT DISTINCT rules FROM marks WHERE rules IS NOT NULL"))
     cutoff = now - policy.max_age_ns
     keep.update(
         k

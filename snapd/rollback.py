@@ -7,25 +7,36 @@ interleaves:
 1. capture and re-plan; if the plan differs from the one the user confirmed (its ``token``),
    stop with :class:`PlanChanged` carrying the new plan — the client shows the difference and
    asks again (a re-plan that is identical goes on silently);
-2. take a barrier'd ``pre-rollback`` mark, so ``undo`` returns to exactly this state;
+2. take a barrier'd ``pre-rollback`` mark, so ``undo`` returns to exactly this state — unless
+   the plan changes nothing (no mark at all), or this repeats the last rollback to the same
+   mark with nothing captured since (it shares that rollback's mark, so undo still returns to
+   the work the first one replaced);
 3. apply the plan with its write-ahead journal (:mod:`snapd.apply`): every path re-checked
    right before it changes, conflicts left alone and reported, nothing outside the root;
 4. capture the result. The rollback's own writes arrive as ordinary events and are captured
    like any other change — recognised by content, never by silencing paths or time windows —
    so a concurrent writer's change is captured too.
 
+Every path is judged under M's own ignore rules (its ``.gitignore`` files from its tree, the
+rest from the inputs it recorded): what they ignore is never touched. What today's rules leave
+out but M's capture (a ``.gitignore`` changed since) is read into the plan's current state and
+held by the pre-rollback mark before anything is written or deleted.
+
 ``undo`` is a rollback to the newest ``pre-rollback`` mark, which itself takes a new
-``pre-rollback`` mark first: an undo can be undone.
+``pre-rollback`` mark first: an undo can be undone (a second undo redoes).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+import stat
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
-from snapd import apply, restore
+from snapd import apply, ignore, ingest, restore, trees
 from snapd.errors import NotFound, PlanChanged
 from snapd.protocol import encode_path
 from snapd.records import Mark
@@ -36,45 +47,271 @@ log = structlog.get_logger(__name__)
 
 
 def undo_target(ws: Workspace) -> Mark:
-    """The state before the last rollback (or undo) of ``ws``."""
+    """The state before the last rollback (or undo) of ``ws`` that changed something."""
     for m in ws.store.marks(ws.id):
         if m.kind == "pre-rollback":
             return m
     raise NotFound(f"nothing to undo in {ws.root}: it has never been rolled back")
 
 
-def _plan(ws: Workspace, current: str, target: Mark, only: Sequence[bytes], force: bool) -> Plan:
+# -- the mark's rules ------------------------------------------------------------------------
+
+
+def rules_at(ws: Workspace, mark: Mark) -> ignore.IgnoreRules:
+    """The ignore rules ``mark`` was captured with: rule files from its tree, the rest from the
+    inputs it recorded (a mark from before they were recorded: today's outside inputs)."""
+    load = ws.store.load_node
+    inputs = ignore.RuleInputs.decode(ws.store.get(mark.rules)) if mark.rules else ws.rules.inputs
+
+    def file_at(rel: bytes) -> bytes | None:
+        e = trees.lookup(load, mark.tree, rel)
+        return ws.store.get(e.key) if e is not None and e.kind == "file" else None
+
+    def gitignore(rel_dir: bytes) -> bytes | None:
+        return file_at(rel_dir + b"/.gitignore" if rel_dir else b".gitignore")
+
+    return ignore.IgnoreRules.from_inputs(inputs, gitignore, file_at(ignore.SNAPDIGNORE) or b"")
+
+
+def _rule_files_differ(ws: Workspace, current: str, target: str) -> bool:
+    rules = ws.rules
+    return any(rules.is_rule_file(d.path) for d in trees.diff(ws.store.load_node, current, target))
+
+
+def _left_out(ws: Workspace, current: str, target: Mark, m_rules: ignore.IgnoreRules) -> list[bytes]:
+    """Paths on disk that today's rules leave out of ``current`` but M's rules capture: the plan
+    must see them, and the pre-rollback mark must hold them, before any is written or deleted.
+
+    Only rule changes make these: nothing when the rules are equal; the paths whose tracked
+    status changed when only git's index did; a walk judged by M's rules otherwise."""
+    now = ws.rules
+    load = ws.store.load_node
+    if now.same_outside(m_rules.inputs) and not _rule_files_differ(ws, current, target.tree):
+        if now.inputs.tracked == m_rules.inputs.tracked:
+            return []
+        candidates: Iterable[tuple[bytes, bool]] = (
+            (p, _is_dir(ws.rootb, p)) for p in now.inputs.tracked ^ m_rules.inputs.tracked
+        )
+    else:
+        candidates = ingest.walk(ws.rootb, m_rules.is_ignored, descend=m_rules.dir_may_contain_captured)
+    out = []
+    for rel, is_dir in candidates:
+        if not os.path.lexists(ws.rootb + b"/" + rel) or m_rules.is_ignored(rel, is_dir):
+            continue
+        if now.is_ignored(rel, is_dir) and trees.lookup(load, current, rel) is None:
+            out.append(rel)
+    return out
+
+
+def _is_dir(root: bytes, rel: bytes) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(root + b"/" + rel).st_mode)
+    except OSError:
+        return False
+
+
+def _ignored_below(
+    ws: Workspace, current: str, m_rules: ignore.IgnoreRules
+) -> restore.IgnoredBelow:
+    load = ws.store.load_node
+
+    def below(rel_dir: bytes) -> list[tuple[bytes, str]]:
+        """Entries on disk in ``rel_dir`` that ``current`` lacks and M's rules ignore."""
+        if not ingest.parents_real(ws.rootb, rel_dir + b"/x"):
+            return []
+        try:
+            names = os.listdir(ws.rootb + b"/" + rel_dir)
+        except OSError:
+            return []
+        out = []
+        for name in names:
+            rel = rel_dir + b"/" + name
+            if trees.lookup(load, current, rel) is not None:
+                continue
+            why = m_rules.reason(rel, _is_dir(ws.rootb, rel))
+            if why is not None and why != "snapd":
+                out.append((rel, f"ignored at the mark ({why})"))
+        return out
+
+    return below
+
+
+def _in_the_way(ws: Workspace, m_rules: ignore.IgnoreRules) -> restore.InTheWay:
+    def occupied(rel: bytes) -> str | None:
+        """Why something stands at ``rel`` on disk although the current tree lacks it."""
+        if not ingest.parents_real(ws.rootb, rel) or not os.path.lexists(ws.rootb + b"/" + rel):
+            return None
+        why = m_rules.reason(rel, _is_dir(ws.rootb, rel))
+        if why is None:
+            return "something appeared here since the workspace was captured; left as it is"
+        return f"ignored now and at the mark ({why}); the mark has something else here"
+
+    return occupied
+
+
+# -- planning --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    only: tuple[bytes, ...]  # the paths the rollback is limited to (none: everything)
+    current: str  # the captured tree (today's rules)
+    extras: tuple[bytes, ...]  # left out by today's rules, captured by M's
+    held: str  # ``current`` plus the extras as they are on disk
+    plan: Plan
+
+
+def _prepare(
+    ws: Workspace, target: Mark, only: Sequence[bytes], force: bool, current: str
+) -> _Prepared:
+    m_rules = rules_at(ws, target)
+    extras = _left_out(ws, current, target, m_rules)
+    if only:
+        extras = [p for p in extras if any(p == t or p.startswith(t + b"/") for t in only)]
+    held, unreadable = ws.hold(current, extras)
+    plan = _plan(ws, held, target, m_rules, only, force, unreadable)
+    return _Prepared(tuple(only), current, tuple(extras), held, plan)
+
+
+def _plan(
+    ws: Workspace,
+    current: str,
+    target: Mark,
+    m_rules: ignore.IgnoreRules,
+    only: Sequence[bytes],
+    force: bool,
+    unreadable: dict[bytes, str] | None = None,
+) -> Plan:
+    def target_ignores(path: bytes, is_dir: bool) -> str | None:
+        return m_rules.reason(path, is_dir)
+
+    try:
+        root_now: int | None = stat.S_IMODE(os.stat(ws.rootb).st_mode)
+    except OSError:
+        root_now = None
     return restore.plan(
-        ws.store.load_node, current, target.tree, only=only, uncapturable=ws.skipped, force=force
+        ws.store.load_node,
+        current,
+        target.tree,
+        only=only,
+        uncapturable={**ws.skipped, **(unreadable or {})},
+        force=force,
+        target_ignores=target_ignores,
+        ignored_below=_ignored_below(ws, current, m_rules),
+        in_the_way=_in_the_way(ws, m_rules),
+        root_modes=(root_now, target.root_mode),
     )
 
 
-def describe(ws: Workspace, target: Mark, plan: Plan) -> dict[str, Any]:
+# -- who else changed what the plan reverts --------------------------------------------------
+
+Owner = tuple[str, str | None]  # (session, agent)
+
+
+def _owners(ws: Workspace, target: Mark, current: str, paths: set[bytes]) -> dict[Owner, set[bytes]]:
+    """For each agent session, the plan's paths it changed since ``target``.
+
+    A change between two marks belongs to the sessions whose turn was open then (opened by a
+    ``turn-start`` mark, closed by a ``turn-end``), or else to the sessions of the two marks
+    around it; changes since the newest mark, to the turns still open."""
+    marks = list(reversed(ws.store.marks(ws.id)))  # oldest first
+    open_: dict[str, str | None] = {}
+    before = True
+    found: dict[Owner, set[bytes]] = {}
+    prev: Mark | None = None
+    load = ws.store.load_node
+
+    def attribute(old: str, new: str, owners: Iterable[Owner]) -> None:
+        owners = list(owners)
+        if not owners or old == new:
+            return
+        for d in trees.diff(load, old, new):
+            if d.path in paths:
+                for o in owners:
+                    found.setdefault(o, set()).add(d.path)
+
+    for m in marks:
+        if not before and prev is not None:
+            owners = set(open_.items())
+            if not owners:
+                owners = {(x.session, x.agent) for x in (prev, m) if x.session}
+            if m.session and m.label == "turn-end":
+                owners.add((m.session, m.agent))
+            attribute(prev.tree, m.tree, owners)
+        if m.session and m.label == "turn-start":
+            open_[m.session] = m.agent
+        elif m.session and m.label == "turn-end":
+            open_.pop(m.session, None)
+        if m.id == target.id:
+            before = False
+        if not before:
+            prev = m
+    if prev is not None:
+        attribute(prev.tree, current, set(open_.items()))
+    return found
+
+
+def _others(ws: Workspace, target: Mark, current: str, plan: Plan) -> list[dict[str, Any]]:
+    paths = {op.path for op in plan.ops if op.path}
+    if not paths:
+        return []
+    out = []
+    for (session, agent), changed in sorted(_owners(ws, target, current, paths).items()):
+        if session == target.session:
+            continue
+        examples = sorted(changed)[:5]
+        out.append(
+            {
+                "session": session,
+                "agent": agent,
+                "paths": len(changed),
+                "examples": [encode_path(p) for p in examples],
+            }
+        )
+    return out
+
+
+# -- the operations --------------------------------------------------------------------------
+
+
+def describe(ws: Workspace, target: Mark, plan: Plan, current: str | None = None) -> dict[str, Any]:
     head_now = ws.git_head()
-    out = {
+    out: dict[str, Any] = {
         "workspace": str(ws.root),
         "target": {
             "id": target.id,
             "label": target.label,
             "created": target.created / 1e9,
             "kind": target.kind,
+            "session": target.session,
+            "agent": target.agent,
         },
         "plan": plan.to_json(),
         "lines": [op.describe() for op in plan.ops],
         "git_head_mark": target.git_head,
         "git_head_now": head_now,
     }
+    warnings = []
     if target.git_head and head_now and target.git_head != head_now:
-        out["warnings"] = [
+        warnings.append(
             f"git HEAD is {head_now[:12]} now but was {target.git_head[:12]} at the mark: the rollback "
             "restores files, not git's state (.git is never touched)"
-        ]
+        )
+    others = _others(ws, target, current, plan) if current is not None else []
+    out["other_sessions"] = others
+    for o in others:
+        who = f"session {o['session']}" + (f" (agent {o['agent']})" if o["agent"] else "")
+        n = o["paths"]
+        warnings.append(f"also reverts {n} path{'s' if n != 1 else ''} changed by {who}")
+    if warnings:
+        out["warnings"] = warnings
     return out
 
 
 def propose(ws: Workspace, target: Mark, only: Sequence[bytes] = (), force: bool = False) -> dict[str, Any]:
-    current = ws.sync()
-    return describe(ws, target, _plan(ws, current, target, only, force))
+    with ws.lock:
+        prep = _prepare(ws, target, only, force, ws.sync_locked())
+    return describe(ws, target, prep.plan, prep.held)
 
 
 def execute(
@@ -82,20 +319,30 @@ def execute(
 ) -> dict[str, Any]:
     """Apply the rollback; ``token`` is the confirmed plan's (None: apply the fresh plan)."""
     with ws.lock:
-        current = ws.sync_locked()
-        plan = _plan(ws, current, target, only, force)
-        _check(ws, target, plan, token)
-        pre = ws.mark(
-            "pre-rollback",
-            locked=True,
-            kind="pre-rollback",
-            message=f"before rollback to {target.id} ({target.label})",
-        )
-        if pre.tree != current:  # something changed between the check and the mark
-            plan = _plan(ws, pre.tree, target, only, force)
-            _check(ws, target, plan, token)
+        prep = _prepare(ws, target, only, force, ws.sync_locked())
+        plan = prep.plan
+        _check(ws, target, plan, prep.held, token)
+        if not plan.ops:  # nothing to change: no pre-rollback mark, so undo keeps its meaning
+            return _result(ws, target, plan, prep.held, None, None)
+        pre = _shared_pre(ws, target, prep)
+        if pre is None:
+            pre = ws.mark(
+                "pre-rollback",
+                locked=True,
+                kind="pre-rollback",
+                message=f"before rollback to {target.id} ({target.label})",
+                hold=prep.extras,
+            )
+            if pre.tree != prep.held:  # something changed between the check and the mark
+                plan = _plan(ws, pre.tree, target, rules_at(ws, target), only, force)
+                _check(ws, target, plan, pre.tree, token)
         result = apply.apply(ws.root, plan, ws.store.get, ws.store.hasher, ws.journal, force=force)
-    ws.sync()
+    after = ws.sync()
+    # A repeat may share this rollback's pre-rollback mark only if that mark holds everything
+    # the repeat could overwrite: not after a conflict (a concurrent writer's content is in
+    # ``after`` but in no pre-rollback mark), and only for the same paths.
+    record = {"target": target.id, "after": after, "pre": pre.id, "paths": [p.hex() for p in only]}
+    ws.store.set_last_rollback(ws.id, None if result.conflicts else record)
     log.info(
         "rollback.applied",
         workspace=str(ws.root),
@@ -105,22 +352,53 @@ def execute(
         conflicts=len(result.conflicts),
         kept=len(result.kept),
     )
+    return _result(ws, target, plan, pre.tree, pre, result)
+
+
+def _shared_pre(ws: Workspace, target: Mark, prep: _Prepared) -> Mark | None:
+    """The last rollback's pre-rollback mark, when this one repeats it (same mark, nothing
+    captured since, nothing held beyond the captured state): undo must still return to the
+    work that rollback replaced, not to its own result."""
+    last = ws.store.last_rollback(ws.id)
+    if last is None or prep.extras or last.get("target") != target.id or last.get("after") != prep.current:
+        return None
+    if last.get("paths", []) != [p.hex() for p in prep.only]:
+        return None
+    try:
+        pre = ws.store.mark(str(last["pre"]))
+    except NotFound:
+        return None  # evicted meanwhile: take a new one
+    return pre if pre.workspace == ws.id else None
+
+
+def _result(
+    ws: Workspace,
+    target: Mark,
+    plan: Plan,
+    current: str,
+    pre: Mark | None,
+    result: apply.ApplyResult | None,
+) -> dict[str, Any]:
+    out = describe(ws, target, plan, current)
+    kept = result.kept if result is not None else plan.kept
+    conflicts = result.conflicts if result is not None else ()
     return {
-        **describe(ws, target, plan),
-        "pre_rollback": pre.id,
-        "applied": len(result.applied),
-        "conflicts": [{"path": encode_path(p), "reason": why} for p, why in result.conflicts],
-        "kept": [{"path": encode_path(p), "reason": why} for p, why in result.kept],
-        "replaced_symlinks": [encode_path(p) for p in result.replaced],
-        "temps_removed": result.temps_removed,
-        "ok": result.ok,
+        **out,
+        "pre_rollback": pre.id if pre is not None else None,
+        "applied": len(result.applied) if result is not None else 0,
+        "conflicts": [{"path": encode_path(p), "reason": why} for p, why in conflicts],
+        "kept": [{"path": encode_path(p), "reason": why} for p, why in kept],
+        "left": [{"path": encode_path(p), "reason": why} for p, why in plan.left],
+        "replaced_symlinks": [encode_path(p) for p in result.replaced] if result is not None else [],
+        "temps_removed": result.temps_removed if result is not None else 0,
+        "ok": not conflicts and not kept,
     }
 
 
-def _check(ws: Workspace, target: Mark, plan: Plan, token: str | None) -> None:
+def _check(ws: Workspace, target: Mark, plan: Plan, current: str, token: str | None) -> None:
     if token is None or plan.token == token:
         return
     raise PlanChanged(
         "the workspace changed since you confirmed the plan; review the new plan",
-        **describe(ws, target, plan),
+        **describe(ws, target, plan, current),
     )

@@ -1,8 +1,19 @@
 """Workspace roots: which directories may be one, how one is recognised, what it sits on.
 
 DESIGN.md semantics 1: roots are real paths; refused are ``/``, the home directory itself, a
-directory that holds snapd's own directories or lies inside them, and one that overlaps
-another workspace. A root is recognised by ``dev:inode:generation`` — inode numbers are
+directory that holds snapd's own directories or lies inside them, one that overlaps another
+workspace, and places that are not a project's files (:func:`check_place`):
+
+* inside (or equal to) a VCS directory — a path component named ``.git``, ``.hg``, ``.jj`` or
+  ``.svn``, or a directory shaped like a git directory (``HEAD`` plus ``objects/`` and
+  ``refs/``, or plus ``commondir``): that covers bare repositories and the git directories
+  ``.git`` files point to (``git worktree``'s ``.git/worktrees/X``, submodules'
+  ``.git/modules/X``, ``--separate-git-dir``). A rollback there would rewrite git's own state.
+* on a pseudo file system (proc, sysfs, devtmpfs, cgroup...), or holding one mounted below:
+  kernel interfaces, not files — their baseline never ends and a rollback would write kernel
+  settings. tmpfs and overlay are ordinary files and are accepted.
+
+A root is recognised by ``dev:inode:generation`` — inode numbers are
 reused at once (``rm -r d; mkdir d`` gets the same one on ext4), the generation tells the two
 apart where the file system keeps one — so a directory replaced under the same path is not
 silently given the old one's history. Roots on file systems that deliver no inotify events
@@ -13,15 +24,37 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import struct
 from collections.abc import Iterable
 from pathlib import Path
 
 from snapd.errors import NotFound, WorkspaceRefused
+from snapd.ignore import VCS_NAMES
 
 FS_IOC_GETVERSION = 0x80087601  # _IOR('v', 1, long)
 EVENTLESS_FS = frozenset(
     {"nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "v9fs", "drvfs", "sshfs", "fuse", "afs", "ceph"}
+)
+PSEUDO_FS = frozenset(
+    {
+        "proc",
+        "sysfs",
+        "devtmpfs",
+        "devpts",
+        "cgroup",
+        "cgroup2",
+        "debugfs",
+        "tracefs",
+        "securityfs",
+        "bpf",
+        "pstore",
+        "configfs",
+        "fusectl",
+        "mqueue",
+        "binfmt_misc",
+        "efivarfs",
+    }
 )
 
 
@@ -34,8 +67,10 @@ def validate(
     """
     try:
         root = path.resolve(strict=True)
-    except (FileNotFoundError, RuntimeError, OSError) as exc:
-        raise WorkspaceRefused(f"cannot watch {path}: it does not exist") from exc
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        raise NotFound(f"cannot watch {path}: it does not exist") from exc
+    except (RuntimeError, OSError) as exc:
+        raise WorkspaceRefused(f"cannot watch {path}: {getattr(exc, 'strerror', None) or exc}") from exc
     if not root.is_dir():
         raise WorkspaceRefused(f"cannot watch {root}: not a directory")
     if root == Path("/"):
@@ -49,12 +84,61 @@ def validate(
         if own == root or root in own.parents or own in root.parents:
             raise WorkspaceRefused(f"refusing to watch {root}: it overlaps snapd's own directory {own}")
     for other, watching in others:
+        if vcs_dir_holding(other) is not None:
+            continue  # accepted by an older snapd, refused now: it must not block its work tree
         if other != root and (other in root.parents or root in other.parents):
             raise WorkspaceRefused(
                 f"refusing to watch {root}: it overlaps the workspace {other}"
                 + ("" if watching else " (unwatched; `snapctl forget` it first)")
             )
+    check_place(root)
     return root
+
+
+def check_place(root: Path) -> None:
+    """WorkspaceRefused when real path ``root`` lies in a VCS directory or on (or above) a
+    pseudo file system; also asked of stored workspaces at start-up, which older versions
+    may have accepted."""
+    vcs = vcs_dir_holding(root)
+    if vcs is not None:
+        raise WorkspaceRefused(
+            f"refusing to watch {root}: it is inside the version-control directory {vcs}, which "
+            "snapd never captures nor writes; watch the work tree instead"
+        )
+    kind = fs_type(root)
+    if kind in PSEUDO_FS:
+        raise WorkspaceRefused(
+            f"refusing to watch {root}: it is on a {kind} file system, a kernel interface rather "
+            "than files (nothing there can be captured or rolled back)"
+        )
+    below = [(m, k) for m, k in mounts() if k in PSEUDO_FS and root in Path(m).parents]
+    if below:
+        mount, kind = below[0]
+        raise WorkspaceRefused(
+            f"refusing to watch {root}: a {kind} file system is mounted inside it at {mount} "
+            "(a kernel interface rather than files)"
+        )
+
+
+def vcs_dir_holding(path: Path) -> Path | None:
+    """The outermost VCS directory that real path ``path`` is in or is, or None: a component
+    named like one (``.git``, ``.hg``, ``.jj``, ``.svn``), or a directory shaped like a git
+    directory, as bare repositories and the targets of ``.git`` files are."""
+    for top in reversed([path, *path.parents]):
+        if os.fsencode(top.name) in VCS_NAMES or _is_git_dir(top):
+            return top
+    return None
+
+
+def _is_git_dir(d: Path) -> bool:
+    """Shaped as git requires of a git directory: ``HEAD``, and ``objects/`` with ``refs/``
+    (a repository) or ``commondir`` (a linked worktree's directory)."""
+    try:
+        if not (d / "HEAD").is_file():
+            return False
+        return ((d / "objects").is_dir() and (d / "refs").is_dir()) or (d / "commondir").is_file()
+    except OSError:
+        return False
 
 
 def identity(root: Path) -> str:
@@ -63,7 +147,7 @@ def identity(root: Path) -> str:
         fd = os.open(os.fsencode(root), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         raise NotFound(
-            f"workspace root {root} no longer exists: recreate it, or `snapctl forget {root}`"
+            f"workspace root {root} no longer exists: recreate it, or `snapctl forget -w {root}`"
         ) from None
     try:
         st = os.fstat(fd)
@@ -76,20 +160,43 @@ def identity(root: Path) -> str:
     return f"{st.st_dev}:{st.st_ino}:{generation}"
 
 
-def fs_type(path: Path) -> str:
-    """File system type of the mount holding ``path`` (from /proc/self/mountinfo)."""
-    best, kind = "", "unknown"
-    target = str(path)
+def replaced(root: Path, known_id: str) -> str | None:
+    """Why the directory at ``root`` is not the one recognised as ``known_id`` when the
+    workspace started (it was replaced), or None; NotFound if nothing is there any more."""
+    if known_id and identity(root) != known_id:
+        return (
+            f"the directory {root} was replaced while snapd watched it: `snapctl forget -w "
+            f"{root}`, then `snapctl watch {root}` to start a new history"
+        )
+    return None
+
+
+def mounts() -> list[tuple[str, str]]:
+    """(mount point, file system type) of every mount, in /proc/self/mountinfo's order (a
+    later mount at the same point hides an earlier one)."""
+    out = []
     try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as fh:
+        with open("/proc/self/mountinfo", "rb") as fh:
             for line in fh:
-                left, _, right = line.partition(" - ")
-                mount = left.split()[4].replace("\\040", " ")
-                inside = target == mount or target.startswith(mount.rstrip("/") + "/")
-                if inside and len(mount) >= len(best):
-                    best, kind = mount, right.split()[0]
+                left, _, right = line.partition(b" - ")
+                fields = left.split()
+                if len(fields) > 4 and right:
+                    # Blanks, tabs, newlines and backslashes in mount points are octal escapes.
+                    point = re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m[1], 8)]), fields[4])
+                    out.append((os.fsdecode(point), right.split()[0].decode("ascii", "replace")))
     except OSError:
         pass
+    return out
+
+
+def fs_type(path: Path) -> str:
+    """File system type of the mount holding ``path``."""
+    best, kind = "", "unknown"
+    target = str(path)
+    for mount, fstype in mounts():
+        inside = target == mount or target.startswith(mount.rstrip("/") + "/")
+        if inside and len(mount) >= len(best):
+            best, kind = mount, fstype
     return kind
 
 

@@ -81,6 +81,8 @@ def scan(
             sig = sig_of(st)
             if not cache.is_clean(rel, sig, now):
                 dirty.add(rel)
+            if stat.S_ISREG(st.st_mode):  # links are not persisted: a restart's scan finds them
+                cache.note_links(rel, (st.st_dev, st.st_ino), st.st_nlink)
             if stat.S_ISDIR(st.st_mode):
                 stack.append((rel, trust_listings and cache.listing_trusted(rel, sig, now)))
     return dirty

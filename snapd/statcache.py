@@ -10,12 +10,22 @@ trusted: a second write in the same timestamp tick would leave the signature unc
 The cache is persisted with the head tree it describes (same transaction), so a restart
 starts from exactly what was captured. Changes since the last :meth:`take_changes` are
 tracked so each capture batch writes only its own rows.
+
+Hard links: inotify reports only the name a file was written through, yet every name of it
+must be captured (DESIGN.md semantics 4). Files seen with ``st_nlink > 1`` are recorded in
+memory with their (device, inode, nlink) — by every read and every scan, so a restart's
+reconcile scan rebuilds them; :meth:`linked` finds the other captured names of a file (by inode
+number, over an index built only once a workspace has links), and :meth:`loose_links` the names
+whose file has more links than names known here (another name outside the root, or ignored):
+those are re-checked at each mark, since nothing inside the root reports their changes.
 """
 
 from __future__ import annotations
 
 import stat
 from collections.abc import Iterator
+
+Inode = tuple[int, int]  # (st_dev, st_ino)
 
 Sig = tuple[int, int, int, int, int]
 Entry = tuple[Sig, int]  # (signature, read time ns)
@@ -28,6 +38,8 @@ class StatCache:
         self._entries: dict[bytes, Entry] = entries if entries is not None else {}
         self._kids: dict[bytes, set[bytes]] | None = None  # dir -> child paths, built on demand
         self._changed: dict[bytes, Entry | None] = {}
+        self._links: dict[bytes, tuple[Inode, int]] = {}  # path -> (inode, st_nlink), nlink > 1
+        self._by_ino: dict[int, set[bytes]] | None = None  # st_ino -> file paths, built on demand
 
     @property
     def _children(self) -> dict[bytes, set[bytes]]:
@@ -73,8 +85,16 @@ class StatCache:
         return sum(1 for sig, _ in self._entries.values() if stat.S_ISREG(sig[0]))
 
     def _put(self, path: bytes, entry: Entry) -> None:
-        if path not in self._entries and self._kids is not None:
+        old = self._entries.get(path)
+        if old is None and self._kids is not None:
             self._kids.setdefault(path.rpartition(b"/")[0], set()).add(path)
+        if not stat.S_ISREG(entry[0][0]):
+            self._links.pop(path, None)
+        if self._by_ino is not None:
+            if old is not None:
+                self._unindex(path, old[0])
+            if stat.S_ISREG(entry[0][0]):
+                self._by_ino.setdefault(entry[0][4], set()).add(path)
         self._entries[path] = entry
         self._changed[path] = entry
 
@@ -86,10 +106,54 @@ class StatCache:
         stack = [path]
         while stack:
             p = stack.pop()
-            if self._entries.pop(p, None) is not None:
+            entry = self._entries.pop(p, None)
+            if entry is not None:
                 self._children.get(p.rpartition(b"/")[0], set()).discard(p)
+                self._unindex(p, entry[0])
+            self._links.pop(p, None)
             stack.extend(self._children.pop(p, ()))
         self._changed[path] = None
+
+    # -- hard links ---------------------------------------------------------------------------
+
+    def note_links(self, path: bytes, inode: Inode, nlink: int) -> None:
+        """What a read or a scan saw of regular file ``path``: its inode and link count."""
+        if nlink > 1 and path in self._entries:
+            self._links[path] = (inode, nlink)
+        else:
+            self._links.pop(path, None)
+
+    def linked(self, path: bytes) -> frozenset[bytes]:
+        """Other captured files with ``path``'s inode number: its other names (a file on
+        another device with the same number may be among them; reading it again is harmless).
+        Only asked about files seen with more than one link."""
+        entry = self._entries.get(path)
+        if path not in self._links or entry is None:
+            return frozenset()
+        if self._by_ino is None:
+            index: dict[int, set[bytes]] = {}
+            for p, (sig, _) in self._entries.items():
+                if stat.S_ISREG(sig[0]):
+                    index.setdefault(sig[4], set()).add(p)
+            self._by_ino = index
+        return frozenset(self._by_ino.get(entry[0][4], ())) - {path}
+
+    def loose_links(self) -> list[bytes]:
+        """Names of files with more links than names captured here: some name is outside the
+        root or ignored, and a write through it reaches no watch of ours."""
+        links = list(self._links.items())  # one step: status asks from another thread
+        names: dict[Inode, int] = {}
+        for _, (inode, _) in links:
+            names[inode] = names.get(inode, 0) + 1
+        return sorted(p for p, (inode, nlink) in links if nlink > names[inode])
+
+    def _unindex(self, path: bytes, sig: Sig) -> None:
+        if self._by_ino is not None and stat.S_ISREG(sig[0]):
+            same = self._by_ino.get(sig[4])
+            if same is not None:
+                same.discard(path)
+                if not same:
+                    del self._by_ino[sig[4]]
 
     def is_clean(self, path: bytes, sig: Sig, now_ns: int) -> bool:
         """True when ``path`` certainly has not changed since it was read.

@@ -41,9 +41,24 @@ class Entry:
 
 @dataclass(frozen=True, slots=True)
 class Dir:
-    """A change that makes a path a directory with ``mode``, keeping its contents if it was one."""
+    """A change that makes a path a directory with ``mode``, keeping its contents if it was one.
+
+    ``listed=False``: the directory could not be listed, so what else it holds is unknown: the
+    entry is flagged :data:`UNLISTED` and holds only the children captured by name (as last
+    seen: they stay in the stat cache and are checked by name).
+    """
 
     mode: int
+    listed: bool = True
+
+
+UNLISTED = 1
+"""A directory entry's ``size``: its contents are unknown (it could not be listed). Directory
+entries otherwise have size 0; a rollback leaves what lies under an unlisted directory."""
+
+
+def unlisted(e: Entry | None) -> bool:
+    return e is not None and e.kind == "dir" and e.size == UNLISTED
 
 
 Change = Entry | Dir | None  # None removes the path (and everything under it)
@@ -138,12 +153,15 @@ def _build(save: Save, changes: Mapping[bytes, Change]) -> str | None:
     """
     dirs: dict[bytes, Node] = {b"": {}}
     modes: dict[bytes, int] = {}
+    flags: dict[bytes, int] = {}
     for path, change in changes.items():
         if change is None:
             continue
         split_path(path)
         if isinstance(change, Dir):
             modes[path] = change.mode
+            if not change.listed:
+                flags[path] = UNLISTED
             dirs.setdefault(path, {})
             node = None
         else:
@@ -169,7 +187,8 @@ def _build(save: Save, changes: Mapping[bytes, Change]) -> str | None:
             continue
         keys[path] = save(dirs[path])
         parent, _, name = path.rpartition(b"/")
-        dirs.setdefault(parent, {})[name] = Entry("dir", modes.get(path, DEFAULT_DIR_MODE), 0, keys[path])
+        mode = modes.get(path, DEFAULT_DIR_MODE)
+        dirs.setdefault(parent, {})[name] = Entry("dir", mode, flags.get(path, 0), keys[path])
     return save(dirs[b""])
 
 
@@ -184,15 +203,15 @@ def _apply(load: Load, save: Save, key: str | None, pending: _Pending) -> str:
                 entry = None
             elif isinstance(ch, Dir):
                 keep = entry.key if entry is not None and entry.kind == "dir" else None
-                entry = Entry("dir", ch.mode, 0, keep or "")
+                entry = Entry("dir", ch.mode, 0 if ch.listed else UNLISTED, keep or "")
             else:
                 entry = ch
         if sub.children and (sub.adds_below or (entry is not None and entry.kind == "dir")):
             if entry is None or entry.kind != "dir":
                 entry = Entry("dir", DEFAULT_DIR_MODE, 0, "")
-            entry = Entry("dir", entry.mode, 0, _apply(load, save, entry.key or None, sub))
+            entry = Entry("dir", entry.mode, entry.size, _apply(load, save, entry.key or None, sub))
         elif entry is not None and entry.kind == "dir" and not entry.key:
-            entry = Entry("dir", entry.mode, 0, save({}))
+            entry = Entry("dir", entry.mode, entry.size, save({}))
         if entry is None:
             node.pop(name, None)
         else:

@@ -2,9 +2,9 @@
 
 Checked: every tree node reachable from a mark or a workspace head (always — a tree is needed to know what it
 references), every file and symlink object those trees name, and every object a version row
-names. With ``sample`` in (0, 1), that fraction of the content objects is re-hashed instead
-of all of them (nodes are still all read). A missing or corrupt object is reported with the
-marks whose trees reach it.
+names, and every mark's rule inputs. With ``sample`` in (0, 1), that fraction of the content
+objects is re-hashed instead of all of them (nodes are still all read). A missing or corrupt
+object is reported with the marks whose trees reach it.
 """
 
 from __future__ import annotations
@@ -73,6 +73,8 @@ def verify(store: Store, sample: float | None = None, seed: int | None = None) -
     for _, tree in marks:
         node_bad(tree)
     contents.update(k for (k,) in db.execute("SELECT DISTINCT object FROM versions WHERE object IS NOT NULL"))
+    rules = dict(db.execute("SELECT id, rules FROM marks WHERE rules IS NOT NULL").fetchall())
+    contents.update(rules.values())
     keys = sorted(contents - below.keys())
     if sample is not None and 0 < sample < 1:
         rng = random.Random(seed)
@@ -81,7 +83,9 @@ def verify(store: Store, sample: float | None = None, seed: int | None = None) -
         check(key)
     if bad:
         for mark_id, tree in marks:
-            hit = {k for k in bad if k in node_bad(tree) or _reaches(store, tree, k)}
+            hit = {
+                k for k in bad if k in node_bad(tree) or k == rules.get(mark_id) or _reaches(store, tree, k)
+            }
             for k in hit:
                 (report.missing if bad[k] == "missing" else report.corrupt).setdefault(k, []).append(mark_id)
         for k, why in bad.items():

@@ -23,6 +23,13 @@ stack, because each of those layers has a behaviour snapd cannot live with (watc
 * A directory moved out of the tree keeps its watches in watchdog and keeps reporting changes
   under its old path; we remove them.
 
+Watches of a directory whose IN_MOVED_FROM is read are *detached* at once: taken off the path
+tables and held by the pending move. Its IN_MOVED_TO re-attaches them under the new name; a
+move resolved as leaving the tree removes only those still detached. So whatever arrives under
+the old name in between — another directory renamed there (``mv out /x && mv out.new out``), or
+the same directory moved back (the kernel hands back the same watch descriptors) — keeps its
+watches: a watch belongs to the directory it was placed on, never to a name.
+
 One inotify instance and one reader thread per workspace: the barrier cookie is created in the
 root and comes back through the same queue as every other event of that workspace (DESIGN.md
 semantics 3), and an overflow in one workspace does not force rescans of the others.
@@ -87,6 +94,8 @@ _READ_SIZE: Final = 64 * 1024
 _EVENT_HEADER: Final = struct.Struct("iIII")
 # Watch failures that are not races with the tree changing under us.
 _RACES: Final = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP})
+# ... that are the kernel's limits (fs.inotify.max_user_watches, memory), not the directory's.
+LIMITS: Final = frozenset({errno.ENOSPC, errno.ENOMEM})
 
 COOKIE_RE: Final = re.compile(rb"\.snapd-[0-9]+-[0-9]+~")
 
@@ -148,17 +157,14 @@ def _under(path: bytes, top: bytes) -> bool:
 class _Pending:
     """A MOVED_FROM waiting for its MOVED_TO; holds its place in the event order."""
 
-    __slots__ = ("path", "is_dir", "cookie", "since", "event", "watch_seq")
+    __slots__ = ("path", "is_dir", "cookie", "since", "event")
 
-    def __init__(self, path: bytes, is_dir: bool, cookie: int, watch_seq: int = 0) -> None:
+    def __init__(self, path: bytes, is_dir: bool, cookie: int) -> None:
         self.path = path
         self.is_dir = is_dir
         self.cookie = cookie
         self.since = time.monotonic()
         self.event: WatchEvent | None = None
-        # Watches placed from here on are not the moved directory's: a directory recreated
-        # under the same name before this move is resolved must keep its watches.
-        self.watch_seq = watch_seq
 
 
 class _Waiter:
@@ -200,8 +206,9 @@ class Watcher:
         self._pipe_lock = threading.Lock()  # the kill pipe is closed by stop() only
         self._wd_path: dict[int, bytes] = {}
         self._path_wd: dict[bytes, int] = {}
-        self._wd_seqs: dict[int, int] = {}  # wd -> order in which it was placed
-        self._watch_seq = 0
+        # Watches of directories moved away whose move is not resolved yet:
+        # wd -> (the move's cookie, path relative to the moved directory, b"" for itself).
+        self._detached: dict[int, tuple[int, bytes]] = {}
         self._root_wd = -1
         self._pending: dict[int, _Pending] = {}
         self._carry: list[WatchEvent | _Pending] = []  # undelivered, blocked by a pending move
@@ -211,7 +218,10 @@ class Watcher:
         self._cookie_n = 0
         self._pid = os.getpid()
         self._failures = 0
+        self._limit_failures = 0
         self._failed_dirs: deque[tuple[bytes, int]] = deque(maxlen=32)
+        # Directories left unwatched for a reason of their own (EACCES...), until watched again.
+        self._refused: dict[bytes, int] = {}
         self._overflowed = 0
         self._delivery_failed = False
 
@@ -225,13 +235,27 @@ class Watcher:
     @property
     def watch_failures(self) -> int:
         """Directories that should have been watched but could not be (ENOSPC, EACCES, the
-        ``max_watches`` seam...), counted since start; changes in them go unseen."""
+        ``max_watches`` seam...), counted since start (a refused directory once, however often
+        it is tried again); changes in them go unseen."""
         return self._failures
+
+    @property
+    def limit_failures(self) -> int:
+        """The failures due to the kernel's limits (``LIMITS``, the ``max_watches`` seam):
+        where they lie is anyone's guess, so only a scan at every mark makes up for them."""
+        return self._limit_failures
 
     @property
     def failed_dirs(self) -> list[tuple[bytes, int]]:
         """Recent (rel_dir, errno) watch failures, for status reports."""
         return list(self._failed_dirs)
+
+    def refused_dirs(self) -> dict[bytes, int]:
+        """Directories unwatched now for a reason of their own (``EACCES`` for one we may not
+        read...) -> errno. A directory leaves this table when a watch on it is placed again —
+        a change of its mode is tried at once — or when it is deleted or moved."""
+        with self._lock:
+            return dict(self._refused)
 
     @property
     def overflowed(self) -> int:
@@ -402,8 +426,12 @@ class Watcher:
                     + (" (raise fs.inotify.max_user_watches)" if err == errno.ENOSPC else ""),
                     errno=err,
                 )
-            if err not in _RACES:
+            if err not in _RACES and self._refused.get(rel) != err:  # each refusal counts once
                 self._failures += 1
+                if err in LIMITS:
+                    self._limit_failures += 1
+                else:
+                    self._refused[rel] = err
                 self._failed_dirs.append((rel, err))
                 report = log.warning if self._failures <= 5 else log.debug
                 report(
@@ -415,27 +443,44 @@ class Watcher:
             self._path_wd.pop(old, None)
         self._wd_path[wd] = rel
         self._path_wd[rel] = wd
-        if wd not in self._wd_seqs:
-            self._wd_seqs[wd] = self._watch_seq
-            self._watch_seq += 1
+        self._refused.pop(rel, None)
+        # A detached directory back in the tree (the kernel gives an inode its old wd): it is
+        # watched here now, whatever becomes of the move that took it away.
+        self._detached.pop(wd, None)
         return wd
 
-    def _drop_watches(self, top: bytes, placed_before: int | None = None) -> None:
-        """Remove the watches of ``top`` and everything below it.
-
-        With ``placed_before``, only watches placed before that sequence number: the ones of a
-        directory that was moved away, not of one recreated under the same name since.
-        """
+    def _drop_watches(self, top: bytes) -> None:
+        """Remove the watches of ``top`` and everything below it."""
         for wd, path in list(self._wd_path.items()):
             if not _under(path, top):
                 continue
-            if placed_before is not None and self._wd_seqs.get(wd, 0) >= placed_before:
-                continue
             del self._wd_path[wd]
-            self._wd_seqs.pop(wd, None)
             if self._path_wd.get(path) == wd:
                 del self._path_wd[path]
             inotify_rm_watch(self._fd, wd)  # EINVAL if the kernel already dropped it: fine
+
+    def _forget_refused(self, top: bytes) -> None:
+        """``top`` was deleted or moved: its refusals went with it (a move's arrival is tried
+        again under its new name)."""
+        for rel in [r for r in self._refused if _under(r, top)]:
+            del self._refused[rel]
+
+    def _detach(self, top: bytes, cookie: int) -> None:
+        """Take the watches of directory ``top`` (moved away by the rename ``cookie``) off the
+        path tables; :meth:`_moved_dir` or :meth:`_release` decides their fate."""
+        for path in [p for p in self._path_wd if _under(p, top)]:
+            wd = self._path_wd.pop(path)
+            if self._wd_path.get(wd) == path:
+                del self._wd_path[wd]
+            self._detached[wd] = (cookie, path[len(top) :])
+
+    def _release(self, cookie: int) -> None:
+        """The rename ``cookie`` left the tree: remove the watches it took that are still
+        detached (none came back into the tree)."""
+        for wd, (c, _) in list(self._detached.items()):
+            if c == cookie:
+                del self._detached[wd]
+                inotify_rm_watch(self._fd, wd)  # EINVAL if the kernel already dropped it: fine
 
     def _add_tree(self, top: bytes, out: list[WatchEvent | _Pending] | None) -> set[bytes]:
         """Watch ``top`` and the directories below it that ``should_watch_dir`` allows,
@@ -472,14 +517,14 @@ class Watcher:
             self._wd_path.pop(wd, None)
             inotify_rm_watch(self._fd, wd)
 
-    def _moved_dir(self, src: bytes, dest: bytes) -> None:
-        """Rename the watch paths of a directory moved inside the root, then re-apply the
-        predicate at the new place (it may now be ignored, or no longer)."""
-        for path in [p for p in self._path_wd if _under(p, src)]:
-            wd = self._path_wd.pop(path)
-            new = dest + path[len(src) :]
-            self._path_wd[new] = wd
-            self._wd_path[wd] = new
+    def _moved_dir(self, cookie: int, dest: bytes) -> None:
+        """Re-attach the watches detached by the rename ``cookie`` under ``dest``, then
+        re-apply the predicate at the new place (it may now be ignored, or no longer)."""
+        for wd, (c, suffix) in list(self._detached.items()):
+            if c == cookie:
+                del self._detached[wd]
+                self._path_wd[dest + suffix] = wd
+                self._wd_path[wd] = dest + suffix
         for path in sorted(p for p in self._path_wd if _under(p, dest)):
             if path in self._path_wd and not self._should_watch(path):
                 self._drop_watches(path)
@@ -516,6 +561,8 @@ class Watcher:
             with self._lock:
                 self._path_wd.clear()
                 self._wd_path.clear()
+                self._detached.clear()
+                self._refused.clear()
                 os.close(self._fd)  # drops every watch
                 self._fd = -1
             for waiter in [*self._cookies.values(), *(w for _, w in self._carry_waiters)]:
@@ -551,14 +598,15 @@ class Watcher:
             self._resync()
             out.append(OVERFLOW)
             return False
+        if mask & _C.IN_IGNORED:  # the kernel dropped this watch (directory deleted...)
+            self._detached.pop(wd, None)
+            gone = self._wd_path.pop(wd, None)
+            if gone is not None and self._path_wd.get(gone) == wd:
+                del self._path_wd[gone]
+            return False
         parent = self._wd_path.get(wd)
         if parent is None:
-            return False  # a watch we already removed
-        if mask & _C.IN_IGNORED:
-            if self._path_wd.get(parent) == wd:
-                del self._path_wd[parent]
-            del self._wd_path[wd]
-            return False
+            return False  # a watch we removed, or of a directory moved away (detached)
         is_dir = bool(mask & _C.IN_ISDIR)
         if not name:  # about the watched directory itself
             if wd == self._root_wd:
@@ -574,15 +622,18 @@ class Watcher:
             return True
         rel = _join(parent, name)
         if mask & _C.IN_MOVED_FROM:
-            pending = _Pending(rel, is_dir, cookie, self._watch_seq)
+            pending = _Pending(rel, is_dir, cookie)
             self._pending[cookie] = pending
             out.append(pending)
+            if is_dir:
+                self._detach(rel, cookie)
+                self._forget_refused(rel)
         elif mask & _C.IN_MOVED_TO:
             source = self._pending.pop(cookie, None)
             if source is not None:
                 source.event = WatchEvent("moved", source.path, rel, is_dir)
                 if is_dir:
-                    self._moved_dir(source.path, rel)
+                    self._moved_dir(cookie, rel)
             else:
                 out.append(WatchEvent("created", rel, None, is_dir))
                 if is_dir:
@@ -593,8 +644,14 @@ class Watcher:
                 self._add_tree(rel, out)
         elif mask & _C.IN_DELETE:
             out.append(WatchEvent("deleted", rel, None, is_dir))
+            if is_dir:
+                self._forget_refused(rel)
         elif mask & _CHANGE_MASK:
             out.append(WatchEvent("modified", rel, None, is_dir))
+            if is_dir and mask & _C.IN_ATTRIB and rel in self._refused:
+                # Its mode changed: maybe we may watch it now. Then whatever it holds is
+                # reported as created, since none of it was seen while it was refused.
+                self._add_tree(rel, out)
         return False
 
     def _resolve_pending(self, out: list[WatchEvent | _Pending], *, force: bool) -> None:
@@ -607,7 +664,7 @@ class Watcher:
                 del self._pending[cookie]
                 pending.event = WatchEvent("deleted", pending.path, None, pending.is_dir)
                 if pending.is_dir:
-                    self._drop_watches(pending.path, placed_before=pending.watch_seq)
+                    self._release(cookie)
 
     def _deliver(self, out: list[WatchEvent | _Pending], waiters: list[tuple[int, _Waiter]]) -> None:
         """Hand the complete prefix of ``out`` to the callback, then release the barriers

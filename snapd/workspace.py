@@ -20,7 +20,7 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ import structlog
 
 from snapd import apply, ignore, ingest, roots, scan, trees
 from snapd.batch import Batch
+from snapd.display import count, shown
 from snapd.errors import SnapdError, WorkspaceRefused
 from snapd.records import Mark
 from snapd.statcache import StatCache
@@ -80,12 +81,15 @@ class Workspace:
         self._since_mark = ingest.Report()
         self.ignored = ingest.IgnoredTally()  # as of the last walk that judged every name
         self.tree: str | None = None
-        self.warnings: list[str] = []
+        self.warnings: list[str] = []  # lasting conditions, in status and every mark
+        self._told: dict[bytes, int] = {}  # refused directories some mark's summary reported
         self.scan_every_mark = False
         self.git_top: Path | None = None
         self._git_index: Path | None = None
         self._git_index_sig: tuple[int, ...] | None = None
+        self._outside_rules: list[Path] = []  # ignore.outside_rule_files, stat'ed with the index
         self.rules = ignore.IgnoreRules.load(root, settings.extra_ignore)
+        self._rules_record: tuple[ignore.RuleInputs, bytes, str] | None = None  # inputs, bytes, digest
         self.watcher: Watcher | None = None
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -155,7 +159,7 @@ class Workspace:
                 # (what their listing finds is dirty too), so nothing slips between the two.
                 self.on_events(self.watcher.watch_new(found))
                 self._flush()
-        if self.watcher.watch_failures:
+        if self.watcher.limit_failures:
             self._watch_shortfall()
         self.progress = None
         trim_memory()
@@ -192,11 +196,43 @@ class Workspace:
     def _watch_shortfall(self) -> None:
         assert self.watcher is not None
         self.scan_every_mark = True
+        dirs = count(self.watcher.limit_failures, "directory", "directories")
+        limit = self.settings.max_watches
+        if limit is not None and self.watcher.watch_count >= limit:  # our own setting, not the kernel's
+            self.warnings.append(
+                f"{dirs} could not be watched: snapd's watch_limit setting ({limit} per workspace) "
+                "was reached; every mark scans the workspace. Raise watch_limit in config.toml "
+                "(or SNAPD_WATCH_LIMIT), then restart snapd"
+            )
+            return
         self.warnings.append(
-            f"{self.watcher.watch_failures} directories could not be watched (inotify watch limit): "
+            f"{dirs} could not be watched (inotify watch limit): "
             "every mark scans the workspace; raise the limit with "
             "`sudo sysctl fs.inotify.max_user_watches=524288` (and in /etc/sysctl.d/), then restart snapd"
         )
+
+    def _refusals(self) -> dict[bytes, str]:
+        """Directories that cannot be watched for a reason of their own, with what to tell the
+        user: the real cause (``Permission denied: PATH``), never the watch limit."""
+        refused = self.watcher.refused_dirs() if self.watcher is not None else {}
+        return {
+            rel: f"{os.strerror(err)}: {shown(rel)} (snapd cannot watch this "
+            "directory; changes inside it are not captured while it stays so)"
+            for rel, err in sorted(refused.items())
+        }
+
+    def current_warnings(self) -> list[str]:
+        """Everything wrong now, for ``status``: lasting conditions and refused directories."""
+        return [*self.warnings, *self._refusals().values()]
+
+    def _mark_warnings(self) -> tuple[list[str], dict[bytes, int]]:
+        """A mark's warnings: the lasting conditions, and each refused directory once — in the
+        first mark that finds it so, not again while nothing about it changes. Also what is
+        told by then, to keep once the mark is committed."""
+        refused = self.watcher.refused_dirs() if self.watcher is not None else {}
+        news = self._refusals()
+        fresh = [news[rel] for rel, err in refused.items() if self._told.get(rel) != err and rel in news]
+        return [*self.warnings, *fresh], refused
 
     def stop(self) -> None:
         self._stopping = True
@@ -277,17 +313,20 @@ class Workspace:
                     self._git_index = (
                         self.git_top / gitdir if not gitdir.is_absolute() else gitdir
                     ) / "index"
+        self._outside_rules = [Path(os.fsdecode(p)) for p in ignore.outside_rule_files(self.root)]
         self._git_index_sig = self._index_sig()
         tracked = ignore.git_tracked_files(self.root) if self.git_top else None
         self.rules = ignore.IgnoreRules.load(self.root, self.settings.extra_ignore, tracked)
 
     def _index_sig(self) -> tuple[int, ...] | None:
-        """Signature of git's index and info/exclude: .git is never watched, so the tracked
-        set and exclude rules are re-read when these files change (one stat each per capture)."""
+        """Signature of git's index and the rule files outside the tree (the common git dir's
+        info/exclude, .gitignore files above a root inside a work tree): they are never watched,
+        so the tracked set and those rules are re-read when these change (one stat each per
+        capture)."""
         if self._git_index is None:
             return None
         sig: list[int] = []
-        for path in (self._git_index, self._git_index.parent / "info" / "exclude"):
+        for path in (self._git_index, *self._outside_rules):
             try:
                 st = path.stat()
                 sig += [st.st_mtime_ns, st.st_size, st.st_ino]
@@ -328,9 +367,10 @@ class Workspace:
         descend = self.rules.dir_may_contain_captured
         tally = ingest.IgnoredTally()
 
-        def unreadable(rel: bytes, why: str) -> None:  # reported, never skipped in silence
-            report.skip(rel, why)
-            self._skipped[rel] = why
+        unlistable: dict[bytes, str] = {}
+
+        def unreadable(rel: bytes, why: str) -> None:  # recorded as unlisted below, and reported
+            unlistable[rel] = why
 
         walked = ingest.walk(self.rootb, self._tallying(tally), descend=descend, unreadable=unreadable)
         rels = [rel for rel, _ in walked]
@@ -356,17 +396,31 @@ class Workspace:
                 on_read=self._note_read,
                 from_walk=True,
             )
+            for rel, why in unlistable.items():  # a listing failed where access() said it would not
+                change = changes.get(rel)
+                if isinstance(change, trees.Dir) and change.listed:
+                    changes[rel] = trees.Dir(change.mode, listed=False)
+                    report.skip(rel, why)
+                    self._skipped[rel] = why
             tree = batch.apply(None, changes)
             added = [p for p, c in changes.items() if c is not None]
             summary = ingest.summarize(batch, None, tree, report, added)
+            summary["warnings"], told = self._mark_warnings()
             summary["ignored"] = self.ignored.to_json()
             batch.add_mark(
-                self.id, "baseline", tree, kind="baseline", summary=summary, git_head=self._git_head()
+                self.id,
+                "baseline",
+                tree,
+                kind="baseline",
+                summary=summary,
+                git_head=self._git_head(),
+                **self._mark_state(batch),
             )
             self._stage_stats(batch)
             (mark,) = batch.commit()
         if progress is not None:
             progress(len(rels), len(rels))
+        self._told = told
         self.tree = tree
         return mark
 
@@ -377,6 +431,8 @@ class Workspace:
             self._stats.remove(r.rel)
             return
         self._skipped.pop(r.rel, None)
+        if r.kind == "dir" and not r.listed:  # its contents are unknown: a rollback keeps them
+            self._skipped[r.rel] = r.reason
         if r.kind == "file":
             self.reads += 1
         if r.kind == "missing" or r.sig is None:
@@ -384,6 +440,8 @@ class Workspace:
         else:
             # An unstable file gets read time 0: never trusted, so the next scan reads it again.
             self._stats.set(r.rel, r.sig, 0 if r.unstable else time.time_ns())
+            if r.kind == "file":
+                self._stats.note_links(r.rel, (r.dev, r.sig[4]), r.nlink)
 
     def _stage_stats(self, batch: Batch) -> None:
         for path, entry in self._stats.take_changes().items():
@@ -456,18 +514,40 @@ class Workspace:
             is_dir = False
         return not self._ignored(rel, is_dir) or rel in self._stats
 
+    def _capture(self, batch: Batch, paths: list[bytes]) -> dict[bytes, trees.Change]:
+        """Read ``paths`` into ``batch``, and with each file that has other links, its other
+        captured names: a write through one name changed them all, and only that name had an
+        event."""
+        linked: list[bytes] = []
+
+        def on_read(r: ingest.Read) -> None:
+            self._note_read(r)
+            if r.kind == "file" and r.nlink > 1:
+                linked.append(r.rel)
+
+        captured: dict[bytes, trees.Change] = {}
+        todo = paths
+        while todo:
+            captured.update(
+                ingest.capture(
+                    batch,
+                    self.rootb,
+                    todo,
+                    self._since_mark,
+                    size_cap=self.settings.size_cap,
+                    ws=self.id,
+                    on_read=on_read,
+                )
+            )
+            todo = sorted({o for p in linked for o in self._stats.linked(p)} - captured.keys())
+            linked.clear()
+        return captured
+
     def _commit(self, paths: list[bytes], label: str | None, **meta: Any) -> Mark | None:
+        hold: Sequence[bytes] = meta.pop("hold", ())
         with self.store.batch() as batch:
             changes: dict[bytes, trees.Change] = {}
-            captured = ingest.capture(
-                batch,
-                self.rootb,
-                paths,
-                self._since_mark,
-                size_cap=self.settings.size_cap,
-                ws=self.id,
-                on_read=self._note_read,
-            )
+            captured = self._capture(batch, paths)
             for rel, change in captured.items():
                 if change is not None and self._ignored(rel, isinstance(change, trees.Dir)):
                     change = None  # now ignored (rules changed): no longer captured
@@ -476,23 +556,87 @@ class Workspace:
             tree = batch.apply(self.tree, changes) if changes else self.tree
             assert tree is not None
             mark = None
+            told = self._told
             if label is None:
                 batch.set_head(self.id, tree)
             else:
+                head = tree
+                if hold:  # the mark also holds these, whatever today's rules (a pre-rollback mark)
+                    tree = batch.apply(tree, self._read_held(batch, hold)[0])
                 prev = self.store.latest_mark(self.id)
                 summary = ingest.summarize(batch, prev.tree if prev else None, tree, self._since_mark)
-                summary["warnings"] = list(self.warnings)
+                summary["warnings"], told = self._mark_warnings()
                 summary["ignored"] = self.ignored.to_json()
                 mark = batch.add_mark(
-                    self.id, label, tree, git_head=self._git_head(), summary=summary, **meta
+                    self.id,
+                    label,
+                    tree,
+                    git_head=self._git_head(),
+                    summary=summary,
+                    **self._mark_state(batch),
+                    **meta,
                 )
+                batch.set_head(self.id, head)
+                tree = head
             self._stage_stats(batch)
             committed = batch.commit()
         self.tree = tree
+        self._told = told
         if mark is not None:
             self._since_mark = ingest.Report()
             return committed[0]
         return None
+
+    def _read_held(
+        self, batch: Batch, paths: Sequence[bytes]
+    ) -> tuple[dict[bytes, trees.Change], dict[bytes, str]]:
+        """Read ``paths`` (and their parents) into ``batch`` whatever today's ignore rules: the
+        changes, and why each path that could not be read was skipped."""
+        wanted = set(paths)
+        for p in paths:
+            parts = p.split(b"/")
+            wanted.update(b"/".join(parts[:i]) for i in range(1, len(parts)))
+        skipped: dict[bytes, str] = {}
+
+        def note(r: ingest.Read) -> None:
+            if r.kind == "skipped":
+                skipped[r.rel] = r.reason
+
+        changes = ingest.capture(
+            batch,
+            self.rootb,
+            sorted(wanted, key=lambda p: p.split(b"/")),
+            ingest.Report(),
+            size_cap=self.settings.size_cap,
+            on_read=note,
+        )
+        return changes, skipped
+
+    def hold(self, tree: str, paths: Sequence[bytes]) -> tuple[str, dict[bytes, str]]:
+        """``tree`` plus the state on disk of ``paths``, which today's rules leave out (a
+        rollback holds every path it touches, DESIGN.md 4), and the paths that could not be
+        read. The objects are stored; no mark or head changes."""
+        if not paths:
+            return tree, {}
+        with self.store.batch() as batch:
+            changes, skipped = self._read_held(batch, paths)
+            held = batch.apply(tree, changes)
+            batch.commit()
+        return held, skipped
+
+    def _mark_state(self, batch: Batch) -> dict[str, Any]:
+        """What a mark records beside its tree: the rule inputs that live outside the tree (one
+        shared object per distinct set) and the root's own mode (DESIGN.md semantics 4)."""
+        inputs = self.rules.inputs
+        if self._rules_record is None or self._rules_record[0] is not inputs:
+            data = inputs.encode()
+            self._rules_record = (inputs, data, self.store.hasher(data))
+        _, data, digest = self._rules_record
+        try:
+            root_mode: int | None = stat.S_IMODE(os.stat(self.rootb).st_mode)
+        except OSError:
+            root_mode = None  # the barrier reports a vanished root; nothing to restore here
+        return {"rules": batch.put(data, digest), "root_mode": root_mode}
 
     def git_head(self) -> str | None:
         return self._git_head()
@@ -507,18 +651,32 @@ class Workspace:
 
     def _barrier(self) -> None:
         """Every change completed before now is in the dirty set (or a full rescan is queued)."""
-        if self._check_root() != self.root_id:
-            raise WorkspaceRefused(
-                f"the directory {self.root} was replaced while snapd watched it: `snapctl forget "
-                f"{self.root}`, then `snapctl watch {self.root}` to start a new history"
-            )
-        if self.watcher is not None and self.watcher.watch_failures and not self.scan_every_mark:
+        if (why := roots.replaced(self.root, self.root_id)) is not None:
+            raise WorkspaceRefused(why)
+        if self.watcher is not None and self.watcher.limit_failures and not self.scan_every_mark:
             self._watch_shortfall()
         ok = self.watcher is not None and self.watcher.barrier(self.settings.barrier_timeout_s)
-        if not ok:
-            log.warning("workspace.barrier_failed", workspace=str(self.root))
-            with self._dirty_lock:
+        with self.lock:  # the stat cache is the capture thread's
+            changed_links = self._recheck_loose_links()
+        with self._dirty_lock:
+            self._dirty.paths.update(changed_links)
+            if not ok:
+                log.warning("workspace.barrier_failed", workspace=str(self.root))
                 self._dirty.full = True
+
+    def _recheck_loose_links(self) -> list[bytes]:
+        """Files with a name outside the root (or ignored) were maybe written through it, which
+        no watch of ours reports: re-stat them; those that differ from the cache are dirty."""
+        now = time.time_ns()
+        changed = []
+        for rel in self._stats.loose_links():
+            try:
+                sig = ingest.sig_of(os.lstat(self.rootb + b"/" + rel))
+            except OSError:
+                sig = None
+            if sig is None or not self._stats.is_clean(rel, sig, now):
+                changed.append(rel)
+        return changed
 
     def sync(self) -> str:
         """Capture everything changed before this call; the captured tree. Takes the lock."""
@@ -575,8 +733,9 @@ class Workspace:
             "watches": self.watcher.watch_count if self.watcher else 0,
             "watch_failures": self.watcher.watch_failures if self.watcher else 0,
             "overflows": self.watcher.overflowed if self.watcher else 0,
+            "hardlinks_rechecked": len(self._stats.loose_links()),
             "scan_every_mark": self.scan_every_mark,
-            "warnings": list(self.warnings),
+            "warnings": self.current_warnings(),
             "progress": self.progress,
             "reads": self.reads,
             "recovered_rollback": self.recovered,

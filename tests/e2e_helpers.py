@@ -7,201 +7,42 @@ malformed requests no well-behaved client can send) go through :func:`raw_call`.
 Waiting is always poll-until-deadline (``wait_for``); a deadline that passes is a failure with
 the daemon's log attached, never a silent pass.
 
-Another uid: root ignores file modes, so tests of permissions run the daemon, the CLI and the
-file operations as uid 65534 (:func:`nobody`, a :class:`User`). A condition a test cannot set up
-is a skip on a developer's machine and a failure under ``CI`` (:func:`need`), never a silent pass.
+Permissions can only be tested as another uid (root reads everything): :class:`OtherUser` runs
+the daemon, the CLI and the test's own actions as that uid. A test that cannot set up what it
+needs calls :func:`unavailable`: a failure under ``CI``, a skip elsewhere.
 
-Trees are compared as :data:`Snap` maps (:func:`snapshot`): kind, permission bits, bytes, link
+Trees are compared as :data:`Snap` maps (:func:`snapshot`): kind, permission bits, bytes and link
 text of every path, read as this process (root reads what the workspace's owner may not).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import importlib
 import json
 import os
+import pty
+import select
 import shutil
 import signal
 import stat
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 import zmq
 
+import snapd
 from snapd.client import Client
 from snapd.config import load_config, resolve_endpoint
 
 Arg = str | bytes | os.PathLike[str]
-
 NOBODY = 65534
-
-
-def need(reason: str) -> None:
-    """A condition this test cannot set up: fail under ``CI`` (never skip silently there), else skip."""
-    if os.environ.get("CI"):
-        pytest.fail(f"cannot set up: {reason} (CI is set, so this is a failure, not a skip)")
-    pytest.skip(reason)
-
-
-@dataclass(frozen=True)
-class User:
-    """Who runs a test's daemon, CLI and file operations: this process, or another uid.
-
-    ``python`` and ``env`` (``PYTHONPATH``) are an interpreter and code that this uid can read;
-    :meth:`do` runs a function in a forked child that switched to the uid first.
-    """
-
-    uid: int
-    gid: int
-    python: str
-    env: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def is_self(self) -> bool:
-        return self.uid == os.getuid()
-
-    def _switch(self) -> dict[str, Any]:
-        return {} if self.is_self else {"user": self.uid, "group": self.gid, "extra_groups": []}
-
-    def run(self, argv: Sequence[Arg], **kw: Any) -> subprocess.CompletedProcess[bytes]:
-        return subprocess.run(list(argv), **self._switch(), **kw)
-
-    def popen(self, argv: Sequence[Arg], **kw: Any) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(list(argv), **self._switch(), **kw)
-
-    def do(self, fn: Callable[..., object], *args: Any, check: bool = True) -> str | None:
-        """``fn(*args)`` as this user. With ``check`` an ``OSError``/``CalledProcessError`` fails the
-        test; without, it is returned as text (None: no error) — a user's command that failed."""
-        err = self._do(fn, *args)
-        assert not (check and err), f"{fn.__name__}{args!r} as uid {self.uid}: {err}"
-        return err
-
-    def _do(self, fn: Callable[..., object], *args: Any) -> str | None:
-        if self.is_self:
-            try:
-                fn(*args)
-            except (OSError, subprocess.CalledProcessError) as exc:
-                return f"{type(exc).__name__}: {exc}"
-            return None
-        rfd, wfd = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: switch, run, report, and never return into pytest
-            code = 0
-            try:
-                os.close(rfd)
-                os.setgroups([])
-                os.setgid(self.gid)
-                os.setuid(self.uid)
-                fn(*args)
-            except (OSError, subprocess.CalledProcessError) as exc:
-                os.write(wfd, f"{type(exc).__name__}: {exc}".encode())
-            except BaseException as exc:  # a bug in the test: say so loudly
-                os.write(wfd, f"BUG {type(exc).__name__}: {exc}".encode())
-                code = 2
-            finally:
-                os._exit(code)
-        os.close(wfd)
-        with os.fdopen(rfd, "rb") as fh:
-            out = fh.read().decode(errors="replace")
-        _, status = os.waitpid(pid, 0)
-        if os.waitstatus_to_exitcode(status) != 0:
-            raise AssertionError(f"{fn.__name__}{args!r} as uid {self.uid}: {out or status}")
-        return out or None
-
-
-def myself() -> User:
-    return User(os.getuid(), os.getgid(), sys.executable)
-
-
-_RUNTIME_PACKAGES = ("snapd", "zmq", "xxhash", "zstandard", "watchdog", "structlog", "pathspec")
-
-
-def _probe(user: User) -> str:
-    """Why ``user`` cannot run snapd with ``user.python`` and ``user.env`` ("" when it can)."""
-    try:
-        cp = user.run(
-            [user.python, "-c", "import " + ", ".join(_RUNTIME_PACKAGES)],
-            env={**os.environ, **user.env},
-            capture_output=True,
-            cwd="/",
-            timeout=60,
-        )
-    except OSError as exc:
-        return f"{user.python}: {exc}"
-    return "" if cp.returncode == 0 else f"{user.python}: {cp.stderr.decode(errors='replace')[-400:]}"
-
-
-def _readable_copy_of_packages() -> str:
-    """snapd and its runtime packages copied to a world-readable directory (removed at exit)."""
-    top = Path(tempfile.mkdtemp(prefix="snapd-code-"))
-    for name in _RUNTIME_PACKAGES:
-        src = Path(importlib.import_module(name).__file__ or "").parent
-        shutil.copytree(src, top / src.name, ignore=shutil.ignore_patterns("__pycache__"))
-        for libs in src.parent.glob(f"{name}*.libs"):  # bundled shared libraries (pyzmq.libs)
-            if not (top / libs.name).exists():
-                shutil.copytree(libs, top / libs.name)
-    for dirpath, dirnames, filenames in os.walk(top):
-        for n in dirnames + filenames + ["."]:
-            p = os.path.join(dirpath, n)
-            os.chmod(
-                p,
-                os.stat(p).st_mode
-                | stat.S_IRUSR
-                | stat.S_IRGRP
-                | stat.S_IROTH
-                | (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH if os.path.isdir(p) else 0),
-            )
-    import atexit
-
-    atexit.register(shutil.rmtree, top, True)
-    return str(top)
-
-
-@functools.cache
-def _nobody_or_reason() -> User | str:
-    if os.getuid() != 0:
-        return "switching to uid 65534 needs root"
-    here = os.pathsep.join(
-        dict.fromkeys(
-            str(Path(importlib.import_module(n).__file__ or "").parent.parent) for n in ("snapd", "zmq")
-        )
-    )
-    system = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
-    exes = [os.path.realpath(sys.executable)] + ([system] if os.access(system, os.X_OK) else [])
-    reasons = []
-    for copy in (False, True):  # the code where it is, else a world-readable copy of it
-        path = _readable_copy_of_packages() if copy else here
-        for exe in exes:
-            user = User(NOBODY, NOBODY, exe, {"PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1"})
-            why = _probe(user)
-            if not why:
-                return user
-            reasons.append(why)
-    return "no Python that uid 65534 can run with snapd's packages: " + " | ".join(reasons)
-
-
-def nobody() -> User:
-    """uid/gid 65534 with an interpreter and snapd's code it can read; else :func:`need` fails or skips.
-
-    The venv's own interpreter may live where 65534 cannot enter (``/root/.pyenv``): then a system
-    Python of the same version runs the venv's packages (binary wheels need the same version);
-    when the code itself is unreadable, a world-readable copy of the runtime packages is used.
-    """
-    got = _nobody_or_reason()
-    if isinstance(got, str):
-        need(got)
-        raise AssertionError("unreachable")  # need() raised
-    return got
 
 
 def wait_for(
@@ -231,18 +72,24 @@ def base_env(snapd_home: Path) -> dict[str, str]:
     return env
 
 
+def unavailable(reason: str) -> NoReturn:
+    """The test needs a condition this machine cannot give it: fail under CI, skip elsewhere."""
+    if os.environ.get("CI"):
+        pytest.fail(f"cannot run under CI: {reason}")
+    pytest.skip(reason)
+
+
 def run_ctl(
     env: dict[str, str],
     *args: Arg,
     cwd: Path | str | None = None,
     timeout: float = 30.0,
     input: bytes | None = None,
-    user: User | None = None,
+    python: Sequence[str] = (sys.executable,),
 ) -> subprocess.CompletedProcess[bytes]:
-    """``python -m snapd ARGS`` (snapctl for everything but start) as ``user``; output as bytes."""
-    user = user or myself()
-    argv: list[Arg] = [user.python, "-m", "snapd", *args]
-    return user.run(argv, env={**env, **user.env}, cwd=cwd, capture_output=True, timeout=timeout, input=input)
+    """``python -m snapd ARGS`` (snapctl for everything but start); output as bytes."""
+    argv: list[Arg] = [*python, "-m", "snapd", *args]
+    return subprocess.run(argv, env=env, cwd=cwd, capture_output=True, timeout=timeout, input=input)
 
 
 def describe(cp: subprocess.CompletedProcess[bytes]) -> str:
@@ -261,7 +108,7 @@ class Daemon:
     snapd_home: Path
     log_path: Path
     endpoint: str
-    user: User = field(default_factory=myself)
+    python: Sequence[str] = (sys.executable,)  # how to run snapd (another uid: OtherUser.python)
     _clients: list[Client] = field(default_factory=list)
 
     @property
@@ -277,7 +124,7 @@ class Daemon:
     def ctl(
         self, *args: Arg, cwd: Path | str | None = None, timeout: float = 30.0, check: bool = True
     ) -> subprocess.CompletedProcess[bytes]:
-        cp = run_ctl(self.env, *args, cwd=cwd, timeout=timeout, user=self.user)
+        cp = run_ctl(self.env, *args, cwd=cwd, timeout=timeout, python=self.python)
         if check:
             assert cp.returncode == 0, describe(cp) + "\n--- daemon log ---\n" + self.log()[-4000:]
         return cp
@@ -287,8 +134,8 @@ class Daemon:
         return json.loads(cp.stdout)
 
     def client(self, timeout_s: float = 10.0) -> Client:
-        """An in-process client over the real socket; closed at teardown (same uid only)."""
-        assert self.user.is_self, "the daemon refuses clients of another uid: use ctl()"
+        """An in-process client over the real socket; closed at teardown. (A daemon of another
+        uid refuses it: use :meth:`ctl`.)"""
         c = Client(self.endpoint, timeout_s)
         self._clients.append(c)
         return c
@@ -298,8 +145,6 @@ class Daemon:
             return c.call(op, **args)  # type: ignore[arg-type]
 
     def answers(self) -> bool:
-        if not self.user.is_self:
-            return run_ctl(self.env, "status", timeout=5, user=self.user).returncode == 0
         try:
             with Client(self.endpoint, 2.0) as c:
                 c.call("ping")
@@ -325,9 +170,8 @@ class Daemon:
         """``snapctl stop``, then wait; SIGKILL (and fail) if it does not exit. Returns its code."""
         self.close_clients()
         if self.proc.poll() is None:
-            with contextlib.suppress(PermissionError):  # (another uid's daemon is never stopped)
-                os.kill(self.pid, signal.SIGCONT)  # a test that failed mid-SIGSTOP must not hang us
-            run_ctl(self.env, "stop", timeout=20, user=self.user)
+            os.kill(self.pid, signal.SIGCONT)  # a test that failed mid-SIGSTOP must not hang us
+            run_ctl(self.env, "stop", timeout=20, python=self.python)
             code = self.wait_exit(15)
             if code is None:
                 self.proc.kill()
@@ -339,15 +183,18 @@ class Daemon:
 
 
 def start_daemon(
-    snapd_home: Path, env: dict[str, str] | None = None, *, timeout: float = 20.0, user: User | None = None
+    snapd_home: Path,
+    env: dict[str, str] | None = None,
+    *,
+    timeout: float = 20.0,
+    python: Sequence[str] = (sys.executable,),
 ) -> Daemon:
-    """Spawn ``snapd start`` as ``user``; return once ``status`` answers (fail with its log otherwise)."""
-    user = user or myself()
-    env = {**(env or base_env(snapd_home)), **user.env}
+    """Spawn ``snapd start``; return once ``status`` answers (fail with its log otherwise)."""
+    env = env or base_env(snapd_home)
     log_path = snapd_home.parent / f"{snapd_home.name}-daemon-{uuid.uuid4().hex[:6]}.log"
     with open(log_path, "wb") as log_fh:
-        proc = user.popen(
-            [user.python, "-m", "snapd", "start", "--log-level", "debug", "--log-json"],
+        proc = subprocess.Popen(
+            [*python, "-m", "snapd", "start", "--log-level", "debug", "--log-json"],
             env=env,
             stdout=log_fh,
             stderr=subprocess.STDOUT,
@@ -355,13 +202,13 @@ def start_daemon(
             cwd="/",  # python -m puts the cwd first on sys.path: a "snapd" dir there would shadow us
         )
     endpoint = resolve_endpoint(load_config(env))
-    d = Daemon(proc, env, snapd_home, log_path, endpoint, user)
+    d = Daemon(proc, env, snapd_home, log_path, endpoint, tuple(python))
 
     def ready() -> bool:
         if proc.poll() is not None:
             raise AssertionError(f"snapd start exited with {proc.returncode}\n{d.log()}")
-        if not user.is_self:
-            cp = run_ctl(env, "status", "--json", timeout=10, user=user)
+        if tuple(python) != (sys.executable,):  # another uid: it refuses our in-process client
+            cp = run_ctl(env, "status", "--json", python=python, timeout=10)
             return cp.returncode == 0 and json.loads(cp.stdout).get("pid") == proc.pid
         try:
             with Client(resolve_endpoint(load_config(env)), 2.0) as c:
@@ -381,50 +228,110 @@ def start_daemon(
     return d
 
 
-# -- raw protocol --------------------------------------------------------------------------------
+def git(repo: Path, *args: str) -> str:
+    """``git ARGS`` in ``repo`` with a fixed identity and none of the developer's config."""
+    identity = ["-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "init.defaultBranch=main"]
+    cp = subprocess.run(
+        ["git", *identity, *args],
+        cwd=repo,
+        capture_output=True,
+        timeout=30,
+        env=base_env(repo),
+    )
+    assert cp.returncode == 0, cp
+    return cp.stdout.decode().strip()
 
 
-def raw_call(endpoint: str, frames: Sequence[bytes], timeout: float = 10.0) -> list[bytes] | None:
-    """Send ``frames`` on a fresh DEALER socket; the reply's frames, or None on silence."""
-    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    try:
-        sock.connect(endpoint)
-        sock.send_multipart(list(frames))
-        if not sock.poll(int(timeout * 1000), zmq.POLLIN):
-            return None
-        return list(sock.recv_multipart())
-    finally:
-        sock.close(0)
+# -- another uid -----------------------------------------------------------------------------------
 
 
-def raw_json(endpoint: str, payload: bytes, timeout: float = 10.0) -> dict[str, Any]:
-    frames = raw_call(endpoint, [payload], timeout)
-    assert frames is not None, f"no reply to {payload[:200]!r}"
-    assert len(frames) == 1, frames
-    reply = json.loads(frames[0])
-    assert isinstance(reply, dict)
-    return reply
+@dataclass(frozen=True)
+class OtherUser:
+    """Acting as another uid: ``setpriv`` with that uid and gid and no supplementary groups (so
+    nothing is reachable through root's groups), the system Python of our version (the venv's
+    interpreter lives under /root), and this checkout plus the venv's site-packages on
+    PYTHONPATH. ``top`` is a 0755 directory it owns, outside pytest's 0700 temp root."""
+
+    uid: int
+    top: Path
+    python: tuple[str, ...]
+    pythonpath: str
+
+    def env(self, snapd_home: Path) -> dict[str, str]:
+        env = base_env(snapd_home)
+        env["HOME"] = str(self.top / "home")
+        env["PYTHONPATH"] = self.pythonpath
+        return env
+
+    def start_daemon(self, snapd_home: Path) -> Daemon:
+        return start_daemon(snapd_home, self.env(snapd_home), python=self.python, timeout=40.0)
+
+    def run(self, *argv: Arg, cwd: Path | None = None) -> subprocess.CompletedProcess[bytes]:
+        """A command (a test's own action) as this uid; it must succeed."""
+        cp = subprocess.run([*self.python[:-1], *argv], cwd=cwd or self.top, capture_output=True, timeout=60)
+        assert cp.returncode == 0, describe(cp)
+        return cp
+
+    def do(self, fn: Callable[..., object], *args: Any) -> str | None:
+        """``fn(*args)`` (a test's own action, in Python) as this uid, in a forked child that
+        switched to it first — far cheaper than a command per action. Returns the ``OSError`` or
+        ``CalledProcessError`` it raised as text (None: none), like a user's command that failed;
+        anything else it raises fails the test."""
+        rfd, wfd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: switch, run, report, and never return into pytest
+            code = 0
+            try:
+                os.close(rfd)
+                os.setgroups([])
+                os.setgid(self.uid)
+                os.setuid(self.uid)
+                fn(*args)
+            except (OSError, subprocess.CalledProcessError) as exc:
+                os.write(wfd, f"{type(exc).__name__}: {exc}".encode())
+            except BaseException as exc:
+                os.write(wfd, f"{type(exc).__name__}: {exc}".encode())
+                code = 2
+            finally:
+                os._exit(code)
+        os.close(wfd)
+        with os.fdopen(rfd, "rb") as fh:
+            out = fh.read().decode(errors="replace")
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, f"{fn.__name__}{args!r} as uid {self.uid}: {out}"
+        return out or None
 
 
-def request(op: Any, args: Any = None, *, version: Any = 1, rid: Any = None, **extra: Any) -> bytes:
-    obj: dict[str, Any] = {"op": op, "id": rid or uuid.uuid4().hex, "version": version}
-    if args is not None:
-        obj["args"] = args
-    obj.update(extra)
-    return json.dumps(obj).encode()
-
-
-def no_cookies(root: Path) -> list[str]:
-    """Barrier cookies (``.snapd-*~``) anywhere under ``root``."""
-    found = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d != ".git"]
-        for name in filenames + dirnames:
-            if name.startswith(".snapd-") and name.endswith("~"):
-                found.append(os.path.join(dirpath, name))
-    return found
+def other_user(uid: int, top: Path) -> OtherUser:
+    """An :class:`OtherUser` for ``uid`` in ``top`` (made 0755 and given to it), or
+    :func:`unavailable` saying what is missing."""
+    exe = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+    if os.getuid() != 0:
+        unavailable(f"acting as uid {uid} needs root (running as uid {os.getuid()})")
+    setpriv = shutil.which("setpriv")
+    if setpriv is None or not os.access(exe, os.X_OK):
+        unavailable(f"acting as uid {uid} needs setpriv and {exe}")
+    site = os.path.dirname(os.path.dirname(zmq.__file__))
+    code = os.path.dirname(os.path.dirname(snapd.__file__))
+    who = OtherUser(
+        uid,
+        top,
+        (setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", exe),
+        os.pathsep.join([code, site]),
+    )
+    top.chmod(0o755)
+    (top / "home").mkdir()
+    os.chown(top, uid, uid)
+    os.chown(top / "home", uid, uid)
+    probe = subprocess.run(
+        [*who.python, "-c", "import snapd, zmq, xxhash, zstandard, watchdog, structlog"],
+        env=who.env(top / "home" / "snapd"),
+        capture_output=True,
+        cwd="/",
+    )
+    if probe.returncode != 0:
+        unavailable(f"uid {uid} cannot import snapd's code or dependencies: {probe.stderr[-300:]!r}")
+    return who
 
 
 # -- trees as data --------------------------------------------------------------------------------
@@ -479,14 +386,106 @@ def snap_diff(got: Snap, want: Snap, limit: int = 20) -> str:
     return "\n".join(lines[:limit]) + (f"\n  ... {len(lines) - limit} more" if len(lines) > limit else "")
 
 
-def world_dir(owner: User, prefix: str = "snapd-uid-") -> Path:
-    """A fresh directory every uid can enter (pytest's own tmp root is 0700); the caller removes it.
+# -- raw protocol --------------------------------------------------------------------------------
 
-    It belongs to ``owner``, and so does its ``home`` subdirectory (for a daemon's store).
-    """
-    top = Path(tempfile.mkdtemp(prefix=prefix)).resolve()
-    top.chmod(0o755)
-    (top / "home").mkdir()
-    for p in (top, top / "home"):
-        os.chown(p, owner.uid, owner.gid)
-    return top
+
+def raw_call(endpoint: str, frames: Sequence[bytes], timeout: float = 10.0) -> list[bytes] | None:
+    """Send ``frames`` on a fresh DEALER socket; the reply's frames, or None on silence."""
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        sock.connect(endpoint)
+        sock.send_multipart(list(frames))
+        if not sock.poll(int(timeout * 1000), zmq.POLLIN):
+            return None
+        return list(sock.recv_multipart())
+    finally:
+        sock.close(0)
+
+
+def raw_json(endpoint: str, payload: bytes, timeout: float = 10.0) -> dict[str, Any]:
+    frames = raw_call(endpoint, [payload], timeout)
+    assert frames is not None, f"no reply to {payload[:200]!r}"
+    assert len(frames) == 1, frames
+    reply = json.loads(frames[0])
+    assert isinstance(reply, dict)
+    return reply
+
+
+def request(op: Any, args: Any = None, *, version: Any = 1, rid: Any = None, **extra: Any) -> bytes:
+    obj: dict[str, Any] = {"op": op, "id": rid or uuid.uuid4().hex, "version": version}
+    if args is not None:
+        obj["args"] = args
+    obj.update(extra)
+    return json.dumps(obj).encode()
+
+
+def no_cookies(root: Path) -> list[str]:
+    """Barrier cookies (``.snapd-*~``) anywhere under ``root``."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != ".git"]
+        for name in filenames + dirnames:
+            if name.startswith(".snapd-") and name.endswith("~"):
+                found.append(os.path.join(dirpath, name))
+    return found
+
+
+# -- a real terminal ---------------------------------------------------------------------------
+
+
+class Pty:
+    """A CLI run whose stdin, stderr (and stdout, unless ``stdout`` names a file to redirect
+    it to, as ``> file`` in a shell) are a terminal; read until a prompt appears."""
+
+    def __init__(self, env: dict[str, str], *args: str | Path, cwd: Path, stdout: Path | None = None) -> None:
+        self.master, slave = pty.openpty()
+        with contextlib.ExitStack() as stack:
+            out = stack.enter_context(open(stdout, "wb")) if stdout is not None else slave
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "snapd", *map(str, args)],
+                env=env,
+                cwd=cwd,
+                stdin=slave,
+                stdout=out,
+                stderr=slave,
+            )
+        os.close(slave)
+        self.out = b""
+
+    def read_until(self, needle: bytes, timeout: float = 30.0) -> bytes:
+        deadline = time.monotonic() + timeout
+        while needle not in self.out:
+            left = deadline - time.monotonic()
+            assert left > 0, f"no {needle!r} in {self.out!r}"
+            ready, _, _ = select.select([self.master], [], [], left)
+            if ready:
+                try:
+                    chunk = os.read(self.master, 4096)
+                except OSError:  # EIO: the other side closed
+                    chunk = b""
+                if not chunk:
+                    assert needle in self.out, f"EOF before {needle!r}: {self.out!r}"
+                self.out += chunk
+        return self.out
+
+    def send(self, text: bytes) -> None:
+        os.write(self.master, text)
+
+    def finish(self, timeout: float = 30.0) -> int:
+        try:
+            while True:
+                ready, _, _ = select.select([self.master], [], [], 0.5)
+                if ready:
+                    chunk = os.read(self.master, 4096)
+                    if not chunk:
+                        break
+                    self.out += chunk
+                elif self.proc.poll() is not None:
+                    break
+        except OSError:
+            pass
+        code = self.proc.wait(timeout)
+        os.close(self.master)
+        return code

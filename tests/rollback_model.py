@@ -47,6 +47,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -56,17 +57,16 @@ from typing import Any, Final
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # e2e_helpers, when run by hand
 
 from e2e_helpers import (  # noqa: E402
+    NOBODY,
     Daemon,
     Entry,
+    OtherUser,
     Snap,
-    User,
     base_env,
-    myself,
-    nobody,
+    other_user,
     show_entry,
     snapshot,
     start_daemon,
-    world_dir,
 )
 
 # Operations that hit a failure issue 8 already lists stay out of the generator until that fix
@@ -633,6 +633,19 @@ class Ref:
     disk: Snap
     rules: Rules
     held: frozenset[str] = frozenset()
+    unlisted: frozenset[str] = frozenset()  # directories the daemon's uid could not list then
+
+    def unknown(self, p: str) -> bool:
+        """Is ``p`` inside a directory the daemon could not list at this state?"""
+        return any(p != d and _under(p, d) for d in self.unlisted) or ("." in self.unlisted and p != ".")
+
+
+def unlisted_dirs(disk: Snap, uid: int) -> frozenset[str]:
+    """The directories of ``disk`` (all owned by ``uid``) that ``uid`` cannot list: no owner read
+    or search bit. Root lists anything."""
+    if uid == 0:
+        return frozenset()
+    return frozenset(p for p, v in disk.items() if v[0] == "dir" and v[1] & 0o500 != 0o500)
 
 
 Want = frozenset[Entry | None]  # the outcomes the contract allows for one path (None: absent)
@@ -647,10 +660,12 @@ def expected(
     ``before`` that ``ref.rules`` ignore (with their kinds in ``before``); ``ignored_now``: paths of
     ``before`` that ``before``'s own rules ignore.
 
-    One case allows two outcomes: a path absent at R that one of the two rule sets ignores and the
-    other does not. Deleting it is right when snapd knows it did not exist at R (a mark may record
-    the names of the ignored entries present, issue 8); leaving it is right when snapd only knows
-    that R's rules ignore it, or that it is ignored now ("ignored paths are never touched").
+    Inside a directory the daemon could not list at R, a path may be as at R or left as it is (the
+    caller checks that a path left so is listed). One more case allows two outcomes: a path absent
+    at R that one of the two rule sets ignores and the other does not. Deleting it is right when
+    snapd knows it did not exist at R (a mark may record the names of the ignored entries present,
+    issue 8); leaving it is right when snapd only knows that R's rules ignore it, or that it is
+    ignored now ("ignored paths are never touched").
     """
     captured = {p for p in ref.disk if p in ref.held or p not in ignored_at_ref}
     for p in list(captured):  # a directory holding a captured path is captured too
@@ -661,7 +676,9 @@ def expected(
             q = _parent(q)
     want: dict[str, Want] = {}
     for p in ref.disk.keys() | before.keys():
-        if p in captured or p == ".":
+        if ref.unknown(p) and p not in ref.held:  # M could not know it: restored, or left and listed
+            want[p] = frozenset({ref.disk.get(p), before.get(p)})
+        elif p in captured or p == ".":
             want[p] = frozenset({ref.disk[p]})
         elif p in ref.disk:
             want[p] = frozenset({before.get(p)})  # ignored at R: never touched
@@ -730,7 +747,9 @@ class Failure:
     def signature(self) -> tuple[str, str]:
         """What kind of broken promise, and at which path: a shrunk run must keep both."""
         kind = re.search(
-            r"exited 0 but|without naming|although the tree is exactly|nothing to undo|failed", self.what
+            r"exited 0 but|without naming|without listing|although the tree is exactly|nothing to undo"
+            r"|failed",
+            self.what,
         )
         path = re.search(r"^    (\S+): got", self.what, re.M)
         return (kind.group(0) if kind else self.what[:40], path.group(1) if path else "")
@@ -756,17 +775,14 @@ class Tally:
 class Round:
     """One workspace, driven through a fixed list of steps (generated, or replayed)."""
 
-    def __init__(
-        self, d: Daemon, top: Path, name: str, oracle: GitOracle, tally: Tally, allowed: frozenset[str]
-    ) -> None:
-        self.d, self.user, self.oracle, self.tally, self.allowed = d, d.user, oracle, tally, allowed
-        self.log_start = len(d.log())
-        base = top / name
-        self.user.do(os.mkdir, base)
-        self.user.do(os.mkdir, base / "ws")
-        self.user.do(os.mkdir, base / "outside")
-        self.world = World(base / "ws", base / "outside", git_env(d.env))
-        self.user.do(make_repo, self.world)
+    def __init__(self, lab: Lab, name: str, tally: Tally, allowed: frozenset[str]) -> None:
+        self.lab, self.d, self.oracle, self.tally, self.allowed = lab, lab.d, lab.oracle, tally, allowed
+        self.log_start = len(self.d.log())
+        base = lab.top / name
+        for p in (base, base / "ws", base / "outside"):
+            lab.must(os.mkdir, p)
+        self.world = World(base / "ws", base / "outside", git_env(self.d.env))
+        lab.must(make_repo, self.world)
         self.root = self.world.root
         self.d.ctl("watch", self.root, cwd="/")
         self.refs: dict[str, Ref] = {}
@@ -786,7 +802,8 @@ class Round:
         if cp.returncode != 0:
             return f"snapctl mark {label} failed: rc={cp.returncode} {cp.stdout!r} {cp.stderr!r}"
         self.disk = self.read()
-        self.refs[label] = Ref(json.loads(cp.stdout)["id"], self.disk, Rules.read(self.root, self.disk))
+        rules, unlisted = Rules.read(self.root, self.disk), unlisted_dirs(self.disk, self.lab.uid)
+        self.refs[label] = Ref(json.loads(cp.stdout)["id"], self.disk, rules, unlisted=unlisted)
         self.tally.add("marks")
         return None
 
@@ -802,7 +819,7 @@ class Round:
                 return self.check(ref, self.ctl("rollback", "--to", ref.name, "--yes"), "rollback")
             case "undo":
                 return self.check(self.last_pre, self.ctl("undo", "--yes"), "undo")
-        err = self.user.do(self.world.apply, s, check=False)
+        err = self.lab.act(self.world.apply, s)
         self.tally.add("failed user commands" if err else f"op {s.op}")
         self.disk = self.read()
         return None
@@ -830,6 +847,16 @@ class Round:
             self.last_pre = Ref(f"pre-{what}", before, rules_before, touched)
         if cp.returncode == 0 and differ:
             return f"{what} exited 0 but the tree is not the model:\n{diff_lines(after, want)}\n{out}"
+        unlisted = [
+            p
+            for p in before.keys() | after.keys()
+            if ref.unknown(p) and after.get(p) != ref.disk.get(p) and not reply.names(p, self.root)
+        ]
+        if unlisted:
+            return (
+                f"{what} left paths inside a directory unlisted at the mark without listing them:\n"
+                f"{diff_lines(after, {p: frozenset({ref.disk.get(p)}) for p in unlisted})}\n{out}"
+            )
         if cp.returncode != 0:
             silent = [p for p in differ if not reply.names(p, self.root)]
             if silent:
@@ -905,23 +932,42 @@ class Settings:
 
 
 class Lab:
-    """One user's daemon, a directory every uid can enter for its workspaces, and the git oracle."""
+    """A daemon, its workspaces under ``top`` and the git oracle; the daemon, the CLI and every file
+    operation run as ``who`` (another uid), or as this process when ``who`` is None. ``top`` is the
+    caller's to remove."""
 
-    def __init__(self, user: User) -> None:
-        self.user = user
-        self.top = world_dir(user, "snapd-model-")
-        home = self.top / "home" / "snapd"
-        user.do(os.makedirs, home, 0o700)
-        user.do((home / "config.toml").write_text, f"size_cap = {SIZE_CAP}\n")
-        env = base_env(home)
-        env["HOME"] = str(self.top / "home")
-        self.d = start_daemon(home, env, user=user, timeout=60)
-        self.oracle = GitOracle(self.top / "oracle", git_env(self.d.env))
+    def __init__(self, top: Path, who: OtherUser | None = None) -> None:
+        self.top, self.who = top, who
+        self.uid = who.uid if who else os.getuid()
+        home = top / "home" / "snapd"
+        self.must(os.makedirs, home, 0o700)
+        self.must((home / "config.toml").write_text, f"size_cap = {SIZE_CAP}\n")
+        if who is not None:
+            self.d = who.start_daemon(home)
+        else:
+            env = base_env(home)
+            env["HOME"] = str(top / "home")
+            self.d = start_daemon(home, env, timeout=60)
+        self.oracle = GitOracle(top / "oracle", git_env(self.d.env))
         self.rounds = 0
+
+    def act(self, fn: Callable[..., object], *args: Any) -> str | None:
+        """``fn(*args)`` as the lab's user: the error it raised as text, like a failed command."""
+        if self.who is not None:
+            return self.who.do(fn, *args)
+        try:
+            fn(*args)
+        except (OSError, subprocess.CalledProcessError) as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
+    def must(self, fn: Callable[..., object], *args: Any) -> None:
+        err = self.act(fn, *args)
+        assert err is None, f"set-up step {fn.__name__}{args!r} as uid {self.uid}: {err}"
 
     def round(self, tally: Tally, allowed: frozenset[str]) -> Round:
         self.rounds += 1
-        return Round(self.d, self.top, f"ws{self.rounds}", self.oracle, tally, allowed)
+        return Round(self, f"ws{self.rounds}", tally, allowed)
 
     def replay(
         self, steps: Sequence[Step], allowed: frozenset[str], tally: Tally | None = None
@@ -934,22 +980,20 @@ class Lab:
         return None
 
     def close(self) -> int:
-        """Stop the daemon (its exit code) and remove everything."""
-        try:
-            return self.d.stop()
-        finally:
-            shutil.rmtree(self.top, ignore_errors=True)
+        """Stop the daemon; its exit code."""
+        return self.d.stop()
 
     def __enter__(self) -> Lab:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        if self.d.alive():
+            self.close()
 
 
 def run_round(lab: Lab, tally: Tally, cfg: Settings, r: int) -> Failure | None:
     """Generate and run ``cfg.steps`` steps in a fresh workspace; stop at the first broken promise."""
-    off = cfg.off - {"readonly_dirs"} if lab.user.uid == 0 else cfg.off  # root ignores modes
+    off = cfg.off - {"readonly_dirs"} if lab.uid == 0 else cfg.off  # root ignores modes
     gen = Generator(random.Random(f"{cfg.seed}/{r}"), off)
     rd = lab.round(tally, cfg.allowed)
     steps: list[Step] = []
@@ -1001,18 +1045,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = Path(args.steps).read_text() if os.path.exists(args.steps) else args.steps
     steps = load_steps(text)
     allowed = Settings.from_env(dict(os.environ)).allowed
-    with Lab(nobody() if args.as_nobody else myself()) as lab:
-        first = lab.replay(steps, allowed)
-        if first is None:
-            print("no failure")
-            return 0
-        print(first.report())
-        if args.shrink:
-            f = lab.replay(
-                shrink(lambda t: lab.replay(t, allowed), steps[: first.step_no + 1], first), allowed
-            )
-            print("\nshrunk:\n" + (f.report() if f else "(no longer fails)"))
-        return 1
+    top = Path(tempfile.mkdtemp(prefix="snapd-model-"))  # pytest's temp root is 0700: not enterable
+    try:
+        with Lab(top, other_user(NOBODY, top) if args.as_nobody else None) as lab:
+            first = lab.replay(steps, allowed)
+            if first is None:
+                print("no failure")
+                return 0
+            print(first.report())
+            if args.shrink:
+                small = shrink(lambda t: lab.replay(t, allowed), steps[: first.step_no + 1], first)
+                f = lab.replay(small, allowed)
+                print("\nshrunk:\n" + (f.report() if f else "(no longer fails)"))
+            return 1
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ import subprocess
 import sys
 import threading
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from e2e_helpers import (
     Daemon,
     base_env,
     describe,
+    git,
     no_cookies,
     raw_call,
     raw_json,
@@ -45,26 +45,7 @@ from snapd.errors import NotFound
 # -- fixtures -------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[Daemon]:
-    d = start_daemon(tmp_path / "snapd-home")
-    try:
-        yield d
-    finally:
-        code = d.stop()
-        assert code == 0, f"snapd exited with {code}\n{d.log()[-4000:]}"
-
-
-@pytest.fixture
-def ws(tmp_path: Path, daemon: Daemon) -> Path:
-    """A watched workspace (via `snapctl watch`), as its real path."""
-    root = tmp_path / "proj" / "ws"
-    root.mkdir(parents=True)
-    root = root.resolve()
-    out = daemon.ctl_json("watch", root)
-    assert out["workspace"] == str(root)
-    assert out["baseline"]["kind"] == "baseline"
-    return root
+# ``daemon`` and ``ws`` come from conftest.py.
 
 
 def b(path: Path) -> bytes:
@@ -475,12 +456,14 @@ def test_protocol_error_paths_keep_the_daemon_serving(daemon: Daemon, ws: Path, 
         "holds snapd home": str(tmp_path),
         "inside a workspace": str(ws / "sub"),
         "holds a workspace": str(tmp_path / "proj"),
-        "missing": str(tmp_path / "does-not-exist"),
         "a file": str(ws / "file.txt"),
     }
     for why, path in refused.items():
         err = bad(request("watch", {"path": path}), "workspace_refused")
         assert err["message"], why
+    # A path that does not exist is not_found, as docs/protocol.md lists (issue 14, point 11).
+    err = bad(request("watch", {"path": str(tmp_path / "does-not-exist")}), "not_found")
+    assert "does not exist" in err["message"]
     # The overlapping root was not registered as a side effect.
     roots = [w["root"] for w in daemon.call("status")["workspaces"]]
     assert roots == [str(ws)], roots
@@ -670,27 +653,6 @@ def test_python_m_snapd_stop(tmp_path: Path) -> None:
 # -- 10. marks from unwatched directories, git ----------------------------------------------------
 
 
-def git(repo: Path, *args: str) -> str:
-    cp = subprocess.run(
-        [
-            "git",
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@example.com",
-            "-c",
-            "init.defaultBranch=main",
-            *args,
-        ],
-        cwd=repo,
-        capture_output=True,
-        timeout=30,
-        env=base_env(repo),
-    )
-    assert cp.returncode == 0, cp
-    return cp.stdout.decode().strip()
-
-
 @pytest.mark.timeout(60)
 def test_mark_registers_git_top_and_respects_git(daemon: Daemon, tmp_path: Path) -> None:
     repo = tmp_path / "proj" / "repo"
@@ -839,7 +801,7 @@ def test_cli_log_pin_verify_gc_status(daemon: Daemon, ws: Path) -> None:
     # unwatch keeps history; forget removes it.
     daemon.ctl("unwatch", ws)
     assert daemon.ctl_json("log", cwd=ws)["marks"][0]["label"] == "step-2"
-    assert daemon.ctl_json("forget", ws)["forgotten_marks"] == 4
+    assert daemon.ctl_json("forget", "--yes", ws)["forgotten_marks"] == 4  # no terminal: --yes
     cp = daemon.ctl("log", cwd=ws, check=False)
     assert cp.returncode == 6, describe(cp)
     with pytest.raises(NotFound):

@@ -106,6 +106,30 @@ def test_unknown_format_refused(tmp_path: Path) -> None:
         Store.open(tmp_path / "s")
 
 
+def test_a_format_1_store_is_upgraded_in_place(tmp_path: Path) -> None:
+    """Format 1 lacked the marks' rule inputs and root mode and the workspace's last rollback:
+    its marks stay readable (without them) and new marks record them."""
+    root = make_ws(tmp_path, {"a": b"a"})
+    with Store.open(tmp_path / "s") as store:
+        ws = store.add_workspace(os.fsencode(root))
+        old = ingest_tree(store, ws, root).mark_id
+    db = sqlite3.connect(tmp_path / "s" / "catalog.sqlite")
+    for table, column in (("marks", "rules"), ("marks", "root_mode"), ("workspaces", "last_rollback")):
+        db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+    db.execute("UPDATE meta SET value='1' WHERE key='format'")
+    db.commit()
+    db.close()
+    with Store.open(tmp_path / "s") as store:
+        m = store.mark(old)
+        assert (m.rules, m.root_mode) == (None, None)
+        assert store.last_rollback(ws) is None
+        store.set_last_rollback(ws, {"target": old, "after": m.tree, "pre": old})
+        assert store.last_rollback(ws) == {"target": old, "after": m.tree, "pre": old}
+    db = sqlite3.connect(tmp_path / "s" / "catalog.sqlite")
+    assert db.execute("SELECT value FROM meta WHERE key='format'").fetchone() == ("2",)
+    db.close()
+
+
 def make_ws(tmp_path: Path, files: dict[str, bytes]) -> Path:
     root = tmp_path / "ws"
     for name, data in files.items():
