@@ -267,6 +267,13 @@ SCENARIOS["over-the-cap-at-m"] = (
     "found by the model: a path absent from M because it could not be captured is deleted",
 )
 
+# A .gitignore line git accepts (a character range that matches nothing): snapd's pattern compiler
+# raises, and every mark that has to judge a path under those rules fails with an internal error.
+SCENARIOS["gitignore-with-a-reversed-range"] = (
+    [gi("[z-a]", "*.log"), MARK, write("notes.txt", "v2*1"), Step("mark", ("m2",)), BACK],
+    "found by the model: an internal error (exit 70) on every later mark",
+)
+
 # Scenarios that need another uid (root ignores modes and lists any directory).
 AS_NOBODY = {"readonly-parent-of-a-left-dir", "unlistable-dir-at-m"}
 # A directory moved in while unlistable (mode 311): M cannot know its contents, so a rollback to M
