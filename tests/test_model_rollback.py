@@ -304,6 +304,24 @@ SCENARIOS["false-alarm-on-a-tracked-path-in-an-ignored-dir"] = (
     "found by the model: exit 10 with the tree right (a stale view of an ignored directory)",
 )
 
+# Written through a hard link whose other name is ignored (src/__pycache__/n.o): the rollback does
+# not re-check README (only marks do), finds nothing to do, and exits 0 with README's new bytes.
+SCENARIOS["hard-link-written-through-an-ignored-name"] = (
+    [
+        Step("hardlink", ("README", "src/__pycache__/n.o")),
+        MARK,
+        write("src/__pycache__/n.o", "v5*4", 0o444),
+        BACK,
+    ],
+    "point 2: the other names of a multiply linked file are re-checked at marks, not at rollbacks",
+)
+# Only the root's mode changes between two rollbacks to the same mark: they share one pre-rollback
+# mark, and undo returns to before the first one (notes.txt gone again, the root 0755), exit 0.
+SCENARIOS["root-mode-change-between-two-rollbacks"] = (
+    [MARK, Step("rename", ("notes.txt", "src/README")), BACK, Step("chmod", ("", 0o750)), BACK, UNDO],
+    "points 6 and 9: a change of the root's mode alone is not a change between two rollbacks",
+)
+
 # Scenarios that need another uid (root ignores modes and lists any directory).
 AS_NOBODY = {"readonly-parent-of-a-left-dir", "unlistable-dir-at-m", "unreadable-now-dir-after-a-rollback"}
 # A directory readable at M and unlistable now (311) holds a file over the cap that did not exist
