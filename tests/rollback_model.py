@@ -284,13 +284,13 @@ class World:
             case "rename":
                 os.rename(r / a[0], r / a[1])
             case "out_and_back":
-                moved = out / "moved"
+                moved = out / f"moved-{time.monotonic_ns()}"  # (a failed move back leaves it there)
                 os.rename(r / a[0], moved)
                 if a[2]:
                     _fd_write(moved / a[2], b"changed while outside\n", os.O_TRUNC, None)
                 os.rename(moved, r / a[1])
             case "move_in":  # a directory made elsewhere (an unpacked archive) moved into the tree
-                made = out / "in"
+                made = out / f"in-{time.monotonic_ns()}"
                 os.mkdir(made)
                 _fd_write(made / "h", content(a[2]), os.O_TRUNC, None)
                 os.mkdir(made / "sub")
