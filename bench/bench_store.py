@@ -45,7 +45,7 @@ def load_snapd() -> tuple[Any, Any, Any]:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     try:
         from snapd.ingest import capture_paths, ingest_tree
-        from snapd.store import Store
+        from snapd.store.store import Store
     except ImportError as e:
         sys.exit(
             f"bench_store: snapd's store API is not there yet ({e}); it needs "

@@ -35,12 +35,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from snapd import safeio
 from snapd.errors import Conflict, DiskFull, NotFound, StoreError
-from snapd.objects import parse_key
 from snapd.protocol import decode_path, encode_path
 from snapd.restore import MKDIR_MODE, Op, Plan, show
-from snapd.trees import Entry
+from snapd.store import safeio
+from snapd.store.objects import parse_key
+from snapd.store.trees import Entry
 
 FORMAT = "snapd-apply-1"
 BATCH = 128  # writes per batch: bounds open descriptors (a temp file and its directory each)

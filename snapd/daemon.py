@@ -26,14 +26,15 @@ from types import FrameType
 
 import structlog
 
-from snapd import __version__, retention, safeio
+from snapd import __version__
 from snapd.config import Config, load_config
 from snapd.errors import DaemonUnavailable, SnapdError
 from snapd.logs import configure_logging
 from snapd.notify import Notifier
 from snapd.server import ControlServer, acquire_instance_lock
 from snapd.service import Service, ServiceConfig
-from snapd.store import Store
+from snapd.store import retention, safeio
+from snapd.store.store import Store
 from snapd.workspace import Settings
 
 log = structlog.get_logger("snapd.daemon")

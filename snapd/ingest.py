@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from snapd import objects, trees
-from snapd.batch import Batch, fingerprint
 from snapd.ignore import VCS_NAMES
-from snapd.records import Mark
-from snapd.store import Store
+from snapd.store import objects, trees
+from snapd.store.batch import Batch, fingerprint
+from snapd.store.records import Mark
+from snapd.store.store import Store
 
 DEFAULT_SIZE_CAP = 64 << 20
 MAX_REREADS = 3

@@ -31,11 +31,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from snapd import trees
 from snapd.display import shown
 from snapd.errors import NotFound, UsageError
 from snapd.protocol import decode_path, encode_path
-from snapd.trees import Difference, Entry
+from snapd.store import trees
+from snapd.store.trees import Difference, Entry
 
 OpKind = Literal["mkdir", "write", "symlink", "chmod", "remove", "rmdir"]
 MKDIR_MODE = 0o700

@@ -36,11 +36,12 @@ from typing import Any
 
 import structlog
 
-from snapd import apply, ignore, ingest, restore, trees
+from snapd import apply, ignore, ingest, restore
 from snapd.errors import NotFound, PlanChanged
 from snapd.protocol import encode_path
-from snapd.records import Mark
 from snapd.restore import Plan
+from snapd.store import trees
+from snapd.store.records import Mark
 from snapd.workspace import Workspace
 
 log = structlog.get_logger(__name__)

@@ -25,14 +25,15 @@ from typing import Any
 
 import structlog
 
-from snapd import __version__, ignore, protocol, retention, rollback, roots, textdiff, trees
+from snapd import __version__, ignore, protocol, rollback, roots, textdiff
 from snapd.display import shown
 from snapd.errors import Busy, NotFound, SnapdError, UsageError, WorkspaceRefused
 from snapd.protocol import Request
-from snapd.records import Mark
 from snapd.server import PeerInfo
-from snapd.store import Store
-from snapd.verify import verify
+from snapd.store import retention, trees
+from snapd.store.records import Mark
+from snapd.store.store import Store
+from snapd.store.verify import verify
 from snapd.workspace import Settings, Workspace
 
 log = structlog.get_logger(__name__)
@@ -355,7 +356,7 @@ class Service:
         agent: str | None = None,
         session: str | None = None,
     ) -> dict[str, Any]:
-        from snapd.refs import validate_label
+        from snapd.store.refs import validate_label
 
         validate_label(label)
         ws, _ = self._find(workspace, cwd, register=True)

@@ -27,13 +27,14 @@ from typing import Any
 
 import structlog
 
-from snapd import apply, ignore, ingest, roots, scan, trees
-from snapd.batch import Batch
+from snapd import apply, ignore, ingest, roots, scan
 from snapd.display import count, shown
 from snapd.errors import SnapdError, WorkspaceRefused
-from snapd.records import Mark
 from snapd.statcache import StatCache
-from snapd.store import Store
+from snapd.store import trees
+from snapd.store.batch import Batch
+from snapd.store.records import Mark
+from snapd.store.store import Store
 from snapd.watcher import Watcher, WatchEvent, remove_stale_cookies
 
 log = structlog.get_logger(__name__)

@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from snapd import safeio
 from snapd.apply import ApplyResult, apply, recover
 from snapd.errors import Conflict
 from snapd.ingest import ingest_tree
-from snapd.objects import xxh3_hex
 from snapd.restore import Plan, plan
-from snapd.store import Store
+from snapd.store import safeio
+from snapd.store.objects import xxh3_hex
+from snapd.store.store import Store
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -23,7 +23,7 @@ from e2e_helpers import Daemon, OtherUser, describe, git, start_daemon, unavaila
 
 from snapd.errors import NotFound
 from snapd.roots import fs_type
-from snapd.store import Store
+from snapd.store.store import Store
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -509,9 +509,9 @@ def test_ambiguous_mark_prefix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         d.ctl("watch", root)
     finally:
         assert d.stop() == 0
-    from snapd import batch as batch_mod
-    from snapd import store as store_mod
     from snapd.config import load_config
+    from snapd.store import batch as batch_mod
+    from snapd.store import store as store_mod
 
     ids = iter(["7abcd00001", "7abcd00002"])
     monkeypatch.setattr(batch_mod, "new_mark_id", lambda: next(ids))

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from e2e_helpers import start_daemon
 
-from snapd import retention, trees
 from snapd.errors import UsageError
-from snapd.refs import parse_ref
-from snapd.store import Store
-from snapd.verify import verify
+from snapd.store import retention, trees
+from snapd.store.refs import parse_ref
+from snapd.store.store import Store
+from snapd.store.verify import verify
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from snapd import retention, safeio, trees
-from snapd.batch import LARGE_OBJECT
 from snapd.ingest import capture_paths, ingest_tree
-from snapd.store import Store
-from snapd.verify import verify
+from snapd.store import retention, safeio, trees
+from snapd.store.batch import LARGE_OBJECT
+from snapd.store.store import Store
+from snapd.store.verify import verify
 
 pytestmark = pytest.mark.timeout(300)
 

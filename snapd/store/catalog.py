@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from snapd import safeio
 from snapd.errors import DiskFull, StoreError, StoreFormatError
+from snapd.store import safeio
 
 FORMAT_VERSION = 2
 # Format 1 lacked the marks' rule inputs and root mode, and the workspace's last rollback: the

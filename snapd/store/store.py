@@ -7,7 +7,7 @@ Layout (see docs/storage.md)::
 
 This module reads (every object verified against its key, tree nodes cached), resolves mark
 references, and keeps small catalog records (workspaces, pins). Writes of objects, versions
-and marks go through :class:`snapd.batch.Batch` (``Store.batch()``), which makes them durable
+and marks go through :class:`snapd.store.batch.Batch` (``Store.batch()``), which makes them durable
 together. The store's GC lock and its table of keys held by batches in flight are what keep
 GC from deleting an object a capture is about to reference.
 """
@@ -21,12 +21,12 @@ from collections import Counter, OrderedDict
 from pathlib import Path
 from typing import Any
 
-from snapd import objects, safeio, trees
-from snapd.batch import Batch, StatRow
-from snapd.catalog import Catalog
 from snapd.errors import Ambiguous, MissingObject, NotFound
-from snapd.records import MARK_COLUMNS, Mark, Version, Workspace, mark_from_row
-from snapd.refs import FULL_ID, parse_ref
+from snapd.store import objects, safeio, trees
+from snapd.store.batch import Batch, StatRow
+from snapd.store.catalog import Catalog
+from snapd.store.records import MARK_COLUMNS, Mark, Version, Workspace, mark_from_row
+from snapd.store.refs import FULL_ID, parse_ref
 
 NODE_CACHE = 4096
 
@@ -224,7 +224,7 @@ class Store:
         return mark_from_row(row) if row else None
 
     def resolve(self, ws: int, ref: str, session: str | None = None) -> Mark:
-        """Find the mark a user means (see :mod:`snapd.refs`) in workspace ``ws``."""
+        """Find the mark a user means (see :mod:`snapd.store.refs`) in workspace ``ws``."""
         r = parse_ref(ref)
         db = self.catalog.read()
         if r.is_id:

@@ -20,9 +20,9 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from snapd import safeio, trees
-from snapd.records import Mark
-from snapd.store import Store
+from snapd.store import safeio, trees
+from snapd.store.records import Mark
+from snapd.store.store import Store
 
 DAY_NS = 86_400 * 10**9
 SWEEP_CHUNK = 500

@@ -20,13 +20,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from snapd import objects, safeio, trees
 from snapd.errors import StoreError
-from snapd.records import MARK_COLUMNS, Mark
-from snapd.refs import new_mark_id, validate_label
+from snapd.store import objects, safeio, trees
+from snapd.store.records import MARK_COLUMNS, Mark
+from snapd.store.refs import new_mark_id, validate_label
 
 if TYPE_CHECKING:
-    from snapd.store import Store
+    from snapd.store.store import Store
 
 LARGE_OBJECT = 1 << 20
 FLUSH_BYTES = 32 << 20  # new content held in memory before it is flushed (bounds RSS)
