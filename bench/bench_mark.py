@@ -269,7 +269,7 @@ def cli_floor(runs: int) -> dict[str, Any]:
 
 
 def bench_size(size: str, args: argparse.Namespace, out: Out) -> dict[str, Any]:
-    from snapd.client import Client
+    from snapd.ipc.client import Client
 
     tree = DATA / f"tree-{size}"
     if not tree.is_dir():

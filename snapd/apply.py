@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from snapd.errors import Conflict, DiskFull, NotFound, StoreError
-from snapd.protocol import decode_path, encode_path
+from snapd.ipc.protocol import decode_path, encode_path
 from snapd.restore import MKDIR_MODE, Op, Plan, show
 from snapd.store import safeio
 from snapd.store.objects import parse_key

@@ -29,9 +29,9 @@ import structlog
 from snapd import __version__
 from snapd.config import Config, load_config
 from snapd.errors import DaemonUnavailable, SnapdError
+from snapd.ipc.server import ControlServer, acquire_instance_lock
 from snapd.logs import configure_logging
 from snapd.notify import Notifier
-from snapd.server import ControlServer, acquire_instance_lock
 from snapd.service import Service, ServiceConfig
 from snapd.store import retention, safeio
 from snapd.store.store import Store
@@ -134,7 +134,7 @@ class Daemon:
 
 def start_background(config: Config, argv_extra: list[str]) -> int:
     """Detach a daemon (own session, log in the state directory) and return once it answers."""
-    from snapd.client import Client
+    from snapd.ipc.client import Client
 
     log_file = config.log_file or config.locations.state_dir / BACKGROUND_LOG
     cmd = [sys.executable, "-m", "snapd", "start", "--log-file", str(log_file), *argv_extra]
@@ -239,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from snapd.service_unit import install_service
 
             return install_service(env, start=not args.no_start)
-        from snapd.client import Client
+        from snapd.ipc.client import Client
 
         with Client.from_config(config) as client:
             reply = client.call("stop")

@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 from snapd.display import shown
 from snapd.errors import NotFound, UsageError
-from snapd.protocol import decode_path, encode_path
+from snapd.ipc.protocol import decode_path, encode_path
 from snapd.store import trees
 from snapd.store.trees import Difference, Entry
 

@@ -38,7 +38,7 @@ import structlog
 
 from snapd import apply, ignore, ingest, restore
 from snapd.errors import NotFound, PlanChanged
-from snapd.protocol import encode_path
+from snapd.ipc.protocol import encode_path
 from snapd.restore import Plan
 from snapd.store import trees
 from snapd.store.records import Mark

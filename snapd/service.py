@@ -25,11 +25,12 @@ from typing import Any
 
 import structlog
 
-from snapd import __version__, ignore, protocol, rollback, roots, textdiff
+from snapd import __version__, ignore, rollback, roots, textdiff
 from snapd.display import shown
 from snapd.errors import Busy, NotFound, SnapdError, UsageError, WorkspaceRefused
-from snapd.protocol import Request
-from snapd.server import PeerInfo
+from snapd.ipc import protocol
+from snapd.ipc.protocol import Request
+from snapd.ipc.server import PeerInfo
 from snapd.store import retention, trees
 from snapd.store.records import Mark
 from snapd.store.store import Store

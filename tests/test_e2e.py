@@ -1,5 +1,5 @@
 """End-to-end: a real ``snapd start`` process, driven by the real ``snapctl`` and by
-:class:`snapd.client.Client` over the real socket.
+:class:`snapd.ipc.client.Client` over the real socket.
 
 Each test gets its own ``SNAPD_HOME`` (``tmp_path/"snapd-home"``) and ``HOME`` (``tmp_path/"home"``,
 from conftest), so nothing touches the developer's files. The ``daemon`` fixture starts the
@@ -39,8 +39,8 @@ from e2e_helpers import (
     start_daemon,
 )
 
-from snapd.client import Client
 from snapd.errors import NotFound
+from snapd.ipc.client import Client
 
 # -- fixtures -------------------------------------------------------------------------------------
 

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from snapd import protocol
 from snapd.display import shown
 from snapd.errors import BadRequest, NotFound, ProtocolMismatch, from_wire
+from snapd.ipc import protocol
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -122,8 +122,8 @@ def test_forget_while_the_baseline_runs_is_refused_clearly(tmp_path: Path) -> No
 
     from e2e_helpers import wait_for
 
-    from snapd.client import Client
     from snapd.errors import Busy
+    from snapd.ipc.client import Client
 
     root = tmp_path / "ws"
     for i in range(40):

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 import zmq
 
-from snapd.client import Client, probe_listener
 from snapd.errors import (
     AlreadyRunning,
     DaemonUnavailable,
@@ -24,8 +23,9 @@ from snapd.errors import (
     PermissionRefused,
     Timeout,
 )
-from snapd.protocol import Request
-from snapd.server import (
+from snapd.ipc.client import Client, probe_listener
+from snapd.ipc.protocol import Request
+from snapd.ipc.server import (
     ControlServer,
     PeerInfo,
     acquire_instance_lock,

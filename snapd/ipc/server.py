@@ -37,7 +37,6 @@ from typing import Any
 import structlog
 import zmq
 
-from snapd import protocol
 from snapd.config import ensure_private_dir, write_endpoint_file
 from snapd.errors import (
     AlreadyRunning,
@@ -48,6 +47,7 @@ from snapd.errors import (
     PermissionRefused,
     SnapdError,
 )
+from snapd.ipc import protocol
 
 log = structlog.get_logger("snapd.server")
 
