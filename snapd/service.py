@@ -25,12 +25,13 @@ from typing import Any
 
 import structlog
 
-from snapd import __version__, ignore, rollback, roots, textdiff
+from snapd import __version__, ignore, roots, textdiff
 from snapd.display import shown
 from snapd.errors import Busy, NotFound, SnapdError, UsageError, WorkspaceRefused
 from snapd.ipc import protocol
 from snapd.ipc.protocol import Request
 from snapd.ipc.server import PeerInfo
+from snapd.rollback import live
 from snapd.store import retention, trees
 from snapd.store.records import Mark
 from snapd.store.store import Store
@@ -471,7 +472,7 @@ class Service:
     ) -> tuple[Workspace, Mark, list[bytes]]:
         ws, _ = self._find(workspace, cwd)
         if undo:
-            target = rollback.undo_target(ws)
+            target = live.undo_target(ws)
         elif to is None:
             raise UsageError("say which mark to roll back to (--to MARK)")
         else:
@@ -490,7 +491,7 @@ class Service:
         session: str | None = None,
     ) -> dict[str, Any]:
         ws, target, only = self._rollback_args(workspace, cwd, to, undo, paths, session)
-        result: dict[str, Any] = wire_paths(rollback.propose(ws, target, only, force))
+        result: dict[str, Any] = wire_paths(live.propose(ws, target, only, force))
         return result
 
     def op_rollback_apply(
@@ -505,7 +506,7 @@ class Service:
         session: str | None = None,
     ) -> dict[str, Any]:
         ws, target, only = self._rollback_args(workspace, cwd, to, undo, paths, session)
-        result: dict[str, Any] = wire_paths(rollback.execute(ws, target, only, force, token))
+        result: dict[str, Any] = wire_paths(live.execute(ws, target, only, force, token))
         return result
 
     def op_undo(

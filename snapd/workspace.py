@@ -27,9 +27,10 @@ from typing import Any
 
 import structlog
 
-from snapd import apply, ignore, ingest, roots, scan
+from snapd import ignore, ingest, roots, scan
 from snapd.display import count, shown
 from snapd.errors import SnapdError, WorkspaceRefused
+from snapd.rollback import apply
 from snapd.statcache import StatCache
 from snapd.store import trees
 from snapd.store.batch import Batch

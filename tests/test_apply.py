@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from snapd.apply import ApplyResult, apply, recover
 from snapd.errors import Conflict
 from snapd.ingest import ingest_tree
-from snapd.restore import Plan, plan
+from snapd.rollback.apply import ApplyResult, apply, recover
+from snapd.rollback.plan import Plan, plan
 from snapd.store import safeio
 from snapd.store.objects import xxh3_hex
 from snapd.store.store import Store

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from snapd.errors import NotFound, UsageError
-from snapd.restore import MKDIR_MODE, Op, Plan, plan
+from snapd.rollback.plan import MKDIR_MODE, Op, Plan, plan
 from snapd.store import trees
 from snapd.store.objects import xxh3_hex
 from snapd.store.trees import Dir, Entry

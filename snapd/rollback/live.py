@@ -11,7 +11,7 @@ interleaves:
    the plan changes nothing (no mark at all), or this repeats the last rollback to the same
    mark with nothing captured since (it shares that rollback's mark, so undo still returns to
    the work the first one replaced);
-3. apply the plan with its write-ahead journal (:mod:`snapd.apply`): every path re-checked
+3. apply the plan with its write-ahead journal (:mod:`snapd.rollback.apply`): every path re-checked
    right before it changes, conflicts left alone and reported, nothing outside the root;
 4. capture the result. The rollback's own writes arrive as ordinary events and are captured
    like any other change — recognised by content, never by silencing paths or time windows —
@@ -36,10 +36,11 @@ from typing import Any
 
 import structlog
 
-from snapd import apply, ignore, ingest, restore
+from snapd import ignore, ingest
 from snapd.errors import NotFound, PlanChanged
 from snapd.ipc.protocol import encode_path
-from snapd.restore import Plan
+from snapd.rollback import apply, plan
+from snapd.rollback.plan import Plan
 from snapd.store import trees
 from snapd.store.records import Mark
 from snapd.workspace import Workspace
@@ -113,7 +114,7 @@ def _is_dir(root: bytes, rel: bytes) -> bool:
 
 def _ignored_below(
     ws: Workspace, current: str, m_rules: ignore.IgnoreRules
-) -> restore.IgnoredBelow:
+) -> plan.IgnoredBelow:
     load = ws.store.load_node
 
     def below(rel_dir: bytes) -> list[tuple[bytes, str]]:
@@ -137,7 +138,7 @@ def _ignored_below(
     return below
 
 
-def _in_the_way(ws: Workspace, m_rules: ignore.IgnoreRules) -> restore.InTheWay:
+def _in_the_way(ws: Workspace, m_rules: ignore.IgnoreRules) -> plan.InTheWay:
     def occupied(rel: bytes) -> str | None:
         """Why something stands at ``rel`` on disk although the current tree lacks it."""
         if not ingest.parents_real(ws.rootb, rel) or not os.path.lexists(ws.rootb + b"/" + rel):
@@ -190,7 +191,7 @@ def _plan(
         root_now: int | None = stat.S_IMODE(os.stat(ws.rootb).st_mode)
     except OSError:
         root_now = None
-    return restore.plan(
+    return plan.plan(
         ws.store.load_node,
         current,
         target.tree,

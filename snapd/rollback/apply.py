@@ -1,6 +1,6 @@
 """Applying a rollback plan to a workspace: journaled, re-checked, contained and crash-safe.
 
-Each :class:`~snapd.restore.Op` says what its path must hold now (``expect``) and what it will
+Each :class:`~snapd.rollback.plan.Op` says what its path must hold now (``expect``) and what it will
 hold (``entry``). Invariants:
 
 - **Write-ahead journal**: before the workspace is touched, the journal (root, token, ops, and
@@ -37,7 +37,7 @@ from typing import Any
 
 from snapd.errors import Conflict, DiskFull, NotFound, StoreError
 from snapd.ipc.protocol import decode_path, encode_path
-from snapd.restore import MKDIR_MODE, Op, Plan, show
+from snapd.rollback.plan import MKDIR_MODE, Op, Plan, show
 from snapd.store import safeio
 from snapd.store.objects import parse_key
 from snapd.store.trees import Entry

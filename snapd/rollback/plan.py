@@ -4,7 +4,7 @@ A plan is computed from two trees only — ``current`` (the barrier'd pre-rollba
 what the workspace holds now as far as snapd could capture it) and ``target`` (mark M) — so it
 is pure and can be shown, compared and confirmed before anything is touched. Every
 :class:`Op` carries both the state it produces (``entry``) and the captured state it replaces
-(``expect``, None = the path must be absent): :mod:`snapd.apply` re-checks ``expect`` right
+(``expect``, None = the path must be absent): :mod:`snapd.rollback.apply` re-checks ``expect`` right
 before each change and recognises already-done work by ``entry``.
 
 Invariants:
