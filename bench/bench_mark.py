@@ -287,7 +287,7 @@ def bench_size(size: str, args: argparse.Namespace, out: Out) -> dict[str, Any]:
         # Change only files snapd is meant to capture: the workspace lies inside this repo's
         # work tree, whose .gitignore (``*.egg-info/``) snapd applies, and editor backups
         # (``*~``) are never captured. The peer (explicit --work-tree) still snapshots them.
-        from snapd.ignore import IgnoreRules
+        from snapd.capture.ignore import IgnoreRules
 
         rules = IgnoreRules.load(Path(root))
         pool = []

@@ -119,7 +119,7 @@ def check_reply(reply: dict[str, Any], picked: list[bytes]) -> str | None:
 
 
 def bench_size(size: str, args: argparse.Namespace, out: Out) -> dict[str, Any]:
-    from snapd.ignore import IgnoreRules
+    from snapd.capture.ignore import IgnoreRules
     from snapd.ipc.client import Client
 
     tree = DATA / f"tree-{size}"

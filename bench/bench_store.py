@@ -44,7 +44,7 @@ def load_snapd() -> tuple[Any, Any, Any]:
     """snapd's Store, ingest_tree and capture_paths, or exit with what is missing."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     try:
-        from snapd.ingest import capture_paths, ingest_tree
+        from snapd.capture.ingest import capture_paths, ingest_tree
         from snapd.store.store import Store
     except ImportError as e:
         sys.exit(

@@ -27,6 +27,7 @@ from types import FrameType
 import structlog
 
 from snapd import __version__
+from snapd.capture.workspace import Settings
 from snapd.config import Config, load_config
 from snapd.errors import DaemonUnavailable, SnapdError
 from snapd.ipc.server import ControlServer, acquire_instance_lock
@@ -35,7 +36,6 @@ from snapd.notify import Notifier
 from snapd.service import Service, ServiceConfig
 from snapd.store import retention, safeio
 from snapd.store.store import Store
-from snapd.workspace import Settings
 
 log = structlog.get_logger("snapd.daemon")
 

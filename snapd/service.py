@@ -25,7 +25,9 @@ from typing import Any
 
 import structlog
 
-from snapd import __version__, ignore, roots, textdiff
+from snapd import __version__, textdiff
+from snapd.capture import ignore, roots
+from snapd.capture.workspace import Settings, Workspace
 from snapd.display import shown
 from snapd.errors import Busy, NotFound, SnapdError, UsageError, WorkspaceRefused
 from snapd.ipc import protocol
@@ -36,7 +38,6 @@ from snapd.store import retention, trees
 from snapd.store.records import Mark
 from snapd.store.store import Store
 from snapd.store.verify import verify
-from snapd.workspace import Settings, Workspace
 
 log = structlog.get_logger(__name__)
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from snapd.capture.ingest import ingest_tree
 from snapd.errors import Conflict
-from snapd.ingest import ingest_tree
 from snapd.rollback.apply import ApplyResult, apply, recover
 from snapd.rollback.plan import Plan, plan
 from snapd.store import safeio

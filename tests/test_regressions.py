@@ -160,8 +160,8 @@ def test_an_overflow_reported_during_a_flush_still_gets_its_full_scan(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Found by CI under load: a subtree scan merged in a later overflow flag and dropped it."""
-    from snapd.watcher import OVERFLOW, WatchEvent
-    from snapd.workspace import Settings, Workspace
+    from snapd.capture.watcher import OVERFLOW, WatchEvent
+    from snapd.capture.workspace import Settings, Workspace
 
     root = tmp_path / "ws"
     for d in ("a", "b"):

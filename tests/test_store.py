@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from snapd.capture.ingest import capture_paths, ingest_tree
 from snapd.errors import Ambiguous, CorruptObject, NotFound, StoreFormatError, UsageError
-from snapd.ingest import capture_paths, ingest_tree
 from snapd.store import objects, refs, retention, trees
 from snapd.store.batch import LARGE_OBJECT
 from snapd.store.store import Store

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from snapd.ingest import capture_paths, ingest_tree
+from snapd.capture.ingest import capture_paths, ingest_tree
 from snapd.store import retention, safeio, trees
 from snapd.store.batch import LARGE_OBJECT
 from snapd.store.store import Store

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from e2e_helpers import wait_for
 
-from snapd.watcher import Watcher, WatchEvent, is_cookie_name, remove_stale_cookies
+from snapd.capture.watcher import Watcher, WatchEvent, is_cookie_name, remove_stale_cookies
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -36,14 +36,14 @@ from typing import Any
 
 import structlog
 
-from snapd import ignore, ingest
+from snapd.capture import ignore, ingest
+from snapd.capture.workspace import Workspace
 from snapd.errors import NotFound, PlanChanged
 from snapd.ipc.protocol import encode_path
 from snapd.rollback import apply, plan
 from snapd.rollback.plan import Plan
 from snapd.store import trees
 from snapd.store.records import Mark
-from snapd.workspace import Workspace
 
 log = structlog.get_logger(__name__)
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from snapd.ignore import VCS_NAMES
+from snapd.capture.ignore import VCS_NAMES
 from snapd.store import objects, trees
 from snapd.store.batch import Batch, fingerprint
 from snapd.store.records import Mark

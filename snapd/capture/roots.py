@@ -29,8 +29,8 @@ import struct
 from collections.abc import Iterable
 from pathlib import Path
 
+from snapd.capture.ignore import VCS_NAMES
 from snapd.errors import NotFound, WorkspaceRefused
-from snapd.ignore import VCS_NAMES
 
 FS_IOC_GETVERSION = 0x80087601  # _IOR('v', 1, long)
 EVENTLESS_FS = frozenset(

@@ -27,16 +27,16 @@ from typing import Any
 
 import structlog
 
-from snapd import ignore, ingest, roots, scan
+from snapd.capture import ignore, ingest, roots, scan
+from snapd.capture.statcache import StatCache
+from snapd.capture.watcher import Watcher, WatchEvent, remove_stale_cookies
 from snapd.display import count, shown
 from snapd.errors import SnapdError, WorkspaceRefused
 from snapd.rollback import apply
-from snapd.statcache import StatCache
 from snapd.store import trees
 from snapd.store.batch import Batch
 from snapd.store.records import Mark
 from snapd.store.store import Store
-from snapd.watcher import Watcher, WatchEvent, remove_stale_cookies
 
 log = structlog.get_logger(__name__)
 
