@@ -25,8 +25,8 @@ from e2e_helpers import base_env, run_ctl, start_daemon, wait_for
 from snapd.capture.roots import fs_type
 from snapd.capture.statcache import RACY_NS, StatCache
 from snapd.capture.workspace import Settings
-from snapd.service import Service, ServiceConfig
-from snapd.service_unit import REPO_EXEC, render
+from snapd.daemon.service import Service, ServiceConfig
+from snapd.daemon.service_unit import REPO_EXEC, render
 from snapd.store.retention import Policy
 from snapd.store.store import Store
 

@@ -29,11 +29,11 @@ import structlog
 from snapd import __version__
 from snapd.capture.workspace import Settings
 from snapd.config import Config, load_config
+from snapd.daemon.logs import configure_logging
+from snapd.daemon.notify import Notifier
+from snapd.daemon.service import Service, ServiceConfig
 from snapd.errors import DaemonUnavailable, SnapdError
 from snapd.ipc.server import ControlServer, acquire_instance_lock
-from snapd.logs import configure_logging
-from snapd.notify import Notifier
-from snapd.service import Service, ServiceConfig
 from snapd.store import retention, safeio
 from snapd.store.store import Store
 
@@ -236,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _arm_test_crash(env.get("SNAPD_TEST_CRASH_AFTER"))
             return Daemon(config, penv).run()
         if args.command == "install-service":
-            from snapd.service_unit import install_service
+            from snapd.daemon.service_unit import install_service
 
             return install_service(env, start=not args.no_start)
         from snapd.ipc.client import Client

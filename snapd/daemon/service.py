@@ -25,9 +25,10 @@ from typing import Any
 
 import structlog
 
-from snapd import __version__, textdiff
+from snapd import __version__
 from snapd.capture import ignore, roots
 from snapd.capture.workspace import Settings, Workspace
+from snapd.daemon import textdiff
 from snapd.display import shown
 from snapd.errors import Busy, NotFound, SnapdError, UsageError, WorkspaceRefused
 from snapd.ipc import protocol
