@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from snapd import paths
 from snapd.capture.ingest import ingest_tree
 from snapd.errors import Conflict
 from snapd.rollback.apply import ApplyResult, apply, recover
@@ -123,7 +124,7 @@ class Case:
 
 
 def no_temps(ws: Path) -> bool:
-    return not any(safeio.is_temp_name(n) for _, ds, fs in os.walk(ws) for n in ds + fs)
+    return not any(paths.is_snapd_name(n) for _, ds, fs in os.walk(ws) for n in ds + fs)
 
 
 def test_apply_restores_every_kind_of_change(tmp_path: Path) -> None:

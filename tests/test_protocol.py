@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from snapd import paths
 from snapd.display import shown
 from snapd.errors import BadRequest, NotFound, ProtocolMismatch, from_wire
 from snapd.ipc import protocol
@@ -144,23 +145,23 @@ def test_encode_json_is_strict_and_compact() -> None:
 
 
 def test_encode_path_prefers_strings() -> None:
-    assert protocol.encode_path(b"src/main.py") == "src/main.py"
-    assert protocol.encode_path(b"caf\xe9") == {"b64": "Y2Fm6Q=="}
+    assert paths.encode_path(b"src/main.py") == "src/main.py"
+    assert paths.encode_path(b"caf\xe9") == {"b64": "Y2Fm6Q=="}
 
 
 def test_decode_path_rejects_lone_surrogates_and_other_shapes() -> None:
     with pytest.raises(BadRequest, match="lone surrogate"):
-        protocol.decode_path("a\udcff")
+        paths.decode_path("a\udcff")
     bad: Any
     for bad in (None, 3, [], {"b64": 3}, {"b64": "", "x": 1}, {"hex": "00"}):
         with pytest.raises(BadRequest):
-            protocol.decode_path(bad)
+            paths.decode_path(bad)
 
 
 @given(st.binary(min_size=1).filter(lambda b: b"\0" not in b))
 def test_path_encoding_round_trips(path: bytes) -> None:
-    wire = json.loads(json.dumps(protocol.encode_path(path)))
-    assert protocol.decode_path(wire) == path
+    wire = json.loads(json.dumps(paths.encode_path(path)))
+    assert paths.decode_path(wire) == path
 
 
 def test_display_path_escapes_undecodable_and_control_bytes() -> None:

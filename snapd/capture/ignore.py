@@ -42,13 +42,14 @@ from typing import Final, Literal
 
 from pathspec import GitIgnoreSpec
 
+from snapd.paths import is_snapd_name
+
 Reason = Literal["vcs", "snapd", "editor", "snapdignore", "config", "gitignore", "exclude"]
 
 VCS_NAMES: Final = frozenset({b".git", b".hg", b".jj", b".svn"})
 RULE_FILE_NAME: Final = b".gitignore"
 SNAPDIGNORE: Final = b".snapdignore"
 INFO_EXCLUDE: Final = b".git/info/exclude"
-_SNAPD_PREFIX: Final = b".snapd-"
 
 # Matched against the base name of files (not directories).
 EDITOR_PATTERNS: Final = (
@@ -184,11 +185,6 @@ assert all(r.kind == "any" and r.ignore for r in _EDITOR_RULES)
 _EDITOR_RE: Final = re.compile(
     "|".join("(?:" + r.regex.pattern.replace("(?P<ps_d>", "(?:") + ")" for r in _EDITOR_RULES)
 )
-
-
-def is_cookie_name(name: bytes) -> bool:
-    """snapd's own cookie/temp shape ``.snapd-*~`` (never captured, never reported)."""
-    return name.startswith(_SNAPD_PREFIX) and name.endswith(b"~")
 
 
 # --- the rules object ------------------------------------------------------------------------
@@ -372,7 +368,7 @@ class IgnoreRules:
         if any(p in VCS_NAMES for p in parts):
             return "vcs"
         name = parts[-1]
-        if is_cookie_name(name):
+        if is_snapd_name(name):
             return "snapd"
         if rel in self.tracked:
             return None
@@ -396,7 +392,7 @@ class IgnoreRules:
             return False
         if rel_dir in self._tracked_dirs:
             return True
-        return self._dir_reason(rel_dir) is None and not is_cookie_name(rel_dir.rpartition(b"/")[2])
+        return self._dir_reason(rel_dir) is None and not is_snapd_name(rel_dir.rpartition(b"/")[2])
 
     def is_rule_file(self, rel: bytes) -> bool:
         """Whether a change to ``rel`` changes these rules (then build a new object)."""

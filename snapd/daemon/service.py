@@ -34,6 +34,7 @@ from snapd.errors import Busy, NotFound, SnapdError, UsageError, WorkspaceRefuse
 from snapd.ipc import protocol
 from snapd.ipc.protocol import Request
 from snapd.ipc.server import PeerInfo
+from snapd.paths import encode_path
 from snapd.rollback import live
 from snapd.store import retention, trees
 from snapd.store.records import Mark
@@ -69,7 +70,7 @@ def wire_paths(obj: Any) -> Any:
         try:
             obj.encode("utf-8")
         except UnicodeEncodeError:
-            return protocol.encode_path(os.fsencode(obj))
+            return encode_path(os.fsencode(obj))
         return obj
     if isinstance(obj, list):
         return [wire_paths(v) for v in obj]
@@ -409,7 +410,7 @@ class Service:
         older = [p for p in prev if p.seq < m.seq]
         base = older[0].tree if older else None
         changes = [
-            {"path": protocol.encode_path(d.path), "status": d.status}
+            {"path": encode_path(d.path), "status": d.status}
             for d in trees.diff(self.store.load_node, base, m.tree)
         ]
         return {**mark_json(m, root), "changes": changes[:1000], "changes_total": len(changes)}
@@ -545,7 +546,7 @@ class Service:
         for d in trees.diff(self.store.load_node, old.tree, new_tree):
             if only and not any(d.path == p or d.path.startswith(p + b"/") for p in only):
                 continue
-            record: dict[str, Any] = {"path": protocol.encode_path(d.path), "status": d.status}
+            record: dict[str, Any] = {"path": encode_path(d.path), "status": d.status}
             if d.old is not None:
                 record["old_mode"] = d.old.mode
             if d.new is not None:

@@ -39,7 +39,7 @@ import structlog
 from snapd.capture import ignore, ingest
 from snapd.capture.workspace import Workspace
 from snapd.errors import NotFound, PlanChanged
-from snapd.ipc.protocol import encode_path
+from snapd.paths import encode_path
 from snapd.rollback import apply, plan
 from snapd.rollback.plan import Plan
 from snapd.store import trees

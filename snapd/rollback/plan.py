@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 from snapd.display import shown
 from snapd.errors import NotFound, UsageError
-from snapd.ipc.protocol import decode_path, encode_path
+from snapd.paths import ancestors, at_or_below, decode_path, encode_path, strictly_below
 from snapd.store import trees
 from snapd.store.trees import Difference, Entry
 
@@ -166,15 +166,6 @@ def _by_path(ops: Iterable[Op]) -> dict[bytes, tuple[Op, ...]]:
     return out
 
 
-def _ancestors(path: bytes) -> list[bytes]:
-    parts = path.split(b"/")
-    return [b"/".join(parts[:i]) for i in range(1, len(parts))]
-
-
-def _under(path: bytes, top: bytes) -> bool:
-    return path.startswith(top + b"/")
-
-
 def _create(path: bytes, new: Entry) -> list[Op]:
     if new.kind == "dir":
         ops = [Op("mkdir", path, new, None)]
@@ -250,7 +241,7 @@ def _differences(
     for top in only:
         cur, tgt = at(current, top), at(target, top)
         if tgt is not None:  # its parents must be directories, as they are at M
-            for anc in _ancestors(top):
+            for anc in ancestors(top):
                 ca, ta = at(current, anc), at(target, anc)
                 if ca is None or ca.kind != "dir":
                     found.setdefault(anc, Difference(anc, "added" if ca is None else "type", ca, ta))
@@ -272,7 +263,7 @@ def _normalize_only(only: Sequence[bytes]) -> list[bytes]:
             trees.split_path(p)
         except ValueError:
             raise UsageError(f"{show(p)!r} is not a path inside the workspace") from None
-        if not any(p == q or _under(p, q) for q in tops):
+        if not any(at_or_below(p, q) for q in tops):
             tops.append(p)
     return tops
 
@@ -284,11 +275,11 @@ class _Uncaptured:
         self.reasons = dict(reasons)
         self.below: dict[bytes, list[bytes]] = {}  # directory -> uncaptured paths under it
         for u in sorted(self.reasons, key=_parts):
-            for anc in _ancestors(u):
+            for anc in ancestors(u):
                 self.below.setdefault(anc, []).append(u)
 
     def at_or_above(self, path: bytes) -> bytes | None:
-        for p in [*_ancestors(path), path]:
+        for p in [*ancestors(path), path]:
             if p in self.reasons:
                 return p
         return None
@@ -305,7 +296,7 @@ class _Uncaptured:
     def why(self, path: bytes, u: bytes) -> str:
         if u == path:
             return self.reasons[u]
-        if _under(u, path):
+        if strictly_below(u, path):
             return f"holds {show(u)}, not captured: {self.reasons[u]}"
         return f"inside {show(u)}, not captured: {self.reasons[u]}"
 
@@ -362,7 +353,7 @@ def plan(
 
     def inside_unlisted(path: bytes) -> bytes | None:
         """The directory above ``path`` that could not be listed at M, if any."""
-        for anc in _ancestors(path):
+        for anc in ancestors(path):
             if anc not in unlisted:
                 unlisted[anc] = trees.unlisted(trees.lookup(load, target, anc))
             if unlisted[anc]:
@@ -373,12 +364,12 @@ def plan(
         group = _ops_for(d)
         if not group:
             continue
-        if any(_under(d.path, k) for k in left):
+        if any(strictly_below(d.path, k) for k in left):
             continue  # below an ignored directory: ignored too, and never touched
         if d.new is None and (hidden := inside_unlisted(d.path)) is not None:
             left[d.path] = f"inside {show(hidden)}, which could not be listed at the mark"
             continue
-        outer = next((k for k in kept_dirs if _under(d.path, k)), None)
+        outer = next((k for k in kept_dirs if strictly_below(d.path, k)), None)
         if outer is not None:
             kept[d.path] = f"its directory {show(outer)} is kept"
             continue
@@ -412,9 +403,9 @@ def plan(
     for u, why in unc.reasons.items():  # uncaptured paths that did not exist at M (point: delete them)
         if u in forced_removals or u in groups or u in kept or u in left:
             continue
-        if tops and not any(u == t or _under(u, t) for t in tops):
+        if tops and not any(at_or_below(u, t) for t in tops):
             continue
-        if any(_under(u, x) for x in (*left, *kept)) or trees.lookup(load, target, u) is not None:
+        if any(strictly_below(u, x) for x in (*left, *kept)) or trees.lookup(load, target, u) is not None:
             continue
         ignored = ignores(u, False)
         hidden = inside_unlisted(u)
@@ -464,7 +455,7 @@ def _keep_what_holds_ignored(
                 for p, why in ignored_below(path):
                     left.setdefault(p, why)
     for holder in sorted(left, key=_parts):
-        for anc in _ancestors(holder):
+        for anc in ancestors(holder):
             entry = groups.get(anc)
             if entry is None or not any(op.kind == "rmdir" for op in entry[1]):
                 continue
@@ -494,7 +485,7 @@ def _open_read_only_dirs(
             continue
         parent = op.path.rpartition(b"/")[0]
         need[parent] = need.get(parent, 0) | _OWNER_WX
-        for anc in [b"", *_ancestors(parent)] if parent else []:
+        for anc in [b"", *ancestors(parent)] if parent else []:
             need[anc] = need.get(anc, 0) | stat.S_IXUSR
     own: dict[bytes, list[Op]] = {}
     removed = {op.path for op in ops if op.kind in ("rmdir", "remove")}
