@@ -24,10 +24,9 @@ from snapd.errors import (
     Timeout,
 )
 from snapd.ipc.client import Client, probe_listener
-from snapd.ipc.protocol import Request
+from snapd.ipc.protocol import PeerInfo, Request
 from snapd.ipc.server import (
     ControlServer,
-    PeerInfo,
     acquire_instance_lock,
     check_peer,
     peer_from_address,

@@ -31,8 +31,7 @@ from snapd.capture import ignore, ingest, roots, scan
 from snapd.capture.statcache import StatCache
 from snapd.capture.watcher import Watcher, WatchEvent, remove_stale_cookies
 from snapd.display import count, shown
-from snapd.errors import SnapdError, WorkspaceRefused
-from snapd.rollback import apply
+from snapd.errors import WorkspaceRefused
 from snapd.store import trees
 from snapd.store.batch import Batch
 from snapd.store.records import Mark
@@ -72,7 +71,17 @@ class _Dirty:
 
 
 class Workspace:
-    def __init__(self, store: Store, ws_id: int, root: Path, settings: Settings) -> None:
+    def __init__(
+        self,
+        store: Store,
+        ws_id: int,
+        root: Path,
+        settings: Settings,
+        recover: Callable[[Workspace], None] | None = None,
+    ) -> None:
+        """``recover`` runs once at start, watches in place and before the reconcile scan: the
+        daemon passes the rollback layer's crash recovery (capture does not know rollbacks)."""
+        self._recover = recover
         self.store, self.id, self.root, self.settings = store, ws_id, root, settings
         self.rootb = os.fsencode(root)
         self.lock = threading.RLock()  # captures, scans and marks of this workspace
@@ -141,7 +150,8 @@ class Workspace:
         known_dirs = self._stats.directories() if len(self._stats) else None
         self.watcher.start(known_dirs)
 
-        self._recover_rollback()
+        if self._recover is not None:
+            self._recover(self)
 
         def note(done: int, total: int) -> None:
             self.progress = (done, total)
@@ -172,28 +182,6 @@ class Workspace:
         watches = self.watcher.watch_count
         log.info("workspace.started", workspace=str(self.root), files=self._stats.files(), watches=watches)
         return baseline
-
-    def _recover_rollback(self) -> None:
-        """Finish a rollback that a crash interrupted (its journal is still there)."""
-        try:
-            result = apply.recover(self.root, self.journal, self.store.get, self.store.hasher)
-        except SnapdError as exc:
-            self.warnings.append(f"an interrupted rollback could not be finished: {exc.message}")
-            log.error("rollback.recovery_failed", workspace=str(self.root), error=exc.message)
-            return
-        if result is None:
-            return
-        note = (
-            f"a rollback interrupted by a crash was finished at start-up: {len(result.applied)} paths "
-            f"restored, {len(result.conflicts)} conflicts, {result.temps_removed} temp files removed"
-        )
-        self.warnings.append(note)
-        self.recovered = {
-            "applied": len(result.applied),
-            "conflicts": [[os.fsdecode(p), why] for p, why in result.conflicts],
-            "temps_removed": result.temps_removed,
-        }
-        log.warning("rollback.recovered", workspace=str(self.root), applied=len(result.applied))
 
     def _watch_shortfall(self) -> None:
         assert self.watcher is not None

@@ -32,10 +32,10 @@ from snapd.daemon import textdiff
 from snapd.display import shown
 from snapd.errors import Busy, NotFound, SnapdError, UsageError, WorkspaceRefused
 from snapd.ipc import protocol
-from snapd.ipc.protocol import Request
-from snapd.ipc.server import PeerInfo
+from snapd.ipc.protocol import PeerInfo, Request
 from snapd.paths import encode_path
 from snapd.rollback import live
+from snapd.rollback.recovery import finish_interrupted
 from snapd.store import retention, trees
 from snapd.store.records import Mark
 from snapd.store.store import Store
@@ -160,7 +160,7 @@ class Service:
 
     def _add_live(self, ws_id: int, root: Path) -> tuple[Workspace, threading.Event]:
         ready = threading.Event()
-        workspace = Workspace(self.store, ws_id, root, self.config.settings)
+        workspace = Workspace(self.store, ws_id, root, self.config.settings, finish_interrupted)
         with self._lock:
             self._live[ws_id] = workspace
             self._ready[ws_id] = ready
@@ -218,7 +218,7 @@ class Service:
             existing = next((ws for ws in self._live.values() if ws.root == root), None)
             if existing is None:
                 ws_id = self.store.add_workspace(os.fsencode(root))
-                workspace = Workspace(self.store, ws_id, root, self.config.settings)
+                workspace = Workspace(self.store, ws_id, root, self.config.settings, finish_interrupted)
                 ready = threading.Event()
                 self._live[ws_id], self._ready[ws_id] = workspace, ready
                 self._errors.pop(ws_id, None)

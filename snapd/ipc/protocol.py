@@ -83,6 +83,15 @@ assert set(OP_ARGS) == OPS, "every op needs an argument table"
 
 
 @dataclass(frozen=True)
+class PeerInfo:
+    """Who sent a request, as the kernel reported it at connect time (None when unknown)."""
+
+    uid: int | None
+    gid: int | None
+    pid: int | None
+
+
+@dataclass(frozen=True)
 class Request:
     """A validated request. ``args`` holds only declared names, paths as ``bytes``."""
 

@@ -52,15 +52,6 @@ from snapd.ipc import protocol
 log = structlog.get_logger("snapd.server")
 
 
-@dataclass(frozen=True)
-class PeerInfo:
-    """Who sent a request, as the kernel reported it at connect time (None when unknown)."""
-
-    uid: int | None
-    gid: int | None
-    pid: int | None
-
-
 def _peer_address(frame: zmq.Frame) -> str | None:
     try:
         value = frame.get("Peer-Address")
@@ -69,19 +60,19 @@ def _peer_address(frame: zmq.Frame) -> str | None:
     return value if isinstance(value, str) else None
 
 
-Handler = Callable[[protocol.Request, PeerInfo], dict[str, Any]]
+Handler = Callable[[protocol.Request, protocol.PeerInfo], dict[str, Any]]
 
 
-def peer_from_address(address: str | None) -> PeerInfo:
+def peer_from_address(address: str | None) -> protocol.PeerInfo:
     """Parse libzmq's ``Peer-Address`` property; the credentials are its last three fields."""
     if address:
         parts = address.rsplit(":", 3)
         if len(parts) == 4 and all(p.isdigit() for p in parts[1:]):
-            return PeerInfo(int(parts[1]), int(parts[2]), int(parts[3]))
-    return PeerInfo(None, None, None)
+            return protocol.PeerInfo(int(parts[1]), int(parts[2]), int(parts[3]))
+    return protocol.PeerInfo(None, None, None)
 
 
-def check_peer(peer: PeerInfo, own_uid: int, *, require_credentials: bool) -> None:
+def check_peer(peer: protocol.PeerInfo, own_uid: int, *, require_credentials: bool) -> None:
     """Refuse any uid but ours, root included: a daemon writes files as its own user and must
     not do it on another user's behalf."""
     if peer.uid is None:
@@ -347,7 +338,7 @@ class ControlServer:
 
     # -- worker threads -----------------------------------------------------------------------
 
-    def _run(self, request: protocol.Request, peer: PeerInfo) -> None:
+    def _run(self, request: protocol.Request, peer: protocol.PeerInfo) -> None:
         started = time.monotonic()
         try:
             result = self._handler(request, peer)
