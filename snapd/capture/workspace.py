@@ -27,7 +27,7 @@ from typing import Any
 
 import structlog
 
-from snapd.capture import ignore, ingest, roots, scan
+from snapd.capture import git, ignore, ingest, roots, scan
 from snapd.capture.statcache import StatCache
 from snapd.capture.watcher import Watcher, WatchEvent, remove_stale_cookies
 from snapd.display import count, shown
@@ -290,22 +290,12 @@ class Workspace:
     # -- capture -----------------------------------------------------------------------------
 
     def _load_git(self) -> None:
-        self.git_top = ignore.git_toplevel(self.root)
-        self._git_index = None
-        if self.git_top is not None:
-            dotgit = self.git_top / ".git"
-            if dotgit.is_dir():
-                self._git_index = dotgit / "index"
-            elif dotgit.is_file():
-                text = dotgit.read_text(errors="replace").strip()
-                if text.startswith("gitdir:"):
-                    gitdir = Path(text[7:].strip())
-                    self._git_index = (
-                        self.git_top / gitdir if not gitdir.is_absolute() else gitdir
-                    ) / "index"
+        self.git_top = git.git_toplevel(self.root)
+        repo = git.find_repo(self.rootb) if self.git_top is not None else None
+        self._git_index = Path(os.fsdecode(repo.gitdir)) / "index" if repo is not None else None
         self._outside_rules = [Path(os.fsdecode(p)) for p in ignore.outside_rule_files(self.root)]
         self._git_index_sig = self._index_sig()
-        tracked = ignore.git_tracked_files(self.root) if self.git_top else None
+        tracked = git.git_tracked_files(self.root) if self.git_top else None
         self.rules = ignore.IgnoreRules.load(self.root, self.settings.extra_ignore, tracked)
 
     def _index_sig(self) -> tuple[int, ...] | None:
@@ -330,7 +320,7 @@ class Workspace:
         if not d.rules and sig == self._git_index_sig:
             return False
         self._git_index_sig = sig
-        tracked = ignore.git_tracked_files(self.root) if self.git_top else None
+        tracked = git.git_tracked_files(self.root) if self.git_top else None
         self.rules = ignore.IgnoreRules.load(self.root, self.settings.extra_ignore, tracked)
         if self.watcher is not None:
             self.watcher.rescan_watches(self.rules.dir_may_contain_captured)
@@ -632,7 +622,7 @@ class Workspace:
         return self._git_head()
 
     def _git_head(self) -> str | None:
-        return ignore.git_head(self.root) if self.git_top is not None else None
+        return git.git_head(self.root) if self.git_top is not None else None
 
     # -- marks -------------------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from typing import Any
 import structlog
 
 from snapd import __version__
-from snapd.capture import ignore, roots
+from snapd.capture import git, ignore, roots
 from snapd.capture.workspace import Settings, Workspace
 from snapd.daemon import textdiff
 from snapd.display import shown
@@ -279,7 +279,7 @@ class Service:
         vcs = roots.vcs_dir_holding(where)
         if vcs is not None and os.fsencode(vcs.name) in ignore.VCS_NAMES:
             where = vcs.parent
-        top = ignore.git_toplevel(where) if where.is_dir() else None
+        top = git.git_toplevel(where) if where.is_dir() else None
         return top or where
 
     def _wait_ready(self, ws_id: int) -> None:
