@@ -19,9 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from ingest_helpers import ingest_tree
 
 from snapd import paths
-from snapd.capture.ingest import ingest_tree
 from snapd.errors import Conflict
 from snapd.rollback.apply import ApplyResult, apply, recover
 from snapd.rollback.plan import Plan, plan

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
+from ingest_helpers import capture_paths, ingest_tree
 
-from snapd.capture.ingest import capture_paths, ingest_tree
 from snapd.errors import Ambiguous, CorruptObject, NotFound, StoreFormatError, UsageError
 from snapd.store import objects, refs, retention, trees
 from snapd.store.batch import LARGE_OBJECT

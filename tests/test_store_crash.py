@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from ingest_helpers import capture_paths, ingest_tree
 
-from snapd.capture.ingest import capture_paths, ingest_tree
 from snapd.store import retention, safeio, trees
 from snapd.store.batch import LARGE_OBJECT
 from snapd.store.store import Store

@@ -1,57 +1,32 @@
-"""Reading a workspace into the store: the baseline walk and capturing changed paths.
+"""Ingest: paths read from disk (:mod:`snapd.capture.reader`) become objects, versions and tree
+changes in a store batch. This is where file system reads meet the store.
 
-This is where file system reads meet the store. Files are opened with ``O_NOFOLLOW`` and
-``O_NONBLOCK`` (a path swapped for a symlink or a FIFO between ``lstat`` and ``open`` is
-never followed or waited on); a file whose size or mtime changes while it is read is read
-again a bounded number of times, then stored as last read and reported ``unstable``.
-Everything not captured is reported with a reason, never dropped silently.
-
-Costs: ``ingest_tree`` is one walk of the workspace; ``capture_paths`` reads only the paths
-it is given and rewrites only their directories' tree nodes.
+Reads, hashing and compression of a baseline run in a small thread pool, in bounded chunks
+(memory stays flat); each distinct content is compressed once. Everything not captured is
+reported with a reason (:class:`Report`, :class:`IgnoredTally`), never dropped silently.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import stat
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from snapd.capture.ignore import VCS_NAMES
+from snapd.capture.reader import DEFAULT_SIZE_CAP, Read, read_path
 from snapd.store import objects, trees
 from snapd.store.batch import Batch, fingerprint
-from snapd.store.records import Mark
 from snapd.store.store import Store
 
-DEFAULT_SIZE_CAP = 64 << 20
-MAX_REREADS = 3
 EXAMPLES = 10
 WORKERS = 2  # more only adds GIL contention: the main thread is the bottleneck
 WINDOW = 16  # chunks in flight
 CHUNK = 64  # paths per chunk
-
-Sig = tuple[int, int, int, int, int]
-"""What a stat says about a path: (st_mode, size, mtime_ns, ctime_ns, inode)."""
-
-
-def sig_of(st: os.stat_result) -> Sig:
-    return (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-
-
-Ignored = Callable[[bytes, bool], bool]
-"""(relative path, is_dir) -> True when the path is not captured."""
-
-
-def vcs_only(rel: bytes, is_dir: bool) -> bool:
-    return rel.rsplit(b"/", 1)[-1] in VCS_NAMES
-
 
 @dataclass
 class Report:
@@ -96,128 +71,6 @@ class IgnoredTally:
             "total": sum(self.counts.values()),
             "examples": {k: [os.fsdecode(p) for p in v] for k, v in self.examples.items()},
         }
-
-
-@dataclass(frozen=True)
-class IngestResult:
-    files: int
-    bytes: int
-    tree: str
-    mark_id: str
-    report: Report
-
-
-@dataclass(slots=True)
-class Read:
-    """One path as found on disk, read and (for contents) hashed, ready for the store."""
-
-    rel: bytes
-    kind: Literal["file", "symlink", "dir", "missing", "skipped"]
-    mode: int = 0
-    data: bytes = b""
-    reason: str = ""
-    unstable: bool = False
-    digest: str | None = None
-    encoded: tuple[int, bytes] | None = None
-    sig: Sig | None = None  # (st_mode, size, mtime_ns, ctime_ns, inode) as read
-    sha: bytes | None = None  # store.fingerprint, for contents seen earlier in this capture
-    listed: bool = True  # a directory: whether it can be listed (else its contents are unknown)
-    dev: int = 0  # a file's st_dev and st_nlink as read: its other names must be captured too
-    nlink: int = 1
-
-
-def parents_real(root: bytes, rel: bytes) -> bool:
-    """Every ancestor of ``rel`` below ``root`` is a real directory (not a symlink to one).
-
-    A path whose parent became a symlink does not exist as captured: reading it would read
-    through the link, possibly outside the workspace. The link itself is captured as a link.
-    """
-    parent = rel.rpartition(b"/")[0]
-    while parent:
-        try:
-            if not stat.S_ISDIR(os.lstat(root + b"/" + parent).st_mode):
-                return False
-        except OSError:
-            return False
-        parent = parent.rpartition(b"/")[0]
-    return True
-
-
-def read_path(root: bytes, rel: bytes, size_cap: int = DEFAULT_SIZE_CAP, *, trusted: bool = False) -> Read:
-    """Read one path without following symlinks or blocking on special files.
-
-    ``trusted``: the caller (a walk that never descends into symlinks) vouches for the
-    parents; otherwise they are checked, before and after the read.
-    """
-    path = root + b"/" + rel
-    if not trusted and not parents_real(root, rel):
-        return Read(rel, "missing")
-    try:
-        st = os.lstat(path)
-    except (FileNotFoundError, NotADirectoryError):  # gone, or a parent is a file now
-        return Read(rel, "missing")
-    except OSError as exc:
-        return Read(rel, "skipped", reason=f"unreadable ({exc.strerror})")
-    got = _read_entry(path, rel, st, size_cap)
-    if not trusted and got.kind != "missing" and not parents_real(root, rel):
-        return Read(rel, "missing")  # a parent was swapped for a link while we read
-    return got
-
-
-def _read_entry(path: bytes, rel: bytes, st: os.stat_result, size_cap: int) -> Read:
-    mode = stat.S_IMODE(st.st_mode)
-    if stat.S_ISDIR(st.st_mode):
-        if _listable(path):
-            return Read(rel, "dir", mode, sig=sig_of(st))
-        return Read(rel, "dir", mode, sig=sig_of(st), listed=False, reason="unreadable directory")
-    if stat.S_ISLNK(st.st_mode):
-        try:
-            return Read(rel, "symlink", mode, os.readlink(path), sig=sig_of(st))
-        except (FileNotFoundError, NotADirectoryError):
-            return Read(rel, "missing")
-        except OSError as exc:
-            return Read(rel, "skipped", reason=f"unreadable ({exc.strerror})")
-    if not stat.S_ISREG(st.st_mode):
-        return Read(rel, "skipped", reason="special file")
-    if st.st_size > size_cap:
-        return Read(rel, "skipped", reason="over size cap")
-    for _ in range(MAX_REREADS + 1):
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except (FileNotFoundError, NotADirectoryError):
-            return Read(rel, "missing")
-        except OSError as exc:
-            return Read(rel, "skipped", reason=f"unreadable ({exc.strerror})")
-        try:
-            before = os.fstat(fd)
-            if not stat.S_ISREG(before.st_mode):
-                return Read(rel, "skipped", reason="special file")
-            if before.st_size > size_cap:
-                return Read(rel, "skipped", reason="over size cap")
-            chunks = []
-            while chunk := os.read(fd, max(before.st_size + 1, 1 << 16)):
-                chunks.append(chunk)
-            data = b"".join(chunks)
-            after = os.fstat(fd)
-        except OSError as exc:
-            return Read(rel, "skipped", reason=f"unreadable ({exc.strerror})")
-        finally:
-            os.close(fd)
-        stable = (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
-        if stable and len(data) == after.st_size:
-            break
-    else:
-        stable = False
-    mode, sig = stat.S_IMODE(after.st_mode), sig_of(after)
-    return Read(rel, "file", mode, data, unstable=not stable, sig=sig, dev=after.st_dev, nlink=after.st_nlink)
-
-
-_ROOT = os.geteuid() == 0
-
-
-def _listable(path: bytes) -> bool:
-    """Whether a directory can be listed (root can list any; one syscall otherwise)."""
-    return _ROOT or os.access(path, os.R_OK | os.X_OK, follow_symlinks=False)
 
 
 class _Preparer:
@@ -269,56 +122,6 @@ def _bounded_map(
             yield pending.popleft().result()
     while pending:
         yield pending.popleft().result()
-
-
-def walk(
-    root: bytes,
-    ignored: Ignored,
-    rel_dir: bytes = b"",
-    descend: Callable[[bytes], bool] | None = None,
-    unreadable: Callable[[bytes, str], None] | None = None,
-) -> Iterator[tuple[bytes, bool]]:
-    """(relative path, is_dir) for every non-ignored path under ``rel_dir``, parents first.
-
-    An ignored directory is still entered (and yielded) when ``descend(rel)`` says it may
-    hold captured paths (files git tracks inside an ignored directory). A directory that
-    cannot be listed is reported to ``unreadable``, never skipped in silence. Iterative and
-    unsorted: on a 100k-file tree a recursive, sorted walk costs several times the syscalls.
-    """
-    stack = [rel_dir]
-    while stack:
-        d = stack.pop()
-        try:
-            entries = list_dir(root, d, ignored, descend)
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        except OSError as exc:
-            if unreadable is not None:
-                unreadable(d, f"unreadable directory ({exc.strerror})")
-            continue
-        for rel, is_dir in entries:
-            yield rel, is_dir
-            if is_dir:
-                stack.append(rel)
-
-
-def list_dir(
-    root: bytes, d: bytes, ignored: Ignored, descend: Callable[[bytes], bool] | None = None
-) -> list[tuple[bytes, bool]]:
-    """One directory's captured entries as (relative path, is_dir): ignored names dropped,
-    unless a directory may hold captured paths (``descend``). Raises OSError."""
-    out: list[tuple[bytes, bool]] = []
-    with os.scandir(root + b"/" + d if d else root) as it:
-        for e in it:
-            rel = d + b"/" + e.name if d else e.name
-            try:
-                is_dir = e.is_dir(follow_symlinks=False)
-            except OSError:
-                is_dir = False
-            if ignored(rel, is_dir) and not (is_dir and descend is not None and descend(rel)):
-                continue
-            out.append((rel, is_dir))
-    return out
 
 
 def summarize(
@@ -408,54 +211,3 @@ def capture(
                 if ws is not None and not isinstance(change, trees.Dir):
                     batch.add_version(ws, r.rel, now, change)
     return changes
-
-
-def ingest_tree(
-    store: Store,
-    ws: int,
-    root: Path | str | bytes,
-    *,
-    ignored: Ignored = vcs_only,
-    size_cap: int = DEFAULT_SIZE_CAP,
-    label: str = "baseline",
-    kind: str = "baseline",
-) -> IngestResult:
-    """Capture the whole workspace as a new mark (the baseline)."""
-    rootb = os.fsencode(root)
-    report = Report()
-    with store.batch() as batch:
-        rels = [rel for rel, _ in walk(rootb, ignored)]  # before the readers start: no GIL contention
-        changes = capture(batch, rootb, rels, report, size_cap=size_cap, ws=ws, parallel=True, from_walk=True)
-        tree = batch.apply(None, changes)
-        prev = store.latest_mark(ws)
-        old = prev.tree if prev else None
-        new_paths = [p for p, c in changes.items() if c is not None] if old is None else None
-        summary = summarize(batch, old, tree, report, new_paths)
-        batch.add_mark(ws, label, tree, kind=kind, summary=summary)
-        (mark,) = batch.commit()
-    return IngestResult(report.files, report.size, tree, mark.id, report)
-
-
-def capture_paths(
-    store: Store,
-    ws: int,
-    root: Path | str | bytes,
-    paths: Iterable[bytes],
-    label: str,
-    *,
-    size_cap: int = DEFAULT_SIZE_CAP,
-    kind: str = "user",
-    **meta: Any,
-) -> Mark:
-    """A new durable mark: the previous mark's tree plus the current state of ``paths``."""
-    rootb = os.fsencode(root)
-    report = Report()
-    prev = store.latest_mark(ws)
-    base = prev.tree if prev else None
-    with store.batch() as batch:
-        changes = capture(batch, rootb, paths, report, size_cap=size_cap, ws=ws)
-        tree = batch.apply(base, changes)
-        summary = summarize(batch, base, tree, report)
-        batch.add_mark(ws, label, tree, kind=kind, summary=summary, **meta)
-        (mark,) = batch.commit()
-    return mark

@@ -18,7 +18,7 @@ import stat
 import time
 from collections.abc import Callable
 
-from snapd.capture.ingest import Ignored, list_dir, sig_of
+from snapd.capture.reader import Ignored, list_dir, sig_of
 from snapd.capture.statcache import StatCache
 
 Progress = Callable[[int, int], None]

@@ -27,7 +27,7 @@ from typing import Any
 
 import structlog
 
-from snapd.capture import git, ignore, ingest, roots, scan
+from snapd.capture import git, ignore, ingest, reader, roots, scan
 from snapd.capture.statcache import StatCache
 from snapd.capture.watcher import Watcher, WatchEvent, remove_stale_cookies
 from snapd.display import count, shown
@@ -46,7 +46,7 @@ Progress = Callable[[int, int], None]
 
 @dataclass(frozen=True)
 class Settings:
-    size_cap: int = ingest.DEFAULT_SIZE_CAP
+    size_cap: int = reader.DEFAULT_SIZE_CAP
     extra_ignore: tuple[str, ...] = ()
     barrier_timeout_s: float = 5.0
     max_watches: int | None = None  # a watch budget below the kernel's (and the test seam for it)
@@ -329,7 +329,7 @@ class Workspace:
     def _ignored(self, rel: bytes, is_dir: bool) -> bool:
         return self.rules.is_ignored(rel, is_dir)
 
-    def _tallying(self, tally: ingest.IgnoredTally) -> ingest.Ignored:
+    def _tallying(self, tally: ingest.IgnoredTally) -> reader.Ignored:
         """An ignore predicate that also counts what it leaves out, by reason (for reports)."""
 
         def ignored(rel: bytes, is_dir: bool) -> bool:
@@ -352,7 +352,7 @@ class Workspace:
         def unreadable(rel: bytes, why: str) -> None:  # recorded as unlisted below, and reported
             unlistable[rel] = why
 
-        walked = ingest.walk(self.rootb, self._tallying(tally), descend=descend, unreadable=unreadable)
+        walked = reader.walk(self.rootb, self._tallying(tally), descend=descend, unreadable=unreadable)
         rels = [rel for rel, _ in walked]
         self.ignored = tally
         done = [0]
@@ -404,7 +404,7 @@ class Workspace:
         self.tree = tree
         return mark
 
-    def _note_read(self, r: ingest.Read) -> None:
+    def _note_read(self, r: reader.Read) -> None:
         """Keep the stat cache and the skipped list in step with what a capture read."""
         if r.kind == "skipped":
             self._skipped[r.rel] = r.reason
@@ -500,7 +500,7 @@ class Workspace:
         event."""
         linked: list[bytes] = []
 
-        def on_read(r: ingest.Read) -> None:
+        def on_read(r: reader.Read) -> None:
             self._note_read(r)
             if r.kind == "file" and r.nlink > 1:
                 linked.append(r.rel)
@@ -578,7 +578,7 @@ class Workspace:
             wanted.update(b"/".join(parts[:i]) for i in range(1, len(parts)))
         skipped: dict[bytes, str] = {}
 
-        def note(r: ingest.Read) -> None:
+        def note(r: reader.Read) -> None:
             if r.kind == "skipped":
                 skipped[r.rel] = r.reason
 
@@ -651,7 +651,7 @@ class Workspace:
         changed = []
         for rel in self._stats.loose_links():
             try:
-                sig = ingest.sig_of(os.lstat(self.rootb + b"/" + rel))
+                sig = reader.sig_of(os.lstat(self.rootb + b"/" + rel))
             except OSError:
                 sig = None
             if sig is None or not self._stats.is_clean(rel, sig, now):

@@ -36,7 +36,7 @@ from typing import Any
 
 import structlog
 
-from snapd.capture import ignore, ingest
+from snapd.capture import ignore, reader
 from snapd.capture.workspace import Workspace
 from snapd.errors import NotFound, PlanChanged
 from snapd.paths import encode_path
@@ -95,7 +95,7 @@ def _left_out(ws: Workspace, current: str, target: Mark, m_rules: ignore.IgnoreR
             (p, _is_dir(ws.rootb, p)) for p in now.inputs.tracked ^ m_rules.inputs.tracked
         )
     else:
-        candidates = ingest.walk(ws.rootb, m_rules.is_ignored, descend=m_rules.dir_may_contain_captured)
+        candidates = reader.walk(ws.rootb, m_rules.is_ignored, descend=m_rules.dir_may_contain_captured)
     out = []
     for rel, is_dir in candidates:
         if not os.path.lexists(ws.rootb + b"/" + rel) or m_rules.is_ignored(rel, is_dir):
@@ -119,7 +119,7 @@ def _ignored_below(
 
     def below(rel_dir: bytes) -> list[tuple[bytes, str]]:
         """Entries on disk in ``rel_dir`` that ``current`` lacks and M's rules ignore."""
-        if not ingest.parents_real(ws.rootb, rel_dir + b"/x"):
+        if not reader.parents_real(ws.rootb, rel_dir + b"/x"):
             return []
         try:
             names = os.listdir(ws.rootb + b"/" + rel_dir)
@@ -141,7 +141,7 @@ def _ignored_below(
 def _in_the_way(ws: Workspace, m_rules: ignore.IgnoreRules) -> plan.InTheWay:
     def occupied(rel: bytes) -> str | None:
         """Why something stands at ``rel`` on disk although the current tree lacks it."""
-        if not ingest.parents_real(ws.rootb, rel) or not os.path.lexists(ws.rootb + b"/" + rel):
+        if not reader.parents_real(ws.rootb, rel) or not os.path.lexists(ws.rootb + b"/" + rel):
             return None
         why = m_rules.reason(rel, _is_dir(ws.rootb, rel))
         if why is None:
