@@ -188,3 +188,24 @@ def test_error_replies_can_always_be_encoded() -> None:
     reply = json.loads(protocol.encode_error_reply("a", info.value))
     assert reply["id"] == "a" and reply["error"]["code"] == "bad_request"
     assert "\\udcff" in reply["error"]["details"]["op"]
+
+
+def test_every_error_class_registers_itself_and_is_in_the_documented_table() -> None:
+    """Errors register themselves when defined; docs/protocol.md's table names exactly those
+    codes, each with its class's exit code."""
+    import re
+    from pathlib import Path
+
+    from snapd import errors
+
+    classes = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, errors.SnapdError)]
+    assert {c.code: c for c in classes} == errors.ALL_ERRORS
+    assert all(c.__doc__ and "\n" not in c.__doc__.strip() for c in classes)
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "protocol.md").read_text()
+    table = doc.split("## Errors", 1)[1].split("\n\n", 2)[1]
+    documented: dict[str, int] = {}
+    for row in table.splitlines()[2:]:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        for code in re.findall(r"`([a-z_]+)`", cells[0]):
+            documented[code] = int(cells[-1])
+    assert documented == {code: cls.exit_code for code, cls in errors.ALL_ERRORS.items()}

@@ -47,11 +47,6 @@ READY_WAIT_S = 300.0
 LOG_LIMIT = 20  # marks in one page of `log` when the request gives no limit
 
 
-class Unsupported(SnapdError):
-    code = "unsupported"
-    exit_code = 2
-
-
 @dataclass(frozen=True)
 class ServiceConfig:
     homes: tuple[Path, ...]  # the user's home directory ($HOME and the passwd entry): never a workspace
@@ -199,9 +194,7 @@ class Service:
     # -- dispatch -----------------------------------------------------------------------------
 
     def handle(self, req: Request, peer: PeerInfo) -> dict[str, Any]:
-        method = getattr(self, "op_" + req.op, None)
-        if method is None:
-            raise Unsupported(f"{req.op!r} is not available in snapd {__version__} yet")
+        method = getattr(self, "op_" + req.op)  # the protocol admits only ops that have one
         result: dict[str, Any] = method(**req.args)
         return result
 
