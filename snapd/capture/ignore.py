@@ -1,4 +1,4 @@
-"""What is captured under a workspace root (DESIGN.md, semantics 2).
+"""What is captured under a workspace root: every path not ignored, and nothing left out silently.
 
 Pure decisions over relative POSIX paths given as ``bytes`` (``b"a/b/c"``; names need not be
 UTF-8). The only I/O is reading rule files (lazily, per directory; git facts come from
@@ -184,7 +184,7 @@ class RuleInputs:
 
     A mark records these (as one content-addressed object), so a rollback can judge every
     path under the rules the mark was captured with: the ``.gitignore`` and ``.snapdignore``
-    files come from the mark's own tree, the rest from here (DESIGN.md semantics 4).
+    files come from the mark's own tree, the rest from here.
     """
 
     extra: tuple[str, ...] = ()

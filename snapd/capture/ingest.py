@@ -53,8 +53,8 @@ class Report:
 
 @dataclass
 class IgnoredTally:
-    """Paths left out by ignore rules, by reason, with a few examples (DESIGN.md 2: nothing is
-    left out silently). Counted by walks that judge every name; a directory counts once."""
+    """Paths left out by ignore rules, by reason, with a few examples (nothing is left
+    out silently). Counted by walks that judge every name; a directory counts once."""
 
     counts: dict[str, int] = field(default_factory=dict)
     examples: dict[str, list[bytes]] = field(default_factory=dict)

@@ -1,6 +1,6 @@
 """Workspace roots: which directories may be one, how one is recognised, what it sits on.
 
-DESIGN.md semantics 1: roots are real paths; refused are ``/``, the home directory itself, a
+Roots are real paths; refused are ``/``, the home directory itself, a
 directory that holds snapd's own directories or lies inside them, one that overlaps another
 workspace, and places that are not a project's files (:func:`check_place`):
 

@@ -31,8 +31,8 @@ the same directory moved back (the kernel hands back the same watch descriptors)
 watches: a watch belongs to the directory it was placed on, never to a name.
 
 One inotify instance and one reader thread per workspace: the barrier cookie is created in the
-root and comes back through the same queue as every other event of that workspace (DESIGN.md
-semantics 3), and an overflow in one workspace does not force rescans of the others.
+root and comes back through the same queue as every other event of that workspace (so a barrier
+proves every earlier event was read), and an overflow in one workspace does not force rescans of the others.
 
 Callbacks run on the reader thread and must be quick (hand the batch to a queue): while the
 callback runs nothing is read, and the kernel queue can overflow.

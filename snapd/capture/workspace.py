@@ -594,7 +594,7 @@ class Workspace:
 
     def hold(self, tree: str, paths: Sequence[bytes]) -> tuple[str, dict[bytes, str]]:
         """``tree`` plus the state on disk of ``paths``, which today's rules leave out (a
-        rollback holds every path it touches, DESIGN.md 4), and the paths that could not be
+        rollback holds every path it touches), and the paths that could not be
         read. The objects are stored; no mark or head changes."""
         if not paths:
             return tree, {}
@@ -606,7 +606,7 @@ class Workspace:
 
     def _mark_state(self, batch: Batch) -> dict[str, Any]:
         """What a mark records beside its tree: the rule inputs that live outside the tree (one
-        shared object per distinct set) and the root's own mode (DESIGN.md semantics 4)."""
+        shared object per distinct set) and the root's own mode (a rollback restores it)."""
         inputs = self.rules.inputs
         if self._rules_record is None or self._rules_record[0] is not inputs:
             data = inputs.encode()
@@ -671,7 +671,7 @@ class Workspace:
         return self.tree
 
     def mark(self, label: str, *, locked: bool = False, **meta: Any) -> Mark:
-        """A durable mark holding every change completed before this call (DESIGN.md 3).
+        """A durable mark holding every change completed before this call (the barrier: docs/architecture.md).
 
         ``locked``: the caller already holds :attr:`lock` (a rollback's pre-rollback mark).
         """

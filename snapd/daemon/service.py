@@ -5,7 +5,7 @@ a GC) never blocks another client, and one workspace's lock never blocks another
 Every failure a user can cause is a :class:`SnapdError`, which the server turns into an
 error reply; the daemon keeps serving.
 
-Workspace roots follow DESIGN.md semantics 1: real paths; refused are ``/``, the home
+Workspace roots are real paths (see :mod:`snapd.capture.roots`); refused are ``/``, the home
 directory itself, anything holding snapd's own directories or inside them, a root that
 overlaps another workspace, one inside a VCS directory and one on a pseudo file system
 (``roots``). A mark sent from inside a repository's ``.git`` registers the work tree around

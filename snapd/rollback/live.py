@@ -1,4 +1,4 @@
-"""Rollback of a live workspace (DESIGN.md semantics 4): plan, confirm, then apply safely.
+"""Rollback of a live workspace (the guarantees: docs/rollback.md): plan, confirm, then apply safely.
 
 ``propose`` captures everything changed so far and returns the plan from that state to mark M
 — nothing is touched. ``execute`` does it for real, holding the workspace's lock so no capture

@@ -1,6 +1,6 @@
 """Retention: which marks to evict, and the mark-and-sweep GC that reclaims their objects.
 
-Policy (DESIGN.md semantics 5): marks older than the age window, or beyond the per-workspace
+Policy (docs/operations.md, retention): marks older than the age window, or beyond the per-workspace
 count, are evicted oldest first; when the store exceeds its disk budget, further marks are
 evicted oldest first across workspaces until it fits. Never evicted: pinned marks, a
 workspace's newest mark, a ``pre-rollback`` mark younger than the age window. When what must
