@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import zmq
 
+from snapd.daemon.lock import acquire_instance_lock
 from snapd.errors import (
     AlreadyRunning,
     DaemonUnavailable,
@@ -27,7 +28,6 @@ from snapd.ipc.client import Client, probe_listener
 from snapd.ipc.protocol import PeerInfo, Request
 from snapd.ipc.server import (
     ControlServer,
-    acquire_instance_lock,
     check_peer,
     peer_from_address,
 )

@@ -29,11 +29,12 @@ import structlog
 from snapd import __version__
 from snapd.capture.workspace import Settings
 from snapd.config import Config, load_config
+from snapd.daemon.lock import acquire_instance_lock
 from snapd.daemon.logs import configure_logging
 from snapd.daemon.notify import Notifier
 from snapd.daemon.service import Service, ServiceConfig
 from snapd.errors import DaemonUnavailable, SnapdError
-from snapd.ipc.server import ControlServer, acquire_instance_lock
+from snapd.ipc.server import ControlServer
 from snapd.store import retention, safeio
 from snapd.store.store import Store
 

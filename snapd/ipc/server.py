@@ -20,7 +20,6 @@ only see a timeout. The socket's 0700 directory is the first line of defence eit
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import queue
 import stat
@@ -39,7 +38,6 @@ import zmq
 
 from snapd.config import ensure_private_dir, write_endpoint_file
 from snapd.errors import (
-    AlreadyRunning,
     BadRequest,
     Busy,
     DaemonUnavailable,
@@ -371,38 +369,3 @@ class ControlServer:
     def _wake(self) -> None:
         with contextlib.suppress(BlockingIOError, OSError):
             os.write(self._wake_w, b"x")
-
-
-# -- single instance ------------------------------------------------------------------------
-
-
-class InstanceLock:
-    """An exclusive ``flock`` held for the daemon's lifetime. Needed because binding an ipc://
-    endpoint silently steals it from a daemon already listening there."""
-
-    def __init__(self, fd: int, path: Path) -> None:
-        self.fd, self.path = fd, path
-
-    def release(self) -> None:
-        # The file stays: unlinking a lock file lets two processes lock two different inodes.
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-
-def acquire_instance_lock(state_dir: Path) -> InstanceLock:
-    """Take the per-state-directory lock or raise ``AlreadyRunning`` naming the holder."""
-    ensure_private_dir(state_dir)
-    path = state_dir / "snapd.lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-        os.close(fd)
-        raise AlreadyRunning(
-            f"another snapd (pid {holder}) is already running for {state_dir}; "
-            "stop it with `snapd stop` first", pid=holder) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return InstanceLock(fd, path)
