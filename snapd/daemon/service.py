@@ -33,7 +33,7 @@ from snapd.display import shown
 from snapd.errors import Busy, NotFound, SnapdError, UsageError, WorkspaceRefused
 from snapd.ipc import protocol
 from snapd.ipc.protocol import PeerInfo, Request
-from snapd.paths import encode_path
+from snapd.paths import at_or_below, encode_path
 from snapd.rollback import live
 from snapd.rollback.recovery import finish_interrupted
 from snapd.store import retention, trees
@@ -537,7 +537,7 @@ class Service:
         only = [_relative(root, p, cwd) for p in paths or []]
         files = []
         for d in trees.diff(self.store.load_node, old.tree, new_tree):
-            if only and not any(d.path == p or d.path.startswith(p + b"/") for p in only):
+            if only and not any(at_or_below(d.path, p) for p in only):
                 continue
             record: dict[str, Any] = {"path": encode_path(d.path), "status": d.status}
             if d.old is not None:

@@ -39,7 +39,7 @@ import structlog
 from snapd.capture import ignore, reader
 from snapd.capture.workspace import Workspace
 from snapd.errors import NotFound, PlanChanged
-from snapd.paths import encode_path
+from snapd.paths import at_or_below, encode_path
 from snapd.rollback import apply, plan
 from snapd.rollback.plan import Plan
 from snapd.store import trees
@@ -169,10 +169,10 @@ def _prepare(
     m_rules = rules_at(ws, target)
     extras = _left_out(ws, current, target, m_rules)
     if only:
-        extras = [p for p in extras if any(p == t or p.startswith(t + b"/") for t in only)]
+        extras = [p for p in extras if any(at_or_below(p, t) for t in only)]
     held, unreadable = ws.hold(current, extras)
-    plan = _plan(ws, held, target, m_rules, only, force, unreadable)
-    return _Prepared(tuple(only), current, tuple(extras), held, plan)
+    planned = _plan(ws, held, target, m_rules, only, force, unreadable)
+    return _Prepared(tuple(only), current, tuple(extras), held, planned)
 
 
 def _plan(
