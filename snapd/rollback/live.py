@@ -81,28 +81,38 @@ def _rule_files_differ(ws: Workspace, current: str, target: str) -> bool:
 
 
 def _left_out(ws: Workspace, current: str, target: Mark, m_rules: ignore.IgnoreRules) -> list[bytes]:
-    """Paths on disk that today's rules leave out of ``current`` but M's rules capture: the plan
-    must see them, and the pre-rollback mark must hold them, before any is written or deleted.
+    """Paths on disk that today's rules leave out of ``current`` but the plan may write or
+    delete: the plan must see them, and the pre-rollback mark must hold them, first.
 
-    Only rule changes make these: nothing when the rules are equal; the paths whose tracked
-    status changed when only git's index did; a walk judged by M's rules otherwise."""
+    Two kinds. Paths in M's tree that exist on disk but not in ``current`` (a path ignored now
+    that M holds — perhaps a pre-rollback mark's own extra). And paths absent at M that M's
+    rules capture while today's ignore them: none when the rules are equal; among the paths
+    whose tracked status changed when only git's index did; found by a walk judged by M's
+    rules otherwise."""
     now = ws.rules
     load = ws.store.load_node
+    found: dict[bytes, None] = {}
+    for d in trees.diff(load, current, target.tree):
+        if d.old is None and d.new is not None and _on_disk(ws.rootb, d.path):
+            found[d.path] = None
     if now.same_outside(m_rules.inputs) and not _rule_files_differ(ws, current, target.tree):
         if now.inputs.tracked == m_rules.inputs.tracked:
-            return []
+            return list(found)
         candidates: Iterable[tuple[bytes, bool]] = (
             (p, _is_dir(ws.rootb, p)) for p in now.inputs.tracked ^ m_rules.inputs.tracked
         )
     else:
         candidates = reader.walk(ws.rootb, m_rules.is_ignored, descend=m_rules.dir_may_contain_captured)
-    out = []
     for rel, is_dir in candidates:
         if not os.path.lexists(ws.rootb + b"/" + rel) or m_rules.is_ignored(rel, is_dir):
             continue
         if now.is_ignored(rel, is_dir) and trees.lookup(load, current, rel) is None:
-            out.append(rel)
-    return out
+            found[rel] = None
+    return list(found)
+
+
+def _on_disk(root: bytes, rel: bytes) -> bool:
+    return reader.parents_real(root, rel) and os.path.lexists(root + b"/" + rel)
 
 
 def _is_dir(root: bytes, rel: bytes) -> bool:
@@ -136,19 +146,6 @@ def _ignored_below(
         return out
 
     return below
-
-
-def _in_the_way(ws: Workspace, m_rules: ignore.IgnoreRules) -> plan.InTheWay:
-    def occupied(rel: bytes) -> str | None:
-        """Why something stands at ``rel`` on disk although the current tree lacks it."""
-        if not reader.parents_real(ws.rootb, rel) or not os.path.lexists(ws.rootb + b"/" + rel):
-            return None
-        why = m_rules.reason(rel, _is_dir(ws.rootb, rel))
-        if why is None:
-            return "something appeared here since the workspace was captured; left as it is"
-        return f"ignored now and at the mark ({why}); the mark has something else here"
-
-    return occupied
 
 
 # -- planning --------------------------------------------------------------------------------
@@ -200,7 +197,6 @@ def _plan(
         force=force,
         target_ignores=target_ignores,
         ignored_below=_ignored_below(ws, current, m_rules),
-        in_the_way=_in_the_way(ws, m_rules),
         root_modes=(root_now, target.root_mode),
     )
 

@@ -303,8 +303,6 @@ class _Uncaptured:
 
 TargetIgnores = Callable[[bytes, bool], "str | None"]
 """(path, is_dir) -> why the mark's own rules ignore it, or None when they capture it."""
-InTheWay = Callable[[bytes], "str | None"]
-"""path -> why something the current tree does not hold (ignored now) stands on disk there."""
 IgnoredBelow = Callable[[bytes], "list[tuple[bytes, str]]"]
 """directory -> the entries on disk directly inside it that the mark's rules ignore and that
 the current tree does not hold (paths, with why)."""
@@ -320,7 +318,6 @@ def plan(
     force: bool = False,
     target_ignores: TargetIgnores | None = None,
     ignored_below: IgnoredBelow | None = None,
-    in_the_way: InTheWay | None = None,
     root_modes: tuple[int | None, int | None] = (None, None),
 ) -> Plan:
     """The operations that make the workspace captured as ``current`` hold ``target``.
@@ -329,8 +326,6 @@ def plan(
     directories they need); ``uncapturable`` maps paths on disk that ``current`` could not
     hold to the reason. ``target_ignores`` and ``ignored_below`` say what the mark's rules
     ignore: such paths are never touched (``left``), nor is a directory that holds one.
-    ``in_the_way`` says why a path the plan would create is occupied on disk by something
-    ``current`` lacks (data ignored now and at the mark): such a path is ``kept``.
     ``root_modes``: the root's mode now and at the mark (None: unknown). Raises NotFound for
     an ``only`` path that exists neither now nor at M.
     """
@@ -377,13 +372,6 @@ def plan(
             why = ignores(d.path, d.old.kind == "dir")
             if why is not None:  # absent at M because its rules ignored it, not because it did not exist
                 left[d.path] = f"ignored at the mark ({why})"
-                continue
-        if d.old is None and in_the_way is not None and unc.at_or_above(d.path) is None:
-            why = in_the_way(d.path)
-            if why is not None:  # M has something where ignored data stands now: never touched
-                kept[d.path] = why
-                if any(op.kind == "mkdir" for op in group):
-                    kept_dirs.append(d.path)
                 continue
         blocker = next((u for u in map(unc.blocker, group) if u is not None), None)
         if blocker is not None and not force:
