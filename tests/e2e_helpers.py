@@ -38,8 +38,8 @@ import pytest
 import zmq
 
 import snapd
-from snapd.client import Client
 from snapd.config import load_config, resolve_endpoint
+from snapd.ipc.client import Client
 
 Arg = str | bytes | os.PathLike[str]
 NOBODY = 65534

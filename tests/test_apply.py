@@ -19,14 +19,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from ingest_helpers import ingest_tree
 
-from snapd import safeio
-from snapd.apply import ApplyResult, apply, recover
+from snapd import paths
 from snapd.errors import Conflict
-from snapd.ingest import ingest_tree
-from snapd.objects import xxh3_hex
-from snapd.restore import Plan, plan
-from snapd.store import Store
+from snapd.rollback.apply import ApplyResult, apply, recover
+from snapd.rollback.plan import Plan, plan
+from snapd.store import safeio
+from snapd.store.objects import xxh3_hex
+from snapd.store.store import Store
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -123,7 +124,7 @@ class Case:
 
 
 def no_temps(ws: Path) -> bool:
-    return not any(safeio.is_temp_name(n) for _, ds, fs in os.walk(ws) for n in ds + fs)
+    return not any(paths.is_snapd_name(n) for _, ds, fs in os.walk(ws) for n in ds + fs)
 
 
 def test_apply_restores_every_kind_of_change(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import zmq
 
-from snapd.client import Client, probe_listener
+from snapd.daemon.lock import acquire_instance_lock
 from snapd.errors import (
     AlreadyRunning,
     DaemonUnavailable,
@@ -24,11 +24,10 @@ from snapd.errors import (
     PermissionRefused,
     Timeout,
 )
-from snapd.protocol import Request
-from snapd.server import (
+from snapd.ipc.client import Client, probe_listener
+from snapd.ipc.protocol import PeerInfo, Request
+from snapd.ipc.server import (
     ControlServer,
-    PeerInfo,
-    acquire_instance_lock,
     check_peer,
     peer_from_address,
 )

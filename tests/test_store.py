@@ -9,13 +9,13 @@ import time
 from pathlib import Path
 
 import pytest
+from ingest_helpers import capture_paths, ingest_tree
 
-from snapd import objects, refs, retention, trees
-from snapd.batch import LARGE_OBJECT
 from snapd.errors import Ambiguous, CorruptObject, NotFound, StoreFormatError, UsageError
-from snapd.ingest import capture_paths, ingest_tree
-from snapd.store import Store
-from snapd.verify import verify
+from snapd.store import objects, refs, retention, trees
+from snapd.store.batch import LARGE_OBJECT
+from snapd.store.store import Store
+from snapd.store.verify import verify
 
 pytestmark = pytest.mark.timeout(60)
 

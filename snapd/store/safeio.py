@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import stat
 from pathlib import Path
 
 from snapd.errors import DiskFull, StoreError
+from snapd.paths import temp_name
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
-TEMP_PREFIX = ".snapd-"
-TEMP_SUFFIX = "~"
 
 _ops = 0
 _crash_at: int | None = None
@@ -88,14 +86,6 @@ def fsync_dir(path: Path) -> None:
     finally:
         os.close(fd)
     step("fsync_dir")
-
-
-def temp_name() -> str:
-    return f"{TEMP_PREFIX}{secrets.token_hex(6)}{TEMP_SUFFIX}"
-
-
-def is_temp_name(name: str) -> bool:
-    return name.startswith(TEMP_PREFIX) and name.endswith(TEMP_SUFFIX)
 
 
 def write_atomic(path: Path, data: bytes, *, sync_dir: bool = True) -> None:
