@@ -6,12 +6,12 @@ A seeded generator drives a real workspace — a git work tree — through what 
 shell commands and git do to it: create, modify (in place and by atomic save), append, delete,
 mkdir, rmtree, renames of files and directories, a directory moved out of the tree and back, a
 directory replaced by a moved one (``mv out /elsewhere && mv out.new out``), two directories
-swapped, hard links, symlinks (dangling ones included), chmod of files and directories (read-only
-ones included), ``.gitignore`` and ``.git/info/exclude`` edits with ignored files around (``.env``,
-``__pycache__/m.pyc``, ``*.log``), ``git checkout``, ``git stash``, ``git commit``. Between
-batches it takes marks (``snapctl mark``); at random it runs ``snapctl rollback --to M --yes`` and
-``snapctl undo --yes``, and after each one it compares the WHOLE tree — kind, permission bits,
-bytes, link text, the root's own mode — with what the model expects.
+swapped, a directory made elsewhere moved in, hard links, symlinks (dangling ones included), chmod
+of files and directories (read-only ones included), ``.gitignore`` and ``.git/info/exclude`` edits
+with ignored files around (``.env``, ``__pycache__/m.pyc``, ``*.log``), ``git checkout``, ``git
+stash``, ``git commit``. Between batches it takes marks (``snapctl mark``); at random it runs
+``snapctl rollback --to M --yes`` and ``snapctl undo --yes``, and after each one it compares the
+WHOLE tree — kind, permission bits, bytes, link text, the root's own mode — with the model.
 
 The model is DESIGN.md semantics 4 and nothing else:
 
@@ -21,18 +21,22 @@ The model is DESIGN.md semantics 4 and nothing else:
   in a scratch repository holding exactly R's rule inputs — never by snapd's ignore library.
 - After a rollback to R from state B, path by path: captured at R (present and not ignored, or a
   directory holding captured paths) → R's entry; present at R but ignored then → untouched (B's);
-  absent at R and ignored under R's rules → untouched; absent at R otherwise → absent, except a
-  directory that still holds untouched paths, which is left as it is (success).
+  absent at R → absent, unless ignored: by both R's rules and B's → untouched, by only one of them
+  → either (see :func:`expected`); a directory that must go but still holds paths that stay is
+  left (success); inside a directory the daemon could not list at R → as at R, or left and listed.
 - ``undo`` is a rollback to the state before the last rollback (or undo) that changed something;
   every path that rollback wrote or deleted was first held by its pre-rollback mark, whatever the
   rules, so each of those comes back exactly. With nothing to undo, it fails and changes nothing.
 - Exact or loud: exit 0 means the tree IS the expectation. A non-zero exit is accepted only when
   every differing path is named in the reply (``kept``, ``conflicts``, ``left``, or the error
-  message) — a path counts as named when it, an ancestor or a descendant is listed.
+  message) — a path counts as named when it, an ancestor or a descendant is listed — and, with
+  the tree exactly right, only when it names a path snapd cannot capture or one with two allowed
+  outcomes.
 
 Reproducing: the seed is printed at the start and with every failure, together with the numbered
-step list; the steps are also saved as JSON, which ``--replay`` runs again and ``--shrink``
-minimises (delta debugging against a real daemon).
+step list and the same steps as JSON: ``python tests/rollback_model.py 'JSON'`` replays them on a
+fresh daemon (``--as-nobody``: as uid 65534), ``--shrink`` minimises them (delta debugging against
+a real daemon, keeping the same kind of failure at the same path).
 """
 
 from __future__ import annotations
@@ -768,7 +772,7 @@ class Failure:
 
     def report(self) -> str:
         lines = [f"seed {self.seed}: step {self.step_no} ({self.steps[self.step_no].shell()}): {self.what}"]
-        lines.append("steps (after the fixed set-up; --replay runs the JSON below):")
+        lines.append("steps after the fixed set-up (`python tests/rollback_model.py JSON` replays them):")
         lines += [f"  {i:3d}  {s.shell()}" for i, s in enumerate(self.steps[: self.step_no + 1])]
         lines.append("json: " + dump_steps(self.steps[: self.step_no + 1]))
         return "\n".join(lines)
