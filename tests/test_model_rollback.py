@@ -1,5 +1,6 @@
 """The rollback contract against the model of :mod:`rollback_model` (issue 8), on a real daemon,
-as root and as uid 65534.
+as root and as uid 65534. (The model's parts: :mod:`model_steps`, :mod:`model_generator`,
+:mod:`model_oracle`.)
 
 - ``test_rollback_is_exact_or_loud_against_the_model``: the seeded randomized run, its own CI
   tier (marker ``model``): a fixed number of rounds and steps, so its time is known
@@ -21,7 +22,8 @@ from pathlib import Path
 
 import pytest
 from e2e_helpers import OtherUser, unavailable
-from rollback_model import Lab, Settings, Step, Tally, run_round
+from model_steps import Step
+from rollback_model import Lab, Settings, Tally, run_round
 
 
 def lab_for(who: str, request: pytest.FixtureRequest, tmp_path: Path) -> Lab:

@@ -1,0 +1,235 @@
+"""The generator of the rollback model (:mod:`rollback_model`): chooses the next step from the disk
+as it is now, every choice from one seeded ``Random``, so a seed and the list of operations left
+out fix the whole run. Names, patterns and modes come from small pools, so steps collide often.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Sequence
+from typing import Final
+
+from e2e_helpers import Snap
+from model_steps import SIZE_CAP, Step, depth, under
+
+# Operations that hit a failure issue 8 already lists stay out of the generator until that fix
+# lands (the issue's point number is the value). Turn one on by deleting its line; turn everything
+# on with SNAPD_MODEL_STRICT=1. (Points 1, 9, 10 and 12 were here until their fixes landed.)
+OFF_UNTIL_FIXED: Final[dict[str, int]] = {
+    # Hard links. Still wrong: written through a name that is ignored, the other name's new bytes
+    # are not seen by a rollback (only marks re-check them), which then exits 0 with them.
+    "hardlink": 2,
+    "link_outside": 2,  # a hard link whose other name is outside the root
+    # The root's own mode. Still wrong: a change of it alone between two rollbacks to the same mark
+    # does not count as a change, so both share one pre-rollback mark and undo goes back too far.
+    "chmod_root": 6,
+    # Unlistable directories (mode 311/300/000 for uid 65534): a directory unlistable now is not
+    # kept (what appeared in it is neither removed nor named), and paths left inside one that was
+    # unlistable at the mark are not always listed.
+    "unlistable_dir": 3,
+    # Ignore rules that change. Still wrong: the pre-rollback mark holds ignored paths its plan
+    # never touched, so a later undo recreates (or complains about) ignored paths; an undo leaves a
+    # file the rollback recreated once today's rules (the index) ignore it.
+    "gitignore": 4,  # .gitignore edits
+    "exclude": 4,  # .git/info/exclude edits
+    "rule_file_writes": 4,  # write/save/append/rm/mv of a .gitignore by the ordinary operations
+    "branch_checkout": 4,  # the two branches' .gitignore files differ
+    "index_changes": 4,  # git add -A / git commit: the set of tracked (never ignored) files changes
+    # Uncapturable paths (FIFOs, files over the size cap, unreadable files for uid 65534). Still
+    # wrong: one that could not be captured at the mark is deleted by a rollback to it, or not
+    # restored by undo, with no word about it.
+    "mkfifo": 5,
+    "big": 5,
+    "unreadable_file": 5,
+}
+
+DIR_NAMES: Final = ("a", "b", "src", "pkg", "out", "out.new", "build", "__pycache__", "docs")
+FILE_NAMES: Final = ("f", "g.txt", "m.py", "x.log", "keep.log", ".env", "README", "m.pyc", "n.o")
+PATTERNS: Final = (
+    ".env",
+    "*.log",
+    "!keep.log",
+    "__pycache__/",
+    "*.pyc",
+    "build/",
+    "/out",
+    "out/",
+    "*.o",
+    "b/",
+    "docs/*.txt",
+    "a/f",
+    "[z-a]",  # git accepts it and matches nothing
+)
+FILE_MODES: Final = (0o644, 0o644, 0o600, 0o755, 0o444, 0o400, 0o640)
+UNREADABLE_FILE_MODES: Final = (0o000, 0o200)
+DIR_MODES: Final = (0o755, 0o755, 0o700, 0o750, 0o555, 0o500)
+UNLISTABLE_DIR_MODES: Final = (0o311, 0o300, 0o000)
+ROOT_MODES: Final = (0o755, 0o700, 0o750)
+LINK_TARGETS: Final = ("f", "../f", "nowhere", ".", "src", "/etc/hostname", "a/f", "../../outside")
+GIT_COMMANDS: Final = (
+    ("checkout", "-q", "other"),
+    ("checkout", "-q", "main"),
+    ("checkout", "-q", "--", "."),
+    ("stash", "-q"),
+    ("stash", "-q", "-u"),
+    ("stash", "pop", "-q"),
+    ("add", "-A"),
+    ("commit", "-qam", "work"),
+)
+
+
+class Generator:
+    """Chooses the next step from the disk as it is now; every choice comes from one ``Random``."""
+
+    WEIGHTS: Final = {
+        "write": 12,
+        "save": 3,
+        "append": 4,
+        "unlink": 4,
+        "mkdir": 5,
+        "rmtree": 2,
+        "rename": 5,
+        "out_and_back": 2,
+        "replace_dir": 2,
+        "move_in": 2,
+        "swap_dirs": 2,
+        "hardlink": 2,
+        "link_outside": 1,
+        "write_outside": 1,
+        "symlink": 3,
+        "chmod": 4,
+        "unreadable_file": 1,
+        "unlistable_dir": 1,
+        "chmod_root": 1,
+        "gitignore": 4,
+        "exclude": 1,
+        "git": 4,
+        "mkfifo": 1,
+        "big": 1,
+        "pause": 2,
+        "mark": 10,
+        "rollback": 7,
+        "undo": 4,
+    }
+
+    def __init__(self, rng: random.Random, off: Iterable[str]) -> None:
+        self.rng = rng
+        self.off = frozenset(off)
+        self.weights = {k: v for k, v in self.WEIGHTS.items() if k not in self.off}
+        self.n = 0
+        self.outside_names: list[str] = []  # files outside the tree with a hard link inside
+
+    def data(self) -> str:
+        """A content spec (see :func:`content`): short, so step lists stay readable."""
+        rng, self.n = self.rng, self.n + 1
+        kind = rng.random()
+        if kind < 0.1:
+            return "empty"
+        if kind < 0.7:
+            return f"v{self.n}*{rng.randint(1, 4)}"
+        if kind < 0.85:
+            return f"bin{self.n}*{rng.randint(1, 64)}"
+        return f"line{self.n}*{rng.randint(40, 400)}"
+
+    def next(self, disk: Snap, marks: Sequence[str], can_undo: bool) -> Step | None:
+        rng = self.rng
+        op = rng.choices(list(self.weights), weights=list(self.weights.values()))[0]
+        if "rule_file_writes" in self.off:  # the ordinary operations leave rule files alone
+            disk = {p: v for p, v in disk.items() if p.rpartition("/")[2] != ".gitignore"}
+        dirs = [""] + sorted(p for p, v in disk.items() if v[0] == "dir" and p != ".")
+        roomy = [d for d in dirs if depth(d) < 3]
+        files = sorted(p for p, v in disk.items() if v[0] == "file")
+        nondirs = sorted(p for p, v in disk.items() if v[0] != "dir")
+        subdirs = dirs[1:]
+        dir_modes = [m for m in DIR_MODES if m & 0o200 or "readonly_dirs" not in self.off]
+
+        def new_path(names: Sequence[str]) -> str:
+            d = rng.choice(roomy)
+            return f"{d}/{rng.choice(names)}" if d else rng.choice(names)
+
+        def any_file() -> str:
+            return rng.choice(files) if files and rng.random() < 0.8 else new_path(FILE_NAMES)
+
+        match op:
+            case "write" | "save":
+                return Step(op, (any_file(), self.data(), rng.choice(FILE_MODES)))
+            case "append" if files:
+                return Step(op, (rng.choice(files), self.data()))
+            case "unlink" if nondirs:
+                return Step(op, (rng.choice(nondirs),))
+            case "mkdir":
+                return Step(op, (new_path(DIR_NAMES), rng.choice(dir_modes)))
+            case "rmtree" if subdirs:
+                return Step(op, (rng.choice(subdirs),))
+            case "rename" if len(disk) > 1:
+                src = rng.choice(sorted(p for p in disk if p != "."))
+                names = DIR_NAMES if disk[src][0] == "dir" else FILE_NAMES
+                dst = rng.choice(files) if disk[src][0] != "dir" and files and rng.random() < 0.3 else None
+                return Step(op, (src, dst or new_path(names)))
+            case "out_and_back" if subdirs:
+                src = rng.choice(subdirs)
+                dst = src if rng.random() < 0.5 else new_path(DIR_NAMES)
+                inside = rng.choice(("", "", "f", "zz-new.txt"))
+                return Step(op, (src, dst, inside))
+            case "move_in":
+                modes = dir_modes + ([] if "unlistable_dir" in self.off else list(UNLISTABLE_DIR_MODES))
+                return Step(op, (new_path(DIR_NAMES), rng.choice(modes), self.data()))
+            case "replace_dir" if len(subdirs) >= 2:
+                a, b = rng.sample(subdirs, 2)
+                if not (under(a, b) or under(b, a)):
+                    return Step(op, (a, b, self.n))
+            case "swap_dirs" if len(subdirs) >= 2:
+                a, b = rng.sample(subdirs, 2)
+                if not (under(a, b) or under(b, a)):
+                    return Step(op, (a, b))
+            case "hardlink" if files:
+                return Step(op, (rng.choice(files), new_path(FILE_NAMES)))
+            case "link_outside":
+                self.n += 1
+                return Step(op, (new_path(FILE_NAMES), f"hl-{self.n}", self.data()))
+            case "write_outside" if self.outside_names:
+                return Step(op, (rng.choice(self.outside_names), self.data()))
+            case "symlink":
+                return Step(op, (new_path(FILE_NAMES + DIR_NAMES), rng.choice(LINK_TARGETS)))
+            case "chmod" if len(disk) > 1:
+                p = rng.choice(sorted(q for q, v in disk.items() if v[0] in ("file", "dir") and q != "."))
+                return Step(op, (p, rng.choice(dir_modes if disk[p][0] == "dir" else FILE_MODES)))
+            case "unreadable_file" if files:
+                return Step("chmod", (rng.choice(files), rng.choice(UNREADABLE_FILE_MODES)))
+            case "unlistable_dir" if subdirs:
+                return Step("chmod", (rng.choice(subdirs), rng.choice(UNLISTABLE_DIR_MODES)))
+            case "chmod_root":
+                return Step("chmod", ("", rng.choice(ROOT_MODES)))
+            case "gitignore":
+                where = "" if rng.random() < 0.7 else rng.choice(dirs)
+                if rng.random() < 0.15:
+                    return Step(op, (where, None))
+                return Step(op, (where, tuple(rng.sample(PATTERNS, rng.randint(0, 4)))))
+            case "exclude":
+                return Step(op, (tuple(rng.sample(PATTERNS, rng.randint(0, 2))),))
+            case "git":
+                cmds = [
+                    c
+                    for c in GIT_COMMANDS
+                    if not ("branch_checkout" in self.off and c[:2] == ("checkout", "-q") and c[2] != "--")
+                    and not ("index_changes" in self.off and c[0] in ("add", "commit"))
+                ]
+                return Step(op, (rng.choice(cmds),))
+            case "mkfifo":
+                return Step(op, (new_path(FILE_NAMES),))
+            case "pause":
+                return Step(op, (rng.choice((20, 100, 200)),))
+            case "big":
+                return Step("write", (any_file(), f"big*{SIZE_CAP + 1 + rng.randint(0, 99)}", 0o644))
+            case "mark":
+                self.n += 1
+                return Step(op, (f"m{self.n}",))
+            case "rollback" if marks:
+                return Step(op, (rng.choice(marks),))
+            case "undo" if can_undo:
+                return Step(op)
+        return None
+
+    def note(self, step: Step) -> None:
+        if step.op == "link_outside":
+            self.outside_names.append(step.args[1])
