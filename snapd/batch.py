@@ -260,12 +260,11 @@ class Batch:
             row = present.get(key)
             if row is not None:
                 # Another batch stored this key meanwhile: equal bytes, or a collision raced.
-                stored = self.store.object_path(key).read_bytes() if row[1] else (row[2] or b"")
-                if objects.decode(key, row[0], stored, self.store.hasher) != raw:
+                if objects.decode(key, *self.store.payload(key), self.store.hasher) != raw:
                     raise StoreError(f"object key {key} collided with a concurrent write; retry")
                 continue
             size = len(raw)
-            stored_len = self.store.object_path(key).stat().st_size if external else len(payload)
+            stored_len = self._file_size(key) if external else len(payload)
             rows.append((key, size, codec, stored_len, int(external), now, None if external else payload))
             self._flushed[key] = fingerprint(raw)
         c.executemany(
@@ -289,6 +288,13 @@ class Batch:
                 upserts.append((ws, path, mode, size, mtime, ctime, ino, read))
         c.executemany("INSERT OR REPLACE INTO stats VALUES (?,?,?,?,?,?,?,?)", upserts)
         self._stats.clear()
+
+    def _file_size(self, key: str) -> int:
+        path = self.store.object_path(key)
+        try:
+            return path.stat().st_size
+        except OSError as exc:
+            raise safeio.os_error(exc, "stat", path) from exc
 
     def flush(self) -> None:
         """Make the objects put so far durable (they stay protected until the batch ends)."""

@@ -62,16 +62,43 @@ def step(name: str) -> None:
         os._exit(CRASH_EXIT_CODE)
 
 
-def _raise_os(exc: OSError, what: str, path: Path | str) -> None:
+def os_error(exc: OSError, what: str, path: Path | str) -> StoreError:
+    """The user-facing error for an OS error met while ``what``-ing ``path`` in the store:
+    :class:`DiskFull` for a full disk or quota, else :class:`StoreError` naming the cause."""
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        raise DiskFull(f"disk full while {what} {path}: free some space; nothing was lost") from exc
-    raise StoreError(f"could not {what} {path}: {exc.strerror}") from exc
+        return DiskFull(
+            f"disk full while trying to {what} {path}: free some space on that disk and retry. What "
+            "failed was not recorded; everything acknowledged before is kept"
+        )
+    return StoreError(
+        f"could not {what} {path}: {exc.strerror or exc}. What failed was not recorded; if the disk "
+        "failed or went away, restart snapd once it is back: every acknowledged mark is kept",
+        errno=exc.errno,
+    )
+
+
+def _raise_os(exc: OSError, what: str, path: Path | str) -> None:
+    raise os_error(exc, what, path) from exc
 
 
 def ensure_dir(path: Path) -> None:
-    """Create ``path`` (and parents) as private directories; tighten an existing one."""
+    """Create ``path`` (and parents) as private directories; tighten an existing one.
+
+    A directory it creates is made durable in its parent (an fsync of the parent), so a file
+    later fsynced inside it cannot lose its way there on power loss.
+    """
     try:
-        path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        missing: list[Path] = []
+        here = path
+        while not here.exists():
+            missing.append(here)
+            here = here.parent
+        for new in reversed(missing):
+            try:
+                os.mkdir(new, DIR_MODE)
+            except FileExistsError:
+                continue
+            fsync_dir(new.parent)
         st = path.lstat()
         if not stat.S_ISDIR(st.st_mode):
             raise StoreError(f"{path} exists and is not a directory")
@@ -82,11 +109,16 @@ def ensure_dir(path: Path) -> None:
 
 
 def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    """fsync a directory, so the entries created or renamed in it survive power loss. An
+    error is final: the caller must not treat anything it covered as durable."""
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        _raise_os(exc, "sync the directory", path)
     step("fsync_dir")
 
 
