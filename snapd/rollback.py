@@ -37,7 +37,7 @@ from typing import Any
 import structlog
 
 from snapd import apply, ignore, ingest, restore, trees
-from snapd.errors import NotFound, PlanChanged
+from snapd.errors import Conflict, NotFound, PlanChanged, SnapdError
 from snapd.protocol import encode_path
 from snapd.records import Mark
 from snapd.restore import Plan
@@ -305,6 +305,8 @@ def execute(
     """Apply the rollback; ``token`` is the confirmed plan's (None: apply the fresh plan)."""
     with ws.lock:
         prep = _prepare(ws, target, only, force, ws.sync_locked())
+        if ws.unfinished:  # an earlier rollback stopped part-way and still cannot be finished
+            raise Conflict(f"{ws.unfinished}; retry once that is fixed")
         plan = prep.plan
         _check(ws, target, plan, prep.held, token)
         if not plan.ops:  # nothing to change: no pre-rollback mark, so undo keeps its meaning
@@ -321,7 +323,14 @@ def execute(
             if pre.tree != prep.held:  # something changed between the check and the mark
                 plan = _plan(ws, pre.tree, target, rules_at(ws, target), only, force)
                 _check(ws, target, plan, pre.tree, token)
-        result = apply.apply(ws.root, plan, ws.store.get, ws.store.hasher, ws.journal, force=force)
+        try:
+            result = apply.apply(ws.root, plan, ws.store.get, ws.store.hasher, ws.journal, force=force)
+        except SnapdError as exc:
+            raise type(exc)(
+                f"{exc.message}. Undo returns to the state before this rollback (mark {pre.id})",
+                pre_rollback=pre.id,
+                **exc.details,
+            ) from exc
     after = ws.sync()
     ws.store.set_last_rollback(ws.id, {"target": target.id, "after": after, "pre": pre.id})
     log.info(

@@ -96,6 +96,7 @@ class Workspace:
         self.reads = 0  # files read from disk since start (a reconcile of an unchanged tree reads none)
         self.root_id = ""
         self.recovered: dict[str, Any] | None = None  # what start-up recovery of a rollback did
+        self.unfinished: str | None = None  # a rollback stopped part-way, not finished yet: why
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -169,18 +170,21 @@ class Workspace:
         log.info("workspace.started", workspace=str(self.root), files=self._stats.files(), watches=watches)
         return baseline
 
-    def _recover_rollback(self) -> None:
-        """Finish a rollback that a crash interrupted (its journal is still there)."""
+    def _recover_rollback(self, why: str = "interrupted by a crash") -> None:
+        """Finish a rollback whose journal is still there: one a crash interrupted, or one that
+        stopped part-way (a full disk, an I/O error). Until it is finished, ``status`` and
+        every mark say so."""
         try:
             result = apply.recover(self.root, self.journal, self.store.get, self.store.hasher)
         except SnapdError as exc:
-            self.warnings.append(f"an interrupted rollback could not be finished: {exc.message}")
+            self.unfinished = f"a rollback {why} could not be finished yet: {exc.message}"
             log.error("rollback.recovery_failed", workspace=str(self.root), error=exc.message)
             return
+        self.unfinished = None
         if result is None:
             return
         note = (
-            f"a rollback interrupted by a crash was finished at start-up: {len(result.applied)} paths "
+            f"a rollback {why} was finished: {len(result.applied)} paths "
             f"restored, {len(result.conflicts)} conflicts, {result.temps_removed} temp files removed"
         )
         self.warnings.append(note)
@@ -210,9 +214,17 @@ class Workspace:
             for rel, err in sorted(refused.items())
         }
 
+    def finish_rollback(self) -> None:
+        """Finish a rollback that stopped part-way, before a request reads or changes the
+        workspace (caller holds :attr:`lock`; a barrier must follow, so the capture sees what
+        this wrote). A failure is kept in :attr:`unfinished`, shown by status and marks."""
+        if self.journal.exists():
+            self._recover_rollback("that stopped part-way")
+
     def current_warnings(self) -> list[str]:
         """Everything wrong now, for ``status``: lasting conditions and refused directories."""
-        return [*self.warnings, *self._refusals().values()]
+        pending = [self.unfinished] if self.unfinished else []
+        return [*self.warnings, *pending, *self._refusals().values()]
 
     def _mark_warnings(self) -> tuple[list[str], dict[bytes, int]]:
         """A mark's warnings: the lasting conditions, and each refused directory once — in the
@@ -221,7 +233,8 @@ class Workspace:
         refused = self.watcher.refused_dirs() if self.watcher is not None else {}
         news = self._refusals()
         fresh = [news[rel] for rel, err in refused.items() if self._told.get(rel) != err and rel in news]
-        return [*self.warnings, *fresh], refused
+        pending = [self.unfinished] if self.unfinished else []
+        return [*self.warnings, *pending, *fresh], refused
 
     def stop(self) -> None:
         self._stopping = True
@@ -282,6 +295,9 @@ class Workspace:
             try:
                 with self.lock:
                     self._flush()
+            except SnapdError as exc:  # a full or failing disk: kept dirty, tried again
+                log.warning("workspace.capture_failed", workspace=str(self.root), error=exc.message)
+                time.sleep(1.0)
             except Exception:
                 log.exception("workspace.capture_failed", workspace=str(self.root))
                 time.sleep(1.0)
@@ -674,7 +690,8 @@ class Workspace:
 
     def sync_locked(self) -> str:
         """:meth:`sync` for a caller that holds :attr:`lock` (a rollback)."""
-        self._barrier()
+        self.finish_rollback()
+        self._barrier()  # after: what finishing it wrote is in this capture
         self._flush()
         assert self.tree is not None
         return self.tree
@@ -684,6 +701,9 @@ class Workspace:
 
         ``locked``: the caller already holds :attr:`lock` (a rollback's pre-rollback mark).
         """
+        if not locked and self.journal.exists():
+            with self.lock:
+                self.finish_rollback()
         self._barrier()
         if locked:
             mark = self._flush(label, **meta)
