@@ -194,8 +194,7 @@ def start_daemon(
             stdin=subprocess.DEVNULL,
             cwd="/",  # python -m puts the cwd first on sys.path: a "snapd" dir there would shadow us
         )
-    endpoint = resolve_endpoint(load_config(env))
-    d = Daemon(proc, env, snapd_home, log_path, endpoint, tuple(python))
+    d = Daemon(proc, env, snapd_home, log_path, "", tuple(python))
 
     def ready() -> bool:
         if proc.poll() is not None:
@@ -212,12 +211,12 @@ def start_daemon(
 
     try:
         wait_for(ready, timeout, what="snapd answers status")
+        d.endpoint = resolve_endpoint(load_config(env))
     except BaseException:
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
         raise
-    d.endpoint = resolve_endpoint(load_config(env))
     return d
 
 
