@@ -326,6 +326,7 @@ def execute(
         try:
             result = apply.apply(ws.root, plan, ws.store.get, ws.store.hasher, ws.journal, force=force)
         except SnapdError as exc:
+            ws.rollback_stopped(exc)
             raise type(exc)(
                 f"{exc.message}. Undo returns to the state before this rollback (mark {pre.id})",
                 pre_rollback=pre.id,

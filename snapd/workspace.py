@@ -177,8 +177,7 @@ class Workspace:
         try:
             result = apply.recover(self.root, self.journal, self.store.get, self.store.hasher)
         except SnapdError as exc:
-            self.unfinished = f"a rollback {why} could not be finished yet: {exc.message}"
-            log.error("rollback.recovery_failed", workspace=str(self.root), error=exc.message)
+            self.rollback_stopped(exc, why)
             return
         self.unfinished = None
         if result is None:
@@ -213,6 +212,13 @@ class Workspace:
             "directory; changes inside it are not captured while it stays so)"
             for rel, err in sorted(refused.items())
         }
+
+    def rollback_stopped(self, exc: SnapdError, why: str = "that stopped part-way") -> None:
+        """A rollback (or the finishing of one) failed with its journal still there: say so
+        in ``status`` and every mark until :meth:`finish_rollback` succeeds."""
+        if self.journal.exists():
+            self.unfinished = f"a rollback {why} is not finished yet: {exc.message}"
+            log.error("rollback.unfinished", workspace=str(self.root), error=exc.message)
 
     def finish_rollback(self) -> None:
         """Finish a rollback that stopped part-way, before a request reads or changes the
