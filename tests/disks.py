@@ -126,15 +126,19 @@ def tmpfs(mount: Path, size: int) -> Iterator[Path]:
         umount(mount)
 
 
-def fill(path: Path) -> int:
-    """Write ``path`` until its file system is full; the bytes written. Unlink it to free them."""
+def fill(path: Path, leave: int = 0) -> int:
+    """Write ``path`` until its file system is full, or has only about ``leave`` bytes free;
+    the bytes written. Unlink it to free them."""
     chunk = b"\xa5" * (1 << 16)
+    st = os.statvfs(path.parent)
+    budget = st.f_bavail * st.f_frsize - leave if leave else None
     written = 0
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        while True:
+        while budget is None or written < budget:
+            piece = chunk if budget is None else chunk[: budget - written]
             try:
-                n = os.write(fd, chunk)
+                n = os.write(fd, piece)
             except OSError as exc:
                 if exc.errno != errno.ENOSPC:
                     raise

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -330,6 +332,57 @@ def request(op: Any, args: Any = None, *, version: Any = 1, rid: Any = None, **e
         obj["args"] = args
     obj.update(extra)
     return json.dumps(obj).encode()
+
+
+Snap = dict[str, tuple[Any, ...]]  # rel path -> ("file", mode, bytes) | ("dir", mode) | ("link", text)
+COOKIE = re.compile(r"\.snapd-[0-9]+-[0-9]+~")  # a barrier's: created and deleted at once
+
+
+def snapshot(root: Path) -> Snap:
+    """Everything under ``root`` (``.git`` excepted), never following a symlink. A barrier
+    cookie that vanishes while it is read is not there; anything else that is, is."""
+    out: Snap = {}
+
+    def walk(dirpath: str, rel: str) -> None:
+        for entry in os.scandir(dirpath):
+            if entry.name == ".git":
+                continue
+            r = f"{rel}{entry.name}"
+            try:
+                st_ = entry.stat(follow_symlinks=False)
+                if stat.S_ISLNK(st_.st_mode):
+                    out[r] = ("link", os.readlink(entry.path))
+                elif stat.S_ISDIR(st_.st_mode):
+                    out[r] = ("dir", stat.S_IMODE(st_.st_mode))
+                    walk(entry.path, r + "/")
+                elif stat.S_ISREG(st_.st_mode):
+                    out[r] = ("file", stat.S_IMODE(st_.st_mode), Path(entry.path).read_bytes())
+                else:
+                    out[r] = ("special", stat.S_IFMT(st_.st_mode))
+            except FileNotFoundError:
+                if not COOKIE.fullmatch(entry.name):
+                    raise
+
+    walk(str(root), "")
+    return out
+
+
+def snap_diff(got: Snap, want: Snap, limit: int = 20) -> str:
+    lines = []
+    for p in sorted(got.keys() | want.keys()):
+        if got.get(p) != want.get(p):
+            lines.append(f"  {p}: got {_short(got.get(p))} want {_short(want.get(p))}")
+    return "\n".join(lines[:limit]) + (f"\n  ... {len(lines) - limit} more" if len(lines) > limit else "")
+
+
+def _short(v: tuple[Any, ...] | None) -> str:
+    if v is None:
+        return "absent"
+    if v[0] == "file":
+        return f"file {v[1]:04o} {v[2][:30]!r}{'...' if len(v[2]) > 30 else ''}"
+    if v[0] == "dir":
+        return f"dir {v[1]:04o}"
+    return repr(v)
 
 
 def no_cookies(root: Path) -> list[str]:

@@ -26,8 +26,6 @@ import base64
 import json
 import os
 import random
-import re
-import stat
 import threading
 import time
 from collections import Counter
@@ -37,7 +35,7 @@ from pathlib import Path
 
 import pytest
 from disks import XfsDisk, xfs_disk
-from e2e_helpers import Daemon, base_env, start_daemon, wait_for
+from e2e_helpers import Daemon, Snap, base_env, snap_diff, snapshot, start_daemon, wait_for
 
 from snapd.client import Client
 from snapd.errors import NotFound, SnapdError
@@ -54,39 +52,6 @@ MAX_MARKS = 64
 MAX_AGE_S = 30
 LARGE = 1_100_000  # over 1 MiB of random bytes: stored as an object file of its own
 BASELINE_FILES = 120
-
-Files = dict[str, tuple[str, int, bytes]]  # rel -> (kind, mode, bytes); kind "file" or "dir"
-COOKIE = re.compile(r"\.snapd-[0-9]+-[0-9]+~")  # a barrier's, there for an instant (not a temp)
-
-
-def snapshot(root: Path) -> Files:
-    """Every file and directory under ``root`` (not the root itself), as on disk now."""
-    out: Files = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            path = Path(dirpath) / name
-            rel = str(path.relative_to(root))
-            if COOKIE.fullmatch(name):
-                continue
-            st = path.lstat()
-            if stat.S_ISDIR(st.st_mode):
-                out[rel] = ("dir", stat.S_IMODE(st.st_mode), b"")
-            elif stat.S_ISREG(st.st_mode):
-                out[rel] = ("file", stat.S_IMODE(st.st_mode), path.read_bytes())
-            else:
-                raise AssertionError(f"unexpected {path} in a workspace")
-    return out
-
-
-def differences(got: Files, want: Files) -> list[str]:
-    out = []
-    for rel in sorted(got.keys() | want.keys()):
-        g, w = got.get(rel), want.get(rel)
-        if g != w:
-            show = lambda e: None if e is None else (e[0], oct(e[1]), len(e[2]))  # noqa: E731
-            out.append(f"{rel}: have {show(g)}, want {show(w)}")
-    return out
-
 
 def mutate(root: Path, rng: random.Random, large: bool) -> None:
     """A turn's worth of edits: rewrites, a new file or directory, a deletion, a chmod."""
@@ -124,7 +89,7 @@ def new_workspace(root: Path, rng: random.Random, files: int = 10) -> None:
 class Acked:
     mark: str
     root: Path
-    files: Files
+    files: Snap
     cycle: int
     verified: bool = False
 
@@ -134,8 +99,8 @@ class Pending:
     """A rollback sent and not answered: after the cut it is done or not begun, never half."""
 
     root: Path
-    before: Files
-    target: Files
+    before: Snap
+    target: Snap
 
 
 @dataclass
@@ -179,7 +144,7 @@ class Run:
         """Marks of ``root`` acknowledged in this cycle or the last: retention keeps them."""
         return [a for a in self.acked if a.root == root and a.cycle >= self.cycle - 1]
 
-    def ack(self, mark: str, root: Path, files: Files) -> None:
+    def ack(self, mark: str, root: Path, files: Snap) -> None:
         with self.lock:
             self.acked.append(Acked(mark, root, files, self.cycle))
 
@@ -242,7 +207,7 @@ def actor_rollbacks(run: Run, name: str, root: Path, rng: random.Random, stop: t
             run.pending = None
             got = snapshot(root)
             if got != target.files or not r["ok"]:
-                run.failures.append(f"rollback to {target.mark}: {r}; {differences(got, target.files)[:5]}")
+                run.failures.append(f"rollback to {target.mark}: {r}; {snap_diff(got, target.files, 5)}")
                 return
             run.ack(str(r["pre_rollback"]), root, files)
 
@@ -292,9 +257,10 @@ ACTORS: dict[str, Actor] = {
 def cat_matches(c: Client, a: Acked) -> list[str]:
     """What differs between mark ``a`` as stored and what the actor had written."""
     bad = []
-    for rel, (kind, mode, data) in sorted(a.files.items()):
-        if kind != "file":
+    for rel, entry in sorted(a.files.items()):
+        if entry[0] != "file":
             continue
+        _, mode, data = entry
         got = c.call("cat", path=os.fsencode(rel), at=a.mark, workspace=os.fsencode(a.root))
         if base64.b64decode(str(got["data_b64"])) != data or got["mode"] != mode:
             have = f"{got['size']} bytes mode {oct(int(got['mode']))}"
@@ -309,7 +275,7 @@ def restart(run: Run) -> None:
         st = run.d.call("status")
         states = [w.get("state") for w in st["workspaces"] if w["watching"]]
         errors = [w.get("error") for w in st["workspaces"] if w.get("error")]
-        assert not errors, errors
+        assert not errors, f"a workspace cannot start (seed {SEED}, after cut {run.cycle}): {errors}"
         return all(s == "ready" for s in states)
 
     wait_for(ready, 60, what="every workspace ready after the restart")
@@ -335,7 +301,7 @@ def check_after_restart(run: Run, roots: list[Path]) -> None:
             got = snapshot(run.pending.root)
             assert got in (run.pending.before, run.pending.target), (
                 f"a rollback cut half-way was left half done {why}: "
-                f"{differences(got, run.pending.target)[:5]}"
+                f"{snap_diff(got, run.pending.target, 5)}"
             )
             run.pending = None
         for ws in run.baselines:  # verified: stop watching, so restarts stay quick
@@ -351,7 +317,7 @@ def check_after_restart(run: Run, roots: list[Path]) -> None:
         r = c.call("rollback_apply", to=target.mark, workspace=os.fsencode(root))
         got = snapshot(root)
         assert r["ok"] and got == target.files, (
-            f"rollback to {target.mark} is not exact {why}: {differences(got, target.files)[:5]}"
+            f"rollback to {target.mark} is not exact {why}: {snap_diff(got, target.files, 5)}"
         )
         if r["pre_rollback"]:
             run.ack(str(r["pre_rollback"]), root, before)

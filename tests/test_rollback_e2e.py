@@ -44,9 +44,12 @@ from e2e_helpers import (
     NOBODY,
     Daemon,
     OtherUser,
+    Snap,
     describe,
     no_cookies,
     run_ctl,
+    snap_diff,
+    snapshot,
     start_daemon,
     wait_for,
 )
@@ -57,56 +60,11 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 from snapd.client import Client
 from snapd.errors import PlanChanged
 
-Snap = dict[str, tuple[Any, ...]]  # rel path -> ("file", mode, bytes) | ("dir", mode) | ("link", text)
-
-
 # -- helpers --------------------------------------------------------------------------------------
 
 
 def b(path: Path | str) -> bytes:
     return os.fsencode(path)
-
-
-def snapshot(root: Path) -> Snap:
-    """Everything under ``root`` (``.git`` excepted), never following a symlink."""
-    out: Snap = {}
-
-    def walk(dirpath: str, rel: str) -> None:
-        for entry in os.scandir(dirpath):
-            if entry.name == ".git":
-                continue
-            r = f"{rel}{entry.name}"
-            st_ = entry.stat(follow_symlinks=False)
-            if stat.S_ISLNK(st_.st_mode):
-                out[r] = ("link", os.readlink(entry.path))
-            elif stat.S_ISDIR(st_.st_mode):
-                out[r] = ("dir", stat.S_IMODE(st_.st_mode))
-                walk(entry.path, r + "/")
-            elif stat.S_ISREG(st_.st_mode):
-                out[r] = ("file", stat.S_IMODE(st_.st_mode), Path(entry.path).read_bytes())
-            else:
-                out[r] = ("special", stat.S_IFMT(st_.st_mode))
-
-    walk(str(root), "")
-    return out
-
-
-def snap_diff(got: Snap, want: Snap, limit: int = 20) -> str:
-    lines = []
-    for p in sorted(got.keys() | want.keys()):
-        if got.get(p) != want.get(p):
-            lines.append(f"  {p}: got {_short(got.get(p))} want {_short(want.get(p))}")
-    return "\n".join(lines[:limit]) + (f"\n  ... {len(lines) - limit} more" if len(lines) > limit else "")
-
-
-def _short(v: tuple[Any, ...] | None) -> str:
-    if v is None:
-        return "absent"
-    if v[0] == "file":
-        return f"file {v[1]:04o} {v[2][:30]!r}{'...' if len(v[2]) > 30 else ''}"
-    if v[0] == "dir":
-        return f"dir {v[1]:04o}"
-    return repr(v)
 
 
 def tree_digest(root: Path) -> str:
