@@ -297,15 +297,27 @@ class Batch:
             raise safeio.os_error(exc, "stat", path) from exc
 
     def flush(self) -> None:
-        """Make the objects put so far durable (they stay protected until the batch ends)."""
-        self._sync_files()
-        with self.store.catalog.write() as c:
-            self._write_objects(c)
+        """Make the objects put so far durable (they stay protected until the batch ends).
+
+        A failure ends the batch (see :meth:`commit`)."""
+        try:
+            self._sync_files()
+            with self.store.catalog.write() as c:
+                self._write_objects(c)
+        except BaseException:
+            self._done = True
+            raise
 
     def commit(self) -> list[Mark]:
-        """Objects, versions and marks durable in one catalog transaction; return the marks."""
+        """Objects, versions and marks durable in one catalog transaction; return the marks.
+
+        Only once: a commit that fails ends the batch, which is never committed again. (An
+        fsync that failed must not be retried: a second fsync can succeed although the data
+        the first one covered was dropped. The caller starts over with a new batch, which
+        writes its object files afresh.)"""
         if self._done:
-            raise StoreError("batch already committed")
+            raise StoreError("this batch was committed, or failed, already: start a new one")
+        self._done = True
         self._sync_files()
         committed: list[Mark] = []
         with self.store.catalog.write() as c:
@@ -348,5 +360,4 @@ class Batch:
         self._versions.clear()
         self._marks.clear()
         self._heads.clear()
-        self._done = True
         return committed
