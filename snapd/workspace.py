@@ -200,7 +200,8 @@ class Workspace:
         self.warnings.append(
             f"{self.watcher.limit_failures} directories could not be watched (inotify watch limit): "
             "every mark scans the workspace; raise the limit with "
-            "`sudo sysctl fs.inotify.max_user_watches=524288` (and in /etc/sysctl.d/), then restart snapd"
+            "`sudo sysctl fs.inotify.max_user_watches=524288` (and in /etc/sysctl.d/; in a container, its "
+            "user namespace's /proc/sys/user/max_inotify_watches), then restart snapd"
         )
 
     def _refusals(self) -> dict[bytes, str]:
