@@ -436,6 +436,18 @@ def _open_root(root: Path) -> int:
         raise StoreError(f"cannot open workspace {root}: {exc.strerror}") from exc
 
 
+def journal_present(journal: Path) -> bool:
+    """Whether a rollback's journal is there (it is not finished); a disk that cannot tell
+    is a :class:`StoreError`."""
+    try:
+        journal.stat()
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise safeio.os_error(exc, "look for the rollback journal", journal) from exc
+    return True
+
+
 def apply(
     root: Path, plan: Plan, get: Get, hasher: Hasher, journal: Path, *, force: bool = False
 ) -> ApplyResult:
@@ -444,7 +456,7 @@ def apply(
     Raises Conflict when ``journal`` already exists (an interrupted apply must be recovered
     first). On any exception the journal stays, so :func:`recover` finishes the job.
     """
-    if journal.exists():
+    if journal_present(journal):
         raise Conflict("an interrupted rollback of this workspace must be recovered first")
     temps = [safeio.temp_name() if op.kind in ("write", "symlink") else None for op in plan.ops]
     doc: dict[str, Any] = {

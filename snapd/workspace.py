@@ -217,7 +217,11 @@ class Workspace:
     def rollback_stopped(self, exc: SnapdError, why: str = "that stopped part-way") -> None:
         """A rollback (or the finishing of one) failed with its journal still there: say so
         in ``status`` and every mark until :meth:`finish_rollback` succeeds."""
-        if self.journal.exists():
+        try:
+            left = apply.journal_present(self.journal)
+        except SnapdError:
+            left = True  # the disk cannot tell: assume the worst, and say so
+        if left:
             self.unfinished = f"a rollback {why} is not finished yet: {exc.message}"
             log.error("rollback.unfinished", workspace=str(self.root), error=exc.message)
 
@@ -225,7 +229,7 @@ class Workspace:
         """Finish a rollback that stopped part-way, before a request reads or changes the
         workspace (caller holds :attr:`lock`; a barrier must follow, so the capture sees what
         this wrote). A failure is kept in :attr:`unfinished`, shown by status and marks."""
-        if self.journal.exists():
+        if apply.journal_present(self.journal):
             self._recover_rollback("that stopped part-way")
 
     def current_warnings(self) -> list[str]:
@@ -708,7 +712,7 @@ class Workspace:
 
         ``locked``: the caller already holds :attr:`lock` (a rollback's pre-rollback mark).
         """
-        if not locked and self.journal.exists():
+        if not locked and apply.journal_present(self.journal):
             with self.lock:
                 self.finish_rollback()
         self._barrier()

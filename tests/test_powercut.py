@@ -42,7 +42,7 @@ from snapd.errors import NotFound, SnapdError
 
 pytestmark = [pytest.mark.powercut, pytest.mark.timeout(900)]
 
-CUTS = 50
+CUTS = 100
 SEED = int(os.environ.get("SNAPD_POWERCUT_SEED", "20261130"))
 KINDS = ("mark", "baseline", "rollback", "gc")  # what actor B does, cycle by cycle
 PER_CYCLE = 6  # marks an actor takes per workspace and cycle
@@ -91,6 +91,7 @@ class Acked:
     root: Path
     files: Snap
     cycle: int
+    after_cut: bool  # answered once the cut had begun (legitimately: committed just before it)
     verified: bool = False
 
 
@@ -121,6 +122,7 @@ class Run:
     baselines: list[Path] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     cycle: int = 0
+    rollbacks_cut: Counter[str] = field(default_factory=Counter)  # unanswered at the cut: then?
     took: dict[str, list[float]] = field(default_factory=dict)  # request durations, by kind
     starts: Counter[str] = field(default_factory=Counter)  # requests begun this cycle, by kind
     started: threading.Condition = field(default_factory=threading.Condition)
@@ -141,12 +143,13 @@ class Run:
         return self.daemon
 
     def recent(self, root: Path) -> list[Acked]:
-        """Marks of ``root`` acknowledged in this cycle or the last: retention keeps them."""
-        return [a for a in self.acked if a.root == root and a.cycle >= self.cycle - 1]
+        """Marks of ``root`` acknowledged in the last few cycles: retention keeps them (fewer
+        than MAX_MARKS, younger than MAX_AGE_S)."""
+        return [a for a in self.acked if a.root == root and a.cycle >= self.cycle - 4]
 
     def ack(self, mark: str, root: Path, files: Snap) -> None:
         with self.lock:
-            self.acked.append(Acked(mark, root, files, self.cycle))
+            self.acked.append(Acked(mark, root, files, self.cycle, self.cut_begun.is_set()))
 
     def call(self, actor: str, c: Client, kind: str, op: str, **args: object) -> dict[str, object] | None:
         """One request; None when it failed after the cut began (the actor then stops)."""
@@ -290,7 +293,7 @@ def check_after_restart(run: Run, roots: list[Path]) -> None:
         for a in run.acked:
             if a.verified:
                 continue
-            which = f"acknowledged mark {a.mark} of cycle {a.cycle}"
+            which = f"acknowledged mark {a.mark} of cycle {a.cycle} ({a.root.name}, after cut: {a.after_cut})"
             try:
                 bad = cat_matches(c, a)
             except SnapdError as exc:
@@ -303,6 +306,7 @@ def check_after_restart(run: Run, roots: list[Path]) -> None:
                 f"a rollback cut half-way was left half done {why}: "
                 f"{snap_diff(got, run.pending.target, 5)}"
             )
+            run.rollbacks_cut["finished" if got == run.pending.target else "not begun"] += 1
             run.pending = None
         for ws in run.baselines:  # verified: stop watching, so restarts stay quick
             try:
@@ -312,7 +316,10 @@ def check_after_restart(run: Run, roots: list[Path]) -> None:
         run.baselines.clear()
         # A rollback to a random acknowledged mark restores it exactly.
         root = run.rng.choice(roots)
-        target = run.rng.choice(run.recent(root))
+        mine = run.recent(root)
+        if not mine:  # cut before anything was marked there lately
+            return
+        target = run.rng.choice(mine)
         before = snapshot(root)
         r = c.call("rollback_apply", to=target.mark, workspace=os.fsencode(root))
         got = snapshot(root)
@@ -332,7 +339,7 @@ def test_power_cuts_lose_no_acknowledged_mark(tmp_path: Path) -> None:
     print(f"\npowercut seed {SEED} (SNAPD_POWERCUT_SEED replays it), {CUTS} cuts")
     started = time.monotonic()
     with xfs_disk(tmp_path) as disk:
-        home = disk.mount / "home"
+        home = disk.mount  # the daemon logs beside it, off the disk that is cut
         env = base_env(home)
         env.update(
             SNAPD_RETENTION_MAX_MARKS=str(MAX_MARKS),
@@ -371,6 +378,7 @@ def test_power_cuts_lose_no_acknowledged_mark(tmp_path: Path) -> None:
         "cut_during": dict(run.cut_during),
         "acknowledged_marks_verified": sum(a.verified for a in run.acked),
         "error_replies_after_cuts": dict(run.after_cut),
+        "rollbacks_cut": dict(run.rollbacks_cut),
         "seconds": round(time.monotonic() - started, 1),
         "op_ms": {k: round(1000 * sum(v) / len(v)) for k, v in run.took.items()},
     }
