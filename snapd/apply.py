@@ -293,7 +293,7 @@ class _Engine:
                 op, _, _, tfd = entry
                 with self.guarded(op):
                     if tfd is not None:
-                        os.fsync(tfd)  # an error is final: this temp is never published
+                        safeio.fsync(tfd)  # an error is final: this temp is never published
                         safeio.step("apply.fsync_temp")
                     synced.append(entry)
             for op, temp, dfd, _ in synced:

@@ -108,13 +108,26 @@ def ensure_dir(path: Path) -> None:
         _raise_os(exc, "create directory", path)
 
 
+def fsync(fd: int) -> None:
+    """fsync ``fd``, and believe it only if the file system is still alive afterwards.
+
+    A file system shut down by an I/O error can report an fsync as done that it did not do:
+    XFS returns 0 for a directory whose changes it has just thrown away, and a file fsync
+    that races the shutdown can pass its own check. ``fstat`` fails once the file system is
+    shut down, so an fsync followed by a successful ``fstat`` was done while it was alive.
+    Either error is final (see :func:`fsync_dir`).
+    """
+    os.fsync(fd)
+    os.fstat(fd)
+
+
 def fsync_dir(path: Path) -> None:
     """fsync a directory, so the entries created or renamed in it survive power loss. An
     error is final: the caller must not treat anything it covered as durable."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
         try:
-            os.fsync(fd)
+            fsync(fd)
         finally:
             os.close(fd)
     except OSError as exc:
@@ -143,7 +156,7 @@ def write_atomic(path: Path, data: bytes, *, sync_dir: bool = True) -> None:
             while view:
                 view = view[os.write(fd, view) :]
             step("write")
-            os.fsync(fd)
+            fsync(fd)
             step("fsync")
         finally:
             os.close(fd)
@@ -196,13 +209,14 @@ def chmod_at(dir_fd: int, name: bytes | str, mode: int) -> None:
 
 
 def fsync_dir_at(dir_fd: int) -> bool:
-    """fsync the directory behind ``dir_fd`` (which may be O_PATH); False if it cannot be read."""
+    """fsync the directory behind ``dir_fd`` (which may be O_PATH); False if we may not read
+    it (a read-only directory of the user's: its renames stand). Any other error raises."""
     try:
         fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
-    except OSError:
+    except PermissionError:
         return False
     try:
-        os.fsync(fd)
+        fsync(fd)
     finally:
         os.close(fd)
     return True
