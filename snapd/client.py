@@ -28,6 +28,7 @@ from snapd.errors import (
     ProtocolMismatch,
     SnapdError,
     Timeout,
+    UsageError,
     from_wire,
 )
 
@@ -36,6 +37,14 @@ if TYPE_CHECKING:
 
 Progress = Callable[[dict[str, Any]], None]
 LIVENESS_MS = 1000  # while waiting for a reply, check this often that the daemon still listens
+DEFAULT_TIMEOUT_S = 10.0
+
+
+def _check_deadline(timeout_s: float | None) -> None:
+    # 0, a negative number, NaN or infinity cannot be waited out: every call would either
+    # give up before sending or never, and report a live daemon as absent.
+    if timeout_s is not None and not 0 < timeout_s < float("inf"):
+        raise UsageError(f"a deadline must be a positive number of seconds, got {timeout_s!r}")
 
 
 class _Default:
@@ -78,7 +87,8 @@ def probe_listener(endpoint: str) -> bool | None:
 class Client:
     """A connection to one daemon. ``timeout_s`` is the default deadline of each call."""
 
-    def __init__(self, endpoint: str, timeout_s: float = 10.0, max_bytes: int = 1 << 20) -> None:
+    def __init__(self, endpoint: str, timeout_s: float = DEFAULT_TIMEOUT_S, max_bytes: int = 1 << 20) -> None:
+        _check_deadline(timeout_s)
         self.endpoint = endpoint
         self.timeout_s = timeout_s
         self.max_bytes = max_bytes
@@ -86,8 +96,12 @@ class Client:
         self._sock: zmq.Socket[bytes] | None = None
 
     @classmethod
-    def from_config(cls, config: Config) -> Client:
-        return cls(resolve_endpoint(config), config.client_timeout_s, config.request_max_bytes)
+    def from_config(cls, config: Config, default_timeout_s: float = DEFAULT_TIMEOUT_S) -> Client:
+        """A client for the daemon ``config`` describes. Its deadline is ``client_timeout_s``
+        when that is set (file or ``SNAPD_CLIENT_TIMEOUT_S``), else ``default_timeout_s``: the
+        caller's own default for what it is about to do."""
+        timeout = config.client_timeout_s if config.client_timeout_s is not None else default_timeout_s
+        return cls(resolve_endpoint(config), timeout, config.request_max_bytes)
 
     def __enter__(self) -> Client:
         return self
@@ -116,6 +130,7 @@ class Client:
         operations that report progress); the default is the client's ``timeout_s``.
         """
         timeout = self.timeout_s if isinstance(timeout_s, _Default) else timeout_s
+        _check_deadline(timeout)
         rid = uuid.uuid4().hex
         payload = protocol.build_request(op, rid, args)
         if len(payload) > self.max_bytes:  # ZeroMQ would drop it silently: say so here
@@ -139,6 +154,13 @@ class Client:
             raise Timeout(
                 f"snapd at {self.endpoint} is running but did not finish {op!r} within "
                 f"{timeout:g} s; it may still complete (see `snapctl log`)", op=op)
+        if probe_listener(self.endpoint):
+            # The socket accepts connections (the kernel does that for a listening socket
+            # even while its process is stopped), but nothing answers, not even a ping.
+            raise Timeout(
+                f"snapd at {self.endpoint} accepts connections but answered nothing within "
+                f"{timeout:g} s, not even a ping: it is hung or stopped (e.g. by SIGSTOP or a "
+                "debugger); see its log, or restart it", op=op, endpoint=self.endpoint)
         raise DaemonUnavailable(
             f"no snapd daemon is answering at {self.endpoint}; start it with `snapd start`",
             endpoint=self.endpoint)

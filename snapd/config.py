@@ -5,6 +5,14 @@ and flow down as one frozen ``Config``. ``load_config`` is the only function tha
 environment variables, and it is handed them explicitly (``main()`` passes ``os.environ``), so
 tests never depend on the developer's ``HOME`` or ``XDG_*``.
 
+The daemon loads strictly: a bad setting stops ``snapd start`` with an error naming the file
+or variable. A client loads leniently (``lenient=True``): it needs nothing from the settings
+but where the daemon is, so a typo in ``config.toml`` must not cut it off from a running
+daemon — the bad setting keeps its default and comes back in ``Config.warnings``. Locations
+are never lenient: a client that guessed them would talk to another store. ``SNAPD_*``
+variables that name no setting are reported in ``warnings`` either way: a misspelled
+``SNAPD_RETENTION_MAX_MARK`` must not silently keep the default.
+
 Locations are computed, not created: the same environment gives a client and the daemon the
 same paths, including the socket. A Unix socket path longer than ``IPC_PATH_MAX`` bytes cannot
 be bound, so such a socket moves to a short private directory named after a hash of the
@@ -91,10 +99,11 @@ class Config:
     extra_ignore: tuple[str, ...] = ()
     barrier_timeout_s: float = 5.0
     request_max_bytes: int = 1 * MiB
-    client_timeout_s: float = 10.0
+    client_timeout_s: float | None = None  # None: each command's own deadline (see snapctl --help)
     gc_interval_s: float = 3600.0  # how often the daemon applies retention and GC
     watch_limit: int | None = None  # inotify watches per workspace; beyond: scan at every mark
     scan_fs_types: tuple[str, ...] = ()  # more file system types to treat as event-less
+    warnings: tuple[str, ...] = ()  # settings ignored (lenient load) and unknown SNAPD_* names
 
     @property
     def endpoint(self) -> str:
@@ -180,20 +189,47 @@ _SETTINGS: dict[str, Callable[[Any], Any]] = {
     "retention.grace_s": _seconds,
 }
 _NO_ENV = {"extra_ignore", "scan_fs_types"}
+#: SNAPD_* variables that are not settings: locations, and the crash tests' fault injection.
+ENV_NAMES = frozenset({"SNAPD_HOME", "SNAPD_CONFIG", "SNAPD_TEST_CRASH_AFTER"})
+
+
+def service_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """The variables of ``env`` that decide which store, config file and settings a daemon
+    uses: what a service started elsewhere (systemd) must be given to match this shell."""
+    names = ENV_NAMES - {"SNAPD_TEST_CRASH_AFTER"}
+    names |= {_env_name(k) for k in _SETTINGS if k not in _NO_ENV} | {"XDG_DATA_HOME", "XDG_CONFIG_HOME"}
+    return {k: v for k, v in env.items() if k in names and v}
+
+
+def parse_setting(key: str, raw: Any) -> Any:
+    """The value of setting ``key`` given as ``raw``; ValueError saying what it must be."""
+    return _SETTINGS[key](raw)
 
 
 def _env_name(key: str) -> str:
     return "SNAPD_" + key.upper().replace(".", "_")
 
 
-def _set(values: dict[str, Any], key: str, raw: Any, source: str) -> None:
-    try:
-        values[key] = _SETTINGS[key](raw)
-    except ValueError as e:
-        raise ConfigError(f"{source}: '{key}' must be {e}, got {raw!r}", key=key) from None
+class _Problems:
+    """Where a bad setting goes: raised (the daemon), or kept as a warning (a client)."""
+
+    def __init__(self, lenient: bool) -> None:
+        self.lenient = lenient
+        self.warnings: list[str] = []
+
+    def report(self, error: ConfigError) -> None:
+        if not self.lenient:
+            raise error
+        self.warnings.append(f"{error.message} (ignored here; `snapd start` refuses it)")
+
+    def set(self, values: dict[str, Any], key: str, raw: Any, source: str) -> None:
+        try:
+            values[key] = _SETTINGS[key](raw)
+        except ValueError as e:
+            self.report(ConfigError(f"{source}: '{key}' must be {e}, got {raw!r}", key=key))
 
 
-def _read_config_file(path: Path) -> dict[str, Any]:
+def _read_config_file(path: Path, problems: _Problems) -> dict[str, Any]:
     """Flatten the TOML file into dotted keys, rejecting anything we do not know: a typo in a
     retention key must not silently keep the default and evict history early."""
     import tomllib  # deferred: most client runs have no config file to parse
@@ -203,9 +239,11 @@ def _read_config_file(path: Path) -> dict[str, Any]:
         with open(path, "rb") as f:
             data = tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{where}: not valid TOML: {e}", file=str(path)) from None
+        problems.report(ConfigError(f"{where}: not valid TOML: {e}", file=str(path)))
+        return {}
     except OSError as e:
-        raise ConfigError(f"{where}: cannot be read: {e.strerror}", file=str(path)) from None
+        problems.report(ConfigError(f"{where}: cannot be read: {e.strerror}", file=str(path)))
+        return {}
     flat: dict[str, Any] = {}
     for key, value in data.items():
         if key == "retention" and isinstance(value, dict):
@@ -216,8 +254,26 @@ def _read_config_file(path: Path) -> dict[str, Any]:
     for key, value in flat.items():
         if key not in _SETTINGS:
             known = ", ".join(sorted(_SETTINGS))
-            raise ConfigError(f"{where}: unknown setting '{key}' (known: {known})", key=key)
-        _set(out, key, value, where)
+            problems.report(ConfigError(f"{where}: unknown setting '{key}' (known: {known})", key=key))
+            continue
+        problems.set(out, key, value, where)
+    return out
+
+
+def _unknown_env(env: Mapping[str, str]) -> list[str]:
+    """``SNAPD_*`` names that mean nothing to snapd, each with the nearest real name."""
+    import difflib  # deferred: only a misspelled variable needs it
+
+    known = sorted(ENV_NAMES | {_env_name(k) for k in _SETTINGS if k not in _NO_ENV})
+    out = []
+    for name in sorted(n for n in env if n.startswith("SNAPD_") and n not in known):
+        if name in {_env_name(k) for k in _NO_ENV}:
+            out.append(f"environment variable {name} is ignored: that setting has no environment "
+                       "form (lists go in config.toml)")
+            continue
+        near = difflib.get_close_matches(name, known, n=1)
+        hint = f"did you mean {near[0]}?" if near else "known: " + ", ".join(known)
+        out.append(f"environment variable {name} is not a snapd setting and is ignored ({hint})")
     return out
 
 
@@ -279,12 +335,15 @@ def load_config(
     *,
     uid: int | None = None,
     tmp_base: Path = Path("/tmp"),
+    lenient: bool = False,
 ) -> Config:
     """Build the configuration: defaults < config file < ``SNAPD_*`` < ``overrides``.
 
     ``overrides`` uses the dotted setting names (``"retention.max_marks"``) plus ``"home"``
     and ``"config_file"``, which take precedence over ``SNAPD_HOME`` and ``SNAPD_CONFIG``.
     ``uid`` and ``tmp_base`` exist so tests can exercise the ``/tmp`` fallback elsewhere.
+    ``lenient``: a bad setting keeps its lower layer's value and becomes a warning (clients;
+    see the module docstring) instead of raising ConfigError.
     """
     overrides = dict(overrides or {})
     uid = os.getuid() if uid is None else uid
@@ -298,21 +357,23 @@ def load_config(
         tmp_base,
     )
 
+    problems = _Problems(lenient)
     values: dict[str, Any] = {}
     if explicit_cfg is not None or locations.config_file.exists():
-        values.update(_read_config_file(locations.config_file))
+        values.update(_read_config_file(locations.config_file, problems))
     for key in _SETTINGS:
         name = _env_name(key)
         if key not in _NO_ENV and env.get(name, "") != "":
-            _set(values, key, env[name], f"environment variable {name}")
+            problems.set(values, key, env[name], f"environment variable {name}")
     for key, raw in overrides.items():
         if key not in _SETTINGS:
             raise ConfigError(f"unknown setting '{key}'", key=key)
-        _set(values, key, raw, "command-line option")
+        problems.set(values, key, raw, "command-line option")
 
     retention = Retention(**{k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("retention.")})
     flat = {k: v for k, v in values.items() if not k.startswith("retention.")}
-    return replace(Config(locations), retention=retention, **flat)
+    warnings = (*problems.warnings, *_unknown_env(env))
+    return replace(Config(locations), retention=retention, warnings=warnings, **flat)
 
 
 # -- private directories and the endpoint file ------------------------------------------------

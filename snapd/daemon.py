@@ -219,12 +219,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             overrides["log_level"] = args.log_level
         if getattr(args, "log_file", None):
             overrides["log_file"] = os.path.abspath(args.log_file)
-        config = load_config(env, overrides)
+        # Only the daemon itself needs every setting right; `stop` and `install-service` must
+        # work with a config file that a running daemon predates (see snapd.config).
+        config = load_config(env, overrides, lenient=args.command != "start")
+        for warning in config.warnings:
+            print(f"snapd: warning: {warning}", file=sys.stderr)
         if args.command == "start":
             if args.background:
                 extra = [f"--log-level={args.log_level}"] if args.log_level else []
                 return start_background(config, extra)
             configure_logging(config.log_level, json=True if args.log_json else None, file=config.log_file)
+            for warning in config.warnings:
+                log.warning("config.warning", warning=warning)
             penv = ProcessEnv(_homes(env), env.get("NOTIFY_SOCKET"), _int(env.get("WATCHDOG_USEC")))
             _arm_test_crash(env.get("SNAPD_TEST_CRASH_AFTER"))
             return Daemon(config, penv).run()

@@ -10,12 +10,16 @@ Precedence, highest first (the first source with a matching pattern decides):
 2. snapd's own cookie and temp files ``.snapd-*~`` ("snapd").
 3. Paths git tracks: always captured, whatever the patterns say.
 4. Editors' swap, lock and backup files ("editor").
-5. A path inside a directory excluded by 6-9 is excluded too (git never descends into an
+5. A path inside a directory excluded by 7-9 is excluded too (git never descends into an
    excluded directory, so no pattern below it can re-include anything).
-6. The root ``.snapdignore`` ("snapdignore"), then extra patterns from config ("config").
-7. ``.gitignore`` files, the one nearest to the path first ("gitignore"); ancestors above the
+6. Rule files in effect (a ``.gitignore`` outside excluded directories, the root
+   ``.snapdignore``): always captured, even when a pattern matches them — unlike git, which
+   leaves a self-ignoring ``.gitignore`` untracked — because a mark's rules are rebuilt from
+   the rule files in its tree.
+7. The root ``.snapdignore`` ("snapdignore"), then extra patterns from config ("config").
+8. ``.gitignore`` files, the one nearest to the path first ("gitignore"); ancestors above the
    root count when the root is a subdirectory of a git work tree.
-8. ``$GIT_COMMON_DIR/info/exclude`` ("exclude").
+9. ``$GIT_COMMON_DIR/info/exclude`` ("exclude").
 
 Within one source the last matching pattern wins, ``!`` re-includes. Patterns are compiled by
 pathspec's ``GitIgnoreSpec``, but matched one path component at a time the way git's directory
@@ -309,20 +313,17 @@ class IgnoreRules:
         """Rules for ``root`` from disk: root ``.snapdignore``, ``.gitignore`` files (read
         when a directory is first asked about), the enclosing repository's info/exclude."""
         root_b = os.path.abspath(os.fsencode(root))
-        repo = _find_repo(root_b)
         prefix = b""
         outer: list[tuple[bytes, bytes]] = []
         exclude = b""
-        if repo is not None:
-            top, common = repo
-            prefix = os.path.relpath(root_b, top) if top != root_b else b""
-            parts = prefix.split(b"/") if prefix else []
-            for i in range(len(parts)):
-                d = b"/".join(parts[:i])
-                data = _read_rule_file(os.path.join(top, d, RULE_FILE_NAME))
+        files = _outside_files(root_b)
+        if files is not None:
+            prefix, exclude_path, outer_paths = files
+            for d, path in outer_paths:
+                data = _read_rule_file(path)
                 if data:
                     outer.append((d, data))
-            exclude = _read_rule_file(os.path.join(common, b"info", b"exclude")) or b""
+            exclude = _read_rule_file(exclude_path) or b""
 
         def gitignore(rel_dir: bytes) -> bytes | None:
             base = os.path.join(root_b, rel_dir) if rel_dir else root_b
@@ -381,6 +382,11 @@ class IgnoreRules:
         inherited = self._dir_reason(parent)
         if inherited is not None:
             return inherited
+        if not is_dir and (name == RULE_FILE_NAME or rel == SNAPDIGNORE):
+            # A rule file in effect is captured even when a pattern matches it (`*` in a cache
+            # directory's own .gitignore): a mark's rules are rebuilt from its tree, and a rule
+            # file missing there would let a rollback treat what it hid as never existing.
+            return None
         return self._pattern_reason(rel, is_dir)
 
     def dir_may_contain_captured(self, rel_dir: bytes) -> bool:
@@ -471,6 +477,31 @@ def _read_rule_file(path: bytes) -> bytes | None:
         return None
     finally:
         os.close(fd)
+
+
+def _outside_files(root: bytes) -> tuple[bytes, bytes, list[tuple[bytes, bytes]]] | None:
+    """Where the rules of ``root`` read what lies outside its tree: (the root relative to the
+    work tree's top, the common git dir's info/exclude, and (dir relative to the top, path)
+    of each .gitignore from the top down to the root's parent, present or not); None
+    outside a repository."""
+    repo = _find_repo(root)
+    if repo is None:
+        return None
+    top, common = repo
+    prefix = os.path.relpath(root, top) if top != root else b""
+    parts = prefix.split(b"/") if prefix else []
+    dirs = [b"/".join(parts[:i]) for i in range(len(parts))]
+    outer = [(d, os.path.join(top, d, RULE_FILE_NAME)) for d in dirs]
+    return prefix, os.path.join(common, b"info", b"exclude"), outer
+
+
+def outside_rule_files(root: Path) -> list[bytes]:
+    """The files outside ``root``'s tree whose contents its rules depend on (see
+    :func:`_outside_files`): a watcher of the tree never sees them change, so callers stat them."""
+    files = _outside_files(os.path.abspath(os.fsencode(root)))
+    if files is None:
+        return []
+    return [files[1], *(path for _, path in files[2])]
 
 
 def _find_repo(root: bytes) -> tuple[bytes, bytes] | None:

@@ -62,8 +62,14 @@ class Report:
     skipped: dict[str, list[bytes]] = field(default_factory=dict)
     skipped_count: int = 0
     unstable: list[bytes] = field(default_factory=list)
+    # One report spans every capture between two marks: a path skipped (or unstable) by two
+    # of them is still one path, counted and listed once.
+    _skipped_paths: set[bytes] = field(default_factory=set, repr=False)
 
     def skip(self, rel: bytes, reason: str) -> None:
+        if rel in self._skipped_paths:
+            return
+        self._skipped_paths.add(rel)
         self.skipped_count += 1
         examples = self.skipped.setdefault(reason, [])
         if len(examples) < EXAMPLES:
@@ -396,7 +402,7 @@ def capture(
                     if r.kind == "file":
                         report.files += 1
                         report.size += len(r.data)
-                    if r.unstable:
+                    if r.unstable and r.rel not in report.unstable:
                         report.unstable.append(r.rel)
                 changes[r.rel] = change
                 if ws is not None and not isinstance(change, trees.Dir):

@@ -41,8 +41,10 @@ class Arg:
 
 
 # Most ops act on "the workspace": named by ``workspace``, else found from the caller's
-# ``cwd`` (the enclosing watched root). The daemon, not the client, resolves it.
+# ``cwd`` (the enclosing watched root). The daemon, not the client, resolves it. Ops that take
+# a mark reference also take ``session``: a label then means that session's newest mark.
 _WHERE = {"workspace": Arg("path"), "cwd": Arg("path")}
+_REF = {**_WHERE, "session": Arg("str")}
 
 OP_ARGS: dict[str, dict[str, Arg]] = {
     "ping": {},
@@ -50,33 +52,33 @@ OP_ARGS: dict[str, dict[str, Arg]] = {
     "stop": {},
     "watch": {"path": Arg("path", required=True)},
     "unwatch": {**_WHERE},
-    "forget": {**_WHERE},
+    "forget": {**_WHERE, "dry_run": Arg("bool")},
     "mark": {
         **_WHERE, "label": Arg("str", required=True), "message": Arg("str"),
         "agent": Arg("str"), "session": Arg("str"),
     },
     "log": {
         **_WHERE, "limit": Arg("int"), "agent": Arg("str"), "session": Arg("str"),
-        "all": Arg("bool"),
+        "all": Arg("bool"), "before": Arg("str"),
     },
-    "show": {**_WHERE, "mark": Arg("str", required=True)},
+    "show": {**_REF, "mark": Arg("str", required=True)},
     "verify": {**_WHERE, "full": Arg("bool")},
     "gc": {**_WHERE, "dry_run": Arg("bool")},
-    "pin": {**_WHERE, "mark": Arg("str", required=True)},
-    "unpin": {**_WHERE, "mark": Arg("str", required=True)},
+    "pin": {**_REF, "mark": Arg("str", required=True)},
+    "unpin": {**_REF, "mark": Arg("str", required=True)},
     "rollback_plan": {
-        **_WHERE, "to": Arg("str"), "undo": Arg("bool"), "paths": Arg("paths"), "force": Arg("bool"),
+        **_REF, "to": Arg("str"), "undo": Arg("bool"), "paths": Arg("paths"), "force": Arg("bool"),
     },
     "rollback_apply": {
-        **_WHERE, "to": Arg("str"), "undo": Arg("bool"), "paths": Arg("paths"), "force": Arg("bool"),
+        **_REF, "to": Arg("str"), "undo": Arg("bool"), "paths": Arg("paths"), "force": Arg("bool"),
         "token": Arg("str"),
     },
     "undo": {**_WHERE, "force": Arg("bool"), "token": Arg("str")},
     "diff": {
-        **_WHERE, "from": Arg("str"), "to": Arg("str"), "paths": Arg("paths"),
+        **_REF, "from": Arg("str"), "to": Arg("str"), "paths": Arg("paths"),
         "stat": Arg("bool"),
     },
-    "cat": {**_WHERE, "path": Arg("path", required=True), "at": Arg("str")},
+    "cat": {**_REF, "path": Arg("path", required=True), "at": Arg("str")},
 }
 assert set(OP_ARGS) == OPS, "every op needs an argument table"
 
@@ -163,15 +165,6 @@ def decode_path(obj: Any, what: str = "path") -> bytes:
     return raw
 
 
-def display_path(path: bytes) -> str:
-    """A path for a terminal: undecodable bytes and control characters as ``\\xNN``, so a
-    file name can neither garble the output nor send escape sequences."""
-    text = path.decode("utf-8", errors="backslashreplace")
-    return "".join(
-        f"\\x{ord(c):02x}" if (ord(c) < 0x20 or ord(c) == 0x7F) else c for c in text
-    )
-
-
 # -- requests -------------------------------------------------------------------------------
 
 
@@ -202,6 +195,8 @@ def _check_arg(op: str, name: str, spec: Arg, value: Any) -> Any:
         return decode_path(value, what)
     if kind == "paths" and isinstance(value, list):
         return [decode_path(v, f"{what}[{i}]") for i, v in enumerate(value)]
+    if kind in ("str", "strs"):
+        _check_text(what, [value] if isinstance(value, str) else value)
     ok = {
         "str": isinstance(value, str),
         "int": isinstance(value, int) and not isinstance(value, bool),
@@ -213,6 +208,17 @@ def _check_arg(op: str, name: str, spec: Arg, value: Any) -> Any:
     if not ok:
         raise BadRequest(f"{what} must be {_EXPECTED[kind]}, got {_kind(value)}", arg=name)
     return float(value) if kind == "float" else value
+
+
+def _check_text(what: str, values: Any) -> None:
+    """JSON's ``\\udXXX`` escapes can spell a lone surrogate, which is no text at all: it
+    could be neither stored nor sent back. Refused here, like any other malformed value."""
+    for v in values if isinstance(values, list) else ():
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                raise BadRequest(f"{what} is not valid Unicode text (it holds a lone surrogate)") from None
 
 
 def validate_args(op: str, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -308,3 +314,25 @@ def ok_reply(rid: str | None, **fields: Any) -> dict[str, Any]:
 
 def error_reply(rid: str | None, error: SnapdError) -> dict[str, Any]:
     return {"id": rid, "ok": False, "version": PROTOCOL_VERSION, "error": error.to_wire()}
+
+
+def encode_error_reply(rid: str | None, error: SnapdError) -> bytes:
+    """An error reply as bytes, whatever the error quotes: a refusal often repeats what was
+    refused (an unknown op, an argument name), which may hold a lone surrogate that UTF-8
+    cannot carry. Such strings are sent with the surrogate written out as ``\\udcXX``, so
+    every bad request still gets its reply. Raises TypeError for details JSON cannot hold."""
+    reply = error_reply(rid, error)
+    try:
+        return encode_json(reply)
+    except UnicodeEncodeError:
+        return encode_json(_printable_strings(reply))
+
+
+def _printable_strings(obj: Any) -> Any:
+    if isinstance(obj, str):
+        return obj.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(obj, list):
+        return [_printable_strings(v) for v in obj]
+    if isinstance(obj, dict):
+        return {_printable_strings(k): _printable_strings(v) for k, v in obj.items()}
+    return obj

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from snapd import trees
+from snapd.display import shown
 from snapd.errors import NotFound, UsageError
 from snapd.protocol import decode_path, encode_path
 from snapd.trees import Difference, Entry
@@ -42,9 +43,7 @@ MKDIR_MODE = 0o700
 _OWNER_WX = stat.S_IWUSR | stat.S_IXUSR
 
 
-def show(path: bytes) -> str:
-    """A path for people: undecodable bytes as ``\\xNN``."""
-    return path.decode("utf-8", "backslashreplace")
+show = shown  # paths in plans and reasons are shown to people: one rendering (snapd.display)
 
 
 def _entry_json(e: Entry | None) -> list[Any] | None:
@@ -82,8 +81,9 @@ class Op:
         kind = obj["kind"]
         if kind not in ("mkdir", "write", "symlink", "chmod", "remove", "rmdir"):
             raise ValueError(f"bad op kind {kind!r}")
-        path = decode_path(obj["path"])
-        if path or kind != "chmod":  # b"" is the root itself: only its mode is ever set
+        # b"" is the root itself: only its mode is ever set (decode_path refuses empty names)
+        path = b"" if kind == "chmod" and obj["path"] == "" else decode_path(obj["path"])
+        if path:
             trees.split_path(path)
         forced = obj.get("forced")
         return cls(kind, path, _entry_from(obj["entry"]), _entry_from(obj["expect"]), forced)
@@ -312,6 +312,8 @@ class _Uncaptured:
 
 TargetIgnores = Callable[[bytes, bool], "str | None"]
 """(path, is_dir) -> why the mark's own rules ignore it, or None when they capture it."""
+InTheWay = Callable[[bytes], "str | None"]
+"""path -> why something the current tree does not hold (ignored now) stands on disk there."""
 IgnoredBelow = Callable[[bytes], "list[tuple[bytes, str]]"]
 """directory -> the entries on disk directly inside it that the mark's rules ignore and that
 the current tree does not hold (paths, with why)."""
@@ -327,6 +329,7 @@ def plan(
     force: bool = False,
     target_ignores: TargetIgnores | None = None,
     ignored_below: IgnoredBelow | None = None,
+    in_the_way: InTheWay | None = None,
     root_modes: tuple[int | None, int | None] = (None, None),
 ) -> Plan:
     """The operations that make the workspace captured as ``current`` hold ``target``.
@@ -335,6 +338,8 @@ def plan(
     directories they need); ``uncapturable`` maps paths on disk that ``current`` could not
     hold to the reason. ``target_ignores`` and ``ignored_below`` say what the mark's rules
     ignore: such paths are never touched (``left``), nor is a directory that holds one.
+    ``in_the_way`` says why a path the plan would create is occupied on disk by something
+    ``current`` lacks (data ignored now and at the mark): such a path is ``kept``.
     ``root_modes``: the root's mode now and at the mark (None: unknown). Raises NotFound for
     an ``only`` path that exists neither now nor at M.
     """
@@ -381,6 +386,13 @@ def plan(
             why = ignores(d.path, d.old.kind == "dir")
             if why is not None:  # absent at M because its rules ignored it, not because it did not exist
                 left[d.path] = f"ignored at the mark ({why})"
+                continue
+        if d.old is None and in_the_way is not None and unc.at_or_above(d.path) is None:
+            why = in_the_way(d.path)
+            if why is not None:  # M has something where ignored data stands now: never touched
+                kept[d.path] = why
+                if any(op.kind == "mkdir" for op in group):
+                    kept_dirs.append(d.path)
                 continue
         blocker = next((u for u in map(unc.blocker, group) if u is not None), None)
         if blocker is not None and not force:

@@ -136,11 +136,25 @@ def _ignored_below(
     return below
 
 
+def _in_the_way(ws: Workspace, m_rules: ignore.IgnoreRules) -> restore.InTheWay:
+    def occupied(rel: bytes) -> str | None:
+        """Why something stands at ``rel`` on disk although the current tree lacks it."""
+        if not ingest.parents_real(ws.rootb, rel) or not os.path.lexists(ws.rootb + b"/" + rel):
+            return None
+        why = m_rules.reason(rel, _is_dir(ws.rootb, rel))
+        if why is None:
+            return "something appeared here since the workspace was captured; left as it is"
+        return f"ignored now and at the mark ({why}); the mark has something else here"
+
+    return occupied
+
+
 # -- planning --------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class _Prepared:
+    only: tuple[bytes, ...]  # the paths the rollback is limited to (none: everything)
     current: str  # the captured tree (today's rules)
     extras: tuple[bytes, ...]  # left out by today's rules, captured by M's
     held: str  # ``current`` plus the extras as they are on disk
@@ -156,7 +170,7 @@ def _prepare(
         extras = [p for p in extras if any(p == t or p.startswith(t + b"/") for t in only)]
     held, unreadable = ws.hold(current, extras)
     plan = _plan(ws, held, target, m_rules, only, force, unreadable)
-    return _Prepared(current, tuple(extras), held, plan)
+    return _Prepared(tuple(only), current, tuple(extras), held, plan)
 
 
 def _plan(
@@ -184,6 +198,7 @@ def _plan(
         force=force,
         target_ignores=target_ignores,
         ignored_below=_ignored_below(ws, current, m_rules),
+        in_the_way=_in_the_way(ws, m_rules),
         root_modes=(root_now, target.root_mode),
     )
 
@@ -333,7 +348,11 @@ def execute(
                 **exc.details,
             ) from exc
     after = ws.sync()
-    ws.store.set_last_rollback(ws.id, {"target": target.id, "after": after, "pre": pre.id})
+    # A repeat may share this rollback's pre-rollback mark only if that mark holds everything
+    # the repeat could overwrite: not after a conflict (a concurrent writer's content is in
+    # ``after`` but in no pre-rollback mark), and only for the same paths.
+    record = {"target": target.id, "after": after, "pre": pre.id, "paths": [p.hex() for p in only]}
+    ws.store.set_last_rollback(ws.id, None if result.conflicts else record)
     log.info(
         "rollback.applied",
         workspace=str(ws.root),
@@ -352,6 +371,8 @@ def _shared_pre(ws: Workspace, target: Mark, prep: _Prepared) -> Mark | None:
     work that rollback replaced, not to its own result."""
     last = ws.store.last_rollback(ws.id)
     if last is None or prep.extras or last.get("target") != target.id or last.get("after") != prep.current:
+        return None
+    if last.get("paths", []) != [p.hex() for p in prep.only]:
         return None
     try:
         pre = ws.store.mark(str(last["pre"]))

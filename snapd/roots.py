@@ -67,8 +67,10 @@ def validate(
     """
     try:
         root = path.resolve(strict=True)
-    except (FileNotFoundError, RuntimeError, OSError) as exc:
-        raise WorkspaceRefused(f"cannot watch {path}: it does not exist") from exc
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        raise NotFound(f"cannot watch {path}: it does not exist") from exc
+    except (RuntimeError, OSError) as exc:
+        raise WorkspaceRefused(f"cannot watch {path}: {getattr(exc, 'strerror', None) or exc}") from exc
     if not root.is_dir():
         raise WorkspaceRefused(f"cannot watch {root}: not a directory")
     if root == Path("/"):
@@ -145,7 +147,7 @@ def identity(root: Path) -> str:
         fd = os.open(os.fsencode(root), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         raise NotFound(
-            f"workspace root {root} no longer exists: recreate it, or `snapctl forget {root}`"
+            f"workspace root {root} no longer exists: recreate it, or `snapctl forget -w {root}`"
         ) from None
     try:
         st = os.fstat(fd)
@@ -156,6 +158,17 @@ def identity(root: Path) -> str:
     finally:
         os.close(fd)
     return f"{st.st_dev}:{st.st_ino}:{generation}"
+
+
+def replaced(root: Path, known_id: str) -> str | None:
+    """Why the directory at ``root`` is not the one recognised as ``known_id`` when the
+    workspace started (it was replaced), or None; NotFound if nothing is there any more."""
+    if known_id and identity(root) != known_id:
+        return (
+            f"the directory {root} was replaced while snapd watched it: `snapctl forget -w "
+            f"{root}`, then `snapctl watch {root}` to start a new history"
+        )
+    return None
 
 
 def mounts() -> list[tuple[str, str]]:

@@ -23,6 +23,7 @@ import contextlib
 import fcntl
 import os
 import queue
+import stat
 import sys
 import threading
 import time
@@ -235,7 +236,21 @@ class ControlServer:
         if self._endpoint_file_dir is not None:
             with contextlib.suppress(OSError):
                 (self._endpoint_file_dir / "endpoint").unlink()
+        self._remove_socket()
         log.info("server.stopped", endpoint=self.endpoint)
+
+    def _remove_socket(self) -> None:
+        """A clean stop leaves nothing behind: libzmq keeps the ipc socket file, and the short
+        private directory made for a long path (``/tmp/snapd-<uid>-<h>/``) would pile up in
+        /tmp. Safe from races: the daemon still holds its instance lock here, so no other
+        daemon of this store can have bound the path meanwhile. A directory that holds
+        anything else is left."""
+        path = Path(self.endpoint[len("ipc://"):])
+        with contextlib.suppress(OSError):
+            if stat.S_ISSOCK(os.lstat(path).st_mode):
+                path.unlink()
+        with contextlib.suppress(OSError):
+            path.parent.rmdir()
 
     def _receive_all(self, sock: zmq.Socket[bytes]) -> None:
         # Bounded batch: a flood of requests must not starve the replies of finished ones.
@@ -271,7 +286,7 @@ class ControlServer:
             self._dispatch(sock, envelope, request, peer_address)
         except SnapdError as e:
             log.info("request.refused", code=e.code, message=e.message)
-            self._send(sock, envelope, protocol.encode_json(protocol.error_reply(rid, e)))
+            self._send(sock, envelope, protocol.encode_error_reply(rid, e))
 
     def _dispatch(self, sock: zmq.Socket[bytes], envelope: list[bytes],
                   request: protocol.Request, peer_address: str | None) -> None:
@@ -354,13 +369,13 @@ class ControlServer:
         ``SnapdError`` becomes ``internal``, so every request gets some reply."""
         if error is not None:
             try:
-                return protocol.encode_json(protocol.error_reply(request.id, error))
+                return protocol.encode_error_reply(request.id, error)
             except (TypeError, ValueError):
                 pass
         log.exception("request.crashed", op=request.op, id=request.id)
         err = InternalError(f"internal error in snapd while handling {request.op!r}; "
                             "the daemon log has the details")
-        return protocol.encode_json(protocol.error_reply(request.id, err))
+        return protocol.encode_error_reply(request.id, err)
 
     def _wake(self) -> None:
         with contextlib.suppress(BlockingIOError, OSError):

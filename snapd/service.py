@@ -26,6 +26,7 @@ from typing import Any
 import structlog
 
 from snapd import __version__, ignore, protocol, retention, rollback, roots, textdiff, trees
+from snapd.display import shown
 from snapd.errors import Busy, NotFound, SnapdError, UsageError, WorkspaceRefused
 from snapd.protocol import Request
 from snapd.records import Mark
@@ -37,6 +38,7 @@ from snapd.workspace import Settings, Workspace
 log = structlog.get_logger(__name__)
 
 READY_WAIT_S = 300.0
+LOG_LIMIT = 20  # marks in one page of `log` when the request gives no limit
 
 
 class Unsupported(SnapdError):
@@ -98,6 +100,7 @@ class Service:
         self._ready: dict[int, threading.Event] = {}
         self._errors: dict[int, str] = {}
         self._lock = threading.RLock()  # registration and the tables above
+        self._started = threading.Event()  # set once start() has listed the stored workspaces
         self._stopping = threading.Event()
         self.gc_warnings: list[str] = []  # from the last periodic GC (e.g. over budget)
         self.started = time.time()
@@ -110,10 +113,14 @@ class Service:
         for w in self.store.workspaces():
             if w.watching:
                 root = Path(os.fsdecode(w.root))
+                # Listed as live (starting) before any thread runs: a request that arrives
+                # while it starts waits for it instead of hearing "not watched".
+                workspace, ready = self._add_live(w.id, root)
                 threading.Thread(
-                    target=self._start_ws, args=(w.id, root), daemon=True, name=f"snapd-start:{root}"
+                    target=self._start_ws, args=(workspace, ready), daemon=True, name=f"snapd-start:{root}"
                 ).start()
         threading.Thread(target=self._maintain, daemon=True, name="snapd-gc").start()
+        self._started.set()
 
     def _maintain(self) -> None:
         """Apply retention and GC periodically: history must not grow without bound just
@@ -145,13 +152,17 @@ class Service:
         for ws in live:
             ws.stop()
 
-    def _start_ws(self, ws_id: int, root: Path) -> Workspace | None:
+    def _add_live(self, ws_id: int, root: Path) -> tuple[Workspace, threading.Event]:
         ready = threading.Event()
         workspace = Workspace(self.store, ws_id, root, self.config.settings)
         with self._lock:
             self._live[ws_id] = workspace
             self._ready[ws_id] = ready
             self._errors.pop(ws_id, None)
+        return workspace, ready
+
+    def _start_ws(self, workspace: Workspace, ready: threading.Event) -> Workspace | None:
+        ws_id, root = workspace.id, workspace.root
         try:
             self._recheck_place(ws_id, root)
             workspace.start()
@@ -230,6 +241,9 @@ class Service:
         if where is None:
             raise UsageError("no workspace given: pass -w PATH or run from inside a workspace")
         path = Path(os.fsdecode(where))
+        # The server answers before start() has listed the stored workspaces as live: a
+        # request in that moment must find its workspace starting, not "not watched".
+        self._started.wait(30)
         try:
             real = path.resolve(strict=False)
         except (OSError, RuntimeError) as exc:
@@ -321,11 +335,16 @@ class Service:
         self.store.set_watching(ws_id, False)
         return {"workspace": str(root), "watching": False}
 
-    def op_forget(self, workspace: bytes | None = None, cwd: bytes | None = None) -> dict[str, Any]:
+    def op_forget(
+        self, workspace: bytes | None = None, cwd: bytes | None = None, dry_run: bool = False
+    ) -> dict[str, Any]:
         ws_id, root = self._ws_id(workspace, cwd)
+        footprint = self.store.footprint(ws_id)
+        if dry_run:  # what the client asks the user to confirm
+            return {"workspace": str(root), "dry_run": True, **footprint}
         self.op_unwatch(os.fsencode(root))
         marks = self.store.forget_workspace(ws_id)
-        return {"workspace": str(root), "forgotten_marks": marks}
+        return {"workspace": str(root), "forgotten_marks": marks, **footprint}
 
     def op_mark(
         self,
@@ -351,26 +370,36 @@ class Service:
         agent: str | None = None,
         session: str | None = None,
         all: bool = False,
+        before: str | None = None,
     ) -> dict[str, Any]:
+        """One page of marks, newest first: ``limit`` of them (default ``LOG_LIMIT``; ``all``:
+        no limit) older than the mark ``before`` names; ``more`` says how many follow."""
+        if limit is not None and limit < 1:
+            raise UsageError(f"log: a limit must be at least 1, got {limit} (`all` lists every mark)")
         ws_id, root = self._ws_id(workspace, cwd)
         marks = self.store.marks(ws_id)
+        if before is not None:
+            start = self.store.resolve(ws_id, before, session)
+            marks = marks[next(i for i, m in enumerate(marks) if m.id == start.id) + 1 :]
         if agent is not None:
             marks = [m for m in marks if m.agent == agent]
         if session is not None:
             marks = [m for m in marks if m.session == session]
-        if limit is not None:
-            marks = marks[: max(limit, 0)]
+        page = marks if all else marks[: limit or LOG_LIMIT]
         evictions = self.store.evictions(ws_id)
         return {
             "workspace": str(root),
-            "marks": [mark_json(m) for m in marks],
+            "marks": [mark_json(m) for m in page],
+            "more": len(marks) - len(page),
             "pruned": len(evictions),
             "pruned_newest": evictions[0]["created"] / 1e9 if evictions else None,
         }
 
-    def op_show(self, mark: str, workspace: bytes | None = None, cwd: bytes | None = None) -> dict[str, Any]:
+    def op_show(
+        self, mark: str, workspace: bytes | None = None, cwd: bytes | None = None, session: str | None = None
+    ) -> dict[str, Any]:
         ws_id, root = self._ws_id(workspace, cwd)
-        m = self.store.resolve(ws_id, mark)
+        m = self.store.resolve(ws_id, mark, session)
         prev = self.store.marks(ws_id)
         older = [p for p in prev if p.seq < m.seq]
         base = older[0].tree if older else None
@@ -380,15 +409,21 @@ class Service:
         ]
         return {**mark_json(m, root), "changes": changes[:1000], "changes_total": len(changes)}
 
-    def op_pin(self, mark: str, workspace: bytes | None = None, cwd: bytes | None = None) -> dict[str, Any]:
-        return self._set_pin(mark, workspace, cwd, True)
+    def op_pin(
+        self, mark: str, workspace: bytes | None = None, cwd: bytes | None = None, session: str | None = None
+    ) -> dict[str, Any]:
+        return self._set_pin(mark, workspace, cwd, session, True)
 
-    def op_unpin(self, mark: str, workspace: bytes | None = None, cwd: bytes | None = None) -> dict[str, Any]:
-        return self._set_pin(mark, workspace, cwd, False)
+    def op_unpin(
+        self, mark: str, workspace: bytes | None = None, cwd: bytes | None = None, session: str | None = None
+    ) -> dict[str, Any]:
+        return self._set_pin(mark, workspace, cwd, session, False)
 
-    def _set_pin(self, ref: str, workspace: bytes | None, cwd: bytes | None, pinned: bool) -> dict[str, Any]:
+    def _set_pin(
+        self, ref: str, workspace: bytes | None, cwd: bytes | None, session: str | None, pinned: bool
+    ) -> dict[str, Any]:
         ws_id, root = self._ws_id(workspace, cwd)
-        m = self.store.resolve(ws_id, ref)
+        m = self.store.resolve(ws_id, ref, session)
         self.store.set_pinned(m.id, pinned)
         return {"id": m.id, "label": m.label, "pinned": pinned, "workspace": str(root)}
 
@@ -430,6 +465,7 @@ class Service:
         to: str | None,
         undo: bool,
         paths: list[bytes] | None,
+        session: str | None,
     ) -> tuple[Workspace, Mark, list[bytes]]:
         ws, _ = self._find(workspace, cwd)
         if undo:
@@ -437,8 +473,8 @@ class Service:
         elif to is None:
             raise UsageError("say which mark to roll back to (--to MARK)")
         else:
-            target = self.store.resolve(ws.id, to)
-        only = [_relative(ws.root, p) for p in paths or []]
+            target = self.store.resolve(ws.id, to, session)
+        only = [_relative(ws.root, p, cwd) for p in paths or []]
         return ws, target, only
 
     def op_rollback_plan(
@@ -449,8 +485,9 @@ class Service:
         undo: bool = False,
         paths: list[bytes] | None = None,
         force: bool = False,
+        session: str | None = None,
     ) -> dict[str, Any]:
-        ws, target, only = self._rollback_args(workspace, cwd, to, undo, paths)
+        ws, target, only = self._rollback_args(workspace, cwd, to, undo, paths, session)
         result: dict[str, Any] = wire_paths(rollback.propose(ws, target, only, force))
         return result
 
@@ -463,8 +500,9 @@ class Service:
         paths: list[bytes] | None = None,
         force: bool = False,
         token: str | None = None,
+        session: str | None = None,
     ) -> dict[str, Any]:
-        ws, target, only = self._rollback_args(workspace, cwd, to, undo, paths)
+        ws, target, only = self._rollback_args(workspace, cwd, to, undo, paths, session)
         result: dict[str, Any] = wire_paths(rollback.execute(ws, target, only, force, token))
         return result
 
@@ -483,20 +521,21 @@ class Service:
         cwd: bytes | None = None,
         paths: list[bytes] | None = None,
         stat: bool = False,
+        session: str | None = None,
         **refs: str | None,
     ) -> dict[str, Any]:
         ws_id, root = self._ws_id(workspace, cwd)
         frm, to = refs.get("from"), refs.get("to")
         if frm is None:
             raise UsageError("say which mark to diff from")
-        old = self.store.resolve(ws_id, frm)
+        old = self.store.resolve(ws_id, frm, session)
         if to is None:  # the live workspace: capture it first
             ws, _ = self._find(workspace, cwd)
             new_tree, new_name = ws.sync(), "the workspace now"
         else:
-            new = self.store.resolve(ws_id, to)
+            new = self.store.resolve(ws_id, to, session)
             new_tree, new_name = new.tree, f"{new.id} ({new.label})"
-        only = [_relative(root, p) for p in paths or []]
+        only = [_relative(root, p, cwd) for p in paths or []]
         files = []
         for d in trees.diff(self.store.load_node, old.tree, new_tree):
             if only and not any(d.path == p or d.path.startswith(p + b"/") for p in only):
@@ -522,16 +561,19 @@ class Service:
         }
 
     def op_cat(
-        self, path: bytes, workspace: bytes | None = None, cwd: bytes | None = None, at: str | None = None
+        self,
+        path: bytes,
+        workspace: bytes | None = None,
+        cwd: bytes | None = None,
+        at: str | None = None,
+        session: str | None = None,
     ) -> dict[str, Any]:
         ws_id, root = self._ws_id(workspace, cwd)
-        rel = _relative(root, path)
-        tree = self.store.resolve(ws_id, at).tree if at else self.store.head(ws_id)
+        rel = _relative(root, path, cwd)
+        tree = self.store.resolve(ws_id, at, session).tree if at else self.store.head(ws_id)
         entry = trees.lookup(self.store.load_node, tree, rel) if tree else None
         if entry is None or entry.kind == "dir":
-            raise NotFound(
-                f"{protocol.display_path(rel)} is not a captured file at {at or 'the latest capture'}"
-            )
+            raise NotFound(f"{shown(rel)} is not a captured file at {at or 'the latest capture'}")
         data = self.store.get(entry.key)
         return {
             "kind": entry.kind,
@@ -545,6 +587,9 @@ class Service:
             live = dict(self._live)
             errors = dict(self._errors)
             ready = {k: v.is_set() for k, v in self._ready.items()}
+        for ws_id, running in live.items():
+            if ready.get(ws_id) and ws_id not in errors and (why := _root_problem(running)):
+                errors[ws_id] = why
         spaces = []
         warnings: list[str] = []
         for w in self.store.workspaces():
@@ -574,9 +619,27 @@ class Service:
         }
 
 
-def _relative(root: Path, path: bytes) -> bytes:
-    """``path`` (absolute, or relative to the root) as a path relative to ``root``, or an error."""
+def _root_problem(ws: Workspace) -> str | None:
+    """Why a running workspace's root is unusable now (vanished, or replaced by another
+    directory), or None: `status` reports it at once, not after a restart; its marks fail
+    with the same reason."""
+    try:
+        return roots.replaced(ws.root, ws.root_id)
+    except NotFound as exc:
+        return exc.message
+
+
+def _relative(root: Path, path: bytes, cwd: bytes | None = None) -> bytes:
+    """``path`` as a path relative to ``root``, or a usage error if it lies outside.
+
+    The protocol's rule (docs/protocol.md, "Paths"): an absolute path is taken as it is; a
+    relative one from ``cwd`` when the caller's directory is inside the workspace (as git
+    does), else from the workspace root (a caller outside that named it with ``-w``)."""
     p = Path(os.fsdecode(path))
+    if not p.is_absolute() and cwd is not None:
+        here = Path(os.fsdecode(cwd)).resolve(strict=False)
+        if here == root or root in here.parents:
+            p = here / p
     if p.is_absolute():
         try:
             p = p.relative_to(root)

@@ -4,6 +4,11 @@ and ``snapd install-service``, which writes it, reloads the user manager and sta
 Hardening keeps every workspace reachable: the user's home and /tmp stay readable and
 writable (no ProtectHome, no PrivateTmp — a workspace under /tmp must work), and nothing
 here needs privileges it gives up.
+
+The service must use the store that ``snapd start`` in the installing shell would use: the
+user manager does not see that shell's environment, so the variables that choose the store,
+the config file and the settings (``SNAPD_HOME``, ``SNAPD_CONFIG``, ``SNAPD_*`` settings,
+``XDG_DATA_HOME``, ``XDG_CONFIG_HOME``) are written into the unit as ``Environment=`` lines.
 """
 
 from __future__ import annotations
@@ -12,7 +17,11 @@ import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+
+from snapd.config import service_environment
+from snapd.errors import ConfigError
 
 UNIT_NAME = "snapd.service"
 REPO_EXEC = "/usr/bin/env python3 -m snapd"
@@ -33,7 +42,7 @@ TimeoutStopSec=20s
 WatchdogSec=30s
 UMask=0077
 Environment=PYTHONUNBUFFERED=1
-NoNewPrivileges=yes
+{environment}NoNewPrivileges=yes
 LockPersonality=yes
 RestrictRealtime=yes
 RestrictSUIDSGID=yes
@@ -44,8 +53,18 @@ WantedBy=default.target
 """
 
 
-def render(exec_command: str) -> str:
-    return UNIT_TEMPLATE.format(exec=exec_command)
+def _environment_line(name: str, value: str) -> str:
+    """``Environment="NAME=VALUE"`` quoted for systemd: in a double-quoted word ``\\`` and
+    ``"`` are escaped, and ``%`` is a specifier unless doubled. A line break cannot be written."""
+    if any(c in value for c in "\n\r\0"):
+        raise ConfigError(f"{name} holds a line break or NUL: it cannot be written into a systemd unit")
+    quoted = value.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+    return f'Environment="{name}={quoted}"\n'
+
+
+def render(exec_command: str, environment: Mapping[str, str] | None = None) -> str:
+    lines = "".join(_environment_line(k, v) for k, v in sorted((environment or {}).items()))
+    return UNIT_TEMPLATE.format(exec=exec_command, environment=lines)
 
 
 def _user_manager_running() -> bool:
@@ -63,8 +82,11 @@ def install_service(env: dict[str, str], *, start: bool = True) -> int:
     unit_dir.mkdir(parents=True, exist_ok=True)
     unit = unit_dir / UNIT_NAME
     exec_command = f"{shlex.quote(sys.executable)} -m snapd"
-    unit.write_text(render(exec_command))
+    carried = service_environment(env)
+    unit.write_text(render(exec_command, carried))
     print(f"wrote {unit} (ExecStart={exec_command} start)")
+    for name, value in sorted(carried.items()):
+        print(f"  with {name}={value} (from this shell: the service uses the same store and settings)")
     commands = [
         ["systemctl", "--user", "daemon-reload"],
         ["systemctl", "--user", "enable", "--now", UNIT_NAME],

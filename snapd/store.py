@@ -166,13 +166,26 @@ class Store:
         row = self.catalog.read().execute("SELECT last_rollback FROM workspaces WHERE id=?", (ws,)).fetchone()
         return json.loads(row[0]) if row and row[0] else None
 
-    def set_last_rollback(self, ws: int, value: dict[str, Any]) -> None:
+    def set_last_rollback(self, ws: int, value: dict[str, Any] | None) -> None:
+        text = json.dumps(value) if value is not None else None
         with self.catalog.write() as c:
-            c.execute("UPDATE workspaces SET last_rollback=? WHERE id=?", (json.dumps(value), ws))
+            c.execute("UPDATE workspaces SET last_rollback=? WHERE id=?", (text, ws))
 
     def set_watching(self, ws: int, watching: bool) -> None:
         with self.catalog.write() as c:
             c.execute("UPDATE workspaces SET watching=? WHERE id=?", (int(watching), ws))
+
+    def footprint(self, ws: int) -> dict[str, int]:
+        """What forgetting ``ws`` deletes: its marks, its file versions, and the bytes of
+        content they name (some may be shared with other workspaces; GC frees the rest)."""
+        db = self.catalog.read()
+        marks = db.execute("SELECT COUNT(*) FROM marks WHERE workspace=?", (ws,)).fetchone()[0]
+        versions, size = db.execute(
+            "SELECT COUNT(*), (SELECT COALESCE(SUM(o.size), 0) FROM objects o WHERE o.key IN"
+            " (SELECT object FROM versions WHERE workspace=?)) FROM versions WHERE workspace=?",
+            (ws, ws),
+        ).fetchone()
+        return {"marks": int(marks), "versions": int(versions), "bytes": int(size)}
 
     def forget_workspace(self, ws: int) -> int:
         """Delete a workspace's marks, versions and eviction records; GC reclaims the objects."""
@@ -244,7 +257,12 @@ class Store:
             row = db.execute(sql + " ORDER BY seq DESC LIMIT 1", args).fetchone()
             if row is None:
                 scope = f" in session {session}" if session else ""
-                raise NotFound(f"no mark labelled {r.base!r}{scope} in this workspace")
+                evicted = db.execute(
+                    "SELECT mark FROM evictions WHERE workspace=? AND label=? ORDER BY created DESC LIMIT 1",
+                    (ws, r.base),
+                ).fetchone()
+                why = f" (mark {evicted[0]}, labelled {r.base!r}, was pruned by retention)" if evicted else ""
+                raise NotFound(f"no mark labelled {r.base!r}{scope} in this workspace{why}")
             base = mark_from_row(row)
         if r.back == 0:
             return base

@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from snapd.protocol import display_path
+from snapd.display import shown
 
 MAX_TEXT = 1 << 20
 
@@ -27,7 +27,7 @@ def _text(data: bytes | None) -> list[str] | None:
 
 def file_diff(path: bytes, status: str, old: bytes | None, new: bytes | None) -> dict[str, Any]:
     """One file's change: a unified diff for text, a size summary for binary content."""
-    name = display_path(path)
+    name = shown(path)
     a, b = _text(old), _text(new)
     if a is None or b is None:
         return {

@@ -27,8 +27,9 @@ from typing import Any
 
 import structlog
 
-from snapd import apply, ignore, ingest, protocol, roots, scan, trees
+from snapd import apply, ignore, ingest, roots, scan, trees
 from snapd.batch import Batch
+from snapd.display import count, shown
 from snapd.errors import SnapdError, WorkspaceRefused
 from snapd.records import Mark
 from snapd.statcache import StatCache
@@ -86,6 +87,7 @@ class Workspace:
         self.git_top: Path | None = None
         self._git_index: Path | None = None
         self._git_index_sig: tuple[int, ...] | None = None
+        self._outside_rules: list[Path] = []  # ignore.outside_rule_files, stat'ed with the index
         self.rules = ignore.IgnoreRules.load(root, settings.extra_ignore)
         self._rules_record: tuple[ignore.RuleInputs, bytes, str] | None = None  # inputs, bytes, digest
         self.watcher: Watcher | None = None
@@ -197,8 +199,17 @@ class Workspace:
     def _watch_shortfall(self) -> None:
         assert self.watcher is not None
         self.scan_every_mark = True
+        dirs = count(self.watcher.limit_failures, "directory", "directories")
+        limit = self.settings.max_watches
+        if limit is not None and self.watcher.watch_count >= limit:  # our own setting, not the kernel's
+            self.warnings.append(
+                f"{dirs} could not be watched: snapd's watch_limit setting ({limit} per workspace) "
+                "was reached; every mark scans the workspace. Raise watch_limit in config.toml "
+                "(or SNAPD_WATCH_LIMIT), then restart snapd"
+            )
+            return
         self.warnings.append(
-            f"{self.watcher.limit_failures} directories could not be watched (inotify watch limit): "
+            f"{dirs} could not be watched (inotify watch limit): "
             "every mark scans the workspace; raise the limit with "
             "`sudo sysctl fs.inotify.max_user_watches=524288` (and in /etc/sysctl.d/; in a container, its "
             "user namespace's /proc/sys/user/max_inotify_watches), then restart snapd"
@@ -209,7 +220,7 @@ class Workspace:
         user: the real cause (``Permission denied: PATH``), never the watch limit."""
         refused = self.watcher.refused_dirs() if self.watcher is not None else {}
         return {
-            rel: f"{os.strerror(err)}: {protocol.display_path(rel)} (snapd cannot watch this "
+            rel: f"{os.strerror(err)}: {shown(rel)} (snapd cannot watch this "
             "directory; changes inside it are not captured while it stays so)"
             for rel, err in sorted(refused.items())
         }
@@ -329,17 +340,20 @@ class Workspace:
                     self._git_index = (
                         self.git_top / gitdir if not gitdir.is_absolute() else gitdir
                     ) / "index"
+        self._outside_rules = [Path(os.fsdecode(p)) for p in ignore.outside_rule_files(self.root)]
         self._git_index_sig = self._index_sig()
         tracked = ignore.git_tracked_files(self.root) if self.git_top else None
         self.rules = ignore.IgnoreRules.load(self.root, self.settings.extra_ignore, tracked)
 
     def _index_sig(self) -> tuple[int, ...] | None:
-        """Signature of git's index and info/exclude: .git is never watched, so the tracked
-        set and exclude rules are re-read when these files change (one stat each per capture)."""
+        """Signature of git's index and the rule files outside the tree (the common git dir's
+        info/exclude, .gitignore files above a root inside a work tree): they are never watched,
+        so the tracked set and those rules are re-read when these change (one stat each per
+        capture)."""
         if self._git_index is None:
             return None
         sig: list[int] = []
-        for path in (self._git_index, self._git_index.parent / "info" / "exclude"):
+        for path in (self._git_index, *self._outside_rules):
             try:
                 st = path.stat()
                 sig += [st.st_mtime_ns, st.st_size, st.st_ino]
@@ -664,11 +678,8 @@ class Workspace:
 
     def _barrier(self) -> None:
         """Every change completed before now is in the dirty set (or a full rescan is queued)."""
-        if self._check_root() != self.root_id:
-            raise WorkspaceRefused(
-                f"the directory {self.root} was replaced while snapd watched it: `snapctl forget "
-                f"{self.root}`, then `snapctl watch {self.root}` to start a new history"
-            )
+        if (why := roots.replaced(self.root, self.root_id)) is not None:
+            raise WorkspaceRefused(why)
         if self.watcher is not None and self.watcher.limit_failures and not self.scan_every_mark:
             self._watch_shortfall()
         ok = self.watcher is not None and self.watcher.barrier(self.settings.barrier_timeout_s)

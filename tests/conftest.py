@@ -1,5 +1,6 @@
 """Shared fixtures: every test gets its own HOME / XDG dirs / SNAPD_HOME under tmp_path; a
-running daemon (`daemon`); acting as uid 65534 (`nobody`); fsync failures (`fsync_faults`)."""
+running daemon (`daemon`) and a workspace it watches (`ws`); acting as uid 65534 (`nobody`);
+fsync failures (`fsync_faults`)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,6 @@ def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[N
     yield
 
 
-
 @pytest.fixture
 def nobody() -> Iterator[OtherUser]:
     """Acting as uid 65534 (permission tests: root reads everything), in a directory of its
@@ -47,6 +47,18 @@ def daemon(tmp_path: Path) -> Iterator[Daemon]:
     finally:
         code = d.stop()
         assert code == 0, f"snapd exited with {code}\n{d.log()[-4000:]}"
+
+
+@pytest.fixture
+def ws(tmp_path: Path, daemon: Daemon) -> Path:
+    """A watched workspace (via `snapctl watch`), as its real path."""
+    root = tmp_path / "proj" / "ws"
+    root.mkdir(parents=True)
+    root = root.resolve()
+    out = daemon.ctl_json("watch", root)
+    assert out["workspace"] == str(root)
+    assert out["baseline"]["kind"] == "baseline"
+    return root
 
 
 @dataclass

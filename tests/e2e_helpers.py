@@ -14,11 +14,14 @@ needs calls :func:`unavailable`: a failure under ``CI``, a skip elsewhere.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.metadata
 import json
 import os
+import pty
 import re
+import select
 import shutil
 import signal
 import stat
@@ -479,3 +482,61 @@ def no_cookies(root: Path) -> list[str]:
                 found.append(os.path.join(dirpath, name))
     return found
 
+
+# -- a real terminal ---------------------------------------------------------------------------
+
+
+class Pty:
+    """A CLI run whose stdin, stderr (and stdout, unless ``stdout`` names a file to redirect
+    it to, as ``> file`` in a shell) are a terminal; read until a prompt appears."""
+
+    def __init__(self, env: dict[str, str], *args: str | Path, cwd: Path, stdout: Path | None = None) -> None:
+        self.master, slave = pty.openpty()
+        with contextlib.ExitStack() as stack:
+            out = stack.enter_context(open(stdout, "wb")) if stdout is not None else slave
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "snapd", *map(str, args)],
+                env=env,
+                cwd=cwd,
+                stdin=slave,
+                stdout=out,
+                stderr=slave,
+            )
+        os.close(slave)
+        self.out = b""
+
+    def read_until(self, needle: bytes, timeout: float = 30.0) -> bytes:
+        deadline = time.monotonic() + timeout
+        while needle not in self.out:
+            left = deadline - time.monotonic()
+            assert left > 0, f"no {needle!r} in {self.out!r}"
+            ready, _, _ = select.select([self.master], [], [], left)
+            if ready:
+                try:
+                    chunk = os.read(self.master, 4096)
+                except OSError:  # EIO: the other side closed
+                    chunk = b""
+                if not chunk:
+                    assert needle in self.out, f"EOF before {needle!r}: {self.out!r}"
+                self.out += chunk
+        return self.out
+
+    def send(self, text: bytes) -> None:
+        os.write(self.master, text)
+
+    def finish(self, timeout: float = 30.0) -> int:
+        try:
+            while True:
+                ready, _, _ = select.select([self.master], [], [], 0.5)
+                if ready:
+                    chunk = os.read(self.master, 4096)
+                    if not chunk:
+                        break
+                    self.out += chunk
+                elif self.proc.poll() is not None:
+                    break
+        except OSError:
+            pass
+        code = self.proc.wait(timeout)
+        os.close(self.master)
+        return code

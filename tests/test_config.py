@@ -222,3 +222,45 @@ def test_file_in_place_of_dir_is_refused(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("")
     with pytest.raises(PermissionRefused, match="cannot be used"):
         ensure_private_dir(tmp_path / "f")
+
+
+def test_a_client_load_is_lenient_and_says_what_it_ignored(tmp_path: Path) -> None:
+    """Issue 14, point 2: a client finds the daemon despite a broken setting; the daemon's
+    own (strict) load still refuses it."""
+    env = write_config(tmp_path, "log_levle = 1\nsize_cap = \"1 KiB\"\n[retention]\nmax_marks = -3\n")
+    env["SNAPD_BARRIER_TIMEOUT_S"] = "soon"
+    with pytest.raises(ConfigError):
+        load(env, tmp_path)
+    config = load_config(env, uid=UID, tmp_base=tmp_path / "tmpbase", lenient=True)
+    assert config.locations.state_dir == tmp_path / "h"
+    assert config.size_cap == 1024  # the good settings still apply
+    assert config.retention.max_marks == cfg.Retention().max_marks
+    text = "\n".join(config.warnings)
+    assert "log_levle" in text and "retention.max_marks" in text and "SNAPD_BARRIER_TIMEOUT_S" in text
+    broken = write_config(tmp_path, "not toml [")
+    assert "not valid TOML" in load_config(broken, uid=UID, lenient=True).warnings[0]
+    # locations are never guessed: a relative SNAPD_HOME is an error even for a client
+    with pytest.raises(ConfigError):
+        load_config({"SNAPD_HOME": "relative"}, uid=UID, lenient=True)
+
+
+def test_unknown_snapd_variables_are_warned_about(tmp_path: Path) -> None:
+    """Issue 14, point 14: misspelled or list-valued SNAPD_* variables are named, not ignored."""
+    env = {"SNAPD_HOME": str(tmp_path), "SNAPD_RETENTION_MAX_MARK": "5", "SNAPD_EXTRA_IGNORE": "*.log",
+           "SNAPD_TEST_CRASH_AFTER": "", "SNAPD_CONFIG": ""}
+    warnings = load(env, tmp_path).warnings
+    assert len(warnings) == 2, warnings
+    assert "SNAPD_RETENTION_MAX_MARK " in warnings[1]
+    assert "did you mean SNAPD_RETENTION_MAX_MARKS" in warnings[1]
+    assert "SNAPD_EXTRA_IGNORE" in warnings[0] and "no environment form" in warnings[0]
+    assert load({"SNAPD_HOME": str(tmp_path), "SNAPD_LOG_LEVEL": "debug"}, tmp_path).warnings == ()
+
+
+def test_client_deadline_has_no_default_so_commands_keep_theirs(tmp_path: Path) -> None:
+    """Issue 14, point 5: unset client_timeout_s means "each command's own deadline"."""
+    assert load({"SNAPD_HOME": str(tmp_path)}, tmp_path).client_timeout_s is None
+    set_by_env = load({"SNAPD_HOME": str(tmp_path), "SNAPD_CLIENT_TIMEOUT_S": "2.5"}, tmp_path)
+    assert set_by_env.client_timeout_s == 2.5
+    for bad in ("inf", "nan", "0", "-1"):
+        with pytest.raises(ConfigError):
+            load({"SNAPD_HOME": str(tmp_path), "SNAPD_CLIENT_TIMEOUT_S": bad}, tmp_path)

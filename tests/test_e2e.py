@@ -45,16 +45,7 @@ from snapd.errors import NotFound
 # -- fixtures -------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def ws(tmp_path: Path, daemon: Daemon) -> Path:
-    """A watched workspace (via `snapctl watch`), as its real path."""
-    root = tmp_path / "proj" / "ws"
-    root.mkdir(parents=True)
-    root = root.resolve()
-    out = daemon.ctl_json("watch", root)
-    assert out["workspace"] == str(root)
-    assert out["baseline"]["kind"] == "baseline"
-    return root
+# ``daemon`` and ``ws`` come from conftest.py.
 
 
 def b(path: Path) -> bytes:
@@ -465,12 +456,14 @@ def test_protocol_error_paths_keep_the_daemon_serving(daemon: Daemon, ws: Path, 
         "holds snapd home": str(tmp_path),
         "inside a workspace": str(ws / "sub"),
         "holds a workspace": str(tmp_path / "proj"),
-        "missing": str(tmp_path / "does-not-exist"),
         "a file": str(ws / "file.txt"),
     }
     for why, path in refused.items():
         err = bad(request("watch", {"path": path}), "workspace_refused")
         assert err["message"], why
+    # A path that does not exist is not_found, as docs/protocol.md lists (issue 14, point 11).
+    err = bad(request("watch", {"path": str(tmp_path / "does-not-exist")}), "not_found")
+    assert "does not exist" in err["message"]
     # The overlapping root was not registered as a side effect.
     roots = [w["root"] for w in daemon.call("status")["workspaces"]]
     assert roots == [str(ws)], roots
@@ -808,7 +801,7 @@ def test_cli_log_pin_verify_gc_status(daemon: Daemon, ws: Path) -> None:
     # unwatch keeps history; forget removes it.
     daemon.ctl("unwatch", ws)
     assert daemon.ctl_json("log", cwd=ws)["marks"][0]["label"] == "step-2"
-    assert daemon.ctl_json("forget", ws)["forgotten_marks"] == 4
+    assert daemon.ctl_json("forget", "--yes", ws)["forgotten_marks"] == 4  # no terminal: --yes
     cp = daemon.ctl("log", cwd=ws, check=False)
     assert cp.returncode == 6, describe(cp)
     with pytest.raises(NotFound):

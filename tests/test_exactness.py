@@ -157,6 +157,23 @@ def test_a_new_package_with_ignored_bytecode_rolls_back_with_exit_0(daemon: Daem
         assert r["kept"] == [], r
 
 
+def test_ignored_data_where_the_mark_has_something_else_is_kept_and_named(daemon: Daemon, ws: Path) -> None:
+    """A symlink named like a dir-only pattern is captured; a directory of that name is not.
+    Rolling back to the symlink must not touch the ignored directory: kept, with the reason."""
+    write(ws / ".gitignore", "build/\n")
+    os.symlink("elsewhere", ws / "build")
+    m = mark(daemon, ws, "m")
+    (ws / "build").unlink()
+    write(ws / "build" / "out.o", "ignored output\n")
+
+    code, r = rollback(daemon, ws, "--to", m)
+    assert code == 10, r
+    kept = {k["path"]: k["reason"] for k in r["kept"]}
+    assert "ignored now and at the mark" in kept.get("build", ""), r
+    assert (ws / "build" / "out.o").read_text() == "ignored output\n"
+    assert r["conflicts"] == [], r
+
+
 # -- what cannot be captured blocks, wherever it is --------------------------------------------------
 
 

@@ -386,7 +386,25 @@ def test_matches_git_on_random_trees(
         git_ignored = {p for p in out.decode().split("\0") if p}
         r = IgnoreRules.load(root, tracked=git_tracked_files(root))
         ours = {p for p in made if r.is_ignored(p.encode())}
-        assert ours == git_ignored
+        # Rule files are where snapd departs from git on purpose (a self-ignoring .gitignore is
+        # captured: see test_rule_files_in_effect_are_captured); every other path is git's call.
+        rule_files = {p for p in made if p.rsplit("/", 1)[-1] == ".gitignore"}
+        assert ours - rule_files == git_ignored - rule_files
+        assert ours & rule_files <= git_ignored
+
+
+def test_rule_files_in_effect_are_captured() -> None:
+    """A .gitignore that its own patterns (or info/exclude, or a parent's) match is still
+    captured: a mark's rules are rebuilt from the rule files in its tree. One inside an
+    excluded directory is not in effect, and not captured."""
+    files = {b"": b"b/\n.gitignore\n", b"c": b"*\n"}
+    r = rules(files, snapdignore=b".snapdignore\n", info_exclude=b".gitignore\n")
+    assert r.reason(b".gitignore") is None
+    assert r.reason(b"c/.gitignore") is None
+    assert r.reason(b".snapdignore") is None
+    assert r.reason(b"c/x") == "gitignore"
+    assert r.reason(b"b/.gitignore") == "gitignore"  # b/ is excluded: git never reads it
+    assert r.reason(b"d/.snapdignore") is not None  # only the root's is a rule file
 
 
 def test_rule_inputs_round_trip_and_rebuild_the_same_rules() -> None:

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from snapd import protocol
+from snapd.display import shown
 from snapd.errors import BadRequest, NotFound, ProtocolMismatch, from_wire
 
 pytestmark = pytest.mark.timeout(30)
@@ -163,6 +164,26 @@ def test_path_encoding_round_trips(path: bytes) -> None:
 
 
 def test_display_path_escapes_undecodable_and_control_bytes() -> None:
-    assert protocol.display_path(b"caf\xc3\xa9") == "café"
-    assert protocol.display_path(b"caf\xe9") == "caf\\xe9"
-    assert protocol.display_path(b"a\nb\x1b[31m") == "a\\x0ab\\x1b[31m"
+    assert shown(b"caf\xc3\xa9") == "café"
+    assert shown(b"caf\xe9") == "caf\\xe9"
+    assert shown(b"a\nb\x1b[31m") == "a\\x0ab\\x1b[31m"
+
+
+def test_text_with_a_lone_surrogate_is_a_bad_request() -> None:
+    """Issue 8, point 14: JSON can spell a lone surrogate; it is refused, not an internal error."""
+    data = b'{"op": "mark", "id": "a", "version": 1, "args": {"label": "m", "agent": "\\udcff"}}'
+    with pytest.raises(BadRequest, match="argument 'agent' is not valid Unicode text"):
+        protocol.parse_request(data, MAX)
+    data = b'{"op": "show", "id": "a", "version": 1, "args": {"mark": "\\ud800x"}}'
+    with pytest.raises(BadRequest, match="lone surrogate"):
+        protocol.parse_request(data, MAX)
+
+
+def test_error_replies_can_always_be_encoded() -> None:
+    """A refusal that quotes a lone surrogate (an unknown op) still becomes a reply."""
+    data = b'{"op": "\\udcff", "id": "a", "version": 1}'
+    with pytest.raises(BadRequest) as info:
+        protocol.parse_request(data, MAX)
+    reply = json.loads(protocol.encode_error_reply("a", info.value))
+    assert reply["id"] == "a" and reply["error"]["code"] == "bad_request"
+    assert "\\udcff" in reply["error"]["details"]["op"]

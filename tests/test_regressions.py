@@ -151,7 +151,7 @@ def test_forget_while_the_baseline_runs_is_refused_clearly(tmp_path: Path) -> No
             c.call("forget", workspace=os.fsencode(root))
         t.join(300)
         assert "watch" in result
-        d.ctl("forget", str(root))  # once ready, forgetting works
+        d.ctl("forget", "--yes", str(root))  # once ready, forgetting works (--yes: no terminal here)
     finally:
         assert d.stop() == 0
 

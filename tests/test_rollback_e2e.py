@@ -27,9 +27,7 @@ import fnmatch
 import hashlib
 import json
 import os
-import pty
 import random
-import select
 import shutil
 import stat
 import subprocess
@@ -44,6 +42,7 @@ from e2e_helpers import (
     NOBODY,
     Daemon,
     OtherUser,
+    Pty,
     Snap,
     describe,
     no_cookies,
@@ -837,6 +836,13 @@ def test_writer_during_apply_is_a_conflict_and_is_captured(daemon: Daemon, ws: P
     cat = daemon.call("cat", at=after["id"], path=b"zzz/hot.txt", workspace=b(ws))
     assert base64.b64decode(cat["data_b64"]) == written[0]
     assert daemon.call("diff", **{"from": after["id"]}, workspace=b(ws), stat=True)["files"] == []
+    # Repeating the rollback must not share the first one's pre-rollback mark: that mark never
+    # held the writer's change, which the repeat deletes. Undo brings it back.
+    again = daemon.call("rollback_apply", to=mark_a, workspace=b(ws))
+    assert again["pre_rollback"] not in (None, res["pre_rollback"]), again
+    assert not (ws / "zzz" / "hot.txt").exists()
+    daemon.call("undo", workspace=b(ws))
+    assert (ws / "zzz" / "hot.txt").read_bytes() == written[0]
 
 
 @pytest.mark.timeout(120)
@@ -1047,59 +1053,6 @@ def test_identical_replan_applies_silently(daemon: Daemon, ws: Path) -> None:
     assert res["ok"] is True and res["plan"]["token"] == token
     assert (ws / "sub" / "c.txt").read_text() == "c at M\n"
     assert (ws / "other" / "d.txt").read_text() == "d changed again, outside the paths\n"
-
-
-class Pty:
-    """A CLI run whose stdin and stdout are a terminal; read until a prompt appears."""
-
-    def __init__(self, env: dict[str, str], *args: str | Path, cwd: Path) -> None:
-        self.master, slave = pty.openpty()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "snapd", *map(str, args)],
-            env=env,
-            cwd=cwd,
-            stdin=slave,
-            stdout=slave,
-            stderr=slave,
-        )
-        os.close(slave)
-        self.out = b""
-
-    def read_until(self, needle: bytes, timeout: float = 30.0) -> bytes:
-        deadline = time.monotonic() + timeout
-        while needle not in self.out:
-            left = deadline - time.monotonic()
-            assert left > 0, f"no {needle!r} in {self.out!r}"
-            ready, _, _ = select.select([self.master], [], [], left)
-            if ready:
-                try:
-                    chunk = os.read(self.master, 4096)
-                except OSError:  # EIO: the other side closed
-                    chunk = b""
-                if not chunk:
-                    assert needle in self.out, f"EOF before {needle!r}: {self.out!r}"
-                self.out += chunk
-        return self.out
-
-    def send(self, text: bytes) -> None:
-        os.write(self.master, text)
-
-    def finish(self, timeout: float = 30.0) -> int:
-        try:
-            while True:
-                ready, _, _ = select.select([self.master], [], [], 0.5)
-                if ready:
-                    chunk = os.read(self.master, 4096)
-                    if not chunk:
-                        break
-                    self.out += chunk
-                elif self.proc.poll() is not None:
-                    break
-        except OSError:
-            pass
-        code = self.proc.wait(timeout)
-        os.close(self.master)
-        return code
 
 
 @pytest.mark.timeout(60)

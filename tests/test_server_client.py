@@ -252,15 +252,18 @@ def test_no_daemon_raises_daemon_unavailable(sockdir: Path) -> None:
 
 
 @pytest.mark.timeout(15)
-def test_silent_listener_raises_daemon_unavailable_at_deadline(sockdir: Path) -> None:
-    # Something accepts connections but never answers: only the deadline ends the wait.
+def test_silent_listener_raises_timeout_at_deadline(sockdir: Path) -> None:
+    # Something accepts connections but never answers: only the deadline ends the wait, and
+    # it is not "no daemon" (a hung or stopped daemon is still there: issue 14, point 4).
     ctx = zmq.Context()
     mute = ctx.socket(zmq.ROUTER)
     mute.bind(f"ipc://{sockdir}/mute.sock")
     try:
         with Client(f"ipc://{sockdir}/mute.sock", timeout_s=1) as c:
-            with pytest.raises(DaemonUnavailable):
+            started = time.monotonic()
+            with pytest.raises(Timeout, match="accepts connections but answered nothing"):
                 c.call("ping")
+            assert time.monotonic() - started < 3
     finally:
         mute.close(0)
         ctx.term()

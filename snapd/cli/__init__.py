@@ -1,8 +1,13 @@
 """``snapctl``: the command-line client. One function per command in :mod:`.commands`.
 
 Start-up cost matters (agents run ``snapctl mark`` on every turn), so this package imports
-only the client, configuration and protocol modules — never the store or the watcher — and
-``zmq`` is loaded on the first call.
+only the client, configuration, protocol and display modules — never the store or the
+watcher — and ``zmq`` is loaded on the first call.
+
+Promises kept here for every command: ``--json`` is accepted, and with it even a usage error
+is a JSON object on stdout (``{"ok": false, "error": {...}}``); every error, usage included,
+exits with its class's code; a text argument that is not UTF-8 (labels, messages, agent and
+session names, mark references) is a usage error, never a traceback.
 """
 
 from __future__ import annotations
@@ -11,76 +16,159 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any, NoReturn
 
 from snapd import __version__
 from snapd.cli import commands
-from snapd.errors import SnapdError
+from snapd.cli.output import emit, print_json
+from snapd.config import parse_setting
+from snapd.display import shown
+from snapd.errors import SnapdError, UsageError
+
+#: Arguments that are paths: sent as bytes, any byte allowed. Every other string is text.
+_PATH_ARGS = frozenset({"workspace", "path", "file", "paths"})
+_TAKES_PATHS = frozenset({"rollback", "diff"})  # the commands that accept "-- PATH..."
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises UsageError instead of exiting, so main() reports it once (as
+    JSON with --json) with the usage exit code."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.removeprefix("snapctl").strip()
+        raise UsageError(f"{command}: {message}" if command else message, usage=self.format_usage().strip())
+
+
+def _seconds(text: str) -> float:
+    """--timeout: the same rule as the client_timeout_s setting (a finite positive number)."""
+    try:
+        value: float = parse_setting("client_timeout_s", text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"must be {e} of seconds, got {text!r}") from None
+    return value
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number of at least 1, got {text!r} (--all lists every mark)"
+        )
+    return value
+
+
+def _deadlines_help() -> str:
+    by_time: dict[float, list[str]] = {}
+    for name, seconds in commands.DEADLINES.items():
+        by_time.setdefault(seconds, []).append(name)
+    rows = "\n".join(f"  {s:>6g} s  {', '.join(names)}" for s, names in sorted(by_time.items()))
+    return (
+        "deadlines: each command waits for the daemon up to its own deadline:\n"
+        f"{rows}\n"
+        "client_timeout_s in config.toml, or SNAPD_CLIENT_TIMEOUT_S, replaces it for every command;\n"
+        "--timeout replaces both. A daemon that does not answer in time is reported as such\n"
+        "(exit 9), apart from one that is not running at all (exit 3)."
+    )
 
 
 def _rollback_flags(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--dry-run", action="store_true", help="show the plan, change nothing")
-    sp.add_argument("-y", "--yes", action="store_true", help="apply without asking")
+    sp.add_argument("-y", "--yes", action="store_true", help="apply without asking (needed with no terminal)")
     sp.add_argument(
         "--force", action="store_true", help="also overwrite or delete paths snapd could not capture"
     )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="snapctl", description="Control snapd: marks, history and workspaces.")
+    p = _Parser(
+        prog="snapctl",
+        description="Control snapd: marks, history and workspaces.",
+        epilog=_deadlines_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--version", action="version", version=f"snapctl {__version__}")
-    p.add_argument("--timeout", type=float, default=None, help="seconds to wait for the daemon (default 10)")
+    p.add_argument(
+        "--timeout", type=_seconds, default=None, metavar="SECONDS",
+        help="how long to wait for the daemon (default: the command's own deadline, listed below)",
+    )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(name: str, help: str, *, ws: bool = True, json: bool = True) -> argparse.ArgumentParser:
+    def add(name: str, help: str, *, ws: bool = True, ref: bool = False) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=help, description=help)
         if ws:
             sp.add_argument(
-                "-w", "--workspace", help="workspace root (default: the one holding the current directory)"
+                "-w", "--workspace", metavar="PATH",
+                help="the workspace holding PATH (default: the one holding the current directory)",
             )
-        if json:
-            sp.add_argument("--json", action="store_true", help="print JSON for scripts")
+        if ref:
+            sp.add_argument(
+                "--session", help="a label names the newest mark of this session (as `mark --session`)"
+            )
+        sp.add_argument("--json", action="store_true", help="print JSON for scripts (errors too)")
         sp.set_defaults(func=getattr(commands, "cmd_" + name.replace("-", "_")))
         return sp
 
     add("status", "show the daemon, its workspaces and warnings", ws=False)
     sp = add("watch", "watch a directory; returns once its baseline is captured", ws=False)
-    sp.add_argument("path", nargs="?", default=".")
-    sp = add("unwatch", "stop watching a workspace (history is kept)", ws=False)
-    sp.add_argument("path", nargs="?", default=None)
-    sp = add("forget", "stop watching a workspace and delete its history", ws=False)
-    sp.add_argument("path", nargs="?", default=None)
+    sp.add_argument("path", nargs="?", default=".", help="the directory (default: the current one)")
+    sp = add("unwatch", "stop watching a workspace (history is kept)")
+    sp.add_argument("path", nargs="?", default=None, metavar="PATH", help="same as -w PATH")
+    sp = add("forget", "stop watching a workspace and delete its history (asks first)")
+    sp.add_argument("path", nargs="?", default=None, metavar="PATH", help="same as -w PATH")
+    sp.add_argument("-y", "--yes", action="store_true", help="delete, no questions (needed with no terminal)")
     sp = add("mark", "record the workspace's current state under LABEL")
     sp.add_argument("label")
     sp.add_argument("-m", "--message")
     sp.add_argument("--agent")
     sp.add_argument("--session")
-    sp = add("log", "list marks, newest first")
-    sp.add_argument("-n", "--limit", type=int, default=20)
-    sp.add_argument("--agent")
-    sp.add_argument("--session")
-    sp = add("show", "a mark's metadata and the files it changed")
+    sp = add("log", "list marks, newest first, a page at a time")
+    sp.add_argument("-n", "--limit", type=_positive, default=None, metavar="N",
+                    help="marks per page (default 20); the last line says how many more there are")
+    sp.add_argument("--all", action="store_true", help="every mark, no paging")
+    sp.add_argument("--before", metavar="MARK", help="the page after MARK: marks older than it")
+    sp.add_argument("--agent", help="only this agent's marks")
+    sp.add_argument("--session", help="only this session's marks")
+    sp = add("show", "a mark's metadata and the files it changed", ref=True)
     sp.add_argument("mark")
-    sp = add("cat", "print a file's bytes at a mark", json=False)
+    sp = add("cat", "print a file's bytes at a mark (FILE is relative to the current directory)", ref=True)
     sp.add_argument("mark")
-    sp.add_argument("path")
+    sp.add_argument("file", metavar="FILE")
     sp = add("verify", "re-hash stored objects; non-zero exit on any problem", ws=False)
     sp.add_argument("--sample", action="store_true", help="check a 10%% sample of contents")
     sp = add("gc", "apply retention and reclaim space", ws=False)
     sp.add_argument("--dry-run", action="store_true")
     for name, verb in (("pin", "keep a mark forever"), ("unpin", "let retention evict a mark again")):
-        sp = add(name, verb)
+        sp = add(name, verb, ref=True)
         sp.add_argument("mark")
-    sp = add("rollback", "put the workspace back to a mark (files after -- limit it)")
+    sp = add("rollback", "put the workspace back to a mark (paths after -- limit it; asks first)", ref=True)
     sp.add_argument("--to", required=True, metavar="MARK")
     _rollback_flags(sp)
-    sp = add("undo", "return to the state before the last rollback (or undo)")
+    sp = add("undo", "return to the state before the last rollback (or undo); asks first")
     _rollback_flags(sp)
-    sp = add("diff", "unified diff between two marks, or a mark and the workspace now (files after --)")
+    sp = add(
+        "diff", "unified diff between two marks, or a mark and the workspace now (paths after --)", ref=True
+    )
     sp.add_argument("from_mark", metavar="FROM")
     sp.add_argument("to_mark", metavar="TO", nargs="?")
     sp.add_argument("--stat", action="store_true", help="only the changed files and line counts")
-    add("stop", "ask the daemon to exit", ws=False, json=False)
+    add("stop", "ask the daemon to exit", ws=False)
     return p
+
+
+def _check_text(args: argparse.Namespace) -> None:
+    """Text arguments must be UTF-8: the protocol carries them as JSON strings, and a name
+    with an undecodable byte (a lone surrogate after Python's argv decoding) has no such form."""
+    for name, value in vars(args).items():
+        if name in _PATH_ARGS or not isinstance(value, str):
+            continue
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            option = name.upper() if name in ("label", "mark", "from_mark", "to_mark") else "--" + name
+            raise UsageError(f"{option} must be UTF-8 text; got {shown(value)!r}", arg=name) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -89,17 +177,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "--" in argv:  # paths after "--" limit rollback and diff; they are never options
         cut = argv.index("--")
         argv, paths = argv[:cut], argv[cut + 1 :]
-    args = build_parser().parse_args(argv)
-    args.paths = paths
+    want_json = "--json" in argv
     try:
+        args = build_parser().parse_args(argv)
+        if paths and args.command not in _TAKES_PATHS:
+            raise UsageError(f"snapctl {args.command}: takes no paths after --")
+        args.paths = paths
+        _check_text(args)
         return int(args.func(args, dict(os.environ)))
     except SnapdError as exc:
-        if getattr(args, "json", False):
-            commands.print_json({"ok": False, "error": exc.to_wire()})
-        else:
-            print(f"snapctl: {exc.message}", file=sys.stderr)
+        _report(exc, want_json)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         return 0
+
+
+def _report(exc: SnapdError, want_json: bool) -> None:
+    if want_json:
+        print_json({"ok": False, "error": exc.to_wire()})
+        return
+    usage: Any = exc.details.get("usage") if isinstance(exc, UsageError) else None
+    if isinstance(usage, str):
+        print(usage, file=sys.stderr)
+    emit(f"snapctl: {exc.message}", err=True)

@@ -1,4 +1,12 @@
-"""One function per ``snapctl`` command: build the request, call the daemon, render."""
+"""One function per ``snapctl`` command: build the request, call the daemon, render.
+
+Rules every command follows: text for people goes through :func:`output.emit` (escaped);
+``--json`` prints the daemon's reply as is; a workspace is named with ``-w PATH`` (default:
+the one holding the current directory); PATH arguments are sent as typed, with the current
+directory, and the daemon applies the protocol's rule (relative to the current directory
+inside the workspace, else to its root); anything that deletes asks on the terminal first
+(:mod:`.prompt`) unless ``--yes``.
+"""
 
 from __future__ import annotations
 
@@ -7,66 +15,93 @@ import base64
 import os
 import sys
 import threading
-from pathlib import Path
 from typing import Any
 
-from snapd.cli.output import print_json, progress_bar, size, summary_line, when
+from snapd.cli.output import emit, path_text, print_json, progress_bar, size, summary_line, when
+from snapd.cli.prompt import confirm
 from snapd.client import Client
 from snapd.config import load_config
+from snapd.display import count
 from snapd.errors import Conflict, PlanChanged, UsageError
-from snapd.protocol import display_path
 
 Env = dict[str, str]
 
+#: Each command's own deadline in seconds: what it usually needs on a large workspace.
+#: ``client_timeout_s`` (config file or SNAPD_CLIENT_TIMEOUT_S) replaces it for every
+#: command; ``--timeout`` replaces both. `snapctl --help` lists this table.
+DEADLINES: dict[str, float] = {
+    "status": 5, "watch": 3600, "unwatch": 10, "forget": 60, "mark": 120, "log": 10, "show": 10,
+    "cat": 10, "verify": 3600, "gc": 3600, "pin": 10, "unpin": 10, "rollback": 3600,
+    "undo": 3600, "diff": 600, "stop": 10,
+}
 
-def _client(args: argparse.Namespace, env: Env, timeout: float | None = None) -> Client:
-    config = load_config(env)
-    client = Client.from_config(config)
+
+def _client(args: argparse.Namespace, env: Env, *, quiet: bool = False) -> Client:
+    # Lenient: a broken config.toml must not cut the client off from a running daemon.
+    config = load_config(env, lenient=True)
+    if not quiet:
+        for warning in config.warnings:
+            emit(f"snapctl: warning: {warning}", err=True)
+    client = Client.from_config(config, DEADLINES[args.command])
     if args.timeout is not None:
         client.timeout_s = args.timeout
-    elif timeout is not None:
-        client.timeout_s = timeout
     return client
 
 
 def _where(args: argparse.Namespace) -> dict[str, Any]:
+    """``cwd`` always; ``workspace`` from ``-w`` (or the PATH argument of unwatch/forget)."""
     out: dict[str, Any] = {"cwd": os.fsencode(os.getcwd())}
-    ws = getattr(args, "workspace", None)
-    if ws:
-        out["workspace"] = os.fsencode(os.path.abspath(ws))
+    named = [p for p in (getattr(args, "workspace", None), getattr(args, "path", None)) if p]
+    if len({os.path.abspath(p) for p in named}) > 1:
+        raise UsageError("the workspace is named twice, differently: give either PATH or -w PATH")
+    if named:
+        out["workspace"] = os.fsencode(os.path.abspath(named[0]))
     return out
 
 
-def _shown(p: str | dict[str, str]) -> str:
-    """A path from a reply (a string, or ``{"b64": ...}`` when not UTF-8), for a terminal."""
-    return display_path(base64.b64decode(p["b64"]) if isinstance(p, dict) else p.encode())
+def _ref_fields(args: argparse.Namespace) -> dict[str, Any]:
+    fields = _where(args)
+    if getattr(args, "session", None):
+        fields["session"] = args.session
+    return fields
+
+
+def _human(args: argparse.Namespace, reply: dict[str, Any]) -> bool:
+    """Print ``reply`` as JSON with --json; True when the caller should render it for people."""
+    if args.json:
+        print_json(reply)
+        return False
+    return True
+
+
+def _warnings(warnings: list[str]) -> None:
+    for w in warnings:
+        emit(f"warning: {w}", err=True)
 
 
 def cmd_status(args: argparse.Namespace, env: Env) -> int:
-    with _client(args, env, timeout=5.0) as c:
+    with _client(args, env) as c:
         st = c.call("status")
-    if args.json:
-        print_json(st)
+    if not _human(args, st):
         return 0
-    print(f"snapd {st['version']} (pid {st['pid']}) at {st['endpoint']}")
-    print(f"store: {st['store']['path']} ({size(st['store']['stored_bytes'])} stored)")
+    emit(f"snapd {st['version']} (pid {st['pid']}) at {st['endpoint']}")
+    emit(f"store: {st['store']['path']} ({size(st['store']['stored_bytes'])} stored)")
     if not st["workspaces"]:
-        print("no workspaces: `snapctl watch PATH` adds one")
+        emit("no workspaces: `snapctl watch PATH` adds one")
     for w in st["workspaces"]:
         state = w.get("state", "unwatched" if not w["watching"] else "?")
         line = f"  {w['root']}  [{state}]"
         if "files" in w:
-            line += f"  {w['files']} files, {w['skipped']} skipped, {w['pending']} pending"
+            line += f"  {count(w['files'], 'file')}, {w['skipped']} skipped, {w['pending']} pending"
         last = w.get("last_mark")
         if last:
             line += f"  last mark {last['id']} {last['label']} {when(last['created'])}"
-        print(line)
+        emit(line)  # its error, if any, is among the warnings below
         for ex in w.get("skipped_examples", [])[:5]:
-            print(f"      skipped: {_shown(ex)}")
+            emit(f"      skipped: {path_text(ex)}")
         if line := _ignored_line(w):
-            print(f"      ignored: {line}")
-    for warning in st.get("warnings", []):
-        print(f"warning: {warning}", file=sys.stderr)
+            emit(f"      ignored: {line}")
+    _warnings(st.get("warnings", []))
     return 0
 
 
@@ -81,10 +116,10 @@ def _ignored_line(fields: dict[str, Any]) -> str:
 
 def _watch_progress(args: argparse.Namespace, env: Env, root: str, done: threading.Event) -> None:
     """Draw a progress bar from ``status`` while the baseline runs (terminal only)."""
-    with _client(args, env, timeout=2.0) as c:
+    with _client(args, env, quiet=True) as c:
         while not done.wait(0.25):
             try:
-                st = c.call("status")
+                st = c.call("status", timeout_s=2.0)
             except Exception:
                 continue
             for w in st["workspaces"]:
@@ -99,88 +134,98 @@ def cmd_watch(args: argparse.Namespace, env: Env) -> int:
     root = os.path.realpath(args.path)
     done = threading.Event()
     bar = None
-    if sys.stderr.isatty() and not args.json:
-        bar = threading.Thread(target=_watch_progress, args=(args, env, root, done), daemon=True)
-        bar.start()
-    try:
-        with _client(args, env, timeout=3600.0) as c:
+    with _client(args, env) as c:
+        if sys.stderr.isatty() and not args.json:
+            bar = threading.Thread(target=_watch_progress, args=(args, env, root, done), daemon=True)
+            bar.start()
+        try:
             r = c.call("watch", path=os.fsencode(os.path.abspath(args.path)))
-    finally:
-        done.set()
-        if bar is not None:
-            bar.join(timeout=1)
-    if args.json:
-        print_json(r)
+        finally:
+            done.set()
+            if bar is not None:
+                bar.join(timeout=1)
+    if not _human(args, r):
         return 0
     base = r.get("baseline")
     if base:
-        print(f"watching {r['workspace']}: baseline {base['id']}, {summary_line(base['summary'])}")
+        emit(f"watching {r['workspace']}: baseline {base['id']}, {summary_line(base['summary'])}")
     else:
-        print(f"watching {r['workspace']} (already watched)")
+        emit(f"watching {r['workspace']} (already watched)")
     if r.get("skipped"):
-        print(f"  {r['skipped']} paths skipped (see `snapctl status`)")
+        emit(f"  {count(r['skipped'], 'path')} skipped (see `snapctl status`)")
     if line := _ignored_line(r):
-        print(f"  paths ignored: {line}")
-    for w in r.get("warnings", []):
-        print(f"warning: {w}", file=sys.stderr)
+        emit(f"  paths ignored: {line}")
+    _warnings(r.get("warnings", []))
     return 0
-
-
-def _ws_arg(args: argparse.Namespace) -> dict[str, Any]:
-    out: dict[str, Any] = {"cwd": os.fsencode(os.getcwd())}
-    if args.path:
-        out["workspace"] = os.fsencode(os.path.abspath(args.path))
-    return out
 
 
 def cmd_unwatch(args: argparse.Namespace, env: Env) -> int:
     with _client(args, env) as c:
-        r = c.call("unwatch", **_ws_arg(args))
-    print_json(r) if args.json else print(f"stopped watching {r['workspace']} (history kept)")
+        r = c.call("unwatch", **_where(args))
+    if _human(args, r):
+        emit(f"stopped watching {r['workspace']} (history kept)")
     return 0
 
 
 def cmd_forget(args: argparse.Namespace, env: Env) -> int:
-    with _client(args, env, timeout=60.0) as c:
-        r = c.call("forget", **_ws_arg(args))
-    if args.json:
-        print_json(r)
-    else:
-        print(
-            f"forgot {r['workspace']}: {r['forgotten_marks']} marks deleted (`snapctl gc` reclaims the space)"
+    where = _where(args)
+    with _client(args, env) as c:
+        if not args.yes:
+            info = c.call("forget", dry_run=True, **where)
+            what = [
+                f"forget {info['workspace']}: stop watching it and delete its history: "
+                f"{count(info['marks'], 'mark')} and {count(info['versions'], 'file version')} "
+                f"({size(info['bytes'])} of file contents)"
+            ]
+            if not args.json:
+                for line in what:
+                    emit(line)
+            if not confirm("delete this history? [y/N] ", what, shown_on_stdout=not args.json,
+                           refusal="delete a workspace's history"):
+                emit("nothing deleted", err=args.json)
+                return 1
+        r = c.call("forget", **where)
+    if _human(args, r):
+        emit(
+            f"forgot {r['workspace']}: {count(r['forgotten_marks'], 'mark')} deleted "
+            "(`snapctl gc` reclaims the space)"
         )
     return 0
 
 
 def cmd_mark(args: argparse.Namespace, env: Env) -> int:
     fields = {k: getattr(args, k) for k in ("message", "agent", "session") if getattr(args, k)}
-    with _client(args, env, timeout=120.0) as c:
+    with _client(args, env) as c:
         m = c.call("mark", label=args.label, **fields, **_where(args))
-    if args.json:
-        print_json(m)
+    if not _human(args, m):
         return 0
-    print(f"{m['id']} {m['label']}  {summary_line(m['summary'])}")
-    for w in m["summary"].get("warnings", []):
-        print(f"warning: {w}", file=sys.stderr)
+    emit(f"{m['id']} {m['label']}  {summary_line(m['summary'])}")
+    _warnings(m["summary"].get("warnings", []))
     return 0
 
 
 def cmd_log(args: argparse.Namespace, env: Env) -> int:
-    fields = {k: getattr(args, k) for k in ("agent", "session") if getattr(args, k)}
+    fields: dict[str, Any] = {k: getattr(args, k) for k in ("agent", "session", "before") if getattr(args, k)}
+    if args.all:
+        fields["all"] = True
+    elif args.limit is not None:
+        fields["limit"] = args.limit
     with _client(args, env) as c:
-        r = c.call("log", limit=args.limit, **fields, **_where(args))
-    if args.json:
-        print_json(r)
+        r = c.call("log", **fields, **_where(args))
+    if not _human(args, r):
         return 0
     for m in r["marks"]:
         who = " ".join(x for x in (m.get("agent"), m.get("session")) if x)
         pin = " [pinned]" if m["pinned"] else ""
         changed = m["summary"].get("changed", 0)
         line = f"{m['id']}  {when(m['created'])}  {m['label']:<16} {changed:>5} changed  {who}{pin}"
-        print(line.rstrip())
+        emit(line.rstrip())
+    if r.get("more"):  # a hint, like the warnings: stdout stays one mark per line
+        emit(f"(… {count(r['more'], 'older mark')}: `snapctl log --before {r['marks'][-1]['id']}`, or --all)",
+             err=True)
     if r.get("pruned"):
-        print(
-            f"({r['pruned']} older marks were pruned by retention, "
+        emit(
+            f"({count(r['pruned'], 'older mark')} pruned by retention, "
             f"the newest from {when(r['pruned_newest'])})"
         )
     return 0
@@ -188,71 +233,66 @@ def cmd_log(args: argparse.Namespace, env: Env) -> int:
 
 def cmd_show(args: argparse.Namespace, env: Env) -> int:
     with _client(args, env) as c:
-        r = c.call("show", mark=args.mark, **_where(args))
-    if args.json:
-        print_json(r)
+        r = c.call("show", mark=args.mark, **_ref_fields(args))
+    if not _human(args, r):
         return 0
-    print(f"mark {r['id']}  {r['label']}  ({r['kind']})")
-    print(f"  workspace {r['workspace']}\n  created   {when(r['created'])}")
+    emit(f"mark {r['id']}  {r['label']}  ({r['kind']})")
+    emit(f"  workspace {r['workspace']}")
+    emit(f"  created   {when(r['created'])}")
     for k in ("message", "agent", "session", "git_head"):
         if r.get(k):
-            print(f"  {k:<9} {r[k]}")
-    print(f"  changes   {summary_line(r['summary'])}")
+            emit(f"  {k:<9} {r[k]}")
+    emit(f"  changes   {summary_line(r['summary'])}")
     for ch in r["changes"]:
-        print(f"    {ch['status']:<8} {_shown(ch['path'])}")
+        emit(f"    {ch['status']:<8} {path_text(ch['path'])}")
     if r["changes_total"] > len(r["changes"]):
-        print(f"    … and {r['changes_total'] - len(r['changes'])} more")
+        emit(f"    … and {r['changes_total'] - len(r['changes'])} more")
     return 0
 
 
 def cmd_cat(args: argparse.Namespace, env: Env) -> int:
     with _client(args, env) as c:
-        r = c.call("cat", at=args.mark, path=os.fsencode(args.path), **_where(args))
-    sys.stdout.buffer.write(base64.b64decode(r["data_b64"]))
-    sys.stdout.flush()
+        r = c.call("cat", at=args.mark, path=os.fsencode(args.file), **_ref_fields(args))
+    if _human(args, r):  # the bytes themselves: this is the one output that is not text for people
+        sys.stdout.buffer.write(base64.b64decode(r["data_b64"]))
+        sys.stdout.flush()
     return 0
 
 
 def cmd_verify(args: argparse.Namespace, env: Env) -> int:
-    with _client(args, env, timeout=3600.0) as c:
+    with _client(args, env) as c:
         r = c.call("verify", full=not args.sample)
-    if args.json:
-        print_json(r)
-    else:
-        print(f"checked {r['checked']} objects: " + ("clean" if r["clean"] else "PROBLEMS FOUND"))
+    if _human(args, r):
+        emit(f"checked {count(r['checked'], 'object')}: " + ("clean" if r["clean"] else "PROBLEMS FOUND"))
         for what in ("missing", "corrupt"):
             for key, marks in r[what].items():
-                print(f"  {what} {key}: affects marks {', '.join(marks) or '(none; history only)'}")
+                emit(f"  {what} {key}: affects marks {', '.join(marks) or '(none; history only)'}")
     return 0 if r["clean"] else 1
 
 
 def cmd_gc(args: argparse.Namespace, env: Env) -> int:
-    with _client(args, env, timeout=3600.0) as c:
+    with _client(args, env) as c:
         r = c.call("gc", dry_run=args.dry_run)
-    if args.json:
-        print_json(r)
+    if not _human(args, r):
         return 0
     if args.dry_run:
-        print(f"would evict {len(r['would_evict'])} marks")
+        emit(f"would evict {count(len(r['would_evict']), 'mark')}")
         for m in r["would_evict"]:
-            print(f"  {m['id']} {m['label']} ({m['reason']})")
+            emit(f"  {m['id']} {m['label']} ({m['reason']})")
         return 0
-    print(
-        f"evicted {len(r['evicted'])} marks, deleted {r['objects_deleted']} objects, "
-        f"freed {size(r['bytes_freed'])}; "
-        f"store holds {size(r['stored_bytes'])}"
+    emit(
+        f"evicted {count(len(r['evicted']), 'mark')}, deleted {count(r['objects_deleted'], 'object')}, "
+        f"freed {size(r['bytes_freed'])}; store holds {size(r['stored_bytes'])}"
     )
-    for w in r["warnings"]:
-        print(f"warning: {w}", file=sys.stderr)
+    _warnings(r["warnings"])
     return 0
 
 
 def _pin(args: argparse.Namespace, env: Env, op: str) -> int:
     with _client(args, env) as c:
-        r = c.call(op, mark=args.mark, **_where(args))  # type: ignore[arg-type]
-    print_json(r) if args.json else print(
-        f"{r['id']} {r['label']}: {'pinned' if r['pinned'] else 'unpinned'}"
-    )
+        r = c.call(op, mark=args.mark, **_ref_fields(args))  # type: ignore[arg-type]
+    if _human(args, r):
+        emit(f"{r['id']} {r['label']}: {'pinned' if r['pinned'] else 'unpinned'}")
     return 0
 
 
@@ -267,11 +307,9 @@ def cmd_unpin(args: argparse.Namespace, env: Env) -> int:
 def cmd_stop(args: argparse.Namespace, env: Env) -> int:
     with _client(args, env) as c:
         r = c.call("stop")
-    print(f"snapd (pid {r['pid']}) is stopping")
+    if _human(args, r):
+        emit(f"snapd (pid {r['pid']}) is stopping")
     return 0
-
-
-__all__ = ["print_json", "Path"]
 
 
 # -- rollback, undo, diff -------------------------------------------------------------------
@@ -279,53 +317,63 @@ __all__ = ["print_json", "Path"]
 
 def _rollback_fields(args: argparse.Namespace, undo: bool) -> dict[str, Any]:
     fields: dict[str, Any] = {"undo": True} if undo else {"to": args.to}
-    fields.update(_where(args))
+    fields.update(_ref_fields(args))
     if args.paths:
-        fields["paths"] = [os.fsencode(os.path.abspath(p)) for p in args.paths]
+        fields["paths"] = [os.fsencode(p) for p in args.paths]
     return fields
 
 
-def _print_plan(r: dict[str, Any], limit: int = 200) -> None:
+def _plan_lines(r: dict[str, Any], *, kept: bool, limit: int = 200) -> list[str]:
+    """The plan for people; ``kept``: with the paths it leaves alone (else the result lists them)."""
     t = r["target"]
-    print(f"rollback of {r['workspace']} to {t['id']} {t['label']} ({when(t['created'])})")
+    out = [f"rollback of {r['workspace']} to {t['id']} {t['label']} ({when(t['created'])})"]
     lines = r["lines"]
-    for line in lines[:limit]:
-        print(f"  {line}")
+    out += [f"  {line}" for line in lines[:limit]]
     if len(lines) > limit:
-        print(f"  … and {len(lines) - limit} more (--json lists them all)")
-    for k in r["plan"]["kept"]:
-        print(f"  kept: {_shown(k['path'])} ({k['reason']})")
-    for k in r["plan"].get("left", []):
-        print(f"  left: {_shown(k['path'])} ({k['reason']})")
+        out.append(f"  … and {len(lines) - limit} more (--json lists them all)")
+    if kept:
+        out += [f"  kept: {path_text(k['path'])} ({k['reason']})" for k in r["plan"]["kept"]]
+    out += [f"  left: {path_text(k['path'])} ({k['reason']})" for k in r["plan"].get("left", [])]
     counts = ", ".join(f"{n} {k}" for k, n in sorted(r["plan"]["counts"].items()) if n)
-    print(f"  {counts or 'nothing to change'}")
-    for w in r.get("warnings", []):
-        print(f"warning: {w}", file=sys.stderr)
+    out.append(f"  {counts or 'nothing to change'}")
+    return out
 
 
-def _confirm(question: str) -> bool:
-    try:
-        return input(question).strip().lower() in ("y", "yes")
-    except EOFError:
-        return False
+def _plan_change(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """What differs between the plan the user saw and the new one (operations and kept paths)."""
+    out = ["the plan is now different (a path in it changed since it was shown):"]
+    old_lines, new_lines = set(old["lines"]), set(new["lines"])
+    out += [f"  + {line}" for line in sorted(new_lines - old_lines)]
+    out += [f"  - no longer: {line}" for line in sorted(old_lines - new_lines)]
+    old_kept = {path_text(k["path"]): k["reason"] for k in old["plan"]["kept"]}
+    new_kept = {path_text(k["path"]): k["reason"] for k in new["plan"]["kept"]}
+    out += [f"  + kept: {p} ({why})" for p, why in sorted(new_kept.items()) if old_kept.get(p) != why]
+    out += [f"  - no longer kept: {p}" for p in sorted(old_kept.keys() - new_kept.keys())]
+    return out
 
 
 def _rollback(args: argparse.Namespace, env: Env, undo: bool) -> int:
     fields = _rollback_fields(args, undo)
-    with _client(args, env, timeout=3600.0) as c:
+    what = "undo the last rollback" if undo else "roll the workspace back"
+    with _client(args, env) as c:
         r = c.call("rollback_plan", force=args.force, **fields)
+        # Kept paths are listed once: in the plan when it is confirmed or only shown, else
+        # (--yes) in the result, which also names any the apply itself had to leave.
+        plan_lists_kept = args.dry_run or not args.yes
+        shown_plan = _plan_lines(r, kept=plan_lists_kept)
+        if args.json and args.dry_run:
+            print_json(r)
+        elif not args.json:
+            for line in shown_plan:
+                emit(line)
+        _warnings(r.get("warnings", []))
         if args.dry_run:
-            print_json(r) if args.json else _print_plan(r)
             return 0 if not r["plan"]["kept"] else Conflict.exit_code
-        if not args.json:
-            _print_plan(r)
         token: str | None = None  # with --yes nothing was confirmed: the fresh plan is applied
         if not args.yes:
-            if not sys.stdin.isatty():
-                print("snapctl: refusing to change files without confirmation: pass --yes", file=sys.stderr)
-                return UsageError.exit_code
-            if not _confirm("apply this rollback? [y/N] "):
-                print("nothing changed")
+            if not confirm("apply this rollback? [y/N] ", shown_plan, shown_on_stdout=not args.json,
+                           refusal=what):
+                emit("nothing changed", err=args.json)
                 return 1
             token = r["plan"]["token"]
         while True:
@@ -334,27 +382,30 @@ def _rollback(args: argparse.Namespace, env: Env, undo: bool) -> int:
                 break
             except PlanChanged as exc:
                 new = exc.details
-                print("the workspace changed since the plan was made; the plan is now different:")
-                old_lines, new_lines = set(r["lines"]), set(new["lines"])
-                for line in sorted(new_lines - old_lines):
-                    print(f"  + {line}")
-                for line in sorted(old_lines - new_lines):
-                    print(f"  - no longer: {line}")
-                if not _confirm("apply the new plan? [y/N] "):
-                    print("nothing changed")
+                change = _plan_change(r, new)
+                if not args.json:
+                    for line in change:
+                        emit(line)
+                if not confirm("apply the new plan? [y/N] ", change, shown_on_stdout=not args.json,
+                               refusal=what):
+                    emit("nothing changed", err=args.json)
                     return 1
                 r, token = new, new["plan"]["token"]
-    if args.json:
-        print_json(res)
+    if not _human(args, res):
+        return 0 if res["ok"] else Conflict.exit_code
+    if res["pre_rollback"] is None:
+        emit("nothing to change: the workspace already matches the mark")
     else:
-        if res["pre_rollback"] is None:
-            print("nothing to change: the workspace already matches the mark")
-        else:
-            print(f"rolled back: {res['applied']} paths; `snapctl undo` returns to {res['pre_rollback']}")
-        for x in res["conflicts"]:
-            print(f"  conflict: {_shown(x['path'])}: {x['reason']} (left as it is)", file=sys.stderr)
-        for x in res["kept"]:
-            print(f"  kept: {_shown(x['path'])}: {x['reason']}", file=sys.stderr)
+        emit(f"rolled back: {count(res['applied'], 'path')}; `snapctl undo` returns to {res['pre_rollback']}")
+    for x in res["conflicts"]:
+        emit(f"  conflict: {path_text(x['path'])}: {x['reason']} (left as it is)", err=True)
+    listed = {path_text(k["path"]) for k in r["plan"]["kept"]} if plan_lists_kept else set()
+    for x in res["kept"]:
+        if (p := path_text(x["path"])) not in listed:
+            listed.add(p)
+            emit(f"  kept: {p}: {x['reason']}", err=True)
+    if res["kept"]:
+        emit(f"  {count(len(listed), 'path')} kept as they are (--force replaces them)", err=True)
     return 0 if res["ok"] else Conflict.exit_code
 
 
@@ -373,39 +424,39 @@ def _colors(env: Env) -> dict[str, str]:
 
 
 def cmd_diff(args: argparse.Namespace, env: Env) -> int:
-    fields: dict[str, Any] = {"from": args.from_mark, **_where(args)}
+    fields: dict[str, Any] = {"from": args.from_mark, **_ref_fields(args)}
     if args.to_mark:
         fields["to"] = args.to_mark
     if args.paths:
-        fields["paths"] = [os.fsencode(os.path.abspath(p)) for p in args.paths]
-    with _client(args, env, timeout=600.0) as c:
+        fields["paths"] = [os.fsencode(p) for p in args.paths]
+    with _client(args, env) as c:
         r = c.call("diff", stat=args.stat, **fields)
-    if args.json:
-        print_json(r)
+    if not _human(args, r):
         return 0
     col = _colors(env)
     for f in r["files"]:
-        name = _shown(f["path"])
+        name = path_text(f["path"])
         if args.stat or f["status"] == "mode" or "binary" not in f:
             extra = f" +{f['added']} -{f['removed']}" if "added" in f else ""
             mode = (
                 f" {f.get('old_mode', 0):04o} -> {f.get('new_mode', 0):04o}" if f["status"] == "mode" else ""
             )
-            print(f"{f['status']:<9} {name}{extra}{mode}")
+            emit(f"{f['status']:<9} {name}{extra}{mode}")
             continue
-        print(f"{col['head']}diff {name} ({f['status']}){col['end']}")
+        emit(f"diff {name} ({f['status']})", color=(col["head"], col["end"]))
         if f["binary"]:
-            print(f"Binary file {name} differs ({f['old_size']} -> {f['new_size']} bytes)")
+            emit(f"Binary file {name} differs ({f['old_size']} -> {f['new_size']} bytes)")
             continue
         for line in f["diff"].splitlines():
             if line.startswith(("+++", "---")):
-                print(f"{col['head']}{line}{col['end']}")
+                key = "head"
             elif line.startswith("+"):
-                print(f"{col['add']}{line}{col['end']}")
+                key = "add"
             elif line.startswith("-"):
-                print(f"{col['del']}{line}{col['end']}")
+                key = "del"
             elif line.startswith("@@"):
-                print(f"{col['hunk']}{line}{col['end']}")
+                key = "hunk"
             else:
-                print(line)
+                key = ""
+            emit(line, tabs=True, color=(col[key], col["end"]) if key else ("", ""))
     return 0

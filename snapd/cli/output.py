@@ -1,16 +1,40 @@
-"""Rendering replies for people: times, sizes, paths with undecodable bytes as ``\\xNN``."""
+"""Rendering replies for people: every line goes through :func:`snapd.display.shown`.
+
+``emit`` is the only way the CLI prints text for a person, so no label, message, agent name or
+path from a reply (or an error message quoting one) reaches the terminal with its control
+bytes; undecodable bytes show as ``\\xNN``. ``print_json`` is for scripts: JSON escapes
+control characters itself.
+"""
 
 from __future__ import annotations
 
+import base64
 import json
 import sys
 import time
 from typing import Any
 
+from snapd.display import count, shown
+
 
 def print_json(obj: Any) -> None:
     json.dump(obj, sys.stdout, indent=2, sort_keys=True)
     sys.stdout.write("\n")
+
+
+def emit(line: str = "", *, err: bool = False, tabs: bool = False, color: tuple[str, str] = ("", "")) -> None:
+    """Print one line for a person (stderr with ``err``): escaped, then coloured."""
+    print(f"{color[0]}{shown(line, tabs=tabs)}{color[1]}", file=sys.stderr if err else sys.stdout)
+
+
+def wire_bytes(p: str | dict[str, str]) -> bytes:
+    """A path from a reply: a string, or ``{"b64": ...}`` when its bytes are not UTF-8."""
+    return base64.b64decode(p["b64"]) if isinstance(p, dict) else p.encode("utf-8", "surrogateescape")
+
+
+def path_text(p: str | dict[str, str]) -> str:
+    """A path from a reply, ready to be shown."""
+    return shown(wire_bytes(p))
 
 
 def when(seconds: float | None) -> str:
@@ -41,4 +65,4 @@ def summary_line(summary: dict[str, Any]) -> str:
 def progress_bar(done: int, total: int, width: int = 30) -> str:
     frac = done / total if total else 0.0
     fill = int(frac * width)
-    return f"[{'#' * fill}{'.' * (width - fill)}] {done}/{total} files"
+    return f"[{'#' * fill}{'.' * (width - fill)}] {done}/{count(total, 'file')}"
