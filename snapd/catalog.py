@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -149,47 +149,31 @@ class _Cursor(sqlite3.Cursor):
         assert isinstance(conn, _Connection)
         return store_error(exc, conn.path)
 
-    def execute(self, sql: str, parameters: Any = (), /) -> _Cursor:
+    def _guard(self, call: Callable[..., Any], *args: Any) -> Any:
         try:
-            super().execute(sql, parameters)
+            return call(*args)
         except sqlite3.Error as exc:
             if not disk_error(exc):
                 raise
             raise self._fail(exc) from exc
+
+    def execute(self, sql: str, parameters: Any = (), /) -> _Cursor:
+        self._guard(super().execute, sql, parameters)
         return self
 
     def executemany(self, sql: str, seq_of_parameters: Iterable[Any], /) -> _Cursor:
-        try:
-            super().executemany(sql, seq_of_parameters)
-        except sqlite3.Error as exc:
-            if not disk_error(exc):
-                raise
-            raise self._fail(exc) from exc
+        self._guard(super().executemany, sql, seq_of_parameters)
         return self
 
     def __next__(self) -> Any:
-        try:
-            return super().__next__()
-        except sqlite3.Error as exc:
-            if not disk_error(exc):
-                raise
-            raise self._fail(exc) from exc
+        return self._guard(super().__next__)
 
     def fetchone(self) -> Any:
-        try:
-            return super().fetchone()
-        except sqlite3.Error as exc:
-            if not disk_error(exc):
-                raise
-            raise self._fail(exc) from exc
+        return self._guard(super().fetchone)
 
     def fetchall(self) -> list[Any]:
-        try:
-            return super().fetchall()
-        except sqlite3.Error as exc:
-            if not disk_error(exc):
-                raise
-            raise self._fail(exc) from exc
+        rows: list[Any] = self._guard(super().fetchall)
+        return rows
 
 
 class _Connection(sqlite3.Connection):

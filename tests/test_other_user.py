@@ -57,14 +57,20 @@ def state(d: Daemon, ws: Path) -> dict[str, Any]:
     }
 
 
+def watched(d: Daemon, top: Path) -> Path:
+    """A workspace of root's, watched by ``d``, with one file."""
+    ws = top / "ws"
+    (ws / "src").mkdir(parents=True)
+    (ws / "src" / "a.txt").write_text("root's\n")
+    d.ctl("watch", str(ws))
+    return ws
+
+
 def test_another_user_cannot_reach_the_socket_nor_read_the_store(
     root_daemon: tuple[Daemon, Path], nobody: OtherUser
 ) -> None:
     d, top = root_daemon
-    ws = top / "ws"
-    (ws / "src").mkdir(parents=True)
-    (ws / "src" / "secret.txt").write_text("root's\n")
-    d.ctl("watch", str(ws))
+    watched(d, top)
     home = top / "home"
     store = home / "store"
     files = [p for p in store.rglob("*") if p.is_file()]
@@ -86,10 +92,7 @@ def test_another_user_is_refused_and_changes_nothing(
     root_daemon: tuple[Daemon, Path], nobody: OtherUser
 ) -> None:
     d, top = root_daemon
-    ws = top / "ws"
-    (ws / "src").mkdir(parents=True)
-    (ws / "src" / "a.txt").write_text("a\n")
-    d.ctl("watch", str(ws))
+    ws = watched(d, top)
     m = d.ctl_json("mark", "m", "-w", str(ws))["id"]
     (ws / "src" / "a.txt").write_text("changed since m\n")
     d.ctl("mark", "n", "-w", str(ws))

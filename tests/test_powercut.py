@@ -179,31 +179,30 @@ class Run:
             self.in_flight[actor] = None
 
 
+def turn(run: Run, name: str, c: Client, root: Path, rng: random.Random, i: int, large: bool) -> Snap | None:
+    """An actor's turn: edit ``root``, then mark it; what the mark must hold (None: it failed)."""
+    mutate(root, rng, large)
+    files = snapshot(root)
+    r = run.call(name, c, "mark", "mark", label=f"c{run.cycle}-{i}", workspace=os.fsencode(root))
+    if r is None:
+        return None
+    run.ack(str(r["id"]), root, files)
+    return files
+
+
 def actor_marks(run: Run, name: str, root: Path, rng: random.Random, stop: threading.Event) -> None:
     with Client(run.d.endpoint, 15.0) as c:
         for i in range(PER_CYCLE):
-            if stop.is_set():
+            if stop.is_set() or turn(run, name, c, root, rng, i, large=i % 3 == 1) is None:
                 return
-            mutate(root, rng, large=i % 3 == 1)
-            files = snapshot(root)
-            r = run.call(name, c, "mark", "mark", label=f"c{run.cycle}-{i}", workspace=os.fsencode(root))
-            if r is None:
-                return
-            run.ack(str(r["id"]), root, files)
             time.sleep(rng.uniform(0, 0.02))
 
 
 def actor_rollbacks(run: Run, name: str, root: Path, rng: random.Random, stop: threading.Event) -> None:
     with Client(run.d.endpoint, 15.0) as c:
         for i in range(PER_CYCLE // 2):
-            if stop.is_set():
+            if stop.is_set() or (files := turn(run, name, c, root, rng, i, large=i == 1)) is None:
                 return
-            mutate(root, rng, large=i == 1)
-            files = snapshot(root)
-            r = run.call(name, c, "mark", "mark", label=f"c{run.cycle}-{i}", workspace=os.fsencode(root))
-            if r is None:
-                return
-            run.ack(str(r["id"]), root, files)
             mine = [a for a in run.recent(root) if a.files != files]
             if not mine:
                 continue
@@ -223,14 +222,8 @@ def actor_rollbacks(run: Run, name: str, root: Path, rng: random.Random, stop: t
 def actor_gc(run: Run, name: str, root: Path, rng: random.Random, stop: threading.Event) -> None:
     with Client(run.d.endpoint, 60.0) as c:
         for i in range(PER_CYCLE // 2):
-            if stop.is_set():
+            if stop.is_set() or turn(run, name, c, root, rng, i, large=i == 0) is None:
                 return
-            mutate(root, rng, large=i == 0)
-            files = snapshot(root)
-            r = run.call(name, c, "mark", "mark", label=f"c{run.cycle}-{i}", workspace=os.fsencode(root))
-            if r is None:
-                return
-            run.ack(str(r["id"]), root, files)
             if run.call(name, c, "gc", "gc") is None:
                 return
 
