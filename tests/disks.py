@@ -28,10 +28,16 @@ from e2e_helpers import unavailable
 XFS_IMAGE_BYTES = 400 << 20  # mkfs.xfs wants at least 300 MB
 
 
-def _run(*argv: str | os.PathLike[str], timeout: float = 60.0) -> str:
+def _run(*argv: str | os.PathLike[str], timeout: float = 60.0, setup: bool = False) -> str:
+    """Run a command; its output. A failure fails the test, or with ``setup`` (the machine
+    cannot give the test its file system: no loop device, no right to mount) is
+    :func:`unavailable`."""
     cp = subprocess.run([os.fspath(a) for a in argv], capture_output=True, timeout=timeout)
     if cp.returncode != 0:
-        raise AssertionError(f"{argv}: rc={cp.returncode} {cp.stderr.decode(errors='replace')}")
+        why = f"{' '.join(map(os.fspath, argv))}: rc={cp.returncode} {cp.stderr.decode(errors='replace')}"
+        if setup:
+            unavailable(why)
+        raise AssertionError(why)
     return cp.stdout.decode().strip()
 
 
@@ -78,12 +84,9 @@ class XfsDisk:
         self.mount.mkdir()
         with open(self.image, "wb") as f:
             f.truncate(XFS_IMAGE_BYTES)
-        try:
-            self.loop = _run("losetup", "-f", "--show", self.image)
-        except AssertionError as exc:
-            unavailable(f"cannot attach a loop device: {exc}")
+        self.loop = _run("losetup", "-f", "--show", self.image, setup=True)
         _run("mkfs.xfs", "-q", self.loop)
-        _run("mount", self.loop, self.mount)
+        _run("mount", self.loop, self.mount, setup=True)
 
     def cut(self) -> None:
         """The power cut: the file system stops, and its unwritten log is lost."""
@@ -119,7 +122,7 @@ def tmpfs(mount: Path, size: int) -> Iterator[Path]:
     """A tmpfs of ``size`` bytes mounted at ``mount`` (created), unmounted afterwards."""
     need_mounts()
     mount.mkdir(parents=True)
-    _run("mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", mount)
+    _run("mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", mount, setup=True)
     try:
         yield mount
     finally:
