@@ -19,6 +19,7 @@ run: install
 lint: install lint-unit
 	$(BIN)/ruff check snapd tests bench
 	$(BIN)/mypy snapd
+	$(BIN)/lint-imports
 
 test: install
 	$(BIN)/python -m pytest -q

@@ -269,7 +269,7 @@ def cli_floor(runs: int) -> dict[str, Any]:
 
 
 def bench_size(size: str, args: argparse.Namespace, out: Out) -> dict[str, Any]:
-    from snapd.client import Client
+    from snapd.ipc.client import Client
 
     tree = DATA / f"tree-{size}"
     if not tree.is_dir():
@@ -287,7 +287,7 @@ def bench_size(size: str, args: argparse.Namespace, out: Out) -> dict[str, Any]:
         # Change only files snapd is meant to capture: the workspace lies inside this repo's
         # work tree, whose .gitignore (``*.egg-info/``) snapd applies, and editor backups
         # (``*~``) are never captured. The peer (explicit --work-tree) still snapshots them.
-        from snapd.ignore import IgnoreRules
+        from snapd.capture.ignore import IgnoreRules
 
         rules = IgnoreRules.load(Path(root))
         pool = []

@@ -25,9 +25,9 @@ from peer import DATA, copy_tree  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from snapd.client import Client  # noqa: E402
 from snapd.config import load_config, resolve_endpoint  # noqa: E402
 from snapd.errors import SnapdError  # noqa: E402
+from snapd.ipc.client import Client  # noqa: E402
 
 
 def _start(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:

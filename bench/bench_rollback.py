@@ -100,7 +100,7 @@ def full_diff(ws: Path, tree: Path) -> str | None:
 
 def check_reply(reply: dict[str, Any], picked: list[bytes]) -> str | None:
     """None when snapd's rollback reply is exactly the 10 restores, all applied; else what is off."""
-    from snapd.protocol import decode_path
+    from snapd.ipc.protocol import decode_path
 
     problems = []
     ops = reply.get("plan", {}).get("ops", [])
@@ -119,8 +119,8 @@ def check_reply(reply: dict[str, Any], picked: list[bytes]) -> str | None:
 
 
 def bench_size(size: str, args: argparse.Namespace, out: Out) -> dict[str, Any]:
-    from snapd.client import Client
-    from snapd.ignore import IgnoreRules
+    from snapd.capture.ignore import IgnoreRules
+    from snapd.ipc.client import Client
 
     tree = DATA / f"tree-{size}"
     if not tree.is_dir():

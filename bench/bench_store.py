@@ -42,14 +42,16 @@ from peer import (  # noqa: E402
 
 def load_snapd() -> tuple[Any, Any, Any]:
     """snapd's Store, ingest_tree and capture_paths, or exit with what is missing."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    top = Path(__file__).resolve().parent.parent
+    sys.path[:0] = [str(top), str(top / "tests")]  # ingest_helpers: whole-tree capture without a daemon
     try:
-        from snapd.ingest import capture_paths, ingest_tree
-        from snapd.store import Store
+        from ingest_helpers import capture_paths, ingest_tree
+
+        from snapd.store.store import Store
     except ImportError as e:
         sys.exit(
             f"bench_store: snapd's store API is not there yet ({e}); it needs "
-            "snapd.store.Store and snapd.ingest.ingest_tree/capture_paths"
+            "snapd.store.store.Store and tests/ingest_helpers.py"
         )
     return Store, ingest_tree, capture_paths
 

@@ -13,7 +13,7 @@ DAEMON_COMMANDS = {"start", "install-service"}
 def main() -> int:
     argv = sys.argv[1:]
     if argv and argv[0] in DAEMON_COMMANDS:
-        from snapd.daemon import main as daemon_main
+        from snapd.daemon.main import main as daemon_main
 
         return daemon_main(argv)
     from snapd.cli import main as ctl_main

@@ -6,11 +6,18 @@ cause and caught once: in ``main()`` for the command-line tools, in the request 
 daemon (which turns them into ``{"ok": false, "error": {"code": ..., "message": ...}}``); the
 client raises the same class again from the code in the reply. Anything that is not a
 ``SnapdError`` is a bug and keeps its traceback.
+
+Each class registers itself under its ``code`` when it is defined (``__init_subclass__``), and
+has a one-line docstring saying when it is raised.
 """
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
+
+ALL_ERRORS: dict[str, type[SnapdError]] = {}
+"""Every error class by its wire ``code``: filled as each class is defined, so no class can be
+missing from the table the client rebuilds errors with."""
 
 
 class SnapdError(Exception):
@@ -18,6 +25,13 @@ class SnapdError(Exception):
 
     code: ClassVar[str] = "error"
     exit_code: ClassVar[int] = 1
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.code in ALL_ERRORS:
+            taken = ALL_ERRORS[cls.code].__name__
+            raise TypeError(f"error code {cls.code!r} of {cls.__name__} is taken by {taken}")
+        ALL_ERRORS[cls.code] = cls
 
     def __init__(self, message: str, **details: Any) -> None:
         super().__init__(message)
@@ -31,8 +45,20 @@ class SnapdError(Exception):
         return out
 
 
+ALL_ERRORS[SnapdError.code] = SnapdError
+
+
 class UsageError(SnapdError):
+    """A command line or argument that cannot be used as given."""
+
     code = "usage"
+    exit_code = 2
+
+
+class ConfigError(SnapdError):
+    """A config file, ``SNAPD_*`` variable or flag that cannot be used as given."""
+
+    code = "config"
     exit_code = 2
 
 
@@ -44,67 +70,102 @@ class BadRequest(SnapdError):
 
 
 class ProtocolMismatch(SnapdError):
+    """Client and daemon speak different protocol versions."""
+
     code = "protocol_mismatch"
     exit_code = 3
 
 
 class DaemonUnavailable(SnapdError):
+    """No daemon answers at the endpoint."""
+
     code = "daemon_unavailable"
     exit_code = 3
 
 
 class AlreadyRunning(SnapdError):
+    """Another daemon of this user already holds the instance lock."""
+
     code = "already_running"
     exit_code = 4
 
 
 class PermissionRefused(SnapdError):
+    """A peer, file or directory that is not the user's own."""
+
     code = "permission"
     exit_code = 5
 
 
 class NotFound(SnapdError):
+    """No such workspace, mark or path."""
+
     code = "not_found"
     exit_code = 6
 
 
 class Ambiguous(SnapdError):
+    """A mark reference that names more than one mark."""
+
     code = "ambiguous"
     exit_code = 6
 
 
 class WorkspaceRefused(SnapdError):
+    """A root that cannot be watched (a home, a VCS directory, a pseudo file system...)."""
+
     code = "workspace_refused"
     exit_code = 7
 
 
 class StoreError(SnapdError):
+    """The store cannot do what was asked (I/O failure, bad state)."""
+
     code = "store"
     exit_code = 8
 
 
 class StoreFormatError(StoreError):
+    """A store written by a snapd this one cannot read."""
+
     code = "store_format"
 
 
 class CorruptObject(StoreError):
+    """An object whose bytes no longer match its key."""
+
     code = "corrupt_object"
 
 
 class MissingObject(StoreError):
+    """An object a mark needs is not in the store."""
+
     code = "missing_object"
 
 
 class DiskFull(StoreError):
+    """No space left where the store or a workspace is written."""
+
     code = "disk_full"
 
 
 class Timeout(SnapdError):
+    """The daemon did not answer in time."""
+
     code = "timeout"
     exit_code = 9
 
 
+class Busy(SnapdError):
+    """The daemon has too many requests in flight; retrying later is safe."""
+
+    code = "busy"
+    exit_code = 9
+
+
 class Conflict(SnapdError):
+    """Paths a rollback left alone because they changed under it."""
+
     code = "conflict"
     exit_code = 10
 
@@ -115,16 +176,11 @@ class PlanChanged(Conflict):
     code = "plan_changed"
 
 
-ALL_ERRORS: dict[str, type[SnapdError]] = {}
+class InternalError(SnapdError):
+    """A bug in the daemon: the reply says so and the traceback is in the daemon's log."""
 
-
-def _register(cls: type[SnapdError]) -> None:
-    ALL_ERRORS.setdefault(cls.code, cls)
-    for sub in cls.__subclasses__():
-        _register(sub)
-
-
-_register(SnapdError)
+    code = "internal"
+    exit_code = 70
 
 
 def from_wire(error: dict[str, Any]) -> SnapdError:
@@ -133,32 +189,3 @@ def from_wire(error: dict[str, Any]) -> SnapdError:
     details = error.get("details") or {}
     exc = cls(str(error.get("message", "unknown error")), **(details if isinstance(details, dict) else {}))
     return exc
-
-
-# Added with the config/protocol/server layer. Registered explicitly because the
-# ``_register(SnapdError)`` walk above ran before these classes existed.
-
-
-class ConfigError(SnapdError):
-    """A config file, ``SNAPD_*`` variable or flag that cannot be used as given."""
-
-    code = "config"
-    exit_code = 2
-
-
-class Busy(SnapdError):
-    """The daemon has too many requests in flight; retrying later is safe."""
-
-    code = "busy"
-    exit_code = 9
-
-
-class InternalError(SnapdError):
-    """A bug in the daemon: the reply says so and the traceback is in the daemon's log."""
-
-    code = "internal"
-    exit_code = 70
-
-
-for _cls in (ConfigError, Busy, InternalError):
-    _register(_cls)

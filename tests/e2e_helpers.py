@@ -38,8 +38,8 @@ import pytest
 import zmq
 
 import snapd
-from snapd.client import Client
 from snapd.config import load_config, resolve_endpoint
+from snapd.ipc.client import Client
 
 Arg = str | bytes | os.PathLike[str]
 Requests = Sequence[tuple[str, dict[str, Any]]]  # (op, args) pairs; paths as str
@@ -287,7 +287,7 @@ class OtherUser:
 # frames no client would send; prints what happened to each as JSON.
 ATTEMPTS = r"""
 import json, os, sys, zmq
-from snapd.client import Client
+from snapd.ipc.client import Client
 from snapd.errors import SnapdError
 endpoint, paths, requests = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
 out = {"paths": {}, "requests": [], "raw": []}
@@ -374,7 +374,7 @@ def other_user(uid: int, top: Path) -> OtherUser:
     os.chown(top / "home", uid, uid)
 
     def probe(who: OtherUser) -> subprocess.CompletedProcess[bytes]:
-        code = "import snapd.daemon, snapd.cli, zmq, xxhash, zstandard, watchdog, structlog, pathspec"
+        code = "import snapd.daemon.main, snapd.cli, zmq, xxhash, zstandard, watchdog, structlog, pathspec"
         env = who.env(top / "home" / "snapd")
         return subprocess.run([*who.python, "-c", code], env=env, capture_output=True, cwd="/")
 

@@ -20,14 +20,15 @@ from pathlib import Path
 
 import pytest
 from conftest import FsyncFaults
+from ingest_helpers import ingest_tree
 
-from snapd import safeio
-from snapd.apply import ApplyResult, apply, recover
+from snapd import paths
 from snapd.errors import Conflict
-from snapd.ingest import ingest_tree
-from snapd.objects import xxh3_hex
-from snapd.restore import Plan, plan
-from snapd.store import Store
+from snapd.rollback.apply import ApplyResult, apply, recover
+from snapd.rollback.plan import Plan, plan
+from snapd.store import safeio
+from snapd.store.objects import xxh3_hex
+from snapd.store.store import Store
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -124,7 +125,7 @@ class Case:
 
 
 def no_temps(ws: Path) -> bool:
-    return not any(safeio.is_temp_name(n) for _, ds, fs in os.walk(ws) for n in ds + fs)
+    return not any(paths.is_snapd_name(n) for _, ds, fs in os.walk(ws) for n in ds + fs)
 
 
 def test_apply_restores_every_kind_of_change(tmp_path: Path) -> None:
@@ -404,7 +405,7 @@ def test_a_temp_whose_fsync_fails_is_never_renamed_into_place(
     is dropped and its path left as it was (a conflict), never published as if it worked."""
     case = Case(tmp_path, current_tree, target_tree)
     ws, journal = case.fresh()
-    fsync_faults.fail_when = lambda p: safeio.is_temp_name(os.path.basename(p)) and p.startswith(str(ws))
+    fsync_faults.fail_when = lambda p: paths.is_snapd_name(os.path.basename(p)) and p.startswith(str(ws))
     result = case.apply(ws, journal)
     assert len(fsync_faults.failed) == 1, fsync_faults.failed
     (bad, why), *_ = result.conflicts

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 from e2e_helpers import Daemon, OtherUser, describe, git, start_daemon, unavailable, wait_for
 
+from snapd.capture.roots import fs_type
 from snapd.errors import NotFound
-from snapd.roots import fs_type
-from snapd.store import Store
+from snapd.store.store import Store
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -138,7 +138,7 @@ def test_broken_config_file_warns_but_keeps_clients_connected(daemon: Daemon, ws
     (daemon.snapd_home / "config.toml").write_text("this is not toml [\n")
     assert daemon.ctl_json("status")["pid"] == daemon.pid
     # `snapd stop` reaches it too; `snapd start` (which would use the settings) refuses the file
-    stop = [sys.executable, "-c", "import sys; from snapd.daemon import main; sys.exit(main(['stop']))"]
+    stop = [sys.executable, "-c", "import sys; from snapd.daemon.main import main; sys.exit(main(['stop']))"]
     cp = subprocess.run(stop, env=daemon.env, capture_output=True, timeout=30, cwd="/")
     assert cp.returncode == 0, describe(cp)
     assert daemon.wait_exit(15) == 0

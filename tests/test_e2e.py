@@ -1,5 +1,5 @@
 """End-to-end: a real ``snapd start`` process, driven by the real ``snapctl`` and by
-:class:`snapd.client.Client` over the real socket.
+:class:`snapd.ipc.client.Client` over the real socket.
 
 Each test gets its own ``SNAPD_HOME`` (``tmp_path/"snapd-home"``) and ``HOME`` (``tmp_path/"home"``,
 from conftest), so nothing touches the developer's files. The ``daemon`` fixture starts the
@@ -39,8 +39,8 @@ from e2e_helpers import (
     start_daemon,
 )
 
-from snapd.client import Client
 from snapd.errors import NotFound
+from snapd.ipc.client import Client
 
 # -- fixtures -------------------------------------------------------------------------------------
 
@@ -509,9 +509,9 @@ def test_ambiguous_mark_prefix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         d.ctl("watch", root)
     finally:
         assert d.stop() == 0
-    from snapd import batch as batch_mod
-    from snapd import store as store_mod
     from snapd.config import load_config
+    from snapd.store import batch as batch_mod
+    from snapd.store import store as store_mod
 
     ids = iter(["7abcd00001", "7abcd00002"])
     monkeypatch.setattr(batch_mod, "new_mark_id", lambda: next(ids))

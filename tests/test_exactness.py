@@ -169,9 +169,28 @@ def test_ignored_data_where_the_mark_has_something_else_is_kept_and_named(daemon
     code, r = rollback(daemon, ws, "--to", m)
     assert code == 10, r
     kept = {k["path"]: k["reason"] for k in r["kept"]}
-    assert "ignored now and at the mark" in kept.get("build", ""), r
+    assert "build/out.o, ignored at the mark" in kept.get("build", ""), r
     assert (ws / "build" / "out.o").read_text() == "ignored output\n"
     assert r["conflicts"] == [], r
+
+
+def test_undo_to_a_mark_that_holds_a_path_its_own_rules_ignore(daemon: Daemon, ws: Path) -> None:
+    """A pre-rollback mark may hold a path its own rules ignore (held because the rollback's
+    target captured it). Undoing to that mark must treat the path like any other it holds."""
+    write(ws / ".gitignore", "*.log\nbuild/\n")
+    base = mark(daemon, ws, "base")
+    write(ws / ".gitignore", "*.log\nx\n")
+    code, r = rollback(daemon, ws, "--to", base)
+    assert code == 0, r
+    (ws / "build").mkdir()
+    os.symlink("a", ws / "build" / "x")
+    code, r = undo(daemon, ws)  # back to "*.log x": build/ is held, build/x (ignored by x) left
+    assert code == 0, r
+    write(ws / ".gitignore", "*.log\nbuild/\n")
+    code, r = undo(daemon, ws)  # to the state before the first undo, which held build/
+    assert code == 0, r
+    assert (ws / ".gitignore").read_text() == "*.log\nbuild/\n"
+    assert os.readlink(ws / "build" / "x") == "a"
 
 
 # -- what cannot be captured blocks, wherever it is --------------------------------------------------

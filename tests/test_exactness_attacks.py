@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from e2e_helpers import Daemon, OtherUser, base_env, describe, git, start_daemon, wait_for
 
-from snapd.client import Client
 from snapd.errors import SnapdError
+from snapd.ipc.client import Client
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from snapd.ignore import IgnoreRules, RuleInputs, git_head, git_toplevel, git_tracked_files
+from snapd.capture.git import git_head, git_toplevel, git_tracked_files
+from snapd.capture.ignore import IgnoreRules, RuleInputs
 
 pytestmark = pytest.mark.timeout(120)
 

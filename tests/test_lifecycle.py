@@ -24,13 +24,13 @@ from typing import Any
 import pytest
 from e2e_helpers import base_env, run_ctl, start_daemon, unavailable, wait_for
 
-from snapd.retention import Policy
-from snapd.roots import fs_type
-from snapd.service import Service, ServiceConfig
-from snapd.service_unit import REPO_EXEC, render
-from snapd.statcache import RACY_NS, StatCache
-from snapd.store import Store
-from snapd.workspace import Settings
+from snapd.capture.roots import fs_type
+from snapd.capture.statcache import RACY_NS, StatCache
+from snapd.capture.workspace import Settings
+from snapd.daemon.service import Service, ServiceConfig
+from snapd.daemon.service_unit import REPO_EXEC, render
+from snapd.store.retention import Policy
+from snapd.store.store import Store
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 from e2e_helpers import Daemon, OtherUser, snapshot, start_daemon
 
-from snapd.client import Client
 from snapd.errors import PermissionRefused
+from snapd.ipc.client import Client
 
 pytestmark = pytest.mark.timeout(120)
 

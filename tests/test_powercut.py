@@ -41,9 +41,9 @@ import pytest
 from disks import XfsDisk, xfs_disk
 from e2e_helpers import Daemon, Snap, base_env, snap_diff, snapshot, start_daemon, wait_for
 
-from snapd import safeio
-from snapd.client import Client
 from snapd.errors import NotFound, SnapdError, StoreError
+from snapd.ipc.client import Client
+from snapd.store import safeio
 
 pytestmark = [pytest.mark.powercut, pytest.mark.timeout(900)]
 

@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from snapd import protocol
+from snapd import paths
 from snapd.display import shown
 from snapd.errors import BadRequest, NotFound, ProtocolMismatch, from_wire
+from snapd.ipc import protocol
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -144,23 +145,23 @@ def test_encode_json_is_strict_and_compact() -> None:
 
 
 def test_encode_path_prefers_strings() -> None:
-    assert protocol.encode_path(b"src/main.py") == "src/main.py"
-    assert protocol.encode_path(b"caf\xe9") == {"b64": "Y2Fm6Q=="}
+    assert paths.encode_path(b"src/main.py") == "src/main.py"
+    assert paths.encode_path(b"caf\xe9") == {"b64": "Y2Fm6Q=="}
 
 
 def test_decode_path_rejects_lone_surrogates_and_other_shapes() -> None:
     with pytest.raises(BadRequest, match="lone surrogate"):
-        protocol.decode_path("a\udcff")
+        paths.decode_path("a\udcff")
     bad: Any
     for bad in (None, 3, [], {"b64": 3}, {"b64": "", "x": 1}, {"hex": "00"}):
         with pytest.raises(BadRequest):
-            protocol.decode_path(bad)
+            paths.decode_path(bad)
 
 
 @given(st.binary(min_size=1).filter(lambda b: b"\0" not in b))
 def test_path_encoding_round_trips(path: bytes) -> None:
-    wire = json.loads(json.dumps(protocol.encode_path(path)))
-    assert protocol.decode_path(wire) == path
+    wire = json.loads(json.dumps(paths.encode_path(path)))
+    assert paths.decode_path(wire) == path
 
 
 def test_display_path_escapes_undecodable_and_control_bytes() -> None:
@@ -187,3 +188,24 @@ def test_error_replies_can_always_be_encoded() -> None:
     reply = json.loads(protocol.encode_error_reply("a", info.value))
     assert reply["id"] == "a" and reply["error"]["code"] == "bad_request"
     assert "\\udcff" in reply["error"]["details"]["op"]
+
+
+def test_every_error_class_registers_itself_and_is_in_the_documented_table() -> None:
+    """Errors register themselves when defined; docs/protocol.md's table names exactly those
+    codes, each with its class's exit code."""
+    import re
+    from pathlib import Path
+
+    from snapd import errors
+
+    classes = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, errors.SnapdError)]
+    assert {c.code: c for c in classes} == errors.ALL_ERRORS
+    assert all(c.__doc__ and "\n" not in c.__doc__.strip() for c in classes)
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "protocol.md").read_text()
+    table = doc.split("## Errors", 1)[1].split("\n\n", 2)[1]
+    documented: dict[str, int] = {}
+    for row in table.splitlines()[2:]:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        for code in re.findall(r"`([a-z_]+)`", cells[0]):
+            documented[code] = int(cells[-1])
+    assert documented == {code: cls.exit_code for code, cls in errors.ALL_ERRORS.items()}

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from e2e_helpers import start_daemon
 
-from snapd import retention, trees
 from snapd.errors import UsageError
-from snapd.refs import parse_ref
-from snapd.store import Store
-from snapd.verify import verify
+from snapd.store import retention, trees
+from snapd.store.refs import parse_ref
+from snapd.store.store import Store
+from snapd.store.verify import verify
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -122,8 +122,8 @@ def test_forget_while_the_baseline_runs_is_refused_clearly(tmp_path: Path) -> No
 
     from e2e_helpers import wait_for
 
-    from snapd.client import Client
     from snapd.errors import Busy
+    from snapd.ipc.client import Client
 
     root = tmp_path / "ws"
     for i in range(40):
@@ -160,8 +160,8 @@ def test_an_overflow_reported_during_a_flush_still_gets_its_full_scan(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Found by CI under load: a subtree scan merged in a later overflow flag and dropped it."""
-    from snapd.watcher import OVERFLOW, WatchEvent
-    from snapd.workspace import Settings, Workspace
+    from snapd.capture.watcher import OVERFLOW, WatchEvent
+    from snapd.capture.workspace import Settings, Workspace
 
     root = tmp_path / "ws"
     for d in ("a", "b"):

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from snapd import trees
 from snapd.errors import NotFound, UsageError
-from snapd.objects import xxh3_hex
-from snapd.restore import MKDIR_MODE, Op, Plan, plan
-from snapd.trees import Dir, Entry
+from snapd.rollback.plan import MKDIR_MODE, Op, Plan, plan
+from snapd.store import trees
+from snapd.store.objects import xxh3_hex
+from snapd.store.trees import Dir, Entry
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -1,7 +1,7 @@
 """End-to-end tests of rollback, undo and diff (DESIGN.md semantics 4; issue 5's Tests section).
 
 A real ``snapd start`` process, the real socket, real files: the CLI (``python -m snapd``) for
-what users type, :class:`snapd.client.Client` over the same socket where a test needs speed or
+what users type, :class:`snapd.ipc.client.Client` over the same socket where a test needs speed or
 the raw reply (stale plan tokens, concurrent requests).
 
 What is proved here, and how:
@@ -56,8 +56,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from snapd.client import Client
 from snapd.errors import PlanChanged
+from snapd.ipc.client import Client
 
 # -- helpers --------------------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ import pytest
 import zmq
 from e2e_helpers import OtherUser
 
-from snapd.client import Client, probe_listener
+from snapd.daemon.lock import acquire_instance_lock
 from snapd.errors import (
     AlreadyRunning,
     DaemonUnavailable,
@@ -25,11 +25,10 @@ from snapd.errors import (
     PermissionRefused,
     Timeout,
 )
-from snapd.protocol import Request
-from snapd.server import (
+from snapd.ipc.client import Client, probe_listener
+from snapd.ipc.protocol import PeerInfo, Request
+from snapd.ipc.server import (
     ControlServer,
-    PeerInfo,
-    acquire_instance_lock,
     check_peer,
     peer_from_address,
 )

@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 from conftest import FsyncFaults
+from ingest_helpers import capture_paths, ingest_tree
 
-from snapd import objects, refs, retention, safeio, trees
-from snapd.batch import LARGE_OBJECT
+from snapd import paths
 from snapd.errors import Ambiguous, CorruptObject, NotFound, StoreError, StoreFormatError, UsageError
-from snapd.ingest import capture_paths, ingest_tree
-from snapd.store import Store
-from snapd.verify import verify
+from snapd.store import objects, refs, retention, safeio, trees
+from snapd.store.batch import LARGE_OBJECT
+from snapd.store.store import Store
+from snapd.store.verify import verify
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -293,7 +294,7 @@ def test_write_atomic_publishes_nothing_when_its_fsync_fails(
     (tmp_path / "d").mkdir()
     target = tmp_path / "d" / "obj"
     target.write_bytes(b"old")
-    fsync_faults.fail_when = lambda path: os.path.basename(path).startswith(safeio.TEMP_PREFIX)
+    fsync_faults.fail_when = lambda path: os.path.basename(path).startswith(paths.SNAPD_PREFIX)
     with pytest.raises(StoreError, match="Input/output error"):
         safeio.write_atomic(target, b"new")
     assert target.read_bytes() == b"old" and os.listdir(target.parent) == ["obj"]
@@ -318,7 +319,7 @@ def test_a_batch_whose_directory_fsync_fails_commits_nothing_and_a_retry_writes_
                     b.commit()
         if attempt == "first":  # leaving the with block did not commit it again
             assert store.marks(ws) == []
-        written = [p for p in fsync_faults.synced if safeio.TEMP_PREFIX in p and p.startswith(shards)]
+        written = [p for p in fsync_faults.synced if paths.SNAPD_PREFIX in p and p.startswith(shards)]
         assert written, f"{attempt}: the object file was not written and fsynced: {fsync_faults.synced}"
     assert [m.label for m in store.marks(ws)] == ["second"]
     assert store.get(key) == data and verify(store).ok

@@ -14,12 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from ingest_helpers import capture_paths, ingest_tree
 
-from snapd import retention, safeio, trees
-from snapd.batch import LARGE_OBJECT
-from snapd.ingest import capture_paths, ingest_tree
-from snapd.store import Store
-from snapd.verify import verify
+from snapd.store import retention, safeio, trees
+from snapd.store.batch import LARGE_OBJECT
+from snapd.store.store import Store
+from snapd.store.verify import verify
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -12,9 +12,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, precondition, rule
 
-from snapd import retention, trees
-from snapd.store import Store
-from snapd.verify import verify
+from snapd.store import retention, trees
+from snapd.store.store import Store
+from snapd.store.verify import verify
 
 PATHS = [b"a", b"b", b"d/x", b"d/y", b"d/e/z", b"\xff\xfe"]
 CONTENTS = st.one_of(st.binary(max_size=40), st.sampled_from([b"same", b"same", b"x" * 500]))

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from snapd import trees
-from snapd.objects import xxh3_hex
-from snapd.trees import Dir, Entry
+from snapd.store import trees
+from snapd.store.objects import xxh3_hex
+from snapd.store.trees import Dir, Entry
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from e2e_helpers import wait_for
 
-from snapd.watcher import Watcher, WatchEvent, is_cookie_name, remove_stale_cookies
+from snapd.capture.watcher import Watcher, WatchEvent, remove_stale_cookies
+from snapd.paths import is_cookie_name
 
 pytestmark = pytest.mark.timeout(60)
 

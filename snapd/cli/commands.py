@@ -19,10 +19,10 @@ from typing import Any
 
 from snapd.cli.output import emit, path_text, print_json, progress_bar, size, summary_line, when
 from snapd.cli.prompt import confirm
-from snapd.client import Client
 from snapd.config import load_config
 from snapd.display import count
 from snapd.errors import Conflict, PlanChanged, UsageError
+from snapd.ipc.client import Client
 
 Env = dict[str, str]
 

@@ -1,8 +1,8 @@
-"""What is captured under a workspace root (DESIGN.md, semantics 2).
+"""What is captured under a workspace root: every path not ignored, and nothing left out silently.
 
 Pure decisions over relative POSIX paths given as ``bytes`` (``b"a/b/c"``; names need not be
-UTF-8). The only I/O is reading rule files (lazily, per directory) and running read-only git
-commands; nothing here starts threads or writes anything, least of all inside ``.git``.
+UTF-8). The only I/O is reading rule files (lazily, per directory; git facts come from
+:mod:`snapd.capture.git`); nothing here starts threads or writes anything, least of all inside ``.git``.
 
 Precedence, highest first (the first source with a matching pattern decides):
 
@@ -33,8 +33,6 @@ import base64
 import json
 import os
 import re
-import stat
-import subprocess
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,13 +40,15 @@ from typing import Final, Literal
 
 from pathspec import GitIgnoreSpec
 
+from snapd.capture.git import find_repo, read_regular
+from snapd.paths import is_snapd_name
+
 Reason = Literal["vcs", "snapd", "editor", "snapdignore", "config", "gitignore", "exclude"]
 
 VCS_NAMES: Final = frozenset({b".git", b".hg", b".jj", b".svn"})
 RULE_FILE_NAME: Final = b".gitignore"
 SNAPDIGNORE: Final = b".snapdignore"
 INFO_EXCLUDE: Final = b".git/info/exclude"
-_SNAPD_PREFIX: Final = b".snapd-"
 
 # Matched against the base name of files (not directories).
 EDITOR_PATTERNS: Final = (
@@ -66,22 +66,7 @@ EDITOR_PATTERNS: Final = (
     ".~lock.*#",  # LibreOffice lock
 )
 
-_GIT_TIMEOUT: Final = 30.0
-_MAX_RULE_FILE: Final = 1 << 20
 _BOM: Final = b"\xef\xbb\xbf"
-# Set by git hooks and aliases; inherited, they would point our git at another repository.
-_GIT_LOCATION_VARS: Final = frozenset(
-    {
-        "GIT_DIR",
-        "GIT_WORK_TREE",
-        "GIT_INDEX_FILE",
-        "GIT_COMMON_DIR",
-        "GIT_OBJECT_DIRECTORY",
-        "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-        "GIT_NAMESPACE",
-        "GIT_PREFIX",
-    }
-)
 
 _Loader = Callable[[bytes], "bytes | None"]
 
@@ -186,11 +171,6 @@ _EDITOR_RE: Final = re.compile(
 )
 
 
-def is_cookie_name(name: bytes) -> bool:
-    """snapd's own cookie/temp shape ``.snapd-*~`` (never captured, never reported)."""
-    return name.startswith(_SNAPD_PREFIX) and name.endswith(b"~")
-
-
 # --- the rules object ------------------------------------------------------------------------
 
 
@@ -204,7 +184,7 @@ class RuleInputs:
 
     A mark records these (as one content-addressed object), so a rollback can judge every
     path under the rules the mark was captured with: the ``.gitignore`` and ``.snapdignore``
-    files come from the mark's own tree, the rest from here (DESIGN.md semantics 4).
+    files come from the mark's own tree, the rest from here.
     """
 
     extra: tuple[str, ...] = ()
@@ -320,18 +300,18 @@ class IgnoreRules:
         if files is not None:
             prefix, exclude_path, outer_paths = files
             for d, path in outer_paths:
-                data = _read_rule_file(path)
+                data = read_regular(path)
                 if data:
                     outer.append((d, data))
-            exclude = _read_rule_file(exclude_path) or b""
+            exclude = read_regular(exclude_path) or b""
 
         def gitignore(rel_dir: bytes) -> bytes | None:
             base = os.path.join(root_b, rel_dir) if rel_dir else root_b
-            return _read_rule_file(os.path.join(base, RULE_FILE_NAME))
+            return read_regular(os.path.join(base, RULE_FILE_NAME))
 
         return cls(
             gitignore=gitignore,
-            snapdignore=_read_rule_file(os.path.join(root_b, SNAPDIGNORE)) or b"",
+            snapdignore=read_regular(os.path.join(root_b, SNAPDIGNORE)) or b"",
             extra_patterns=extra_patterns,
             info_exclude=exclude,
             tracked=tracked or frozenset(),
@@ -372,7 +352,7 @@ class IgnoreRules:
         if any(p in VCS_NAMES for p in parts):
             return "vcs"
         name = parts[-1]
-        if is_cookie_name(name):
+        if is_snapd_name(name):
             return "snapd"
         if rel in self.tracked:
             return None
@@ -396,7 +376,7 @@ class IgnoreRules:
             return False
         if rel_dir in self._tracked_dirs:
             return True
-        return self._dir_reason(rel_dir) is None and not is_cookie_name(rel_dir.rpartition(b"/")[2])
+        return self._dir_reason(rel_dir) is None and not is_snapd_name(rel_dir.rpartition(b"/")[2])
 
     def is_rule_file(self, rel: bytes) -> bool:
         """Whether a change to ``rel`` changes these rules (then build a new object)."""
@@ -459,24 +439,7 @@ class IgnoreRules:
         return chain
 
 
-# --- reading from disk, read-only git --------------------------------------------------------
-
-
-def _read_rule_file(path: bytes) -> bytes | None:
-    """Contents of a rule file; None if absent, unreadable, or a symlink (git >= 2.32 does
-    not follow symlinked .gitignore files either)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        return os.read(fd, _MAX_RULE_FILE)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+# --- rule files outside the tree --------------------------------------------------------
 
 
 def _outside_files(root: bytes) -> tuple[bytes, bytes, list[tuple[bytes, bytes]]] | None:
@@ -484,10 +447,10 @@ def _outside_files(root: bytes) -> tuple[bytes, bytes, list[tuple[bytes, bytes]]
     work tree's top, the common git dir's info/exclude, and (dir relative to the top, path)
     of each .gitignore from the top down to the root's parent, present or not); None
     outside a repository."""
-    repo = _find_repo(root)
+    repo = find_repo(root)
     if repo is None:
         return None
-    top, common = repo
+    top, common = repo.top, repo.common
     prefix = os.path.relpath(root, top) if top != root else b""
     parts = prefix.split(b"/") if prefix else []
     dirs = [b"/".join(parts[:i]) for i in range(len(parts))]
@@ -502,77 +465,3 @@ def outside_rule_files(root: Path) -> list[bytes]:
     if files is None:
         return []
     return [files[1], *(path for _, path in files[2])]
-
-
-def _find_repo(root: bytes) -> tuple[bytes, bytes] | None:
-    """(work tree top, common git dir) of the repository enclosing ``root``, found by looking
-    for ``.git`` upwards (a directory, or a file ``gitdir: ...`` as in worktrees and
-    submodules); None outside a repository."""
-    current = os.path.abspath(root)
-    while True:
-        dotgit = os.path.join(current, b".git")
-        gitdir: bytes | None = None
-        if os.path.isdir(dotgit) and not os.path.islink(dotgit):
-            gitdir = dotgit
-        elif os.path.isfile(dotgit):
-            data = _read_rule_file(dotgit) or b""
-            if data.startswith(b"gitdir:"):
-                target = data[len(b"gitdir:") :].strip()
-                gitdir = os.path.normpath(os.path.join(current, target))
-        if gitdir is not None:
-            common = gitdir
-            commondir = _read_rule_file(os.path.join(gitdir, b"commondir"))
-            if commondir:
-                common = os.path.normpath(os.path.join(gitdir, commondir.strip()))
-            return current, common
-        parent = os.path.dirname(current)
-        if parent == current:
-            return None
-        current = parent
-
-
-def _git(root: Path, *args: str, timeout: float) -> bytes | None:
-    """stdout of a read-only git command in ``root``, or None on any failure."""
-    env = {k: v for k, v in os.environ.items() if k not in _GIT_LOCATION_VARS}
-    env["GIT_OPTIONAL_LOCKS"] = "0"  # no opportunistic index refresh (a write)
-    env["GIT_TERMINAL_PROMPT"] = "0"
-    try:
-        done = subprocess.run(
-            ["git", "-C", os.fspath(root), *args],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            env=env,
-            timeout=timeout,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if done.returncode != 0:
-        return None
-    return done.stdout
-
-
-def git_tracked_files(root: Path, timeout: float = _GIT_TIMEOUT) -> frozenset[bytes] | None:
-    """Paths git tracks under ``root``, relative to ``root`` (``git ls-files`` run in a
-    subdirectory lists that subtree relative to it). None when ``root`` is not inside a git
-    work tree, git is missing, or it takes longer than ``timeout``."""
-    out = _git(root, "ls-files", "-z", timeout=timeout)
-    if out is None:
-        return None
-    return frozenset(p for p in out.split(b"\0") if p)
-
-
-def git_head(root: Path, timeout: float = _GIT_TIMEOUT) -> str | None:
-    """The commit HEAD names, or None (not a work tree, unborn branch, no git)."""
-    out = _git(root, "rev-parse", "--verify", "--quiet", "HEAD", timeout=timeout)
-    text = out.decode("ascii", "replace").strip() if out else ""
-    return text or None
-
-
-def git_toplevel(path: Path, timeout: float = _GIT_TIMEOUT) -> Path | None:
-    """Top of the git work tree containing ``path``, or None."""
-    out = _git(path, "rev-parse", "--show-toplevel", timeout=timeout)
-    if not out:
-        return None
-    text = out.rstrip(b"\n")
-    return Path(os.fsdecode(text)) if text else None

@@ -4,7 +4,7 @@ A plan is computed from two trees only — ``current`` (the barrier'd pre-rollba
 what the workspace holds now as far as snapd could capture it) and ``target`` (mark M) — so it
 is pure and can be shown, compared and confirmed before anything is touched. Every
 :class:`Op` carries both the state it produces (``entry``) and the captured state it replaces
-(``expect``, None = the path must be absent): :mod:`snapd.apply` re-checks ``expect`` right
+(``expect``, None = the path must be absent): :mod:`snapd.rollback.apply` re-checks ``expect`` right
 before each change and recognises already-done work by ``entry``.
 
 Invariants:
@@ -31,11 +31,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from snapd import trees
 from snapd.display import shown
 from snapd.errors import NotFound, UsageError
-from snapd.protocol import decode_path, encode_path
-from snapd.trees import Difference, Entry
+from snapd.paths import ancestors, at_or_below, decode_path, encode_path, strictly_below
+from snapd.store import trees
+from snapd.store.trees import Difference, Entry
 
 OpKind = Literal["mkdir", "write", "symlink", "chmod", "remove", "rmdir"]
 MKDIR_MODE = 0o700
@@ -166,15 +166,6 @@ def _by_path(ops: Iterable[Op]) -> dict[bytes, tuple[Op, ...]]:
     return out
 
 
-def _ancestors(path: bytes) -> list[bytes]:
-    parts = path.split(b"/")
-    return [b"/".join(parts[:i]) for i in range(1, len(parts))]
-
-
-def _under(path: bytes, top: bytes) -> bool:
-    return path.startswith(top + b"/")
-
-
 def _create(path: bytes, new: Entry) -> list[Op]:
     if new.kind == "dir":
         ops = [Op("mkdir", path, new, None)]
@@ -250,7 +241,7 @@ def _differences(
     for top in only:
         cur, tgt = at(current, top), at(target, top)
         if tgt is not None:  # its parents must be directories, as they are at M
-            for anc in _ancestors(top):
+            for anc in ancestors(top):
                 ca, ta = at(current, anc), at(target, anc)
                 if ca is None or ca.kind != "dir":
                     found.setdefault(anc, Difference(anc, "added" if ca is None else "type", ca, ta))
@@ -272,7 +263,7 @@ def _normalize_only(only: Sequence[bytes]) -> list[bytes]:
             trees.split_path(p)
         except ValueError:
             raise UsageError(f"{show(p)!r} is not a path inside the workspace") from None
-        if not any(p == q or _under(p, q) for q in tops):
+        if not any(at_or_below(p, q) for q in tops):
             tops.append(p)
     return tops
 
@@ -284,11 +275,11 @@ class _Uncaptured:
         self.reasons = dict(reasons)
         self.below: dict[bytes, list[bytes]] = {}  # directory -> uncaptured paths under it
         for u in sorted(self.reasons, key=_parts):
-            for anc in _ancestors(u):
+            for anc in ancestors(u):
                 self.below.setdefault(anc, []).append(u)
 
     def at_or_above(self, path: bytes) -> bytes | None:
-        for p in [*_ancestors(path), path]:
+        for p in [*ancestors(path), path]:
             if p in self.reasons:
                 return p
         return None
@@ -305,15 +296,13 @@ class _Uncaptured:
     def why(self, path: bytes, u: bytes) -> str:
         if u == path:
             return self.reasons[u]
-        if _under(u, path):
+        if strictly_below(u, path):
             return f"holds {show(u)}, not captured: {self.reasons[u]}"
         return f"inside {show(u)}, not captured: {self.reasons[u]}"
 
 
 TargetIgnores = Callable[[bytes, bool], "str | None"]
 """(path, is_dir) -> why the mark's own rules ignore it, or None when they capture it."""
-InTheWay = Callable[[bytes], "str | None"]
-"""path -> why something the current tree does not hold (ignored now) stands on disk there."""
 IgnoredBelow = Callable[[bytes], "list[tuple[bytes, str]]"]
 """directory -> the entries on disk directly inside it that the mark's rules ignore and that
 the current tree does not hold (paths, with why)."""
@@ -329,7 +318,6 @@ def plan(
     force: bool = False,
     target_ignores: TargetIgnores | None = None,
     ignored_below: IgnoredBelow | None = None,
-    in_the_way: InTheWay | None = None,
     root_modes: tuple[int | None, int | None] = (None, None),
 ) -> Plan:
     """The operations that make the workspace captured as ``current`` hold ``target``.
@@ -338,8 +326,6 @@ def plan(
     directories they need); ``uncapturable`` maps paths on disk that ``current`` could not
     hold to the reason. ``target_ignores`` and ``ignored_below`` say what the mark's rules
     ignore: such paths are never touched (``left``), nor is a directory that holds one.
-    ``in_the_way`` says why a path the plan would create is occupied on disk by something
-    ``current`` lacks (data ignored now and at the mark): such a path is ``kept``.
     ``root_modes``: the root's mode now and at the mark (None: unknown). Raises NotFound for
     an ``only`` path that exists neither now nor at M.
     """
@@ -362,7 +348,7 @@ def plan(
 
     def inside_unlisted(path: bytes) -> bytes | None:
         """The directory above ``path`` that could not be listed at M, if any."""
-        for anc in _ancestors(path):
+        for anc in ancestors(path):
             if anc not in unlisted:
                 unlisted[anc] = trees.unlisted(trees.lookup(load, target, anc))
             if unlisted[anc]:
@@ -373,12 +359,12 @@ def plan(
         group = _ops_for(d)
         if not group:
             continue
-        if any(_under(d.path, k) for k in left):
+        if any(strictly_below(d.path, k) for k in left):
             continue  # below an ignored directory: ignored too, and never touched
         if d.new is None and (hidden := inside_unlisted(d.path)) is not None:
             left[d.path] = f"inside {show(hidden)}, which could not be listed at the mark"
             continue
-        outer = next((k for k in kept_dirs if _under(d.path, k)), None)
+        outer = next((k for k in kept_dirs if strictly_below(d.path, k)), None)
         if outer is not None:
             kept[d.path] = f"its directory {show(outer)} is kept"
             continue
@@ -386,13 +372,6 @@ def plan(
             why = ignores(d.path, d.old.kind == "dir")
             if why is not None:  # absent at M because its rules ignored it, not because it did not exist
                 left[d.path] = f"ignored at the mark ({why})"
-                continue
-        if d.old is None and in_the_way is not None and unc.at_or_above(d.path) is None:
-            why = in_the_way(d.path)
-            if why is not None:  # M has something where ignored data stands now: never touched
-                kept[d.path] = why
-                if any(op.kind == "mkdir" for op in group):
-                    kept_dirs.append(d.path)
                 continue
         blocker = next((u for u in map(unc.blocker, group) if u is not None), None)
         if blocker is not None and not force:
@@ -412,9 +391,9 @@ def plan(
     for u, why in unc.reasons.items():  # uncaptured paths that did not exist at M (point: delete them)
         if u in forced_removals or u in groups or u in kept or u in left:
             continue
-        if tops and not any(u == t or _under(u, t) for t in tops):
+        if tops and not any(at_or_below(u, t) for t in tops):
             continue
-        if any(_under(u, x) for x in (*left, *kept)) or trees.lookup(load, target, u) is not None:
+        if any(strictly_below(u, x) for x in (*left, *kept)) or trees.lookup(load, target, u) is not None:
             continue
         ignored = ignores(u, False)
         hidden = inside_unlisted(u)
@@ -464,7 +443,7 @@ def _keep_what_holds_ignored(
                 for p, why in ignored_below(path):
                     left.setdefault(p, why)
     for holder in sorted(left, key=_parts):
-        for anc in _ancestors(holder):
+        for anc in ancestors(holder):
             entry = groups.get(anc)
             if entry is None or not any(op.kind == "rmdir" for op in entry[1]):
                 continue
@@ -494,7 +473,7 @@ def _open_read_only_dirs(
             continue
         parent = op.path.rpartition(b"/")[0]
         need[parent] = need.get(parent, 0) | _OWNER_WX
-        for anc in [b"", *_ancestors(parent)] if parent else []:
+        for anc in [b"", *ancestors(parent)] if parent else []:
             need[anc] = need.get(anc, 0) | stat.S_IXUSR
     own: dict[bytes, list[Op]] = {}
     removed = {op.path for op in ops if op.kind in ("rmdir", "remove")}

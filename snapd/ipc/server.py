@@ -20,7 +20,6 @@ only see a timeout. The socket's 0700 directory is the first line of defence eit
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import queue
 import stat
@@ -37,10 +36,8 @@ from typing import Any
 import structlog
 import zmq
 
-from snapd import protocol
 from snapd.config import ensure_private_dir, write_endpoint_file
 from snapd.errors import (
-    AlreadyRunning,
     BadRequest,
     Busy,
     DaemonUnavailable,
@@ -48,17 +45,9 @@ from snapd.errors import (
     PermissionRefused,
     SnapdError,
 )
+from snapd.ipc import protocol
 
 log = structlog.get_logger("snapd.server")
-
-
-@dataclass(frozen=True)
-class PeerInfo:
-    """Who sent a request, as the kernel reported it at connect time (None when unknown)."""
-
-    uid: int | None
-    gid: int | None
-    pid: int | None
 
 
 def _peer_address(frame: zmq.Frame) -> str | None:
@@ -69,19 +58,19 @@ def _peer_address(frame: zmq.Frame) -> str | None:
     return value if isinstance(value, str) else None
 
 
-Handler = Callable[[protocol.Request, PeerInfo], dict[str, Any]]
+Handler = Callable[[protocol.Request, protocol.PeerInfo], dict[str, Any]]
 
 
-def peer_from_address(address: str | None) -> PeerInfo:
+def peer_from_address(address: str | None) -> protocol.PeerInfo:
     """Parse libzmq's ``Peer-Address`` property; the credentials are its last three fields."""
     if address:
         parts = address.rsplit(":", 3)
         if len(parts) == 4 and all(p.isdigit() for p in parts[1:]):
-            return PeerInfo(int(parts[1]), int(parts[2]), int(parts[3]))
-    return PeerInfo(None, None, None)
+            return protocol.PeerInfo(int(parts[1]), int(parts[2]), int(parts[3]))
+    return protocol.PeerInfo(None, None, None)
 
 
-def check_peer(peer: PeerInfo, own_uid: int, *, require_credentials: bool) -> None:
+def check_peer(peer: protocol.PeerInfo, own_uid: int, *, require_credentials: bool) -> None:
     """Refuse any uid but ours, root included: a daemon writes files as its own user and must
     not do it on another user's behalf."""
     if peer.uid is None:
@@ -347,7 +336,7 @@ class ControlServer:
 
     # -- worker threads -----------------------------------------------------------------------
 
-    def _run(self, request: protocol.Request, peer: PeerInfo) -> None:
+    def _run(self, request: protocol.Request, peer: protocol.PeerInfo) -> None:
         started = time.monotonic()
         try:
             result = self._handler(request, peer)
@@ -380,38 +369,3 @@ class ControlServer:
     def _wake(self) -> None:
         with contextlib.suppress(BlockingIOError, OSError):
             os.write(self._wake_w, b"x")
-
-
-# -- single instance ------------------------------------------------------------------------
-
-
-class InstanceLock:
-    """An exclusive ``flock`` held for the daemon's lifetime. Needed because binding an ipc://
-    endpoint silently steals it from a daemon already listening there."""
-
-    def __init__(self, fd: int, path: Path) -> None:
-        self.fd, self.path = fd, path
-
-    def release(self) -> None:
-        # The file stays: unlinking a lock file lets two processes lock two different inodes.
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-
-def acquire_instance_lock(state_dir: Path) -> InstanceLock:
-    """Take the per-state-directory lock or raise ``AlreadyRunning`` naming the holder."""
-    ensure_private_dir(state_dir)
-    path = state_dir / "snapd.lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-        os.close(fd)
-        raise AlreadyRunning(
-            f"another snapd (pid {holder}) is already running for {state_dir}; "
-            "stop it with `snapd stop` first", pid=holder) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return InstanceLock(fd, path)

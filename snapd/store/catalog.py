@@ -1,6 +1,7 @@
 """The catalog: SQLite tables for objects, workspaces, marks, versions and evictions.
 
-Durability rules (DESIGN.md semantics 6): WAL mode with ``synchronous=FULL`` so a committed
+Durability rules (docs/storage.md: an acknowledged mark survives a crash): WAL mode with
+``synchronous=FULL`` so a committed
 transaction survives power loss; every write is an explicit ``BEGIN IMMEDIATE`` transaction on
 the single writer connection, serialised by a lock; readers use their own connections and see
 only committed state. Small objects live inline in the ``objects`` table, so their bytes
@@ -27,8 +28,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from snapd import safeio
 from snapd.errors import DiskFull, StoreError, StoreFormatError
+from snapd.store import safeio
 
 FORMAT_VERSION = 2
 # Format 1 lacked the marks' rule inputs and root mode, and the workspace's last rollback: the

@@ -1,6 +1,6 @@
 """Retention: which marks to evict, and the mark-and-sweep GC that reclaims their objects.
 
-Policy (DESIGN.md semantics 5): marks older than the age window, or beyond the per-workspace
+Policy (docs/operations.md, retention): marks older than the age window, or beyond the per-workspace
 count, are evicted oldest first; when the store exceeds its disk budget, further marks are
 evicted oldest first across workspaces until it fits. Never evicted: pinned marks, a
 workspace's newest mark, a ``pre-rollback`` mark younger than the age window. When what must
@@ -20,9 +20,9 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from snapd import safeio, trees
-from snapd.records import Mark
-from snapd.store import Store
+from snapd.store import safeio, trees
+from snapd.store.records import Mark
+from snapd.store.store import Store
 
 DAY_NS = 86_400 * 10**9
 SWEEP_CHUNK = 500
@@ -123,9 +123,7 @@ def live_keys(store: Store, policy: Policy, now: int) -> set[str]:
 
 
 def sweep(store: Store, policy: Policy, now: int, report: GcReport) -> None:
-    with store._gc_lock:
-        store._gc_touched = set()  # from here on, every key a batch holds is spared
-    try:
+    with store.holds.sweeping():  # from here on, every key a batch holds is spared
         live = live_keys(store, policy, now)
         young = now - int(policy.grace_s * 1e9)
         rows = store.catalog.read().execute("SELECT key, stored, external, created FROM objects").fetchall()
@@ -133,9 +131,9 @@ def sweep(store: Store, policy: Policy, now: int, report: GcReport) -> None:
         for i in range(0, len(dead), SWEEP_CHUNK):
             chunk = dead[i : i + SWEEP_CHUNK]
             files = []
-            with store._gc_lock, store.catalog.write() as c:
+            with store.holds.lock, store.catalog.write() as c:
                 for key, stored, external in chunk:
-                    if store._inuse.get(key) or key in store._gc_touched:
+                    if store.holds.spared(key):
                         continue
                     c.execute("DELETE FROM objects WHERE key=?", (key,))
                     report.objects_deleted += 1
@@ -144,9 +142,6 @@ def sweep(store: Store, policy: Policy, now: int, report: GcReport) -> None:
                         files.append(store.object_path(key))
             for p in files:  # after the commit: a crash before this leaves only orphan files
                 safeio.unlink(p)
-    finally:
-        with store._gc_lock:
-            store._gc_touched = None
     remove_orphan_files(store, young)
 
 

@@ -27,14 +27,15 @@ from typing import Any
 
 import structlog
 
-from snapd import apply, ignore, ingest, roots, scan, trees
-from snapd.batch import Batch
+from snapd.capture import git, ignore, ingest, reader, roots, scan
+from snapd.capture.statcache import StatCache
+from snapd.capture.watcher import Watcher, WatchEvent, remove_stale_cookies
 from snapd.display import count, shown
 from snapd.errors import SnapdError, WorkspaceRefused
-from snapd.records import Mark
-from snapd.statcache import StatCache
-from snapd.store import Store
-from snapd.watcher import Watcher, WatchEvent, remove_stale_cookies
+from snapd.store import safeio, trees
+from snapd.store.batch import Batch
+from snapd.store.records import Mark
+from snapd.store.store import Store
 
 log = structlog.get_logger(__name__)
 
@@ -45,7 +46,7 @@ Progress = Callable[[int, int], None]
 
 @dataclass(frozen=True)
 class Settings:
-    size_cap: int = ingest.DEFAULT_SIZE_CAP
+    size_cap: int = reader.DEFAULT_SIZE_CAP
     extra_ignore: tuple[str, ...] = ()
     barrier_timeout_s: float = 5.0
     max_watches: int | None = None  # a watch budget below the kernel's (and the test seam for it)
@@ -70,7 +71,17 @@ class _Dirty:
 
 
 class Workspace:
-    def __init__(self, store: Store, ws_id: int, root: Path, settings: Settings) -> None:
+    def __init__(
+        self,
+        store: Store,
+        ws_id: int,
+        root: Path,
+        settings: Settings,
+        recover: Callable[[Workspace], None] | None = None,
+    ) -> None:
+        """``recover`` runs once at start, watches in place and before the reconcile scan: the
+        daemon passes the rollback layer's crash recovery (capture does not know rollbacks)."""
+        self._recover = recover
         self.store, self.id, self.root, self.settings = store, ws_id, root, settings
         self.rootb = os.fsencode(root)
         self.lock = threading.RLock()  # captures, scans and marks of this workspace
@@ -140,7 +151,8 @@ class Workspace:
         known_dirs = self._stats.directories() if len(self._stats) else None
         self.watcher.start(known_dirs)
 
-        self._recover_rollback()
+        if self._recover is not None:
+            self._recover(self)
 
         def note(done: int, total: int) -> None:
             self.progress = (done, total)
@@ -171,30 +183,6 @@ class Workspace:
         watches = self.watcher.watch_count
         log.info("workspace.started", workspace=str(self.root), files=self._stats.files(), watches=watches)
         return baseline
-
-    def _recover_rollback(self, why: str = "interrupted by a crash") -> None:
-        """Finish a rollback whose journal is still there: one a crash interrupted, or one that
-        stopped part-way (a full disk, an I/O error). Until it is finished, ``status`` and
-        every mark say so."""
-        try:
-            result = apply.recover(self.root, self.journal, self.store.get, self.store.hasher)
-        except SnapdError as exc:
-            self.rollback_stopped(exc, why)
-            return
-        self.unfinished = None
-        if result is None:
-            return
-        note = (
-            f"a rollback {why} was finished: {len(result.applied)} paths "
-            f"restored, {len(result.conflicts)} conflicts, {result.temps_removed} temp files removed"
-        )
-        self.warnings.append(note)
-        self.recovered = {
-            "applied": len(result.applied),
-            "conflicts": [[os.fsdecode(p), why] for p, why in result.conflicts],
-            "temps_removed": result.temps_removed,
-        }
-        log.warning("rollback.recovered", workspace=str(self.root), applied=len(result.applied))
 
     def _watch_shortfall(self) -> None:
         assert self.watcher is not None
@@ -229,7 +217,7 @@ class Workspace:
         """A rollback (or the finishing of one) failed with its journal still there: say so
         in ``status`` and every mark until :meth:`finish_rollback` succeeds."""
         try:
-            left = apply.journal_present(self.journal)
+            left = safeio.exists(self.journal)
         except SnapdError:
             left = True  # the disk cannot tell: assume the worst, and say so
         if left:
@@ -237,11 +225,12 @@ class Workspace:
             log.error("rollback.unfinished", workspace=str(self.root), error=exc.message)
 
     def finish_rollback(self) -> None:
-        """Finish a rollback that stopped part-way, before a request reads or changes the
-        workspace (caller holds :attr:`lock`; a barrier must follow, so the capture sees what
-        this wrote). A failure is kept in :attr:`unfinished`, shown by status and marks."""
-        if apply.journal_present(self.journal):
-            self._recover_rollback("that stopped part-way")
+        """Finish a rollback that stopped part-way (its journal is still there), before a
+        request reads or changes the workspace: the recovery the daemon handed in, as at
+        start-up. The caller holds :attr:`lock`, and a barrier must follow, so the capture sees
+        what this wrote. A failure is kept in :attr:`unfinished`, shown by status and marks."""
+        if self._recover is not None and safeio.exists(self.journal):
+            self._recover(self)
 
     def current_warnings(self) -> list[str]:
         """Everything wrong now, for ``status``: lasting conditions and refused directories."""
@@ -327,22 +316,12 @@ class Workspace:
     # -- capture -----------------------------------------------------------------------------
 
     def _load_git(self) -> None:
-        self.git_top = ignore.git_toplevel(self.root)
-        self._git_index = None
-        if self.git_top is not None:
-            dotgit = self.git_top / ".git"
-            if dotgit.is_dir():
-                self._git_index = dotgit / "index"
-            elif dotgit.is_file():
-                text = dotgit.read_text(errors="replace").strip()
-                if text.startswith("gitdir:"):
-                    gitdir = Path(text[7:].strip())
-                    self._git_index = (
-                        self.git_top / gitdir if not gitdir.is_absolute() else gitdir
-                    ) / "index"
+        self.git_top = git.git_toplevel(self.root)
+        repo = git.find_repo(self.rootb) if self.git_top is not None else None
+        self._git_index = Path(os.fsdecode(repo.gitdir)) / "index" if repo is not None else None
         self._outside_rules = [Path(os.fsdecode(p)) for p in ignore.outside_rule_files(self.root)]
         self._git_index_sig = self._index_sig()
-        tracked = ignore.git_tracked_files(self.root) if self.git_top else None
+        tracked = git.git_tracked_files(self.root) if self.git_top else None
         self.rules = ignore.IgnoreRules.load(self.root, self.settings.extra_ignore, tracked)
 
     def _index_sig(self) -> tuple[int, ...] | None:
@@ -367,7 +346,7 @@ class Workspace:
         if not d.rules and sig == self._git_index_sig:
             return False
         self._git_index_sig = sig
-        tracked = ignore.git_tracked_files(self.root) if self.git_top else None
+        tracked = git.git_tracked_files(self.root) if self.git_top else None
         self.rules = ignore.IgnoreRules.load(self.root, self.settings.extra_ignore, tracked)
         if self.watcher is not None:
             self.watcher.rescan_watches(self.rules.dir_may_contain_captured)
@@ -376,7 +355,7 @@ class Workspace:
     def _ignored(self, rel: bytes, is_dir: bool) -> bool:
         return self.rules.is_ignored(rel, is_dir)
 
-    def _tallying(self, tally: ingest.IgnoredTally) -> ingest.Ignored:
+    def _tallying(self, tally: ingest.IgnoredTally) -> reader.Ignored:
         """An ignore predicate that also counts what it leaves out, by reason (for reports)."""
 
         def ignored(rel: bytes, is_dir: bool) -> bool:
@@ -399,7 +378,7 @@ class Workspace:
         def unreadable(rel: bytes, why: str) -> None:  # recorded as unlisted below, and reported
             unlistable[rel] = why
 
-        walked = ingest.walk(self.rootb, self._tallying(tally), descend=descend, unreadable=unreadable)
+        walked = reader.walk(self.rootb, self._tallying(tally), descend=descend, unreadable=unreadable)
         rels = [rel for rel, _ in walked]
         self.ignored = tally
         done = [0]
@@ -451,7 +430,7 @@ class Workspace:
         self.tree = tree
         return mark
 
-    def _note_read(self, r: ingest.Read) -> None:
+    def _note_read(self, r: reader.Read) -> None:
         """Keep the stat cache and the skipped list in step with what a capture read."""
         if r.kind == "skipped":
             self._skipped[r.rel] = r.reason
@@ -547,7 +526,7 @@ class Workspace:
         event."""
         linked: list[bytes] = []
 
-        def on_read(r: ingest.Read) -> None:
+        def on_read(r: reader.Read) -> None:
             self._note_read(r)
             if r.kind == "file" and r.nlink > 1:
                 linked.append(r.rel)
@@ -625,7 +604,7 @@ class Workspace:
             wanted.update(b"/".join(parts[:i]) for i in range(1, len(parts)))
         skipped: dict[bytes, str] = {}
 
-        def note(r: ingest.Read) -> None:
+        def note(r: reader.Read) -> None:
             if r.kind == "skipped":
                 skipped[r.rel] = r.reason
 
@@ -641,7 +620,7 @@ class Workspace:
 
     def hold(self, tree: str, paths: Sequence[bytes]) -> tuple[str, dict[bytes, str]]:
         """``tree`` plus the state on disk of ``paths``, which today's rules leave out (a
-        rollback holds every path it touches, DESIGN.md 4), and the paths that could not be
+        rollback holds every path it touches), and the paths that could not be
         read. The objects are stored; no mark or head changes."""
         if not paths:
             return tree, {}
@@ -653,7 +632,7 @@ class Workspace:
 
     def _mark_state(self, batch: Batch) -> dict[str, Any]:
         """What a mark records beside its tree: the rule inputs that live outside the tree (one
-        shared object per distinct set) and the root's own mode (DESIGN.md semantics 4)."""
+        shared object per distinct set) and the root's own mode (a rollback restores it)."""
         inputs = self.rules.inputs
         if self._rules_record is None or self._rules_record[0] is not inputs:
             data = inputs.encode()
@@ -669,7 +648,7 @@ class Workspace:
         return self._git_head()
 
     def _git_head(self) -> str | None:
-        return ignore.git_head(self.root) if self.git_top is not None else None
+        return git.git_head(self.root) if self.git_top is not None else None
 
     # -- marks -------------------------------------------------------------------------------
 
@@ -698,7 +677,7 @@ class Workspace:
         changed = []
         for rel in self._stats.loose_links():
             try:
-                sig = ingest.sig_of(os.lstat(self.rootb + b"/" + rel))
+                sig = reader.sig_of(os.lstat(self.rootb + b"/" + rel))
             except OSError:
                 sig = None
             if sig is None or not self._stats.is_clean(rel, sig, now):
@@ -719,11 +698,11 @@ class Workspace:
         return self.tree
 
     def mark(self, label: str, *, locked: bool = False, **meta: Any) -> Mark:
-        """A durable mark holding every change completed before this call (DESIGN.md 3).
+        """A durable mark holding every change completed before this call (the barrier: docs/architecture.md).
 
         ``locked``: the caller already holds :attr:`lock` (a rollback's pre-rollback mark).
         """
-        if not locked and apply.journal_present(self.journal):
+        if not locked and safeio.exists(self.journal):
             with self.lock:
                 self.finish_rollback()
         self._barrier()

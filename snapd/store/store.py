@@ -7,7 +7,7 @@ Layout (see docs/storage.md)::
 
 This module reads (every object verified against its key, tree nodes cached), resolves mark
 references, and keeps small catalog records (workspaces, pins). Writes of objects, versions
-and marks go through :class:`snapd.batch.Batch` (``Store.batch()``), which makes them durable
+and marks go through :class:`snapd.store.batch.Batch` (``Store.batch()``), which makes them durable
 together. The store's GC lock and its table of keys held by batches in flight are what keep
 GC from deleting an object a capture is about to reference.
 """
@@ -17,16 +17,17 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from snapd import objects, safeio, trees
-from snapd.batch import Batch, StatRow
-from snapd.catalog import Catalog
 from snapd.errors import Ambiguous, MissingObject, NotFound
-from snapd.records import MARK_COLUMNS, Mark, Version, Workspace, mark_from_row
-from snapd.refs import FULL_ID, parse_ref
+from snapd.store import objects, safeio, trees
+from snapd.store.batch import Batch, StatRow
+from snapd.store.catalog import Catalog
+from snapd.store.holds import GcHolds
+from snapd.store.records import MARK_COLUMNS, Mark, Version, Workspace, mark_from_row
+from snapd.store.refs import FULL_ID, parse_ref
 
 NODE_CACHE = 4096
 
@@ -40,9 +41,7 @@ class Store:
         self.catalog = Catalog(directory / "catalog.sqlite")
         self._nodes: OrderedDict[str, trees.Node] = OrderedDict()
         self._nodes_lock = threading.Lock()
-        self._gc_lock = threading.Lock()  # object lookups vs. GC deletions
-        self._inuse: Counter[str] = Counter()
-        self._gc_touched: set[str] | None = None  # keys held by batches while a sweep runs
+        self.holds = GcHolds()  # keys write batches rely on, spared by the GC sweep
 
     @classmethod
     def open(cls, directory: Path, hasher: objects.Hasher = objects.xxh3_hex) -> Store:
@@ -99,10 +98,10 @@ class Store:
                 self._nodes.move_to_end(key)
                 return node
         node = trees.decode_node(self.get(key))
-        self._cache_node(key, node)
+        self.cache_node(key, node)
         return node
 
-    def _cache_node(self, key: str, node: trees.Node) -> None:
+    def cache_node(self, key: str, node: trees.Node) -> None:
         with self._nodes_lock:
             self._nodes[key] = node
             while len(self._nodes) > NODE_CACHE:
@@ -228,7 +227,7 @@ class Store:
         return mark_from_row(row) if row else None
 
     def resolve(self, ws: int, ref: str, session: str | None = None) -> Mark:
-        """Find the mark a user means (see :mod:`snapd.refs`) in workspace ``ws``."""
+        """Find the mark a user means (see :mod:`snapd.store.refs`) in workspace ``ws``."""
         r = parse_ref(ref)
         db = self.catalog.read()
         if r.is_id:

@@ -31,8 +31,8 @@ the same directory moved back (the kernel hands back the same watch descriptors)
 watches: a watch belongs to the directory it was placed on, never to a name.
 
 One inotify instance and one reader thread per workspace: the barrier cookie is created in the
-root and comes back through the same queue as every other event of that workspace (DESIGN.md
-semantics 3), and an overflow in one workspace does not force rescans of the others.
+root and comes back through the same queue as every other event of that workspace (so a barrier
+proves every earlier event was read), and an overflow in one workspace does not force rescans of the others.
 
 Callbacks run on the reader thread and must be quick (hand the batch to a queue): while the
 callback runs nothing is read, and the kernel queue can overflow.
@@ -44,7 +44,6 @@ import ctypes
 import errno
 import fcntl
 import os
-import re
 import select
 import struct
 import threading
@@ -64,6 +63,7 @@ from watchdog.observers.inotify_c import (
 )
 
 from snapd.errors import NotFound, WorkspaceRefused
+from snapd.paths import at_or_below, cookie_name, is_cookie_name, join
 
 log = structlog.get_logger(__name__)
 
@@ -97,9 +97,6 @@ _RACES: Final = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP})
 # ... that are the kernel's limits (fs.inotify.max_user_watches, memory), not the directory's.
 LIMITS: Final = frozenset({errno.ENOSPC, errno.ENOMEM})
 
-COOKIE_RE: Final = re.compile(rb"\.snapd-[0-9]+-[0-9]+~")
-
-
 @dataclass(frozen=True, slots=True)
 class WatchEvent:
     """One change below the root, ``path`` relative to it (``b""`` is the root itself).
@@ -124,11 +121,6 @@ OVERFLOW: Final = WatchEvent("overflow", b"", None, True)
 OnEvents = Callable[[list[WatchEvent]], None]
 
 
-def is_cookie_name(name: bytes) -> bool:
-    """The exact shape of barrier cookies: ``.snapd-<pid>-<n>~``."""
-    return COOKIE_RE.fullmatch(name) is not None
-
-
 def remove_stale_cookies(root: Path) -> int:
     """Delete cookies left in ``root`` by a crashed daemon; returns how many."""
     removed = 0
@@ -144,14 +136,6 @@ def remove_stale_cookies(root: Path) -> int:
             except FileNotFoundError:
                 pass
     return removed
-
-
-def _join(parent: bytes, name: bytes) -> bytes:
-    return parent + b"/" + name if parent else name
-
-
-def _under(path: bytes, top: bytes) -> bool:
-    return path == top or path.startswith(top + b"/")
 
 
 class _Pending:
@@ -344,7 +328,7 @@ class Watcher:
         for _ in range(3):
             with self._cookie_lock:
                 self._cookie_n += 1
-                name = b".snapd-%d-%d~" % (self._pid, self._cookie_n)
+                name = cookie_name(self._pid, self._cookie_n)
                 self._cookies[name] = waiter
             path = os.path.join(self._root_b, name)
             try:
@@ -452,7 +436,7 @@ class Watcher:
     def _drop_watches(self, top: bytes) -> None:
         """Remove the watches of ``top`` and everything below it."""
         for wd, path in list(self._wd_path.items()):
-            if not _under(path, top):
+            if not at_or_below(path, top):
                 continue
             del self._wd_path[wd]
             if self._path_wd.get(path) == wd:
@@ -462,13 +446,13 @@ class Watcher:
     def _forget_refused(self, top: bytes) -> None:
         """``top`` was deleted or moved: its refusals went with it (a move's arrival is tried
         again under its new name)."""
-        for rel in [r for r in self._refused if _under(r, top)]:
+        for rel in [r for r in self._refused if at_or_below(r, top)]:
             del self._refused[rel]
 
     def _detach(self, top: bytes, cookie: int) -> None:
         """Take the watches of directory ``top`` (moved away by the rename ``cookie``) off the
         path tables; :meth:`_moved_dir` or :meth:`_release` decides their fate."""
-        for path in [p for p in self._path_wd if _under(p, top)]:
+        for path in [p for p in self._path_wd if at_or_below(p, top)]:
             wd = self._path_wd.pop(path)
             if self._wd_path.get(wd) == path:
                 del self._wd_path[wd]
@@ -503,7 +487,7 @@ class Watcher:
             for name, is_dir in entries:
                 if rel == b"" and is_cookie_name(name):
                     continue
-                child = _join(rel, name)
+                child = join(rel, name)
                 if out is not None:
                     out.append(WatchEvent("created", child, None, is_dir))
                 if is_dir:
@@ -525,7 +509,7 @@ class Watcher:
                 del self._detached[wd]
                 self._path_wd[dest + suffix] = wd
                 self._wd_path[wd] = dest + suffix
-        for path in sorted(p for p in self._path_wd if _under(p, dest)):
+        for path in sorted(p for p in self._path_wd if at_or_below(p, dest)):
             if path in self._path_wd and not self._should_watch(path):
                 self._drop_watches(path)
         self._add_tree(dest, None)
@@ -620,7 +604,7 @@ class Watcher:
             return False  # other directories are reported by their parent's watch
         if wd == self._root_wd and is_cookie_name(name):
             return True
-        rel = _join(parent, name)
+        rel = join(parent, name)
         if mask & _C.IN_MOVED_FROM:
             pending = _Pending(rel, is_dir, cookie)
             self._pending[cookie] = pending

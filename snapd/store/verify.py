@@ -12,9 +12,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from snapd import trees
 from snapd.errors import CorruptObject, MissingObject
-from snapd.store import Store
+from snapd.store import trees
+from snapd.store.store import Store
 
 
 @dataclass

@@ -15,18 +15,30 @@ import dataclasses
 import hashlib
 import json
 import time
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from snapd import objects, safeio, trees
 from snapd.errors import StoreError
-from snapd.records import MARK_COLUMNS, Mark
-from snapd.refs import new_mark_id, validate_label
+from snapd.store import objects, safeio, trees
+from snapd.store.catalog import Catalog
+from snapd.store.holds import GcHolds
+from snapd.store.records import MARK_COLUMNS, Mark
+from snapd.store.refs import new_mark_id, validate_label
 
-if TYPE_CHECKING:
-    from snapd.store import Store
+
+class ObjectStore(Protocol):
+    """What a batch needs of the store it writes to (:class:`snapd.store.store.Store`)."""
+
+    catalog: Catalog
+    hasher: objects.Hasher
+    holds: GcHolds
+
+    def object_path(self, key: str) -> Path: ...
+    def get(self, key: str) -> bytes: ...
+    def has(self, key: str) -> bool: ...
+    def load_node(self, key: str) -> trees.Node: ...
+    def cache_node(self, key: str, node: trees.Node) -> None: ...
 
 LARGE_OBJECT = 1 << 20
 FLUSH_BYTES = 32 << 20  # new content held in memory before it is flushed (bounds RSS)
@@ -42,7 +54,7 @@ def fingerprint(data: bytes) -> bytes:
 class Batch:
     """A group of object and catalog writes that become durable together in ``commit``."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: ObjectStore) -> None:
         self.store = store
         self._pending: dict[str, tuple[int, bytes, bytes, bool]] = {}  # key -> codec, payload, raw, external
         self._pending_bytes = 0
@@ -71,21 +83,15 @@ class Batch:
     def close(self) -> None:
         """Release GC protection (after commit or abort)."""
         if self._held:
-            with self.store._gc_lock:
-                self.store._inuse.subtract(self._held)
-                self.store._inuse += Counter()  # drop zero counts
+            self.store.holds.release(self._held)
             self._held.clear()
         self._done = True
 
     def _hold(self, key: str) -> None:
-        """Protect ``key`` from GC (caller holds the store's GC lock)."""
-        if key not in self._held:
-            self._held.add(key)
-            self.store._inuse[key] += 1
-        if self.store._gc_touched is not None:
-            # A sweep is running on a live set computed before this: it must not delete a
-            # key this batch relies on, even after the batch has committed and let go.
-            self.store._gc_touched.add(key)
+        """Protect ``key`` from GC (caller holds ``store.holds.lock``)."""
+        again = key in self._held
+        self._held.add(key)
+        self.store.holds.hold(key, again=again)
 
     # -- objects -----------------------------------------------------------------------------
 
@@ -98,7 +104,7 @@ class Batch:
         if not wanted:
             return
         marks = ",".join("?" * len(wanted))
-        with self.store._gc_lock:
+        with self.store.holds.lock:
             found = {
                 k
                 for (k,) in self.store.catalog.read().execute(
@@ -141,7 +147,7 @@ class Batch:
                 # Missing at prefetch; if another batch stores it meanwhile, commit compares.
                 self._absent.discard(key)
                 break
-            with self.store._gc_lock:
+            with self.store.holds.lock:
                 exists = key in self._held or self.store.has(key)
                 if exists:
                     self._hold(key)
@@ -164,7 +170,7 @@ class Batch:
             self._pending[key] = (codec, b"", data, True)
         else:
             self._pending[key] = (codec, payload, data, False)
-        with self.store._gc_lock:
+        with self.store.holds.lock:
             self._hold(key)
         self._pending_bytes += len(data)
         if self._pending_bytes >= FLUSH_BYTES:
@@ -260,7 +266,7 @@ class Batch:
             row = present.get(key)
             if row is not None:
                 # Another batch stored this key meanwhile: equal bytes, or a collision raced.
-                if objects.decode(key, *self.store.payload(key), self.store.hasher) != raw:
+                if self.store.get(key) != raw:
                     raise StoreError(f"object key {key} collided with a concurrent write; retry")
                 continue
             size = len(raw)
@@ -355,7 +361,7 @@ class Batch:
                 c.execute("UPDATE workspaces SET head=? WHERE id=?", (tree, ws))
             self._write_stats(c)
         for key, node in self._nodes.items():
-            self.store._cache_node(key, node)
+            self.store.cache_node(key, node)
         self._nodes.clear()
         self._versions.clear()
         self._marks.clear()

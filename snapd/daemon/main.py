@@ -26,15 +26,17 @@ from types import FrameType
 
 import structlog
 
-from snapd import __version__, retention, safeio
+from snapd import __version__
+from snapd.capture.workspace import Settings
 from snapd.config import Config, load_config
+from snapd.daemon.lock import acquire_instance_lock
+from snapd.daemon.logs import configure_logging
+from snapd.daemon.notify import Notifier
+from snapd.daemon.service import Service, ServiceConfig
 from snapd.errors import DaemonUnavailable, SnapdError
-from snapd.logs import configure_logging
-from snapd.notify import Notifier
-from snapd.server import ControlServer, acquire_instance_lock
-from snapd.service import Service, ServiceConfig
-from snapd.store import Store
-from snapd.workspace import Settings
+from snapd.ipc.server import ControlServer
+from snapd.store import retention, safeio
+from snapd.store.store import Store
 
 log = structlog.get_logger("snapd.daemon")
 
@@ -133,7 +135,7 @@ class Daemon:
 
 def start_background(config: Config, argv_extra: list[str]) -> int:
     """Detach a daemon (own session, log in the state directory) and return once it answers."""
-    from snapd.client import Client
+    from snapd.ipc.client import Client
 
     log_file = config.log_file or config.locations.state_dir / BACKGROUND_LOG
     cmd = [sys.executable, "-m", "snapd", "start", "--log-file", str(log_file), *argv_extra]
@@ -235,10 +237,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             _arm_test_crash(env.get("SNAPD_TEST_CRASH_AFTER"))
             return Daemon(config, penv).run()
         if args.command == "install-service":
-            from snapd.service_unit import install_service
+            from snapd.daemon.service_unit import install_service
 
             return install_service(env, start=not args.no_start)
-        from snapd.client import Client
+        from snapd.ipc.client import Client
 
         with Client.from_config(config) as client:
             reply = client.call("stop")

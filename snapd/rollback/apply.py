@@ -1,6 +1,6 @@
 """Applying a rollback plan to a workspace: journaled, re-checked, contained and crash-safe.
 
-Each :class:`~snapd.restore.Op` says what its path must hold now (``expect``) and what it will
+Each :class:`~snapd.rollback.plan.Op` says what its path must hold now (``expect``) and what it will
 hold (``entry``). Invariants:
 
 - **Write-ahead journal**: before the workspace is touched, the journal (root, token, ops, and
@@ -43,12 +43,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from snapd import safeio
 from snapd.errors import Conflict, DiskFull, NotFound, StoreError
-from snapd.objects import parse_key
-from snapd.protocol import decode_path, encode_path
-from snapd.restore import MKDIR_MODE, Op, Plan, show
-from snapd.trees import Entry
+from snapd.paths import ancestors, decode_path, encode_path, is_snapd_name, temp_name
+from snapd.rollback.plan import MKDIR_MODE, Op, Plan, show
+from snapd.store import safeio
+from snapd.store.objects import parse_key
+from snapd.store.trees import Entry
 
 FORMAT = "snapd-apply-1"
 BATCH = 128  # writes per batch: bounds open descriptors (a temp file and its directory each)
@@ -176,7 +176,7 @@ class _Engine:
     @contextmanager
     def at(self, op: Op, follow: Sequence[Op]) -> Iterator[tuple[int, bytes, os.stat_result | None] | None]:
         """(parent fd, name, state) when ``op`` must run now; None when done, blocked or conflicting."""
-        stuck = [a for a in _ancestors(op.path) if a in self.conflicts or a in self.kept]
+        stuck = [a for a in ancestors(op.path) if a in self.conflicts or a in self.kept]
         removal = op.kind in ("remove", "rmdir")
         fd = (
             f"{show(stuck[0])} was left as it is"
@@ -403,11 +403,6 @@ def _dir_chmod(op: Op) -> bool:
     return op.kind == "chmod" and op.entry is not None and op.entry.kind == "dir"
 
 
-def _ancestors(path: bytes) -> list[bytes]:
-    parts = path.split(b"/")
-    return [b"/".join(parts[:i]) for i in range(1, len(parts))]
-
-
 _KINDS = {stat.S_IFDIR: "directory", stat.S_IFLNK: "symlink", stat.S_IFREG: "file"}
 
 
@@ -436,18 +431,6 @@ def _open_root(root: Path) -> int:
         raise StoreError(f"cannot open workspace {root}: {exc.strerror}") from exc
 
 
-def journal_present(journal: Path) -> bool:
-    """Whether a rollback's journal is there (it is not finished); a disk that cannot tell
-    is a :class:`StoreError`."""
-    try:
-        journal.stat()
-    except FileNotFoundError:
-        return False
-    except OSError as exc:
-        raise safeio.os_error(exc, "look for the rollback journal", journal) from exc
-    return True
-
-
 def apply(
     root: Path, plan: Plan, get: Get, hasher: Hasher, journal: Path, *, force: bool = False
 ) -> ApplyResult:
@@ -456,9 +439,9 @@ def apply(
     Raises Conflict when ``journal`` already exists (an interrupted apply must be recovered
     first). On any exception the journal stays, so :func:`recover` finishes the job.
     """
-    if journal_present(journal):
+    if safeio.exists(journal):
         raise Conflict("an interrupted rollback of this workspace must be recovered first")
-    temps = [safeio.temp_name() if op.kind in ("write", "symlink") else None for op in plan.ops]
+    temps = [temp_name() if op.kind in ("write", "symlink") else None for op in plan.ops]
     doc: dict[str, Any] = {
         "format": FORMAT,
         "root": encode_path(os.fsencode(root)),
@@ -498,7 +481,7 @@ def recover(root: Path, journal: Path, get: Get, hasher: Hasher) -> RecoveryResu
             raise ValueError(f"unknown format {doc.get('format')!r}")
         ops = [Op.from_json(o) for o in doc["ops"]]
         temps = [o.get("temp") for o in doc["ops"]]
-        if any(t is not None and not (safeio.is_temp_name(t) and "/" not in t) for t in temps):
+        if any(t is not None and not (is_snapd_name(t) and "/" not in t) for t in temps):
             raise ValueError("a temp file name is not one of snapd's")
         kept = [(decode_path(k["path"]), str(k["reason"])) for k in doc["kept"]]
         left = [(decode_path(k["path"]), str(k["reason"])) for k in doc.get("left", [])]

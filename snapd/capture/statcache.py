@@ -2,7 +2,7 @@
 
 Each captured path (file, symlink, directory) maps to the signature its ``lstat``/``fstat``
 gave when it was read — (st_mode, size, mtime_ns, ctime_ns, inode) — and the time it was
-read. A scan compares the disk with it and re-reads only what differs (DESIGN.md: O(changes)
+read. A scan compares the disk with it and re-reads only what differs (cost: O(changes)
 reconciliation). A file whose mtime is within ``RACY_NS`` of the time it was read is not
 trusted: a second write in the same timestamp tick would leave the signature unchanged (git's
 "racy" rule), so such files are read again by the next scan.
@@ -12,7 +12,8 @@ starts from exactly what was captured. Changes since the last :meth:`take_change
 tracked so each capture batch writes only its own rows.
 
 Hard links: inotify reports only the name a file was written through, yet every name of it
-must be captured (DESIGN.md semantics 4). Files seen with ``st_nlink > 1`` are recorded in
+must be captured (a rollback holds every name it touches). Files seen with ``st_nlink > 1``
+are recorded in
 memory with their (device, inode, nlink) — by every read and every scan, so a restart's
 reconcile scan rebuilds them; :meth:`linked` finds the other captured names of a file (by inode
 number, over an index built only once a workspace has links), and :meth:`loose_links` the names

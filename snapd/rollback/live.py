@@ -1,4 +1,4 @@
-"""Rollback of a live workspace (DESIGN.md semantics 4): plan, confirm, then apply safely.
+"""Rollback of a live workspace (the guarantees: docs/rollback.md): plan, confirm, then apply safely.
 
 ``propose`` captures everything changed so far and returns the plan from that state to mark M
 — nothing is touched. ``execute`` does it for real, holding the workspace's lock so no capture
@@ -11,7 +11,7 @@ interleaves:
    the plan changes nothing (no mark at all), or this repeats the last rollback to the same
    mark with nothing captured since (it shares that rollback's mark, so undo still returns to
    the work the first one replaced);
-3. apply the plan with its write-ahead journal (:mod:`snapd.apply`): every path re-checked
+3. apply the plan with its write-ahead journal (:mod:`snapd.rollback.apply`): every path re-checked
    right before it changes, conflicts left alone and reported, nothing outside the root;
 4. capture the result. The rollback's own writes arrive as ordinary events and are captured
    like any other change — recognised by content, never by silencing paths or time windows —
@@ -36,12 +36,14 @@ from typing import Any
 
 import structlog
 
-from snapd import apply, ignore, ingest, restore, trees
+from snapd.capture import ignore, reader
+from snapd.capture.workspace import Workspace
 from snapd.errors import Conflict, NotFound, PlanChanged, SnapdError
-from snapd.protocol import encode_path
-from snapd.records import Mark
-from snapd.restore import Plan
-from snapd.workspace import Workspace
+from snapd.paths import at_or_below, encode_path
+from snapd.rollback import apply, plan
+from snapd.rollback.plan import Plan
+from snapd.store import trees
+from snapd.store.records import Mark
 
 log = structlog.get_logger(__name__)
 
@@ -79,28 +81,38 @@ def _rule_files_differ(ws: Workspace, current: str, target: str) -> bool:
 
 
 def _left_out(ws: Workspace, current: str, target: Mark, m_rules: ignore.IgnoreRules) -> list[bytes]:
-    """Paths on disk that today's rules leave out of ``current`` but M's rules capture: the plan
-    must see them, and the pre-rollback mark must hold them, before any is written or deleted.
+    """Paths on disk that today's rules leave out of ``current`` but the plan may write or
+    delete: the plan must see them, and the pre-rollback mark must hold them, first.
 
-    Only rule changes make these: nothing when the rules are equal; the paths whose tracked
-    status changed when only git's index did; a walk judged by M's rules otherwise."""
+    Two kinds. Paths in M's tree that exist on disk but not in ``current`` (a path ignored now
+    that M holds — perhaps a pre-rollback mark's own extra). And paths absent at M that M's
+    rules capture while today's ignore them: none when the rules are equal; among the paths
+    whose tracked status changed when only git's index did; found by a walk judged by M's
+    rules otherwise."""
     now = ws.rules
     load = ws.store.load_node
+    found: dict[bytes, None] = {}
+    for d in trees.diff(load, current, target.tree):
+        if d.old is None and d.new is not None and _on_disk(ws.rootb, d.path):
+            found[d.path] = None
     if now.same_outside(m_rules.inputs) and not _rule_files_differ(ws, current, target.tree):
         if now.inputs.tracked == m_rules.inputs.tracked:
-            return []
+            return list(found)
         candidates: Iterable[tuple[bytes, bool]] = (
             (p, _is_dir(ws.rootb, p)) for p in now.inputs.tracked ^ m_rules.inputs.tracked
         )
     else:
-        candidates = ingest.walk(ws.rootb, m_rules.is_ignored, descend=m_rules.dir_may_contain_captured)
-    out = []
+        candidates = reader.walk(ws.rootb, m_rules.is_ignored, descend=m_rules.dir_may_contain_captured)
     for rel, is_dir in candidates:
         if not os.path.lexists(ws.rootb + b"/" + rel) or m_rules.is_ignored(rel, is_dir):
             continue
         if now.is_ignored(rel, is_dir) and trees.lookup(load, current, rel) is None:
-            out.append(rel)
-    return out
+            found[rel] = None
+    return list(found)
+
+
+def _on_disk(root: bytes, rel: bytes) -> bool:
+    return reader.parents_real(root, rel) and os.path.lexists(root + b"/" + rel)
 
 
 def _is_dir(root: bytes, rel: bytes) -> bool:
@@ -112,12 +124,12 @@ def _is_dir(root: bytes, rel: bytes) -> bool:
 
 def _ignored_below(
     ws: Workspace, current: str, m_rules: ignore.IgnoreRules
-) -> restore.IgnoredBelow:
+) -> plan.IgnoredBelow:
     load = ws.store.load_node
 
     def below(rel_dir: bytes) -> list[tuple[bytes, str]]:
         """Entries on disk in ``rel_dir`` that ``current`` lacks and M's rules ignore."""
-        if not ingest.parents_real(ws.rootb, rel_dir + b"/x"):
+        if not reader.parents_real(ws.rootb, rel_dir + b"/x"):
             return []
         try:
             names = os.listdir(ws.rootb + b"/" + rel_dir)
@@ -134,19 +146,6 @@ def _ignored_below(
         return out
 
     return below
-
-
-def _in_the_way(ws: Workspace, m_rules: ignore.IgnoreRules) -> restore.InTheWay:
-    def occupied(rel: bytes) -> str | None:
-        """Why something stands at ``rel`` on disk although the current tree lacks it."""
-        if not ingest.parents_real(ws.rootb, rel) or not os.path.lexists(ws.rootb + b"/" + rel):
-            return None
-        why = m_rules.reason(rel, _is_dir(ws.rootb, rel))
-        if why is None:
-            return "something appeared here since the workspace was captured; left as it is"
-        return f"ignored now and at the mark ({why}); the mark has something else here"
-
-    return occupied
 
 
 # -- planning --------------------------------------------------------------------------------
@@ -167,10 +166,10 @@ def _prepare(
     m_rules = rules_at(ws, target)
     extras = _left_out(ws, current, target, m_rules)
     if only:
-        extras = [p for p in extras if any(p == t or p.startswith(t + b"/") for t in only)]
+        extras = [p for p in extras if any(at_or_below(p, t) for t in only)]
     held, unreadable = ws.hold(current, extras)
-    plan = _plan(ws, held, target, m_rules, only, force, unreadable)
-    return _Prepared(tuple(only), current, tuple(extras), held, plan)
+    planned = _plan(ws, held, target, m_rules, only, force, unreadable)
+    return _Prepared(tuple(only), current, tuple(extras), held, planned)
 
 
 def _plan(
@@ -189,7 +188,7 @@ def _plan(
         root_now: int | None = stat.S_IMODE(os.stat(ws.rootb).st_mode)
     except OSError:
         root_now = None
-    return restore.plan(
+    return plan.plan(
         ws.store.load_node,
         current,
         target.tree,
@@ -198,7 +197,6 @@ def _plan(
         force=force,
         target_ignores=target_ignores,
         ignored_below=_ignored_below(ws, current, m_rules),
-        in_the_way=_in_the_way(ws, m_rules),
         root_modes=(root_now, target.root_mode),
     )
 

@@ -19,7 +19,6 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from snapd import protocol
 from snapd.config import Config, resolve_endpoint
 from snapd.errors import (
     BadRequest,
@@ -31,6 +30,7 @@ from snapd.errors import (
     UsageError,
     from_wire,
 )
+from snapd.ipc import protocol
 
 if TYPE_CHECKING:
     import zmq

@@ -18,8 +18,8 @@ import stat
 import time
 from collections.abc import Callable
 
-from snapd.ingest import Ignored, list_dir, sig_of
-from snapd.statcache import StatCache
+from snapd.capture.reader import Ignored, list_dir, sig_of
+from snapd.capture.statcache import StatCache
 
 Progress = Callable[[int, int], None]
 

@@ -5,7 +5,7 @@ a GC) never blocks another client, and one workspace's lock never blocks another
 Every failure a user can cause is a :class:`SnapdError`, which the server turns into an
 error reply; the daemon keeps serving.
 
-Workspace roots follow DESIGN.md semantics 1: real paths; refused are ``/``, the home
+Workspace roots are real paths (see :mod:`snapd.capture.roots`); refused are ``/``, the home
 directory itself, anything holding snapd's own directories or inside them, a root that
 overlaps another workspace, one inside a VCS directory and one on a pseudo file system
 (``roots``). A mark sent from inside a repository's ``.git`` registers the work tree around
@@ -25,25 +25,26 @@ from typing import Any
 
 import structlog
 
-from snapd import __version__, ignore, protocol, retention, rollback, roots, textdiff, trees
+from snapd import __version__
+from snapd.capture import git, ignore, roots
+from snapd.capture.workspace import Settings, Workspace
+from snapd.daemon import textdiff
 from snapd.display import shown
 from snapd.errors import Busy, NotFound, SnapdError, UsageError, WorkspaceRefused
-from snapd.protocol import Request
-from snapd.records import Mark
-from snapd.server import PeerInfo
-from snapd.store import Store
-from snapd.verify import verify
-from snapd.workspace import Settings, Workspace
+from snapd.ipc import protocol
+from snapd.ipc.protocol import PeerInfo, Request
+from snapd.paths import at_or_below, encode_path
+from snapd.rollback import live
+from snapd.rollback.recovery import finish_interrupted
+from snapd.store import retention, trees
+from snapd.store.records import Mark
+from snapd.store.store import Store
+from snapd.store.verify import verify
 
 log = structlog.get_logger(__name__)
 
 READY_WAIT_S = 300.0
 LOG_LIMIT = 20  # marks in one page of `log` when the request gives no limit
-
-
-class Unsupported(SnapdError):
-    code = "unsupported"
-    exit_code = 2
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ def wire_paths(obj: Any) -> Any:
         try:
             obj.encode("utf-8")
         except UnicodeEncodeError:
-            return protocol.encode_path(os.fsencode(obj))
+            return encode_path(os.fsencode(obj))
         return obj
     if isinstance(obj, list):
         return [wire_paths(v) for v in obj]
@@ -154,7 +155,7 @@ class Service:
 
     def _add_live(self, ws_id: int, root: Path) -> tuple[Workspace, threading.Event]:
         ready = threading.Event()
-        workspace = Workspace(self.store, ws_id, root, self.config.settings)
+        workspace = Workspace(self.store, ws_id, root, self.config.settings, finish_interrupted)
         with self._lock:
             self._live[ws_id] = workspace
             self._ready[ws_id] = ready
@@ -193,9 +194,7 @@ class Service:
     # -- dispatch -----------------------------------------------------------------------------
 
     def handle(self, req: Request, peer: PeerInfo) -> dict[str, Any]:
-        method = getattr(self, "op_" + req.op, None)
-        if method is None:
-            raise Unsupported(f"{req.op!r} is not available in snapd {__version__} yet")
+        method = getattr(self, "op_" + req.op)  # the protocol admits only ops that have one
         result: dict[str, Any] = method(**req.args)
         return result
 
@@ -212,7 +211,7 @@ class Service:
             existing = next((ws for ws in self._live.values() if ws.root == root), None)
             if existing is None:
                 ws_id = self.store.add_workspace(os.fsencode(root))
-                workspace = Workspace(self.store, ws_id, root, self.config.settings)
+                workspace = Workspace(self.store, ws_id, root, self.config.settings, finish_interrupted)
                 ready = threading.Event()
                 self._live[ws_id], self._ready[ws_id] = workspace, ready
                 self._errors.pop(ws_id, None)
@@ -273,7 +272,7 @@ class Service:
         vcs = roots.vcs_dir_holding(where)
         if vcs is not None and os.fsencode(vcs.name) in ignore.VCS_NAMES:
             where = vcs.parent
-        top = ignore.git_toplevel(where) if where.is_dir() else None
+        top = git.git_toplevel(where) if where.is_dir() else None
         return top or where
 
     def _wait_ready(self, ws_id: int) -> None:
@@ -355,7 +354,7 @@ class Service:
         agent: str | None = None,
         session: str | None = None,
     ) -> dict[str, Any]:
-        from snapd.refs import validate_label
+        from snapd.store.refs import validate_label
 
         validate_label(label)
         ws, _ = self._find(workspace, cwd, register=True)
@@ -404,7 +403,7 @@ class Service:
         older = [p for p in prev if p.seq < m.seq]
         base = older[0].tree if older else None
         changes = [
-            {"path": protocol.encode_path(d.path), "status": d.status}
+            {"path": encode_path(d.path), "status": d.status}
             for d in trees.diff(self.store.load_node, base, m.tree)
         ]
         return {**mark_json(m, root), "changes": changes[:1000], "changes_total": len(changes)}
@@ -469,7 +468,7 @@ class Service:
     ) -> tuple[Workspace, Mark, list[bytes]]:
         ws, _ = self._find(workspace, cwd)
         if undo:
-            target = rollback.undo_target(ws)
+            target = live.undo_target(ws)
         elif to is None:
             raise UsageError("say which mark to roll back to (--to MARK)")
         else:
@@ -488,7 +487,7 @@ class Service:
         session: str | None = None,
     ) -> dict[str, Any]:
         ws, target, only = self._rollback_args(workspace, cwd, to, undo, paths, session)
-        result: dict[str, Any] = wire_paths(rollback.propose(ws, target, only, force))
+        result: dict[str, Any] = wire_paths(live.propose(ws, target, only, force))
         return result
 
     def op_rollback_apply(
@@ -503,7 +502,7 @@ class Service:
         session: str | None = None,
     ) -> dict[str, Any]:
         ws, target, only = self._rollback_args(workspace, cwd, to, undo, paths, session)
-        result: dict[str, Any] = wire_paths(rollback.execute(ws, target, only, force, token))
+        result: dict[str, Any] = wire_paths(live.execute(ws, target, only, force, token))
         return result
 
     def op_undo(
@@ -538,9 +537,9 @@ class Service:
         only = [_relative(root, p, cwd) for p in paths or []]
         files = []
         for d in trees.diff(self.store.load_node, old.tree, new_tree):
-            if only and not any(d.path == p or d.path.startswith(p + b"/") for p in only):
+            if only and not any(at_or_below(d.path, p) for p in only):
                 continue
-            record: dict[str, Any] = {"path": protocol.encode_path(d.path), "status": d.status}
+            record: dict[str, Any] = {"path": encode_path(d.path), "status": d.status}
             if d.old is not None:
                 record["old_mode"] = d.old.mode
             if d.new is not None:

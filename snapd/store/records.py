@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from snapd import trees
+from snapd.store import trees
 
 
 @dataclass(frozen=True)

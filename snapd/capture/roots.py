@@ -1,6 +1,6 @@
 """Workspace roots: which directories may be one, how one is recognised, what it sits on.
 
-DESIGN.md semantics 1: roots are real paths; refused are ``/``, the home directory itself, a
+Roots are real paths; refused are ``/``, the home directory itself, a
 directory that holds snapd's own directories or lies inside them, one that overlaps another
 workspace, and places that are not a project's files (:func:`check_place`):
 
@@ -29,8 +29,8 @@ import struct
 from collections.abc import Iterable
 from pathlib import Path
 
+from snapd.capture.ignore import VCS_NAMES
 from snapd.errors import NotFound, WorkspaceRefused
-from snapd.ignore import VCS_NAMES
 
 FS_IOC_GETVERSION = 0x80087601  # _IOR('v', 1, long)
 EVENTLESS_FS = frozenset(

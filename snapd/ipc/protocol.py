@@ -11,14 +11,13 @@ else raises ``BadRequest`` or ``ProtocolMismatch`` with a message meant for a pe
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from snapd.errors import BadRequest, ProtocolMismatch, SnapdError
+from snapd.paths import decode_path, encode_path, json_kind
 
 PROTOCOL_VERSION = 1
 MAX_ID_LENGTH = 128
@@ -84,6 +83,15 @@ assert set(OP_ARGS) == OPS, "every op needs an argument table"
 
 
 @dataclass(frozen=True)
+class PeerInfo:
+    """Who sent a request, as the kernel reported it at connect time (None when unknown)."""
+
+    uid: int | None
+    gid: int | None
+    pid: int | None
+
+
+@dataclass(frozen=True)
 class Request:
     """A validated request. ``args`` holds only declared names, paths as ``bytes``."""
 
@@ -133,53 +141,7 @@ def encode_json(obj: Any) -> bytes:
 # -- paths ----------------------------------------------------------------------------------
 
 
-def encode_path(path: bytes) -> str | dict[str, str]:
-    """Paths are bytes on Linux; JSON strings are Unicode. Valid UTF-8 travels as a string,
-    anything else as ``{"b64": ...}`` of the exact bytes, so no file name is ever mangled."""
-    try:
-        return path.decode("utf-8")
-    except UnicodeDecodeError:
-        return {"b64": base64.b64encode(path).decode("ascii")}
-
-
-def decode_path(obj: Any, what: str = "path") -> bytes:
-    """Inverse of ``encode_path``; rejects shapes that cannot be a file name."""
-    if isinstance(obj, str):
-        try:
-            raw = obj.encode("utf-8")
-        except UnicodeEncodeError:
-            raise BadRequest(
-                f"{what} contains a lone surrogate; send undecodable names as {{\"b64\": ...}}"
-            ) from None
-    elif isinstance(obj, dict) and set(obj) == {"b64"} and isinstance(obj["b64"], str):
-        try:
-            raw = base64.b64decode(obj["b64"], validate=True)
-        except (binascii.Error, ValueError):
-            raise BadRequest(f"{what}: 'b64' is not valid base64") from None
-    else:
-        raise BadRequest(f"{what} must be a string or {{\"b64\": \"...\"}}, got {_kind(obj)}")
-    if not raw:
-        raise BadRequest(f"{what} is empty")
-    if b"\0" in raw:
-        raise BadRequest(f"{what} contains a NUL byte")
-    return raw
-
-
 # -- requests -------------------------------------------------------------------------------
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
 
 
 _EXPECTED: dict[str, str] = {
@@ -206,7 +168,7 @@ def _check_arg(op: str, name: str, spec: Arg, value: Any) -> Any:
         "paths": False,
     }[kind]
     if not ok:
-        raise BadRequest(f"{what} must be {_EXPECTED[kind]}, got {_kind(value)}", arg=name)
+        raise BadRequest(f"{what} must be {_EXPECTED[kind]}, got {json_kind(value)}", arg=name)
     return float(value) if kind == "float" else value
 
 
@@ -246,13 +208,13 @@ def parse_request(raw: bytes, max_bytes: int) -> Request:
         raise BadRequest(f"request of {len(raw)} bytes exceeds the limit of {max_bytes} bytes")
     obj = decode_json(raw)
     if not isinstance(obj, dict):
-        raise BadRequest(f"request must be a JSON object, got {_kind(obj)}")
+        raise BadRequest(f"request must be a JSON object, got {json_kind(obj)}")
     unknown = set(obj) - {"op", "id", "version", "args"}
     if unknown:
         raise BadRequest(f"unknown request field(s): {', '.join(sorted(unknown))}")
     version = obj.get("version")
     if not isinstance(version, int) or isinstance(version, bool):
-        raise BadRequest(f"'version' must be an integer, got {_kind(version)}")
+        raise BadRequest(f"'version' must be an integer, got {json_kind(version)}")
     if version != PROTOCOL_VERSION:
         raise ProtocolMismatch(mismatch_message(PROTOCOL_VERSION, version),
                                daemon=PROTOCOL_VERSION, client=version)
@@ -261,12 +223,12 @@ def parse_request(raw: bytes, max_bytes: int) -> Request:
         raise BadRequest(f"'id' must be a printable string of 1-{MAX_ID_LENGTH} characters")
     op = obj.get("op")
     if not isinstance(op, str):
-        raise BadRequest(f"'op' must be a string, got {_kind(op)}")
+        raise BadRequest(f"'op' must be a string, got {json_kind(op)}")
     if op not in OPS:
         raise BadRequest(f"unknown op {op!r}", op=op)
     args = obj.get("args", {})
     if not isinstance(args, dict):
-        raise BadRequest(f"'args' must be a JSON object, got {_kind(args)}")
+        raise BadRequest(f"'args' must be a JSON object, got {json_kind(args)}")
     return Request(op=op, id=rid, version=version, args=validate_args(op, args))  # type: ignore[arg-type]
 
 

@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import stat
 from pathlib import Path
 
 from snapd.errors import DiskFull, StoreError
+from snapd.paths import temp_name
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
-TEMP_PREFIX = ".snapd-"
-TEMP_SUFFIX = "~"
 
 _ops = 0
 _crash_at: int | None = None
@@ -81,6 +79,18 @@ def _raise_os(exc: OSError, what: str, path: Path | str) -> None:
     raise os_error(exc, what, path) from exc
 
 
+def exists(path: Path) -> bool:
+    """Whether ``path`` exists; a disk that cannot tell (EIO...) is a :class:`StoreError`,
+    never a "no" (``Path.exists`` would raise the bare OSError)."""
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as exc:
+        _raise_os(exc, "look for", path)
+    return True
+
+
 def ensure_dir(path: Path) -> None:
     """Create ``path`` (and parents) as private directories; tighten an existing one.
 
@@ -133,14 +143,6 @@ def fsync_dir(path: Path) -> None:
     except OSError as exc:
         _raise_os(exc, "sync the directory", path)
     step("fsync_dir")
-
-
-def temp_name() -> str:
-    return f"{TEMP_PREFIX}{secrets.token_hex(6)}{TEMP_SUFFIX}"
-
-
-def is_temp_name(name: str) -> bool:
-    return name.startswith(TEMP_PREFIX) and name.endswith(TEMP_SUFFIX)
 
 
 def write_atomic(path: Path, data: bytes, *, sync_dir: bool = True) -> None:

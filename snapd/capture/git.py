@@ -1,0 +1,131 @@
+"""Read-only git facts: which repository encloses a root (its git dir and the common dir that
+linked worktrees share), HEAD, the tracked files, the work tree's top.
+
+Nothing here writes inside ``.git``: git runs with ``GIT_OPTIONAL_LOCKS=0`` (no opportunistic
+index refresh) and without the location variables a hook may have set. Repository discovery
+exists once, here: the ignore rules read ``<common dir>/info/exclude`` and the workspace stats
+``<git dir>/index`` from the same :func:`find_repo`.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+from typing import Final, NamedTuple
+
+_GIT_TIMEOUT: Final = 30.0
+_MAX_FILE: Final = 1 << 20
+# Set by git hooks and aliases; inherited, they would point our git at another repository.
+_GIT_LOCATION_VARS: Final = frozenset(
+    {
+        "GIT_DIR",
+        "GIT_WORK_TREE",
+        "GIT_INDEX_FILE",
+        "GIT_COMMON_DIR",
+        "GIT_OBJECT_DIRECTORY",
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+        "GIT_NAMESPACE",
+        "GIT_PREFIX",
+    }
+)
+
+
+class Repo(NamedTuple):
+    """Where a repository lives, as absolute byte paths."""
+
+    top: bytes  # the work tree's top directory
+    gitdir: bytes  # this work tree's git dir (a linked worktree's own, under the common dir)
+    common: bytes  # the git dir shared by all work trees (info/exclude, objects, refs)
+
+
+def read_regular(path: bytes) -> bytes | None:
+    """Contents (at most 1 MiB) of a regular file; None if absent, unreadable, or a symlink
+    (git >= 2.32 does not follow symlinked .gitignore files either)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, _MAX_FILE)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def find_repo(root: bytes) -> Repo | None:
+    """The repository enclosing ``root`` (work tree top, git dir, common git dir), found by looking
+    for ``.git`` upwards (a directory, or a file ``gitdir: ...`` as in worktrees and
+    submodules); None outside a repository."""
+    current = os.path.abspath(root)
+    while True:
+        dotgit = os.path.join(current, b".git")
+        gitdir: bytes | None = None
+        if os.path.isdir(dotgit) and not os.path.islink(dotgit):
+            gitdir = dotgit
+        elif os.path.isfile(dotgit):
+            data = read_regular(dotgit) or b""
+            if data.startswith(b"gitdir:"):
+                target = data[len(b"gitdir:") :].strip()
+                gitdir = os.path.normpath(os.path.join(current, target))
+        if gitdir is not None:
+            common = gitdir
+            commondir = read_regular(os.path.join(gitdir, b"commondir"))
+            if commondir:
+                common = os.path.normpath(os.path.join(gitdir, commondir.strip()))
+            return Repo(current, gitdir, common)
+        parent = os.path.dirname(current)
+        if parent == current:
+            return None
+        current = parent
+
+
+def _git(root: Path, *args: str, timeout: float) -> bytes | None:
+    """stdout of a read-only git command in ``root``, or None on any failure."""
+    env = {k: v for k, v in os.environ.items() if k not in _GIT_LOCATION_VARS}
+    env["GIT_OPTIONAL_LOCKS"] = "0"  # no opportunistic index refresh (a write)
+    env["GIT_TERMINAL_PROMPT"] = "0"
+    try:
+        done = subprocess.run(
+            ["git", "-C", os.fspath(root), *args],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            env=env,
+            timeout=timeout,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    return done.stdout
+
+
+def git_tracked_files(root: Path, timeout: float = _GIT_TIMEOUT) -> frozenset[bytes] | None:
+    """Paths git tracks under ``root``, relative to ``root`` (``git ls-files`` run in a
+    subdirectory lists that subtree relative to it). None when ``root`` is not inside a git
+    work tree, git is missing, or it takes longer than ``timeout``."""
+    out = _git(root, "ls-files", "-z", timeout=timeout)
+    if out is None:
+        return None
+    return frozenset(p for p in out.split(b"\0") if p)
+
+
+def git_head(root: Path, timeout: float = _GIT_TIMEOUT) -> str | None:
+    """The commit HEAD names, or None (not a work tree, unborn branch, no git)."""
+    out = _git(root, "rev-parse", "--verify", "--quiet", "HEAD", timeout=timeout)
+    text = out.decode("ascii", "replace").strip() if out else ""
+    return text or None
+
+
+def git_toplevel(path: Path, timeout: float = _GIT_TIMEOUT) -> Path | None:
+    """Top of the git work tree containing ``path``, or None."""
+    out = _git(path, "rev-parse", "--show-toplevel", timeout=timeout)
+    if not out:
+        return None
+    text = out.rstrip(b"\n")
+    return Path(os.fsdecode(text)) if text else None

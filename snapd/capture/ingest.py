@@ -1,0 +1,213 @@
+"""Ingest: paths read from disk (:mod:`snapd.capture.reader`) become objects, versions and tree
+changes in a store batch. This is where file system reads meet the store.
+
+Reads, hashing and compression of a baseline run in a small thread pool, in bounded chunks
+(memory stays flat); each distinct content is compressed once. Everything not captured is
+reported with a reason (:class:`Report`, :class:`IgnoredTally`), never dropped silently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from snapd.capture.reader import DEFAULT_SIZE_CAP, Read, read_path
+from snapd.store import objects, trees
+from snapd.store.batch import Batch, fingerprint
+from snapd.store.store import Store
+
+EXAMPLES = 10
+WORKERS = 2  # more only adds GIL contention: the main thread is the bottleneck
+WINDOW = 16  # chunks in flight
+CHUNK = 64  # paths per chunk
+
+@dataclass
+class Report:
+    """What a capture did, for mark summaries and ``status``."""
+
+    files: int = 0
+    size: int = 0
+    skipped: dict[str, list[bytes]] = field(default_factory=dict)
+    skipped_count: int = 0
+    unstable: list[bytes] = field(default_factory=list)
+    # One report spans every capture between two marks: a path skipped (or unstable) by two
+    # of them is still one path, counted and listed once.
+    _skipped_paths: set[bytes] = field(default_factory=set, repr=False)
+
+    def skip(self, rel: bytes, reason: str) -> None:
+        if rel in self._skipped_paths:
+            return
+        self._skipped_paths.add(rel)
+        self.skipped_count += 1
+        examples = self.skipped.setdefault(reason, [])
+        if len(examples) < EXAMPLES:
+            examples.append(rel)
+
+
+@dataclass
+class IgnoredTally:
+    """Paths left out by ignore rules, by reason, with a few examples (nothing is left
+    out silently). Counted by walks that judge every name; a directory counts once."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, list[bytes]] = field(default_factory=dict)
+
+    def add(self, reason: str, rel: bytes) -> None:
+        self.counts[reason] = self.counts.get(reason, 0) + 1
+        ex = self.examples.setdefault(reason, [])
+        if len(ex) < 5:
+            ex.append(rel)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "counts": dict(self.counts),
+            "total": sum(self.counts.values()),
+            "examples": {k: [os.fsdecode(p) for p in v] for k, v in self.examples.items()},
+        }
+
+
+class _Preparer:
+    """Worker-side part of a capture: read, hash, and compress each distinct content once.
+
+    Runs in a thread pool (file reads, xxh3 and zstd all release the GIL); only the first
+    worker to see a content compresses it, the store's dedup does the rest.
+    """
+
+    def __init__(self, root: bytes, size_cap: int, hasher: objects.Hasher, trusted: bool) -> None:
+        self.root, self.size_cap, self.hasher, self.trusted = root, size_cap, hasher, trusted
+        self._claimed: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, rel: bytes) -> Read:
+        r = read_path(self.root, rel, self.size_cap, trusted=self.trusted)
+        if r.kind in ("file", "symlink"):
+            r.digest = self.hasher(r.data)
+            base = objects.base_key(r.digest, len(r.data))
+            with self._lock:
+                first = base not in self._claimed
+                self._claimed.add(base)
+            if first:
+                r.encoded = objects.encode(r.data)
+            else:  # a repeat: the batch compares it by fingerprint; compute it here, in parallel
+                r.sha = fingerprint(r.data)
+        return r
+
+
+def _chunks(items: Iterable[bytes], size: int) -> Iterator[list[bytes]]:
+    chunk: list[bytes] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _bounded_map(
+    pool: ThreadPoolExecutor, fn: Callable[[bytes], Read], items: Iterable[bytes]
+) -> Iterator[list[Read]]:
+    """Chunks of ``fn`` results in input order, at most WINDOW chunks in flight (memory bound)."""
+    pending: deque[Future[list[Read]]] = deque()
+    for chunk in _chunks(items, CHUNK):
+        pending.append(pool.submit(lambda c: [fn(x) for x in c], chunk))
+        if len(pending) >= WINDOW:
+            yield pending.popleft().result()
+    while pending:
+        yield pending.popleft().result()
+
+
+def summarize(
+    store: Store | Batch,
+    old: str | None,
+    new: str,
+    report: Report,
+    added: Iterable[bytes] | None = None,
+) -> dict[str, Any]:
+    """Counts and examples of what changed from tree ``old`` to ``new``.
+
+    ``added``: with ``old=None``, the paths that make up ``new`` (saves re-reading the tree).
+    """
+    counts: dict[str, int] = {}
+    examples: dict[str, list[str]] = {}
+    diffs: Iterable[trees.Difference] = trees.diff(store.load_node, old, new)
+    if old is None and added is not None:
+        diffs = (trees.Difference(p, "added", None, None) for p in added)
+    for d in diffs:
+        counts[d.status] = counts.get(d.status, 0) + 1
+        ex = examples.setdefault(d.status, [])
+        if len(ex) < EXAMPLES:
+            ex.append(os.fsdecode(d.path))
+    return {
+        "counts": counts,
+        "changed": sum(counts.values()),
+        "examples": examples,
+        "skipped": {k: [os.fsdecode(p) for p in v] for k, v in report.skipped.items()},
+        "skipped_count": report.skipped_count,
+        "unstable": [os.fsdecode(p) for p in report.unstable],
+    }
+
+
+def capture(
+    batch: Batch,
+    root: bytes,
+    paths: Iterable[bytes],
+    report: Report,
+    *,
+    size_cap: int = DEFAULT_SIZE_CAP,
+    ws: int | None = None,
+    parallel: bool = False,
+    on_read: Callable[[Read], None] | None = None,
+    from_walk: bool = False,
+) -> dict[bytes, trees.Change]:
+    """Read ``paths`` into ``batch``; return tree changes (and record versions if ``ws``).
+
+    ``on_read`` sees every path as read (the daemon keeps its stat cache with it).
+    ``from_walk``: the paths come from :func:`walk` just now, which never descends into a
+    symlink, so their parents need no re-check.
+    """
+    changes: dict[bytes, trees.Change] = {}
+    now = time.time_ns()
+    prepare = _Preparer(root, size_cap, batch.store.hasher, trusted=from_walk)
+    with contextlib.ExitStack() as stack:
+        chunks: Iterable[list[Read]] = ([prepare(p)] for p in paths)
+        if parallel:  # a thread pool only where it pays: baselines, not a mark's few paths
+            pool = stack.enter_context(ThreadPoolExecutor(WORKERS, thread_name_prefix="snapd-read"))
+            chunks = _bounded_map(pool, prepare, paths)
+        for chunk in chunks:
+            if len(chunk) > 1:  # one existence query for the whole chunk
+                batch.prefetch(objects.base_key(r.digest, len(r.data)) for r in chunk if r.digest is not None)
+            for r in chunk:
+                change: trees.Change
+                if on_read is not None:
+                    on_read(r)
+                if r.kind == "skipped":
+                    # Not captured now: a previous version must not stand in for it.
+                    report.skip(r.rel, r.reason)
+                    changes[r.rel] = None
+                    continue
+                if r.kind == "missing":
+                    change = None
+                elif r.kind == "dir":
+                    change = trees.Dir(r.mode, r.listed)
+                    if not r.listed:
+                        report.skip(r.rel, r.reason)
+                else:
+                    key = batch.put(r.data, r.digest, r.encoded, r.sha)
+                    change = trees.Entry(r.kind, r.mode, len(r.data), key)
+                    if r.kind == "file":
+                        report.files += 1
+                        report.size += len(r.data)
+                    if r.unstable and r.rel not in report.unstable:
+                        report.unstable.append(r.rel)
+                changes[r.rel] = change
+                if ws is not None and not isinstance(change, trees.Dir):
+                    batch.add_version(ws, r.rel, now, change)
+    return changes

@@ -1,0 +1,194 @@
+"""Reading a workspace from disk: walking its directories and reading each path, without the
+store (scans and ingest share it; nothing here imports SQLite, xxhash or zstd).
+
+Files are opened with ``O_NOFOLLOW`` and ``O_NONBLOCK`` (a path swapped for a symlink or a FIFO
+between ``lstat`` and ``open`` is never followed or waited on); a file whose size or mtime
+changes while it is read is read again a bounded number of times, then kept as last read and
+marked ``unstable``. A path under a parent that became a symlink reads as missing: reading it
+would read through the link, possibly outside the workspace.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+DEFAULT_SIZE_CAP = 64 << 20
+MAX_REREADS = 3
+
+Sig = tuple[int, int, int, int, int]
+"""What a stat says about a path: (st_mode, size, mtime_ns, ctime_ns, inode)."""
+
+
+def sig_of(st: os.stat_result) -> Sig:
+    return (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
+Ignored = Callable[[bytes, bool], bool]
+"""(relative path, is_dir) -> True when the path is not captured."""
+
+
+@dataclass(slots=True)
+class Read:
+    """One path as found on disk, read and (for contents) hashed, ready for the store."""
+
+    rel: bytes
+    kind: Literal["file", "symlink", "dir", "missing", "skipped"]
+    mode: int = 0
+    data: bytes = b""
+    reason: str = ""
+    unstable: bool = False
+    digest: str | None = None
+    encoded: tuple[int, bytes] | None = None
+    sig: Sig | None = None  # (st_mode, size, mtime_ns, ctime_ns, inode) as read
+    sha: bytes | None = None  # store.fingerprint, for contents seen earlier in this capture
+    listed: bool = True  # a directory: whether it can be listed (else its contents are unknown)
+    dev: int = 0  # a file's st_dev and st_nlink as read: its other names must be captured too
+    nlink: int = 1
+
+
+def parents_real(root: bytes, rel: bytes) -> bool:
+    """Every ancestor of ``rel`` below ``root`` is a real directory (not a symlink to one).
+
+    A path whose parent became a symlink does not exist as captured: reading it would read
+    through the link, possibly outside the workspace. The link itself is captured as a link.
+    """
+    parent = rel.rpartition(b"/")[0]
+    while parent:
+        try:
+            if not stat.S_ISDIR(os.lstat(root + b"/" + parent).st_mode):
+                return False
+        except OSError:
+            return False
+        parent = parent.rpartition(b"/")[0]
+    return True
+
+
+def read_path(root: bytes, rel: bytes, size_cap: int = DEFAULT_SIZE_CAP, *, trusted: bool = False) -> Read:
+    """Read one path without following symlinks or blocking on special files.
+
+    ``trusted``: the caller (a walk that never descends into symlinks) vouches for the
+    parents; otherwise they are checked, before and after the read.
+    """
+    path = root + b"/" + rel
+    if not trusted and not parents_real(root, rel):
+        return Read(rel, "missing")
+    try:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):  # gone, or a parent is a file now
+        return Read(rel, "missing")
+    except OSError as exc:
+        return Read(rel, "skipped", reason=f"unreadable ({exc.strerror})")
+    got = _read_entry(path, rel, st, size_cap)
+    if not trusted and got.kind != "missing" and not parents_real(root, rel):
+        return Read(rel, "missing")  # a parent was swapped for a link while we read
+    return got
+
+
+def _read_entry(path: bytes, rel: bytes, st: os.stat_result, size_cap: int) -> Read:
+    mode = stat.S_IMODE(st.st_mode)
+    if stat.S_ISDIR(st.st_mode):
+        if _listable(path):
+            return Read(rel, "dir", mode, sig=sig_of(st))
+        return Read(rel, "dir", mode, sig=sig_of(st), listed=False, reason="unreadable directory")
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            return Read(rel, "symlink", mode, os.readlink(path), sig=sig_of(st))
+        except (FileNotFoundError, NotADirectoryError):
+            return Read(rel, "missing")
+        except OSError as exc:
+            return Read(rel, "skipped", reason=f"unreadable ({exc.strerror})")
+    if not stat.S_ISREG(st.st_mode):
+        return Read(rel, "skipped", reason="special file")
+    if st.st_size > size_cap:
+        return Read(rel, "skipped", reason="over size cap")
+    for _ in range(MAX_REREADS + 1):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError):
+            return Read(rel, "missing")
+        except OSError as exc:
+            return Read(rel, "skipped", reason=f"unreadable ({exc.strerror})")
+        try:
+            before = os.fstat(fd)
+            if not stat.S_ISREG(before.st_mode):
+                return Read(rel, "skipped", reason="special file")
+            if before.st_size > size_cap:
+                return Read(rel, "skipped", reason="over size cap")
+            chunks = []
+            while chunk := os.read(fd, max(before.st_size + 1, 1 << 16)):
+                chunks.append(chunk)
+            data = b"".join(chunks)
+            after = os.fstat(fd)
+        except OSError as exc:
+            return Read(rel, "skipped", reason=f"unreadable ({exc.strerror})")
+        finally:
+            os.close(fd)
+        stable = (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+        if stable and len(data) == after.st_size:
+            break
+    else:
+        stable = False
+    mode, sig = stat.S_IMODE(after.st_mode), sig_of(after)
+    return Read(rel, "file", mode, data, unstable=not stable, sig=sig, dev=after.st_dev, nlink=after.st_nlink)
+
+
+_ROOT = os.geteuid() == 0
+
+
+def _listable(path: bytes) -> bool:
+    """Whether a directory can be listed (root can list any; one syscall otherwise)."""
+    return _ROOT or os.access(path, os.R_OK | os.X_OK, follow_symlinks=False)
+
+
+def walk(
+    root: bytes,
+    ignored: Ignored,
+    rel_dir: bytes = b"",
+    descend: Callable[[bytes], bool] | None = None,
+    unreadable: Callable[[bytes, str], None] | None = None,
+) -> Iterator[tuple[bytes, bool]]:
+    """(relative path, is_dir) for every non-ignored path under ``rel_dir``, parents first.
+
+    An ignored directory is still entered (and yielded) when ``descend(rel)`` says it may
+    hold captured paths (files git tracks inside an ignored directory). A directory that
+    cannot be listed is reported to ``unreadable``, never skipped in silence. Iterative and
+    unsorted: on a 100k-file tree a recursive, sorted walk costs several times the syscalls.
+    """
+    stack = [rel_dir]
+    while stack:
+        d = stack.pop()
+        try:
+            entries = list_dir(root, d, ignored, descend)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as exc:
+            if unreadable is not None:
+                unreadable(d, f"unreadable directory ({exc.strerror})")
+            continue
+        for rel, is_dir in entries:
+            yield rel, is_dir
+            if is_dir:
+                stack.append(rel)
+
+
+def list_dir(
+    root: bytes, d: bytes, ignored: Ignored, descend: Callable[[bytes], bool] | None = None
+) -> list[tuple[bytes, bool]]:
+    """One directory's captured entries as (relative path, is_dir): ignored names dropped,
+    unless a directory may hold captured paths (``descend``). Raises OSError."""
+    out: list[tuple[bytes, bool]] = []
+    with os.scandir(root + b"/" + d if d else root) as it:
+        for e in it:
+            rel = d + b"/" + e.name if d else e.name
+            try:
+                is_dir = e.is_dir(follow_symlinks=False)
+            except OSError:
+                is_dir = False
+            if ignored(rel, is_dir) and not (is_dir and descend is not None and descend(rel)):
+                continue
+            out.append((rel, is_dir))
+    return out
