@@ -52,6 +52,7 @@ class Retention:
     max_age_days: float = 14.0
     max_marks: int = 2000
     budget_bytes: int = 5 * GiB
+    grace_s: float = 900.0  # GC never deletes an object younger than this
 
 
 @dataclass(frozen=True)
@@ -185,6 +186,7 @@ _SETTINGS: dict[str, Callable[[Any], Any]] = {
     "retention.max_age_days": _seconds,
     "retention.max_marks": _count,
     "retention.budget_bytes": _size,
+    "retention.grace_s": _seconds,
 }
 _NO_ENV = {"extra_ignore", "scan_fs_types"}
 #: SNAPD_* variables that are not settings: locations, and the crash tests' fault injection.
@@ -419,14 +421,16 @@ def ensure_private_dir(path: Path, *, uid: int | None = None) -> Path:
 
 
 def write_endpoint_file(state_dir: Path, endpoint: str) -> Path:
-    """Record the bound endpoint atomically (temp file + rename) so a client never reads half
-    of it. Not fsynced: a crash makes the daemon rewrite it at the next start."""
+    """Record the bound endpoint atomically (temp file + fsync + rename) so a client never
+    reads half of it, not even after a power cut (a rename can reach the disk before the
+    bytes it names: the file would read back empty until the daemon starts again)."""
     ensure_private_dir(state_dir)
     target = state_dir / ENDPOINT_FILE
     tmp = state_dir / f".{ENDPOINT_FILE}.{os.getpid()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         os.write(fd, endpoint.encode() + b"\n")
+        os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, target)

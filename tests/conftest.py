@@ -1,11 +1,15 @@
 """Shared fixtures: every test gets its own HOME / XDG dirs / SNAPD_HOME under tmp_path; a
-running daemon (`daemon`) and a workspace it watches (`ws`); acting as uid 65534 (`nobody`)."""
+running daemon (`daemon`) and a workspace it watches (`ws`); acting as uid 65534 (`nobody`);
+fsync failures (`fsync_faults`)."""
 
 from __future__ import annotations
 
+import errno
+import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -55,3 +59,33 @@ def ws(tmp_path: Path, daemon: Daemon) -> Path:
     assert out["workspace"] == str(root)
     assert out["baseline"]["kind"] == "baseline"
     return root
+
+
+@dataclass
+class FsyncFaults:
+    """``os.fsync`` in this process, failing with EIO for the descriptors ``fail_when`` picks
+    (by the path behind them), ``times`` times; every fsync's path is recorded in ``synced``
+    (a failure too). How a disk reports lost writes: the error is final, whatever a retry says."""
+
+    fail_when: Callable[[str], bool] = lambda path: False
+    times: int = 1
+    synced: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+
+@pytest.fixture
+def fsync_faults(monkeypatch: pytest.MonkeyPatch) -> FsyncFaults:
+    faults = FsyncFaults()
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        faults.synced.append(path)
+        if faults.times > 0 and faults.fail_when(path):
+            faults.times -= 1
+            faults.failed.append(path)
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return faults

@@ -18,9 +18,12 @@ text of every path, read as this process (root reads what the workspace's owner 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import importlib.metadata
 import json
 import os
 import pty
+import re
 import select
 import shutil
 import signal
@@ -42,6 +45,7 @@ from snapd.config import load_config, resolve_endpoint
 from snapd.ipc.client import Client
 
 Arg = str | bytes | os.PathLike[str]
+Requests = Sequence[tuple[str, dict[str, Any]]]  # (op, args) pairs; paths as str
 NOBODY = 65534
 
 
@@ -201,8 +205,7 @@ def start_daemon(
             stdin=subprocess.DEVNULL,
             cwd="/",  # python -m puts the cwd first on sys.path: a "snapd" dir there would shadow us
         )
-    endpoint = resolve_endpoint(load_config(env))
-    d = Daemon(proc, env, snapd_home, log_path, endpoint, tuple(python))
+    d = Daemon(proc, env, snapd_home, log_path, "", tuple(python))
 
     def ready() -> bool:
         if proc.poll() is not None:
@@ -219,12 +222,12 @@ def start_daemon(
 
     try:
         wait_for(ready, timeout, what="snapd answers status")
+        d.endpoint = resolve_endpoint(load_config(env))
     except BaseException:
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
         raise
-    d.endpoint = resolve_endpoint(load_config(env))
     return d
 
 
@@ -266,6 +269,16 @@ class OtherUser:
     def start_daemon(self, snapd_home: Path) -> Daemon:
         return start_daemon(snapd_home, self.env(snapd_home), python=self.python, timeout=40.0)
 
+    def attempt(self, endpoint: str, paths: Sequence[Path], requests: Requests, wait: float) -> Any:
+        """As this uid: read each of ``paths``, send each request (op, args) to ``endpoint``,
+        then four raw frames no client sends; what happened to each (``ATTEMPTS``)."""
+        targets = json.dumps([str(p) for p in paths])
+        argv = [*self.python, "-c", ATTEMPTS, endpoint, targets, json.dumps(list(requests)), str(wait)]
+        env = self.env(self.top / "home" / "snapd")
+        cp = subprocess.run(argv, env=env, capture_output=True, timeout=120, cwd="/")
+        assert cp.returncode == 0, describe(cp)
+        return json.loads(cp.stdout)
+
     def run(self, *argv: Arg, cwd: Path | None = None) -> subprocess.CompletedProcess[bytes]:
         """A command (a test's own action) as this uid; it must succeed."""
         cp = subprocess.run([*self.python[:-1], *argv], cwd=cwd or self.top, capture_output=True, timeout=60)
@@ -302,9 +315,77 @@ class OtherUser:
         return out or None
 
 
+# Run as another uid by OtherUser.attempt: tries to read the given paths, then sends every request, then raw
+# frames no client would send; prints what happened to each as JSON.
+ATTEMPTS = r"""
+import json, os, sys, zmq
+from snapd.ipc.client import Client
+from snapd.errors import SnapdError
+endpoint, paths, requests = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+out = {"paths": {}, "requests": [], "raw": []}
+for p in paths:
+    try:
+        if os.path.isdir(p) or p.endswith("/"):
+            os.listdir(p)
+        else:
+            open(p, "rb").read(1)
+        out["paths"][p] = "read"
+    except OSError as e:
+        out["paths"][p] = type(e).__name__
+for op, args in requests:
+    args = {k: v.encode() if k in ("workspace", "path") else v for k, v in args.items()}
+    try:
+        with Client(endpoint, float(sys.argv[4])) as c:
+            c.call(op, **args)
+        out["requests"].append([op, "ok", ""])
+    except SnapdError as e:
+        out["requests"].append([op, e.code, e.message])
+ctx = zmq.Context()
+for frames in ([b"not json"], [b"", b"{}"], [b"a", b"b", b"c"], [b'{"op": "stop", "id": "x", "version": 1}']):
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.connect(endpoint)
+    s.send_multipart(frames)
+    if s.poll(int(float(sys.argv[4]) * 1000)):
+        reply = json.loads(s.recv_multipart()[-1])
+        out["raw"].append(reply.get("error", {}).get("code", "ok"))
+    else:
+        out["raw"].append("silence")
+    s.close(0)
+print(json.dumps(out))
+"""
+
+
+def install_for_others(dest: Path) -> str:
+    """Copy snapd and its runtime dependencies into ``dest`` (readable by everyone) and return
+    it as a PYTHONPATH: for another uid when this checkout or its venv is not readable to it
+    (a CI checkout under a 0700 home)."""
+    shutil.copytree(
+        os.path.dirname(snapd.__file__), dest / "snapd", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    for req in importlib.metadata.requires("snapd") or []:
+        if "extra ==" in req:
+            continue
+        dist = importlib.metadata.distribution(re.split(r"[<>=!~;\[ ]", req, maxsplit=1)[0])
+        for f in dist.files or []:
+            src = Path(str(dist.locate_file(f)))
+            if ".dist-info" in str(f) or "__pycache__" in str(f) or str(f).startswith(".."):
+                continue
+            out = dest / f
+            out.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, out)
+    for dirpath, _, filenames in os.walk(dest):
+        os.chmod(dirpath, 0o755)
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            os.chmod(path, 0o644 | (os.stat(path).st_mode & 0o111))  # readable; shared libraries run
+    return str(dest)
+
+
 def other_user(uid: int, top: Path) -> OtherUser:
     """An :class:`OtherUser` for ``uid`` in ``top`` (made 0755 and given to it), or
-    :func:`unavailable` saying what is missing."""
+    :func:`unavailable` saying what is missing. Where it cannot read this checkout's code, a
+    copy is installed for it in ``top`` (:func:`install_for_others`)."""
     exe = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
     if os.getuid() != 0:
         unavailable(f"acting as uid {uid} needs root (running as uid {os.getuid()})")
@@ -323,14 +404,17 @@ def other_user(uid: int, top: Path) -> OtherUser:
     (top / "home").mkdir()
     os.chown(top, uid, uid)
     os.chown(top / "home", uid, uid)
-    probe = subprocess.run(
-        [*who.python, "-c", "import snapd, zmq, xxhash, zstandard, watchdog, structlog"],
-        env=who.env(top / "home" / "snapd"),
-        capture_output=True,
-        cwd="/",
-    )
-    if probe.returncode != 0:
-        unavailable(f"uid {uid} cannot import snapd's code or dependencies: {probe.stderr[-300:]!r}")
+
+    def probe(who: OtherUser) -> subprocess.CompletedProcess[bytes]:
+        code = "import snapd.daemon.main, snapd.cli, zmq, xxhash, zstandard, watchdog, structlog, pathspec"
+        env = who.env(top / "home" / "snapd")
+        return subprocess.run([*who.python, "-c", code], env=env, capture_output=True, cwd="/")
+
+    if probe(who).returncode != 0:
+        who = dataclasses.replace(who, pythonpath=install_for_others(top / "py"))
+        cp = probe(who)
+        if cp.returncode != 0:
+            unavailable(f"uid {uid} cannot import snapd's code or dependencies: {cp.stderr[-300:]!r}")
     return who
 
 
@@ -340,9 +424,13 @@ Entry = tuple[Any, ...]  # ("file", mode, bytes) | ("dir", mode) | ("link", text
 Snap = dict[str, Entry]  # rel path -> entry
 
 
+COOKIE = re.compile(r"\.snapd-[0-9]+-[0-9]+~")  # a barrier's: created and deleted at once
+
+
 def snapshot(root: Path, *, with_root: bool = False) -> Snap:
     """Everything under ``root`` (``.git`` excepted), never following a symlink; with ``with_root``
-    also the root's own entry, under ``"."``."""
+    also the root's own entry, under ``"."``. A barrier cookie that vanishes while it is read is
+    not there; anything else that is, is."""
     out: Snap = {}
     if with_root:
         out["."] = ("dir", stat.S_IMODE(os.lstat(root).st_mode))
@@ -352,16 +440,20 @@ def snapshot(root: Path, *, with_root: bool = False) -> Snap:
             if entry.name == ".git":
                 continue
             r = f"{rel}{entry.name}"
-            st_ = entry.stat(follow_symlinks=False)
-            if stat.S_ISLNK(st_.st_mode):
-                out[r] = ("link", os.readlink(entry.path))
-            elif stat.S_ISDIR(st_.st_mode):
-                out[r] = ("dir", stat.S_IMODE(st_.st_mode))
-                walk(entry.path, r + "/")
-            elif stat.S_ISREG(st_.st_mode):
-                out[r] = ("file", stat.S_IMODE(st_.st_mode), Path(entry.path).read_bytes())
-            else:
-                out[r] = ("special", stat.S_IFMT(st_.st_mode))
+            try:
+                st_ = entry.stat(follow_symlinks=False)
+                if stat.S_ISLNK(st_.st_mode):
+                    out[r] = ("link", os.readlink(entry.path))
+                elif stat.S_ISDIR(st_.st_mode):
+                    out[r] = ("dir", stat.S_IMODE(st_.st_mode))
+                    walk(entry.path, r + "/")
+                elif stat.S_ISREG(st_.st_mode):
+                    out[r] = ("file", stat.S_IMODE(st_.st_mode), Path(entry.path).read_bytes())
+                else:
+                    out[r] = ("special", stat.S_IFMT(st_.st_mode))
+            except FileNotFoundError:
+                if not COOKIE.fullmatch(entry.name):
+                    raise
 
     walk(str(root), "")
     return out

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from conftest import FsyncFaults
 from ingest_helpers import ingest_tree
 
 from snapd import paths
@@ -395,3 +396,22 @@ def test_read_only_directories_as_an_unprivileged_user(tmp_path: Path) -> None:
             if path.is_dir() and not path.is_symlink():
                 path.chmod(0o755)
         shutil.rmtree(base)
+
+
+def test_a_temp_whose_fsync_fails_is_never_renamed_into_place(
+    tmp_path: Path, fsync_faults: FsyncFaults
+) -> None:
+    """An fsync error is final: the content it covered may be gone from the disk, so the temp
+    is dropped and its path left as it was (a conflict), never published as if it worked."""
+    case = Case(tmp_path, current_tree, target_tree)
+    ws, journal = case.fresh()
+    fsync_faults.fail_when = lambda p: paths.is_snapd_name(os.path.basename(p)) and p.startswith(str(ws))
+    result = case.apply(ws, journal)
+    assert len(fsync_faults.failed) == 1, fsync_faults.failed
+    (bad, why), *_ = result.conflicts
+    assert len(result.conflicts) == 1 and "Input/output error" in why, result.conflicts
+    got = listing(ws)
+    rel = os.fsdecode(bad)
+    assert got.get(rel) == case.before.get(rel) != case.want.get(rel), (rel, got.get(rel))
+    assert {k: v for k, v in got.items() if k != rel} == {k: v for k, v in case.want.items() if k != rel}
+    assert no_temps(ws) and not journal.exists()

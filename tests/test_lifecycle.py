@@ -8,8 +8,10 @@ watcher) and treating this machine's file system type as event-less (``scan_fs_t
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_helpers import base_env, run_ctl, start_daemon, wait_for
+from e2e_helpers import base_env, run_ctl, start_daemon, unavailable, wait_for
 
 from snapd.capture.roots import fs_type
 from snapd.capture.statcache import RACY_NS, StatCache
@@ -223,6 +225,51 @@ def test_watch_shortfall_scans_every_mark_and_warns(tmp_path: Path) -> None:
         assert any("watch_limit" in x for x in m["summary"]["warnings"])
         got = _paths(d.ctl_json("show", m["id"], "-w", str(root)))
         assert got["deep/a/b/new.txt"] == "added" and got["src/f0.txt"] == "modified"
+    finally:
+        assert d.stop() == 0
+
+
+WATCH_LIMIT = 4  # inotify watches the daemon's user namespace may hold: the root and three more
+
+
+def in_user_namespace(limit: int) -> tuple[str, ...]:
+    """A command prefix that runs its program as root in a new user namespace whose inotify
+    watch limit is ``limit``. Those limits are per user namespace (/proc/sys/user/), and the
+    namespace's root may lower them: ``inotify_add_watch`` then really fails with ENOSPC."""
+    if shutil.which("unshare") is None:
+        unavailable("needs unshare (util-linux)")
+    lower = f"echo {limit} > /proc/sys/user/max_inotify_watches"
+    probe = subprocess.run(["unshare", "--user", "--map-root-user", "sh", "-c", lower], capture_output=True)
+    if probe.returncode != 0:
+        unavailable(f"cannot lower the watch limit in a user namespace: {probe.stderr.decode()[-300:]}")
+    return ("unshare", "--user", "--map-root-user", "sh", "-c", lower + ' && exec "$0" "$@"', sys.executable)
+
+
+def test_real_watch_limit_exhaustion_scans_every_mark_and_warns(tmp_path: Path) -> None:
+    home = tmp_path / "home-snapd"
+    root = _ws(tmp_path)
+    for i in range(6):
+        (root / "many" / f"d{i}").mkdir(parents=True)
+    d = start_daemon(home, python=in_user_namespace(WATCH_LIMIT))
+    try:
+        d.ctl("watch", str(root))
+        w = _status_ws(d, root)
+        assert w["watches"] == WATCH_LIMIT and w["watch_failures"] > 0, w
+        assert w["scan_every_mark"] and any("inotify watch limit" in x for x in w["warnings"]), w
+        # The kernel said no (no seam is set), for these directories:
+        refused = [
+            e["path"]
+            for e in map(json.loads, d.log().splitlines())
+            if e.get("event") == "watcher.add_failed" and e.get("error") == os.strerror(errno.ENOSPC)
+        ]
+        assert len(refused) >= 3 and "SNAPD_WATCH_LIMIT" not in d.env, refused
+        for n, rel in enumerate(refused[:3]):  # every mark warns, and every mark is complete
+            (root / rel / f"new{n}.txt").write_text(f"in an unwatched directory {n}\n")
+            (root / "src" / "f1.txt").write_text(f"edit {n}\n")
+            m = d.ctl_json("mark", f"m{n}", "-w", str(root))
+            assert any("inotify watch limit" in x for x in m["summary"]["warnings"]), m["summary"]
+            got = _paths(d.ctl_json("show", m["id"], "-w", str(root)))
+            assert got[f"{rel}/new{n}.txt"] == "added" and got["src/f1.txt"] == "modified", got
     finally:
         assert d.stop() == 0
 

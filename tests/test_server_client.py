@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import zmq
+from e2e_helpers import OtherUser
 
 from snapd.daemon.lock import acquire_instance_lock
 from snapd.errors import (
@@ -300,9 +301,24 @@ def test_stop_finishes_in_flight_requests(sockdir: Path, handler: Handler) -> No
     assert probe_listener(srv.endpoint) is False
 
 
+def test_another_uid_is_refused_for_real(sockdir: Path, handler: Handler, nobody: OtherUser) -> None:
+    """A client running as uid 65534, let through the socket's directory on purpose, is
+    refused by its credentials: every request and every raw frame gets a ``permission``
+    error reply, and the handler never runs."""
+    with ControlServer(f"ipc://{sockdir}/u.sock", handler) as srv:
+        sockdir.chmod(0o711)
+        (sockdir / "u.sock").chmod(0o666)
+        requests = [("ping", {}), ("mark", {"label": "x"}), ("stop", {})]
+        got = nobody.attempt(srv.endpoint, [], requests, wait=5)
+    assert [code for _, code, _ in got["requests"]] == ["permission"] * 3, got
+    assert all("refuses requests from uid 65534" in message for *_, message in got["requests"])
+    assert got["raw"] == ["permission"] * 4, got["raw"]
+    assert handler.calls == []
+
+
 def test_other_uid_is_refused_end_to_end(sockdir: Path, handler: Handler) -> None:
-    # We cannot run a client as another uid here, so the daemon pretends to be someone else:
-    # this still exercises reading the real credentials from ZeroMQ's Peer-Address property.
+    # Runs without root too: the server pretends to be someone else, which still exercises
+    # reading the real credentials from ZeroMQ's Peer-Address property.
     with ControlServer(f"ipc://{sockdir}/u.sock", handler, own_uid=54321) as srv:
         with Client(srv.endpoint, timeout_s=5) as c, pytest.raises(
             PermissionRefused, match="belongs to uid 54321 and refuses requests from uid"

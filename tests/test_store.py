@@ -9,10 +9,12 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import FsyncFaults
 from ingest_helpers import capture_paths, ingest_tree
 
-from snapd.errors import Ambiguous, CorruptObject, NotFound, StoreFormatError, UsageError
-from snapd.store import objects, refs, retention, trees
+from snapd import paths
+from snapd.errors import Ambiguous, CorruptObject, NotFound, StoreError, StoreFormatError, UsageError
+from snapd.store import objects, refs, retention, safeio, trees
 from snapd.store.batch import LARGE_OBJECT
 from snapd.store.store import Store
 from snapd.store.verify import verify
@@ -284,3 +286,40 @@ def test_verify_reports_affected_marks(store: Store, tmp_path: Path) -> None:
     assert not rep.ok
     assert rep.corrupt == {xkey: [res.mark_id]} and rep.missing == {ykey: [res.mark_id]}
     assert verify(store, sample=0.0001, seed=1).checked < rep.checked
+
+
+def test_write_atomic_publishes_nothing_when_its_fsync_fails(
+    tmp_path: Path, fsync_faults: FsyncFaults
+) -> None:
+    (tmp_path / "d").mkdir()
+    target = tmp_path / "d" / "obj"
+    target.write_bytes(b"old")
+    fsync_faults.fail_when = lambda path: os.path.basename(path).startswith(paths.SNAPD_PREFIX)
+    with pytest.raises(StoreError, match="Input/output error"):
+        safeio.write_atomic(target, b"new")
+    assert target.read_bytes() == b"old" and os.listdir(target.parent) == ["obj"]
+
+
+def test_a_batch_whose_directory_fsync_fails_commits_nothing_and_a_retry_writes_again(
+    store: Store, fsync_faults: FsyncFaults
+) -> None:
+    """The object file was written and fsynced, but its directory entry may not be durable:
+    no mark may name it, and the next attempt writes it again instead of trusting it."""
+    data = os.urandom(LARGE_OBJECT + 1000)
+    ws = store.add_workspace(b"/nowhere")
+    shards = str(store.dir / "objects") + "/"
+    fsync_faults.fail_when = lambda path: path.startswith(shards) and os.path.isdir(path)
+    for attempt in ("first", "second"):
+        fsync_faults.synced.clear()
+        with store.batch() as b:
+            key = b.put(data)
+            b.add_mark(ws, attempt, b.apply(None, {b"f": trees.Entry("file", 0o644, len(data), key)}))
+            if attempt == "first":
+                with pytest.raises(StoreError, match="Input/output error"):
+                    b.commit()
+        if attempt == "first":  # leaving the with block did not commit it again
+            assert store.marks(ws) == []
+        written = [p for p in fsync_faults.synced if paths.SNAPD_PREFIX in p and p.startswith(shards)]
+        assert written, f"{attempt}: the object file was not written and fsynced: {fsync_faults.synced}"
+    assert [m.label for m in store.marks(ws)] == ["second"]
+    assert store.get(key) == data and verify(store).ok

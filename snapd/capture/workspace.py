@@ -31,8 +31,8 @@ from snapd.capture import git, ignore, ingest, reader, roots, scan
 from snapd.capture.statcache import StatCache
 from snapd.capture.watcher import Watcher, WatchEvent, remove_stale_cookies
 from snapd.display import count, shown
-from snapd.errors import WorkspaceRefused
-from snapd.store import trees
+from snapd.errors import SnapdError, WorkspaceRefused
+from snapd.store import safeio, trees
 from snapd.store.batch import Batch
 from snapd.store.records import Mark
 from snapd.store.store import Store
@@ -109,6 +109,7 @@ class Workspace:
         self.reads = 0  # files read from disk since start (a reconcile of an unchanged tree reads none)
         self.root_id = ""
         self.recovered: dict[str, Any] | None = None  # what start-up recovery of a rollback did
+        self.unfinished: str | None = None  # a rollback stopped part-way, not finished yet: why
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -198,7 +199,8 @@ class Workspace:
         self.warnings.append(
             f"{dirs} could not be watched (inotify watch limit): "
             "every mark scans the workspace; raise the limit with "
-            "`sudo sysctl fs.inotify.max_user_watches=524288` (and in /etc/sysctl.d/), then restart snapd"
+            "`sudo sysctl fs.inotify.max_user_watches=524288` (and in /etc/sysctl.d/; in a container, its "
+            "user namespace's /proc/sys/user/max_inotify_watches), then restart snapd"
         )
 
     def _refusals(self) -> dict[bytes, str]:
@@ -211,9 +213,29 @@ class Workspace:
             for rel, err in sorted(refused.items())
         }
 
+    def rollback_stopped(self, exc: SnapdError, why: str = "that stopped part-way") -> None:
+        """A rollback (or the finishing of one) failed with its journal still there: say so
+        in ``status`` and every mark until :meth:`finish_rollback` succeeds."""
+        try:
+            left = safeio.exists(self.journal)
+        except SnapdError:
+            left = True  # the disk cannot tell: assume the worst, and say so
+        if left:
+            self.unfinished = f"a rollback {why} is not finished yet: {exc.message}"
+            log.error("rollback.unfinished", workspace=str(self.root), error=exc.message)
+
+    def finish_rollback(self) -> None:
+        """Finish a rollback that stopped part-way (its journal is still there), before a
+        request reads or changes the workspace: the recovery the daemon handed in, as at
+        start-up. The caller holds :attr:`lock`, and a barrier must follow, so the capture sees
+        what this wrote. A failure is kept in :attr:`unfinished`, shown by status and marks."""
+        if self._recover is not None and safeio.exists(self.journal):
+            self._recover(self)
+
     def current_warnings(self) -> list[str]:
         """Everything wrong now, for ``status``: lasting conditions and refused directories."""
-        return [*self.warnings, *self._refusals().values()]
+        pending = [self.unfinished] if self.unfinished else []
+        return [*self.warnings, *pending, *self._refusals().values()]
 
     def _mark_warnings(self) -> tuple[list[str], dict[bytes, int]]:
         """A mark's warnings: the lasting conditions, and each refused directory once — in the
@@ -222,7 +244,8 @@ class Workspace:
         refused = self.watcher.refused_dirs() if self.watcher is not None else {}
         news = self._refusals()
         fresh = [news[rel] for rel, err in refused.items() if self._told.get(rel) != err and rel in news]
-        return [*self.warnings, *fresh], refused
+        pending = [self.unfinished] if self.unfinished else []
+        return [*self.warnings, *pending, *fresh], refused
 
     def stop(self) -> None:
         self._stopping = True
@@ -283,6 +306,9 @@ class Workspace:
             try:
                 with self.lock:
                     self._flush()
+            except SnapdError as exc:  # a full or failing disk: kept dirty, tried again
+                log.warning("workspace.capture_failed", workspace=str(self.root), error=exc.message)
+                time.sleep(1.0)
             except Exception:
                 log.exception("workspace.capture_failed", workspace=str(self.root))
                 time.sleep(1.0)
@@ -665,7 +691,8 @@ class Workspace:
 
     def sync_locked(self) -> str:
         """:meth:`sync` for a caller that holds :attr:`lock` (a rollback)."""
-        self._barrier()
+        self.finish_rollback()
+        self._barrier()  # after: what finishing it wrote is in this capture
         self._flush()
         assert self.tree is not None
         return self.tree
@@ -675,6 +702,9 @@ class Workspace:
 
         ``locked``: the caller already holds :attr:`lock` (a rollback's pre-rollback mark).
         """
+        if not locked and safeio.exists(self.journal):
+            with self.lock:
+                self.finish_rollback()
         self._barrier()
         if locked:
             mark = self._flush(label, **meta)

@@ -67,7 +67,7 @@ def service_config(config: Config, homes: tuple[Path, ...]) -> ServiceConfig:
             eventless_fs=config.scan_fs_types,
         ),
         policy=retention.Policy(
-            max_age_days=r.max_age_days, max_marks=r.max_marks, budget_bytes=r.budget_bytes
+            max_age_days=r.max_age_days, max_marks=r.max_marks, budget_bytes=r.budget_bytes, grace_s=r.grace_s
         ),
         gc_interval_s=config.gc_interval_s,
     )

@@ -21,10 +21,18 @@ hold (``entry``). Invariants:
   :func:`safeio.step` (``apply.*``), where the crash tests stop the process.
 - A **forced** op (``Op.forced``: its content could not be captured) replaces or removes
   whatever is there without comparing, and only when ``force`` is given; else a conflict.
+- **Failures of the disk**: a temp file whose fsync fails is never renamed into place (an
+  fsync error is final: retrying it would report success for data the kernel may have
+  dropped); its path is left as it is, a conflict. A full disk, or a directory fsync that
+  fails, stops the apply with an error that says so; the staged temps are removed and the
+  journal stays, so the rollback is finished (rolled forward, every path re-checked) as soon
+  as snapd can write again: at the next request for the workspace, or at start-up. A path the
+  journal finds already done has its directory fsynced again by whoever finishes it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -86,6 +94,7 @@ class _Engine:
         self.kept: dict[bytes, str] = {}
         self.replaced: list[bytes] = []
         self.temps_removed = 0
+        self.settled: set[bytes] = set()  # directories of paths found done: synced with the phase
 
     # -- walking -------------------------------------------------------------------------------
 
@@ -186,6 +195,7 @@ class _Engine:
             st = safeio.lstat_at(fd, name)
             if self.done(fd, name, st, follow):
                 self.applied[op.path] = None
+                self.settled.add(op.path.rpartition(b"/")[0])  # done before: durable only once synced
                 yield None
             else:
                 yield (fd, name, st) if self.admit(op, fd, name, st) else None
@@ -199,7 +209,7 @@ class _Engine:
             yield
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise DiskFull(f"disk full while restoring {show(op.path)}: free some space") from exc
+                raise stopped(exc, f"restoring {show(op.path)}") from exc
             self.conflicts.setdefault(op.path, f"could not {op.describe()}: {exc.strerror}")
 
     # -- running -------------------------------------------------------------------------------
@@ -263,8 +273,13 @@ class _Engine:
             touched.add(op.path.rpartition(b"/")[0])
 
     def writes(self, batch: Sequence[tuple[Op, str | None, Sequence[Op]]], touched: set[bytes]) -> None:
-        """Temp files for the whole batch, one fsync each, then the renames, then directory syncs."""
+        """Temp files for the whole batch, one fsync each, then the renames, then directory syncs.
+
+        Only temps whose fsync succeeded are renamed; every other staged temp is removed,
+        also when a full disk stops the batch.
+        """
         staged: list[tuple[Op, str, int, int | None]] = []  # op, temp, its directory's fd, temp fd
+        published: set[str] = set()
         try:
             for op, temp, follow in batch:
                 with self.guarded(op):
@@ -273,19 +288,26 @@ class _Engine:
                     else:
                         assert temp is not None
                         self.stage(op, temp, follow, staged)
-            for op, _, _, tfd in staged:
+            synced = []
+            for entry in staged:
+                op, _, _, tfd = entry
                 with self.guarded(op):
                     if tfd is not None:
-                        os.fsync(tfd)
+                        safeio.fsync(tfd)  # an error is final: this temp is never published
                         safeio.step("apply.fsync_temp")
-            for op, temp, dfd, _ in staged:
+                    synced.append(entry)
+            for op, temp, dfd, _ in synced:
                 with self.guarded(op):
                     self.publish(op, temp, dfd, touched)
+                    published.add(temp)  # renamed, or removed by publish itself
         finally:
-            for _, _, dfd, tfd in staged:
-                os.close(dfd)
+            for _, temp, dfd, tfd in staged:
                 if tfd is not None:
                     os.close(tfd)
+                if temp not in published:
+                    with contextlib.suppress(OSError):  # the disk may be failing: recovery retries
+                        self.drop_temp(dfd, temp)
+                os.close(dfd)
 
     def stage(
         self, op: Op, temp: str, follow: Sequence[Op], out: list[tuple[Op, str, int, int | None]]
@@ -332,12 +354,19 @@ class _Engine:
             self.temps_removed += 1
 
     def sync_dirs(self, paths: set[bytes]) -> None:
+        """fsync each directory changed (or found done) in this phase; an error stops the apply."""
+        paths = paths | self.settled
+        self.settled = set()
         for path in sorted(paths):
             fd = self.open_dir(path, replace=False)
             if isinstance(fd, int):
-                if safeio.fsync_dir_at(fd):  # an unreadable directory cannot be: its renames stand
-                    safeio.step("apply.fsync_dir")
-                os.close(fd)
+                try:
+                    if safeio.fsync_dir_at(fd):  # an unreadable directory cannot be: its renames stand
+                        safeio.step("apply.fsync_dir")
+                except OSError as exc:
+                    raise stopped(exc, f"making {show(path) if path else 'the root'} durable") from exc
+                finally:
+                    os.close(fd)
 
     def remove_temps(self, ops: Sequence[Op], temps: Sequence[str | None]) -> None:
         for op, temp in zip(ops, temps, strict=True):
@@ -357,6 +386,17 @@ class _Engine:
             temps_removed=self.temps_removed,
             replaced=tuple(self.replaced),
         )
+
+
+def stopped(exc: OSError, what: str) -> StoreError:
+    """The error that stops an apply part-way: its journal stays, and it is finished later."""
+    later = (
+        "the rollback stopped part-way; snapd finishes it (its journal is kept) at the next "
+        "request for this workspace, or when it starts again"
+    )
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return DiskFull(f"disk full while {what}: free some space on the workspace's disk; {later}")
+    return StoreError(f"{exc.strerror or exc} while {what}: {later}", errno=exc.errno)
 
 
 def _dir_chmod(op: Op) -> bool:
@@ -399,7 +439,7 @@ def apply(
     Raises Conflict when ``journal`` already exists (an interrupted apply must be recovered
     first). On any exception the journal stays, so :func:`recover` finishes the job.
     """
-    if journal.exists():
+    if safeio.exists(journal):
         raise Conflict("an interrupted rollback of this workspace must be recovered first")
     temps = [temp_name() if op.kind in ("write", "symlink") else None for op in plan.ops]
     doc: dict[str, Any] = {
@@ -433,6 +473,8 @@ def recover(root: Path, journal: Path, get: Get, hasher: Hasher) -> RecoveryResu
         raw = journal.read_bytes()
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise safeio.os_error(exc, "read the rollback journal", journal) from exc
     try:
         doc = json.loads(raw)
         if doc.get("format") != FORMAT:

@@ -38,7 +38,7 @@ import structlog
 
 from snapd.capture import ignore, reader
 from snapd.capture.workspace import Workspace
-from snapd.errors import NotFound, PlanChanged
+from snapd.errors import Conflict, NotFound, PlanChanged, SnapdError
 from snapd.paths import at_or_below, encode_path
 from snapd.rollback import apply, plan
 from snapd.rollback.plan import Plan
@@ -318,6 +318,8 @@ def execute(
     """Apply the rollback; ``token`` is the confirmed plan's (None: apply the fresh plan)."""
     with ws.lock:
         prep = _prepare(ws, target, only, force, ws.sync_locked())
+        if ws.unfinished:  # an earlier rollback stopped part-way and still cannot be finished
+            raise Conflict(f"{ws.unfinished}; retry once that is fixed")
         plan = prep.plan
         _check(ws, target, plan, prep.held, token)
         if not plan.ops:  # nothing to change: no pre-rollback mark, so undo keeps its meaning
@@ -334,7 +336,15 @@ def execute(
             if pre.tree != prep.held:  # something changed between the check and the mark
                 plan = _plan(ws, pre.tree, target, rules_at(ws, target), only, force)
                 _check(ws, target, plan, pre.tree, token)
-        result = apply.apply(ws.root, plan, ws.store.get, ws.store.hasher, ws.journal, force=force)
+        try:
+            result = apply.apply(ws.root, plan, ws.store.get, ws.store.hasher, ws.journal, force=force)
+        except SnapdError as exc:
+            ws.rollback_stopped(exc)
+            raise type(exc)(
+                f"{exc.message}. Undo returns to the state before this rollback (mark {pre.id})",
+                pre_rollback=pre.id,
+                **exc.details,
+            ) from exc
     after = ws.sync()
     # A repeat may share this rollback's pre-rollback mark only if that mark holds everything
     # the repeat could overwrite: not after a conflict (a concurrent writer's content is in

@@ -1,9 +1,13 @@
-"""Crash recovery of a rollback: a workspace whose journal survived a crash is finished at
-start-up, before capture resumes, so the tree it captures is the one the rollback meant.
+"""Recovery of a rollback: a workspace whose journal is still there is finished (rolled
+forward, every path re-checked) before capture goes on, so the tree it captures is the one
+the rollback meant. The journal survives a crash (finished at start-up, before the reconcile
+scan) and a rollback stopped part-way by a full or failing disk (finished by the next request
+for the workspace: a mark, a rollback, a diff).
 
 The live workspace (capture layer) knows nothing of rollbacks: the daemon hands it
-:func:`finish_interrupted` to run once its watches are in place and before its reconcile scan.
-What recovery did is kept on the workspace (``recovered``, ``warnings``) for status and marks.
+:func:`finish_interrupted`, which the workspace runs at start-up, watches in place, and before
+a request whenever the journal is there. What it did is kept on the workspace (``recovered``,
+``warnings``, ``unfinished`` while it cannot finish) for status and marks.
 """
 
 from __future__ import annotations
@@ -20,23 +24,24 @@ log = structlog.get_logger(__name__)
 
 
 def finish_interrupted(ws: Workspace) -> None:
-    """Finish a rollback that a crash interrupted (its journal is still there)."""
+    """Finish the rollback whose journal is still there; say what happened, or why not."""
+    why = "that stopped part-way" if ws.unfinished else "interrupted by a crash"
     try:
         result = recover(ws.root, ws.journal, ws.store.get, ws.store.hasher)
     except SnapdError as exc:
-        ws.warnings.append(f"an interrupted rollback could not be finished: {exc.message}")
-        log.error("rollback.recovery_failed", workspace=str(ws.root), error=exc.message)
+        ws.rollback_stopped(exc, why)
         return
+    ws.unfinished = None
     if result is None:
         return
     note = (
-        f"a rollback interrupted by a crash was finished at start-up: {len(result.applied)} paths "
-        f"restored, {len(result.conflicts)} conflicts, {result.temps_removed} temp files removed"
+        f"a rollback {why} was finished: {len(result.applied)} paths restored, "
+        f"{len(result.conflicts)} conflicts, {result.temps_removed} temp files removed"
     )
     ws.warnings.append(note)
     ws.recovered = {
         "applied": len(result.applied),
-        "conflicts": [[os.fsdecode(p), why] for p, why in result.conflicts],
+        "conflicts": [[os.fsdecode(p), reason] for p, reason in result.conflicts],
         "temps_removed": result.temps_removed,
     }
     log.warning("rollback.recovered", workspace=str(ws.root), applied=len(result.applied))

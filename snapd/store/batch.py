@@ -266,12 +266,11 @@ class Batch:
             row = present.get(key)
             if row is not None:
                 # Another batch stored this key meanwhile: equal bytes, or a collision raced.
-                stored = self.store.object_path(key).read_bytes() if row[1] else (row[2] or b"")
-                if objects.decode(key, row[0], stored, self.store.hasher) != raw:
+                if self.store.get(key) != raw:
                     raise StoreError(f"object key {key} collided with a concurrent write; retry")
                 continue
             size = len(raw)
-            stored_len = self.store.object_path(key).stat().st_size if external else len(payload)
+            stored_len = self._file_size(key) if external else len(payload)
             rows.append((key, size, codec, stored_len, int(external), now, None if external else payload))
             self._flushed[key] = fingerprint(raw)
         c.executemany(
@@ -296,16 +295,35 @@ class Batch:
         c.executemany("INSERT OR REPLACE INTO stats VALUES (?,?,?,?,?,?,?,?)", upserts)
         self._stats.clear()
 
+    def _file_size(self, key: str) -> int:
+        path = self.store.object_path(key)
+        try:
+            return path.stat().st_size
+        except OSError as exc:
+            raise safeio.os_error(exc, "stat", path) from exc
+
     def flush(self) -> None:
-        """Make the objects put so far durable (they stay protected until the batch ends)."""
-        self._sync_files()
-        with self.store.catalog.write() as c:
-            self._write_objects(c)
+        """Make the objects put so far durable (they stay protected until the batch ends).
+
+        A failure ends the batch (see :meth:`commit`)."""
+        try:
+            self._sync_files()
+            with self.store.catalog.write() as c:
+                self._write_objects(c)
+        except BaseException:
+            self._done = True
+            raise
 
     def commit(self) -> list[Mark]:
-        """Objects, versions and marks durable in one catalog transaction; return the marks."""
+        """Objects, versions and marks durable in one catalog transaction; return the marks.
+
+        Only once: a commit that fails ends the batch, which is never committed again. (An
+        fsync that failed must not be retried: a second fsync can succeed although the data
+        the first one covered was dropped. The caller starts over with a new batch, which
+        writes its object files afresh.)"""
         if self._done:
-            raise StoreError("batch already committed")
+            raise StoreError("this batch was committed, or failed, already: start a new one")
+        self._done = True
         self._sync_files()
         committed: list[Mark] = []
         with self.store.catalog.write() as c:
@@ -348,5 +366,4 @@ class Batch:
         self._versions.clear()
         self._marks.clear()
         self._heads.clear()
-        self._done = True
         return committed

@@ -9,6 +9,13 @@ commit atomically with the rows that refer to them; large ones are files that th
 durable before the transaction that names them commits.
 
 The store records its format version in ``meta`` and refuses one it does not know.
+
+Every SQLite failure that is the disk's, not the code's (full, I/O error, a page that reads
+back wrong, busy) leaves this module as a :class:`StoreError` (:class:`DiskFull` when the disk
+is full), whichever statement or row fetch met it: the connections and cursors handed out are
+:class:`_Connection`/:class:`_Cursor`, which translate them. A failed transaction is rolled
+back (SQLite may already have done so) and nothing it wrote is visible; the daemon replies
+with the error and keeps serving. Constraint and programming errors stay what they are: bugs.
 """
 
 from __future__ import annotations
@@ -16,9 +23,10 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from snapd.errors import DiskFull, StoreError, StoreFormatError
 from snapd.store import safeio
@@ -108,8 +116,88 @@ CREATE TABLE evictions (
 """
 
 
-def _connect(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
+def disk_error(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` is the disk's doing (full, I/O, unreadable, busy), not a bug of ours."""
+    return isinstance(exc, sqlite3.OperationalError) or type(exc) is sqlite3.DatabaseError
+
+
+def store_error(exc: sqlite3.Error, path: Path) -> StoreError:
+    """The user-facing error for a disk failure SQLite reported on the catalog at ``path``."""
+    name = getattr(exc, "sqlite_errorname", "") or type(exc).__name__
+    if name.startswith("SQLITE_FULL") or "full" in str(exc).lower():
+        return DiskFull(
+            f"disk full: the catalog {path} could not be written ({exc}); free some space on that "
+            "disk and retry. What failed was not recorded; everything acknowledged before is kept"
+        )
+    try:  # SQLite words an I/O error as corruption at times: ask the disk itself
+        os.close(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+        disk = ""
+    except OSError as probe:
+        disk = f"the disk holding the store fails ({probe.strerror}); "
+    return StoreError(
+        f"{disk}the catalog {path} could not be read or written: {exc} ({name}). What failed was "
+        "not recorded; if the disk failed or went away, restart snapd once it is back: every "
+        "acknowledged mark is kept",
+        sqlite_error=name,
+    )
+
+
+class _Cursor(sqlite3.Cursor):
+    """A cursor whose disk failures are :class:`StoreError` (see the module docstring)."""
+
+    def _fail(self, exc: sqlite3.Error) -> StoreError:
+        conn = self.connection
+        assert isinstance(conn, _Connection)
+        return store_error(exc, conn.path)
+
+    def _guard(self, call: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return call(*args)
+        except sqlite3.Error as exc:
+            if not disk_error(exc):
+                raise
+            raise self._fail(exc) from exc
+
+    def execute(self, sql: str, parameters: Any = (), /) -> _Cursor:
+        self._guard(super().execute, sql, parameters)
+        return self
+
+    def executemany(self, sql: str, seq_of_parameters: Iterable[Any], /) -> _Cursor:
+        self._guard(super().executemany, sql, seq_of_parameters)
+        return self
+
+    def __next__(self) -> Any:
+        return self._guard(super().__next__)
+
+    def fetchone(self) -> Any:
+        return self._guard(super().fetchone)
+
+    def fetchall(self) -> list[Any]:
+        rows: list[Any] = self._guard(super().fetchall)
+        return rows
+
+
+class _Connection(sqlite3.Connection):
+    """A connection whose statements run on :class:`_Cursor`."""
+
+    path: Path
+
+    def execute(self, sql: str, parameters: Any = (), /) -> _Cursor:
+        return _Cursor(self).execute(sql, parameters)
+
+    def executemany(self, sql: str, seq_of_parameters: Iterable[Any], /) -> _Cursor:
+        return _Cursor(self).executemany(sql, seq_of_parameters)
+
+
+def _connect(path: Path) -> _Connection:
+    try:
+        conn = sqlite3.connect(
+            path, isolation_level=None, check_same_thread=False, timeout=30.0, factory=_Connection
+        )
+    except sqlite3.Error as exc:
+        raise store_error(exc, path) from exc
+    assert isinstance(conn, _Connection)
+    conn.path = path
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("PRAGMA foreign_keys=ON")
@@ -121,17 +209,18 @@ class Catalog:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        if not path.exists():
-            # Create the file ourselves so it (and the -wal/-shm files SQLite derives from its
-            # mode) is private whatever the umask.
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, safeio.FILE_MODE)
-            os.close(fd)
-        os.chmod(path, safeio.FILE_MODE)
         try:
-            self._w = _connect(path)
-            self._init_schema()
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"cannot open the catalog {path}: {exc}") from exc
+            if not path.exists():
+                # Create the file ourselves so it (and the -wal/-shm files SQLite derives from
+                # its mode) is private whatever the umask.
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, safeio.FILE_MODE)
+                os.close(fd)
+                safeio.fsync_dir(path.parent)
+            os.chmod(path, safeio.FILE_MODE)
+        except OSError as exc:
+            raise safeio.os_error(exc, "create", path) from exc
+        self._w = _connect(path)
+        self._init_schema()
         self._lock = threading.RLock()
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
@@ -167,26 +256,26 @@ class Catalog:
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
-        """A ``BEGIN IMMEDIATE`` transaction on the writer connection; commits on success."""
+        """A ``BEGIN IMMEDIATE`` transaction on the writer connection; commits on success.
+
+        On any failure (the body's, or the commit's: a full disk, an I/O error) it is rolled
+        back and the error raised; nothing it wrote is visible.
+        """
         with self._lock:
             conn = self._w
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as exc:
-                raise StoreError(f"catalog is busy or unwritable: {exc}") from exc
+            conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            try:
                 conn.execute("COMMIT")
-            except sqlite3.OperationalError as exc:
+            except BaseException:
+                # SQLite rolls some failures back itself; a rollback that fails too leaves the
+                # connection to SQLite's own recovery at the next statement (or next open).
                 if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                if "full" in str(exc).lower():
-                    raise DiskFull("disk full while committing to the catalog; nothing was lost") from exc
-                raise StoreError(f"catalog commit failed: {exc}") from exc
+                    try:
+                        conn.execute("ROLLBACK")
+                    except StoreError:
+                        pass
+                raise
             safeio.step("catalog.commit")
 
     def read(self) -> sqlite3.Connection:

@@ -153,15 +153,19 @@ def remove_orphan_files(store: Store, older_than: int) -> int:
     """
     removed = 0
     db = store.catalog.read()
-    for shard in sorted((store.dir / "objects").glob("*")):
-        for p in shard.iterdir():
-            if db.execute("SELECT 1 FROM objects WHERE key=? AND external=1", (p.name,)).fetchone():
-                continue
-            try:
-                if p.stat().st_mtime_ns < older_than and safeio.unlink(p):
-                    removed += 1
-            except FileNotFoundError:
-                continue
+    top = store.dir / "objects"
+    try:
+        for shard in sorted(top.glob("*")):
+            for p in shard.iterdir():
+                if db.execute("SELECT 1 FROM objects WHERE key=? AND external=1", (p.name,)).fetchone():
+                    continue
+                try:
+                    if p.stat().st_mtime_ns < older_than and safeio.unlink(p):
+                        removed += 1
+                except FileNotFoundError:
+                    continue
+    except OSError as exc:
+        raise safeio.os_error(exc, "list object files in", top) from exc
     return removed
 
 

@@ -60,16 +60,55 @@ def step(name: str) -> None:
         os._exit(CRASH_EXIT_CODE)
 
 
-def _raise_os(exc: OSError, what: str, path: Path | str) -> None:
+def os_error(exc: OSError, what: str, path: Path | str) -> StoreError:
+    """The user-facing error for an OS error met while ``what``-ing ``path`` in the store:
+    :class:`DiskFull` for a full disk or quota, else :class:`StoreError` naming the cause."""
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        raise DiskFull(f"disk full while {what} {path}: free some space; nothing was lost") from exc
-    raise StoreError(f"could not {what} {path}: {exc.strerror}") from exc
+        return DiskFull(
+            f"disk full while trying to {what} {path}: free some space on that disk and retry. What "
+            "failed was not recorded; everything acknowledged before is kept"
+        )
+    return StoreError(
+        f"could not {what} {path}: {exc.strerror or exc}. What failed was not recorded; if the disk "
+        "failed or went away, restart snapd once it is back: every acknowledged mark is kept",
+        errno=exc.errno,
+    )
+
+
+def _raise_os(exc: OSError, what: str, path: Path | str) -> None:
+    raise os_error(exc, what, path) from exc
+
+
+def exists(path: Path) -> bool:
+    """Whether ``path`` exists; a disk that cannot tell (EIO...) is a :class:`StoreError`,
+    never a "no" (``Path.exists`` would raise the bare OSError)."""
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as exc:
+        _raise_os(exc, "look for", path)
+    return True
 
 
 def ensure_dir(path: Path) -> None:
-    """Create ``path`` (and parents) as private directories; tighten an existing one."""
+    """Create ``path`` (and parents) as private directories; tighten an existing one.
+
+    A directory it creates is made durable in its parent (an fsync of the parent), so a file
+    later fsynced inside it cannot lose its way there on power loss.
+    """
     try:
-        path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        missing: list[Path] = []
+        here = path
+        while not here.exists():
+            missing.append(here)
+            here = here.parent
+        for new in reversed(missing):
+            try:
+                os.mkdir(new, DIR_MODE)
+            except FileExistsError:
+                continue
+            fsync_dir(new.parent)
         st = path.lstat()
         if not stat.S_ISDIR(st.st_mode):
             raise StoreError(f"{path} exists and is not a directory")
@@ -79,12 +118,30 @@ def ensure_dir(path: Path) -> None:
         _raise_os(exc, "create directory", path)
 
 
+def fsync(fd: int) -> None:
+    """fsync ``fd``, and believe it only if the file system is still alive afterwards.
+
+    A file system shut down by an I/O error can report an fsync as done that it did not do:
+    XFS returns 0 for a directory whose changes it has just thrown away, and a file fsync
+    that races the shutdown can pass its own check. ``fstat`` fails once the file system is
+    shut down, so an fsync followed by a successful ``fstat`` was done while it was alive.
+    Either error is final (see :func:`fsync_dir`).
+    """
+    os.fsync(fd)
+    os.fstat(fd)
+
+
 def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    """fsync a directory, so the entries created or renamed in it survive power loss. An
+    error is final: the caller must not treat anything it covered as durable."""
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        _raise_os(exc, "sync the directory", path)
     step("fsync_dir")
 
 
@@ -101,7 +158,7 @@ def write_atomic(path: Path, data: bytes, *, sync_dir: bool = True) -> None:
             while view:
                 view = view[os.write(fd, view) :]
             step("write")
-            os.fsync(fd)
+            fsync(fd)
             step("fsync")
         finally:
             os.close(fd)
@@ -154,13 +211,14 @@ def chmod_at(dir_fd: int, name: bytes | str, mode: int) -> None:
 
 
 def fsync_dir_at(dir_fd: int) -> bool:
-    """fsync the directory behind ``dir_fd`` (which may be O_PATH); False if it cannot be read."""
+    """fsync the directory behind ``dir_fd`` (which may be O_PATH); False if we may not read
+    it (a read-only directory of the user's: its renames stand). Any other error raises."""
     try:
         fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
-    except OSError:
+    except PermissionError:
         return False
     try:
-        os.fsync(fd)
+        fsync(fd)
     finally:
         os.close(fd)
     return True

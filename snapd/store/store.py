@@ -62,7 +62,8 @@ class Store:
         objects.parse_key(key)
         return self.dir / "objects" / key[:2] / key
 
-    def _raw_payload(self, key: str) -> tuple[int, bytes]:
+    def payload(self, key: str) -> tuple[int, bytes]:
+        """(codec, stored bytes) of ``key``, not verified: :meth:`get` is what readers want."""
         row = (
             self.catalog.read()
             .execute("SELECT codec, external, data FROM objects WHERE key=?", (key,))
@@ -72,15 +73,18 @@ class Store:
             raise MissingObject(f"object {key} is missing from the store", key=key)
         codec, external, data = row
         if external:
+            path = self.object_path(key)
             try:
-                data = self.object_path(key).read_bytes()
+                data = path.read_bytes()
             except FileNotFoundError as exc:
                 raise MissingObject(f"object file for {key} is missing", key=key) from exc
+            except OSError as exc:
+                raise safeio.os_error(exc, "read", path) from exc
         return codec, data
 
     def get(self, key: str) -> bytes:
         """The content named ``key``, verified against it (CorruptObject otherwise)."""
-        codec, payload = self._raw_payload(key)
+        codec, payload = self.payload(key)
         return objects.decode(key, codec, payload, self.hasher)
 
     def has(self, key: str) -> bool:

@@ -1,0 +1,225 @@
+"""Full disks, for real: small tmpfs mounts under the store, or under the workspace.
+
+Each case fills a real file system (:func:`disks.fill`) and drives a real daemon with the real
+CLI. A baseline, a mark, a rollback and GC each meet ENOSPC; each must fail with a clear
+"disk full" error and exit code 8, leave the store consistent (``verify``), keep the daemon
+serving, and succeed once the space is freed — with nothing the failed operation saw lost. A
+rollback that fills the *workspace's* disk half-way is finished once space is freed, never
+left half done.
+
+The catalog's write-ahead log keeps its size between checkpoints, so a disk filled while it
+has room lets small transactions through; the cases that must hit ENOSPC in SQLite restart the
+daemon first (a clean stop checkpoints and removes the log).
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from disks import fill, tmpfs
+from e2e_helpers import Daemon, base_env, describe, no_cookies, snap_diff, snapshot, start_daemon
+
+pytestmark = [pytest.mark.powercut, pytest.mark.timeout(300)]
+
+STORE_FS = 48 << 20
+BIG = 2 << 20  # random bytes: an object file of its own, too big for the space left
+
+
+@dataclass
+class FullStore:
+    """A daemon whose ``SNAPD_HOME`` is on a small tmpfs that the test fills and frees."""
+
+    fs: Path
+    env: dict[str, str]
+    d: Daemon
+
+    @property
+    def filler(self) -> Path:
+        return self.fs / "filler"
+
+    def fill(self) -> None:
+        assert fill(self.filler) > 0
+
+    def free(self) -> None:
+        self.filler.unlink()
+
+    def restart(self) -> None:
+        """Stop (SQLite checkpoints and removes its log) and start again: the next catalog
+        write needs new space."""
+        assert self.d.stop() == 0
+        self.d = start_daemon(self.fs / "home", self.env)
+
+    def fails_full(self, *args: str) -> subprocess.CompletedProcess[bytes]:
+        """``snapctl ARGS`` fails with exit 8 saying the disk is full; the daemon still serves
+        and its store is consistent."""
+        cp = self.d.ctl(*args, check=False, timeout=60)
+        assert cp.returncode == 8 and b"disk full" in cp.stderr, describe(cp)
+        assert b"Traceback" not in cp.stderr
+        self.serving()
+        return cp
+
+    def serving(self) -> None:
+        assert self.d.alive()
+        self.d.ctl("status")
+        cp = self.d.ctl("verify")
+        assert b"clean" in cp.stdout, describe(cp)
+        crashed = [ln for ln in self.d.log().splitlines() if "request.crashed" in ln]
+        assert not crashed, crashed
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[FullStore]:
+    with tmpfs(tmp_path / "storefs", STORE_FS) as fs:
+        env = base_env(fs / "home")
+        env.update(SNAPD_RETENTION_GRACE_S="1", SNAPD_GC_INTERVAL_S="100000")
+        full = FullStore(fs, env, start_daemon(fs / "home", env))
+        try:
+            yield full
+        finally:
+            if full.filler.exists():
+                full.free()
+            code = full.d.stop()
+            assert code == 0, full.d.log()[-3000:]
+
+
+def workspace(root: Path, rng: random.Random, files: int = 8) -> Path:
+    for i in range(files):
+        d = root / ["a", "b/c"][i % 2]
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"f{i}.txt").write_bytes(f"file {i} {rng.random()}\n".encode() * 20)
+    return root
+
+
+def cat(d: Daemon, mark: str, ws: Path, rel: str) -> bytes:
+    return d.ctl("cat", mark, str(ws / rel), "-w", str(ws)).stdout
+
+
+def test_baseline_on_a_full_store_fails_cleanly_then_succeeds(store: FullStore, tmp_path: Path) -> None:
+    rng = random.Random(1)
+    ws = workspace(tmp_path / "ws", rng)
+    big = [rng.randbytes(BIG) for _ in range(3)]
+    for i, data in enumerate(big):
+        (ws / f"big{i}.bin").write_bytes(data)
+    store.fill()
+    store.fails_full("watch", str(ws))
+    store.free()
+    out = store.d.ctl_json("watch", str(ws))
+    baseline = out["baseline"]["id"]
+    for i, data in enumerate(big):
+        assert cat(store.d, baseline, ws, f"big{i}.bin") == data
+
+
+def test_marks_on_a_full_store_fail_cleanly_and_lose_nothing(store: FullStore, tmp_path: Path) -> None:
+    rng = random.Random(2)
+    ws = workspace(tmp_path / "ws", rng)
+    store.d.ctl("watch", str(ws))
+    # An object file that does not fit.
+    big = rng.randbytes(BIG)
+    (ws / "big.bin").write_bytes(big)
+    store.fill()
+    store.fails_full("mark", "full", "-w", str(ws))
+    store.free()
+    m = store.d.ctl_json("mark", "freed", "-w", str(ws))
+    assert cat(store.d, m["id"], ws, "big.bin") == big
+    # Rows the catalog cannot take: many small objects, kept inside SQLite.
+    store.restart()
+    small = {f"s{i}.bin": rng.randbytes(300_000) for i in range(20)}
+    store.fill()
+    for name, data in small.items():
+        (ws / name).write_bytes(data)
+    store.fails_full("mark", "full-again", "-w", str(ws))
+    labels = [x["label"] for x in store.d.ctl_json("log", "-w", str(ws))["marks"]]
+    assert "full" not in labels and "full-again" not in labels, labels
+    store.free()
+    m = store.d.ctl_json("mark", "freed-again", "-w", str(ws))
+    for name, data in small.items():
+        assert cat(store.d, m["id"], ws, name) == data
+
+
+def test_rollback_on_a_full_store_changes_nothing(store: FullStore, tmp_path: Path) -> None:
+    rng = random.Random(3)
+    ws = workspace(tmp_path / "ws", rng)
+    store.d.ctl("watch", str(ws))
+    at_m = snapshot(ws)
+    m = store.d.ctl_json("mark", "m", "-w", str(ws))["id"]
+    (ws / "a" / "f0.txt").write_bytes(b"edited\n")
+    (ws / "new.bin").write_bytes(rng.randbytes(BIG))  # the pre-rollback mark must hold it
+    store.fill()
+    now = snapshot(ws)
+    store.fails_full("rollback", "--to", m, "-y", "-w", str(ws))
+    assert snapshot(ws) == now, snap_diff(snapshot(ws), now)
+    store.free()
+    store.d.ctl("rollback", "--to", m, "-y", "-w", str(ws))
+    assert snapshot(ws) == at_m, snap_diff(snapshot(ws), at_m)
+    store.d.ctl("undo", "-y", "-w", str(ws))
+    assert snapshot(ws) == now, snap_diff(snapshot(ws), now)
+
+
+def test_gc_on_a_full_store_fails_cleanly_then_reclaims(store: FullStore, tmp_path: Path) -> None:
+    rng = random.Random(4)
+    ws = workspace(tmp_path / "ws", rng)
+    store.env["SNAPD_RETENTION_MAX_MARKS"] = "2"
+    store.env["SNAPD_RETENTION_MAX_AGE_DAYS"] = str(2 / 86400)  # versions age out: content goes too
+    store.restart()
+    store.d.ctl("watch", str(ws))
+    for k in range(6):
+        for i in range(10):
+            (ws / f"g{i}.bin").write_bytes(rng.randbytes(100_000))
+        store.d.ctl("mark", f"m{k}", "-w", str(ws))
+    newest = store.d.ctl_json("log", "-w", str(ws))["marks"][0]["id"]
+    store.restart()  # GC's deletions need new space in the catalog's log
+    store.fill()
+    store.fails_full("gc")
+    store.free()
+    out = store.d.ctl_json("gc")
+    assert out["evicted"] and out["objects_deleted"] > 0, out
+    for i in range(10):
+        assert cat(store.d, newest, ws, f"g{i}.bin") == (ws / f"g{i}.bin").read_bytes()
+    store.serving()
+
+
+def test_rollback_that_fills_the_workspace_disk_is_finished_once_space_is_freed(tmp_path: Path) -> None:
+    rng = random.Random(5)
+    d = start_daemon(tmp_path / "snapd-home")
+    try:
+        with tmpfs(tmp_path / "wsfs", 16 << 20) as fs:
+            ws = workspace(fs / "ws", rng)
+            for i in range(3):
+                (ws / f"big{i}.bin").write_bytes(rng.randbytes(BIG))
+            d.ctl("watch", str(ws))
+            at_m = snapshot(ws)
+            m = d.ctl_json("mark", "m", "-w", str(ws))["id"]
+            # Since M: the big files rewritten, a directory of new files, one small file gone.
+            for i in range(3):
+                (ws / f"big{i}.bin").write_bytes(rng.randbytes(BIG))
+            (ws / "n").mkdir()
+            for i in range(5):
+                (ws / "n" / f"x{i}.txt").write_bytes(rng.randbytes(1000))
+            (ws / "a" / "f0.txt").unlink()
+            before = snapshot(ws)
+            fill(fs / "filler", leave=3 << 20)  # room for one restored big file, not three
+            cp = d.ctl("rollback", "--to", m, "-y", "-w", str(ws), check=False, timeout=60)
+            assert cp.returncode == 8 and b"disk full" in cp.stderr, describe(cp)
+            assert b"stopped part-way" in cp.stderr and b"Undo returns" in cp.stderr, describe(cp)
+            temps = no_cookies(ws)  # cookies, and temp files: .snapd-*~
+            assert not temps, f"temp files left in the workspace: {temps}"
+            half = snapshot(ws)
+            assert half not in (at_m, before), "the disk filled before the rollback began"
+            st = d.ctl_json("status")
+            assert any("not finished yet" in w for w in st["warnings"]), st["warnings"]
+            # Space comes back: the next request finishes the rollback first.
+            (fs / "filler").unlink()
+            m2 = d.ctl_json("mark", "after", "-w", str(ws))
+            assert snapshot(ws) == at_m, snap_diff(snapshot(ws), at_m)
+            assert any("was finished" in w for w in m2["summary"]["warnings"]), m2["summary"]
+            d.ctl("undo", "-y", "-w", str(ws))
+            assert snapshot(ws) == before, snap_diff(snapshot(ws), before)
+            assert d.stop() == 0
+    finally:
+        if d.alive():
+            d.stop()
