@@ -20,9 +20,6 @@ OFF_UNTIL_FIXED: Final[dict[str, int]] = {
     # are not seen by a rollback (only marks re-check them), which then exits 0 with them.
     "hardlink": 2,
     "link_outside": 2,  # a hard link whose other name is outside the root
-    # The root's own mode. Still wrong: a change of it alone between two rollbacks to the same mark
-    # does not count as a change, so both share one pre-rollback mark and undo goes back too far.
-    "chmod_root": 6,
     # Unlistable directories (mode 311/300/000 for uid 65534): a directory unlistable now is not
     # kept (what appeared in it is neither removed nor named), and paths left inside one that was
     # unlistable at the mark are not always listed.

@@ -269,6 +269,25 @@ def test_repeating_a_rollback_keeps_undo_pointing_at_the_work_it_replaced(daemon
         assert cp.stdout == want, describe(cp)
 
 
+def test_a_root_mode_change_between_two_rollbacks_is_a_change(daemon: Daemon, ws: Path) -> None:
+    """The root's mode is not in the tree, but changing it alone between two rollbacks to the
+    same mark is a change: the second takes its own pre-rollback mark, and undo returns there
+    (found by the randomized model)."""
+    ws.chmod(0o755)
+    write(ws / "a.txt", "at M\n")
+    m = mark(daemon, ws, "m")
+    write(ws / "a.txt", "the work\n")
+    code, first = rollback(daemon, ws, "--to", m)
+    assert code == 0, first
+    ws.chmod(0o700)
+    code, second = rollback(daemon, ws, "--to", m)
+    assert code == 0 and second["pre_rollback"] not in (None, first["pre_rollback"]), (first, second)
+    assert stat.S_IMODE(ws.stat().st_mode) == 0o755
+    code, r = undo(daemon, ws)
+    assert code == 0, r
+    assert stat.S_IMODE(ws.stat().st_mode) == 0o700 and (ws / "a.txt").read_text() == "at M\n"
+
+
 def test_a_forced_repeat_shares_the_first_rollbacks_pre_rollback_mark(tmp_path: Path) -> None:
     home = tmp_path / "snapd-home"
     home.mkdir(mode=0o700)

@@ -140,10 +140,21 @@ def _compile(lines: Iterable[str]) -> tuple[_Rule, ...]:
         if stripped.endswith("/**/") and not stripped.endswith("\\/**/"):
             line = stripped[:-1] + "*/"
         fixed.append(line)
-    spec = GitIgnoreSpec.from_lines(fixed, backend="simple")
+    try:
+        patterns = list(GitIgnoreSpec.from_lines(fixed, backend="simple").patterns)
+    except (re.error, ValueError):
+        # A line no regex can express (a reversed range "[z-a]", which git's own matcher takes
+        # as its first character) must not break every capture: it is dropped, the rest kept.
+        # What it would ignore is captured instead, the safe side for a tool that keeps history.
+        patterns = []
+        for line in fixed:
+            try:
+                patterns.extend(GitIgnoreSpec.from_lines([line], backend="simple").patterns)
+            except (re.error, ValueError):
+                continue
     rules = [
         _Rule(p.regex, bool(p.include))
-        for p in spec.patterns
+        for p in patterns
         if p.include is not None and p.regex is not None
     ]
     # Last match wins: keep them reversed so the first match decides.

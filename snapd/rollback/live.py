@@ -184,10 +184,7 @@ def _plan(
     def target_ignores(path: bytes, is_dir: bool) -> str | None:
         return m_rules.reason(path, is_dir)
 
-    try:
-        root_now: int | None = stat.S_IMODE(os.stat(ws.rootb).st_mode)
-    except OSError:
-        root_now = None
+    root_now = _root_mode(ws)
     return plan.plan(
         ws.store.load_node,
         current,
@@ -349,7 +346,13 @@ def execute(
     # A repeat may share this rollback's pre-rollback mark only if that mark holds everything
     # the repeat could overwrite: not after a conflict (a concurrent writer's content is in
     # ``after`` but in no pre-rollback mark), and only for the same paths.
-    record = {"target": target.id, "after": after, "pre": pre.id, "paths": [p.hex() for p in only]}
+    record = {
+        "target": target.id,
+        "after": after,
+        "root_mode": _root_mode(ws),  # not in the tree: a change of it alone is a change too
+        "pre": pre.id,
+        "paths": [p.hex() for p in only],
+    }
     ws.store.set_last_rollback(ws.id, None if result.conflicts else record)
     log.info(
         "rollback.applied",
@@ -363,6 +366,13 @@ def execute(
     return _result(ws, target, plan, pre.tree, pre, result)
 
 
+def _root_mode(ws: Workspace) -> int | None:
+    try:
+        return stat.S_IMODE(os.stat(ws.rootb).st_mode)
+    except OSError:
+        return None
+
+
 def _shared_pre(ws: Workspace, target: Mark, prep: _Prepared) -> Mark | None:
     """The last rollback's pre-rollback mark, when this one repeats it (same mark, nothing
     captured since, nothing held beyond the captured state): undo must still return to the
@@ -370,7 +380,7 @@ def _shared_pre(ws: Workspace, target: Mark, prep: _Prepared) -> Mark | None:
     last = ws.store.last_rollback(ws.id)
     if last is None or prep.extras or last.get("target") != target.id or last.get("after") != prep.current:
         return None
-    if last.get("paths", []) != [p.hex() for p in prep.only]:
+    if last.get("paths", []) != [p.hex() for p in prep.only] or last.get("root_mode") != _root_mode(ws):
         return None
     try:
         pre = ws.store.mark(str(last["pre"]))
