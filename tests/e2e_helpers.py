@@ -186,6 +186,39 @@ class Daemon:
         return self.proc.returncode
 
 
+# -- workspace steps the rollback tests share ----------------------------------------------------
+
+
+def write(path: Path, data: str | bytes, mode: int = 0o644) -> None:
+    """Write a file (parents made) and give it ``mode``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+    path.chmod(mode)
+
+
+def cli_mark(d: Daemon, ws: Path, label: str, *extra: str) -> str:
+    """``snapctl mark LABEL EXTRA…`` from inside ``ws``; the mark's id."""
+    return str(d.ctl_json("mark", label, *extra, cwd=ws)["id"])
+
+
+def cli_rollback(d: Daemon, ws: Path, *args: str, command: str = "rollback") -> tuple[int, dict[str, Any]]:
+    """``snapctl rollback --yes --json ARGS`` (or ``undo``) from inside ``ws``: (exit, reply)."""
+    cp = d.ctl(command, "--yes", "--json", *args, cwd=ws, check=False)
+    try:
+        return cp.returncode, json.loads(cp.stdout)
+    except json.JSONDecodeError:
+        raise AssertionError(describe(cp) + d.log()[-3000:]) from None
+
+
+def cli_undo(d: Daemon, ws: Path) -> tuple[int, dict[str, Any]]:
+    return cli_rollback(d, ws, command="undo")
+
+
+def listed(entries: list[dict[str, Any]]) -> set[str]:
+    """The paths of a reply's ``kept``/``left``/``conflicts`` list."""
+    return {e["path"] for e in entries}
+
+
 def start_daemon(
     snapd_home: Path,
     env: dict[str, str] | None = None,

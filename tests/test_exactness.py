@@ -19,45 +19,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_helpers import Daemon, OtherUser, describe, start_daemon
+from e2e_helpers import Daemon, OtherUser, describe, start_daemon, write
+from e2e_helpers import cli_mark as mark
+from e2e_helpers import cli_rollback as rollback
+from e2e_helpers import cli_undo as undo
+from e2e_helpers import listed as paths
 
 pytestmark = pytest.mark.timeout(90)
 
 
-@pytest.fixture
-def ws(tmp_path: Path, daemon: Daemon) -> Path:
-    root = tmp_path / "proj" / "ws"
-    root.mkdir(parents=True)
-    root = root.resolve()
-    daemon.ctl("watch", root)
-    return root
 
 
-def write(path: Path, data: str | bytes, mode: int = 0o644) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data.encode() if isinstance(data, str) else data)
-    path.chmod(mode)
 
 
-def mark(d: Daemon, ws: Path, label: str, *extra: str) -> str:
-    return str(d.ctl_json("mark", label, *extra, cwd=ws)["id"])
 
 
-def rollback(d: Daemon, ws: Path, *args: str) -> tuple[int, dict[str, Any]]:
-    cp = d.ctl("rollback", *args, "--yes", "--json", cwd=ws, check=False)
-    try:
-        return cp.returncode, json.loads(cp.stdout)
-    except json.JSONDecodeError:
-        raise AssertionError(describe(cp) + d.log()[-3000:]) from None
 
 
-def undo(d: Daemon, ws: Path) -> tuple[int, dict[str, Any]]:
-    cp = d.ctl("undo", "--yes", "--json", cwd=ws, check=False)
-    return cp.returncode, json.loads(cp.stdout)
 
 
-def paths(entries: list[dict[str, Any]]) -> set[str]:
-    return {e["path"] for e in entries}
 
 
 # -- what M's rules ignored is never touched -------------------------------------------------------

@@ -13,7 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_helpers import Daemon, OtherUser, base_env, describe, git, start_daemon, wait_for
+from e2e_helpers import Daemon, OtherUser, base_env, describe, git, start_daemon, wait_for, write
+from e2e_helpers import cli_mark as mark
+from e2e_helpers import cli_rollback as rollback
+from e2e_helpers import cli_undo as undo
+from e2e_helpers import listed as paths_of
 
 from snapd.errors import SnapdError
 from snapd.ipc.client import Client
@@ -21,30 +25,12 @@ from snapd.ipc.client import Client
 pytestmark = pytest.mark.timeout(90)
 
 
-def write(path: Path, data: str | bytes, mode: int = 0o644) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data.encode() if isinstance(data, str) else data)
-    path.chmod(mode)
 
 
-def mark(d: Daemon, ws: Path, label: str, *extra: str) -> str:
-    return str(d.ctl_json("mark", label, *extra, cwd=ws)["id"])
 
 
-def rollback(d: Daemon, ws: Path, *args: str) -> tuple[int, dict[str, Any]]:
-    cp = d.ctl("rollback", "--yes", "--json", *args, cwd=ws, check=False)
-    try:
-        return cp.returncode, json.loads(cp.stdout)
-    except json.JSONDecodeError:
-        raise AssertionError(describe(cp) + d.log()[-3000:]) from None
 
 
-@pytest.fixture
-def ws(tmp_path: Path, daemon: Daemon) -> Path:
-    root = (tmp_path / "ws").resolve()
-    root.mkdir()
-    daemon.ctl("watch", root)
-    return root
 
 
 # -- a .gitignore that ignores itself (`*`, as .venv/, .pytest_cache/, .ruff_cache/ hold) ---------
@@ -292,11 +278,3 @@ def test_extras_of_odd_kinds_under_a_now_ignored_directory(daemon: Daemon, ws: P
     assert code == 10 and paths_of(r["kept"]) == {"build/pipe"}, r
     assert not (ws / "build" / "deep").exists()
 
-
-def paths_of(entries: list[dict[str, Any]]) -> set[str]:
-    return {e["path"] for e in entries}
-
-
-def undo(d: Daemon, ws: Path) -> tuple[int, dict[str, Any]]:
-    cp = d.ctl("undo", "--yes", "--json", cwd=ws, check=False)
-    return cp.returncode, json.loads(cp.stdout)

@@ -48,6 +48,7 @@ from e2e_helpers import (
     snapshot,
     start_daemon,
     wait_for,
+    write,
 )
 
 from snapd.errors import PlanChanged
@@ -94,10 +95,6 @@ def mark(d: Daemon, root: Path, label: str) -> str:
     return str(m["id"])
 
 
-def write(path: Path, data: str | bytes, mode: int = 0o644) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data.encode() if isinstance(data, str) else data)
-    path.chmod(mode)
 
 
 def failure(cp: subprocess.CompletedProcess[bytes], d: Daemon) -> str:

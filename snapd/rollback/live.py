@@ -75,11 +75,6 @@ def rules_at(ws: Workspace, mark: Mark) -> ignore.IgnoreRules:
     return ignore.IgnoreRules.from_inputs(inputs, gitignore, file_at(ignore.SNAPDIGNORE) or b"")
 
 
-def _rule_files_differ(ws: Workspace, current: str, target: str) -> bool:
-    rules = ws.rules
-    return any(rules.is_rule_file(d.path) for d in trees.diff(ws.store.load_node, current, target))
-
-
 def _left_out(ws: Workspace, current: str, target: Mark, m_rules: ignore.IgnoreRules) -> list[bytes]:
     """Paths on disk that today's rules leave out of ``current`` but the plan may write or
     delete: the plan must see them, and the pre-rollback mark must hold them, first.
@@ -92,10 +87,12 @@ def _left_out(ws: Workspace, current: str, target: Mark, m_rules: ignore.IgnoreR
     now = ws.rules
     load = ws.store.load_node
     found: dict[bytes, None] = {}
-    for d in trees.diff(load, current, target.tree):
+    rule_files_differ = False
+    for d in trees.diff(load, current, target.tree):  # one pass: held paths and changed rule files
+        rule_files_differ = rule_files_differ or now.is_rule_file(d.path)
         if d.old is None and d.new is not None and _on_disk(ws.rootb, d.path):
             found[d.path] = None
-    if now.same_outside(m_rules.inputs) and not _rule_files_differ(ws, current, target.tree):
+    if now.same_outside(m_rules.inputs) and not rule_files_differ:
         if now.inputs.tracked == m_rules.inputs.tracked:
             return list(found)
         candidates: Iterable[tuple[bytes, bool]] = (
