@@ -11,14 +11,14 @@ $(BIN)/snapd: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@
 
-.PHONY: install run check lint lint-unit test bench
+.PHONY: install run check lint lint-unit lint-ci test bench
 install: $(BIN)/snapd
 
 run: install
 	$(BIN)/snapd start
 
-lint: install lint-unit
-	$(BIN)/ruff check snapd tests bench
+lint: install lint-unit lint-ci
+	$(BIN)/ruff check snapd tests bench .ci/tiers.py
 	$(BIN)/mypy snapd
 	$(BIN)/lint-imports
 
@@ -26,7 +26,7 @@ test: install
 	$(BIN)/python -m pytest -q
 
 check:
-	$(PYTHON) .ci/run
+	sh .ci/run
 
 bench: install
 	$(BIN)/python bench/bench_store.py
@@ -39,3 +39,8 @@ lint-unit:
 		if [ -n "$$out" ]; then echo "$$out"; echo "systemd-analyze verify: warnings above"; exit 1; fi; \
 		echo "systemd-analyze verify systemd/snapd.service: clean"; \
 	else echo "systemd-analyze not found: unit not verified"; fi
+
+# CI may start .ci/run with sh or bash rather than by its #! line: it must parse as both.
+lint-ci:
+	sh -n .ci/run
+	bash -n .ci/run
