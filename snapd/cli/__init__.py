@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from snapd import __version__
-from snapd.cli import commands
+from snapd.cli import commands, events
 from snapd.cli.output import emit, print_json
 from snapd.config import parse_setting
 from snapd.display import shown
@@ -96,7 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(name: str, help: str, *, ws: bool = True, ref: bool = False) -> argparse.ArgumentParser:
+    def add(
+        name: str, help: str, *, ws: bool = True, ref: bool = False, func: Any = None
+    ) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=help, description=help)
         if ws:
             sp.add_argument(
@@ -108,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "--session", help="a label names the newest mark of this session (as `mark --session`)"
             )
         sp.add_argument("--json", action="store_true", help="print JSON for scripts (errors too)")
-        sp.set_defaults(func=getattr(commands, "cmd_" + name.replace("-", "_")))
+        sp.set_defaults(func=func or getattr(commands, "cmd_" + name.replace("-", "_")))
         return sp
 
     add("status", "show the daemon, its workspaces and warnings", ws=False)
@@ -155,6 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("to_mark", metavar="TO", nargs="?")
     sp.add_argument("--stat", action="store_true", help="only the changed files and line counts")
     add("stop", "ask the daemon to exit", ws=False)
+    sp = add("events", "follow live events (all workspaces, or -w PATH's); gaps and restarts are reported",
+             func=events.cmd_events)
+    sp.add_argument("-n", "--count", type=_positive, default=None, metavar="N", help="exit after N events")
     return p
 
 
