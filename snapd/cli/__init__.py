@@ -80,6 +80,11 @@ def _rollback_flags(sp: argparse.ArgumentParser) -> None:
     sp.add_argument(
         "--force", action="store_true", help="also overwrite or delete paths snapd could not capture"
     )
+    sp.add_argument(
+        "--plan-token", metavar="TOKEN",
+        help="apply only the plan a --dry-run --json showed (its plan.token); if the workspace changed so "
+        "that the plan differs, nothing is applied and the new plan is the error's details (plan_changed)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

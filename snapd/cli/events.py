@@ -54,7 +54,12 @@ def cmd_events(args: argparse.Namespace, env: dict[str, str]) -> int:
     sequencer = Sequencer(info.get("instance"))
     seen = 0
     with Subscriber(info["endpoint"], None if roots is None else [os.fsencode(r) for r in roots]) as sub:
-        if not args.json:
+        live = sub.connect()
+        # Said once the subscription is on its way (or the wait gave up): a client reads the
+        # current state (log, status) after this line, and applies events from then on.
+        if args.json:
+            _line({"notice": "subscribed", "instance": info.get("instance"), "connected": live})
+        else:
             where = roots[0] if roots else "every workspace"
             emit(f"following {where} (daemon instance {info.get('instance')}); Ctrl-C stops", err=True)
         while args.count is None or seen < args.count:

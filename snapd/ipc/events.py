@@ -174,7 +174,7 @@ def parse_event(frames: Sequence[bytes]) -> dict[str, Any]:
 
 class Subscriber:
     """A SUB socket on the daemon's events. ``workspaces``: the roots to follow (their bytes);
-    None follows everything. Daemon-wide events always come through."""
+    None follows everything. Daemon-wide events always come through. Call :meth:`connect`."""
 
     def __init__(self, endpoint: str, workspaces: Sequence[bytes] | None = None, hwm: int = 100_000) -> None:
         self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
@@ -184,7 +184,19 @@ class Subscriber:
         topics = [b""] if workspaces is None else [DAEMON_TOPIC, *(topic(w) for w in workspaces)]
         for t in topics:
             self._sock.setsockopt(zmq.SUBSCRIBE, t)
-        self._sock.connect(endpoint)
+        self._endpoint = endpoint
+
+    def connect(self, timeout_s: float = 2.0) -> bool:
+        """Connect, and wait (up to ``timeout_s``) until the subscription is on its way: what
+        is published after this returns True reaches us. False: no handshake yet (no daemon at
+        that path, or a slow one); the socket keeps trying by itself."""
+        monitor = self._sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
+        try:
+            self._sock.connect(self._endpoint)
+            return bool(monitor.poll(int(timeout_s * 1000), zmq.POLLIN))
+        finally:
+            self._sock.disable_monitor()
+            monitor.close(linger=0)
 
     def receive(self, timeout_s: float | None) -> dict[str, Any] | None:
         """The next event, or None when ``timeout_s`` passes first (None: wait forever)."""
