@@ -39,7 +39,7 @@ NODE_CLIENT = ["sh", "-c",
     "{ command -v node >/dev/null && command -v npm >/dev/null; } || "
     "{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; }; "
     "npm ci --prefix clients/node --no-audit --no-fund --loglevel=error"]
-# The Neovim plugin's tests: nvim and pynvim, pinned in pyproject's `clients` extra. ~15 s here.
+# The Neovim plugin's tests: nvim and pynvim, pinned in pyproject's `clients` extra. ~25 s here.
 NVIM_CLIENT = [".venv/bin/pip", "install", "--quiet", "-e", ".[clients]"]
 
 # name, budget in seconds, what it runs (several commands run in order, the first failure stops it)

@@ -48,16 +48,19 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _positive(text: str) -> int:
+def _at_least_one(text: str, hint: str = "") -> int:
     try:
         value = int(text)
     except ValueError:
         value = 0
     if value < 1:
-        raise argparse.ArgumentTypeError(
-            f"must be a whole number of at least 1, got {text!r} (--all lists every mark)"
-        )
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}{hint}")
     return value
+
+
+def _positive(text: str) -> int:
+    """log's page size (the hint names the way to list everything)."""
+    return _at_least_one(text, " (--all lists every mark)")
 
 
 def _deadlines_help() -> str:
@@ -164,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("stop", "ask the daemon to exit", ws=False)
     sp = add("events", "follow live events (all workspaces, or -w PATH's); gaps and restarts are reported",
              func=events.cmd_events)
-    sp.add_argument("-n", "--count", type=_positive, default=None, metavar="N", help="exit after N events")
+    sp.add_argument("-n", "--count", type=_at_least_one, metavar="N", help="exit after N events")
     return p
 
 
