@@ -305,3 +305,23 @@ def test_events_with_count_exits_and_no_daemon_is_an_error(tmp_path: Path) -> No
                         capture_output=True, timeout=30, cwd="/")
     assert cp.returncode == 3
     assert json.loads(cp.stdout)["error"]["code"] == "daemon_unavailable"
+
+
+def test_publishing_never_fails_the_operation() -> None:
+    """An event is an announcement: a sink that raises, or fields that cannot be converted, are
+    logged and dropped; the mark or rollback that announced them goes on."""
+    from snapd.daemon.events import emit, workspace_notifier
+
+    class Broken:
+        endpoint, instance = "", ""
+
+        def publish(self, kind: str, workspace: str | None, fields: dict[str, Any]) -> None:
+            raise RuntimeError("socket gone")
+
+    emit(Broken(), "warning", None, {"message": "x"})
+
+    def bad_convert(fields: dict[str, Any]) -> dict[str, Any]:
+        raise TypeError("cannot encode")
+
+    workspace_notifier(Broken(), Path("/w"), bad_convert)("warning", {"message": "x"})
+    workspace_notifier(Broken(), Path("/w"), dict)("warning", {"message": "x"})

@@ -42,7 +42,7 @@ def emit(sink: EventSink, kind: str, workspace: Path | None, fields: dict[str, A
     try:
         sink.publish(kind, None if workspace is None else str(workspace), fields)
     except Exception:
-        log.exception("events.publish_failed", event=kind)
+        log.exception("events.publish_failed", kind=kind)
 
 
 def rollback_fields(result: dict[str, Any]) -> dict[str, Any]:
@@ -64,6 +64,11 @@ def workspace_notifier(
     """The callable a workspace reports through; ``convert`` makes its fields wire-ready."""
 
     def notify(kind: str, fields: dict[str, Any]) -> None:
-        emit(sink, kind, root, convert(fields))
+        try:
+            wire = convert(fields)
+        except Exception:  # a capture or a mark must never fail over its announcement
+            log.exception("events.publish_failed", kind=kind)
+            return
+        emit(sink, kind, root, wire)
 
     return notify

@@ -109,7 +109,7 @@ class Publisher:
             except zmq.Again:  # PUB drops rather than blocks; kept for other libzmq builds
                 pass
             except zmq.ZMQError as e:
-                log.warning("events.send_failed", event=kind, error=str(e))
+                log.warning("events.send_failed", kind=kind, error=str(e))
 
     def stop(self) -> None:
         with self._lock:
