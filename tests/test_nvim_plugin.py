@@ -62,7 +62,23 @@ def nvim(daemon: Daemon, ws: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
         setup(vim, {})
         yield vim
     finally:
+        pids = vim.exec_lua(FOLLOWER_PIDS)
+        vim.command("qa!", async_=True)  # VimLeavePre ends the plugin's followers
         vim.close()
+        wait_for(lambda: not any(alive(pid) for pid in pids), timeout=10,
+                 what=f"the plugin's `snapctl events` processes {pids} end with Neovim")
+
+
+FOLLOWER_PIDS = "return require('snapd.timeline').pids()"
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie waiting for its reaper is not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def setup(vim: Any, opts: dict[str, Any]) -> None:

@@ -62,9 +62,32 @@ local function mark_under_cursor()
   return marks[vim.api.nvim_win_get_cursor(0)[1] - HEADER]
 end
 
+--- End every `snapctl events` this Neovim started (also on exit: they would outlive it).
+function M.stop_all()
+  for root, job in pairs(followers) do
+    vim.fn.jobstop(job)
+    followers[root] = nil
+  end
+end
+
+--- The process ids of the running followers.
+function M.pids()
+  local out = {}
+  for _, job in pairs(followers) do
+    table.insert(out, vim.fn.jobpid(job))
+  end
+  return out
+end
+
 local function follow(root)
   if followers[root] then
     return
+  end
+  if vim.tbl_isempty(followers) then
+    vim.api.nvim_create_autocmd("VimLeavePre", {
+      group = vim.api.nvim_create_augroup("snapd_followers", { clear = true }),
+      callback = M.stop_all,
+    })
   end
   followers[root] = cli.follow(root, function(obj)
     if obj.workspace == root or obj.notice then
