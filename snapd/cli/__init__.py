@@ -1,4 +1,5 @@
-"""``snapctl``: the command-line client. One function per command in :mod:`.commands`.
+"""``snapctl``: the command-line client. One function per command in :mod:`.commands` (and
+:mod:`.history`); :mod:`.times` turns time references into instants before anything is sent.
 
 Start-up cost matters (agents run ``snapctl mark`` on every turn), so this package imports
 only the client, configuration, protocol and display modules — never the store or the
