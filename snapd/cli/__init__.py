@@ -1,4 +1,5 @@
-"""``snapctl``: the command-line client. One function per command in :mod:`.commands`.
+"""``snapctl``: the command-line client. One function per command in :mod:`.commands` (and
+:mod:`.history`); :mod:`.times` turns time references into instants before anything is sent.
 
 Start-up cost matters (agents run ``snapctl mark`` on every turn), so this package imports
 only the client, configuration, protocol and display modules — never the store or the
@@ -15,18 +16,19 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from snapd import __version__
-from snapd.cli import commands, events
+from snapd.cli import commands, events, history, times
 from snapd.cli.output import emit, print_json
 from snapd.config import parse_setting
 from snapd.display import shown
 from snapd.errors import SnapdError, UsageError
 
 #: Arguments that are paths: sent as bytes, any byte allowed. Every other string is text.
-_PATH_ARGS = frozenset({"workspace", "path", "file", "paths"})
+_PATH_ARGS = frozenset({"workspace", "path", "file", "paths", "only_path"})
 _TAKES_PATHS = frozenset({"rollback", "diff"})  # the commands that accept "-- PATH..."
 
 
@@ -63,6 +65,17 @@ def _positive(text: str) -> int:
     return _at_least_one(text, " (--all lists every mark)")
 
 
+_TIMES_HELP = """\
+times: wherever a MARK is taken, a time names the workspace as captured then:
+  @90s @10m @2h @3d (ago), @yesterday (24 h ago), @2026-11-30T14:03:05 or
+  @'2026-11-30 14:03' (local time, unless it ends in Z or +HH:MM). A local time that a
+  clock change repeats or skips is refused. Labels may not start with @. Examples:
+  snapctl rollback --to @5m; snapctl diff @1h; snapctl cat @10m src/app.py;
+  snapctl rollback --to @10m -- src/app.py (one file as it was then)
+
+"""
+
+
 def _deadlines_help() -> str:
     by_time: dict[float, list[str]] = {}
     for name, seconds in commands.DEADLINES.items():
@@ -94,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="snapctl",
         description="Control snapd: marks, history and workspaces.",
-        epilog=_deadlines_help(),
+        epilog=_TIMES_HELP + _deadlines_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"snapctl {__version__}")
@@ -141,6 +154,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--before", metavar="MARK", help="the page after MARK: marks older than it")
     sp.add_argument("--agent", help="only this agent's marks")
     sp.add_argument("--session", help="only this session's marks")
+    sp.add_argument("--path", dest="only_path", metavar="PATH",
+                    help="only the marks whose turn changed PATH (or anything under it)")
+    sp = add("history", "every captured version of a file, newest first (between marks too)",
+             func=history.cmd_history)
+    sp.add_argument("file", metavar="PATH")
     sp = add("show", "a mark's metadata and the files it changed", ref=True)
     sp.add_argument("mark")
     sp = add("cat", "print a file's bytes at a mark (FILE is relative to the current directory)", ref=True)
@@ -197,6 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError(f"snapctl {args.command}: takes no paths after --")
         args.paths = paths
         _check_text(args)
+        times.absolute_times(args, time.time_ns())
         return int(args.func(args, dict(os.environ)))
     except SnapdError as exc:
         _report(exc, want_json)
