@@ -229,3 +229,44 @@ def test_mark_on_save_when_asked_and_only_inside_a_workspace(
     assert save["agent"] == "nvim" and save["message"] == "saved a.txt"
     assert save["summary"]["examples"] == {"added": ["a.txt"]}  # new since the baseline
     assert [w["root"] for w in daemon.ctl_json("status")["workspaces"]] == [str(ws)]
+
+
+def test_history_of_the_buffer_diffs_a_version_and_restores_it(daemon: Daemon, ws: Path, nvim: Any) -> None:
+    """Versions between marks too (three saves, one mark): `d` shows the chosen version beside
+    the buffer in diff mode; `r` restores the file to it (plan shown, confirmed), and only it."""
+    path = ws / "notes.txt"
+    write(ws / "other.txt", "other 1\n")
+    nvim.command(f"edit {path}")
+    saves = [["first draft"], ["second draft", "more"], ["third draft"]]
+
+    def versions() -> int:
+        return len(daemon.ctl_json("history", "-w", ws, path)["versions"])
+
+    for n, text in enumerate(saves, start=1):
+        nvim.current.buffer[:] = text
+        nvim.command("write")
+        wait_for(lambda n=n: versions() == n, timeout=20, what=f"version {n} captured")  # type: ignore[misc]
+    daemon.ctl("mark", "after-three-saves", "-w", ws)
+    write(ws / "other.txt", "other 2\n")
+    nvim.command("SnapdHistory")
+    name = f"snapd://history/{path}"
+    shown = lines(nvim, name)
+    assert "notes.txt" in shown[0] and len(shown) >= 2 + 3, shown
+    assert "created" in shown[4] and "modified" in shown[2] and "after-three-saves" in shown[2], shown
+    nvim.current.window.cursor = (4, 0)  # the second version: "second draft"
+    nvim.feedkeys("d", "x", False)
+    diff_buf = nvim.current.buffer
+    assert diff_buf.name.startswith("snapd://@") and list(diff_buf[:]) == saves[1]
+    assert nvim.current.window.options["diff"] is True
+    src_win = nvim.funcs.bufwinid(str(path))
+    assert nvim.api.win_get_option(src_win, "diff") is True
+    nvim.command(f"call win_gotoid(bufwinid('{name}'))")
+    nvim.current.window.cursor = (4, 0)
+    answer(nvim, True)
+    nvim.feedkeys("r", "x", False)
+    plans = nvim.exec_lua("return _G.plans")
+    assert "notes.txt" in "\n".join(plans[0]) and "other.txt" not in "\n".join(plans[0]), plans
+    assert path.read_text() == "second draft\nmore\n"
+    assert (ws / "other.txt").read_text() == "other 2\n"
+    src = nvim.funcs.bufnr(str(path))
+    assert list(nvim.api.buf_get_lines(src, 0, -1, False)) == saves[1]
