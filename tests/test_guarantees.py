@@ -99,6 +99,35 @@ def test_budget_pressure_keeps_a_young_pre_rollback_mark(tmp_path: Path) -> None
         assert verify(store).ok
 
 
+def test_no_mark_is_evicted_for_the_budget_when_what_must_be_kept_exceeds_it(tmp_path: Path) -> None:
+    """Evicting marks cannot meet the budget when the kept content alone is over it: versions
+    inside the age window, or pinned marks. Then nothing is evicted (the history would be
+    emptied for no gain) and the report warns."""
+    with Store.open(tmp_path / "store") as store:
+        root = tmp_path / "ws"
+        root.mkdir()
+        ws = store.add_workspace(os.fsencode(root))
+        ids = []
+        for i in range(4):
+            (root / "f").write_bytes(os.urandom(20_000))
+            ids.append(capture_paths(store, ws, root, [b"f"], f"m{i}").id)
+        # every version is inside the 14-day window: they hold all 80 KB
+        rep = retention.gc(store, retention.Policy(budget_bytes=30_000, grace_s=0))
+        assert rep.evicted == [] and rep.warnings, rep
+        # no version kept (window 0), but the two oldest marks are pinned: 40 KB over 30 KB
+        store.set_pinned(ids[0], True)
+        store.set_pinned(ids[1], True)
+        rep = retention.gc(store, retention.Policy(budget_bytes=30_000, grace_s=0, max_age_days=0))
+        assert rep.evicted == [(ids[2], "age")] and rep.warnings, rep  # nothing for the budget
+        assert {m.id for m in store.marks(ws)} == {ids[0], ids[1], ids[3]}
+        # two more marks of the same content: m3 and m4 are candidates, and evicting them would
+        # free nothing; the pinned marks alone are over the budget
+        more = [capture_paths(store, ws, root, [b"f"], f"m{i}").id for i in (4, 5)]
+        rep = retention.gc(store, retention.Policy(budget_bytes=30_000, grace_s=0))
+        assert rep.evicted == [] and rep.warnings, rep
+        assert {m.id for m in store.marks(ws)} == {ids[0], ids[1], ids[3], *more}
+
+
 # -- batches over the flush size ----------------------------------------------------------------
 
 
