@@ -253,7 +253,9 @@ def test_the_log_file_rotates_and_keeps_a_bounded_number_of_private_files(tmp_pa
 # -- the systemd watchdog -----------------------------------------------------------------------
 
 
-def test_the_watchdog_is_no_longer_fed_once_the_server_thread_dies(tmp_path: Path) -> None:
+def test_the_watchdog_is_no_longer_fed_once_the_server_thread_dies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """systemd restarts a daemon that stops petting its watchdog; snapd pets it only while its
     request loop runs. Here the loop's thread dies of an error (a bug): the petting stops."""
     sock_path = tmp_path / "notify"
@@ -273,6 +275,7 @@ def test_the_watchdog_is_no_longer_fed_once_the_server_thread_dies(tmp_path: Pat
                 continue
         return n
 
+    monkeypatch.setattr(threading, "excepthook", lambda args: None)  # the thread dies on purpose
     serving = threading.Thread(target=daemon._serve, args=(server,))
     try:
         server.start()
@@ -290,9 +293,3 @@ def test_the_watchdog_is_no_longer_fed_once_the_server_thread_dies(tmp_path: Pat
         daemon.request_stop()
         serving.join(5)
         listener.close()
-
-
-@pytest.fixture(autouse=True)
-def _threads_excepthook(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The watchdog test kills a thread on purpose: its traceback is expected, not a failure."""
-    monkeypatch.setattr(threading, "excepthook", lambda args: None)
