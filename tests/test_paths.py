@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from snapd import paths
-from snapd.errors import BadRequest
+from snapd.errors import BadRequest, UsageError
+from snapd.store import refs
 
 
 def test_at_or_below_and_strictly_below_are_two_questions() -> None:
@@ -68,3 +69,20 @@ def test_bad_paths_are_refused_with_what_is_wrong(obj: object, message: str) -> 
 def test_json_kind_of_a_string() -> None:
     assert paths.json_kind("s") == "a string"
     assert paths.json_kind({}) == "an object"
+
+
+def test_the_limits_of_labels_and_references() -> None:
+    assert refs.validate_label("x" * refs.MAX_LABEL)
+    with pytest.raises(UsageError, match="at most 200 characters"):
+        refs.validate_label("x" * (refs.MAX_LABEL + 1))
+    with pytest.raises(UsageError, match="cannot be empty"):
+        refs.validate_label("")
+    assert refs.parse_ref("turn~999999").back == 999999
+    with pytest.raises(UsageError, match="more marks back than any history holds"):
+        refs.parse_ref("turn~1000000")
+    with pytest.raises(UsageError, match="an empty mark reference"):
+        refs.parse_ref("")
+    assert refs.parse_ref("1abc") == refs.Ref("1abc", 0, True)  # MIN_PREFIX characters of an id
+    assert refs.parse_ref("turn") == refs.Ref("turn", 0, False)
+    with pytest.raises(UsageError, match="too short: give at least 4"):
+        refs.parse_ref("1ab")
