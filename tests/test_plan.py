@@ -122,3 +122,15 @@ def test_what_changed_between_two_plans_line_by_line() -> None:
     assert old.difference(old) == [] and new.difference(new) == []
     nested = _plan([Op("write", b"a/b", F, None), Op("write", b"a.b", F, None)])
     assert nested.difference(_plan([])) == ["- no longer: recreate a/b", "- no longer: recreate a.b"]
+
+
+def test_a_path_with_several_ops_is_compared_as_a_whole() -> None:
+    """A change of type is two ops on one path (remove, then create): the difference shows both,
+    in order, and paths (kept ones too) come in tree order, not byte order."""
+    was = _plan([Op("rmdir", b"p", None, D), Op("write", b"p", F, None)], [(b"a/b", "x"), (b"a.b", "y")])
+    now = _plan([Op("rmdir", b"p", None, D), Op("symlink", b"p", L, None)])
+    assert was.difference(now) == [
+        "~ p: delete directory p; recreate symlink p (was: delete directory p; recreate p)",
+        "- no longer kept: a/b",
+        "- no longer kept: a.b",
+    ]
