@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -77,13 +79,19 @@ def test_relative_snapd_home_is_refused(tmp_path: Path) -> None:
 def test_long_snapd_home_gets_a_short_deterministic_socket(tmp_path: Path) -> None:
     long_home = tmp_path / ("x" * 120)
     env = {"SNAPD_HOME": str(long_home)}
-    c = load(env, tmp_path)
-    sock = c.locations.socket_path
-    assert len(os.fsencode(sock)) <= cfg.IPC_PATH_MAX
-    assert sock.parent.parent == tmp_path / "tmpbase"
-    assert sock.parent.name.startswith(f"snapd-{UID}-")
-    assert load(env, tmp_path).endpoint == c.endpoint  # a client computes the same one
-    other = load({"SNAPD_HOME": str(long_home) + "2"}, tmp_path)
+    # The temp base as short as /tmp is: pytest's own temp path may already be too long for
+    # a socket (/tmp/pytest-of-root/pytest-2931/test_long_snapd_home_gets_a_sh0/...).
+    short = Path(tempfile.mkdtemp(prefix="snapd-t-", dir="/tmp"))
+    try:
+        c = load(env, short)
+        sock = c.locations.socket_path
+        assert len(os.fsencode(sock)) <= cfg.IPC_PATH_MAX
+        assert sock.parent.parent == short / "tmpbase"
+        assert sock.parent.name.startswith(f"snapd-{UID}-")
+        assert load(env, short).endpoint == c.endpoint  # a client computes the same one
+        other = load({"SNAPD_HOME": str(long_home) + "2"}, short)
+    finally:
+        shutil.rmtree(short)
     assert other.endpoint != c.endpoint
     # The daemon records what it bound where clients look first.
     cfg.write_endpoint_file(c.locations.state_dir, c.endpoint)
