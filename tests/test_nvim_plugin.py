@@ -63,9 +63,10 @@ def nvim(daemon: Daemon, ws: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
         yield vim
     finally:
         pids = vim.exec_lua(FOLLOWER_PIDS)
-        vim.command("qa!", async_=True)  # VimLeavePre ends the plugin's followers
+        vim.exec_lua("require('snapd.timeline').stop_all()")  # what VimLeavePre runs
+        vim.command("qa!", async_=True)
         vim.close()
-        wait_for(lambda: not any(alive(pid) for pid in pids), timeout=10,
+        wait_for(lambda: not any(alive(pid) for pid in pids), timeout=20,
                  what=f"the plugin's `snapctl events` processes {pids} end with Neovim")
 
 
