@@ -34,6 +34,7 @@ from snapd.daemon.logs import configure_logging
 from snapd.daemon.notify import Notifier
 from snapd.daemon.service import Service, ServiceConfig
 from snapd.errors import DaemonUnavailable, SnapdError
+from snapd.ipc.events import Publisher, events_endpoint
 from snapd.ipc.server import ControlServer
 from snapd.store import retention
 from snapd.store.store import Store
@@ -91,7 +92,8 @@ class Daemon:
         loc = self.config.locations
         lock = acquire_instance_lock(loc.state_dir)
         store = Store.open(loc.store_dir)
-        service = Service(store, service_config(self.config, self.penv.homes), self.request_stop)
+        events = Publisher(events_endpoint(self.config.endpoint), hwm=self.config.events_queue)
+        service = Service(store, service_config(self.config, self.penv.homes), self.request_stop, events)
         server = ControlServer(
             self.config.endpoint,
             service.handle,
@@ -99,6 +101,7 @@ class Daemon:
             endpoint_file_dir=loc.state_dir,
         )
         try:
+            events.start()
             server.start()
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
@@ -117,6 +120,7 @@ class Daemon:
         finally:
             server.stop(drain_timeout_s=10.0)
             service.stop()
+            events.stop()
             store.close()
             lock.release()
         log.info("daemon.stopped")
