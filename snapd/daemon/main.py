@@ -35,6 +35,7 @@ from snapd.daemon.notify import Notifier
 from snapd.daemon.service import Service, ServiceConfig
 from snapd.errors import DaemonUnavailable, SnapdError
 from snapd.ipc.server import ControlServer
+from snapd.ipc.timing import RequestTimings, with_timings_in_status
 from snapd.store import retention, safeio
 from snapd.store.store import Store
 
@@ -92,11 +93,13 @@ class Daemon:
         lock = acquire_instance_lock(loc.state_dir)
         store = Store.open(loc.store_dir)
         service = Service(store, service_config(self.config, self.penv.homes), self.request_stop)
+        timings = RequestTimings()
         server = ControlServer(
             self.config.endpoint,
-            service.handle,
+            with_timings_in_status(service.handle, timings),
             max_bytes=self.config.request_max_bytes,
             endpoint_file_dir=loc.state_dir,
+            timings=timings,
         )
         try:
             server.start()
