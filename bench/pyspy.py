@@ -1,0 +1,85 @@
+"""Profile the running daemon with py-spy (a sampling profiler: it attaches to the process from
+outside, so the daemon runs its real code, threads included) and summarise where the time goes.
+
+A benchmark wraps the operation that missed its target in ``Sampler(pid)``: py-spy records
+the daemon's stacks (``--format raw``: one collapsed stack and its sample count per line, all
+threads, idle ones left out) until the block ends. ``summary`` gives the functions with the
+most samples on the CPU themselves (self) and on the stack at all (inclusive), as shares of
+the samples taken: what limits the operation, by measurement.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from types import TracebackType
+
+PY_SPY = shutil.which("py-spy") or str(Path(sys.prefix) / "bin" / "py-spy")
+
+
+class Sampler:
+    def __init__(self, pid: int, out: Path, rate: int = 200) -> None:
+        self.cmd = [PY_SPY, "record", "--pid", str(pid), "--format", "raw", "--output", str(out),
+                    "--rate", str(rate), "--threads"]
+        self.out = out
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> Sampler:
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def _frame(text: str) -> str:
+    # "func (path/to/module.py:123)" -> "func (module.py)"; line numbers split one function apart
+    name, _, where = text.partition(" (")
+    return f"{name} ({Path(where.rstrip(')').rsplit(':', 1)[0]).name})" if where else name
+
+
+def summary(path: Path, top: int = 12) -> dict[str, list[tuple[str, float]]]:
+    """Top functions by self and inclusive share of the samples (threads' names dropped)."""
+    own: Counter[str] = Counter()
+    incl: Counter[str] = Counter()
+    total = 0
+    for line in path.read_text(errors="replace").splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not n.isdigit() or not stack:
+            continue
+        count = int(n)
+        frames = [_frame(f) for f in stack.split(";") if not f.startswith(("thread ", "process "))]
+        if not frames:
+            continue
+        total += count
+        own[frames[-1]] += count
+        for f in set(frames):
+            incl[f] += count
+    if total == 0:
+        return {"self": [], "inclusive": [], "samples": []}
+    return {
+        "samples": [("total", float(total))],
+        "self": [(f, round(100 * c / total, 1)) for f, c in own.most_common(top)],
+        "inclusive": [(f, round(100 * c / total, 1)) for f, c in incl.most_common(top)],
+    }
+
+
+def lines(s: dict[str, list[tuple[str, float]]]) -> list[str]:
+    if not s["samples"]:
+        return ["(no samples)"]
+    out = [f"{int(s['samples'][0][1])} samples (all threads)", "self:"]
+    out += [f"  {pct:5.1f}%  {f}" for f, pct in s["self"]]
+    out.append("inclusive:")
+    out += [f"  {pct:5.1f}%  {f}" for f, pct in s["inclusive"]]
+    return out
