@@ -189,13 +189,14 @@ class Daemon:
         self.proc: subprocess.Popen[bytes] | None = None
         self.endpoint = ""
 
-    def spawn(self) -> float:
-        """Start the process; its perf_counter start time."""
+    def spawn(self, wrap: list[str] | None = None) -> float:
+        """Start the process (under ``wrap``, e.g. a profiler, if given); its perf_counter start
+        time. Under a wrapper ``pid`` is the wrapper's: use ``status`` for the daemon's."""
         self.home.mkdir(mode=0o700, exist_ok=True)
         log = open(self.log_path, "ab")
         t0 = time.perf_counter()
-        self.proc = subprocess.Popen([str(SNAPD), "start"], env=self.env, stdin=subprocess.DEVNULL,
-                                     stdout=log, stderr=subprocess.STDOUT, cwd="/")
+        self.proc = subprocess.Popen([*(wrap or []), str(SNAPD), "start"], env=self.env,
+                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd="/")
         log.close()
         return t0
 

@@ -50,26 +50,36 @@ def _frame(text: str) -> str:
 
 
 def summary(path: Path, top: int = 12) -> dict[str, list[tuple[str, float]]]:
-    """Top functions by self and inclusive share of the samples (threads' names dropped)."""
+    """Top functions by self and inclusive share of the samples (threads' names dropped);
+    ``snapd``: inclusive shares of snapd's own functions only; ``imports``: the share of
+    samples spent importing modules."""
     own: Counter[str] = Counter()
     incl: Counter[str] = Counter()
+    ours: Counter[str] = Counter()
+    importing = 0
     total = 0
     for line in path.read_text(errors="replace").splitlines():
         stack, _, n = line.rpartition(" ")
         if not n.isdigit() or not stack:
             continue
         count = int(n)
-        frames = [_frame(f) for f in stack.split(";") if not f.startswith(("thread ", "process "))]
+        raw = [f for f in stack.split(";") if not f.startswith(("thread ", "process "))]
+        frames = [_frame(f) for f in raw]
         if not frames:
             continue
         total += count
         own[frames[-1]] += count
         for f in set(frames):
             incl[f] += count
+        for f in {_frame(f) for f in raw if "/snapd/" in f and "<module>" not in f}:
+            ours[f] += count
+        if any("_find_and_load" in f for f in raw):
+            importing += count
     if total == 0:
-        return {"self": [], "inclusive": [], "samples": []}
+        return {"self": [], "inclusive": [], "samples": [], "snapd": []}
     return {
-        "samples": [("total", float(total))],
+        "samples": [("total", float(total)), ("importing %", round(100 * importing / total, 1))],
+        "snapd": [(f, round(100 * c / total, 1)) for f, c in ours.most_common(top)],
         "self": [(f, round(100 * c / total, 1)) for f, c in own.most_common(top)],
         "inclusive": [(f, round(100 * c / total, 1)) for f, c in incl.most_common(top)],
     }
@@ -78,8 +88,9 @@ def summary(path: Path, top: int = 12) -> dict[str, list[tuple[str, float]]]:
 def lines(s: dict[str, list[tuple[str, float]]]) -> list[str]:
     if not s["samples"]:
         return ["(no samples)"]
-    out = [f"{int(s['samples'][0][1])} samples (all threads)", "self:"]
+    out = [f"{int(s['samples'][0][1])} samples (all threads), {s['samples'][1][1]}% importing modules",
+           "self:"]
     out += [f"  {pct:5.1f}%  {f}" for f, pct in s["self"]]
-    out.append("inclusive:")
-    out += [f"  {pct:5.1f}%  {f}" for f, pct in s["inclusive"]]
+    out.append("inclusive, snapd's own functions:")
+    out += [f"  {pct:5.1f}%  {f}" for f, pct in s["snapd"]]
     return out
