@@ -37,6 +37,7 @@ from common import (
     SNAPCTL,
     Daemon,
     Results,
+    capture_pool,
     common_args,
     interleave,
     proc_mem,
@@ -91,7 +92,9 @@ def main() -> None:
     scratch = ws.parent
     root = os.path.realpath(ws)
     files, nbytes = count(ws)
-    res(f"  tree {tree.name}: {files} files, {nbytes / MB:.1f} MB; page cache {cache}")
+    captured = len(capture_pool(Path(root)))
+    res(f"  tree {tree.name}: {files} files ({captured} captured by snapd's rules), {nbytes / MB:.1f} MB; "
+        f"page cache {cache}")
     if not args.cold:
         warm(ws)
     os.sync()
@@ -124,9 +127,9 @@ def main() -> None:
             t, text = run_timed([str(SNAPCTL), "watch", root, "--json"], d.env)
             reply = json.loads(text)
             base = reply.get("baseline") or {}
-            if base.get("kind") != "baseline" or reply.get("files") != files:
+            if base.get("kind") != "baseline" or reply.get("files") != captured:
                 raise SystemExit(f"watch reply without a full baseline: files {reply.get('files')} "
-                                 f"of {files}, baseline {base}")
+                                 f"of {captured}, baseline {base}")
             mem.append(proc_mem(d.pid))
         finally:
             d.stop()

@@ -39,6 +39,7 @@ from common import (
     SNAPCTL,
     Daemon,
     Results,
+    capture_pool,
     common_args,
     interleave,
     proc_mem,
@@ -47,7 +48,7 @@ from common import (
     tree_path,
     workspace_of,
 )
-from peer import change_files, copy_tree, count, du_bytes, list_files, peer_gc, peer_init, peer_snap, warm
+from peer import change_files, copy_tree, count, du_bytes, peer_gc, peer_init, peer_snap, warm
 
 from snapd.ipc.timing import difference, quantile_bound
 
@@ -66,14 +67,6 @@ def check_mark(summary: dict[str, Any], picked: list[bytes]) -> str | None:
     if summary.get("unstable") or summary.get("skipped_count"):
         problems.append(f"unstable {summary.get('unstable')} skipped {summary.get('skipped_count')}")
     return "; ".join(problems) or None
-
-
-def capture_pool(ws: Path) -> list[bytes]:
-    """The files snapd captures (its own ignore rules say so); changes are made among them."""
-    from snapd.capture.ignore import IgnoreRules
-
-    rules = IgnoreRules.load(ws)
-    return [p for p in list_files(ws) if rules.reason(p, False) is None]
 
 
 def counters(w: dict[str, Any]) -> dict[str, int]:

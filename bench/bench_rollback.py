@@ -32,11 +32,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_mark import capture_pool
 from common import (
     SNAPCTL,
     Daemon,
     Results,
+    capture_pool,
     common_args,
     interleave,
     run_timed,

@@ -279,3 +279,13 @@ def common_args(ap: Any) -> None:
     ap.add_argument("--corpus", default="django", choices=["django", "npm"])
     ap.add_argument("--size", default="100k", choices=["1k", "10k", "100k"])
     ap.add_argument("--reps", type=int, default=MIN_REPS, help=f"repetitions per side (>= {MIN_REPS})")
+
+
+def capture_pool(ws: Path) -> list[bytes]:
+    """The files snapd captures (its own ignore rules say so); changes are made among them."""
+    from peer import list_files
+
+    from snapd.capture.ignore import IgnoreRules
+
+    rules = IgnoreRules.load(ws)
+    return [p for p in list_files(ws) if rules.reason(p, False) is None]
