@@ -195,6 +195,15 @@ def measure(root: Path) -> dict[str, int]:
             "depth": depth, "widest": widest, "largest": largest}
 
 
+def record(name: str, fig: dict[str, Any]) -> None:
+    """Keep the tree's figures in docs/bench-results/corpora.json (committed), for the docs."""
+    path = BENCH.parent / "docs" / "bench-results" / "corpora.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    known = json.loads(path.read_text()) if path.exists() else {}
+    known[name] = {k: v for k, v in fig.items() if k != "skipped"}
+    path.write_text(json.dumps(known, indent=1, sort_keys=True) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--corpus", choices=[*PINNED, "all"], default="all")
@@ -206,6 +215,7 @@ def main() -> None:
             t0 = time.perf_counter()
             fig = build(corpus, size, args.force)
             state = "exists" if fig.get("skipped") else f"built in {time.perf_counter() - t0:.1f} s"
+            record(tree_dir(corpus, size).name, fig)
             print(
                 f"{tree_dir(corpus, size)}: {fig['files']} files, {fig['bytes']} bytes "
                 f"({fig['bytes'] / 1e6:.1f} MB, du {fig['du_bytes'] / 1e6:.1f} MB), "

@@ -19,6 +19,8 @@ SIZES = ("1k", "10k", "100k")
 def load() -> dict[tuple[str, str, str], dict[str, Any]]:
     out = {}
     for p in sorted(RESULTS.glob("*.json")):
+        if p.name == "corpora.json":
+            continue
         r = json.loads(p.read_text())
         r["file"] = p.name
         out[(r["script"], r["corpus"], r["size"])] = r
@@ -47,8 +49,22 @@ def spreads(r: dict[str, Any]) -> list[str]:
     return rows
 
 
+def corpora() -> None:
+    path = RESULTS / "corpora.json"
+    if not path.exists():
+        return
+    print("| tree | files | MB | directories | deepest | widest directory | largest file | distinct |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, c in sorted(json.loads(path.read_text()).items()):
+        print(f"| {name} | {c['files']:,} | {c['bytes'] / 1e6:.0f} | {c['dirs']:,} | {c['depth']} | "
+              f"{c['widest']:,} | {c['largest'] / 1e6:.1f} MB | {c['distinct']:,} |")
+    print()
+
+
 def main() -> None:
     res = load()
+    print("## Corpora\n")
+    corpora()
     print("## Verdicts\n")
     print("| target | wanted | verdict | figure | run |\n|---|---|---|---|---|")
     for (script, corpus, size), r in sorted(res.items()):
