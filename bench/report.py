@@ -87,6 +87,18 @@ def main() -> None:
             if key in r["figures"]:
                 print(f"\n- {key}: {r['figures'][key]}", end="")
         print("\n")
+    print("## Profiles (py-spy, all threads; shares of the samples)\n")
+    for (_script, corpus, size), r in sorted(res.items()):
+        for key, prof in r["figures"].items():
+            if key.startswith("profile_") and prof.get("samples"):
+                total = prof["samples"][0][1]
+                importing = prof["samples"][1][1] if len(prof["samples"]) > 1 else "?"
+                print(f"**{key.removeprefix('profile_')}**, {corpus}-{size} (`{r['file']}`): "
+                      f"{int(total)} samples, {importing}% importing modules.\n")
+                print("| self | % | snapd's own, inclusive | % |\n|---|---|---|---|")
+                for a, b in zip(prof["self"][:10], prof.get("snapd", [])[:10], strict=False):
+                    print(f"| `{a[0]}` | {a[1]} | `{b[0]}` | {b[1]} |")
+                print()
     print("## Mark cost against workspace size\n")
     print("| corpus | size | daemon p50 / p99 (ms, bucket bound) | marks | counters per mark | "
           "snapctl mark median | peer snap median |\n|---|---|---|---|---|---|---|")
