@@ -34,6 +34,7 @@ from typing import Any
 
 from common import (
     DATA,
+    RESULTS,
     SNAPCTL,
     Daemon,
     Results,
@@ -185,7 +186,7 @@ def main() -> None:
             home = scratch / "home-profile"
             d = Daemon(home, scratch)
             d.start()
-            out = scratch / "baseline.pyspy"
+            out = RESULTS / f"baseline-{args.corpus}-{args.size}.pyspy.txt"
             try:
                 with Sampler(d.pid, out):
                     run_timed([str(SNAPCTL), "watch", root, "--json"], d.env)

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from common import (
+    RESULTS,
     SNAPCTL,
     Daemon,
     Results,
@@ -217,7 +218,7 @@ def main() -> None:
         if args.profile:
             from pyspy import Sampler, lines, summary
 
-            out = scratch / "marks.pyspy"
+            out = RESULTS / f"mark-{args.corpus}-{args.size}.pyspy.txt"
             with Sampler(d.pid, out):
                 for _ in range(50):
                     changed()

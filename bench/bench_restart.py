@@ -20,7 +20,18 @@ import shutil
 import time
 from typing import Any
 
-from common import SNAPCTL, Daemon, Results, common_args, proc_mem, run_timed, spread, tree_path, workspace_of
+from common import (
+    RESULTS,
+    SNAPCTL,
+    Daemon,
+    Results,
+    common_args,
+    proc_mem,
+    run_timed,
+    spread,
+    tree_path,
+    workspace_of,
+)
 from peer import copy_tree, warm
 
 from snapd.errors import SnapdError
@@ -99,7 +110,7 @@ def main() -> None:
         if args.profile:
             from pyspy import PY_SPY, lines, summary
 
-            out = scratch / "restart.pyspy"
+            out = RESULTS / f"restart-{args.corpus}-{args.size}.pyspy.txt"
             restart_once(d, root, wrap=[PY_SPY, "record", "--format", "raw", "--output", str(out),
                                         "--rate", "200", "--threads", "--"])
             s = summary(out)

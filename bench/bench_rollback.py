@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from common import (
+    RESULTS,
     SNAPCTL,
     Daemon,
     Results,
@@ -179,7 +180,7 @@ def main() -> None:
         if args.profile:
             from pyspy import Sampler, lines, summary
 
-            out = scratch / "rollback.pyspy"
+            out = RESULTS / f"rollback-{args.corpus}-{args.size}.pyspy.txt"
             with Sampler(d.pid, out):
                 for _ in range(20):
                     changed()

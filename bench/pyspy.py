@@ -49,6 +49,12 @@ def _frame(text: str) -> str:
     return f"{name} ({Path(where.rstrip(')').rsplit(':', 1)[0]).name})" if where else name
 
 
+def _ours(frame: str) -> bool:
+    """A function of snapd's own package (py-spy prints paths relative to sys.path)."""
+    where = frame.partition(" (")[2]
+    return "<module>" not in frame and (where.startswith("snapd/") or "/snapd/" in where)
+
+
 def summary(path: Path, top: int = 12) -> dict[str, list[tuple[str, float]]]:
     """Top functions by self and inclusive share of the samples (threads' names dropped);
     ``snapd``: inclusive shares of snapd's own functions only; ``imports``: the share of
@@ -71,7 +77,7 @@ def summary(path: Path, top: int = 12) -> dict[str, list[tuple[str, float]]]:
         own[frames[-1]] += count
         for f in set(frames):
             incl[f] += count
-        for f in {_frame(f) for f in raw if "/snapd/" in f and "<module>" not in f}:
+        for f in {_frame(f) for f in raw if _ours(f)}:
             ours[f] += count
         if any("_find_and_load" in f for f in raw):
             importing += count
