@@ -62,7 +62,9 @@ def summary(path: Path, top: int = 12) -> dict[str, list[tuple[str, float]]]:
     own: Counter[str] = Counter()
     incl: Counter[str] = Counter()
     ours: Counter[str] = Counter()
-    importing = 0
+    req_own: Counter[str] = Counter()
+    req_ours: Counter[str] = Counter()
+    importing = req_total = 0
     total = 0
     for line in path.read_text(errors="replace").splitlines():
         stack, _, n = line.rpartition(" ")
@@ -81,11 +83,21 @@ def summary(path: Path, top: int = 12) -> dict[str, list[tuple[str, float]]]:
             ours[f] += count
         if any("_find_and_load" in f for f in raw):
             importing += count
+        if any(f.startswith("ControlServer._run ") for f in raw):  # a request's own thread
+            req_total += count
+            req_own[frames[-1]] += count
+            for f in {_frame(f) for f in raw if _ours(f)}:
+                req_ours[f] += count
     if total == 0:
         return {"self": [], "inclusive": [], "samples": [], "snapd": []}
     return {
         "samples": [("total", float(total)), ("importing %", round(100 * importing / total, 1))],
         "snapd": [(f, round(100 * c / total, 1)) for f, c in ours.most_common(top)],
+        # Only the threads serving requests, as shares of their own samples: where a request's
+        # time goes (the other threads' samples include blocked waits py-spy cannot tell idle).
+        "request_samples": [("total", float(req_total))],
+        "request_self": [(f, round(100 * c / max(req_total, 1), 1)) for f, c in req_own.most_common(top)],
+        "request_snapd": [(f, round(100 * c / max(req_total, 1), 1)) for f, c in req_ours.most_common(top)],
         "self": [(f, round(100 * c / total, 1)) for f, c in own.most_common(top)],
         "inclusive": [(f, round(100 * c / total, 1)) for f, c in incl.most_common(top)],
     }
@@ -99,4 +111,8 @@ def lines(s: dict[str, list[tuple[str, float]]]) -> list[str]:
     out += [f"  {pct:5.1f}%  {f}" for f, pct in s["self"]]
     out.append("inclusive, snapd's own functions:")
     out += [f"  {pct:5.1f}%  {f}" for f, pct in s["snapd"]]
+    out.append(f"request threads only ({int(s['request_samples'][0][1])} samples), self:")
+    out += [f"  {pct:5.1f}%  {f}" for f, pct in s["request_self"]]
+    out.append("request threads only, snapd's own functions, inclusive:")
+    out += [f"  {pct:5.1f}%  {f}" for f, pct in s["request_snapd"]]
     return out

@@ -95,9 +95,14 @@ def main() -> None:
                 importing = prof["samples"][1][1] if len(prof["samples"]) > 1 else "?"
                 print(f"**{key.removeprefix('profile_')}**, {corpus}-{size} (`{r['file']}`): "
                       f"{int(total)} samples, {importing}% importing modules.\n")
-                print("| self | % | snapd's own, inclusive | % |\n|---|---|---|---|")
+                print("| all threads: self | % | snapd's own, inclusive | % |\n|---|---|---|---|")
                 for a, b in zip(prof["self"][:10], prof.get("snapd", [])[:10], strict=False):
                     print(f"| `{a[0]}` | {a[1]} | `{b[0]}` | {b[1]} |")
+                if prof.get("request_samples", [[0, 0]])[0][1]:
+                    print(f"\nRequest threads only ({int(prof['request_samples'][0][1])} samples):\n")
+                    print("| self | % | snapd's own, inclusive | % |\n|---|---|---|---|")
+                    for a, b in zip(prof["request_self"][:10], prof["request_snapd"][:10], strict=False):
+                        print(f"| `{a[0]}` | {a[1]} | `{b[0]}` | {b[1]} |")
                 print()
     print("## Mark cost against workspace size\n")
     print("| corpus | size | daemon p50 / p99 (ms, bucket bound) | marks | counters per mark | "
