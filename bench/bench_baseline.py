@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -46,7 +45,7 @@ from common import (
     spread,
     tree_path,
 )
-from peer import copy_tree, count, drop_caches, du_bytes, peer_gc, peer_init, peer_snap, warm
+from peer import copy_tree, count, drop_caches, du_bytes, peer_gc, peer_init, peer_snap, remove, warm
 
 MB = 1e6
 
@@ -116,7 +115,7 @@ def main() -> None:
             t = peer_snap(ws, gitdir, "baseline", fsync=fsync)[0]
             key = "peer-fsync" if fsync else "peer"
             if key in last:
-                shutil.rmtree(last[key])
+                remove(last[key])
             last[key] = gitdir
             return t
         return run
@@ -139,7 +138,7 @@ def main() -> None:
         finally:
             d.stop()
         if "snapd" in last:
-            shutil.rmtree(last["snapd"])
+            remove(last["snapd"])
         last["snapd"] = home
         return t
 
@@ -199,7 +198,7 @@ def main() -> None:
                 res(f"    {line}")
     finally:
         res.write()
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove(scratch)
 
 
 if __name__ == "__main__":

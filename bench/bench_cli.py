@@ -20,14 +20,13 @@ import argparse
 import json
 import os
 import re
-import shutil
 import statistics
 import subprocess
 from pathlib import Path
 from typing import Any
 
 from common import PYTHON, SNAPCTL, Daemon, Results, common_args, run_timed, spread, tree_path
-from peer import copy_tree, warm
+from peer import copy_tree, remove, warm
 
 
 def hyperfine(cmds: dict[str, str], runs: int, env: dict[str, str], out: Path) -> dict[str, list[float]]:
@@ -120,7 +119,7 @@ def main() -> None:
     finally:
         res.figure("daemon_stop", d.stop())
         res.write()
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove(scratch)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import time
@@ -49,7 +48,7 @@ from common import (
     tree_path,
     workspace_of,
 )
-from peer import change_files, copy_tree, count, du_bytes, peer_gc, peer_init, peer_snap, warm
+from peer import change_files, copy_tree, count, du_bytes, peer_gc, peer_init, peer_snap, remove, warm
 
 from snapd.ipc.timing import difference, quantile_bound
 
@@ -232,7 +231,7 @@ def main() -> None:
     finally:
         res.figure("daemon_stop", d.stop())
         res.write()
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove(scratch)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import time
 from typing import Any
 
@@ -32,7 +31,7 @@ from common import (
     tree_path,
     workspace_of,
 )
-from peer import copy_tree, warm
+from peer import copy_tree, remove, warm
 
 from snapd.errors import SnapdError
 
@@ -121,7 +120,7 @@ def main() -> None:
     finally:
         res.figure("daemon_stop", d.stop())
         res.write()
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove(scratch)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import time
@@ -44,7 +43,7 @@ from common import (
     spread,
     tree_path,
 )
-from peer import change_files, copy_tree, count, peer_init, peer_reset, peer_snap, warm
+from peer import change_files, copy_tree, count, peer_init, peer_reset, peer_snap, remove, warm
 
 from snapd.ipc.timing import difference, quantile_bound
 
@@ -194,7 +193,7 @@ def main() -> None:
     finally:
         res.figure("daemon_stop", d.stop())
         res.write()
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove(scratch)
 
 
 if __name__ == "__main__":
