@@ -28,6 +28,8 @@ from typing import Any
 from common import PYTHON, SNAPCTL, Daemon, Results, common_args, run_timed, spread, tree_path
 from peer import copy_tree, remove, warm
 
+from snapd.ipc.timing import difference, quantile_bound
+
 
 def hyperfine(cmds: dict[str, str], runs: int, env: dict[str, str], out: Path) -> dict[str, list[float]]:
     subprocess.run(["hyperfine", "-N", "--warmup", "1", "--runs", str(runs), "--export-json", str(out),
@@ -88,6 +90,7 @@ def main() -> None:
             cmds["hook claude-code"] = f"{SNAPCTL} hook claude-code"
         else:
             res.note("`snapctl hook` does not exist at the measured commit: not measured")
+        before = d.call("status")["requests"]
         times: dict[str, list[float]] = {k: [] for k in cmds}
         for r in range(args.rounds):
             got = hyperfine(cmds, args.runs_per_round, d.env, scratch / f"round-{r}.json")
@@ -95,6 +98,11 @@ def main() -> None:
                 times[k] += v
             print(f"    round {r + 1}/{args.rounds}: " + ", ".join(
                 f"{k} {statistics.median(v) * 1e3:.0f} ms" for k, v in got.items()), flush=True)
+        after = d.call("status")["requests"]
+        for op in ("status", "mark"):  # the daemon's own share of the CLI calls just timed
+            window = difference(after, before, op)
+            res.figure(f"daemon_{op}_p50_ms", quantile_bound(window, 0.5),
+                       f"daemon's share of `{op}` p50 (bucket bound, {sum(window)} requests), ms")
         floor = statistics.median(times["floor"])
         for k, v in times.items():
             res.figure(f"{k}_s", spread(v), f"{k}", unit="ms")
