@@ -76,7 +76,7 @@ def main() -> None:
         rows = spreads(r)
         if not rows:
             continue
-        print(f"### {script}, {corpus}-{size}\n\n{run_line(r)}\n")
+        print(f"#### {script}, {corpus}-{size}\n\n{run_line(r)}\n")
         print("| figure | n | min / median / max |\n|---|---|---|")
         print("\n".join(rows))
         for key in ("ratio_peer_over_snapd", "ratio_peer_fsync_over_snapd", "ratio_peer_over_cli",
