@@ -70,7 +70,10 @@ def check_mark(summary: dict[str, Any], picked: list[bytes]) -> str | None:
 
 
 def counters(w: dict[str, Any]) -> dict[str, int]:
-    return {k: v for k, v in w.items() if isinstance(v, int) and not isinstance(v, bool)}
+    """The workspace's numeric status fields and its ``counters`` (full scans, lstats, files
+    read, where the measured commit has them)."""
+    flat = {**w, **{f"counters.{k}": v for k, v in (w.get("counters") or {}).items()}}
+    return {k: v for k, v in flat.items() if isinstance(v, int) and not isinstance(v, bool)}
 
 
 def fsyncs_of_one_mark(d: Daemon, ws: Path, pool: list[bytes], root_b: bytes) -> int:

@@ -58,7 +58,8 @@ def restart_once(d: Daemon, root: str, wrap: list[str] | None = None) -> dict[st
         w = workspace_of(c.call("status"), root)
         mem = proc_mem(st["pid"])
     d.stop()
-    return {"status_s": t1 - t0, "mark_s": t2 - t0, "reads": w.get("reads"), "files": w.get("files"), **mem}
+    reads = w.get("reads", (w.get("counters") or {}).get("files_read"))
+    return {"status_s": t1 - t0, "mark_s": t2 - t0, "reads": reads, "files": w.get("files"), **mem}
 
 
 def main() -> None:

@@ -109,6 +109,11 @@ def cmd_status(args: argparse.Namespace, env: Env) -> int:
             emit(f"      skipped: {path_text(ex)}")
         if line := _ignored_line(w):
             emit(f"      ignored: {line}")
+        if work := w.get("counters"):
+            emit(
+                f"      since start: {count(work['full_scans'], 'full scan')}, "
+                f"{count(work['lstats'], 'path')} lstat'ed, {count(work['files_read'], 'file')} read"
+            )
     _warnings(st.get("warnings", []))
     return 0
 
