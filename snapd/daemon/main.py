@@ -36,6 +36,7 @@ from snapd.daemon.service import Service, ServiceConfig
 from snapd.errors import DaemonUnavailable, SnapdError
 from snapd.ipc.events import Publisher, events_endpoint
 from snapd.ipc.server import ControlServer
+from snapd.ipc.timing import RequestTimings, with_timings_in_status
 from snapd.store import retention
 from snapd.store.store import Store
 
@@ -94,11 +95,13 @@ class Daemon:
         store = Store.open(loc.store_dir)
         events = Publisher(events_endpoint(self.config.endpoint), hwm=self.config.events_queue)
         service = Service(store, service_config(self.config, self.penv.homes), self.request_stop, events)
+        timings = RequestTimings()
         server = ControlServer(
             self.config.endpoint,
-            service.handle,
+            with_timings_in_status(service.handle, timings),
             max_bytes=self.config.request_max_bytes,
             endpoint_file_dir=loc.state_dir,
+            timings=timings,
         )
         try:
             events.start()
