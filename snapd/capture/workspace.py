@@ -743,10 +743,14 @@ class Workspace:
                 self.finish_rollback()
         self._barrier()
         if locked:
-            mark = self._flush(label, **meta)
-        else:
-            with self.lock:
-                mark = self._flush(label, **meta)
+            return self._flush_mark(label, meta)
+        with self.lock:
+            return self._flush_mark(label, meta)
+
+    def _flush_mark(self, label: str, meta: dict[str, Any]) -> Mark:
+        """Under :attr:`lock`: the mark, and its event published before the lock is let go, so
+        subscribers see marks in the order of their seq (two marks' events never cross)."""
+        mark = self._flush(label, **meta)
         assert mark is not None
         log.info(
             "mark.created",
