@@ -83,6 +83,7 @@ class Sandbox:
 
     top: Path
     extra_env: dict[str, str] = field(default_factory=dict)
+    extra_args: list[str] = field(default_factory=list)  # the agent's flags for hooks, before the prompt
     turns: int = 0
 
     @property
@@ -150,19 +151,8 @@ def _claude_prepare(box: Sandbox) -> dict[str, str]:
 
 
 def _claude_argv(box: Sandbox, prompt: str) -> list[str]:
-    return [
-        str(NODE_BIN / "claude"),
-        "-p",
-        prompt,
-        "--output-format",
-        "json",
-        "--permission-mode",
-        "acceptEdits",
-        "--allowedTools",
-        "Bash",
-        "--model",
-        "claude-sonnet-4-5",
-    ]
+    flags = "--output-format json --permission-mode acceptEdits --allowedTools Bash --model claude-sonnet-4-5"
+    return [str(NODE_BIN / "claude"), "-p", prompt, *flags.split(), *box.extra_args]
 
 
 def _claude_calls(ws: Path) -> tuple[Call, ...]:
@@ -202,7 +192,7 @@ def _codex_prepare(box: Sandbox) -> dict[str, str]:
 
 
 def _codex_argv(box: Sandbox, prompt: str) -> list[str]:
-    return [str(NODE_BIN / "codex"), "exec", "--skip-git-repo-check", prompt]
+    return [str(NODE_BIN / "codex"), "exec", "--skip-git-repo-check", *box.extra_args, prompt]
 
 
 def _codex_calls(ws: Path) -> tuple[Call, ...]:
@@ -225,7 +215,8 @@ def _gemini_prepare(box: Sandbox) -> dict[str, str]:
 
 
 def _gemini_argv(box: Sandbox, prompt: str) -> list[str]:
-    return [str(NODE_BIN / "gemini"), "-m", "gemini-2.5-flash", "--approval-mode", "yolo", "-p", prompt]
+    gemini = str(NODE_BIN / "gemini")
+    return [gemini, "-m", "gemini-2.5-flash", "--approval-mode", "yolo", *box.extra_args, "-p", prompt]
 
 
 def _gemini_calls(ws: Path) -> tuple[Call, ...]:
@@ -245,11 +236,15 @@ def _gemini_calls(ws: Path) -> tuple[Call, ...]:
 
 
 def opencode_config_dir(directory: Path) -> None:
-    """Make ``directory`` a config dir OpenCode will not try to ``npm install`` into (a 70 s stall
-    offline): its plugin package already there, named by a package.json."""
+    """Make ``directory`` a config dir OpenCode will not ``npm install`` into (a 70 s stall
+    offline, awaited before plugins load): it installs unless ``node_modules`` exists and the root
+    of ``package-lock.json`` names every dependency of ``package.json`` and ``@opencode-ai/plugin``.
+    The plugin package itself is linked from this directory's pinned install."""
     directory.mkdir(parents=True, exist_ok=True)
+    deps = {"@opencode-ai/plugin": _locked("@opencode-ai/plugin")}
+    _write_json(directory / "package.json", {"dependencies": deps})
     _write_json(
-        directory / "package.json", {"dependencies": {"@opencode-ai/plugin": _locked("@opencode-ai/plugin")}}
+        directory / "package-lock.json", {"lockfileVersion": 3, "packages": {"": {"dependencies": deps}}}
     )
     modules = directory / "node_modules" / "@opencode-ai"
     modules.mkdir(parents=True, exist_ok=True)
@@ -291,7 +286,7 @@ def _opencode_prepare(box: Sandbox) -> dict[str, str]:
 
 
 def _opencode_argv(box: Sandbox, prompt: str) -> list[str]:
-    return [str(OPENCODE), "run", "--model", "scripted/scripted-model", prompt]
+    return [str(OPENCODE), "run", "--model", "scripted/scripted-model", *box.extra_args, prompt]
 
 
 def _opencode_calls(ws: Path) -> tuple[Call, ...]:
@@ -315,30 +310,14 @@ def _aider_prepare(box: Sandbox) -> dict[str, str]:
 
 
 def _aider_argv(box: Sandbox, prompt: str) -> list[str]:
-    return [
-        str(AIDER_VENV / "bin" / "aider"),
-        "--model",
-        "openai/scripted-model",
-        "--openai-api-base",
-        f"{BASE}/v1",
-        "--no-check-update",
-        "--analytics-disable",
-        "--no-git",
-        "--no-auto-commits",
-        "--no-gitignore",
-        "--yes-always",
-        "--no-pretty",
-        "--no-stream",
-        "--no-show-model-warnings",
-        "--edit-format",
-        "diff",
-        "--no-detect-urls",
-        "--map-tokens",
-        "0",
-        "--message",
-        prompt,
-        "edit.txt",
-    ]
+    flags = (
+        "--model openai/scripted-model --no-check-update --analytics-disable --no-git --no-auto-commits "
+        "--no-gitignore --yes-always --no-pretty --no-stream --no-show-model-warnings --edit-format diff "
+        "--no-detect-urls --map-tokens 0"
+    )
+    aider = str(AIDER_VENV / "bin" / "aider")
+    base = ["--openai-api-base", f"{BASE}/v1"]
+    return [aider, *base, *flags.split(), *box.extra_args, "--message", prompt, "edit.txt"]
 
 
 def _aider_reply(ws: Path) -> str:
@@ -359,9 +338,7 @@ REGISTRY: dict[str, Agent] = {
     "claude-code": Agent("claude-code", _npm_program("claude"), _claude_prepare, _claude_argv, _claude_calls),
     "codex": Agent("codex", _npm_program("codex"), _codex_prepare, _codex_argv, _codex_calls),
     "gemini": Agent("gemini", _npm_program("gemini"), _gemini_prepare, _gemini_argv, _gemini_calls),
-    "opencode": Agent(
-        "opencode", lambda: OPENCODE, _opencode_prepare, _opencode_argv, _opencode_calls
-    ),
+    "opencode": Agent("opencode", lambda: OPENCODE, _opencode_prepare, _opencode_argv, _opencode_calls),
     "aider": Agent(
         "aider",
         lambda: AIDER_VENV / "bin" / "aider",
