@@ -246,6 +246,11 @@ def opencode_config_dir(directory: Path) -> None:
     _write_json(
         directory / "package-lock.json", {"lockfileVersion": 3, "packages": {"": {"dependencies": deps}}}
     )
+    # OpenCode writes this at start-up when missing, before any turn: written here, it is part of
+    # the tree before the turn (what a rollback to the turn's start restores).
+    (directory / ".gitignore").write_text(
+        "\n".join(["node_modules", "package.json", "package-lock.json", "bun.lock", ".gitignore"])
+    )
     modules = directory / "node_modules" / "@opencode-ai"
     modules.mkdir(parents=True, exist_ok=True)
     for name in ("plugin", "sdk"):
@@ -316,8 +321,15 @@ def _aider_argv(box: Sandbox, prompt: str) -> list[str]:
         "--no-detect-urls --map-tokens 0"
     )
     aider = str(AIDER_VENV / "bin" / "aider")
+    # Aider writes its histories at start-up, before a turn begins: kept in HOME, out of the workspace.
+    history = [
+        "--input-history-file",
+        str(box.home / "aider.input"),
+        "--chat-history-file",
+        str(box.home / "aider.md"),
+    ]
     base = ["--openai-api-base", f"{BASE}/v1"]
-    return [aider, *base, *flags.split(), *box.extra_args, "--message", prompt, "edit.txt"]
+    return [aider, *base, *flags.split(), *history, *box.extra_args, "--message", prompt, "edit.txt"]
 
 
 def _aider_reply(ws: Path) -> str:
@@ -436,6 +448,24 @@ def run_turn(
     times.write_text(json.dumps(log))
     print(f"{agent.name} turn {box.turns}: {turn.seconds:.1f}s, {len(turn.requests)} requests")
     return turn
+
+
+def resume_argv(agent: Agent, box: Sandbox, prompt: str) -> list[str]:
+    """The command for a next turn in the agent's most recent session in this workspace."""
+    if agent.name == "codex":
+        return [
+            str(NODE_BIN / "codex"),
+            "exec",
+            "--skip-git-repo-check",
+            *box.extra_args,
+            "resume",
+            "--last",
+            prompt,
+        ]
+    more = {"claude-code": ["--continue"], "gemini": ["--resume", "latest"], "opencode": ["--continue"]}
+    argv = agent.argv(box, prompt)
+    at = 2 if agent.name == "opencode" else 1  # after `opencode run`
+    return argv[:at] + more.get(agent.name, []) + argv[at:]
 
 
 def turn_script(agent: Agent, ws: Path, token: str) -> Script:
