@@ -49,10 +49,11 @@ def install() -> dict[str, float]:
     """Install every agent, pinned; seconds per part. Skips what is already installed and current."""
     times: dict[str, float] = {}
     lock = HERE / "package-lock.json"
-    stamp = HERE / "node_modules" / ".package-lock.json"
+    stamp = HERE / "node_modules" / ".snapd-installed-lock.json"  # the lock this install was made from
     start = time.monotonic()
-    if not stamp.exists() or stamp.stat().st_mtime < lock.stat().st_mtime:
+    if not stamp.exists() or stamp.read_text() != lock.read_text():
         subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=HERE, check=True)
+        stamp.write_text(lock.read_text())
     times["npm (claude-code, codex, gemini, opencode)"] = time.monotonic() - start
     start = time.monotonic()
     constraints = HERE / "aider-constraints.txt"

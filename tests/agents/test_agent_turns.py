@@ -9,6 +9,7 @@ shell; Aider, which has no tools, answers with edit blocks and cannot delete.
 from __future__ import annotations
 
 import pytest
+from agent_fixtures import agent_fixture, box_fixture  # noqa: F401 - the fixtures agent and box
 from agent_harness import EDIT_AFTER, EDIT_BEFORE, NEW_TEXT, Agent, Sandbox, run_turn, turn_script
 
 pytestmark = [pytest.mark.agents, pytest.mark.timeout(300)]

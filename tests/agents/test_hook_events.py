@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_fixtures import agent_fixture, box_fixture  # noqa: F401 - the fixtures agent and box
 from agent_harness import EDIT_BEFORE, HERE, Agent, Sandbox, run_turn, turn_script
 from hook_recorder import CONTEXT
 from recording import EVENTS_DIR, install_recorders
