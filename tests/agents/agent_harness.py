@@ -51,7 +51,8 @@ def install() -> dict[str, float]:
     lock = HERE / "package-lock.json"
     stamp = HERE / "node_modules" / ".snapd-installed-lock.json"  # the lock this install was made from
     start = time.monotonic()
-    if not stamp.exists() or stamp.read_text() != lock.read_text():
+    programs = [a.program() for a in REGISTRY.values() if a.name != "aider"]
+    if not stamp.exists() or stamp.read_text() != lock.read_text() or not all(p.exists() for p in programs):
         subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=HERE, check=True)
         stamp.write_text(lock.read_text())
     times["npm (claude-code, codex, gemini, opencode)"] = time.monotonic() - start
