@@ -208,6 +208,18 @@ def capture(
                     if r.unstable and r.rel not in report.unstable:
                         report.unstable.append(r.rel)
                 changes[r.rel] = change
-                if ws is not None and not isinstance(change, trees.Dir):
-                    batch.add_version(ws, r.rel, now, change)
+                if ws is not None:
+                    _record_version(batch, ws, r.rel, now, change)
     return changes
+
+
+def _record_version(batch: Batch, ws: int, rel: bytes, now: int, change: trees.Change) -> None:
+    """A version row for what was read: a file, symlink, directory (its mode) or a deletion,
+    so the workspace can be rebuilt as captured at any instant (:mod:`snapd.store.history`).
+    A directory that could not be listed gets none: a row cannot say its contents are unknown,
+    so the marks' trees, which can, stay the only record of it."""
+    if isinstance(change, trees.Dir):
+        if change.listed:
+            batch.add_version(ws, rel, now, trees.Entry("dir", change.mode, 0, ""))
+        return
+    batch.add_version(ws, rel, now, change)

@@ -26,7 +26,7 @@ from snapd.store import objects, safeio, trees
 from snapd.store.batch import Batch, StatRow
 from snapd.store.catalog import Catalog
 from snapd.store.holds import GcHolds
-from snapd.store.records import MARK_COLUMNS, Mark, Version, Workspace, mark_from_row
+from snapd.store.records import MARK_COLUMNS, Mark, Version, Workspace, mark_from_row, version_from_row
 from snapd.store.refs import FULL_ID, parse_ref
 
 NODE_CACHE = 4096
@@ -302,14 +302,7 @@ class Store:
             )
             .fetchall()
         )
-        out = []
-        for t, kind, mode, key in rows:
-            entry = None
-            if kind is not None:
-                size = objects.parse_key(key)[1] if kind != "dir" else 0
-                entry = trees.Entry(kind, mode, size, key or "")
-            out.append(Version(path, t, entry))
-        return out
+        return [version_from_row(path, t, kind, mode, key) for t, kind, mode, key in rows]
 
     def stored_bytes(self) -> int:
         row = self.catalog.read().execute("SELECT COALESCE(SUM(stored), 0) FROM objects").fetchone()
