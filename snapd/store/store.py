@@ -23,7 +23,7 @@ from typing import Any
 
 from snapd.errors import Ambiguous, MissingObject, NotFound
 from snapd.store import objects, safeio, trees
-from snapd.store.batch import Batch, StatRow
+from snapd.store.batch import FLUSH_BYTES, Batch, StatRow
 from snapd.store.catalog import Catalog
 from snapd.store.holds import GcHolds
 from snapd.store.records import MARK_COLUMNS, Mark, Version, Workspace, mark_from_row, version_from_row
@@ -33,9 +33,12 @@ NODE_CACHE = 4096
 
 
 class Store:
-    def __init__(self, directory: Path, hasher: objects.Hasher = objects.xxh3_hex) -> None:
+    def __init__(
+        self, directory: Path, hasher: objects.Hasher = objects.xxh3_hex, flush_bytes: int = FLUSH_BYTES
+    ) -> None:
         self.dir = directory
         self.hasher = hasher
+        self.flush_bytes = flush_bytes  # a batch flushes its new content past this (tests lower it)
         safeio.ensure_dir(directory)
         safeio.ensure_dir(directory / "objects")
         self.catalog = Catalog(directory / "catalog.sqlite")
@@ -44,8 +47,10 @@ class Store:
         self.holds = GcHolds()  # keys write batches rely on, spared by the GC sweep
 
     @classmethod
-    def open(cls, directory: Path, hasher: objects.Hasher = objects.xxh3_hex) -> Store:
-        return cls(Path(directory), hasher)
+    def open(
+        cls, directory: Path, hasher: objects.Hasher = objects.xxh3_hex, flush_bytes: int = FLUSH_BYTES
+    ) -> Store:
+        return cls(Path(directory), hasher, flush_bytes)
 
     def close(self) -> None:
         self.catalog.close()
