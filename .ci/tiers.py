@@ -33,6 +33,7 @@ XFSPROGS = (
     "{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq xfsprogs >/dev/null; }"
 )
 
+INSTALL_AGENTS = [".venv/bin/python", "tests/agents/agent_harness.py"]
 # The Node.js client's dependencies (zeromq, its prebuilt addon inside the package), pinned by
 # clients/node/package-lock.json; node and npm from Debian's packages when missing. ~5 s here.
 NODE_CLIENT = ["sh", "-c",
@@ -49,7 +50,9 @@ TIERS: list[tuple[str, int, list[list[str]]]] = [
     ("core", 15 * 60, [["make", "lint"], PYTEST + ["-q", "-m", " and ".join(f"not {m}" for m in MARKED)]]),
     ("model", 10 * 60, [PYTEST + ["-q", "-s", "-m", "model"]]),  # -s: the seed shows as it starts
     ("powercut", 10 * 60, [PYTEST + ["-q", "-m", "powercut"]]),  # power cuts and disk-full
-    ("agents", 15 * 60, [PYTEST + ["-q", "-m", "agents"]]),  # real AI agents driving snapd
+    # real AI agents driving snapd: first installs them, pinned (tests/agents/agent_harness.py prints the
+    # seconds per part); -s shows each agent turn's seconds
+    ("agents", 15 * 60, [INSTALL_AGENTS, PYTEST + ["-q", "-s", "-m", "agents"]]),
     ("clients", 5 * 60, [PYTEST + ["-q", "-m", "clients"]]),  # editors, clients in other languages
 ]
 
