@@ -27,6 +27,7 @@ from typing import Any
 
 import structlog
 
+from snapd import paths
 from snapd.capture import git, ignore, ingest, reader, roots, scan
 from snapd.capture.statcache import StatCache
 from snapd.capture.watcher import Watcher, WatchEvent, remove_stale_cookies
@@ -432,9 +433,16 @@ class Workspace:
 
     def _note_read(self, r: reader.Read) -> None:
         """Keep the stat cache and the skipped list in step with what a capture read."""
+        was = self._stats.get(r.rel)
+        if was is not None and stat.S_ISDIR(was[0][0]) and r.kind != "dir" and self._skipped:
+            for gone in [p for p in self._skipped if paths.strictly_below(p, r.rel)]:
+                del self._skipped[gone]  # its directory went: so did what could not be read in it
         if r.kind == "skipped":
             self._skipped[r.rel] = r.reason
-            self._stats.remove(r.rel)
+            if r.sig is None:
+                self._stats.remove(r.rel)
+            else:  # the tree holds it (uncaptured): scans must see it go; read time 0: always re-read
+                self._stats.set(r.rel, r.sig, 0)
             return
         self._skipped.pop(r.rel, None)
         if r.kind == "dir" and not r.listed:  # its contents are unknown: a rollback keeps them

@@ -112,6 +112,20 @@ def _on_disk(root: bytes, rel: bytes) -> bool:
     return reader.parents_real(root, rel) and os.path.lexists(root + b"/" + rel)
 
 
+def _still_there(root: bytes, skipped: dict[bytes, str]) -> dict[bytes, str]:
+    """``skipped`` without the paths known to be gone (one that cannot be looked at stays)."""
+    out = {}
+    for rel, why in skipped.items():
+        try:
+            os.lstat(root + b"/" + rel)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError:
+            pass
+        out[rel] = why
+    return out
+
+
 def _is_dir(root: bytes, rel: bytes) -> bool:
     try:
         return stat.S_ISDIR(os.lstat(root + b"/" + rel).st_mode)
@@ -187,7 +201,7 @@ def _plan(
         current,
         target.tree,
         only=only,
-        uncapturable={**ws.skipped, **(unreadable or {})},
+        uncapturable={**_still_there(ws.rootb, ws.skipped), **(unreadable or {})},
         force=force,
         target_ignores=target_ignores,
         ignored_below=_ignored_below(ws, current, m_rules),

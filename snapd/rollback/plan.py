@@ -18,6 +18,9 @@ Invariants:
   or deleted, nor is a directory holding one, nor anything inside one: such changes are left
   out and listed in ``kept`` — unless ``force``, where the ops touching it carry ``forced``
   (the reason) and apply replaces whatever is there without comparing it;
+- a path M holds as ``uncaptured`` (there, but its content could not be captured) is never
+  deleted or replaced, with or without ``force``: when it differs from M it is ``kept`` with
+  nothing done under it (there is nothing to restore it from);
 - ``token`` is a digest of the ops and ``kept``: equal plans have equal tokens, so a re-plan
   that changed nothing is recognised, and any change shows up in :meth:`Plan.difference`.
 """
@@ -54,7 +57,7 @@ def _entry_from(v: Any) -> Entry | None:
     if v is None:
         return None
     kind, mode, size, key = v
-    if kind not in ("file", "symlink", "dir"):
+    if kind not in trees.KIND_CODES:
         raise ValueError(f"bad entry kind {kind!r}")
     return Entry(kind, int(mode), int(size), str(key))
 
@@ -256,6 +259,11 @@ def _differences(
     return sorted(found.values(), key=lambda d: _parts(d.path))
 
 
+def _uncaptured_now(differences: Iterable[Difference]) -> dict[bytes, str]:
+    """The paths of the current tree whose content it could not hold, with why."""
+    return {d.path: trees.uncaptured_reason(d.old) for d in differences if trees.is_uncaptured(d.old)}
+
+
 def _normalize_only(only: Sequence[bytes]) -> list[bytes]:
     tops: list[bytes] = []
     for p in sorted(set(only), key=_parts):
@@ -329,9 +337,10 @@ def plan(
     ``root_modes``: the root's mode now and at the mark (None: unknown). Raises NotFound for
     an ``only`` path that exists neither now nor at M.
     """
-    unc = _Uncaptured(uncapturable or {})
-    ignores: TargetIgnores = target_ignores or (lambda p, d: None)
     tops = _normalize_only(only)
+    differences = _differences(load, current, target, tops)
+    unc = _Uncaptured({**_uncaptured_now(differences), **(uncapturable or {})})
+    ignores: TargetIgnores = target_ignores or (lambda p, d: None)
     for top in tops:
         exists = (current is not None and trees.lookup(load, current, top) is not None) or (
             trees.lookup(load, target, top) is not None
@@ -345,6 +354,7 @@ def plan(
     forced_removals: set[bytes] = set()
     extra: list[Op] = []  # forced removals of uncaptured paths
     unlisted: dict[bytes, bool] = {}
+    unrestorable: list[bytes] = []  # not captured at M: nothing to restore them from
 
     def inside_unlisted(path: bytes) -> bytes | None:
         """The directory above ``path`` that could not be listed at M, if any."""
@@ -355,14 +365,18 @@ def plan(
                 return anc
         return None
 
-    for d in _differences(load, current, target, tops):
+    for d in differences:
         group = _ops_for(d)
         if not group:
             continue
-        if any(strictly_below(d.path, k) for k in left):
-            continue  # below an ignored directory: ignored too, and never touched
+        if any(strictly_below(d.path, k) for k in (*left, *unrestorable)):
+            continue  # below an ignored directory (never touched), or below a path kept as it is
         if d.new is None and (hidden := inside_unlisted(d.path)) is not None:
             left[d.path] = f"inside {show(hidden)}, which could not be listed at the mark"
+            continue
+        if trees.is_uncaptured(d.new):
+            kept[d.path] = f"not captured at the mark ({trees.uncaptured_reason(d.new)}): cannot be restored"
+            unrestorable.append(d.path)
             continue
         outer = next((k for k in kept_dirs if strictly_below(d.path, k)), None)
         if outer is not None:
@@ -375,6 +389,8 @@ def plan(
                 continue
         blocker = next((u for u in map(unc.blocker, group) if u is not None), None)
         if blocker is not None and not force:
+            if blocker == d.path and any(strictly_below(d.path, k) for k in kept):
+                continue  # named already: its directory is kept because it holds this path
             kept[d.path] = unc.why(d.path, blocker)
             if any(op.kind == "mkdir" for op in group):
                 kept_dirs.append(d.path)
@@ -395,7 +411,9 @@ def plan(
             continue
         if any(strictly_below(u, x) for x in (*left, *kept)) or trees.lookup(load, target, u) is not None:
             continue
-        ignored = ignores(u, False)
+        now = trees.lookup(load, current, u) if current is not None else None
+        kinds = (False, True) if now is None else (now.kind == "dir",)  # not in the tree: either
+        ignored = next((why for why in map(lambda d: ignores(u, d), kinds) if why is not None), None)
         hidden = inside_unlisted(u)
         if ignored is not None:
             left[u] = f"ignored at the mark ({ignored})"

@@ -31,16 +31,20 @@ from typing import Any
 from snapd.errors import DiskFull, StoreError, StoreFormatError
 from snapd.store import safeio
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 # Format 1 lacked the marks' rule inputs and root mode, and the workspace's last rollback: the
 # columns are added on open (such marks are judged under today's outside rules, and their root
-# mode is not restored).
+# mode is not restored). Format 3 adds a kind of tree entry (``uncaptured``), which older code
+# cannot read.
+_TO_3: tuple[str, ...] = ()
 _MIGRATIONS = {
     "1": (
         "ALTER TABLE marks ADD COLUMN rules TEXT",
         "ALTER TABLE marks ADD COLUMN root_mode INTEGER",
         "ALTER TABLE workspaces ADD COLUMN last_rollback TEXT",
+        *_TO_3,
     ),
+    "2": _TO_3,
 }
 
 SCHEMA = """
