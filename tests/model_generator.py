@@ -14,7 +14,7 @@ from model_steps import SIZE_CAP, Step, depth, under
 
 # Operations that hit a failure issue 8 already lists stay out of the generator until that fix
 # lands (the issue's point number is the value). Turn one on by deleting its line; turn everything
-# on with SNAPD_MODEL_STRICT=1. (Points 1, 5, 9, 10 and 12 were here until their fixes landed.)
+# on with SNAPD_MODEL_STRICT=1. (Points 1, 4, 5, 9, 10 and 12 were here until their fixes landed.)
 OFF_UNTIL_FIXED: Final[dict[str, int]] = {
     # Hard links. Still wrong: written through a name that is ignored, the other name's new bytes
     # are not seen by a rollback (only marks re-check them), which then exits 0 with them.
@@ -24,14 +24,6 @@ OFF_UNTIL_FIXED: Final[dict[str, int]] = {
     # kept (what appeared in it is neither removed nor named), and paths left inside one that was
     # unlistable at the mark are not always listed.
     "unlistable_dir": 3,
-    # Ignore rules that change. Still wrong: the pre-rollback mark holds ignored paths its plan
-    # never touched, so a later undo recreates (or complains about) ignored paths; an undo leaves a
-    # file the rollback recreated once today's rules (the index) ignore it.
-    "gitignore": 4,  # .gitignore edits
-    "exclude": 4,  # .git/info/exclude edits
-    "rule_file_writes": 4,  # write/save/append/rm/mv of a .gitignore by the ordinary operations
-    "branch_checkout": 4,  # the two branches' .gitignore files differ
-    "index_changes": 4,  # git add -A / git commit: the set of tracked (never ignored) files changes
 }
 
 DIR_NAMES: Final = ("a", "b", "src", "pkg", "out", "out.new", "build", "__pycache__", "docs")

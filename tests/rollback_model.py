@@ -189,7 +189,7 @@ class Round:
         if unlisted:
             return (
                 f"{what} left paths inside a directory unlisted at the mark without listing them:\n"
-                f"{diff_lines(after, {p: frozenset({ref.disk.get(p)}) for p in unlisted})}\n{out}"
+                f"{diff_lines(after, {p: frozenset({ref.disk.get(p)}) for p in unlisted}, unlisted)}\n{out}"
             )
         if cp.returncode != 0:
             silent = [p for p in differ if not reply.names(p, self.root)]
@@ -202,6 +202,11 @@ class Round:
             # (snapd would have changed it, could not hold it first, and says so), or one that
             # snapd cannot capture, then or now (it cannot know the tree is right there).
             blind = uncapturable(ref.disk, self.lab.uid) | uncapturable(before, self.lab.uid)
+            # ... or a non-directory that R's rules ignore as a directory: snapd records no ignored
+            # names, so it cannot tell whether an ignored directory was there at R (docs/rollback.md)
+            listed = reply.blocking()
+            other_kind = {p: ("dir", 0o755) for p in listed if p in before and before[p][0] != "dir"}
+            blind |= self.oracle.ignored(ref.rules, other_kind) - ig(ref.rules, before)
             defensible = [
                 p for p in reply.blocking() if len(want.get(p, ())) > 1 or any(under(q, p) for q in blind)
             ]

@@ -117,7 +117,7 @@ def test_a_format_1_store_is_upgraded_in_place(tmp_path: Path) -> None:
         ws = store.add_workspace(os.fsencode(root))
         old = ingest_tree(store, ws, root).mark_id
     db = sqlite3.connect(tmp_path / "s" / "catalog.sqlite")
-    dropped = [("marks", c) for c in ("rules", "root_mode")] + [("workspaces", "last_rollback")]
+    dropped = [("marks", c) for c in ("rules", "root_mode", "absent")] + [("workspaces", "last_rollback")]
     for table, column in dropped:
         db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
     db.execute("UPDATE meta SET value='1' WHERE key='format'")
@@ -142,11 +142,12 @@ def test_a_format_2_store_is_opened_as_format_3(tmp_path: Path) -> None:
         ws = store.add_workspace(os.fsencode(root))
         old = ingest_tree(store, ws, root).mark_id
     db = sqlite3.connect(tmp_path / "s" / "catalog.sqlite")
+    db.execute("ALTER TABLE marks DROP COLUMN absent")
     db.execute("UPDATE meta SET value='2' WHERE key='format'")
     db.commit()
     db.close()
     with Store.open(tmp_path / "s") as store:
-        assert store.mark(old).tree  # its marks read as before
+        assert store.mark(old).tree and store.mark(old).absent == ()  # its marks read as before
     db = sqlite3.connect(tmp_path / "s" / "catalog.sqlite")
     assert db.execute("SELECT value FROM meta WHERE key='format'").fetchone() == ("3",)
     db.close()

@@ -18,6 +18,9 @@ Invariants:
   or deleted, nor is a directory holding one, nor anything inside one: such changes are left
   out and listed in ``kept`` — unless ``force``, where the ops touching it carry ``forced``
   (the reason) and apply replaces whatever is there without comparing it;
+- a path absent at M that M's rules ignore as a directory but not as what it is now (a symlink
+  named like a ``build/`` pattern) may have been an ignored directory at M, which no mark
+  records: it is ``kept`` (loud), never deleted;
 - a path M holds as ``uncaptured`` (there, but its content could not be captured) is never
   deleted or replaced, with or without ``force``: when it differs from M it is ``kept`` with
   nothing done under it (there is nothing to restore it from);
@@ -327,6 +330,7 @@ def plan(
     target_ignores: TargetIgnores | None = None,
     ignored_below: IgnoredBelow | None = None,
     root_modes: tuple[int | None, int | None] = (None, None),
+    absent: Sequence[bytes] = (),
 ) -> Plan:
     """The operations that make the workspace captured as ``current`` hold ``target``.
 
@@ -334,8 +338,10 @@ def plan(
     directories they need); ``uncapturable`` maps paths on disk that ``current`` could not
     hold to the reason. ``target_ignores`` and ``ignored_below`` say what the mark's rules
     ignore: such paths are never touched (``left``), nor is a directory that holds one.
-    ``root_modes``: the root's mode now and at the mark (None: unknown). Raises NotFound for
-    an ``only`` path that exists neither now nor at M.
+    ``root_modes``: the root's mode now and at the mark (None: unknown). ``absent``: paths the
+    mark knows were absent whatever its rules say (a pre-rollback mark's: what its rollback
+    created), so they are deleted even where those rules ignore them. Raises NotFound for an
+    ``only`` path that exists neither now nor at M.
     """
     tops = _normalize_only(only)
     differences = _differences(load, current, target, tops)
@@ -369,7 +375,10 @@ def plan(
         group = _ops_for(d)
         if not group:
             continue
-        if any(strictly_below(d.path, k) for k in (*left, *unrestorable)):
+        made = any(at_or_below(d.path, a) for a in absent)  # absent at M whatever its rules
+        if any(strictly_below(d.path, k) for k in unrestorable) or (
+            not made and any(strictly_below(d.path, k) for k in left)
+        ):
             continue  # below an ignored directory (never touched), or below a path kept as it is
         if d.new is None and (hidden := inside_unlisted(d.path)) is not None:
             left[d.path] = f"inside {show(hidden)}, which could not be listed at the mark"
@@ -382,10 +391,17 @@ def plan(
         if outer is not None:
             kept[d.path] = f"its directory {show(outer)} is kept"
             continue
-        if d.new is None and d.old is not None:
+        if d.new is None and d.old is not None and not made:
             why = ignores(d.path, d.old.kind == "dir")
             if why is not None:  # absent at M because its rules ignored it, not because it did not exist
                 left[d.path] = f"ignored at the mark ({why})"
+                continue
+            as_dir = ignores(d.path, True) if d.old.kind != "dir" else None
+            if as_dir is not None:  # a mark records no ignored names: an ignored directory may have been here
+                kept[d.path] = (
+                    f"the mark's rules ignore a directory of this name ({as_dir}): one may have been "
+                    "there, so this is left as it is"
+                )
                 continue
         blocker = next((u for u in map(unc.blocker, group) if u is not None), None)
         if blocker is not None and not force:

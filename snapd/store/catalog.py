@@ -35,8 +35,8 @@ FORMAT_VERSION = 3
 # Format 1 lacked the marks' rule inputs and root mode, and the workspace's last rollback: the
 # columns are added on open (such marks are judged under today's outside rules, and their root
 # mode is not restored). Format 3 adds a kind of tree entry (``uncaptured``), which older code
-# cannot read.
-_TO_3: tuple[str, ...] = ()
+# cannot read, and the paths a pre-rollback mark holds as absent (``absent``).
+_TO_3 = ("ALTER TABLE marks ADD COLUMN absent BLOB",)
 _MIGRATIONS = {
     "1": (
         "ALTER TABLE marks ADD COLUMN rules TEXT",
@@ -83,6 +83,7 @@ CREATE TABLE marks (
     summary TEXT,
     rules TEXT,
     root_mode INTEGER,
+    absent BLOB,
     UNIQUE (workspace, seq)
 );
 CREATE INDEX marks_label ON marks (workspace, label, seq);
