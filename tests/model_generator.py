@@ -14,12 +14,8 @@ from model_steps import SIZE_CAP, Step, depth, under
 
 # Operations that hit a failure issue 8 already lists stay out of the generator until that fix
 # lands (the issue's point number is the value). Turn one on by deleting its line; turn everything
-# on with SNAPD_MODEL_STRICT=1. (Points 1, 4, 5, 9, 10 and 12 were here until their fixes landed.)
+# on with SNAPD_MODEL_STRICT=1. (Points 1, 2, 4, 5, 9, 10 and 12 were here until their fixes landed.)
 OFF_UNTIL_FIXED: Final[dict[str, int]] = {
-    # Hard links. Still wrong: written through a name that is ignored, the other name's new bytes
-    # are not seen by a rollback (only marks re-check them), which then exits 0 with them.
-    "hardlink": 2,
-    "link_outside": 2,  # a hard link whose other name is outside the root
     # Unlistable directories (mode 311/300/000 for uid 65534): a directory unlistable now is not
     # kept (what appeared in it is neither removed nor named), and paths left inside one that was
     # unlistable at the mark are not always listed.

@@ -697,10 +697,18 @@ class Workspace:
         with self.lock:
             return self.sync_locked()
 
-    def sync_locked(self) -> str:
-        """:meth:`sync` for a caller that holds :attr:`lock` (a rollback)."""
+    def sync_locked(self, *, rescan: bool = False) -> str:
+        """:meth:`sync` for a caller that holds :attr:`lock` (a rollback).
+
+        ``rescan``: also compare every captured path with the stat cache (one ``lstat`` each),
+        for changes no event reports: a file written through a hard link whose other name is
+        ignored or outside the root, linked there since the last read (the link count changes
+        on the inode, and inotify reports that to no watched directory)."""
         self.finish_rollback()
         self._barrier()  # after: what finishing it wrote is in this capture
+        if rescan:
+            with self._dirty_lock:
+                self._dirty.full = True
         self._flush()
         assert self.tree is not None
         return self.tree

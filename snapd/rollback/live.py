@@ -344,7 +344,7 @@ def describe(ws: Workspace, target: Mark, plan: Plan, current: str | None = None
 
 def propose(ws: Workspace, target: Mark, only: Sequence[bytes] = (), force: bool = False) -> dict[str, Any]:
     with ws.lock:
-        prep = _prepare(ws, target, only, force, ws.sync_locked())
+        prep = _prepare(ws, target, only, force, ws.sync_locked(rescan=True))
     return describe(ws, target, prep.plan, prep.held)
 
 
@@ -353,7 +353,7 @@ def execute(
 ) -> dict[str, Any]:
     """Apply the rollback; ``token`` is the confirmed plan's (None: apply the fresh plan)."""
     with ws.lock:
-        prep = _prepare(ws, target, only, force, ws.sync_locked())
+        prep = _prepare(ws, target, only, force, ws.sync_locked(rescan=True))
         if ws.unfinished:  # an earlier rollback stopped part-way and still cannot be finished
             raise Conflict(f"{ws.unfinished}; retry once that is fixed")
         plan = prep.plan
@@ -412,7 +412,7 @@ def _mark_before(ws: Workspace, target: Mark, prep: _Prepared, token: str | None
         )
         if ws.tree == prep.current:
             return pre, prep
-        prep = _prepare(ws, target, prep.only, prep.force, ws.sync_locked())
+        prep = _prepare(ws, target, prep.only, prep.force, ws.sync_locked(rescan=True))
         _check(ws, target, prep.plan, prep.held, token)
     raise Conflict("the workspace kept changing while the rollback was prepared; nothing was changed")
 
