@@ -14,13 +14,8 @@ from model_steps import SIZE_CAP, Step, depth, under
 
 # Operations that hit a failure issue 8 already lists stay out of the generator until that fix
 # lands (the issue's point number is the value). Turn one on by deleting its line; turn everything
-# on with SNAPD_MODEL_STRICT=1. (Points 1, 2, 4, 5, 9, 10 and 12 were here until their fixes landed.)
-OFF_UNTIL_FIXED: Final[dict[str, int]] = {
-    # Unlistable directories (mode 311/300/000 for uid 65534): a directory unlistable now is not
-    # kept (what appeared in it is neither removed nor named), and paths left inside one that was
-    # unlistable at the mark are not always listed.
-    "unlistable_dir": 3,
-}
+# on with SNAPD_MODEL_STRICT=1. (Every point was here until its fix landed: 1, 2, 3, 4, 5, 9, 10, 12.)
+OFF_UNTIL_FIXED: Final[dict[str, int]] = {}
 
 DIR_NAMES: Final = ("a", "b", "src", "pkg", "out", "out.new", "build", "__pycache__", "docs")
 FILE_NAMES: Final = ("f", "g.txt", "m.py", "x.log", "keep.log", ".env", "README", "m.pyc", "n.o")

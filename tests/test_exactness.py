@@ -439,3 +439,35 @@ def test_a_directory_unlisted_at_the_mark_keeps_its_contents(acting: Acting) -> 
     assert any(p.startswith("d") for p in paths(r["kept"])), r
     assert (o.ws / "d" / "h").read_text() == "h3\n"
 
+
+@pytest.mark.timeout(120)
+def test_a_directory_unlisted_now_is_kept_with_what_appeared_in_it(acting: Acting) -> None:
+    """Listable at M, unlistable now (311): a file made in it since can be neither seen nor held,
+    so the rollback changes nothing there and names the directory (it set the directory's mode
+    back and exited 0, leaving the new file unnamed)."""
+    o = acting
+    o.sh("mkdir -m 500 a; echo x > b.txt")
+    o.ctl("watch", str(o.ws))
+    m = o.ctl_json("mark", "m")["id"]
+    o.sh("chmod 311 a; echo new > a/new; echo y > b.txt")
+    cp = o.ctl("rollback", "--to", m, "--yes", "--json", check=False)
+    r = json.loads(cp.stdout)
+    assert cp.returncode == 10 and paths(r["kept"]) == {"a"}, describe(cp)
+    assert "cannot be listed now" in r["kept"][0]["reason"], r
+    assert (o.ws / "b.txt").read_text() == "x\n"
+    assert stat.S_IMODE((o.ws / "a").stat().st_mode) == 0o311 and (o.ws / "a" / "new").exists()
+
+
+@pytest.mark.timeout(120)
+def test_a_directory_unlisted_at_the_mark_and_now_is_listed_as_left(acting: Acting) -> None:
+    """Unlistable (311) at M and now: what it holds is unknown on both sides, so whatever changed
+    in it is left, and the reply says so by naming the directory (it said nothing, exit 0)."""
+    o = acting
+    o.sh("mkdir d; echo h > d/h; chmod 311 d; echo x > a.txt")
+    o.ctl("watch", str(o.ws))
+    m = o.ctl_json("mark", "m")["id"]
+    o.sh("echo new > d/new; echo y > a.txt")
+    cp = o.ctl("rollback", "--to", m, "--yes", "--json", check=False)
+    r = json.loads(cp.stdout)
+    assert cp.returncode == 0 and "d" in paths(r["left"]), describe(cp)
+    assert (o.ws / "a.txt").read_text() == "x\n" and (o.ws / "d" / "new").exists()

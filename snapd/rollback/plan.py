@@ -21,6 +21,11 @@ Invariants:
 - a path absent at M that M's rules ignore as a directory but not as what it is now (a symlink
   named like a ``build/`` pattern) may have been an ignored directory at M, which no mark
   records: it is ``kept`` (loud), never deleted;
+- a directory that cannot be listed now, where M has a directory it could list, is ``kept``
+  with everything under it, with or without ``force``: what it holds now is unknown, so
+  nothing there is changed;
+- a directory that could not be listed at M nor now is ``left`` by name (what it holds is
+  unknown on both sides; only the children captured by name are compared);
 - a path M holds as ``uncaptured`` (there, but its content could not be captured) is never
   deleted or replaced, with or without ``force``: when it differs from M it is ``kept`` with
   nothing done under it (there is nothing to restore it from);
@@ -262,6 +267,10 @@ def _differences(
     return sorted(found.values(), key=lambda d: _parts(d.path))
 
 
+def _listed_dir(e: Entry | None) -> bool:
+    return e is not None and e.kind == "dir" and not trees.unlisted(e)
+
+
 def _uncaptured_now(differences: Iterable[Difference]) -> dict[bytes, str]:
     """The paths of the current tree whose content it could not hold, with why."""
     return {d.path: trees.uncaptured_reason(d.old) for d in differences if trees.is_uncaptured(d.old)}
@@ -361,6 +370,15 @@ def plan(
     extra: list[Op] = []  # forced removals of uncaptured paths
     unlisted: dict[bytes, bool] = {}
     unrestorable: list[bytes] = []  # not captured at M: nothing to restore them from
+    # directories that cannot be listed now, where M knows their contents: what they hold now is
+    # unknown (a new file inside can be neither seen nor held), so they are kept as they are
+    blind_now = [
+        u
+        for u in unc.reasons
+        if current is not None
+        and trees.unlisted(trees.lookup(load, current, u))
+        and _listed_dir(trees.lookup(load, target, u))
+    ]
 
     def inside_unlisted(path: bytes) -> bytes | None:
         """The directory above ``path`` that could not be listed at M, if any."""
@@ -382,6 +400,10 @@ def plan(
             continue  # below an ignored directory (never touched), or below a path kept as it is
         if d.new is None and (hidden := inside_unlisted(d.path)) is not None:
             left[d.path] = f"inside {show(hidden)}, which could not be listed at the mark"
+            continue
+        blind = next((u for u in blind_now if at_or_below(d.path, u)), None)
+        if blind is not None:
+            kept[blind] = f"cannot be listed now ({unc.reasons[blind]}): what it holds is unknown"
             continue
         if trees.is_uncaptured(d.new):
             kept[d.path] = f"not captured at the mark ({trees.uncaptured_reason(d.new)}): cannot be restored"
@@ -420,6 +442,11 @@ def plan(
                     extra.append(Op("remove", u, None, None, unc.reasons[u]))
         groups[d.path] = (_COUNT[d.status], group)
     _keep_what_holds_ignored(groups, kept, left, ignored_below)
+    for u in unc.reasons:  # unknown then and now: whatever changed in it is left, and said so
+        if u not in kept and u not in left and (not tops or any(at_or_below(u, t) for t in tops)):
+            if current is not None and trees.unlisted(trees.lookup(load, current, u)):
+                if trees.unlisted(trees.lookup(load, target, u)):
+                    left[u] = "could not be listed at the mark, nor now: what it holds is left as it is"
     for u, why in unc.reasons.items():  # uncaptured paths that did not exist at M (point: delete them)
         if u in forced_removals or u in groups or u in kept or u in left:
             continue
