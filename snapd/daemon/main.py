@@ -34,8 +34,9 @@ from snapd.daemon.logs import configure_logging
 from snapd.daemon.notify import Notifier
 from snapd.daemon.service import Service, ServiceConfig
 from snapd.errors import DaemonUnavailable, SnapdError
+from snapd.ipc.events import Publisher, events_endpoint
 from snapd.ipc.server import ControlServer
-from snapd.store import retention, safeio
+from snapd.store import retention
 from snapd.store.store import Store
 
 log = structlog.get_logger("snapd.daemon")
@@ -91,7 +92,8 @@ class Daemon:
         loc = self.config.locations
         lock = acquire_instance_lock(loc.state_dir)
         store = Store.open(loc.store_dir)
-        service = Service(store, service_config(self.config, self.penv.homes), self.request_stop)
+        events = Publisher(events_endpoint(self.config.endpoint), hwm=self.config.events_queue)
+        service = Service(store, service_config(self.config, self.penv.homes), self.request_stop, events)
         server = ControlServer(
             self.config.endpoint,
             service.handle,
@@ -99,6 +101,7 @@ class Daemon:
             endpoint_file_dir=loc.state_dir,
         )
         try:
+            events.start()
             server.start()
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
@@ -117,6 +120,7 @@ class Daemon:
         finally:
             server.stop(drain_timeout_s=10.0)
             service.stop()
+            events.stop()
             store.close()
             lock.release()
         log.info("daemon.stopped")
@@ -179,19 +183,6 @@ def _homes(env: dict[str, str]) -> tuple[Path, ...]:
     return tuple(homes)
 
 
-def _arm_test_crash(spec: str | None) -> None:
-    """Fault injection for crash tests: ``SNAPD_TEST_CRASH_AFTER=apply.:N`` makes the daemon
-    die (exit 86) right after its N-th persistent operation whose name starts with ``apply.``
-    — the same seam the store's crash tests use in-process (:func:`safeio.crash_after`)."""
-    if not spec:
-        return
-    prefix, _, count = spec.rpartition(":")
-    if not count.isdigit():
-        raise SnapdError(f"SNAPD_TEST_CRASH_AFTER must be PREFIX:N, got {spec!r}")
-    log.warning("daemon.crash_armed", prefix=prefix, after=int(count))
-    safeio.crash_after(int(count), only=prefix)
-
-
 def _int(value: str | None) -> int | None:
     try:
         return int(value) if value else None
@@ -234,7 +225,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             for warning in config.warnings:
                 log.warning("config.warning", warning=warning)
             penv = ProcessEnv(_homes(env), env.get("NOTIFY_SOCKET"), _int(env.get("WATCHDOG_USEC")))
-            _arm_test_crash(env.get("SNAPD_TEST_CRASH_AFTER"))
             return Daemon(config, penv).run()
         if args.command == "install-service":
             from snapd.daemon.service_unit import install_service

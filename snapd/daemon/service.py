@@ -28,7 +28,9 @@ import structlog
 from snapd import __version__
 from snapd.capture import git, ignore, roots
 from snapd.capture.workspace import Settings, Workspace
+from snapd.daemon import history as daemon_history
 from snapd.daemon import textdiff
+from snapd.daemon.events import EventSink, NoEvents, emit, rollback_fields, workspace_notifier
 from snapd.display import shown
 from snapd.errors import Busy, NotFound, SnapdError, UsageError, WorkspaceRefused
 from snapd.ipc import protocol
@@ -36,7 +38,8 @@ from snapd.ipc.protocol import PeerInfo, Request
 from snapd.paths import at_or_below, encode_path
 from snapd.rollback import live
 from snapd.rollback.recovery import finish_interrupted
-from snapd.store import retention, trees
+from snapd.store import history, retention, trees
+from snapd.store.history import AtTime
 from snapd.store.records import Mark
 from snapd.store.store import Store
 from snapd.store.verify import verify
@@ -95,8 +98,15 @@ def mark_json(m: Mark, root: Path | None = None) -> dict[str, Any]:
 
 
 class Service:
-    def __init__(self, store: Store, config: ServiceConfig, request_stop: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        store: Store,
+        config: ServiceConfig,
+        request_stop: Callable[[], None],
+        events: EventSink | None = None,
+    ) -> None:
         self.store, self.config, self._request_stop = store, config, request_stop
+        self.events: EventSink = events or NoEvents()
         self._live: dict[int, Workspace] = {}
         self._ready: dict[int, threading.Event] = {}
         self._errors: dict[int, str] = {}
@@ -137,6 +147,8 @@ class Service:
             except Exception:
                 log.exception("gc.failed")
                 continue
+            for warning in set(rep.warnings) - set(self.gc_warnings):
+                emit(self.events, "warning", None, {"message": warning})
             self.gc_warnings = list(rep.warnings)
             log.info(
                 "gc.done",
@@ -153,9 +165,14 @@ class Service:
         for ws in live:
             ws.stop()
 
+    def _workspace(self, ws_id: int, root: Path) -> Workspace:
+        workspace = Workspace(self.store, ws_id, root, self.config.settings, finish_interrupted)
+        workspace.notify = workspace_notifier(self.events, root, _event_fields)
+        return workspace
+
     def _add_live(self, ws_id: int, root: Path) -> tuple[Workspace, threading.Event]:
         ready = threading.Event()
-        workspace = Workspace(self.store, ws_id, root, self.config.settings, finish_interrupted)
+        workspace = self._workspace(ws_id, root)
         with self._lock:
             self._live[ws_id] = workspace
             self._ready[ws_id] = ready
@@ -167,10 +184,12 @@ class Service:
         try:
             self._recheck_place(ws_id, root)
             workspace.start()
+            emit(self.events, "workspace.watched", root, {"resumed": True, "baseline": None})
             return workspace
         except SnapdError as exc:
             self._errors[ws_id] = exc.message
             log.warning("workspace.unavailable", workspace=str(root), error=exc.message)
+            emit(self.events, "warning", root, {"message": f"not watched: {exc.message}"})
             return None
         except Exception as exc:
             self._errors[ws_id] = f"internal error: {exc}"
@@ -211,7 +230,7 @@ class Service:
             existing = next((ws for ws in self._live.values() if ws.root == root), None)
             if existing is None:
                 ws_id = self.store.add_workspace(os.fsencode(root))
-                workspace = Workspace(self.store, ws_id, root, self.config.settings, finish_interrupted)
+                workspace = self._workspace(ws_id, root)
                 ready = threading.Event()
                 self._live[ws_id], self._ready[ws_id] = workspace, ready
                 self._errors.pop(ws_id, None)
@@ -230,6 +249,8 @@ class Service:
         finally:
             ready.set()
         log.info("workspace.watched", workspace=str(root), baseline=baseline.id if baseline else None)
+        emit(self.events, "workspace.watched", root,
+             {"resumed": False, "baseline": mark_json(baseline) if baseline else None})
         return workspace, baseline
 
     def _find(
@@ -332,6 +353,7 @@ class Service:
         if ws is not None:
             ws.stop()
         self.store.set_watching(ws_id, False)
+        emit(self.events, "workspace.unwatched", root, {})
         return {"workspace": str(root), "watching": False}
 
     def op_forget(
@@ -370,13 +392,19 @@ class Service:
         session: str | None = None,
         all: bool = False,
         before: str | None = None,
+        path: bytes | None = None,
     ) -> dict[str, Any]:
         """One page of marks, newest first: ``limit`` of them (default ``LOG_LIMIT``; ``all``:
-        no limit) older than the mark ``before`` names; ``more`` says how many follow."""
+        no limit) older than the mark ``before`` names; ``more`` says how many follow. With
+        ``path``, only the marks whose turn changed it (or anything under it)."""
         if limit is not None and limit < 1:
             raise UsageError(f"log: a limit must be at least 1, got {limit} (`all` lists every mark)")
         ws_id, root = self._ws_id(workspace, cwd)
         marks = self.store.marks(ws_id)
+        changing = None
+        if path is not None:
+            rel = _relative(root, path, cwd)
+            changing = {m.id for m in history.marks_changing(self.store.load_node, marks, rel)}
         if before is not None:
             start = self.store.resolve(ws_id, before, session)
             marks = marks[next(i for i, m in enumerate(marks) if m.id == start.id) + 1 :]
@@ -384,6 +412,8 @@ class Service:
             marks = [m for m in marks if m.agent == agent]
         if session is not None:
             marks = [m for m in marks if m.session == session]
+        if changing is not None:
+            marks = [m for m in marks if m.id in changing]
         page = marks if all else marks[: limit or LOG_LIMIT]
         evictions = self.store.evictions(ws_id)
         return {
@@ -465,16 +495,17 @@ class Service:
         undo: bool,
         paths: list[bytes] | None,
         session: str | None,
-    ) -> tuple[Workspace, Mark, list[bytes]]:
+    ) -> tuple[Workspace, Mark, list[bytes], AtTime | None]:
         ws, _ = self._find(workspace, cwd)
+        at = None
         if undo:
             target = live.undo_target(ws)
         elif to is None:
-            raise UsageError("say which mark to roll back to (--to MARK)")
+            raise UsageError("say which mark (or time) to roll back to (--to MARK)")
         else:
-            target = self.store.resolve(ws.id, to, session)
+            target, at = history.resolve(self.store, ws.id, to, session)
         only = [_relative(ws.root, p, cwd) for p in paths or []]
-        return ws, target, only
+        return ws, target, only, at
 
     def op_rollback_plan(
         self,
@@ -486,9 +517,8 @@ class Service:
         force: bool = False,
         session: str | None = None,
     ) -> dict[str, Any]:
-        ws, target, only = self._rollback_args(workspace, cwd, to, undo, paths, session)
-        result: dict[str, Any] = wire_paths(live.propose(ws, target, only, force))
-        return result
+        ws, target, only, at = self._rollback_args(workspace, cwd, to, undo, paths, session)
+        return daemon_history.time_fields(at, wire_paths(live.propose(ws, target, only, force)))
 
     def op_rollback_apply(
         self,
@@ -501,8 +531,11 @@ class Service:
         token: str | None = None,
         session: str | None = None,
     ) -> dict[str, Any]:
-        ws, target, only = self._rollback_args(workspace, cwd, to, undo, paths, session)
-        result: dict[str, Any] = wire_paths(live.execute(ws, target, only, force, token))
+        ws, target, only, at = self._rollback_args(workspace, cwd, to, undo, paths, session)
+        result: dict[str, Any] = daemon_history.time_fields(
+            at, wire_paths(live.execute(ws, target, only, force, token))
+        )
+        emit(self.events, "undo.applied" if undo else "rollback.applied", ws.root, rollback_fields(result))
         return result
 
     def op_undo(
@@ -527,12 +560,13 @@ class Service:
         frm, to = refs.get("from"), refs.get("to")
         if frm is None:
             raise UsageError("say which mark to diff from")
-        old = self.store.resolve(ws_id, frm, session)
+        old, old_at = history.resolve(self.store, ws_id, frm, session)
+        new_at = None
         if to is None:  # the live workspace: capture it first
             ws, _ = self._find(workspace, cwd)
             new_tree, new_name = ws.sync(), "the workspace now"
         else:
-            new = self.store.resolve(ws_id, to, session)
+            new, new_at = history.resolve(self.store, ws_id, to, session)
             new_tree, new_name = new.tree, f"{new.id} ({new.label})"
         only = [_relative(root, p, cwd) for p in paths or []]
         files = []
@@ -556,12 +590,16 @@ class Service:
                 if stat:
                     record.pop("diff", None)  # --stat: line counts only
             files.append(record)
-        return {
+        out: dict[str, Any] = {
             "workspace": str(root),
             "from": {"id": old.id, "label": old.label},
             "to": new_name,
             "files": files,
         }
+        for key, at in (("from_time", old_at), ("to_time", new_at)):
+            if at is not None:
+                out[key] = history.describe(at)
+        return out
 
     def op_cat(
         self,
@@ -573,7 +611,7 @@ class Service:
     ) -> dict[str, Any]:
         ws_id, root = self._ws_id(workspace, cwd)
         rel = _relative(root, path, cwd)
-        tree = self.store.resolve(ws_id, at, session).tree if at else self.store.head(ws_id)
+        tree = history.resolve(self.store, ws_id, at, session)[0].tree if at else self.store.head(ws_id)
         entry = trees.lookup(self.store.load_node, tree, rel) if tree else None
         if entry is None or entry.kind == "dir":
             raise NotFound(f"{shown(rel)} is not a captured file at {at or 'the latest capture'}")
@@ -588,6 +626,13 @@ class Service:
             "size": len(data),
             "data_b64": base64.b64encode(data).decode(),
         }
+
+    def op_history(
+        self, path: bytes, workspace: bytes | None = None, cwd: bytes | None = None
+    ) -> dict[str, Any]:
+        ws_id, root = self._ws_id(workspace, cwd)
+        rel = _relative(root, path, cwd)
+        return daemon_history.history_reply(self.store, ws_id, str(root), rel, self.config.policy)
 
     def op_status(self, workspace: bytes | None = None, cwd: bytes | None = None) -> dict[str, Any]:
         with self._lock:
@@ -618,12 +663,21 @@ class Service:
             "version": __version__,
             "protocol": protocol.PROTOCOL_VERSION,
             "endpoint": self.config.endpoint,
+            "events": {"endpoint": self.events.endpoint or None, "instance": self.events.instance or None},
             "uptime_s": time.time() - self.started,
             "store": {"path": str(self.store.dir), "stored_bytes": self.store.stored_bytes()},
             "workspaces": spaces,
             "pending": sum(ws.pending() for ws in live.values()),
             "warnings": warnings + self.gc_warnings,
         }
+
+
+def _event_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """A workspace's event fields on the wire: marks as mark objects, paths as protocol paths."""
+    return {
+        k: mark_json(v) if isinstance(v, Mark) else encode_path(v) if isinstance(v, bytes) else wire_paths(v)
+        for k, v in fields.items()
+    }
 
 
 def _root_problem(ws: Workspace) -> str | None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
-import stat
 import sys
 import threading
 import time
@@ -36,7 +35,7 @@ from typing import Any
 import structlog
 import zmq
 
-from snapd.config import ensure_private_dir, write_endpoint_file
+from snapd.config import ensure_private_dir, remove_socket, write_endpoint_file
 from snapd.errors import (
     BadRequest,
     Busy,
@@ -225,21 +224,8 @@ class ControlServer:
         if self._endpoint_file_dir is not None:
             with contextlib.suppress(OSError):
                 (self._endpoint_file_dir / "endpoint").unlink()
-        self._remove_socket()
+        remove_socket(Path(self.endpoint[len("ipc://"):]))
         log.info("server.stopped", endpoint=self.endpoint)
-
-    def _remove_socket(self) -> None:
-        """A clean stop leaves nothing behind: libzmq keeps the ipc socket file, and the short
-        private directory made for a long path (``/tmp/snapd-<uid>-<h>/``) would pile up in
-        /tmp. Safe from races: the daemon still holds its instance lock here, so no other
-        daemon of this store can have bound the path meanwhile. A directory that holds
-        anything else is left."""
-        path = Path(self.endpoint[len("ipc://"):])
-        with contextlib.suppress(OSError):
-            if stat.S_ISSOCK(os.lstat(path).st_mode):
-                path.unlink()
-        with contextlib.suppress(OSError):
-            path.parent.rmdir()
 
     def _receive_all(self, sock: zmq.Socket[bytes]) -> None:
         # Bounded batch: a flood of requests must not starve the replies of finished ones.
