@@ -14,31 +14,8 @@ from model_steps import SIZE_CAP, Step, depth, under
 
 # Operations that hit a failure issue 8 already lists stay out of the generator until that fix
 # lands (the issue's point number is the value). Turn one on by deleting its line; turn everything
-# on with SNAPD_MODEL_STRICT=1. (Points 1, 9, 10 and 12 were here until their fixes landed.)
-OFF_UNTIL_FIXED: Final[dict[str, int]] = {
-    # Hard links. Still wrong: written through a name that is ignored, the other name's new bytes
-    # are not seen by a rollback (only marks re-check them), which then exits 0 with them.
-    "hardlink": 2,
-    "link_outside": 2,  # a hard link whose other name is outside the root
-    # Unlistable directories (mode 311/300/000 for uid 65534): a directory unlistable now is not
-    # kept (what appeared in it is neither removed nor named), and paths left inside one that was
-    # unlistable at the mark are not always listed.
-    "unlistable_dir": 3,
-    # Ignore rules that change. Still wrong: the pre-rollback mark holds ignored paths its plan
-    # never touched, so a later undo recreates (or complains about) ignored paths; an undo leaves a
-    # file the rollback recreated once today's rules (the index) ignore it.
-    "gitignore": 4,  # .gitignore edits
-    "exclude": 4,  # .git/info/exclude edits
-    "rule_file_writes": 4,  # write/save/append/rm/mv of a .gitignore by the ordinary operations
-    "branch_checkout": 4,  # the two branches' .gitignore files differ
-    "index_changes": 4,  # git add -A / git commit: the set of tracked (never ignored) files changes
-    # Uncapturable paths (FIFOs, files over the size cap, unreadable files for uid 65534). Still
-    # wrong: one that could not be captured at the mark is deleted by a rollback to it, or not
-    # restored by undo, with no word about it.
-    "mkfifo": 5,
-    "big": 5,
-    "unreadable_file": 5,
-}
+# on with SNAPD_MODEL_STRICT=1. (Every point was here until its fix landed: 1, 2, 3, 4, 5, 9, 10, 12.)
+OFF_UNTIL_FIXED: Final[dict[str, int]] = {}
 
 DIR_NAMES: Final = ("a", "b", "src", "pkg", "out", "out.new", "build", "__pycache__", "docs")
 FILE_NAMES: Final = ("f", "g.txt", "m.py", "x.log", "keep.log", ".env", "README", "m.pyc", "n.o")

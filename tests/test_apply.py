@@ -104,7 +104,12 @@ class Case:
                 wid = store.add_workspace(os.fsencode(tmp / name))
                 trees.append(ingest_tree(store, wid, tmp / name).tree)
             self.plan: Plan = plan(store.load_node, trees[0], trees[1], **plan_args)  # type: ignore[arg-type]
-            keys = {e.key for op in self.plan.ops for e in (op.entry, op.expect) if e and e.kind != "dir"}
+            keys = {
+                e.key
+                for op in self.plan.ops
+                for e in (op.entry, op.expect)
+                if e and e.kind not in ("dir", "uncaptured")
+            }
             self.objects = {k: store.get(k) for k in keys}
         self.want = listing(tmp / "tgt-ref")
         self.before = listing(tmp / "cur-ref")

@@ -204,6 +204,40 @@ def test_uncapturable_paths_made_after_the_mark_block_unless_forced(tmp_path: Pa
         assert d.stop() == 0, d.log()[-3000:]
 
 
+def test_a_path_not_captured_at_the_mark_is_never_deleted_by_a_rollback_to_it(tmp_path: Path) -> None:
+    """Over the cap (or a FIFO) at M: M's tree records it as there but not captured. Changed
+    since, the rollback cannot restore it and says so (kept, with or without --force); as it
+    was, there is nothing to say. (It was deleted, exit 0, as if it had not existed at M.)"""
+    home = tmp_path / "snapd-home"
+    home.mkdir(mode=0o700)
+    (home / "config.toml").write_text('size_cap = "1 KiB"\n')
+    d = start_daemon(home)
+    try:
+        ws = (tmp_path / "ws").resolve()
+        ws.mkdir()
+        d.ctl("watch", ws)
+        write(ws / "big.bin", b"B" * 4096)
+        os.mkfifo(ws / "pipe")
+        write(ws / "a.txt", "a\n")
+        m = mark(d, ws, "m")
+        write(ws / "big.bin", "small now\n")  # in place: capturable now, not restorable
+        write(ws / "a.txt", "b\n")
+
+        for extra in ((), ("--force",)):
+            code, r = rollback(d, ws, "--to", m, *extra)
+            assert code == 10 and paths(r["kept"]) == {"big.bin"}, r
+            assert "not captured at the mark (over size cap)" in r["kept"][0]["reason"], r
+            assert (ws / "big.bin").read_text() == "small now\n" and (ws / "a.txt").read_text() == "a\n"
+            assert stat.S_ISFIFO((ws / "pipe").lstat().st_mode)  # there at M, as it was: untouched
+
+        files = {f["path"]: f for f in d.ctl_json("diff", m, cwd=ws)["files"]}
+        assert files["big.bin"]["not_captured"] == ["over size cap"], files
+        cp = d.ctl("cat", m, "big.bin", cwd=ws, check=False)
+        assert cp.returncode != 0 and b"not captured (over size cap)" in cp.stderr, describe(cp)
+    finally:
+        assert d.stop() == 0, d.log()[-3000:]
+
+
 # -- the root's own mode ----------------------------------------------------------------------------
 
 
@@ -287,8 +321,10 @@ def test_a_forced_repeat_shares_the_first_rollbacks_pre_rollback_mark(tmp_path: 
         assert code == 0, second
         assert second["pre_rollback"] == first["pre_rollback"], (first, second)
         code, r = undo(d, ws)
-        assert code == 0, r
-        assert (ws / "a.txt").read_text() == "the work\n"
+        # the forced rollback deleted the FIFO, which no mark could hold: undo restores the rest
+        # and says the FIFO is not back (it exited 0 before uncaptured paths were recorded)
+        assert code == 10 and paths(r["kept"]) == {"pipe"}, r
+        assert (ws / "a.txt").read_text() == "the work\n" and not os.path.lexists(ws / "pipe")
     finally:
         assert d.stop() == 0, d.log()[-3000:]
 
@@ -402,3 +438,36 @@ def test_a_directory_unlisted_at_the_mark_keeps_its_contents(acting: Acting) -> 
     assert cp.returncode == 10, describe(cp)
     assert any(p.startswith("d") for p in paths(r["kept"])), r
     assert (o.ws / "d" / "h").read_text() == "h3\n"
+
+
+@pytest.mark.timeout(120)
+def test_a_directory_unlisted_now_is_kept_with_what_appeared_in_it(acting: Acting) -> None:
+    """Listable at M, unlistable now (311): a file made in it since can be neither seen nor held,
+    so the rollback changes nothing there and names the directory (it set the directory's mode
+    back and exited 0, leaving the new file unnamed)."""
+    o = acting
+    o.sh("mkdir -m 500 a; echo x > b.txt")
+    o.ctl("watch", str(o.ws))
+    m = o.ctl_json("mark", "m")["id"]
+    o.sh("chmod 311 a; echo new > a/new; echo y > b.txt")
+    cp = o.ctl("rollback", "--to", m, "--yes", "--json", check=False)
+    r = json.loads(cp.stdout)
+    assert cp.returncode == 10 and paths(r["kept"]) == {"a"}, describe(cp)
+    assert "cannot be listed now" in r["kept"][0]["reason"], r
+    assert (o.ws / "b.txt").read_text() == "x\n"
+    assert stat.S_IMODE((o.ws / "a").stat().st_mode) == 0o311 and (o.ws / "a" / "new").exists()
+
+
+@pytest.mark.timeout(120)
+def test_a_directory_unlisted_at_the_mark_and_now_is_listed_as_left(acting: Acting) -> None:
+    """Unlistable (311) at M and now: what it holds is unknown on both sides, so whatever changed
+    in it is left, and the reply says so by naming the directory (it said nothing, exit 0)."""
+    o = acting
+    o.sh("mkdir d; echo h > d/h; chmod 311 d; echo x > a.txt")
+    o.ctl("watch", str(o.ws))
+    m = o.ctl_json("mark", "m")["id"]
+    o.sh("echo new > d/new; echo y > a.txt")
+    cp = o.ctl("rollback", "--to", m, "--yes", "--json", check=False)
+    r = json.loads(cp.stdout)
+    assert cp.returncode == 0 and "d" in paths(r["left"]), describe(cp)
+    assert (o.ws / "a.txt").read_text() == "x\n" and (o.ws / "d" / "new").exists()

@@ -16,6 +16,7 @@ from snapd import paths
 from snapd.errors import Ambiguous, CorruptObject, NotFound, StoreError, StoreFormatError, UsageError
 from snapd.store import history, objects, refs, retention, safeio, trees
 from snapd.store.batch import LARGE_OBJECT
+from snapd.store.catalog import FORMAT_VERSION
 from snapd.store.store import Store
 from snapd.store.verify import verify
 
@@ -118,7 +119,7 @@ def test_a_format_1_store_is_upgraded_in_place(tmp_path: Path) -> None:
     db = sqlite3.connect(tmp_path / "s" / "catalog.sqlite")
     for table, column in (
         ("marks", "rules"), ("marks", "root_mode"), ("workspaces", "last_rollback"),
-        ("workspaces", "pruned_before"),
+        ("workspaces", "pruned_before"), ("marks", "absent"),
     ):
         db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
     db.execute("UPDATE meta SET value='1' WHERE key='format'")
@@ -131,7 +132,7 @@ def test_a_format_1_store_is_upgraded_in_place(tmp_path: Path) -> None:
         store.set_last_rollback(ws, {"target": old, "after": m.tree, "pre": old})
         assert store.last_rollback(ws) == {"target": old, "after": m.tree, "pre": old}
     db = sqlite3.connect(tmp_path / "s" / "catalog.sqlite")
-    assert db.execute("SELECT value FROM meta WHERE key='format'").fetchone() == ("3",)
+    assert db.execute("SELECT value FROM meta WHERE key='format'").fetchone() == (str(FORMAT_VERSION),)
     db.close()
 
 
@@ -145,6 +146,7 @@ def test_a_format_2_store_keeps_its_at_labels_reachable_by_id(tmp_path: Path) ->
         old = ingest_tree(store, ws, root).mark_id
     db = sqlite3.connect(tmp_path / "s" / "catalog.sqlite")
     db.execute("ALTER TABLE workspaces DROP COLUMN pruned_before")
+    db.execute("ALTER TABLE marks DROP COLUMN absent")
     db.execute("UPDATE marks SET label='@home' WHERE id=?", (old,))
     db.execute("UPDATE meta SET value='2' WHERE key='format'")
     db.commit()
@@ -155,7 +157,26 @@ def test_a_format_2_store_keeps_its_at_labels_reachable_by_id(tmp_path: Path) ->
             store.resolve(ws, "@home")
         assert history.pruned_before(store, ws) is None
     db = sqlite3.connect(tmp_path / "s" / "catalog.sqlite")
-    assert db.execute("SELECT value FROM meta WHERE key='format'").fetchone() == ("3",)
+    assert db.execute("SELECT value FROM meta WHERE key='format'").fetchone() == (str(FORMAT_VERSION),)
+    db.close()
+
+
+def test_a_format_3_store_is_opened_as_format_4(tmp_path: Path) -> None:
+    """Format 4 adds a kind of tree entry (uncaptured paths) and the paths a pre-rollback mark
+    holds as absent: a format-3 store gets the column, its marks read as before."""
+    root = make_ws(tmp_path, {"a": b"a"})
+    with Store.open(tmp_path / "s") as store:
+        ws = store.add_workspace(os.fsencode(root))
+        old = ingest_tree(store, ws, root).mark_id
+    db = sqlite3.connect(tmp_path / "s" / "catalog.sqlite")
+    db.execute("ALTER TABLE marks DROP COLUMN absent")
+    db.execute("UPDATE meta SET value='3' WHERE key='format'")
+    db.commit()
+    db.close()
+    with Store.open(tmp_path / "s") as store:
+        assert store.mark(old).tree and store.mark(old).absent == ()  # its marks read as before
+    db = sqlite3.connect(tmp_path / "s" / "catalog.sqlite")
+    assert db.execute("SELECT value FROM meta WHERE key='format'").fetchone() == ("4",)
     db.close()
 
 
@@ -182,7 +203,9 @@ def test_ingest_and_capture_with_odd_names_symlinks_modes(store: Store, tmp_path
     ws = store.add_workspace(os.fsencode(root))
     res = ingest_tree(store, ws, root)
     got = dict(trees.walk(store.load_node, res.tree))
-    assert set(got) == {b"a", b"a/b.txt", b"run.sh", b"link", b"\xff\xfe-name"}
+    assert set(got) == {b"a", b"a/b.txt", b"run.sh", b"link", b"\xff\xfe-name", b"fifo"}
+    # there, but not captured: the tree says so (a rollback to it must not delete the FIFO)
+    assert got[b"fifo"].kind == "uncaptured" and trees.uncaptured_reason(got[b"fifo"]) == "special file"
     assert got[b"run.sh"].mode == 0o755 and got[b"link"].kind == "symlink"
     assert store.get(got[b"link"].key) == b"a/b.txt"
     assert res.report.skipped == {"special file": [b"fifo"]}

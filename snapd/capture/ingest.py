@@ -194,9 +194,12 @@ def capture(
                 if on_read is not None:
                     on_read(r)
                 if r.kind == "skipped":
-                    # Not captured now: a previous version must not stand in for it.
+                    # Not captured now: a previous version must not stand in for it, and the
+                    # tree says it is there (a rollback to this state must not delete it).
                     report.skip(r.rel, r.reason)
-                    changes[r.rel] = None
+                    stamp = (r.sig[4], r.sig[2]) if r.sig is not None else None
+                    size = r.sig[1] if r.sig is not None else 0
+                    changes[r.rel] = trees.uncaptured(r.reason, r.mode, size, stamp)
                     continue
                 if r.kind == "missing":
                     change = None

@@ -120,22 +120,22 @@ def _read_entry(
         except OSError as exc:
             return Read(rel, "skipped", reason=f"unreadable ({exc.strerror})")
     if not stat.S_ISREG(st.st_mode):
-        return Read(rel, "skipped", reason="special file")
+        return _skipped(rel, st, "special file")
     if st.st_size > size_cap:
-        return Read(rel, "skipped", reason="over size cap")
+        return _skipped(rel, st, "over size cap")
     for _ in range(MAX_REREADS + 1):
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except (FileNotFoundError, NotADirectoryError):
             return Read(rel, "missing")
         except OSError as exc:
-            return Read(rel, "skipped", reason=f"unreadable ({exc.strerror})")
+            return _skipped(rel, st, f"unreadable ({exc.strerror})")
         try:
             before = os.fstat(fd)
             if not stat.S_ISREG(before.st_mode):
-                return Read(rel, "skipped", reason="special file")
+                return _skipped(rel, before, "special file")
             if before.st_size > size_cap:
-                return Read(rel, "skipped", reason="over size cap")
+                return _skipped(rel, before, "over size cap")
             if counters is not None:
                 counters.read()
             chunks = []
@@ -144,7 +144,7 @@ def _read_entry(
             data = b"".join(chunks)
             after = os.fstat(fd)
         except OSError as exc:
-            return Read(rel, "skipped", reason=f"unreadable ({exc.strerror})")
+            return _skipped(rel, st, f"unreadable ({exc.strerror})")
         finally:
             os.close(fd)
         stable = (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
@@ -154,6 +154,11 @@ def _read_entry(
         stable = False
     mode, sig = stat.S_IMODE(after.st_mode), sig_of(after)
     return Read(rel, "file", mode, data, unstable=not stable, sig=sig, dev=after.st_dev, nlink=after.st_nlink)
+
+
+def _skipped(rel: bytes, st: os.stat_result, reason: str) -> Read:
+    """A path whose content cannot be captured, with what its stat said (its entry records it)."""
+    return Read(rel, "skipped", stat.S_IMODE(st.st_mode), reason=reason, sig=sig_of(st))
 
 
 _ROOT = os.geteuid() == 0

@@ -8,7 +8,9 @@ directory listings and ``lstat``.
 Cost on an unchanged tree is one ``lstat`` per captured path. A directory whose signature is
 unchanged (outside the racy window) gained and lost no entry, so its cached children stand
 in for a listing, and ignore rules are not re-judged for it. With ``trust_listings=False``
-(ignore rules changed) every directory is listed and every name judged again.
+(ignore rules changed) every directory is listed and every name judged again. A directory
+that cannot be listed has its captured children checked by name (no watch can be placed in
+it, so only scans see what changes there).
 """
 
 from __future__ import annotations
@@ -70,8 +72,11 @@ def scan(
             if listed is None:
                 dirty.add(d)
                 continue
-            names = listed
-            dirty.update(known - set(listed))  # vanished, or ignored now
+            if listed is _UNLISTABLE:  # what it holds is unknown: check what was captured, by name
+                names = list(known)
+            else:
+                names = listed
+                dirty.update(known - set(listed))  # vanished, or ignored now
         for rel in names:
             done += 1
             if progress is not None and done % 5000 == 0:
@@ -93,11 +98,15 @@ def scan(
     return dirty
 
 
+_UNLISTABLE: list[bytes] = []
+
+
 def _list(root: bytes, d: bytes, ignored: Ignored, descend: Callable[[bytes], bool]) -> list[bytes] | None:
-    """One directory's captured names; None when it is gone, [] when it cannot be listed."""
+    """One directory's captured names; None when it is gone, :data:`_UNLISTABLE` (compare with
+    ``is``) when it cannot be listed."""
     try:
         return [rel for rel, _ in list_dir(root, d, ignored, descend)]
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError:
-        return []
+        return _UNLISTABLE

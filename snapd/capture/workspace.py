@@ -27,6 +27,7 @@ from typing import Any
 
 import structlog
 
+from snapd import paths
 from snapd.capture import git, ignore, ingest, reader, roots, scan
 from snapd.capture.counters import Counters
 from snapd.capture.statcache import StatCache
@@ -453,9 +454,16 @@ class Workspace:
 
     def _note_read(self, r: reader.Read) -> None:
         """Keep the stat cache and the skipped list in step with what a capture read."""
+        was = self._stats.get(r.rel)
+        if was is not None and stat.S_ISDIR(was[0][0]) and r.kind != "dir" and self._skipped:
+            for gone in [p for p in self._skipped if paths.strictly_below(p, r.rel)]:
+                del self._skipped[gone]  # its directory went: so did what could not be read in it
         if r.kind == "skipped":
             self._skip(r.rel, r.reason)
-            self._stats.remove(r.rel)
+            if r.sig is None:
+                self._stats.remove(r.rel)
+            else:  # the tree holds it (uncaptured): scans must see it go; read time 0: always re-read
+                self._stats.set(r.rel, r.sig, 0)
             return
         self._skipped.pop(r.rel, None)
         if r.kind == "dir" and not r.listed:  # its contents are unknown: a rollback keeps them
@@ -725,10 +733,18 @@ class Workspace:
         with self.lock:
             return self.sync_locked()
 
-    def sync_locked(self) -> str:
-        """:meth:`sync` for a caller that holds :attr:`lock` (a rollback)."""
+    def sync_locked(self, *, rescan: bool = False) -> str:
+        """:meth:`sync` for a caller that holds :attr:`lock` (a rollback).
+
+        ``rescan``: also compare every captured path with the stat cache (one ``lstat`` each),
+        for changes no event reports: a file written through a hard link whose other name is
+        ignored or outside the root, linked there since the last read (the link count changes
+        on the inode, and inotify reports that to no watched directory)."""
         self.finish_rollback()
         self._barrier()  # after: what finishing it wrote is in this capture
+        if rescan:
+            with self._dirty_lock:
+                self._dirty.full = True
         self._flush()
         assert self.tree is not None
         return self.tree

@@ -462,6 +462,8 @@ def cmd_diff(args: argparse.Namespace, env: Env) -> int:
         name = path_text(f["path"])
         if args.stat or f["status"] == "mode" or "binary" not in f:
             extra = f" +{f['added']} -{f['removed']}" if "added" in f else ""
+            if f.get("not_captured"):
+                extra += f" (not captured: {', '.join(f['not_captured'])})"
             mode = (
                 f" {f.get('old_mode', 0):04o} -> {f.get('new_mode', 0):04o}" if f["status"] == "mode" else ""
             )

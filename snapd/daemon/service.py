@@ -579,7 +579,11 @@ class Service:
             if d.new is not None:
                 record["new_mode"] = d.new.mode
             contents = [e for e in (d.old, d.new) if e is not None and e.kind != "dir"]
-            if contents and d.status != "mode":
+            if any(trees.is_uncaptured(e) for e in contents):  # no bytes to compare on that side
+                record["not_captured"] = [
+                    trees.uncaptured_reason(e) for e in contents if trees.is_uncaptured(e)
+                ]
+            elif contents and d.status != "mode":
                 a = self.store.get(d.old.key) if d.old is not None and d.old.kind != "dir" else None
                 b = self.store.get(d.new.key) if d.new is not None and d.new.kind != "dir" else None
                 record.update(textdiff.file_diff(d.path, d.status, a, b))
@@ -611,6 +615,10 @@ class Service:
         entry = trees.lookup(self.store.load_node, tree, rel) if tree else None
         if entry is None or entry.kind == "dir":
             raise NotFound(f"{shown(rel)} is not a captured file at {at or 'the latest capture'}")
+        if trees.is_uncaptured(entry):
+            why = trees.uncaptured_reason(entry)
+            where = at or "the latest capture"
+            raise NotFound(f"{shown(rel)} was there at {where}, but not captured ({why})")
         data = self.store.get(entry.key)
         return {
             "kind": entry.kind,

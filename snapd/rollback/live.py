@@ -46,6 +46,7 @@ from snapd.store import trees
 from snapd.store.records import Mark
 
 log = structlog.get_logger(__name__)
+_MARK_ATTEMPTS = 3  # pre-rollback marks taken while concurrent writes keep changing the plan
 
 
 def undo_target(ws: Workspace) -> Mark:
@@ -92,6 +93,11 @@ def _left_out(ws: Workspace, current: str, target: Mark, m_rules: ignore.IgnoreR
         rule_files_differ = rule_files_differ or now.is_rule_file(d.path)
         if d.old is None and d.new is not None and _on_disk(ws.rootb, d.path):
             found[d.path] = None
+    for a in target.absent:  # created by the rollback after it: deleted whatever the rules
+        if _on_disk(ws.rootb, a) and trees.lookup(load, current, a) is None:
+            found[a] = None
+            if _is_dir(ws.rootb, a):
+                found.update((rel, None) for rel, _ in reader.walk(ws.rootb, lambda r, d: False, a))
     if now.same_outside(m_rules.inputs) and not rule_files_differ:
         if now.inputs.tracked == m_rules.inputs.tracked:
             return list(found)
@@ -110,6 +116,20 @@ def _left_out(ws: Workspace, current: str, target: Mark, m_rules: ignore.IgnoreR
 
 def _on_disk(root: bytes, rel: bytes) -> bool:
     return reader.parents_real(root, rel) and os.path.lexists(root + b"/" + rel)
+
+
+def _still_there(root: bytes, skipped: dict[bytes, str]) -> dict[bytes, str]:
+    """``skipped`` without the paths known to be gone (one that cannot be looked at stays)."""
+    out = {}
+    for rel, why in skipped.items():
+        try:
+            os.lstat(root + b"/" + rel)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError:
+            pass
+        out[rel] = why
+    return out
 
 
 def _is_dir(root: bytes, rel: bytes) -> bool:
@@ -155,6 +175,27 @@ class _Prepared:
     extras: tuple[bytes, ...]  # left out by today's rules, captured by M's
     held: str  # ``current`` plus the extras as they are on disk
     plan: Plan
+    force: bool
+
+    @property
+    def touched_extras(self) -> tuple[bytes, ...]:
+        """The extras the plan writes or deletes: the pre-rollback mark holds these (and only
+        these: an extra the plan leaves alone stays outside it, ignored as before)."""
+        paths = {op.path for op in self.plan.ops}
+        return tuple(e for e in self.extras if e in paths)
+
+    @property
+    def created(self) -> tuple[bytes, ...]:
+        """The paths the plan creates where nothing was (tops only): absent in the pre-rollback
+        state whatever its rules, so an undo deletes them."""
+        ops = self.plan.ops
+        made = {op.path for op in ops if op.kind in ("write", "symlink", "mkdir") and op.expect is None}
+        made -= {op.path for op in ops if op.kind in ("remove", "rmdir")}
+        tops: list[bytes] = []
+        for p in sorted(made, key=lambda p: p.split(b"/")):
+            if not any(at_or_below(p, t) for t in tops):
+                tops.append(p)
+        return tuple(tops)
 
 
 def _prepare(
@@ -166,7 +207,7 @@ def _prepare(
         extras = [p for p in extras if any(at_or_below(p, t) for t in only)]
     held, unreadable = ws.hold(current, extras)
     planned = _plan(ws, held, target, m_rules, only, force, unreadable)
-    return _Prepared(tuple(only), current, tuple(extras), held, planned)
+    return _Prepared(tuple(only), current, tuple(extras), held, planned, force)
 
 
 def _plan(
@@ -187,11 +228,12 @@ def _plan(
         current,
         target.tree,
         only=only,
-        uncapturable={**ws.skipped, **(unreadable or {})},
+        uncapturable={**_still_there(ws.rootb, ws.skipped), **(unreadable or {})},
         force=force,
         target_ignores=target_ignores,
         ignored_below=_ignored_below(ws, current, m_rules),
         root_modes=(root_now, target.root_mode),
+        absent=target.absent,
     )
 
 
@@ -302,7 +344,7 @@ def describe(ws: Workspace, target: Mark, plan: Plan, current: str | None = None
 
 def propose(ws: Workspace, target: Mark, only: Sequence[bytes] = (), force: bool = False) -> dict[str, Any]:
     with ws.lock:
-        prep = _prepare(ws, target, only, force, ws.sync_locked())
+        prep = _prepare(ws, target, only, force, ws.sync_locked(rescan=True))
     return describe(ws, target, prep.plan, prep.held)
 
 
@@ -311,7 +353,7 @@ def execute(
 ) -> dict[str, Any]:
     """Apply the rollback; ``token`` is the confirmed plan's (None: apply the fresh plan)."""
     with ws.lock:
-        prep = _prepare(ws, target, only, force, ws.sync_locked())
+        prep = _prepare(ws, target, only, force, ws.sync_locked(rescan=True))
         if ws.unfinished:  # an earlier rollback stopped part-way and still cannot be finished
             raise Conflict(f"{ws.unfinished}; retry once that is fixed")
         plan = prep.plan
@@ -320,16 +362,8 @@ def execute(
             return _result(ws, target, plan, prep.held, None, None)
         pre = _shared_pre(ws, target, prep)
         if pre is None:
-            pre = ws.mark(
-                "pre-rollback",
-                locked=True,
-                kind="pre-rollback",
-                message=f"before rollback to {target.id} ({target.label})",
-                hold=prep.extras,
-            )
-            if pre.tree != prep.held:  # something changed between the check and the mark
-                plan = _plan(ws, pre.tree, target, rules_at(ws, target), only, force)
-                _check(ws, target, plan, pre.tree, token)
+            pre, prep = _mark_before(ws, target, prep, token)
+            plan = prep.plan
         try:
             result = apply.apply(ws.root, plan, ws.store.get, ws.store.hasher, ws.journal, force=force)
         except SnapdError as exc:
@@ -363,6 +397,26 @@ def execute(
     return _result(ws, target, plan, pre.tree, pre, result)
 
 
+def _mark_before(ws: Workspace, target: Mark, prep: _Prepared, token: str | None) -> tuple[Mark, _Prepared]:
+    """The pre-rollback mark: everything captured, plus the extras the plan touches (held
+    whatever today's rules) and the paths it creates (absent before). When the mark captured a
+    change the plan was not made from, plan again (and check the token) and mark again."""
+    for _ in range(_MARK_ATTEMPTS):
+        pre = ws.mark(
+            "pre-rollback",
+            locked=True,
+            kind="pre-rollback",
+            message=f"before rollback to {target.id} ({target.label})",
+            hold=prep.touched_extras,
+            absent=prep.created,
+        )
+        if ws.tree == prep.current:
+            return pre, prep
+        prep = _prepare(ws, target, prep.only, prep.force, ws.sync_locked(rescan=True))
+        _check(ws, target, prep.plan, prep.held, token)
+    raise Conflict("the workspace kept changing while the rollback was prepared; nothing was changed")
+
+
 def _root_mode(ws: Workspace) -> int | None:
     try:
         return stat.S_IMODE(os.stat(ws.rootb).st_mode)
@@ -375,7 +429,9 @@ def _shared_pre(ws: Workspace, target: Mark, prep: _Prepared) -> Mark | None:
     captured since, nothing held beyond the captured state): undo must still return to the
     work that rollback replaced, not to its own result."""
     last = ws.store.last_rollback(ws.id)
-    if last is None or prep.extras or last.get("target") != target.id or last.get("after") != prep.current:
+    if last is None or prep.touched_extras or last.get("target") != target.id:
+        return None
+    if last.get("after") != prep.current:
         return None
     if last.get("paths", []) != [p.hex() for p in prep.only] or last.get("root_mode") != _root_mode(ws):
         return None

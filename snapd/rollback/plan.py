@@ -18,6 +18,17 @@ Invariants:
   or deleted, nor is a directory holding one, nor anything inside one: such changes are left
   out and listed in ``kept`` — unless ``force``, where the ops touching it carry ``forced``
   (the reason) and apply replaces whatever is there without comparing it;
+- a path absent at M that M's rules ignore as a directory but not as what it is now (a symlink
+  named like a ``build/`` pattern) may have been an ignored directory at M, which no mark
+  records: it is ``kept`` (loud), never deleted;
+- a directory that cannot be listed now, where M has a directory it could list, is ``kept``
+  with everything under it, with or without ``force``: what it holds now is unknown, so
+  nothing there is changed;
+- a directory that could not be listed at M nor now is ``left`` by name (what it holds is
+  unknown on both sides; only the children captured by name are compared);
+- a path M holds as ``uncaptured`` (there, but its content could not be captured) is never
+  deleted or replaced, with or without ``force``: when it differs from M it is ``kept`` with
+  nothing done under it (there is nothing to restore it from);
 - ``token`` is a digest of the ops and ``kept``: equal plans have equal tokens, so a re-plan
   that changed nothing is recognised, and any change shows up in :meth:`Plan.difference`.
 """
@@ -54,7 +65,7 @@ def _entry_from(v: Any) -> Entry | None:
     if v is None:
         return None
     kind, mode, size, key = v
-    if kind not in ("file", "symlink", "dir"):
+    if kind not in trees.KIND_CODES:
         raise ValueError(f"bad entry kind {kind!r}")
     return Entry(kind, int(mode), int(size), str(key))
 
@@ -256,6 +267,15 @@ def _differences(
     return sorted(found.values(), key=lambda d: _parts(d.path))
 
 
+def _listed_dir(e: Entry | None) -> bool:
+    return e is not None and e.kind == "dir" and not trees.unlisted(e)
+
+
+def _uncaptured_now(differences: Iterable[Difference]) -> dict[bytes, str]:
+    """The paths of the current tree whose content it could not hold, with why."""
+    return {d.path: trees.uncaptured_reason(d.old) for d in differences if trees.is_uncaptured(d.old)}
+
+
 def _normalize_only(only: Sequence[bytes]) -> list[bytes]:
     tops: list[bytes] = []
     for p in sorted(set(only), key=_parts):
@@ -319,6 +339,7 @@ def plan(
     target_ignores: TargetIgnores | None = None,
     ignored_below: IgnoredBelow | None = None,
     root_modes: tuple[int | None, int | None] = (None, None),
+    absent: Sequence[bytes] = (),
 ) -> Plan:
     """The operations that make the workspace captured as ``current`` hold ``target``.
 
@@ -326,12 +347,15 @@ def plan(
     directories they need); ``uncapturable`` maps paths on disk that ``current`` could not
     hold to the reason. ``target_ignores`` and ``ignored_below`` say what the mark's rules
     ignore: such paths are never touched (``left``), nor is a directory that holds one.
-    ``root_modes``: the root's mode now and at the mark (None: unknown). Raises NotFound for
-    an ``only`` path that exists neither now nor at M.
+    ``root_modes``: the root's mode now and at the mark (None: unknown). ``absent``: paths the
+    mark knows were absent whatever its rules say (a pre-rollback mark's: what its rollback
+    created), so they are deleted even where those rules ignore them. Raises NotFound for an
+    ``only`` path that exists neither now nor at M.
     """
-    unc = _Uncaptured(uncapturable or {})
-    ignores: TargetIgnores = target_ignores or (lambda p, d: None)
     tops = _normalize_only(only)
+    differences = _differences(load, current, target, tops)
+    unc = _Uncaptured({**_uncaptured_now(differences), **(uncapturable or {})})
+    ignores: TargetIgnores = target_ignores or (lambda p, d: None)
     for top in tops:
         exists = (current is not None and trees.lookup(load, current, top) is not None) or (
             trees.lookup(load, target, top) is not None
@@ -345,6 +369,16 @@ def plan(
     forced_removals: set[bytes] = set()
     extra: list[Op] = []  # forced removals of uncaptured paths
     unlisted: dict[bytes, bool] = {}
+    unrestorable: list[bytes] = []  # not captured at M: nothing to restore them from
+    # directories that cannot be listed now, where M knows their contents: what they hold now is
+    # unknown (a new file inside can be neither seen nor held), so they are kept as they are
+    blind_now = [
+        u
+        for u in unc.reasons
+        if current is not None
+        and trees.unlisted(trees.lookup(load, current, u))
+        and _listed_dir(trees.lookup(load, target, u))
+    ]
 
     def inside_unlisted(path: bytes) -> bytes | None:
         """The directory above ``path`` that could not be listed at M, if any."""
@@ -355,26 +389,46 @@ def plan(
                 return anc
         return None
 
-    for d in _differences(load, current, target, tops):
+    for d in differences:
         group = _ops_for(d)
         if not group:
             continue
-        if any(strictly_below(d.path, k) for k in left):
-            continue  # below an ignored directory: ignored too, and never touched
+        made = any(at_or_below(d.path, a) for a in absent)  # absent at M whatever its rules
+        if any(strictly_below(d.path, k) for k in unrestorable) or (
+            not made and any(strictly_below(d.path, k) for k in left)
+        ):
+            continue  # below an ignored directory (never touched), or below a path kept as it is
         if d.new is None and (hidden := inside_unlisted(d.path)) is not None:
             left[d.path] = f"inside {show(hidden)}, which could not be listed at the mark"
+            continue
+        blind = next((u for u in blind_now if at_or_below(d.path, u)), None)
+        if blind is not None:
+            kept[blind] = f"cannot be listed now ({unc.reasons[blind]}): what it holds is unknown"
+            continue
+        if trees.is_uncaptured(d.new):
+            kept[d.path] = f"not captured at the mark ({trees.uncaptured_reason(d.new)}): cannot be restored"
+            unrestorable.append(d.path)
             continue
         outer = next((k for k in kept_dirs if strictly_below(d.path, k)), None)
         if outer is not None:
             kept[d.path] = f"its directory {show(outer)} is kept"
             continue
-        if d.new is None and d.old is not None:
+        if d.new is None and d.old is not None and not made:
             why = ignores(d.path, d.old.kind == "dir")
             if why is not None:  # absent at M because its rules ignored it, not because it did not exist
                 left[d.path] = f"ignored at the mark ({why})"
                 continue
+            as_dir = ignores(d.path, True) if d.old.kind != "dir" else None
+            if as_dir is not None:  # a mark records no ignored names: an ignored directory may have been here
+                kept[d.path] = (
+                    f"the mark's rules ignore a directory of this name ({as_dir}): one may have been "
+                    "there, so this is left as it is"
+                )
+                continue
         blocker = next((u for u in map(unc.blocker, group) if u is not None), None)
         if blocker is not None and not force:
+            if blocker == d.path and any(strictly_below(d.path, k) for k in kept):
+                continue  # named already: its directory is kept because it holds this path
             kept[d.path] = unc.why(d.path, blocker)
             if any(op.kind == "mkdir" for op in group):
                 kept_dirs.append(d.path)
@@ -388,6 +442,11 @@ def plan(
                     extra.append(Op("remove", u, None, None, unc.reasons[u]))
         groups[d.path] = (_COUNT[d.status], group)
     _keep_what_holds_ignored(groups, kept, left, ignored_below)
+    for u in unc.reasons:  # unknown then and now: whatever changed in it is left, and said so
+        if u not in kept and u not in left and (not tops or any(at_or_below(u, t) for t in tops)):
+            if current is not None and trees.unlisted(trees.lookup(load, current, u)):
+                if trees.unlisted(trees.lookup(load, target, u)):
+                    left[u] = "could not be listed at the mark, nor now: what it holds is left as it is"
     for u, why in unc.reasons.items():  # uncaptured paths that did not exist at M (point: delete them)
         if u in forced_removals or u in groups or u in kept or u in left:
             continue
@@ -395,7 +454,9 @@ def plan(
             continue
         if any(strictly_below(u, x) for x in (*left, *kept)) or trees.lookup(load, target, u) is not None:
             continue
-        ignored = ignores(u, False)
+        now = trees.lookup(load, current, u) if current is not None else None
+        kinds = (False, True) if now is None else (now.kind == "dir",)  # not in the tree: either
+        ignored = next((why for is_dir in kinds if (why := ignores(u, is_dir)) is not None), None)
         hidden = inside_unlisted(u)
         if ignored is not None:
             left[u] = f"ignored at the mark ({ignored})"

@@ -23,7 +23,7 @@ from snapd.errors import StoreError
 from snapd.store import objects, safeio, trees
 from snapd.store.catalog import Catalog
 from snapd.store.holds import GcHolds
-from snapd.store.records import MARK_COLUMNS, Mark
+from snapd.store.records import MARK_COLUMNS, Mark, encode_absent
 from snapd.store.refs import new_mark_id, validate_label
 
 
@@ -221,6 +221,7 @@ class Batch:
         created: int | None = None,
         rules: str | None = None,
         root_mode: int | None = None,
+        absent: tuple[bytes, ...] = (),
     ) -> Mark:
         """Queue a mark; its id is final, its ``seq`` is assigned at commit."""
         if kind == "user":
@@ -241,6 +242,7 @@ class Batch:
             summary or {},
             rules,
             root_mode,
+            absent,
         )
         self._marks.append(mark)
         self._heads[ws] = tree
@@ -338,7 +340,7 @@ class Batch:
                     "SELECT COALESCE(MAX(seq), 0) + 1 FROM marks WHERE workspace=?", (m.workspace,)
                 ).fetchone()[0]
                 c.execute(
-                    f"INSERT INTO marks ({MARK_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    f"INSERT INTO marks ({MARK_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (
                         m.id,
                         m.workspace,
@@ -355,6 +357,7 @@ class Batch:
                         json.dumps(m.summary),
                         m.rules,
                         m.root_mode,
+                        encode_absent(m.absent),
                     ),
                 )
                 committed.append(dataclasses.replace(m, seq=seq))

@@ -31,7 +31,7 @@ from typing import Any
 from snapd.errors import DiskFull, StoreError, StoreFormatError
 from snapd.store import safeio
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 # Each entry upgrades a store of that format to the next one; they run in order on open.
 # Format 1 lacked the marks' rule inputs and root mode, and the workspace's last rollback (such
 # marks are judged under today's outside rules, and their root mode is not restored).
@@ -39,6 +39,8 @@ FORMAT_VERSION = 3
 # versions: recorded by each GC from then on), and allowed labels starting with ``@``, which
 # format 3 reserves for time references. Such labels are kept as they are: those marks are
 # reached by their id (see docs/protocol.md, "Time references").
+# Format 3 lacked ``marks.absent`` (the paths a pre-rollback mark's rollback created), and its
+# trees hold no ``uncaptured`` entries (kind 4), which older code cannot read.
 _MIGRATIONS: dict[str, tuple[str, ...]] = {
     "1": (
         "ALTER TABLE marks ADD COLUMN rules TEXT",
@@ -46,6 +48,7 @@ _MIGRATIONS: dict[str, tuple[str, ...]] = {
         "ALTER TABLE workspaces ADD COLUMN last_rollback TEXT",
     ),
     "2": ("ALTER TABLE workspaces ADD COLUMN pruned_before INTEGER",),
+    "3": ("ALTER TABLE marks ADD COLUMN absent BLOB",),
 }
 
 SCHEMA = """
@@ -85,6 +88,7 @@ CREATE TABLE marks (
     summary TEXT,
     rules TEXT,
     root_mode INTEGER,
+    absent BLOB,
     UNIQUE (workspace, seq)
 );
 CREATE INDEX marks_label ON marks (workspace, label, seq);

@@ -38,6 +38,9 @@ class Mark:
     summary: dict[str, Any]
     rules: str | None = None  # object key of the rule inputs outside the tree (ignore.RuleInputs)
     root_mode: int | None = None  # the workspace root's own permission bits
+    # A pre-rollback mark: the paths its rollback created, absent before it whatever the rules
+    # said (an undo deletes them even where the mark's rules ignore them)
+    absent: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -49,8 +52,16 @@ class Version:
 
 MARK_COLUMNS = (
     "id, workspace, seq, label, message, agent, session, created, git_head, tree, kind, pinned, summary,"
-    " rules, root_mode"
+    " rules, root_mode, absent"
 )
+
+
+def encode_absent(paths: tuple[bytes, ...]) -> bytes | None:
+    return b"\0".join(paths) if paths else None
+
+
+def decode_absent(raw: bytes | None) -> tuple[bytes, ...]:
+    return tuple(raw.split(b"\0")) if raw else ()
 
 
 def mark_from_row(row: tuple[Any, ...]) -> Mark:
@@ -70,6 +81,7 @@ def mark_from_row(row: tuple[Any, ...]) -> Mark:
         summary=json.loads(row[12]) if row[12] else {},
         rules=row[13],
         root_mode=row[14],
+        absent=decode_absent(row[15]),
     )
 
 

@@ -18,20 +18,25 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeGuard
 
 from snapd.errors import CorruptObject
 
-Kind = Literal["file", "symlink", "dir"]
-KIND_CODES: dict[str, int] = {"file": 1, "symlink": 2, "dir": 3}
-CODE_KINDS: dict[int, Kind] = {1: "file", 2: "symlink", 3: "dir"}
+Kind = Literal["file", "symlink", "dir", "uncaptured"]
+KIND_CODES: dict[str, int] = {"file": 1, "symlink": 2, "dir": 3, "uncaptured": 4}
+CODE_KINDS: dict[int, Kind] = {1: "file", 2: "symlink", 3: "dir", 4: "uncaptured"}
 MAGIC = b"snapd-tree-1\n"
 _HEAD = struct.Struct(">BIQHB")  # kind, mode, size, name length, key length
 
 
 @dataclass(frozen=True, slots=True)
 class Entry:
-    """One captured path. For a symlink the object holds the link's target text."""
+    """One captured path. For a symlink the object holds the link's target text.
+
+    Kind ``uncaptured``: a path that was there but whose content could not be captured (over
+    the size cap, unreadable, a special file). Its key is no object: it names the reason and
+    what a stat said (see :func:`uncaptured`), so an unchanged path gives an equal entry.
+    """
 
     kind: Kind
     mode: int
@@ -59,6 +64,31 @@ entries otherwise have size 0; a rollback leaves what lies under an unlisted dir
 
 def unlisted(e: Entry | None) -> bool:
     return e is not None and e.kind == "dir" and e.size == UNLISTED
+
+
+_UNCAPTURED = "!"  # the first character of an uncaptured entry's key (object keys are hex)
+
+
+def uncaptured(reason: str, mode: int, size: int, stamp: tuple[int, int] | None) -> Entry:
+    """The entry of a path whose content could not be captured, for ``reason``. ``stamp``:
+    (inode, mtime_ns) as a stat saw them (None: unknown)."""
+    seen = "?" if stamp is None else f"{stamp[0]}.{stamp[1]}"
+    text = reason.encode("ascii", "replace").decode("ascii")
+    return Entry("uncaptured", mode, size, f"{_UNCAPTURED}{seen}!{text}"[:255])
+
+
+def is_uncaptured(e: Entry | None) -> TypeGuard[Entry]:
+    return e is not None and e.kind == "uncaptured"
+
+
+def uncaptured_reason(e: Entry) -> str:
+    """Why ``e`` (an ``uncaptured`` entry) holds no content."""
+    return e.key.split("!", 2)[2] if e.key.count("!") >= 2 else "not captured"
+
+
+def holds_object(e: Entry) -> bool:
+    """Whether ``e.key`` names a stored object (a file's or symlink's content, a node)."""
+    return e.kind != "uncaptured"
 
 
 Change = Entry | Dir | None  # None removes the path (and everything under it)
@@ -297,5 +327,5 @@ def reachable(load: Load, root: str, seen: set[str]) -> None:
     for entry in load(root).values():
         if entry.kind == "dir":
             reachable(load, entry.key, seen)
-        else:
+        elif holds_object(entry):
             seen.add(entry.key)

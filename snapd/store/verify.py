@@ -61,7 +61,7 @@ def verify(store: Store, sample: float | None = None, seed: int | None = None) -
         for entry in node.values():
             if entry.kind == "dir":
                 found |= node_bad(entry.key)
-            else:
+            elif trees.holds_object(entry):
                 contents.add(entry.key)
         return found
 
