@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from snapd import __version__
-from snapd.cli import commands
+from snapd.cli import commands, integrate
 from snapd.cli.output import emit, print_json
 from snapd.config import parse_setting
 from snapd.display import shown
@@ -155,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("to_mark", metavar="TO", nargs="?")
     sp.add_argument("--stat", action="store_true", help="only the changed files and line counts")
     add("stop", "ask the daemon to exit", ws=False)
+    integrate.add_parsers(sub)
     return p
 
 
@@ -173,6 +174,10 @@ def _check_text(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["hook"]:  # agents run this on every prompt: no parser, no other command's imports
+        from snapd.integrations.hook import main as hook_main
+
+        return hook_main(argv[1:], dict(os.environ))
     paths: list[str] = []
     if "--" in argv:  # paths after "--" limit rollback and diff; they are never options
         cut = argv.index("--")

@@ -214,9 +214,13 @@ def cmd_log(args: argparse.Namespace, env: Env) -> int:
         r = c.call("log", **fields, **_where(args))
     if not _human(args, r):
         return 0
+    # A turn-start records the session's turn before it that never ended (daemon.turns).
+    interrupted = {m["summary"].get("interrupted") for m in r["marks"]}
     for m in r["marks"]:
         who = " ".join(x for x in (m.get("agent"), m.get("session")) if x)
         pin = " [pinned]" if m["pinned"] else ""
+        pin += " [interrupted]" if m["id"] in interrupted else ""
+        pin += " [late]" if m["summary"].get("late") else ""
         changed = m["summary"].get("changed", 0)
         line = f"{m['id']}  {when(m['created'])}  {m['label']:<16} {changed:>5} changed  {who}{pin}"
         emit(line.rstrip())

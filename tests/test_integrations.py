@@ -1,0 +1,355 @@
+"""`snapctl integrate AGENT` and `snapctl hook AGENT`: agents' configuration files merged and
+restored exactly, and the hook fed each agent's event shapes against a real daemon (marks with
+session ids, interrupted turns, the rollback notice, late marks, auto-start, refusals, and
+never a non-zero exit)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from e2e_helpers import (
+    Daemon,
+    base_env,
+    cli_mark,
+    cli_rollback,
+    describe,
+    git,
+    run_ctl,
+    write,
+)
+
+SNAPCTL_DIR = str(Path(sys.executable).parent)
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+
+def integrate(env: dict[str, str], *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[bytes]:
+    return run_ctl(env, "integrate", *args, cwd=cwd)
+
+
+def hook(
+    env: dict[str, str], agent: str, event: dict[str, Any] | None, *argv: str, cwd: Path | str = "/",
+    raw: bytes | None = None, timeout: float = 60.0,
+) -> subprocess.CompletedProcess[bytes]:
+    """``snapctl hook AGENT ARGV`` with ``event`` as JSON on stdin (or ``raw`` bytes)."""
+    data = raw if raw is not None else (json.dumps(event).encode() if event is not None else b"")
+    return run_ctl(env, "hook", agent, *argv, cwd=cwd, input=data, timeout=timeout)
+
+
+def claude_event(name: str, session: str, cwd: Path, **extra: Any) -> dict[str, Any]:
+    """Claude Code's hook input (docs: common fields, then the event's own)."""
+    return {
+        "session_id": session, "transcript_path": f"/tmp/{session}.jsonl", "cwd": str(cwd),
+        "permission_mode": "acceptEdits", "hook_event_name": name, **extra,
+    }
+
+
+def marks(d: Daemon, ws: Path) -> list[dict[str, Any]]:
+    return list(d.ctl_json("log", "--all", cwd=ws)["marks"])
+
+
+def repo(tmp_path: Path, name: str = "repo") -> Path:
+    root = (tmp_path / name)
+    root.mkdir()
+    git(root, "init", "-q")
+    write(root / "a.txt", "one\n")
+    return root.resolve()
+
+
+CLAUDE_SETTINGS = {
+    "model": "opus",
+    "permissions": {"allow": ["Bash(ls:*)"]},
+    "hooks": {
+        "PreToolUse": [
+            {"matcher": "Bash", "hooks": [{"type": "command", "command": "/usr/local/bin/guard"}]}
+        ],
+        "UserPromptSubmit": [{"hooks": [{"type": "command", "command": "echo hello", "timeout": 5}]}],
+    },
+}
+
+
+# -- integrate: Claude Code ---------------------------------------------------------------------
+
+
+def test_claude_code_integrate_merges_is_idempotent_and_removes_exactly(tmp_path: Path) -> None:
+    env = base_env(tmp_path / "snapd-home")
+    settings = Path(env["HOME"]) / ".claude" / "settings.json"
+    write(settings, json.dumps(CLAUDE_SETTINGS, indent=4))
+    cp = integrate(env, "claude-code")
+    assert cp.returncode == 0, describe(cp)
+    assert b"added snapd's UserPromptSubmit hook" in cp.stdout and b"added snapd's Stop hook" in cp.stdout
+    doc = json.loads(settings.read_text())
+    assert doc["model"] == "opus" and doc["permissions"] == CLAUDE_SETTINGS["permissions"]
+    assert doc["hooks"]["PreToolUse"] == CLAUDE_SETTINGS["hooks"]["PreToolUse"]
+    prompt = doc["hooks"]["UserPromptSubmit"]
+    assert prompt[0] == CLAUDE_SETTINGS["hooks"]["UserPromptSubmit"][0]  # the user's own hook stays first
+    ours = prompt[1]["hooks"][0]
+    assert ours["type"] == "command" and ours["timeout"] == 30
+    program = ours["command"].split()[0]
+    assert os.path.isabs(program) and program.startswith(SNAPCTL_DIR), ours  # this installation's snapctl
+    assert ours["command"].endswith(" hook claude-code")
+    assert doc["hooks"]["Stop"][0]["hooks"][0]["command"] == ours["command"]
+
+    before = settings.read_bytes()
+    cp = integrate(env, "claude-code", "--user")
+    assert cp.returncode == 0 and cp.stdout.count(b"unchanged") == 2, describe(cp)
+    assert settings.read_bytes() == before  # idempotent: not even rewritten
+
+    cp = integrate(env, "claude-code", "--check")
+    assert cp.returncode == 0, describe(cp)
+    assert b"hooks present and will run" in cp.stdout
+
+    cp = integrate(env, "claude-code", "--remove")
+    assert cp.returncode == 0 and cp.stdout.count(b"removed") == 2, describe(cp)
+    assert json.loads(settings.read_text()) == CLAUDE_SETTINGS  # exactly what was there
+    cp = integrate(env, "claude-code", "--check")
+    assert cp.returncode == 1 and b"no snapd UserPromptSubmit hook" in cp.stdout, describe(cp)
+
+
+def test_claude_code_project_writes_the_personal_settings_file(tmp_path: Path) -> None:
+    env = base_env(tmp_path / "snapd-home")
+    proj = repo(tmp_path)
+    write(proj / ".claude" / "settings.json", '{"team": true}\n')
+    cp = integrate(env, "claude-code", "--project", str(proj))
+    assert cp.returncode == 0, describe(cp)
+    local = json.loads((proj / ".claude" / "settings.local.json").read_text())
+    command = local["hooks"]["UserPromptSubmit"][0]["hooks"][0]["command"]
+    assert command.endswith(" hook claude-code --project")
+    assert (proj / ".claude" / "settings.json").read_text() == '{"team": true}\n'  # the team's file untouched
+    assert not (Path(env["HOME"]) / ".claude" / "settings.json").exists()
+    cp = integrate(env, "claude-code", "--project", str(proj), "--remove")
+    assert cp.returncode == 0, describe(cp)
+    assert not (proj / ".claude" / "settings.local.json").exists()  # it held only snapd's hooks
+
+
+def test_json_with_comments_is_refused_and_left_alone(tmp_path: Path) -> None:
+    env = base_env(tmp_path / "snapd-home")
+    settings = Path(env["HOME"]) / ".claude" / "settings.json"
+    text = '{\n  // my model\n  "model": "opus"\n}\n'
+    write(settings, text)
+    cp = integrate(env, "claude-code")
+    assert cp.returncode == 11, describe(cp)
+    assert b"comments" in cp.stderr and b"--print" in cp.stderr
+    assert settings.read_text() == text
+    cp = integrate(env, "claude-code", "--print")
+    assert cp.returncode == 0 and b"UserPromptSubmit" in cp.stdout, describe(cp)
+    assert settings.read_text() == text
+
+
+# -- integrate: Codex ---------------------------------------------------------------------------
+
+CODEX_TOML = """\
+# Codex settings, by hand
+model = "gpt-5"  # the default model
+approval_policy = "never"
+
+[model_providers.local]
+name = "local"
+base_url = "http://127.0.0.1:9/v1"   # offline
+
+[projects."/src/app"]
+trust_level = "trusted"
+"""
+
+
+def test_codex_integrate_keeps_toml_comments_and_removes_exactly(tmp_path: Path) -> None:
+    env = base_env(tmp_path / "snapd-home")
+    codex_home = tmp_path / "codex-home"
+    env["CODEX_HOME"] = str(codex_home)
+    write(codex_home / "config.toml", CODEX_TOML)
+    guard = {"matcher": "Bash", "hooks": [{"type": "command", "command": "/bin/true"}]}
+    other = {"hooks": {"PreToolUse": [guard]}}
+    write(codex_home / "hooks.json", json.dumps(other))
+    cp = integrate(env, "codex")
+    assert cp.returncode == 0, describe(cp)
+    toml = (codex_home / "config.toml").read_text()
+    assert toml.startswith(CODEX_TOML.split("[model_providers")[0].rstrip("\n"))  # comments kept
+    assert '# offline' in toml and "[projects.\"/src/app\"]" in toml
+    import tomllib
+
+    notify = tomllib.loads(toml)["notify"]
+    assert notify[0].startswith(SNAPCTL_DIR) and notify[-2:] == ["hook", "codex"]
+    hooks = json.loads((codex_home / "hooks.json").read_text())["hooks"]
+    assert hooks["PreToolUse"] == other["hooks"]["PreToolUse"]
+    assert hooks["UserPromptSubmit"][0]["hooks"][0]["command"].endswith(" hook codex")
+    assert "Stop" not in hooks  # turn-end comes from notify
+
+    before = ((codex_home / "config.toml").read_bytes(), (codex_home / "hooks.json").read_bytes())
+    cp = integrate(env, "codex")
+    assert cp.returncode == 0 and b"added" not in cp.stdout, describe(cp)
+    assert before == ((codex_home / "config.toml").read_bytes(), (codex_home / "hooks.json").read_bytes())
+
+    cp = integrate(env, "codex", "--remove")
+    assert cp.returncode == 0, describe(cp)
+    assert (codex_home / "config.toml").read_text() == CODEX_TOML  # byte for byte
+    assert json.loads((codex_home / "hooks.json").read_text()) == other
+
+
+def test_codex_with_a_notify_of_its_own_gets_a_stop_hook(tmp_path: Path) -> None:
+    env = base_env(tmp_path / "snapd-home")
+    codex_home = tmp_path / "codex-home"
+    env["CODEX_HOME"] = str(codex_home)
+    text = 'notify = ["notify-send", "Codex"]\n'
+    write(codex_home / "config.toml", text)
+    cp = integrate(env, "codex")
+    assert cp.returncode == 0, describe(cp)
+    assert (codex_home / "config.toml").read_text() == text  # the user's notify is theirs
+    hooks = json.loads((codex_home / "hooks.json").read_text())["hooks"]
+    assert hooks["Stop"][0]["hooks"][0]["command"].endswith(" hook codex")
+    cp = integrate(env, "codex", "--remove")
+    assert cp.returncode == 0, describe(cp)
+    assert not (codex_home / "hooks.json").exists() and (codex_home / "config.toml").read_text() == text
+
+
+def test_codex_check_tells_untrusted_hooks_from_trusted_ones(tmp_path: Path) -> None:
+    env = base_env(tmp_path / "snapd-home")
+    codex_home = tmp_path / "codex-home"
+    env["CODEX_HOME"] = str(codex_home)
+    assert integrate(env, "codex").returncode == 0
+    cp = integrate(env, "codex", "--check")
+    assert cp.returncode == 1, describe(cp)
+    assert b"not trusted" in cp.stdout and b"/hooks" in cp.stdout
+    # What Codex records once the user trusted the hook in /hooks:
+    key = f"{codex_home / 'hooks.json'}:user_prompt_submit:0:0"
+    with open(codex_home / "config.toml", "a") as f:
+        f.write(f'\n[hooks.state."{key}"]\ntrusted_hash = "sha256:0123"\n')
+    cp = integrate(env, "codex", "--check")
+    assert cp.returncode == 0, describe(cp)
+    assert b"is trusted" in cp.stdout
+
+
+# -- the hook against a real daemon -------------------------------------------------------------
+
+
+def test_claude_code_hook_marks_turns_with_the_session_and_shows_interrupted_ones(
+    tmp_path: Path, daemon: Daemon
+) -> None:
+    proj = repo(tmp_path)
+    env = daemon.env
+    cp = hook(env, "claude-code", claude_event("UserPromptSubmit", "sess-1", proj, prompt="edit a"))
+    assert cp.returncode == 0 and cp.stdout == b"", describe(cp)  # a new session: nothing to tell
+    write(proj / "a.txt", "two\n")
+    cp = hook(env, "claude-code", claude_event("Stop", "sess-1", proj, stop_hook_active=False))
+    assert cp.returncode == 0 and cp.stdout == b"", describe(cp)
+    ms = marks(daemon, proj)
+    assert [(m["label"], m["agent"], m["session"]) for m in ms[:2]] == [
+        ("turn-end", "claude-code", "sess-1"), ("turn-start", "claude-code", "sess-1")]
+    assert ms[0]["summary"]["counts"] == {"modified": 1}
+    # A turn that never ended (Esc): the next turn-start records it, and log shows it.
+    hook(env, "claude-code", claude_event("UserPromptSubmit", "sess-1", proj, prompt="x"))
+    hook(env, "claude-code", claude_event("UserPromptSubmit", "sess-1", proj, prompt="y"))
+    ms = marks(daemon, proj)
+    assert ms[0]["summary"]["interrupted"] == ms[1]["id"]
+    assert "interrupted" not in ms[1]["summary"]
+    lines = daemon.ctl("log", cwd=proj).stdout.decode().splitlines()
+    assert "[interrupted]" in lines[1] and "[interrupted]" not in lines[0], lines
+
+
+def test_codex_hook_marks_start_from_stdin_and_end_from_notify_argv(tmp_path: Path, daemon: Daemon) -> None:
+    proj = repo(tmp_path)
+    start = {"session_id": "thr-9", "transcript_path": None, "cwd": str(proj),
+             "hook_event_name": "UserPromptSubmit", "model": "gpt-5", "prompt": "go"}
+    cp = hook(daemon.env, "codex", start)
+    assert cp.returncode == 0 and cp.stdout == b"", describe(cp)
+    notify = {"type": "agent-turn-complete", "thread-id": "thr-9", "turn-id": "1", "cwd": str(proj),
+              "input-messages": ["go"], "last-assistant-message": "done"}
+    cp = run_ctl(daemon.env, "hook", "codex", json.dumps(notify), cwd=proj, input=None)
+    assert cp.returncode == 0 and cp.stdout == b"", describe(cp)
+    ms = marks(daemon, proj)
+    assert [(m["label"], m["agent"], m["session"]) for m in ms[:2]] == [
+        ("turn-end", "codex", "thr-9"), ("turn-start", "codex", "thr-9")]
+
+
+def test_rollback_notice_reaches_the_next_turn(tmp_path: Path, daemon: Daemon) -> None:
+    proj = repo(tmp_path)
+    env = daemon.env
+    hook(env, "claude-code", claude_event("UserPromptSubmit", "s", proj))
+    write(proj / "a.txt", "edited\n")
+    write(proj / "new\x1b[31m.txt", "made\n")
+    (proj / "gone.txt").write_text("x")
+    hook(env, "claude-code", claude_event("Stop", "s", proj))
+    os.unlink(proj / "gone.txt")
+    cli_mark(daemon, proj, "later")
+    code, res = cli_rollback(daemon, proj, "--to", "turn-start")
+    assert code == 0, res
+    cp = hook(env, "claude-code", claude_event("UserPromptSubmit", "s", proj))
+    assert cp.returncode == 0, describe(cp)
+    out = json.loads(cp.stdout)["hookSpecificOutput"]
+    assert out["hookEventName"] == "UserPromptSubmit"
+    text = out["additionalContext"]
+    start = [m for m in marks(daemon, proj) if m["label"] == "turn-start"][-1]
+    assert f"rollback to mark {start['id']} (turn-start)" in text
+    assert "restored a.txt" in text and "deleted new\\x1b[31m.txt" in text  # control bytes escaped
+    assert "\x1b" not in text
+    # told once: the next turn of the same session hears nothing more
+    cp = hook(env, "claude-code", claude_event("UserPromptSubmit", "s", proj))
+    assert cp.stdout == b"", describe(cp)
+    # another session that started after the rollback was not there to be told
+    cp = hook(env, "claude-code", claude_event("UserPromptSubmit", "other", proj))
+    assert cp.stdout == b"", describe(cp)
+
+
+def test_hook_never_fails_the_agent(tmp_path: Path, daemon: Daemon) -> None:
+    proj = repo(tmp_path)
+    for agent, raw in [("claude-code", b"not json"), ("claude-code", b"[1,2]"), ("claude-code", b""),
+                       ("codex", b"\xff\xfe"), ("no-such-agent", b"{}")]:
+        cp = hook(daemon.env, agent, None, raw=raw, cwd=proj)
+        assert cp.returncode == 0, describe(cp)
+        assert cp.stdout == b"", describe(cp)
+        if agent != "claude-code" or raw:
+            assert cp.stderr.startswith(b"snapd: "), describe(cp)
+    # no daemon and auto_start off: a warning, exit 0, and `status` names the failure later
+    env = base_env(tmp_path / "elsewhere")
+    env["SNAPD_AUTO_START"] = "false"
+    cp = hook(env, "claude-code", claude_event("UserPromptSubmit", "s", proj))
+    assert cp.returncode == 0 and cp.stdout == b"", describe(cp)
+    assert b"auto_start is off" in cp.stderr
+    rec = json.loads((tmp_path / "elsewhere" / "hooks" / "claude-code.json").read_text())
+    assert rec["last_call"]["outcome"] == "failed" and "auto_start is off" in rec["failures"][-1]["message"]
+
+
+def test_user_wide_hook_does_not_register_a_plain_directory(tmp_path: Path, daemon: Daemon) -> None:
+    plain = tmp_path / "downloads"
+    plain.mkdir()
+    event = claude_event("UserPromptSubmit", "s", plain)
+    cp = hook(daemon.env, "claude-code", event)
+    assert cp.returncode == 0, describe(cp)
+    assert b"neither a git work tree nor watched" in cp.stderr and b"snapctl watch" in cp.stderr
+    assert daemon.ctl_json("status")["workspaces"] == []
+    cp = hook(daemon.env, "claude-code", event)
+    assert cp.returncode == 0 and cp.stderr == b"", describe(cp)  # warned once
+    # a project integration was written for its directory: it registers it
+    cp = hook(daemon.env, "claude-code", event, "--project", cwd=plain)
+    assert cp.returncode == 0, describe(cp)
+    assert [w["root"] for w in daemon.ctl_json("status")["workspaces"]] == [str(plain.resolve())]
+    # and once watched, the user-wide hook marks it too
+    cp = hook(daemon.env, "claude-code", claude_event("Stop", "s", plain))
+    assert [m["label"] for m in marks(daemon, plain)][:2] == ["turn-end", "turn-start"], describe(cp)
+
+
+def test_rollback_never_touches_integration_files(tmp_path: Path, daemon: Daemon) -> None:
+    proj = repo(tmp_path)
+    daemon.ctl("watch", proj)
+    start = cli_mark(daemon, proj, "turn-start")
+    env = dict(daemon.env)
+    assert integrate(env, "claude-code", "--project", str(proj)).returncode == 0
+    local = proj / ".claude" / "settings.local.json"
+    written = local.read_bytes()
+    write(proj / "a.txt", "changed\n")
+    cli_mark(daemon, proj, "after")
+    code, res = cli_rollback(daemon, proj, "--to", start)
+    assert code == 0, (res["kept"], res["left"], res["conflicts"])
+    assert (proj / "a.txt").read_text() == "one\n"
+    assert local.read_bytes() == written  # created after the mark, yet not deleted
+    # nor rewritten when it changed between two marks
+    local.write_text('{"changed": true}\n')
+    cli_mark(daemon, proj, "edited")
+    local.write_bytes(written)
+    code, res = cli_rollback(daemon, proj, "--to", "edited")
+    assert local.read_bytes() == written, res
