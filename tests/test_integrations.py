@@ -353,3 +353,129 @@ def test_rollback_never_touches_integration_files(tmp_path: Path, daemon: Daemon
     local.write_bytes(written)
     code, res = cli_rollback(daemon, proj, "--to", "edited")
     assert local.read_bytes() == written, res
+
+
+# -- Gemini CLI, OpenCode, Aider ------------------------------------------------------------------
+
+
+def test_gemini_integrate_round_trip_and_hook_prints_json_only(tmp_path: Path, daemon: Daemon) -> None:
+    env = dict(daemon.env)
+    settings = Path(env["HOME"]) / ".gemini" / "settings.json"
+    original = {"security": {"auth": {"selectedType": "gemini-api-key"}},
+                "hooks": {"BeforeTool": [{"matcher": "run_shell_command",
+                                          "hooks": [{"type": "command", "command": "/bin/true"}]}]}}
+    write(settings, json.dumps(original))
+    cp = integrate(env, "gemini")
+    assert cp.returncode == 0, describe(cp)
+    doc = json.loads(settings.read_text())
+    assert doc["security"] == original["security"] and doc["hooks"]["BeforeTool"] == original["hooks"]["BeforeTool"]
+    ours = doc["hooks"]["BeforeAgent"][0]["hooks"][0]
+    assert ours["timeout"] == 30000 and ours["command"].endswith(" hook gemini")  # milliseconds
+    assert doc["hooks"]["AfterAgent"][0]["hooks"][0]["command"] == ours["command"]
+    assert integrate(env, "gemini", "--check").returncode == 0
+    proj = repo(tmp_path)
+    base = {"session_id": "g-1", "transcript_path": "/tmp/t.json", "cwd": str(proj),
+            "timestamp": "2026-11-30T21:00:00.000Z"}
+    for event in ({**base, "hook_event_name": "BeforeAgent", "prompt": "hi"},
+                  {**base, "hook_event_name": "AfterAgent", "prompt": "hi", "prompt_response": "ok",
+                   "stop_hook_active": False},
+                  {**base, "hook_event_name": "SessionStart", "source": "startup"}):
+        cp = hook(env, "gemini", event)
+        assert cp.returncode == 0 and json.loads(cp.stdout) == {}, describe(cp)  # stdout: JSON only
+    cp = hook(env, "gemini", None, raw=b"garbage")
+    assert cp.returncode == 0 and json.loads(cp.stdout) == {}, describe(cp)
+    assert [(m["label"], m["agent"], m["session"]) for m in marks(daemon, proj)[:2]] == [
+        ("turn-end", "gemini", "g-1"), ("turn-start", "gemini", "g-1")]
+    assert integrate(env, "gemini", "--remove").returncode == 0
+    assert json.loads(settings.read_text()) == original
+
+
+def test_opencode_plugin_is_written_refused_over_a_foreign_file_and_removed(tmp_path: Path) -> None:
+    env = base_env(tmp_path / "snapd-home")
+    plugin = Path(env["HOME"]) / ".config" / "opencode" / "plugin" / "snapd.js"
+    cp = integrate(env, "opencode")
+    assert cp.returncode == 0, describe(cp)
+    text = plugin.read_text()
+    assert '"chat.message"' in text and "session.idle" in text and "synthetic: true" in text
+    assert json.dumps([f"{SNAPCTL_DIR}/snapctl", "hook", "opencode"]) in text
+    cp = integrate(env, "opencode")
+    assert b"unchanged" in cp.stdout and plugin.read_text() == text
+    assert integrate(env, "opencode", "--check").returncode == 0
+    assert integrate(env, "opencode", "--remove").returncode == 0 and not plugin.exists()
+    plugin.write_text("export const Mine = async () => ({})\n")
+    cp = integrate(env, "opencode")
+    assert cp.returncode == 11 and b"not snapd's plugin" in cp.stderr, describe(cp)
+    assert integrate(env, "opencode", "--remove").returncode == 11
+    assert plugin.read_text() == "export const Mine = async () => ({})\n"
+
+
+def test_opencode_hook_events_and_notice(tmp_path: Path, daemon: Daemon) -> None:
+    proj = repo(tmp_path)
+    start = {"hook_event_name": "chat.message", "session_id": "ses_1", "cwd": str(proj)}
+    cp = hook(daemon.env, "opencode", start)
+    assert cp.returncode == 0 and json.loads(cp.stdout) == {}, describe(cp)
+    write(proj / "b.txt", "new\n")
+    hook(daemon.env, "opencode", {"hook_event_name": "session.idle", "session_id": "ses_1", "cwd": str(proj)})
+    code, _ = cli_rollback(daemon, proj, "--to", "turn-start")
+    assert code == 0
+    cp = hook(daemon.env, "opencode", start)
+    assert "deleted b.txt" in json.loads(cp.stdout)["additionalContext"], describe(cp)
+    labels = [(m["label"], m["agent"], m["session"]) for m in marks(daemon, proj) if m["agent"]]
+    assert labels == [("turn-start", "opencode", "ses_1"), ("turn-end", "opencode", "ses_1"),
+                      ("turn-start", "opencode", "ses_1")]
+
+
+FAKE_AIDER = {
+    "aider/__init__.py": "",
+    "aider/coders/__init__.py": "",
+    # The part of aider's scripting API the wrapper relies on: one run_one call per message.
+    "aider/coders/base_coder.py": (
+        "import os\n"
+        "class Coder:\n"
+        "    def __init__(self):\n"
+        "        self.root = os.getcwd()\n"
+        "    def run_one(self, user_message, preproc):\n"
+        "        with open(os.path.join(self.root, 'aider-out.txt'), 'a') as f:\n"
+        "            f.write(user_message + '\\n')\n"
+    ),
+    "aider/main.py": (
+        "import sys\n"
+        "from aider.coders.base_coder import Coder\n"
+        "def main():\n"
+        "    coder = Coder()\n"
+        "    for message in sys.argv[1:]:\n"
+        "        coder.run_one(message, True)\n"
+        "    return 0\n"
+    ),
+}
+
+
+def test_aider_wrapper_marks_around_each_turn(tmp_path: Path, daemon: Daemon) -> None:
+    env = dict(daemon.env)
+    fake = tmp_path / "fake-aider"
+    for rel, text in FAKE_AIDER.items():
+        write(fake / rel, text)
+    bindir = tmp_path / "bin"
+    write(bindir / "aider", f"#!{sys.executable}\nfrom aider.main import main\nmain()\n", 0o755)
+    env["PATH"] = f"{bindir}:{Path(env['HOME']) / '.local' / 'bin'}:{env['PATH']}"
+    env["PYTHONPATH"] = str(fake)
+    cp = integrate(env, "aider")
+    assert cp.returncode == 0, describe(cp)
+    wrapper = Path(env["HOME"]) / ".local" / "bin" / "snapd-aider"
+    assert wrapper.read_text().startswith(f"#!{sys.executable}\n")
+    assert integrate(env, "aider", "--check").returncode == 0
+    assert integrate(env, "aider", "--project", str(tmp_path)).returncode == 2  # no per-project form
+    proj = repo(tmp_path)
+    cp = subprocess.run([str(wrapper), "first", "second"], env=env, cwd=proj, capture_output=True, timeout=60)
+    assert cp.returncode == 0, describe(cp)
+    assert (proj / "aider-out.txt").read_text() == "first\nsecond\n"
+    ms = [m for m in marks(daemon, proj) if m["agent"] == "aider"]
+    assert [m["label"] for m in ms] == ["turn-end", "turn-start", "turn-end", "turn-start"]
+    assert len({m["session"] for m in ms}) == 1 and ms[0]["session"].startswith("aider-")
+    assert ms[0]["summary"]["counts"] == {"modified": 1}  # the second turn's edit
+    # --notifications-command: no event on stdin, the turn is over
+    cp = hook(env, "aider", None, cwd=proj)
+    assert cp.returncode == 0, describe(cp)
+    assert marks(daemon, proj)[0]["label"] == "turn-end"
+    assert integrate(env, "aider", "--remove").returncode == 0 and not wrapper.exists()
+    assert b"post-commit" in integrate(env, "aider", "--print").stdout

@@ -174,6 +174,14 @@ def text_field(obj: Mapping[str, Any], *names: str) -> str | None:
     return None
 
 
+def named_event(stdin: bytes, events: Mapping[str, EventKind]) -> Event:
+    """The event in a stdin JSON object that names itself in ``hook_event_name`` (Claude Code's
+    shape, which Codex, Gemini CLI and snapd's own OpenCode plugin and Aider wrapper share)."""
+    obj = json_event(stdin)
+    name = text_field(obj, "hook_event_name") or ""
+    return Event(events.get(name, "other"), name, text_field(obj, "session_id"), text_field(obj, "cwd"), obj)
+
+
 def context_reply(event_name: str, notice: str) -> str:
     """The ``hookSpecificOutput.additionalContext`` reply Claude Code, Codex and Gemini CLI
     read from a prompt hook ("" when there is nothing to tell)."""

@@ -23,8 +23,7 @@ from snapd.integrations.base import (
     EventKind,
     Finding,
     Scope,
-    json_event,
-    text_field,
+    named_event,
 )
 
 
@@ -90,11 +89,7 @@ class JsonHooksAgent(Agent):
         return f"# merge into {self.settings(scope, ctx)}\n" + json.dumps(doc, indent=2) + "\n"
 
     def parse(self, stdin: bytes, argv: Sequence[str]) -> Event:
-        obj = json_event(stdin)
-        name = text_field(obj, "hook_event_name") or ""
-        return Event(
-            self.events.get(name, "other"), name, text_field(obj, "session_id"), text_field(obj, "cwd"), obj
-        )
+        return named_event(stdin, self.events)
 
 
 def command_findings(command: str) -> list[Finding]:
