@@ -9,9 +9,11 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from e2e_helpers import (
     Daemon,
     base_env,
@@ -20,6 +22,7 @@ from e2e_helpers import (
     describe,
     git,
     run_ctl,
+    wait_for,
     write,
 )
 
@@ -368,7 +371,8 @@ def test_gemini_integrate_round_trip_and_hook_prints_json_only(tmp_path: Path, d
     cp = integrate(env, "gemini")
     assert cp.returncode == 0, describe(cp)
     doc = json.loads(settings.read_text())
-    assert doc["security"] == original["security"] and doc["hooks"]["BeforeTool"] == original["hooks"]["BeforeTool"]
+    assert doc["security"] == original["security"]
+    assert doc["hooks"]["BeforeTool"] == original["hooks"]["BeforeTool"]
     ours = doc["hooks"]["BeforeAgent"][0]["hooks"][0]
     assert ours["timeout"] == 30000 and ours["command"].endswith(" hook gemini")  # milliseconds
     assert doc["hooks"]["AfterAgent"][0]["hooks"][0]["command"] == ours["command"]
@@ -479,3 +483,91 @@ def test_aider_wrapper_marks_around_each_turn(tmp_path: Path, daemon: Daemon) ->
     assert marks(daemon, proj)[0]["label"] == "turn-end"
     assert integrate(env, "aider", "--remove").returncode == 0 and not wrapper.exists()
     assert b"post-commit" in integrate(env, "aider", "--print").stdout
+
+
+# -- health, auto-start, late marks ---------------------------------------------------------------
+
+
+def test_status_shows_each_integrations_last_call_and_failures(tmp_path: Path) -> None:
+    env = base_env(tmp_path / "snapd-home")
+    env["SNAPD_AUTO_START"] = "false"
+    proj = repo(tmp_path)
+    hook(env, "codex", {"hook_event_name": "UserPromptSubmit", "session_id": "t", "cwd": str(proj)})
+    cp = run_ctl(env, "status")
+    assert cp.returncode == 3, describe(cp)  # no daemon, yet the hooks' record is shown
+    out = cp.stdout.decode()
+    assert "agent codex: last hook call" in out and "failed" in out and "auto_start is off" in out, out
+
+
+def test_status_lists_hook_calls_with_a_daemon(tmp_path: Path, daemon: Daemon) -> None:
+    proj = repo(tmp_path)
+    hook(daemon.env, "claude-code", claude_event("UserPromptSubmit", "s", proj))
+    st = daemon.ctl_json("status")
+    rec = st["integrations"]["claude-code"]
+    assert rec["last_call"]["event"] == "UserPromptSubmit"
+    assert rec["last_call"]["outcome"].startswith("turn-start ")
+    assert "agent claude-code: last hook call" in daemon.ctl("status").stdout.decode()
+
+
+def _pid_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] == "Z"
+
+
+@pytest.mark.timeout(120)
+def test_hook_starts_a_daemon_detached_without_the_agents_secrets(tmp_path: Path) -> None:
+    home = tmp_path / "snapd-home"
+    env = base_env(home)
+    env["ANTHROPIC_API_KEY"] = "sk-secret"
+    proj = repo(tmp_path)
+    cp = hook(env, "claude-code", claude_event("UserPromptSubmit", "s", proj), cwd=proj)
+    try:
+        assert cp.returncode == 0, describe(cp)
+        assert b"no daemon was running: started one" in cp.stderr
+        assert b"-m snapd start --background" in cp.stderr
+        st = json.loads(run_ctl(env, "status", "--json").stdout)
+        pid = st["pid"]
+        logged = json.loads(run_ctl(env, "log", "--json", cwd=proj).stdout)["marks"]
+        assert [m["label"] for m in logged] == ["turn-start", "baseline"]
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        assert not any(v.startswith(b"ANTHROPIC_API_KEY=") for v in environ)
+        assert b"SNAPD_HOME=" + str(home).encode() in environ
+        assert os.readlink(f"/proc/{pid}/cwd") == "/"
+        assert os.getsid(pid) != os.getsid(0)  # its own session: the agent's terminal is not its
+    finally:
+        run_ctl(env, "stop")
+    wait_for(lambda: _pid_gone(pid), 20, what="the started daemon exits")
+
+
+@pytest.mark.timeout(180)
+def test_a_mark_behind_a_long_baseline_is_recorded_late(tmp_path: Path, daemon: Daemon) -> None:
+    proj = repo(tmp_path)
+    for i in range(150):
+        d = proj / f"d{i}"
+        d.mkdir()
+        for j in range(100):
+            (d / f"f{j}.txt").write_text(f"{i} {j}\n")
+    env = dict(daemon.env)
+    env["SNAPD_CLIENT_TIMEOUT_S"] = "1"
+    started = time.monotonic()
+    cp = hook(env, "claude-code", claude_event("UserPromptSubmit", "s", proj))
+    assert cp.returncode == 0, describe(cp)
+    assert time.monotonic() - started < 15  # it did not wait for the baseline
+    assert b"flagged late" in cp.stderr, describe(cp)
+
+    def turn_start() -> dict[str, Any] | None:
+        st = daemon.ctl_json("status")
+        if not st["workspaces"] or st["workspaces"][0].get("state") != "ready":
+            return None
+        return next((m for m in marks(daemon, proj) if m["label"] == "turn-start"), None)
+
+    late = wait_for(turn_start, 120, interval=0.5, what="the late turn-start")
+    assert isinstance(late, dict) and late["summary"]["late"] is True and late["session"] == "s"
+    assert "[late]" in daemon.ctl("log", cwd=proj).stdout.decode()
+    hook(daemon.env, "claude-code", claude_event("Stop", "s", proj))
+    cp = hook(daemon.env, "claude-code", claude_event("UserPromptSubmit", "s", proj))
+    text = json.loads(cp.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert f"turn-start mark {late['id']} was taken late" in text, text

@@ -21,7 +21,7 @@ from snapd.cli.output import emit, path_text, print_json, progress_bar, size, su
 from snapd.cli.prompt import confirm
 from snapd.config import load_config
 from snapd.display import count
-from snapd.errors import Conflict, PlanChanged, UsageError
+from snapd.errors import Conflict, PlanChanged, SnapdError, UsageError
 from snapd.ipc.client import Client
 
 Env = dict[str, str]
@@ -80,8 +80,14 @@ def _warnings(warnings: list[str]) -> None:
 
 
 def cmd_status(args: argparse.Namespace, env: Env) -> int:
-    with _client(args, env) as c:
-        st = c.call("status")
+    try:
+        with _client(args, env) as c:
+            st = c.call("status")
+    except SnapdError:
+        if not args.json:  # the agents' hooks may say why, even with no daemon to ask
+            _integration_lines(env)
+        raise
+    st["integrations"] = _integrations(env)
     if not _human(args, st):
         return 0
     emit(f"snapd {st['version']} (pid {st['pid']}) at {st['endpoint']}")
@@ -101,8 +107,25 @@ def cmd_status(args: argparse.Namespace, env: Env) -> int:
             emit(f"      skipped: {path_text(ex)}")
         if line := _ignored_line(w):
             emit(f"      ignored: {line}")
+    _integration_lines(env, st["integrations"])
     _warnings(st.get("warnings", []))
     return 0
+
+
+def _integrations(env: Env) -> dict[str, Any]:
+    """Each agent integration's last hook call and last failures (recorded by the hook)."""
+    from snapd.integrations import health
+
+    return health.load_all(load_config(env, lenient=True).locations.hooks_dir)
+
+
+def _integration_lines(env: Env, records: dict[str, Any] | None = None) -> None:
+    for agent, rec in sorted((records if records is not None else _integrations(env)).items()):
+        last = rec.get("last_call") or {}
+        emit(f"agent {agent}: last hook call {when(last.get('time'))} {last.get('event') or ''}: "
+             f"{last.get('outcome') or '?'}")
+        for f in (rec.get("failures") or [])[-3:]:
+            emit(f"      failed {when(f.get('time'))} {f.get('event') or ''}: {f.get('message')}")
 
 
 def _ignored_line(fields: dict[str, Any]) -> str:
