@@ -174,10 +174,6 @@ def _check_text(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["hook"]:  # agents run this on every prompt: no parser, no other command's imports
-        from snapd.integrations.hook import main as hook_main
-
-        return hook_main(argv[1:], dict(os.environ))
     paths: list[str] = []
     if "--" in argv:  # paths after "--" limit rollback and diff; they are never options
         cut = argv.index("--")

@@ -25,7 +25,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -34,7 +33,7 @@ from snapd.config import Config, load_config, resolve_endpoint
 from snapd.display import shown
 from snapd.errors import DaemonUnavailable, NotFound, SnapdError, Timeout
 from snapd.integrations import agent as find_agent
-from snapd.integrations import autostart, health, notice
+from snapd.integrations import health, notice
 from snapd.integrations.base import Agent, BadEvent, Event, Scope
 from snapd.ipc.client import Client, probe_listener
 
@@ -73,6 +72,8 @@ class Run:
             raise DaemonUnavailable(
                 f"no snapd daemon is running at {endpoint} and auto_start is off: start it with `snapd start`"
             )
+        from snapd.integrations import autostart  # deferred: subprocess, only without a daemon
+
         how = autostart.start(self.env, min(START_WAIT_S, max(self.remaining(), 0.1)))
         self.warn(f"no daemon was running: started one ({how})", failure=False)
         wait_until = min(self.deadline, time.monotonic() + START_WAIT_S)
@@ -167,6 +168,8 @@ def run(args: Sequence[str], env: Mapping[str, str], stdin: BinaryIO) -> tuple[s
     except SnapdError as exc:
         state.warn(exc.message)
     except Exception as exc:  # a bug: still never fail the agent's turn
+        import traceback
+
         state.warn(f"internal error: {exc!r}")
         warnings.append(traceback.format_exc().rstrip())
     try:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -61,6 +60,8 @@ def save(path: Path, doc: Doc) -> None:
 
 def write_text(path: Path, text: str, mode: int | None = None) -> None:
     """Replace ``path`` with ``text`` through a temp file beside it (parents created)."""
+    import tempfile  # deferred: the hook imports this module but never writes settings
+
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         keep = os.stat(path).st_mode & 0o7777
