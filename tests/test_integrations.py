@@ -214,7 +214,8 @@ def test_codex_check_tells_untrusted_hooks_from_trusted_ones(tmp_path: Path) -> 
     env = base_env(tmp_path / "snapd-home")
     codex_home = tmp_path / "codex-home"
     env["CODEX_HOME"] = str(codex_home)
-    assert integrate(env, "codex").returncode == 0
+    cp = integrate(env, "codex")
+    assert cp.returncode == 0 and b"warning: " in cp.stderr and b"not trusted" in cp.stderr, describe(cp)
     cp = integrate(env, "codex", "--check")
     assert cp.returncode == 1, describe(cp)
     assert b"not trusted" in cp.stdout and b"/hooks" in cp.stdout
@@ -571,3 +572,15 @@ def test_a_mark_behind_a_long_baseline_is_recorded_late(tmp_path: Path, daemon: 
     cp = hook(daemon.env, "claude-code", claude_event("UserPromptSubmit", "s", proj))
     text = json.loads(cp.stdout)["hookSpecificOutput"]["additionalContext"]
     assert f"turn-start mark {late['id']} was taken late" in text, text
+
+
+def test_a_project_integrated_on_top_of_the_user_wide_one_is_flagged(tmp_path: Path) -> None:
+    env = base_env(tmp_path / "snapd-home")
+    proj = repo(tmp_path)
+    assert integrate(env, "claude-code").returncode == 0
+    cp = integrate(env, "claude-code", "--project", str(proj))
+    assert cp.returncode == 0 and b"marked twice" in cp.stderr, describe(cp)
+    cp = integrate(env, "claude-code", "--project", str(proj), "--check")
+    assert cp.returncode == 1 and b"marked twice" in cp.stdout, describe(cp)
+    assert integrate(env, "claude-code", "--remove").returncode == 0
+    assert integrate(env, "claude-code", "--project", str(proj), "--check").returncode == 0

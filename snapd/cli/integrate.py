@@ -95,4 +95,7 @@ def cmd_integrate(args: argparse.Namespace, env: Env) -> int:
     if not args.remove:
         emit(f"{integration.title} marks its turns ({scope.describe()}); "
              f"`snapctl integrate {integration.name} --check` checks, --remove undoes")
+        for f in integration.check(scope, ctx):  # what still stands in the way (Codex: trust)
+            if not f.ok:
+                emit(f"warning: {f.text}", err=True)
     return 0

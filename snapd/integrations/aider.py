@@ -25,18 +25,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from snapd.errors import IntegrationRefused
-from snapd.integrations import jsonfile
-from snapd.integrations.base import (
-    Agent,
-    Change,
-    Context,
-    Event,
-    EventKind,
-    Finding,
-    Scope,
-    named_event,
-)
-from snapd.integrations.jsonhooks import command_findings
+from snapd.integrations.base import Context, Event, EventKind, Finding, Scope, named_event
+from snapd.integrations.ownfile import OwnFileAgent
 
 MARKER = "# written by `snapctl integrate aider`"
 EVENTS: dict[str, EventKind] = {"turn-start": "start", "turn-end": "end"}
@@ -86,17 +76,17 @@ sys.exit(main())
 '''
 
 
-class Aider(Agent):
+class Aider(OwnFileAgent):
     name = "aider"
     title = "Aider"
     supports_project = False
     hook_timeout_s: ClassVar[float] = 60.0
+    marker = MARKER
+    what = "the snapd-aider wrapper"
+    mode = 0o755
 
-    def wrapper(self, ctx: Context) -> Path:
+    def path(self, scope: Scope, ctx: Context) -> Path:
         return ctx.home / ".local" / "bin" / "snapd-aider"
-
-    def files(self, scope: Scope, ctx: Context) -> list[Path]:
-        return [self.wrapper(ctx)]
 
     def interpreter(self, ctx: Context) -> str:
         """aider's own Python: the interpreter its ``aider`` script starts."""
@@ -115,67 +105,35 @@ class Aider(Agent):
             raise IntegrationRefused(f"{found} does not start a Python interpreter; cannot wrap it")
         return first[2:].strip()
 
-    def text(self, ctx: Context, python: str) -> str:
+    def text(self, scope: Scope, ctx: Context, python: str | None = None) -> str:
         return (
-            WRAPPER.replace("PYTHON", python).replace("MARKER", MARKER)
-            .replace("ARGV", repr([*ctx.snapctl, "hook", self.name]))
+            WRAPPER.replace("PYTHON", python or self.interpreter(ctx)).replace("MARKER", MARKER)
+            .replace("ARGV", repr(self.argv(scope, ctx)))
             .replace("TIMEOUT", repr(self.hook_timeout_s))
         )
 
-    def _current(self, path: Path) -> str | None:
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise IntegrationRefused(f"{path} cannot be read: {exc}", path=str(path)) from None
-        if MARKER not in text:
-            raise IntegrationRefused(f"{path} is not snapd's wrapper; move it away first", path=str(path))
-        return text
-
-    def install(self, scope: Scope, ctx: Context) -> list[Change]:
-        path = self.wrapper(ctx)
-        current = self._current(path)
-        wanted = self.text(ctx, self.interpreter(ctx))
-        if current == wanted:
-            return [Change(path, "unchanged", "the snapd-aider wrapper")]
-        jsonfile.write_text(path, wanted, mode=0o755)
-        return [Change(path, "updated" if current is not None else "added", "the snapd-aider wrapper "
-                       "(run snapd-aider where you ran aider)")]
-
-    def remove(self, scope: Scope, ctx: Context) -> list[Change]:
-        path = self.wrapper(ctx)
-        if self._current(path) is None:
-            return [Change(path, "absent", "the snapd-aider wrapper")]
-        path.unlink()
-        return [Change(path, "removed", "the snapd-aider wrapper")]
-
     def check(self, scope: Scope, ctx: Context) -> list[Finding]:
-        path = self.wrapper(ctx)
-        current = self._current(path)
-        if current is None:
-            return [Finding(False, f"no snapd-aider wrapper at {path}")]
-        out = [Finding(True, f"wrapper {path}")]
+        out = super().check(scope, ctx)
+        path = self.path(scope, ctx)
+        if not out[0].ok:
+            return out
         if not os.access(path, os.X_OK):
             out.append(Finding(False, f"{path} is not executable"))
-        python = (current.split("\n", 1)[0][2:].split() or [""])[0]
-        if not os.access(python, os.X_OK):
-            out.append(Finding(False, f"aider's interpreter {python} is gone: re-run integrate"))
         on_path = shutil.which("snapd-aider", path=ctx.env.get("PATH"))
         if on_path is None or Path(on_path) != path:
             out.append(Finding(False, f"{path.parent} is not on PATH: run {path} by its full path"))
-        return out + command_findings(shlex.join([*ctx.snapctl, "hook", self.name]))
+        return out
 
     def show(self, scope: Scope, ctx: Context) -> str:
         try:
             python = self.interpreter(ctx)
         except IntegrationRefused:
             python = "/path/to/aider's/python"
-        hook = shlex.join([*ctx.snapctl, "hook", self.name])
+        hook = self.command(scope, ctx)
         mark = shlex.join([*ctx.snapctl, "mark", "aider-commit", "--agent", self.name])
         return (
-            f"# save as {self.wrapper(ctx)} (chmod +x) and run it instead of aider:\n"
-            f"{self.text(ctx, python)}\n"
+            f"# save as {self.path(scope, ctx)} (chmod +x) and run it instead of aider:\n"
+            f"{self.text(scope, ctx, python)}\n"
             "# or, without the wrapper (turn-end marks only):\n"
             f"#   aider --notifications --notifications-command {shlex.quote(hook)}\n"
             "# and to mark aider's auto-commits, a git post-commit hook (snapd never writes in .git):\n"

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from snapd.errors import IntegrationRefused
 from snapd.integrations import jsonfile
 from snapd.integrations.base import (
     Agent,
@@ -76,7 +77,22 @@ class JsonHooksAgent(Agent):
             command = str(found[0].get("command"))
             out.append(Finding(True, f"{ev} hook in {path}: {command}"))
             out += command_findings(command)
-        return out + self.runs(doc, path)
+        return out + self.runs(doc, path) + self.twice(scope, ctx)
+
+    def twice(self, scope: Scope, ctx: Context) -> list[Finding]:
+        """A project integrated while the user-wide hooks are there too: the agent runs both,
+        each turn would be marked twice (and every turn-start would look interrupted)."""
+        if scope.project is None:
+            return []
+        user = self.settings(Scope(), ctx)
+        try:
+            doc = jsonfile.load(user, self.name)
+        except IntegrationRefused:
+            return []
+        if any(jsonfile.our_hooks(doc, ev, self.is_ours) for ev in self.events):
+            return [Finding(False, f"snapd's hooks are also in {user} (user-wide): each turn would be "
+                                   f"marked twice; remove one (`snapctl integrate {self.name} --remove`)")]
+        return []
 
     def runs(self, doc: dict[str, Any], path: Path) -> list[Finding]:
         """Agent-specific reasons the hooks would not run (a switch that disables them)."""

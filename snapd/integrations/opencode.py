@@ -12,24 +12,11 @@ the user's message as a synthetic text part: the model reads it, the user's text
 from __future__ import annotations
 
 import json
-import shlex
 from collections.abc import Sequence
 from pathlib import Path
-from typing import ClassVar
 
-from snapd.errors import IntegrationRefused
-from snapd.integrations import jsonfile
-from snapd.integrations.base import (
-    Agent,
-    Change,
-    Context,
-    Event,
-    EventKind,
-    Finding,
-    Scope,
-    named_event,
-)
-from snapd.integrations.jsonhooks import command_findings
+from snapd.integrations.base import Context, Event, EventKind, Scope, named_event
+from snapd.integrations.ownfile import OwnFileAgent
 
 MARKER = "// written by `snapctl integrate opencode`"
 EVENTS: dict[str, EventKind] = {"chat.message": "start", "session.idle": "end"}
@@ -81,66 +68,25 @@ export const SnapdPlugin = async ({ directory }) => ({
 """
 
 
-class OpenCode(Agent):
+class OpenCode(OwnFileAgent):
     name = "opencode"
     title = "OpenCode"
-    events: ClassVar[dict[str, EventKind]] = EVENTS
+    marker = MARKER
+    what = "snapd's plugin"
 
-    def plugin(self, scope: Scope, ctx: Context) -> Path:
+    def path(self, scope: Scope, ctx: Context) -> Path:
         base = scope.project / ".opencode" if scope.project is not None else ctx.config_home() / "opencode"
         return base / "plugin" / "snapd.js"
 
-    def files(self, scope: Scope, ctx: Context) -> list[Path]:
-        return [self.plugin(scope, ctx)]
-
     def text(self, scope: Scope, ctx: Context) -> str:
-        argv = [*ctx.snapctl, "hook", self.name, *(["--project"] if scope.project is not None else [])]
         return (
             PLUGIN.replace("MARKER", MARKER)
-            .replace("ARGV", json.dumps(argv))
+            .replace("ARGV", json.dumps(self.argv(scope, ctx)))
             .replace("TIMEOUT_MS", str(int(self.hook_timeout_s * 1000)))
         )
 
-    def _current(self, path: Path) -> str | None:
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise IntegrationRefused(f"{path} cannot be read: {exc}", path=str(path)) from None
-        if MARKER not in text:
-            raise IntegrationRefused(f"{path} is not snapd's plugin; move it away first", path=str(path))
-        return text
-
-    def install(self, scope: Scope, ctx: Context) -> list[Change]:
-        path = self.plugin(scope, ctx)
-        current = self._current(path)
-        wanted = self.text(scope, ctx)
-        if current == wanted:
-            return [Change(path, "unchanged", "snapd's plugin")]
-        jsonfile.write_text(path, wanted)
-        return [Change(path, "updated" if current is not None else "added", "snapd's plugin")]
-
-    def remove(self, scope: Scope, ctx: Context) -> list[Change]:
-        path = self.plugin(scope, ctx)
-        if self._current(path) is None:
-            return [Change(path, "absent", "snapd's plugin")]
-        path.unlink()
-        return [Change(path, "removed", "snapd's plugin")]
-
-    def check(self, scope: Scope, ctx: Context) -> list[Finding]:
-        path = self.plugin(scope, ctx)
-        current = self._current(path)
-        if current is None:
-            return [Finding(False, f"no snapd plugin at {path}")]
-        out = [Finding(True, f"plugin {path}")]
-        if current != self.text(scope, ctx):
-            out.append(Finding(False, f"{path} was written by another snapd or changed: re-run integrate"))
-        argv = json.loads(current.split("const SNAPCTL = ", 1)[1].split("\n", 1)[0])
-        return out + command_findings(shlex.join(argv))
-
     def show(self, scope: Scope, ctx: Context) -> str:
-        return f"// save as {self.plugin(scope, ctx)}\n" + self.text(scope, ctx)
+        return f"// save as {self.path(scope, ctx)}\n" + self.text(scope, ctx)
 
     def parse(self, stdin: bytes, argv: Sequence[str]) -> Event:
         return named_event(stdin, EVENTS)
