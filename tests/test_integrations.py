@@ -257,12 +257,14 @@ def test_claude_code_hook_marks_turns_with_the_session_and_shows_interrupted_one
 
 def test_codex_hook_marks_start_from_stdin_and_end_from_notify_argv(tmp_path: Path, daemon: Daemon) -> None:
     proj = repo(tmp_path)
-    start = {"session_id": "thr-9", "transcript_path": None, "cwd": str(proj),
-             "hook_event_name": "UserPromptSubmit", "model": "gpt-5", "prompt": "go"}
+    # Codex's schema (codex-rs/hooks/schema): every field is required
+    start = {"session_id": "thr-9", "turn_id": "1", "transcript_path": None, "cwd": str(proj),
+             "hook_event_name": "UserPromptSubmit", "model": "gpt-5", "permission_mode": "default",
+             "prompt": "go"}
     cp = hook(daemon.env, "codex", start)
     assert cp.returncode == 0 and cp.stdout == b"", describe(cp)
     notify = {"type": "agent-turn-complete", "thread-id": "thr-9", "turn-id": "1", "cwd": str(proj),
-              "input-messages": ["go"], "last-assistant-message": "done"}
+              "client": "codex-tui", "input-messages": ["go"], "last-assistant-message": "done"}
     cp = run_ctl(daemon.env, "hook", "codex", json.dumps(notify), cwd=proj, input=None)
     assert cp.returncode == 0 and cp.stdout == b"", describe(cp)
     ms = marks(daemon, proj)
