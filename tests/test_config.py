@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -77,13 +79,19 @@ def test_relative_snapd_home_is_refused(tmp_path: Path) -> None:
 def test_long_snapd_home_gets_a_short_deterministic_socket(tmp_path: Path) -> None:
     long_home = tmp_path / ("x" * 120)
     env = {"SNAPD_HOME": str(long_home)}
-    c = load(env, tmp_path)
-    sock = c.locations.socket_path
-    assert len(os.fsencode(sock)) <= cfg.IPC_PATH_MAX
-    assert sock.parent.parent == tmp_path / "tmpbase"
-    assert sock.parent.name.startswith(f"snapd-{UID}-")
-    assert load(env, tmp_path).endpoint == c.endpoint  # a client computes the same one
-    other = load({"SNAPD_HOME": str(long_home) + "2"}, tmp_path)
+    # The fallback lives in /tmp, which is short; pytest's own tmp_path is not (its run counter
+    # grows with every run on a shared machine), so the base here is a short directory too.
+    short = Path(tempfile.mkdtemp(prefix="s", dir="/tmp"))
+    try:
+        c = load(env, short)
+        sock = c.locations.socket_path
+        assert len(os.fsencode(sock)) <= cfg.IPC_PATH_MAX
+        assert sock.parent.parent == short / "tmpbase"
+        assert sock.parent.name.startswith(f"snapd-{UID}-")
+        assert load(env, short).endpoint == c.endpoint  # a client computes the same one
+        other = load({"SNAPD_HOME": str(long_home) + "2"}, short)
+    finally:
+        shutil.rmtree(short)
     assert other.endpoint != c.endpoint
     # The daemon records what it bound where clients look first.
     cfg.write_endpoint_file(c.locations.state_dir, c.endpoint)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -316,6 +317,7 @@ def test_hook_never_fails_the_agent(tmp_path: Path, daemon: Daemon) -> None:
     cp = hook(env, "claude-code", claude_event("UserPromptSubmit", "s", proj))
     assert cp.returncode == 0 and cp.stdout == b"", describe(cp)
     assert b"auto_start is off" in cp.stderr
+    assert stat.S_IMODE(os.stat(tmp_path / "elsewhere").st_mode) == 0o700  # made by the hook: private
     rec = json.loads((tmp_path / "elsewhere" / "hooks" / "claude-code.json").read_text())
     assert rec["last_call"]["outcome"] == "failed" and "auto_start is off" in rec["failures"][-1]["message"]
 

@@ -45,6 +45,7 @@ def load_all(hooks_dir: Path) -> dict[str, dict[str, Any]]:
 
 
 def _save(hooks_dir: Path, agent: str, data: dict[str, Any]) -> None:
+    ensure_private_dir(hooks_dir.parent)  # the state directory: a hook may be first to make it
     ensure_private_dir(hooks_dir)
     target = _path(hooks_dir, agent)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
