@@ -11,7 +11,7 @@ $(BIN)/snapd: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@
 
-.PHONY: install run check lint lint-unit lint-ci test bench
+.PHONY: install run check lint lint-unit lint-ci test bench mutants
 install: $(BIN)/snapd
 
 run: install
@@ -27,6 +27,14 @@ test: install
 
 check:
 	sh .ci/run
+
+# Mutation testing, outside CI (docs/reliability.md): the named hand-made mutants of the I/O
+# paths (tests/mutants.py), then mutmut over the pure core ([tool.mutmut] in pyproject.toml).
+# Slow (most of an hour on 2 cores); `mutmut results` lists the survivors afterwards.
+mutants: install
+	$(BIN)/python -c "import mutmut" 2>/dev/null || $(BIN)/pip install --quiet 'mutmut>=3.8,<4'
+	$(BIN)/python tests/mutants.py
+	$(BIN)/mutmut run
 
 bench: install
 	$(BIN)/python bench/bench_store.py

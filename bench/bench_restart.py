@@ -2,7 +2,7 @@
 and how many files it reads (target: <= 2 s on 100k files, and no file read at all).
 
 The daemon is stopped cleanly, restarted, and timed from process start until ``status``
-reports the workspace ``ready``; the workspace's ``reads`` counter says how many files the
+reports the workspace ``ready``; the workspace's ``counters.files_read`` says how many files the
 reconciliation read from disk. The tree's mtimes are set an hour back first, so nothing is
 inside the racy window (a file modified within 2 s of being read is rightly re-read).
 
@@ -84,7 +84,7 @@ def run(size: str) -> str:
             with Client(endpoint, timeout_s=10) as c:
                 w = _wait_ready(c, ws)
                 ready_s = time.perf_counter() - t
-                rows.append((ready_s, w["reads"], w["files"]))
+                rows.append((ready_s, w["counters"]["files_read"], w["files"]))
                 c.call("stop")
             proc.wait(60)
         best = min(rows)

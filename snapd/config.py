@@ -207,14 +207,14 @@ _SETTINGS: dict[str, Callable[[Any], Any]] = {
     "retention.grace_s": _seconds,
 }
 _NO_ENV = {"extra_ignore", "scan_fs_types"}
-#: SNAPD_* variables that are not settings: locations, and the crash tests' fault injection.
-ENV_NAMES = frozenset({"SNAPD_HOME", "SNAPD_CONFIG", "SNAPD_TEST_CRASH_AFTER"})
+#: SNAPD_* variables that are not settings: locations.
+ENV_NAMES = frozenset({"SNAPD_HOME", "SNAPD_CONFIG"})
 
 
 def service_environment(env: Mapping[str, str]) -> dict[str, str]:
     """The variables of ``env`` that decide which store, config file and settings a daemon
     uses: what a service started elsewhere (systemd) must be given to match this shell."""
-    names = ENV_NAMES - {"SNAPD_TEST_CRASH_AFTER"}
+    names = set(ENV_NAMES)
     names |= {_env_name(k) for k in _SETTINGS if k not in _NO_ENV} | {"XDG_DATA_HOME", "XDG_CONFIG_HOME"}
     return {k: v for k, v in env.items() if k in names and v}
 

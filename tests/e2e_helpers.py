@@ -47,6 +47,7 @@ from snapd.ipc.client import Client
 Arg = str | bytes | os.PathLike[str]
 Requests = Sequence[tuple[str, dict[str, Any]]]  # (op, args) pairs; paths as str
 NOBODY = 65534
+CRASH_LAUNCHER = Path(__file__).resolve().parent / "crash_launcher.py"
 
 
 def wait_for(
@@ -225,13 +226,18 @@ def start_daemon(
     *,
     timeout: float = 20.0,
     python: Sequence[str] = (sys.executable,),
+    crash_after: str | None = None,
 ) -> Daemon:
-    """Spawn ``snapd start``; return once ``status`` answers (fail with its log otherwise)."""
+    """Spawn ``snapd start``; return once ``status`` answers (fail with its log otherwise).
+
+    ``crash_after`` (``PREFIX:N``): start it through ``tests/crash_launcher.py``, which arms the
+    crash seam (the daemon exits with code 86 right after its N-th such operation)."""
     env = env or base_env(snapd_home)
     log_path = snapd_home.parent / f"{snapd_home.name}-daemon-{uuid.uuid4().hex[:6]}.log"
+    launch = ["-m", "snapd"] if crash_after is None else [str(CRASH_LAUNCHER), crash_after]
     with open(log_path, "wb") as log_fh:
         proc = subprocess.Popen(
-            [*python, "-m", "snapd", "start", "--log-level", "debug", "--log-json"],
+            [*python, *launch, "start", "--log-level", "debug", "--log-json"],
             env=env,
             stdout=log_fh,
             stderr=subprocess.STDOUT,

@@ -415,3 +415,57 @@ def test_a_temp_whose_fsync_fails_is_never_renamed_into_place(
     assert got.get(rel) == case.before.get(rel) != case.want.get(rel), (rel, got.get(rel))
     assert {k: v for k, v in got.items() if k != rel} == {k: v for k, v in case.want.items() if k != rel}
     assert no_temps(ws) and not journal.exists()
+
+
+@pytest.mark.parametrize(
+    ("when", "swap"),
+    [("apply.write_temp", "symlink"), ("apply.fsync_temp", "symlink"), ("apply.fsync_temp", "directory")],
+)
+def test_a_directory_swapped_during_the_apply_is_never_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, when: str, swap: str
+) -> None:
+    """The apply has begun (the first temp is written, or fsynced) when ``d`` is moved away and
+    replaced: by a symlink to a directory outside, or by another directory, each holding
+    exactly what the plan expects at ``d/f`` (a re-check of the path alone would pass).
+    Nothing outside changes, ``d`` is a real directory, ``d/f`` is a conflict, no temp is left
+    anywhere (O_NOFOLLOW on every component; the directory re-checked before each rename)."""
+
+    def target(ws: Path) -> None:
+        write(ws / "a.txt", "a at M")
+        write(ws / "d/f", "f at M")
+
+    def current(ws: Path) -> None:
+        write(ws / "a.txt", "a now")
+        write(ws / "d/f", "f now")
+
+    outside = tmp_path / "outside"
+    write(outside / "f", "f now")
+    before = listing(outside)
+    case = Case(tmp_path, current, target)
+    ws, journal = case.fresh()
+    moved = tmp_path / "moved-d"
+    real_step = safeio.step
+
+    def step(name: str) -> None:
+        real_step(name)
+        if name == when and not moved.exists():
+            (ws / "d").rename(moved)
+            if swap == "symlink":
+                (ws / "d").symlink_to(outside, target_is_directory=True)
+            else:
+                write(ws / "d/f", "f now")
+
+    monkeypatch.setattr(safeio, "step", step)
+    result = case.apply(ws, journal)
+    assert moved.exists(), "the swap never happened: nothing tested"
+    assert listing(outside) == before
+    assert (ws / "d").is_dir() and not (ws / "d").is_symlink()
+    conflicts = dict(result.conflicts)
+    if swap == "directory":  # staged in the old directory: caught right before the rename
+        assert conflicts == {b"d/f": "its directory was replaced during the rollback"}, conflicts
+        assert (ws / "d/f").read_bytes() == b"f now"
+    else:
+        assert b"d/f" in conflicts, conflicts
+    assert (ws / "a.txt").read_bytes() == b"a at M"
+    assert no_temps(ws) and no_temps(moved) and no_temps(outside)
+    assert not journal.exists()

@@ -41,3 +41,34 @@ def test_rollback_plan_lines_use_it() -> None:
 def test_counts_agree_with_their_nouns() -> None:
     assert count(1, "file") == "1 file" and count(2, "file") == "2 files" and count(0, "mark") == "0 marks"
     assert count(3, "directory", "directories") == "3 directories"
+
+
+@pytest.mark.parametrize(
+    ("char", "want"),
+    [
+        ("\x1f", "\\x1f"),  # the last C0 control
+        (" ", " "),  # the first printable one
+        ("~", "~"),
+        ("\x7f", "\\x7f"),  # DEL
+        ("\x80", "\\u0080"),  # C1, first and last
+        ("\x9f", "\\u009f"),
+        ("\xa0", "\xa0"),  # NBSP is text
+        ("\u200e", "\\u200e"),  # bidi marks, embeddings, isolates: escaped
+        ("\u202a", "\\u202a"),
+        ("\u202e", "\\u202e"),
+        ("\u202f", "\u202f"),
+        ("\u2066", "\\u2066"),
+        ("\u2069", "\\u2069"),
+        ("\u206a", "\u206a"),
+        ("\ud7ff", "\ud7ff"),
+        ("\ud800", "\\ud800"),  # lone surrogates, first and last
+        ("\udc7f", "\\udc7f"),
+        ("\udc80", "\\x80"),  # a byte os.fsdecode could not decode, first and last
+        ("\udcff", "\\xff"),
+        ("\udd00", "\\udd00"),
+        ("\udfff", "\\udfff"),
+        ("\ue000", "\ue000"),
+    ],
+)
+def test_the_edges_of_each_escaped_range(char: str, want: str) -> None:
+    assert shown("a" + char) == "a" + want

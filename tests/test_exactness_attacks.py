@@ -214,7 +214,7 @@ def test_a_crash_after_any_step_leaves_modes_as_at_the_mark_after_recovery(tmp_p
         d.ctl("mark", "b", "-w", str(root))
         before = _tree(root)
         assert d.stop() == 0
-        d = start_daemon(home, {**env, "SNAPD_TEST_CRASH_AFTER": f"apply.:{n}"})
+        d = start_daemon(home, env, crash_after=f"apply.:{n}")
         try:
             with Client(d.endpoint, 20.0) as c:
                 c.call("rollback_apply", workspace=os.fsencode(root), to="a")

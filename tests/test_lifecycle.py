@@ -102,7 +102,7 @@ def test_restart_with_nothing_changed_reads_no_file(tmp_path: Path) -> None:
     d2 = start_daemon(home, d.env)
     try:
         w = wait_for(lambda: (x := _status_ws(d2, root)).get("state") == "ready" and x)
-        assert w["reads"] == 0, w
+        assert w["counters"]["files_read"] == 0, w
         assert w["files"] == 201
         m = d2.ctl_json("mark", "m", "-w", str(root))
         assert m["summary"]["changed"] == 0

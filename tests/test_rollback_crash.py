@@ -1,6 +1,6 @@
 """A daemon killed after every step of a rollback's apply finishes it at the next start.
 
-The daemon is started with ``SNAPD_TEST_CRASH_AFTER=apply.:N`` (the safeio crash seam: exit
+The daemon is started by ``tests/crash_launcher.py`` armed with ``apply.:N`` (the safeio crash seam: exit
 right after the N-th persistent step of an apply), the rollback request dies with it, and a
 normal restart must leave the workspace exactly at the mark (or untouched, when the crash
 came before the journal), with no ``.snapd-*~`` temp file anywhere and the recovery reported
@@ -84,8 +84,7 @@ def test_kill_after_every_apply_step_then_restart_finishes_the_rollback(tmp_path
         d.ctl("mark", "b", "-w", str(root))
         before = listing(root)
         assert d.stop() == 0
-        crash_env = {**env, "SNAPD_TEST_CRASH_AFTER": f"apply.:{n}"}
-        d = start_daemon(home, crash_env)
+        d = start_daemon(home, env, crash_after=f"apply.:{n}")
         try:
             with Client(d.endpoint, 20.0) as c:
                 c.call("rollback_apply", workspace=os.fsencode(root), to="a")

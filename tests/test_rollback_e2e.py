@@ -156,8 +156,10 @@ def test_sigkill_during_large_rollback_is_recovered_at_restart(tmp_path: Path) -
     is exactly one of the two states. Never a ``.snapd-*~`` left, never a journal left.
     """
     home = tmp_path / "snapd-home"
-    rng = random.Random(int(os.environ.get("SNAPD_TEST_SEED", "0")) or time.time_ns())
-    seed_note = f"(rng state {rng.getstate()[1][:2]})"
+    seed = int(os.environ.get("SNAPD_TEST_SEED", "0")) or random.randrange(1, 2**32)
+    print(f"kill points seeded with {seed} (SNAPD_TEST_SEED={seed} replays them)")
+    rng = random.Random(seed)
+    seed_note = f"(seed {seed}: SNAPD_TEST_SEED={seed} replays)"
     d = start_daemon(home)
     root = watched(d, tmp_path / "proj" / "big")
     try:
@@ -226,10 +228,17 @@ def test_sigkill_during_large_rollback_is_recovered_at_restart(tmp_path: Path) -
             assert not d.call("diff", **{"from": m, "to": current}, workspace=b(root), stat=True)["files"]
         print(f"kills (delay s, journal found, target reached): {outcomes}; one rollback took {took:.2f}s")
         assert any(h for _, h, _ in outcomes), f"no kill landed while the journal existed: {outcomes}"
-        # Undo after all this returns to the state before the last rollback that ran.
+        # Undo after all this returns exactly to the newest pre-rollback mark: the state before
+        # the last rollback that began (a kill after its pre-rollback mark, before its journal,
+        # leaves that mark equal to the state it was killed in).
+        log_ = d.call("log", workspace=b(root), limit=100)["marks"]
+        pre = max((m for m in log_ if m["kind"] == "pre-rollback"), key=lambda m: m["created"])
+        pre_vs_a = d.call("diff", **{"from": pre["id"], "to": mark_a}, workspace=b(root), stat=True)
+        same_as_a = not pre_vs_a["files"]
         cp = d.ctl("undo", "--yes", "-w", root, check=False, timeout=120)
         assert cp.returncode == 0, failure(cp, d)
-        assert snapshot(root) in (snap_a, snap_b)
+        want = snap_a if same_as_a else snap_b
+        assert snapshot(root) == want, f"{seed_note}\n{snap_diff(snapshot(root), want)}"
     finally:
         code = d.stop()
         assert code == 0, d.log()[-3000:]
@@ -446,7 +455,9 @@ def test_mark_sent_while_a_rollback_runs(daemon: Daemon, ws: Path) -> None:
     t.start()
     wait_for(journal.exists, 60, 0.0005, "the apply started")
     with Client(daemon.endpoint, 120.0) as c:
+        sent_during = journal.exists()
         during = c.call("mark", label="during", workspace=b(ws))
+    assert sent_during, "the rollback finished before the mark was sent: too fast to test"
     t.join(120)
     assert res.get("ok") is True, res
     assert snapshot(ws) == snap_a
@@ -531,11 +542,20 @@ def test_dry_run_and_refusal_without_a_terminal_change_nothing(daemon: Daemon, w
     assert cp.returncode == 2, describe(cp)
     assert b"--yes" in cp.stderr and b"refusing" in cp.stderr, describe(cp)
     assert snapshot(ws) == before
-    cp = run_ctl(daemon.env, "undo", "-w", ws, input=b"y\n")
-    assert cp.returncode in (2, 6), describe(cp)  # refused, or nothing to undo: never applied
-    assert snapshot(ws) == before
     marks_after = daemon.call("log", workspace=b(ws), limit=100)["marks"]
     assert len(marks_after) == marks_before, "a refused rollback took a pre-rollback mark"
+
+    # An undo with something to undo, refused the same way: it changes nothing either.
+    daemon.ctl("rollback", "--to", m, "--yes", "-w", ws)
+    rolled = snapshot(ws)
+    assert rolled != before
+    marks_before = len(daemon.call("log", workspace=b(ws), limit=100)["marks"])
+    cp = run_ctl(daemon.env, "undo", "-w", ws, input=b"y\n")
+    assert cp.returncode == 2, describe(cp)
+    assert b"--yes" in cp.stderr and b"refusing" in cp.stderr, describe(cp)
+    assert snapshot(ws) == rolled
+    marks_after = daemon.call("log", workspace=b(ws), limit=100)["marks"]
+    assert len(marks_after) == marks_before, "a refused undo took a pre-rollback mark"
 
 
 @pytest.mark.timeout(60)

@@ -14,7 +14,7 @@ from ingest_helpers import capture_paths, ingest_tree
 
 from snapd import paths
 from snapd.errors import Ambiguous, CorruptObject, NotFound, StoreError, StoreFormatError, UsageError
-from snapd.store import objects, refs, retention, safeio, trees
+from snapd.store import history, objects, refs, retention, safeio, trees
 from snapd.store.batch import LARGE_OBJECT
 from snapd.store.store import Store
 from snapd.store.verify import verify
@@ -116,7 +116,10 @@ def test_a_format_1_store_is_upgraded_in_place(tmp_path: Path) -> None:
         ws = store.add_workspace(os.fsencode(root))
         old = ingest_tree(store, ws, root).mark_id
     db = sqlite3.connect(tmp_path / "s" / "catalog.sqlite")
-    for table, column in (("marks", "rules"), ("marks", "root_mode"), ("workspaces", "last_rollback")):
+    for table, column in (
+        ("marks", "rules"), ("marks", "root_mode"), ("workspaces", "last_rollback"),
+        ("workspaces", "pruned_before"),
+    ):
         db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
     db.execute("UPDATE meta SET value='1' WHERE key='format'")
     db.commit()
@@ -128,7 +131,31 @@ def test_a_format_1_store_is_upgraded_in_place(tmp_path: Path) -> None:
         store.set_last_rollback(ws, {"target": old, "after": m.tree, "pre": old})
         assert store.last_rollback(ws) == {"target": old, "after": m.tree, "pre": old}
     db = sqlite3.connect(tmp_path / "s" / "catalog.sqlite")
-    assert db.execute("SELECT value FROM meta WHERE key='format'").fetchone() == ("2",)
+    assert db.execute("SELECT value FROM meta WHERE key='format'").fetchone() == ("3",)
+    db.close()
+
+
+def test_a_format_2_store_keeps_its_at_labels_reachable_by_id(tmp_path: Path) -> None:
+    """Format 3 reserves a leading '@' for time references: a format-2 store is upgraded in
+    place (pruned_before added), a mark already labelled '@…' keeps its label and is reached
+    by its id, and the label no longer names it (it reads as a time)."""
+    root = make_ws(tmp_path, {"a": b"a"})
+    with Store.open(tmp_path / "s") as store:
+        ws = store.add_workspace(os.fsencode(root))
+        old = ingest_tree(store, ws, root).mark_id
+    db = sqlite3.connect(tmp_path / "s" / "catalog.sqlite")
+    db.execute("ALTER TABLE workspaces DROP COLUMN pruned_before")
+    db.execute("UPDATE marks SET label='@home' WHERE id=?", (old,))
+    db.execute("UPDATE meta SET value='2' WHERE key='format'")
+    db.commit()
+    db.close()
+    with Store.open(tmp_path / "s") as store:
+        assert store.resolve(ws, old).label == "@home"
+        with pytest.raises(UsageError, match="is a time"):
+            store.resolve(ws, "@home")
+        assert history.pruned_before(store, ws) is None
+    db = sqlite3.connect(tmp_path / "s" / "catalog.sqlite")
+    assert db.execute("SELECT value FROM meta WHERE key='format'").fetchone() == ("3",)
     db.close()
 
 

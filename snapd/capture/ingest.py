@@ -18,6 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from snapd.capture.counters import Counters
 from snapd.capture.reader import DEFAULT_SIZE_CAP, Read, read_path
 from snapd.store import objects, trees
 from snapd.store.batch import Batch, fingerprint
@@ -80,13 +81,16 @@ class _Preparer:
     worker to see a content compresses it, the store's dedup does the rest.
     """
 
-    def __init__(self, root: bytes, size_cap: int, hasher: objects.Hasher, trusted: bool) -> None:
+    def __init__(
+        self, root: bytes, size_cap: int, hasher: objects.Hasher, trusted: bool, counters: Counters | None
+    ) -> None:
         self.root, self.size_cap, self.hasher, self.trusted = root, size_cap, hasher, trusted
+        self.counters = counters
         self._claimed: set[str] = set()
         self._lock = threading.Lock()
 
     def __call__(self, rel: bytes) -> Read:
-        r = read_path(self.root, rel, self.size_cap, trusted=self.trusted)
+        r = read_path(self.root, rel, self.size_cap, trusted=self.trusted, counters=self.counters)
         if r.kind in ("file", "symlink"):
             r.digest = self.hasher(r.data)
             base = objects.base_key(r.digest, len(r.data))
@@ -166,16 +170,17 @@ def capture(
     parallel: bool = False,
     on_read: Callable[[Read], None] | None = None,
     from_walk: bool = False,
+    counters: Counters | None = None,
 ) -> dict[bytes, trees.Change]:
     """Read ``paths`` into ``batch``; return tree changes (and record versions if ``ws``).
 
     ``on_read`` sees every path as read (the daemon keeps its stat cache with it).
     ``from_walk``: the paths come from :func:`walk` just now, which never descends into a
-    symlink, so their parents need no re-check.
+    symlink, so their parents need no re-check. ``counters`` counts the reads.
     """
     changes: dict[bytes, trees.Change] = {}
     now = time.time_ns()
-    prepare = _Preparer(root, size_cap, batch.store.hasher, trusted=from_walk)
+    prepare = _Preparer(root, size_cap, batch.store.hasher, from_walk, counters)
     with contextlib.ExitStack() as stack:
         chunks: Iterable[list[Read]] = ([prepare(p)] for p in paths)
         if parallel:  # a thread pool only where it pays: baselines, not a mark's few paths
@@ -208,6 +213,18 @@ def capture(
                     if r.unstable and r.rel not in report.unstable:
                         report.unstable.append(r.rel)
                 changes[r.rel] = change
-                if ws is not None and not isinstance(change, trees.Dir):
-                    batch.add_version(ws, r.rel, now, change)
+                if ws is not None:
+                    _record_version(batch, ws, r.rel, now, change)
     return changes
+
+
+def _record_version(batch: Batch, ws: int, rel: bytes, now: int, change: trees.Change) -> None:
+    """A version row for what was read: a file, symlink, directory (its mode) or a deletion,
+    so the workspace can be rebuilt as captured at any instant (:mod:`snapd.store.history`).
+    A directory that could not be listed gets none: a row cannot say its contents are unknown,
+    so the marks' trees, which can, stay the only record of it."""
+    if isinstance(change, trees.Dir):
+        if change.listed:
+            batch.add_version(ws, rel, now, trees.Entry("dir", change.mode, 0, ""))
+        return
+    batch.add_version(ws, rel, now, change)

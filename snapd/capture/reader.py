@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
+from snapd.capture.counters import Counters
+
 DEFAULT_SIZE_CAP = 64 << 20
 MAX_REREADS = 3
 
@@ -50,7 +52,14 @@ class Read:
     nlink: int = 1
 
 
-def parents_real(root: bytes, rel: bytes) -> bool:
+def lstat(path: bytes, counters: Counters | None = None) -> os.stat_result:
+    """``os.lstat``, counted: every lstat of a workspace path goes through here."""
+    if counters is not None:
+        counters.stat()
+    return os.lstat(path)
+
+
+def parents_real(root: bytes, rel: bytes, counters: Counters | None = None) -> bool:
     """Every ancestor of ``rel`` below ``root`` is a real directory (not a symlink to one).
 
     A path whose parent became a symlink does not exist as captured: reading it would read
@@ -59,7 +68,7 @@ def parents_real(root: bytes, rel: bytes) -> bool:
     parent = rel.rpartition(b"/")[0]
     while parent:
         try:
-            if not stat.S_ISDIR(os.lstat(root + b"/" + parent).st_mode):
+            if not stat.S_ISDIR(lstat(root + b"/" + parent, counters).st_mode):
                 return False
         except OSError:
             return False
@@ -67,28 +76,37 @@ def parents_real(root: bytes, rel: bytes) -> bool:
     return True
 
 
-def read_path(root: bytes, rel: bytes, size_cap: int = DEFAULT_SIZE_CAP, *, trusted: bool = False) -> Read:
+def read_path(
+    root: bytes,
+    rel: bytes,
+    size_cap: int = DEFAULT_SIZE_CAP,
+    *,
+    trusted: bool = False,
+    counters: Counters | None = None,
+) -> Read:
     """Read one path without following symlinks or blocking on special files.
 
     ``trusted``: the caller (a walk that never descends into symlinks) vouches for the
     parents; otherwise they are checked, before and after the read.
     """
     path = root + b"/" + rel
-    if not trusted and not parents_real(root, rel):
+    if not trusted and not parents_real(root, rel, counters):
         return Read(rel, "missing")
     try:
-        st = os.lstat(path)
+        st = lstat(path, counters)
     except (FileNotFoundError, NotADirectoryError):  # gone, or a parent is a file now
         return Read(rel, "missing")
     except OSError as exc:
         return Read(rel, "skipped", reason=f"unreadable ({exc.strerror})")
-    got = _read_entry(path, rel, st, size_cap)
-    if not trusted and got.kind != "missing" and not parents_real(root, rel):
+    got = _read_entry(path, rel, st, size_cap, counters)
+    if not trusted and got.kind != "missing" and not parents_real(root, rel, counters):
         return Read(rel, "missing")  # a parent was swapped for a link while we read
     return got
 
 
-def _read_entry(path: bytes, rel: bytes, st: os.stat_result, size_cap: int) -> Read:
+def _read_entry(
+    path: bytes, rel: bytes, st: os.stat_result, size_cap: int, counters: Counters | None
+) -> Read:
     mode = stat.S_IMODE(st.st_mode)
     if stat.S_ISDIR(st.st_mode):
         if _listable(path):
@@ -118,6 +136,8 @@ def _read_entry(path: bytes, rel: bytes, st: os.stat_result, size_cap: int) -> R
                 return Read(rel, "skipped", reason="special file")
             if before.st_size > size_cap:
                 return Read(rel, "skipped", reason="over size cap")
+            if counters is not None:
+                counters.read()
             chunks = []
             while chunk := os.read(fd, max(before.st_size + 1, 1 << 16)):
                 chunks.append(chunk)
@@ -150,6 +170,7 @@ def walk(
     rel_dir: bytes = b"",
     descend: Callable[[bytes], bool] | None = None,
     unreadable: Callable[[bytes, str], None] | None = None,
+    counters: Counters | None = None,
 ) -> Iterator[tuple[bytes, bool]]:
     """(relative path, is_dir) for every non-ignored path under ``rel_dir``, parents first.
 
@@ -157,7 +178,10 @@ def walk(
     hold captured paths (files git tracks inside an ignored directory). A directory that
     cannot be listed is reported to ``unreadable``, never skipped in silence. Iterative and
     unsorted: on a 100k-file tree a recursive, sorted walk costs several times the syscalls.
+    A walk of the whole workspace counts as a full scan in ``counters``.
     """
+    if counters is not None and not rel_dir:
+        counters.scanned_all()
     stack = [rel_dir]
     while stack:
         d = stack.pop()

@@ -13,12 +13,12 @@ in for a listing, and ignore rules are not re-judged for it. With ``trust_listin
 
 from __future__ import annotations
 
-import os
 import stat
 import time
 from collections.abc import Callable
 
-from snapd.capture.reader import Ignored, list_dir, sig_of
+from snapd.capture.counters import Counters
+from snapd.capture.reader import Ignored, list_dir, lstat, sig_of
 from snapd.capture.statcache import StatCache
 
 Progress = Callable[[int, int], None]
@@ -33,8 +33,11 @@ def scan(
     *,
     trust_listings: bool = True,
     progress: Progress | None = None,
+    counters: Counters | None = None,
 ) -> set[bytes]:
-    """Paths under ``top`` (b"" = everything) that differ from ``cache`` or vanished."""
+    """Paths under ``top`` (b"" = everything) that differ from ``cache`` or vanished.
+
+    ``counters`` counts a scan of everything as a full scan, and every ``lstat``."""
     now = time.time_ns()
     dirty: set[bytes] = set()
     done = 0
@@ -42,7 +45,7 @@ def scan(
     stack: list[tuple[bytes, bool]] = []
     if top:
         try:
-            st = os.lstat(root + b"/" + top)
+            st = lstat(root + b"/" + top, counters)
         except OSError:
             st = None
         if st is None or not stat.S_ISDIR(st.st_mode):
@@ -54,6 +57,8 @@ def scan(
             dirty.add(top)
         stack.append((top, trust_listings and cache.listing_trusted(top, sig, now)))
     else:
+        if counters is not None:
+            counters.scanned_all()
         stack.append((b"", False))
     while stack:
         d, trusted = stack.pop()
@@ -72,7 +77,7 @@ def scan(
             if progress is not None and done % 5000 == 0:
                 progress(done, len(cache))
             try:
-                st = os.lstat(root + b"/" + rel)
+                st = lstat(root + b"/" + rel, counters)
             except OSError:
                 dirty.add(rel)
                 if rel in known:

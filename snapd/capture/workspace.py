@@ -28,6 +28,7 @@ from typing import Any
 import structlog
 
 from snapd.capture import git, ignore, ingest, reader, roots, scan
+from snapd.capture.counters import Counters
 from snapd.capture.statcache import StatCache
 from snapd.capture.watcher import Watcher, WatchEvent, remove_stale_cookies
 from snapd.display import count, shown
@@ -106,7 +107,7 @@ class Workspace:
         self._stopping = False
         self.events_seen = 0
         self.progress: tuple[int, int] | None = None  # (done, total) while starting
-        self.reads = 0  # files read from disk since start (a reconcile of an unchanged tree reads none)
+        self.counters = Counters()  # full scans, lstats, files read: the cost of captures, counted
         self.root_id = ""
         self.recovered: dict[str, Any] | None = None  # what start-up recovery of a rollback did
         self.unfinished: str | None = None  # a rollback stopped part-way, not finished yet: why
@@ -378,7 +379,9 @@ class Workspace:
         def unreadable(rel: bytes, why: str) -> None:  # recorded as unlisted below, and reported
             unlistable[rel] = why
 
-        walked = reader.walk(self.rootb, self._tallying(tally), descend=descend, unreadable=unreadable)
+        walked = reader.walk(
+            self.rootb, self._tallying(tally), descend=descend, unreadable=unreadable, counters=self.counters
+        )
         rels = [rel for rel, _ in walked]
         self.ignored = tally
         done = [0]
@@ -401,6 +404,7 @@ class Workspace:
                 parallel=True,
                 on_read=self._note_read,
                 from_walk=True,
+                counters=self.counters,
             )
             for rel, why in unlistable.items():  # a listing failed where access() said it would not
                 change = changes.get(rel)
@@ -439,8 +443,6 @@ class Workspace:
         self._skipped.pop(r.rel, None)
         if r.kind == "dir" and not r.listed:  # its contents are unknown: a rollback keeps them
             self._skipped[r.rel] = r.reason
-        if r.kind == "file":
-            self.reads += 1
         if r.kind == "missing" or r.sig is None:
             self._stats.remove(r.rel)
         else:
@@ -465,6 +467,7 @@ class Workspace:
             self.rules.dir_may_contain_captured,
             trust_listings=trust_listings,
             progress=progress,
+            counters=self.counters,
         )
         if full:
             self.ignored = tally
@@ -515,7 +518,7 @@ class Workspace:
     def _wanted(self, rel: bytes) -> bool:
         """Capture ``rel``: not ignored, or ignored now but still in the tree (to drop it)."""
         try:  # lstat: a symlink named like an ignored directory ("build/") is not a directory
-            is_dir = stat.S_ISDIR(os.lstat(self.rootb + b"/" + rel).st_mode)
+            is_dir = stat.S_ISDIR(reader.lstat(self.rootb + b"/" + rel, self.counters).st_mode)
         except OSError:
             is_dir = False
         return not self._ignored(rel, is_dir) or rel in self._stats
@@ -543,6 +546,7 @@ class Workspace:
                     size_cap=self.settings.size_cap,
                     ws=self.id,
                     on_read=on_read,
+                    counters=self.counters,
                 )
             )
             todo = sorted({o for p in linked for o in self._stats.linked(p)} - captured.keys())
@@ -617,6 +621,7 @@ class Workspace:
             ingest.Report(),
             size_cap=self.settings.size_cap,
             on_read=note,
+            counters=self.counters,
         )
         return changes, skipped
 
@@ -679,7 +684,7 @@ class Workspace:
         changed = []
         for rel in self._stats.loose_links():
             try:
-                sig = reader.sig_of(os.lstat(self.rootb + b"/" + rel))
+                sig = reader.sig_of(reader.lstat(self.rootb + b"/" + rel, self.counters))
             except OSError:
                 sig = None
             if sig is None or not self._stats.is_clean(rel, sig, now):
@@ -749,7 +754,7 @@ class Workspace:
             "scan_every_mark": self.scan_every_mark,
             "warnings": self.current_warnings(),
             "progress": self.progress,
-            "reads": self.reads,
+            "counters": self.counters.to_json(),
             "recovered_rollback": self.recovered,
         }
 

@@ -1,4 +1,5 @@
-"""``snapctl``: the command-line client. One function per command in :mod:`.commands`.
+"""``snapctl``: the command-line client. One function per command in :mod:`.commands` (and
+:mod:`.history`); :mod:`.times` turns time references into instants before anything is sent.
 
 Start-up cost matters (agents run ``snapctl mark`` on every turn), so this package imports
 only the client, configuration, protocol and display modules — never the store or the
@@ -15,18 +16,19 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from snapd import __version__
-from snapd.cli import commands, integrate
+from snapd.cli import commands, history, integrate, times
 from snapd.cli.output import emit, print_json
 from snapd.config import parse_setting
 from snapd.display import shown
 from snapd.errors import SnapdError, UsageError
 
 #: Arguments that are paths: sent as bytes, any byte allowed. Every other string is text.
-_PATH_ARGS = frozenset({"workspace", "path", "file", "paths"})
+_PATH_ARGS = frozenset({"workspace", "path", "file", "paths", "only_path"})
 _TAKES_PATHS = frozenset({"rollback", "diff"})  # the commands that accept "-- PATH..."
 
 
@@ -60,6 +62,17 @@ def _positive(text: str) -> int:
     return value
 
 
+_TIMES_HELP = """\
+times: wherever a MARK is taken, a time names the workspace as captured then:
+  @90s @10m @2h @3d (ago), @yesterday (24 h ago), @2026-11-30T14:03:05 or
+  @'2026-11-30 14:03' (local time, unless it ends in Z or +HH:MM). A local time that a
+  clock change repeats or skips is refused. Labels may not start with @. Examples:
+  snapctl rollback --to @5m; snapctl diff @1h; snapctl cat @10m src/app.py;
+  snapctl rollback --to @10m -- src/app.py (one file as it was then)
+
+"""
+
+
 def _deadlines_help() -> str:
     by_time: dict[float, list[str]] = {}
     for name, seconds in commands.DEADLINES.items():
@@ -86,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="snapctl",
         description="Control snapd: marks, history and workspaces.",
-        epilog=_deadlines_help(),
+        epilog=_TIMES_HELP + _deadlines_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"snapctl {__version__}")
@@ -96,7 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(name: str, help: str, *, ws: bool = True, ref: bool = False) -> argparse.ArgumentParser:
+    def add(
+        name: str, help: str, *, ws: bool = True, ref: bool = False, func: Any = None
+    ) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=help, description=help)
         if ws:
             sp.add_argument(
@@ -108,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "--session", help="a label names the newest mark of this session (as `mark --session`)"
             )
         sp.add_argument("--json", action="store_true", help="print JSON for scripts (errors too)")
-        sp.set_defaults(func=getattr(commands, "cmd_" + name.replace("-", "_")))
+        sp.set_defaults(func=func or getattr(commands, "cmd_" + name.replace("-", "_")))
         return sp
 
     add("status", "show the daemon, its workspaces and warnings", ws=False)
@@ -131,6 +146,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--before", metavar="MARK", help="the page after MARK: marks older than it")
     sp.add_argument("--agent", help="only this agent's marks")
     sp.add_argument("--session", help="only this session's marks")
+    sp.add_argument("--path", dest="only_path", metavar="PATH",
+                    help="only the marks whose turn changed PATH (or anything under it)")
+    sp = add("history", "every captured version of a file, newest first (between marks too)",
+             func=history.cmd_history)
+    sp.add_argument("file", metavar="PATH")
     sp = add("show", "a mark's metadata and the files it changed", ref=True)
     sp.add_argument("mark")
     sp = add("cat", "print a file's bytes at a mark (FILE is relative to the current directory)", ref=True)
@@ -185,6 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError(f"snapctl {args.command}: takes no paths after --")
         args.paths = paths
         _check_text(args)
+        times.absolute_times(args, time.time_ns())
         return int(args.func(args, dict(os.environ)))
     except SnapdError as exc:
         _report(exc, want_json)

@@ -17,6 +17,7 @@ import sys
 import threading
 from typing import Any
 
+from snapd.cli import times
 from snapd.cli.output import emit, path_text, print_json, progress_bar, size, summary_line, when
 from snapd.cli.prompt import confirm
 from snapd.config import load_config
@@ -32,7 +33,7 @@ Env = dict[str, str]
 DEADLINES: dict[str, float] = {
     "status": 5, "watch": 3600, "unwatch": 10, "forget": 60, "mark": 120, "log": 10, "show": 10,
     "cat": 10, "verify": 3600, "gc": 3600, "pin": 10, "unpin": 10, "rollback": 3600,
-    "undo": 3600, "diff": 600, "stop": 10,
+    "undo": 3600, "diff": 600, "stop": 10, "history": 30,
 }
 
 
@@ -57,6 +58,13 @@ def _where(args: argparse.Namespace) -> dict[str, Any]:
     if named:
         out["workspace"] = os.fsencode(os.path.abspath(named[0]))
     return out
+
+
+def call(args: argparse.Namespace, env: Env, op: str, **fields: Any) -> dict[str, Any]:
+    """One request of the command ``args`` names, in its workspace (for the command modules
+    beside this one, such as :mod:`.history`)."""
+    with _client(args, env) as c:
+        return c.call(op, **fields, **_ref_fields(args))  # type: ignore[arg-type]
 
 
 def _ref_fields(args: argparse.Namespace) -> dict[str, Any]:
@@ -107,6 +115,11 @@ def cmd_status(args: argparse.Namespace, env: Env) -> int:
             emit(f"      skipped: {path_text(ex)}")
         if line := _ignored_line(w):
             emit(f"      ignored: {line}")
+        if work := w.get("counters"):
+            emit(
+                f"      since start: {count(work['full_scans'], 'full scan')}, "
+                f"{count(work['lstats'], 'path')} lstat'ed, {count(work['files_read'], 'file')} read"
+            )
     _integration_lines(env, st["integrations"])
     _warnings(st.get("warnings", []))
     return 0
@@ -229,6 +242,8 @@ def cmd_mark(args: argparse.Namespace, env: Env) -> int:
 
 def cmd_log(args: argparse.Namespace, env: Env) -> int:
     fields: dict[str, Any] = {k: getattr(args, k) for k in ("agent", "session", "before") if getattr(args, k)}
+    if args.only_path is not None:
+        fields["path"] = os.fsencode(args.only_path)
     if args.all:
         fields["all"] = True
     elif args.limit is not None:
@@ -355,6 +370,11 @@ def _plan_lines(r: dict[str, Any], *, kept: bool, limit: int = 200) -> list[str]
     t = r["target"]
     out = [f"rollback of {r['workspace']} to {t['id']} {t['label']} ({when(t['created'])})"]
     lines = r["lines"]
+    if "time" in r:  # a time target: what it was built from, and the version of each path
+        out = times.target_lines(r)
+        used = times.versions_used(r)
+        paths = [path_text(op["path"]) for op in r["plan"]["ops"]]
+        lines = [f"{line}  [{used[p]}]" if p in used else line for line, p in zip(lines, paths, strict=True)]
     out += [f"  {line}" for line in lines[:limit]]
     if len(lines) > limit:
         out.append(f"  … and {len(lines) - limit} more (--json lists them all)")

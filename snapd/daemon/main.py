@@ -35,7 +35,7 @@ from snapd.daemon.notify import Notifier
 from snapd.daemon.service import Service, ServiceConfig
 from snapd.errors import DaemonUnavailable, SnapdError
 from snapd.ipc.server import ControlServer
-from snapd.store import retention, safeio
+from snapd.store import retention
 from snapd.store.store import Store
 
 log = structlog.get_logger("snapd.daemon")
@@ -179,19 +179,6 @@ def _homes(env: dict[str, str]) -> tuple[Path, ...]:
     return tuple(homes)
 
 
-def _arm_test_crash(spec: str | None) -> None:
-    """Fault injection for crash tests: ``SNAPD_TEST_CRASH_AFTER=apply.:N`` makes the daemon
-    die (exit 86) right after its N-th persistent operation whose name starts with ``apply.``
-    — the same seam the store's crash tests use in-process (:func:`safeio.crash_after`)."""
-    if not spec:
-        return
-    prefix, _, count = spec.rpartition(":")
-    if not count.isdigit():
-        raise SnapdError(f"SNAPD_TEST_CRASH_AFTER must be PREFIX:N, got {spec!r}")
-    log.warning("daemon.crash_armed", prefix=prefix, after=int(count))
-    safeio.crash_after(int(count), only=prefix)
-
-
 def _int(value: str | None) -> int | None:
     try:
         return int(value) if value else None
@@ -234,7 +221,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             for warning in config.warnings:
                 log.warning("config.warning", warning=warning)
             penv = ProcessEnv(_homes(env), env.get("NOTIFY_SOCKET"), _int(env.get("WATCHDOG_USEC")))
-            _arm_test_crash(env.get("SNAPD_TEST_CRASH_AFTER"))
             return Daemon(config, penv).run()
         if args.command == "install-service":
             from snapd.daemon.service_unit import install_service

@@ -28,6 +28,7 @@ import structlog
 from snapd import __version__
 from snapd.capture import git, ignore, roots
 from snapd.capture.workspace import Settings, Workspace
+from snapd.daemon import history as daemon_history
 from snapd.daemon import textdiff, turns
 from snapd.display import shown
 from snapd.errors import Busy, NotFound, SnapdError, UsageError, WorkspaceRefused
@@ -36,7 +37,8 @@ from snapd.ipc.protocol import PeerInfo, Request
 from snapd.paths import at_or_below, encode_path
 from snapd.rollback import live
 from snapd.rollback.recovery import finish_interrupted
-from snapd.store import retention, trees
+from snapd.store import history, retention, trees
+from snapd.store.history import AtTime
 from snapd.store.records import Mark
 from snapd.store.store import Store
 from snapd.store.verify import verify
@@ -387,13 +389,19 @@ class Service:
         session: str | None = None,
         all: bool = False,
         before: str | None = None,
+        path: bytes | None = None,
     ) -> dict[str, Any]:
         """One page of marks, newest first: ``limit`` of them (default ``LOG_LIMIT``; ``all``:
-        no limit) older than the mark ``before`` names; ``more`` says how many follow."""
+        no limit) older than the mark ``before`` names; ``more`` says how many follow. With
+        ``path``, only the marks whose turn changed it (or anything under it)."""
         if limit is not None and limit < 1:
             raise UsageError(f"log: a limit must be at least 1, got {limit} (`all` lists every mark)")
         ws_id, root = self._ws_id(workspace, cwd)
         marks = self.store.marks(ws_id)
+        changing = None
+        if path is not None:
+            rel = _relative(root, path, cwd)
+            changing = {m.id for m in history.marks_changing(self.store.load_node, marks, rel)}
         if before is not None:
             start = self.store.resolve(ws_id, before, session)
             marks = marks[next(i for i, m in enumerate(marks) if m.id == start.id) + 1 :]
@@ -401,6 +409,8 @@ class Service:
             marks = [m for m in marks if m.agent == agent]
         if session is not None:
             marks = [m for m in marks if m.session == session]
+        if changing is not None:
+            marks = [m for m in marks if m.id in changing]
         page = marks if all else marks[: limit or LOG_LIMIT]
         evictions = self.store.evictions(ws_id)
         return {
@@ -482,16 +492,17 @@ class Service:
         undo: bool,
         paths: list[bytes] | None,
         session: str | None,
-    ) -> tuple[Workspace, Mark, list[bytes]]:
+    ) -> tuple[Workspace, Mark, list[bytes], AtTime | None]:
         ws, _ = self._find(workspace, cwd)
+        at = None
         if undo:
             target = live.undo_target(ws)
         elif to is None:
-            raise UsageError("say which mark to roll back to (--to MARK)")
+            raise UsageError("say which mark (or time) to roll back to (--to MARK)")
         else:
-            target = self.store.resolve(ws.id, to, session)
+            target, at = history.resolve(self.store, ws.id, to, session)
         only = [_relative(ws.root, p, cwd) for p in paths or []]
-        return ws, target, only
+        return ws, target, only, at
 
     def op_rollback_plan(
         self,
@@ -503,9 +514,8 @@ class Service:
         force: bool = False,
         session: str | None = None,
     ) -> dict[str, Any]:
-        ws, target, only = self._rollback_args(workspace, cwd, to, undo, paths, session)
-        result: dict[str, Any] = wire_paths(live.propose(ws, target, only, force))
-        return result
+        ws, target, only, at = self._rollback_args(workspace, cwd, to, undo, paths, session)
+        return daemon_history.time_fields(at, wire_paths(live.propose(ws, target, only, force)))
 
     def op_rollback_apply(
         self,
@@ -518,9 +528,8 @@ class Service:
         token: str | None = None,
         session: str | None = None,
     ) -> dict[str, Any]:
-        ws, target, only = self._rollback_args(workspace, cwd, to, undo, paths, session)
-        result: dict[str, Any] = wire_paths(live.execute(ws, target, only, force, token))
-        return result
+        ws, target, only, at = self._rollback_args(workspace, cwd, to, undo, paths, session)
+        return daemon_history.time_fields(at, wire_paths(live.execute(ws, target, only, force, token)))
 
     def op_undo(
         self,
@@ -544,12 +553,13 @@ class Service:
         frm, to = refs.get("from"), refs.get("to")
         if frm is None:
             raise UsageError("say which mark to diff from")
-        old = self.store.resolve(ws_id, frm, session)
+        old, old_at = history.resolve(self.store, ws_id, frm, session)
+        new_at = None
         if to is None:  # the live workspace: capture it first
             ws, _ = self._find(workspace, cwd)
             new_tree, new_name = ws.sync(), "the workspace now"
         else:
-            new = self.store.resolve(ws_id, to, session)
+            new, new_at = history.resolve(self.store, ws_id, to, session)
             new_tree, new_name = new.tree, f"{new.id} ({new.label})"
         only = [_relative(root, p, cwd) for p in paths or []]
         files = []
@@ -569,12 +579,16 @@ class Service:
                 if stat:
                     record.pop("diff", None)  # --stat: line counts only
             files.append(record)
-        return {
+        out: dict[str, Any] = {
             "workspace": str(root),
             "from": {"id": old.id, "label": old.label},
             "to": new_name,
             "files": files,
         }
+        for key, at in (("from_time", old_at), ("to_time", new_at)):
+            if at is not None:
+                out[key] = history.describe(at)
+        return out
 
     def op_cat(
         self,
@@ -586,7 +600,7 @@ class Service:
     ) -> dict[str, Any]:
         ws_id, root = self._ws_id(workspace, cwd)
         rel = _relative(root, path, cwd)
-        tree = self.store.resolve(ws_id, at, session).tree if at else self.store.head(ws_id)
+        tree = history.resolve(self.store, ws_id, at, session)[0].tree if at else self.store.head(ws_id)
         entry = trees.lookup(self.store.load_node, tree, rel) if tree else None
         if entry is None or entry.kind == "dir":
             raise NotFound(f"{shown(rel)} is not a captured file at {at or 'the latest capture'}")
@@ -597,6 +611,13 @@ class Service:
             "size": len(data),
             "data_b64": base64.b64encode(data).decode(),
         }
+
+    def op_history(
+        self, path: bytes, workspace: bytes | None = None, cwd: bytes | None = None
+    ) -> dict[str, Any]:
+        ws_id, root = self._ws_id(workspace, cwd)
+        rel = _relative(root, path, cwd)
+        return daemon_history.history_reply(self.store, ws_id, str(root), rel, self.config.policy)
 
     def op_status(self, workspace: bytes | None = None, cwd: bytes | None = None) -> dict[str, Any]:
         with self._lock:

@@ -24,7 +24,7 @@ MAX_ID_LENGTH = 128
 
 Op = Literal[
     "ping", "status", "stop", "watch", "unwatch", "forget", "mark", "log", "show", "verify",
-    "gc", "pin", "unpin", "rollback_plan", "rollback_apply", "undo", "diff", "cat",
+    "gc", "pin", "unpin", "rollback_plan", "rollback_apply", "undo", "diff", "cat", "history",
 ]
 OPS: frozenset[str] = frozenset(get_args(Op))
 
@@ -59,7 +59,7 @@ OP_ARGS: dict[str, dict[str, Arg]] = {
     },
     "log": {
         **_WHERE, "limit": Arg("int"), "agent": Arg("str"), "session": Arg("str"),
-        "all": Arg("bool"), "before": Arg("str"),
+        "all": Arg("bool"), "before": Arg("str"), "path": Arg("path"),
     },
     "show": {**_REF, "mark": Arg("str", required=True)},
     "verify": {**_WHERE, "full": Arg("bool")},
@@ -79,6 +79,7 @@ OP_ARGS: dict[str, dict[str, Arg]] = {
         "stat": Arg("bool"),
     },
     "cat": {**_REF, "path": Arg("path", required=True), "at": Arg("str")},
+    "history": {**_WHERE, "path": Arg("path", required=True)},
 }
 assert set(OP_ARGS) == OPS, "every op needs an argument table"
 

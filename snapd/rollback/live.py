@@ -236,7 +236,7 @@ def _owners(ws: Workspace, target: Mark, current: str, paths: set[bytes]) -> dic
             open_[m.session] = m.agent
         elif m.session and m.label == "turn-end":
             open_.pop(m.session, None)
-        if m.id == target.id:
+        if m.seq == target.seq:  # a time target counts from its base mark (store.history)
             before = False
         if not before:
             prev = m

@@ -33,6 +33,7 @@ class ObjectStore(Protocol):
     catalog: Catalog
     hasher: objects.Hasher
     holds: GcHolds
+    flush_bytes: int  # new content held in memory before a flush (FLUSH_BYTES unless a test lowers it)
 
     def object_path(self, key: str) -> Path: ...
     def get(self, key: str) -> bytes: ...
@@ -173,7 +174,7 @@ class Batch:
         with self.store.holds.lock:
             self._hold(key)
         self._pending_bytes += len(data)
-        if self._pending_bytes >= FLUSH_BYTES:
+        if self._pending_bytes >= self.store.flush_bytes:
             self.flush()
 
     def load_node(self, key: str) -> trees.Node:

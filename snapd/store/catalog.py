@@ -31,16 +31,21 @@ from typing import Any
 from snapd.errors import DiskFull, StoreError, StoreFormatError
 from snapd.store import safeio
 
-FORMAT_VERSION = 2
-# Format 1 lacked the marks' rule inputs and root mode, and the workspace's last rollback: the
-# columns are added on open (such marks are judged under today's outside rules, and their root
-# mode is not restored).
-_MIGRATIONS = {
+FORMAT_VERSION = 3
+# Each entry upgrades a store of that format to the next one; they run in order on open.
+# Format 1 lacked the marks' rule inputs and root mode, and the workspace's last rollback (such
+# marks are judged under today's outside rules, and their root mode is not restored).
+# Format 2 lacked ``workspaces.pruned_before`` (the time before which retention has deleted
+# versions: recorded by each GC from then on), and allowed labels starting with ``@``, which
+# format 3 reserves for time references. Such labels are kept as they are: those marks are
+# reached by their id (see docs/protocol.md, "Time references").
+_MIGRATIONS: dict[str, tuple[str, ...]] = {
     "1": (
         "ALTER TABLE marks ADD COLUMN rules TEXT",
         "ALTER TABLE marks ADD COLUMN root_mode INTEGER",
         "ALTER TABLE workspaces ADD COLUMN last_rollback TEXT",
     ),
+    "2": ("ALTER TABLE workspaces ADD COLUMN pruned_before INTEGER",),
 }
 
 SCHEMA = """
@@ -61,7 +66,8 @@ CREATE TABLE workspaces (
     watching INTEGER NOT NULL DEFAULT 1,
     head TEXT,
     root_id TEXT,
-    last_rollback TEXT
+    last_rollback TEXT,
+    pruned_before INTEGER
 );
 CREATE TABLE marks (
     id TEXT PRIMARY KEY,
@@ -242,11 +248,12 @@ class Catalog:
         found = row[0] if row else "none"
         if found in _MIGRATIONS:
             self._w.execute("BEGIN IMMEDIATE")
-            for stmt in _MIGRATIONS[found]:
-                self._w.execute(stmt)
-            self._w.execute("UPDATE meta SET value=? WHERE key='format'", (str(FORMAT_VERSION),))
+            while found in _MIGRATIONS:
+                for stmt in _MIGRATIONS[found]:
+                    self._w.execute(stmt)
+                found = str(int(found) + 1)
+            self._w.execute("UPDATE meta SET value=? WHERE key='format'", (found,))
             self._w.execute("COMMIT")
-            found = str(FORMAT_VERSION)
         if found != str(FORMAT_VERSION):
             raise StoreFormatError(
                 f"the store {self.path.parent} has format {found}, and this snapd understands "

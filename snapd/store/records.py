@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from snapd.store import trees
+from snapd.store import objects, trees
 
 
 @dataclass(frozen=True)
@@ -71,3 +71,11 @@ def mark_from_row(row: tuple[Any, ...]) -> Mark:
         rules=row[13],
         root_mode=row[14],
     )
+
+
+def version_from_row(path: bytes, time: int, kind: str | None, mode: int | None, key: str | None) -> Version:
+    """A version from its row (``path, time, kind, mode, object``): all NULL is a deletion."""
+    if kind is None:
+        return Version(bytes(path), time, None)
+    size = objects.parse_key(key)[1] if kind != "dir" and key else 0
+    return Version(bytes(path), time, trees.Entry(kind, mode or 0, size, key or ""))  # type: ignore[arg-type]

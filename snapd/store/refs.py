@@ -6,7 +6,9 @@ contain something other than lower-case letters and digits (``2024-06-01`` is fi
 not) — so a reference is never both an id (or id prefix) and a label.
 
 A reference is: a full id; a unique id prefix (4+ characters); a label (the newest mark with
-it); or ``LABEL~N`` / ``ID~N`` (N marks before that one in the same workspace).
+it); or ``LABEL~N`` / ``ID~N`` (N marks before that one in the same workspace). One that starts
+with ``@`` is a time (:mod:`snapd.timeref`), never a mark: no label may start with ``@`` (a
+store from before format 3 may hold such labels; their marks are reached by id).
 """
 
 from __future__ import annotations
@@ -39,6 +41,10 @@ def validate_label(label: str) -> str:
         raise UsageError(f"a mark label is at most {MAX_LABEL} characters")
     if any(c.isspace() or not c.isprintable() for c in label):
         raise UsageError(f"mark label {label!r} contains whitespace or control characters")
+    if label.startswith("@"):
+        raise UsageError(
+            f"mark label {label!r} starts with '@', which is reserved for time references (@10m, @yesterday…)"
+        )
     if "~" in label:
         raise UsageError(f"mark label {label!r} contains '~', which references use for 'N before'")
     if ID_SHAPE.match(label):
@@ -61,6 +67,12 @@ class Ref:
 def parse_ref(text: str) -> Ref:
     if not text:
         raise UsageError("an empty mark reference")
+    if text.startswith("@"):
+        raise UsageError(
+            f"{text} is a time, and this needs a mark (an id or a label): times are taken by "
+            "rollback, diff and cat. A mark labelled with a leading @ before snapd reserved it "
+            "is reached by its id (`snapctl log`)"
+        )
     back = 0
     m = _BACK.match(text)
     if m:

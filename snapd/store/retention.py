@@ -210,10 +210,15 @@ def gc(store: Store, policy: Policy = Policy(), now: int | None = None) -> GcRep
     if doomed:
         evict(store, doomed, now)
         report.evicted += [(m.id, r) for m, r in doomed]
+    cutoff = now - policy.max_age_ns
     with store.catalog.write() as c:
-        report.versions_deleted = c.execute(
-            "DELETE FROM versions WHERE time < ?", (now - policy.max_age_ns,)
-        ).rowcount
+        # Where history now starts, for `history` and time references: every workspace that
+        # existed before the cutoff has lost whatever versions it had from before it.
+        c.execute(
+            "UPDATE workspaces SET pruned_before=MAX(COALESCE(pruned_before, 0), ?) WHERE created < ?",
+            (cutoff, cutoff),
+        )
+        report.versions_deleted = c.execute("DELETE FROM versions WHERE time < ?", (cutoff,)).rowcount
     sweep(store, policy, now, report)
     step = 1
     young = now - int(policy.grace_s * 1e9)

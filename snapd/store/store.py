@@ -23,19 +23,22 @@ from typing import Any
 
 from snapd.errors import Ambiguous, MissingObject, NotFound
 from snapd.store import objects, safeio, trees
-from snapd.store.batch import Batch, StatRow
+from snapd.store.batch import FLUSH_BYTES, Batch, StatRow
 from snapd.store.catalog import Catalog
 from snapd.store.holds import GcHolds
-from snapd.store.records import MARK_COLUMNS, Mark, Version, Workspace, mark_from_row
+from snapd.store.records import MARK_COLUMNS, Mark, Version, Workspace, mark_from_row, version_from_row
 from snapd.store.refs import FULL_ID, parse_ref
 
 NODE_CACHE = 4096
 
 
 class Store:
-    def __init__(self, directory: Path, hasher: objects.Hasher = objects.xxh3_hex) -> None:
+    def __init__(
+        self, directory: Path, hasher: objects.Hasher = objects.xxh3_hex, flush_bytes: int = FLUSH_BYTES
+    ) -> None:
         self.dir = directory
         self.hasher = hasher
+        self.flush_bytes = flush_bytes  # a batch flushes its new content past this (tests lower it)
         safeio.ensure_dir(directory)
         safeio.ensure_dir(directory / "objects")
         self.catalog = Catalog(directory / "catalog.sqlite")
@@ -44,8 +47,10 @@ class Store:
         self.holds = GcHolds()  # keys write batches rely on, spared by the GC sweep
 
     @classmethod
-    def open(cls, directory: Path, hasher: objects.Hasher = objects.xxh3_hex) -> Store:
-        return cls(Path(directory), hasher)
+    def open(
+        cls, directory: Path, hasher: objects.Hasher = objects.xxh3_hex, flush_bytes: int = FLUSH_BYTES
+    ) -> Store:
+        return cls(Path(directory), hasher, flush_bytes)
 
     def close(self) -> None:
         self.catalog.close()
@@ -302,14 +307,7 @@ class Store:
             )
             .fetchall()
         )
-        out = []
-        for t, kind, mode, key in rows:
-            entry = None
-            if kind is not None:
-                size = objects.parse_key(key)[1] if kind != "dir" else 0
-                entry = trees.Entry(kind, mode, size, key or "")
-            out.append(Version(path, t, entry))
-        return out
+        return [version_from_row(path, t, kind, mode, key) for t, kind, mode, key in rows]
 
     def stored_bytes(self) -> int:
         row = self.catalog.read().execute("SELECT COALESCE(SUM(stored), 0) FROM objects").fetchone()

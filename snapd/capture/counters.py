@@ -1,0 +1,40 @@
+"""Work counters of one workspace: how much of the disk its captures touched.
+
+A mark promises O(changes since the last mark), never O(workspace). Timing cannot prove that
+on a loaded machine; counting can. The counts are taken where the work happens — the scanner
+counts its full scans and ``lstat`` calls, the reader its ``lstat`` calls and file reads — and
+``status`` shows them, so a test (or a person) can check that a mark of one changed file did
+no full scan and read one file.
+
+Counts only grow, from the daemon's start; readers may run in a thread pool, hence the lock.
+"""
+
+from __future__ import annotations
+
+import threading
+
+
+class Counters:
+    """Full scans, paths ``lstat``ed and files read, since the workspace started."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.full_scans = 0  # stat walks (or the baseline walk) of the whole workspace
+        self.lstats = 0  # lstat calls on workspace paths, by scans and reads
+        self.files_read = 0  # regular files whose bytes were read (a re-read counts again)
+
+    def scanned_all(self) -> None:
+        with self._lock:
+            self.full_scans += 1
+
+    def stat(self, n: int = 1) -> None:
+        with self._lock:
+            self.lstats += n
+
+    def read(self) -> None:
+        with self._lock:
+            self.files_read += 1
+
+    def to_json(self) -> dict[str, int]:
+        with self._lock:
+            return {"full_scans": self.full_scans, "lstats": self.lstats, "files_read": self.files_read}

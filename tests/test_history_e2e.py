@@ -1,0 +1,172 @@
+"""History between marks, end to end: a real daemon, real inotify, the real CLI.
+
+Captures between marks are awaited through the ``history`` op itself (poll until the version
+is listed), never by sleeping; a time between two captures is taken from the capture times
+the daemon reports, so it names exactly the state in between.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from e2e_helpers import Daemon, cli_mark, cli_rollback, cli_undo, run_ctl, snapshot, wait_for, write
+
+from snapd import timeref
+
+
+def versions(d: Daemon, ws: Path, rel: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = d.ctl_json("history", rel, cwd=ws)["versions"]
+    return out
+
+
+def captured(d: Daemon, ws: Path, rel: str, status: str, size: int | None = None) -> dict[str, Any]:
+    """Wait until the newest version of ``rel`` has ``status`` (and ``size``); return it."""
+
+    def newest() -> dict[str, Any] | None:
+        vs = versions(d, ws, rel)
+        ok = vs and vs[0]["status"] == status and (size is None or vs[0]["size"] == size)
+        return vs[0] if ok else None
+
+    v = wait_for(newest, timeout=15, what=f"{rel} captured as {status}")
+    assert isinstance(v, dict)
+    return v
+
+
+def between(earlier: dict[str, Any], later: dict[str, Any]) -> str:
+    """A time reference to an instant after one capture and before the next."""
+    assert later["time_ns"] > earlier["time_ns"] + 1
+    return timeref.wire((earlier["time_ns"] + later["time_ns"]) // 2)
+
+
+def test_rollback_to_a_time_between_two_marks_restores_the_files_as_captured_then(
+    daemon: Daemon, ws: Path
+) -> None:
+    write(ws / "a.txt", "one\n")
+    cli_mark(daemon, ws, "first")
+    write(ws / "a.txt", "two, between the marks\n")
+    write(ws / "sub" / "b.txt", "b\n", 0o600)
+    (ws / "sub").chmod(0o700)  # a directory's mode is a version too
+    two = captured(daemon, ws, "a.txt", "modified", 23)
+    captured(daemon, ws, "sub/b.txt", "created")
+    wait_for(lambda: any(v["mode"] == 0o700 for v in versions(daemon, ws, "sub")), what="sub's mode captured")
+    then = snapshot(ws)
+    write(ws / "a.txt", "three\n")
+    (ws / "sub" / "b.txt").unlink()
+    write(ws / "c.txt", "c\n")
+    three = captured(daemon, ws, "a.txt", "modified", 6)
+    cli_mark(daemon, ws, "second")
+    before_rollback = snapshot(ws)
+    instant = between(two, three)
+
+    plan = daemon.ctl_json("rollback", "--to", instant, "--dry-run", cwd=ws)
+    assert plan["time"]["ref"] == instant
+    assert plan["time"]["base"]["label"] == "first"
+    used = {v["path"]: v["captured_ns"] for v in plan["time"]["versions"]}
+    assert used["a.txt"] == two["time_ns"]  # the plan names the version it restores
+    text = daemon.ctl("rollback", "--to", instant, "--dry-run", cwd=ws).stdout.decode()
+    assert "as captured at" in text and "built from mark" in text and "version captured" in text
+
+    code, res = cli_rollback(daemon, ws, "--to", instant)
+    assert code == 0, res
+    assert snapshot(ws) == then  # between the marks: what no mark holds
+    assert res["pre_rollback"] is not None
+    code, _ = cli_undo(daemon, ws)
+    assert code == 0
+    assert snapshot(ws) == before_rollback
+
+
+def test_rollback_of_one_path_to_a_time_and_cat_and_diff_at_times(daemon: Daemon, ws: Path) -> None:
+    write(ws / "app.py", "v1\n")
+    write(ws / "other.py", "o1\n")
+    v1 = captured(daemon, ws, "app.py", "created")
+    write(ws / "app.py", "v2 longer\n")
+    write(ws / "other.py", "o2 longer\n")
+    v2 = captured(daemon, ws, "app.py", "modified", 10)
+    captured(daemon, ws, "other.py", "modified", 10)
+    instant = between(v1, v2)
+    assert daemon.ctl("cat", instant, "app.py", cwd=ws).stdout == b"v1\n"
+    assert daemon.ctl("cat", "@0s", "app.py", cwd=ws).stdout == b"v2 longer\n"  # relative: now
+    diff = json.loads(daemon.ctl("diff", "--json", instant, "--", "app.py", cwd=ws).stdout)
+    assert diff["from_time"]["ref"] == instant
+    assert [f["path"] for f in diff["files"]] == ["app.py"]
+
+    code, res = cli_rollback(daemon, ws, "--to", instant, "--", "app.py")
+    assert code == 0, res
+    assert (ws / "app.py").read_text() == "v1\n"
+    assert (ws / "other.py").read_text() == "o2 longer\n"  # only the path named
+
+
+def test_a_time_before_any_capture_is_refused_clearly(daemon: Daemon, ws: Path) -> None:
+    cp = daemon.ctl("rollback", "--to", "@1h", "--yes", cwd=ws, check=False)
+    assert cp.returncode != 0
+    assert b"nothing was captured in this workspace at or before" in cp.stderr
+
+
+def test_history_of_a_deleted_recreated_and_renamed_file(daemon: Daemon, ws: Path) -> None:
+    write(ws / "f.txt", "first\n")
+    captured(daemon, ws, "f.txt", "created")
+    (ws / "f.txt").unlink()
+    captured(daemon, ws, "f.txt", "deleted")
+    write(ws / "f.txt", "second life\n")
+    captured(daemon, ws, "f.txt", "recreated")
+    cli_mark(daemon, ws, "turn-end", "--session", "s1", "--agent", "bot")
+    os.rename(ws / "f.txt", ws / "g.txt")
+    gone = captured(daemon, ws, "f.txt", "deleted")
+    assert gone["renamed_to"] == "g.txt"
+    statuses = [v["status"] for v in versions(daemon, ws, "f.txt")]
+    assert statuses == ["deleted", "recreated", "deleted", "created"]
+    recreated = versions(daemon, ws, "f.txt")[1]
+    assert recreated["in_mark"] and recreated["mark"]["label"] == "turn-end"
+    assert recreated["sessions"] == [{"session": "s1", "agent": "bot"}]
+    g = versions(daemon, ws, "g.txt")
+    assert [v["status"] for v in g] == ["created"] and g[0]["renamed_from"] == "f.txt"
+    # a file whose directory moves: the directory's one deletion row deletes it too
+    write(ws / "d" / "h.txt", "h\n")
+    captured(daemon, ws, "d/h.txt", "created")
+    os.rename(ws / "d", ws / "e")
+    moved = captured(daemon, ws, "d/h.txt", "deleted")
+    assert moved["via"] == "d" and moved["renamed_to"] == "e/h.txt"
+    text = daemon.ctl("history", "f.txt", cwd=ws).stdout.decode()
+    assert "renamed to g.txt" in text and "recreated" in text
+
+
+def test_log_path_lists_only_the_marks_whose_turn_changed_it(daemon: Daemon, ws: Path) -> None:
+    write(ws / "a.txt", "1")
+    m1 = cli_mark(daemon, ws, "one")
+    write(ws / "b.txt", "1")
+    cli_mark(daemon, ws, "two")
+    write(ws / "a.txt", "2")
+    m3 = cli_mark(daemon, ws, "three")
+    cli_mark(daemon, ws, "four")
+    got = [m["id"] for m in daemon.ctl_json("log", "--path", "a.txt", cwd=ws)["marks"]]
+    assert got == [m3, m1]
+    write(ws / "dir" / "x", "1")
+    m5 = cli_mark(daemon, ws, "five")
+    assert [m["id"] for m in daemon.ctl_json("log", "--path", "dir", cwd=ws)["marks"]] == [m5]
+
+
+def test_labels_starting_with_at_are_refused(daemon: Daemon, ws: Path) -> None:
+    cp = daemon.ctl("mark", "@home", cwd=ws, check=False)
+    assert cp.returncode == 2
+    assert b"reserved for time references" in cp.stderr
+    reply = daemon.ctl("mark", "@home", "--json", cwd=ws, check=False)
+    assert json.loads(reply.stdout)["error"]["code"] == "usage"
+    cp = daemon.ctl("pin", "@10m", cwd=ws, check=False)
+    assert cp.returncode == 2 and b"is a time" in cp.stderr
+
+
+def test_an_ambiguous_or_skipped_local_time_is_refused_before_sending(tmp_path: Path) -> None:
+    """Europe/Berlin repeats 02:00-03:00 on 2026-10-25 and skips it on 2026-03-29: the CLI
+    refuses both, with no daemon involved (there is none here: a sent request would fail
+    with 'not running' instead)."""
+    env = {**os.environ, "TZ": "Europe/Berlin", "SNAPD_HOME": str(tmp_path / "none")}
+    cp = run_ctl(env, "cat", "@2026-10-25 02:30", "f", cwd=tmp_path)
+    assert cp.returncode == 2 and b"happened twice" in cp.stderr, cp
+    assert b"+02:00" in cp.stderr and b"+01:00" in cp.stderr
+    cp = run_ctl(env, "rollback", "--to", "@2026-03-29T02:30", cwd=tmp_path)
+    assert cp.returncode == 2 and b"never happened" in cp.stderr, cp
+    cp = run_ctl(env, "cat", "@2026-10-25 02:30+01:00", "f", cwd=tmp_path)  # with its offset: sent
+    assert cp.returncode == 3, cp
