@@ -550,13 +550,15 @@ def test_hook_starts_a_daemon_detached_without_the_agents_secrets(tmp_path: Path
 @pytest.mark.timeout(180)
 def test_a_mark_behind_a_long_baseline_is_recorded_late(tmp_path: Path, daemon: Daemon) -> None:
     proj = repo(tmp_path)
-    for i in range(100):  # a baseline of 10000 files: seconds, well beyond the hook's 1 s
+    # A baseline of 20000 files: ~2 s on an idle machine here (10000 took under 1 s), four times
+    # the hook's budget of 0.5 s (client_timeout_s; the hook never waits less).
+    for i in range(100):
         d = proj / f"d{i}"
         d.mkdir()
-        for j in range(100):
+        for j in range(200):
             (d / f"f{j}.txt").write_text(f"{i} {j}\n")
     env = dict(daemon.env)
-    env["SNAPD_CLIENT_TIMEOUT_S"] = "1"
+    env["SNAPD_CLIENT_TIMEOUT_S"] = "0.5"
     started = time.monotonic()
     cp = hook(env, "claude-code", claude_event("UserPromptSubmit", "s", proj))
     assert cp.returncode == 0, describe(cp)
