@@ -36,9 +36,26 @@ mutants: install
 	$(BIN)/python tests/mutants.py
 	$(BIN)/mutmut run
 
+# Benchmarks are not part of CI (.ci/tiers.py runs tests only): they take ~1.5 h and want a
+# machine nobody else loads. Each script writes docs/bench-results/<script>-<corpus>-<size>.json;
+# bench/report.py prints the tables of docs/benchmarks.md from those files. BENCH_SIZES=1k,10k
+# validates the method quickly; --cold needs root (drop_caches).
+BENCH_CORPORA ?= django npm
+BENCH_SIZES ?= 1k 10k 100k
 bench: install
-	$(BIN)/python bench/bench_store.py
-	$(BIN)/python bench/bench_mark.py
+	$(BIN)/pip install --quiet py-spy
+	@command -v hyperfine >/dev/null || { echo "hyperfine missing: apt-get install hyperfine"; exit 1; }
+	@command -v strace >/dev/null || { echo "strace missing: apt-get install strace"; exit 1; }
+	$(BIN)/python bench/make_tree.py --corpus all --size all
+	for c in $(BENCH_CORPORA); do for s in $(BENCH_SIZES); do \
+		$(BIN)/python bench/bench_mark.py --corpus $$c --size $$s || exit 1; done; done
+	for c in $(BENCH_CORPORA); do \
+		$(BIN)/python bench/bench_baseline.py --corpus $$c --size 100k --profile && \
+		$(BIN)/python bench/bench_rollback.py --corpus $$c --size 100k && \
+		$(BIN)/python bench/bench_restart.py --corpus $$c --size 100k --profile && \
+		$(BIN)/python bench/bench_cli.py --corpus $$c --size 100k || exit 1; done
+	$(BIN)/python bench/bench_baseline.py --corpus django --size 100k --cold
+	$(BIN)/python bench/report.py
 
 # systemd-analyze exits 0 on some bad values, so any output at all fails the check.
 lint-unit:

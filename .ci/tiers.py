@@ -33,14 +33,26 @@ XFSPROGS = (
     "{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq xfsprogs >/dev/null; }"
 )
 
+INSTALL_AGENTS = [".venv/bin/python", "tests/agents/agent_harness.py"]
+# The Node.js client's dependencies (zeromq, its prebuilt addon inside the package), pinned by
+# clients/node/package-lock.json; node and npm from Debian's packages when missing. ~5 s here.
+NODE_CLIENT = ["sh", "-c",
+    "{ command -v node >/dev/null && command -v npm >/dev/null; } || "
+    "{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; }; "
+    "npm ci --prefix clients/node --no-audit --no-fund --loglevel=error"]
+# The Neovim plugin's tests: nvim and pynvim, pinned in pyproject's `clients` extra. ~25 s here.
+NVIM_CLIENT = [".venv/bin/pip", "install", "--quiet", "-e", ".[clients]"]
+
 # name, budget in seconds, what it runs (several commands run in order, the first failure stops it)
 TIERS: list[tuple[str, int, list[list[str]]]] = [
     # xfsprogs (mkfs.xfs, xfs_io) for the power-cut tier: from Debian's packages when missing.
-    ("install", 10 * 60, [["sh", "-c", XFSPROGS], ["make", "install"]]),
+    ("install", 10 * 60, [["sh", "-c", XFSPROGS], ["make", "install"], NODE_CLIENT, NVIM_CLIENT]),
     ("core", 15 * 60, [["make", "lint"], PYTEST + ["-q", "-m", " and ".join(f"not {m}" for m in MARKED)]]),
     ("model", 10 * 60, [PYTEST + ["-q", "-s", "-m", "model"]]),  # -s: the seed shows as it starts
     ("powercut", 10 * 60, [PYTEST + ["-q", "-m", "powercut"]]),  # power cuts and disk-full
-    ("agents", 15 * 60, [PYTEST + ["-q", "-m", "agents"]]),  # real AI agents driving snapd
+    # real AI agents driving snapd: first installs them, pinned (tests/agents/agent_harness.py prints the
+    # seconds per part); -s shows each agent turn's seconds
+    ("agents", 15 * 60, [INSTALL_AGENTS, PYTEST + ["-q", "-s", "-m", "agents"]]),
     ("clients", 5 * 60, [PYTEST + ["-q", "-m", "clients"]]),  # editors, clients in other languages
 ]
 

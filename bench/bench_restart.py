@@ -1,112 +1,127 @@
-"""Restart reconcile: how long a restarted daemon takes to be ready on an unchanged workspace,
-and how many files it reads (target: <= 2 s on 100k files, and no file read at all).
+"""Restart with nothing changed: process start -> answers ``status``; -> first mark done.
 
-The daemon is stopped cleanly, restarted, and timed from process start until ``status``
-reports the workspace ``ready``; the workspace's ``counters.files_read`` says how many files the
-reconciliation read from disk. The tree's mtimes are set an hour back first, so nothing is
-inside the racy window (a file modified within 2 s of being read is rightly re-read).
+Setup (untimed): a private copy of the corpus tree with every mtime set an hour back (outside
+the racy window, so nothing needs re-reading), a real ``snapd start``, ``snapctl watch`` (the
+baseline), a clean stop. Then ``--reps`` times: spawn ``snapd start`` (t0); poll ``status``
+every 10 ms on an in-process client until the new pid answers (t1); call ``mark`` on the
+workspace at once (it waits for the workspace to be ready) and take its reply (t2); read the
+workspace's ``reads`` counter (files re-read: should be 0) and the daemon's VmRSS/VmHWM;
+stop cleanly. ``--profile``: one more restart launched under py-spy (all threads, from the
+first instruction), through its first mark; the summary is printed.
 
-    python bench/bench_restart.py --sizes 10k,100k
+    python bench/bench_restart.py --corpus django --size 100k
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peer import DATA, copy_tree  # noqa: E402
+from common import (
+    RESULTS,
+    SNAPCTL,
+    Daemon,
+    Results,
+    common_args,
+    proc_mem,
+    run_timed,
+    spread,
+    tree_path,
+    workspace_of,
+)
+from peer import copy_tree, remove, warm
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from snapd.config import load_config, resolve_endpoint  # noqa: E402
-from snapd.errors import SnapdError  # noqa: E402
-from snapd.ipc.client import Client  # noqa: E402
-
-
-def _start(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    with open(log, "ab") as fh:
-        return subprocess.Popen(
-            [sys.executable, "-m", "snapd", "start"], env=env, stdout=fh, stderr=subprocess.STDOUT, cwd="/"
-        )
-
-
-def _wait_ready(client: Client, root: Path, timeout: float = 600) -> dict[str, object]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            st = client.call("status", timeout_s=2.0)
-        except SnapdError:
-            time.sleep(0.02)
-            continue
-        for w in st["workspaces"]:
-            if w["root"] == str(root) and w.get("state") == "ready":
-                return dict(w)
-        time.sleep(0.02)
-    raise SystemExit("workspace never became ready")
+from snapd.errors import SnapdError
 
 
-def run(size: str) -> str:
-    tree = DATA / f"tree-{size}"
-    ws = copy_tree(tree, f"restart-{size}")
+def restart_once(d: Daemon, root: str, wrap: list[str] | None = None) -> dict[str, Any]:
+    from snapd.ipc.client import Client
+
+    t0 = d.spawn(wrap)
+    deadline = time.monotonic() + 600
+    with Client(d.endpoint, timeout_s=600) as c:
+        while True:
+            try:
+                st = c.call("status", timeout_s=1.0)
+                if wrap or st["pid"] == d.pid:
+                    break
+            except SnapdError:
+                pass
+            if time.monotonic() > deadline:
+                raise SystemExit("restarted daemon never answered status")
+            time.sleep(0.01)
+        t1 = time.perf_counter()
+        c.call("mark", label="after-restart", workspace=os.fsencode(root))
+        t2 = time.perf_counter()
+        w = workspace_of(c.call("status"), root)
+        mem = proc_mem(st["pid"])
+    d.stop()
+    reads = w.get("reads", (w.get("counters") or {}).get("files_read"))
+    return {"status_s": t1 - t0, "mark_s": t2 - t0, "reads": reads, "files": w.get("files"), **mem}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    common_args(ap)
+    ap.add_argument("--profile", action="store_true")
+    args = ap.parse_args()
+    tree = tree_path(args.corpus, args.size)
+    res = Results("restart", args.corpus, args.size, {
+        "reps": args.reps, "what": "spawn snapd start -> status answers -> first mark reply; "
+                                   "nothing changed while stopped", "page_cache": "warm"})
+    ws = copy_tree(tree, f"restart-{args.corpus}-{args.size}")
+    scratch = ws.parent
+    root = os.path.realpath(ws)
     old = time.time() - 3600
     for dirpath, dirnames, filenames in os.walk(ws):
         for name in filenames + dirnames:
             os.utime(os.path.join(dirpath, name), (old, old), follow_symlinks=False)
-    home = Path(tempfile.mkdtemp(prefix="snapd-bench-", dir=DATA))
-    env = {**os.environ, "SNAPD_HOME": str(home)}
-    endpoint = resolve_endpoint(load_config(env))
-    log = home.parent / f"{home.name}.log"
-    proc = _start(env, log)
+    warm(ws)
+    d = Daemon(scratch / "home", scratch)
     try:
-        with Client(endpoint, timeout_s=3600) as c:
-            while True:
-                try:
-                    c.call("ping", timeout_s=1.0)
-                    break
-                except SnapdError:
-                    time.sleep(0.05)
-            t = time.perf_counter()
-            c.call("watch", path=os.fsencode(ws))
-            baseline_s = time.perf_counter() - t
-            c.call("stop")
-        proc.wait(60)
-        rows = []
-        for _ in range(3):
-            t = time.perf_counter()
-            proc = _start(env, log)
-            with Client(endpoint, timeout_s=10) as c:
-                w = _wait_ready(c, ws)
-                ready_s = time.perf_counter() - t
-                rows.append((ready_s, w["counters"]["files_read"], w["files"]))
-                c.call("stop")
-            proc.wait(60)
-        best = min(rows)
-        lines = [f"tree-{size}: {rows[0][2]} files; baseline (watch) {baseline_s:.2f} s"]
-        for ready_s, reads, _ in rows:
-            lines.append(f"  restart to ready: {ready_s:.2f} s, files read: {reads}")
-        lines.append(f"  best {best[0]:.2f} s (includes interpreter start-up and store open)")
-        return "\n".join(lines)
+        d.start()
+        run_timed([str(SNAPCTL), "watch", root, "--json"], d.env)
+        d.stop()
+        runs = []
+        for i in range(args.reps):
+            runs.append(restart_once(d, root))
+            r = runs[-1]
+            print(f"    rep {i + 1}/{args.reps}: status {r['status_s']:.3f} s, "
+                  f"first mark {r['mark_s']:.3f} s, reads {r['reads']}", flush=True)
+        st = spread([r["status_s"] for r in runs])
+        mk = spread([r["mark_s"] for r in runs])
+        res.figure("status_s", st, "process start -> answers status")
+        res.figure("first_mark_s", mk, "process start -> first mark done")
+        res.figure("reads", [r["reads"] for r in runs], "files re-read by each restart")
+        res.figure("files", runs[0]["files"], "files watched")
+        res.figure("rss_MB", spread([r["VmRSS"] / 1e6 for r in runs]), "VmRSS after the first mark, MB",
+                   unit="MB")
+        res.figure("hwm_MB", spread([r["VmHWM"] / 1e6 for r in runs]), "VmHWM after the first mark, MB",
+                   unit="MB")
+        if args.size == "100k":
+            res.verdict("restart, nothing changed: process start -> answers status", "<= 0.5 s",
+                        f"{st['median']:.2f} s (min {st['min']:.2f}, max {st['max']:.2f})",
+                        st["median"] <= 0.5)
+            res.verdict("restart, nothing changed: process start -> first mark done", "<= 1 s",
+                        f"{mk['median']:.2f} s (min {mk['min']:.2f}, max {mk['max']:.2f})",
+                        mk["median"] <= 1.0)
+        if args.profile:
+            from pyspy import PY_SPY, lines, summary
+
+            out = RESULTS / f"restart-{args.corpus}-{args.size}.pyspy.txt"
+            restart_once(d, root, wrap=[PY_SPY, "record", "--format", "raw", "--output", str(out),
+                                        "--rate", "200", "--threads", "--"])
+            s = summary(out)
+            res.figure("profile_restart", s)
+            res("  py-spy profile of one restart through its first mark (whole process life):")
+            for line in lines(s):
+                res(f"    {line}")
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        shutil.rmtree(ws.parent, ignore_errors=True)
-        shutil.rmtree(home, ignore_errors=True)
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="10k,100k")
-    args = ap.parse_args()
-    print(f"load average: {os.getloadavg()[0]:.2f}")
-    for size in args.sizes.split(","):
-        print(run(size), flush=True)
+        res.figure("daemon_stop", d.stop())
+        res.write()
+        remove(scratch)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ actually bound in ``state_dir/endpoint``. Directories are made private by
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pwd
@@ -40,6 +41,7 @@ GiB = 1 << 30
 #: sizeof(sockaddr_un.sun_path) - 1 on Linux: the longest ipc:// path libzmq can bind.
 IPC_PATH_MAX = 107
 SOCKET_NAME = "control.sock"
+EVENTS_SOCKET_NAME = "events.sock"  # the PUB socket, beside the control socket (docs/protocol.md)
 ENDPOINT_FILE = "endpoint"
 LOCK_FILE = "snapd.lock"
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -112,6 +114,7 @@ class Config:
     watch_limit: int | None = None  # inotify watches per workspace; beyond: scan at every mark
     scan_fs_types: tuple[str, ...] = ()  # more file system types to treat as event-less
     auto_start: bool = True  # an agent hook starts the daemon when none is running
+    events_queue: int = 10_000  # events a slow subscriber may fall behind before it loses some
     warnings: tuple[str, ...] = ()  # settings ignored (lenient load) and unknown SNAPD_* names
 
     @property
@@ -201,6 +204,7 @@ _SETTINGS: dict[str, Callable[[Any], Any]] = {
     "watch_limit": _count,
     "scan_fs_types": _names,
     "auto_start": _bool,
+    "events_queue": _count,
     "retention.max_age_days": _seconds,
     "retention.max_marks": _count,
     "retention.budget_bytes": _size,
@@ -436,6 +440,19 @@ def ensure_private_dir(path: Path, *, uid: int | None = None) -> Path:
     finally:
         os.close(fd)
     return path
+
+
+def remove_socket(path: Path) -> None:
+    """A clean stop leaves nothing behind: libzmq keeps an ipc socket's file, and the short
+    private directory made for a long path (``/tmp/snapd-<uid>-<h>/``) would pile up in /tmp.
+    Its directory goes once the last socket in it (control or events) is gone; a directory
+    that holds anything else is left. Safe from races: the daemon still holds its instance
+    lock here, so no other daemon of this store can have bound the path meanwhile."""
+    with contextlib.suppress(OSError):
+        if stat.S_ISSOCK(os.lstat(path).st_mode):
+            path.unlink()
+    with contextlib.suppress(OSError):
+        path.parent.rmdir()
 
 
 def write_endpoint_file(state_dir: Path, endpoint: str) -> Path:

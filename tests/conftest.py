@@ -1,5 +1,6 @@
 """Shared fixtures: every test gets its own HOME / XDG dirs / SNAPD_HOME under tmp_path; a
-running daemon (`daemon`) and a workspace it watches (`ws`); acting as uid 65534 (`nobody`);
+running daemon (`daemon`) and a workspace it watches (`ws`); one whose home another uid may
+reach up to its private directories (`root_daemon`); acting as uid 65534 (`nobody`);
 fsync failures (`fsync_faults`)."""
 
 from __future__ import annotations
@@ -47,6 +48,21 @@ def daemon(tmp_path: Path) -> Iterator[Daemon]:
     finally:
         code = d.stop()
         assert code == 0, f"snapd exited with {code}\n{d.log()[-4000:]}"
+
+
+@pytest.fixture
+def root_daemon() -> Iterator[tuple[Daemon, Path]]:
+    """A daemon of root's with its SNAPD_HOME in a short directory under /tmp (its parent is
+    enterable: the test itself decides what the other uid may reach)."""
+    top = Path(tempfile.mkdtemp(prefix="snapd-root-"))
+    top.chmod(0o755)
+    d = start_daemon(top / "home")
+    try:
+        yield d, top
+    finally:
+        code = d.stop()
+        shutil.rmtree(top, ignore_errors=True)
+        assert code == 0, d.log()[-3000:]
 
 
 @pytest.fixture

@@ -590,3 +590,27 @@ def test_a_project_integrated_on_top_of_the_user_wide_one_is_flagged(tmp_path: P
     assert cp.returncode == 1 and b"marked twice" in cp.stdout, describe(cp)
     assert integrate(env, "claude-code", "--remove").returncode == 0
     assert integrate(env, "claude-code", "--project", str(proj), "--check").returncode == 0
+
+
+# -- the events the real agents sent (recorded by the agents tier: tests/agents/events) ----------
+
+RECORDED = Path(__file__).parent / "agents" / "events"
+EXPECTED_KINDS = {
+    "claude-code-UserPromptSubmit": "start", "claude-code-Stop": "end", "claude-code-SessionStart": "other",
+    "codex-UserPromptSubmit": "start", "codex-Stop": "end", "codex-notify": "end",
+    "gemini-BeforeAgent": "start", "gemini-AfterAgent": "end", "gemini-SessionStart": "other",
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_KINDS))
+def test_recorded_real_events_parse_to_turns_with_their_session(name: str) -> None:
+    from snapd.integrations import agent
+
+    rec = json.loads((RECORDED / f"{name}.json").read_text())
+    integration = agent(name.rsplit("-", 1)[0])
+    stdin = json.dumps(rec["stdin"]).encode() if rec["stdin"] else b""
+    argv = [json.dumps(a) if not isinstance(a, str) else a for a in rec["argv"]]
+    event = integration.parse(stdin, argv)
+    assert event.kind == EXPECTED_KINDS[name], event
+    if event.kind != "other":
+        assert event.session and event.cwd == "/SANDBOX/ws", event

@@ -17,34 +17,16 @@ root or ``setpriv`` these tests fail under ``CI`` and skip elsewhere.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_helpers import Daemon, OtherUser, snapshot, start_daemon
+from e2e_helpers import Daemon, OtherUser, snapshot
 
 from snapd.errors import PermissionRefused
 from snapd.ipc.client import Client
 
 pytestmark = pytest.mark.timeout(120)
-
-@pytest.fixture
-def root_daemon() -> Iterator[tuple[Daemon, Path]]:
-    """A daemon of root's with its SNAPD_HOME in a short directory under /tmp (its parent is
-    enterable: the test itself decides what the other uid may reach)."""
-    top = Path(tempfile.mkdtemp(prefix="snapd-root-"))
-    top.chmod(0o755)
-    d = start_daemon(top / "home")
-    try:
-        yield d, top
-    finally:
-        code = d.stop()
-        shutil.rmtree(top, ignore_errors=True)
-        assert code == 0, d.log()[-3000:]
-
 
 def state(d: Daemon, ws: Path) -> dict[str, Any]:
     """What another user's requests must not change."""

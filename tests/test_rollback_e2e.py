@@ -41,6 +41,8 @@ from e2e_helpers import (
     OtherUser,
     Pty,
     Snap,
+    cli_mark,
+    cli_rollback,
     describe,
     no_cookies,
     run_ctl,
@@ -820,3 +822,22 @@ def test_diff_show_and_cat(daemon: Daemon, ws: Path) -> None:
     assert daemon.ctl("cat", bm, ws / "sub" / "keep.txt", "-w", ws, cwd="/").stdout == b"changed\n"
     missing = daemon.ctl("cat", a, "added.txt", cwd=ws, check=False)
     assert missing.returncode == 6, describe(missing)
+
+
+def test_cli_plan_token_applies_only_the_plan_that_was_shown(daemon: Daemon, ws: Path) -> None:
+    """`rollback --yes --plan-token T` (an editor confirmed the plan of `--dry-run --json`): if the
+    workspace changed so that the plan differs, nothing is applied and the error carries the
+    new plan; with the token of an unchanged plan it applies."""
+    write(ws / "a.txt", "one\n")
+    m1 = cli_mark(daemon, ws, "m1")
+    write(ws / "a.txt", "two\n")
+    plan = json.loads(daemon.ctl("rollback", "--to", m1, "--dry-run", "--json", cwd=ws).stdout)
+    write(ws / "late.txt", "appeared after the plan was shown\n")
+    code, reply = cli_rollback(daemon, ws, "--to", m1, "--plan-token", plan["plan"]["token"])
+    assert code == PlanChanged.exit_code and reply["error"]["code"] == "plan_changed", reply
+    assert any("late.txt" in line for line in reply["error"]["details"]["lines"])
+    assert (ws / "a.txt").read_text() == "two\n" and (ws / "late.txt").exists()
+    fresh = reply["error"]["details"]["plan"]["token"]
+    code, reply = cli_rollback(daemon, ws, "--to", m1, "--plan-token", fresh)
+    assert code == 0 and reply["applied"] == 2, reply
+    assert (ws / "a.txt").read_text() == "one\n" and not (ws / "late.txt").exists()

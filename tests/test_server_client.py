@@ -368,3 +368,21 @@ def test_dedup_cache_is_bounded(sockdir: Path, handler: Handler) -> None:
             s.close(0)
             ctx.term()
     assert handler.count("status") == 4
+
+
+def test_server_times_each_request_from_receipt_to_reply(
+    server: ControlServer, handler: Handler, client: Client
+) -> None:
+    """The daemon's share of a request (docs/protocol.md, status `requests`): the time the
+    handler held a mark is in the mark's histogram; pings are counted apart."""
+    client.call("ping")
+    done = threading.Event()
+    threading.Thread(target=lambda: (client.call("mark", label="held"), done.set()), daemon=True).start()
+    assert handler.entered.wait(10)
+    time.sleep(0.06)  # the mark is held in the handler this long: its measured share must cover it
+    handler.release.set()
+    assert done.wait(10)
+    ops = server.timings.snapshot()["ops"]
+    assert ops["mark"]["count"] == 1 and ops["ping"]["count"] == 1
+    assert ops["mark"]["max_ms"] >= 60, ops["mark"]
+    assert sum(ops["mark"]["buckets"]) == 1

@@ -43,6 +43,11 @@ log = structlog.get_logger(__name__)
 DEBOUNCE_S = 0.05
 
 Progress = Callable[[int, int], None]
+Notify = Callable[[str, dict[str, Any]], None]
+
+
+def _no_events(kind: str, fields: dict[str, Any]) -> None:
+    pass
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,7 @@ class _Dirty:
     scan_dirs: set[bytes] = field(default_factory=set)
     full: bool = False
     rules: bool = False
+    why: set[str] = field(default_factory=set)  # why a full scan is due (the rescanned event's reason)
 
 
 class Workspace:
@@ -111,6 +117,9 @@ class Workspace:
         self.root_id = ""
         self.recovered: dict[str, Any] | None = None  # what start-up recovery of a rollback did
         self.unfinished: str | None = None  # a rollback stopped part-way, not finished yet: why
+        # Where this workspace announces what happens (docs/protocol.md, "Events"): the daemon
+        # sets it; the fields hold plain values, bytes paths and Marks for it to put on the wire.
+        self.notify: Notify = _no_events
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -134,7 +143,7 @@ class Workspace:
         kind = roots.fs_type(self.root)
         if not roots.delivers_events(kind, self.settings.eventless_fs):
             self.scan_every_mark = True
-            self.warnings.append(
+            self._warn(
                 f"{self.root} is on a {kind} file system, which delivers no change events: "
                 "every mark scans the workspace"
             )
@@ -167,6 +176,7 @@ class Workspace:
                 baseline = self._baseline(note)
             else:
                 self._scan(b"", note)
+                self.notify("workspace.rescanned", {"reason": "startup"})
                 with self._dirty_lock:
                     found = [p for p in self._dirty.paths if p not in self._stats]
                 # Directories that appeared while snapd was down: watch them, then list them
@@ -191,18 +201,23 @@ class Workspace:
         dirs = count(self.watcher.limit_failures, "directory", "directories")
         limit = self.settings.max_watches
         if limit is not None and self.watcher.watch_count >= limit:  # our own setting, not the kernel's
-            self.warnings.append(
+            self._warn(
                 f"{dirs} could not be watched: snapd's watch_limit setting ({limit} per workspace) "
                 "was reached; every mark scans the workspace. Raise watch_limit in config.toml "
                 "(or SNAPD_WATCH_LIMIT), then restart snapd"
             )
             return
-        self.warnings.append(
+        self._warn(
             f"{dirs} could not be watched (inotify watch limit): "
             "every mark scans the workspace; raise the limit with "
             "`sudo sysctl fs.inotify.max_user_watches=524288` (and in /etc/sysctl.d/; in a container, its "
             "user namespace's /proc/sys/user/max_inotify_watches), then restart snapd"
         )
+
+    def _warn(self, message: str) -> None:
+        """A lasting condition: in status and every mark from now on, and announced once."""
+        self.warnings.append(message)
+        self.notify("warning", {"message": message})
 
     def _refusals(self) -> dict[bytes, str]:
         """Directories that cannot be watched for a reason of their own, with what to tell the
@@ -266,6 +281,7 @@ class Workspace:
                 self.events_seen += 1
                 if ev.kind == "overflow":
                     d.full = True
+                    d.why.add("overflow")
                     continue
                 if ev.path == b"":
                     continue  # the root itself: a mark will find it gone
@@ -309,6 +325,7 @@ class Workspace:
                     self._flush()
             except SnapdError as exc:  # a full or failing disk: kept dirty, tried again
                 log.warning("workspace.capture_failed", workspace=str(self.root), error=exc.message)
+                self.notify("warning", {"message": f"capture failed (kept dirty, retried): {exc.message}"})
                 time.sleep(1.0)
             except Exception:
                 log.exception("workspace.capture_failed", workspace=str(self.root))
@@ -411,7 +428,7 @@ class Workspace:
                 if isinstance(change, trees.Dir) and change.listed:
                     changes[rel] = trees.Dir(change.mode, listed=False)
                     report.skip(rel, why)
-                    self._skipped[rel] = why
+                    self._skip(rel, why)
             tree = batch.apply(None, changes)
             added = [p for p, c in changes.items() if c is not None]
             summary = ingest.summarize(batch, None, tree, report, added)
@@ -437,12 +454,12 @@ class Workspace:
     def _note_read(self, r: reader.Read) -> None:
         """Keep the stat cache and the skipped list in step with what a capture read."""
         if r.kind == "skipped":
-            self._skipped[r.rel] = r.reason
+            self._skip(r.rel, r.reason)
             self._stats.remove(r.rel)
             return
         self._skipped.pop(r.rel, None)
         if r.kind == "dir" and not r.listed:  # its contents are unknown: a rollback keeps them
-            self._skipped[r.rel] = r.reason
+            self._skip(r.rel, r.reason)
         if r.kind == "missing" or r.sig is None:
             self._stats.remove(r.rel)
         else:
@@ -450,6 +467,12 @@ class Workspace:
             self._stats.set(r.rel, r.sig, 0 if r.unstable else time.time_ns())
             if r.kind == "file":
                 self._stats.note_links(r.rel, (r.dev, r.sig[4]), r.nlink)
+
+    def _skip(self, rel: bytes, reason: str) -> None:
+        """``rel`` is on disk but its content is not captured; announced when that is news."""
+        if self._skipped.get(rel) != reason:
+            self._skipped[rel] = reason
+            self.notify("capture.skipped", {"path": rel, "reason": reason})
 
     def _stage_stats(self, batch: Batch) -> None:
         for path, entry in self._stats.take_changes().items():
@@ -482,9 +505,11 @@ class Workspace:
         refreshed = self._refresh_rules_if_needed(d)
         if refreshed:
             self._scan(b"", trust_listings=False)  # judge every name again under the new rules
+            self.notify("workspace.rescanned", {"reason": "rules_changed"})
             new = self._take_dirty()
             d = _merge(d, new)
             d.full = new.full  # this scan covered any earlier overflow, not one reported since
+            d.why = new.why
         for top in d.scan_dirs:
             self._scan(top)
         if d.scan_dirs:
@@ -492,15 +517,20 @@ class Workspace:
         # Last, and again whenever a merge brought one in: an overflow (or a barrier timeout)
         # reported while we scanned means lost events, which only a full scan recovers.
         full = d.full or (label is not None and self.scan_every_mark)
+        reasons = sorted(d.why) or ["scan_every_mark"]
         while full:
             self._scan(b"")
+            for reason in reasons:
+                self.notify("workspace.rescanned", {"reason": reason})
             new = self._take_dirty()
             full = new.full  # another overflow while we scanned: scan again
+            reasons = sorted(new.why)
             d = _merge(d, new)
             d.full = False
         if d.rules and not refreshed:  # a rule file changed during the scans: next flush
             with self._dirty_lock:
                 self._dirty.rules = self._dirty.full = True
+                self._dirty.why.add("rules_changed")
                 self._dirty_lock.notify_all()
         paths = sorted(p for p in d.paths if self._wanted(p))
         if not paths and label is None:
@@ -676,6 +706,7 @@ class Workspace:
             if not ok:
                 log.warning("workspace.barrier_failed", workspace=str(self.root))
                 self._dirty.full = True
+                self._dirty.why.add("barrier_timeout")
 
     def _recheck_loose_links(self) -> list[bytes]:
         """Files with a name outside the root (or ignored) were maybe written through it, which
@@ -714,10 +745,14 @@ class Workspace:
                 self.finish_rollback()
         self._barrier()
         if locked:
-            mark = self._flush(label, **meta)
-        else:
-            with self.lock:
-                mark = self._flush(label, **meta)
+            return self._flush_mark(label, meta)
+        with self.lock:
+            return self._flush_mark(label, meta)
+
+    def _flush_mark(self, label: str, meta: dict[str, Any]) -> Mark:
+        """Under :attr:`lock`: the mark, and its event published before the lock is let go, so
+        subscribers see marks in the order of their seq (two marks' events never cross)."""
+        mark = self._flush(label, **meta)
         assert mark is not None
         log.info(
             "mark.created",
@@ -726,6 +761,7 @@ class Workspace:
             label=label,
             changed=mark.summary.get("changed", 0),
         )
+        self.notify("mark.created", {"mark": mark})
         return mark
 
     @property
@@ -760,4 +796,6 @@ class Workspace:
 
 
 def _merge(a: _Dirty, b: _Dirty) -> _Dirty:
-    return _Dirty(a.paths | b.paths, a.scan_dirs | b.scan_dirs, a.full or b.full, a.rules or b.rules)
+    return _Dirty(
+        a.paths | b.paths, a.scan_dirs | b.scan_dirs, a.full or b.full, a.rules or b.rules, a.why | b.why
+    )

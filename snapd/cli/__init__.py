@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from snapd import __version__
-from snapd.cli import commands, history, integrate, times
+from snapd.cli import commands, events, history, integrate, times
 from snapd.cli.output import emit, print_json
 from snapd.config import parse_setting
 from snapd.display import shown
@@ -50,16 +50,19 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _positive(text: str) -> int:
+def _at_least_one(text: str, hint: str = "") -> int:
     try:
         value = int(text)
     except ValueError:
         value = 0
     if value < 1:
-        raise argparse.ArgumentTypeError(
-            f"must be a whole number of at least 1, got {text!r} (--all lists every mark)"
-        )
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}{hint}")
     return value
+
+
+def _positive(text: str) -> int:
+    """log's page size (the hint names the way to list everything)."""
+    return _at_least_one(text, " (--all lists every mark)")
 
 
 _TIMES_HELP = """\
@@ -92,6 +95,11 @@ def _rollback_flags(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("-y", "--yes", action="store_true", help="apply without asking (needed with no terminal)")
     sp.add_argument(
         "--force", action="store_true", help="also overwrite or delete paths snapd could not capture"
+    )
+    sp.add_argument(
+        "--plan-token", metavar="TOKEN",
+        help="apply only the plan a --dry-run --json showed (its plan.token); if the workspace changed so "
+        "that the plan differs, nothing is applied and the new plan is the error's details (plan_changed)",
     )
 
 
@@ -175,6 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("to_mark", metavar="TO", nargs="?")
     sp.add_argument("--stat", action="store_true", help="only the changed files and line counts")
     add("stop", "ask the daemon to exit", ws=False)
+    sp = add("events", "follow live events (all workspaces, or -w PATH's); gaps and restarts are reported",
+             func=events.cmd_events)
+    sp.add_argument("-n", "--count", type=_at_least_one, metavar="N", help="exit after N events")
     integrate.add_parsers(sub)
     return p
 

@@ -416,7 +416,9 @@ def _rollback(args: argparse.Namespace, env: Env, undo: bool) -> int:
         _warnings(r.get("warnings", []))
         if args.dry_run:
             return 0 if not r["plan"]["kept"] else Conflict.exit_code
-        token: str | None = None  # with --yes nothing was confirmed: the fresh plan is applied
+        # With --yes nothing was confirmed here: the fresh plan is applied, unless --plan-token
+        # names the plan another client (an editor) showed and had confirmed.
+        token: str | None = args.plan_token
         if not args.yes:
             if not confirm("apply this rollback? [y/N] ", shown_plan, shown_on_stdout=not args.json,
                            refusal=what):
@@ -428,6 +430,8 @@ def _rollback(args: argparse.Namespace, env: Env, undo: bool) -> int:
                 res = c.call("rollback_apply", force=args.force, token=token, **fields)
                 break
             except PlanChanged as exc:
+                if args.plan_token:  # its client confirmed that plan, not this one: it asks again
+                    raise
                 new = exc.details
                 change = _plan_change(r, new)
                 if not args.json:

@@ -34,7 +34,9 @@ from snapd.daemon.logs import configure_logging
 from snapd.daemon.notify import Notifier
 from snapd.daemon.service import Service, ServiceConfig
 from snapd.errors import DaemonUnavailable, SnapdError
+from snapd.ipc.events import Publisher, events_endpoint
 from snapd.ipc.server import ControlServer
+from snapd.ipc.timing import RequestTimings, with_timings_in_status
 from snapd.store import retention
 from snapd.store.store import Store
 
@@ -91,14 +93,18 @@ class Daemon:
         loc = self.config.locations
         lock = acquire_instance_lock(loc.state_dir)
         store = Store.open(loc.store_dir)
-        service = Service(store, service_config(self.config, self.penv.homes), self.request_stop)
+        events = Publisher(events_endpoint(self.config.endpoint), hwm=self.config.events_queue)
+        service = Service(store, service_config(self.config, self.penv.homes), self.request_stop, events)
+        timings = RequestTimings()
         server = ControlServer(
             self.config.endpoint,
-            service.handle,
+            with_timings_in_status(service.handle, timings),
             max_bytes=self.config.request_max_bytes,
             endpoint_file_dir=loc.state_dir,
+            timings=timings,
         )
         try:
+            events.start()
             server.start()
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
@@ -117,6 +123,7 @@ class Daemon:
         finally:
             server.stop(drain_timeout_s=10.0)
             service.stop()
+            events.stop()
             store.close()
             lock.release()
         log.info("daemon.stopped")

