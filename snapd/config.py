@@ -45,6 +45,9 @@ EVENTS_SOCKET_NAME = "events.sock"  # the PUB socket, beside the control socket 
 ENDPOINT_FILE = "endpoint"
 LOCK_FILE = "snapd.lock"
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+#: The systemd user unit `snapd install-service` writes (and agent hooks start, when installed).
+SERVICE_UNIT = "snapd.service"
+HOOKS_DIR = "hooks"
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,11 @@ class Locations:
     def lock_file(self) -> Path:
         return self.state_dir / LOCK_FILE
 
+    @property
+    def hooks_dir(self) -> Path:
+        """Where ``snapctl hook`` records each agent integration's last call and failures."""
+        return self.state_dir / HOOKS_DIR
+
 
 @dataclass(frozen=True)
 class Config:
@@ -105,6 +113,7 @@ class Config:
     gc_interval_s: float = 3600.0  # how often the daemon applies retention and GC
     watch_limit: int | None = None  # inotify watches per workspace; beyond: scan at every mark
     scan_fs_types: tuple[str, ...] = ()  # more file system types to treat as event-less
+    auto_start: bool = True  # an agent hook starts the daemon when none is running
     events_queue: int = 10_000  # events a slow subscriber may fall behind before it loses some
     warnings: tuple[str, ...] = ()  # settings ignored (lenient load) and unknown SNAPD_* names
 
@@ -154,6 +163,14 @@ def _level(v: Any) -> str:
     raise ValueError("one of " + ", ".join(LOG_LEVELS))
 
 
+def _bool(v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.strip().lower() in ("true", "1", "yes", "false", "0", "no"):
+        return v.strip().lower() in ("true", "1", "yes")
+    raise ValueError("true or false")
+
+
 def _abs_path(v: Any) -> Path:
     if isinstance(v, str | Path) and Path(v).is_absolute():
         return Path(v)
@@ -186,6 +203,7 @@ _SETTINGS: dict[str, Callable[[Any], Any]] = {
     "gc_interval_s": _seconds,
     "watch_limit": _count,
     "scan_fs_types": _names,
+    "auto_start": _bool,
     "events_queue": _count,
     "retention.max_age_days": _seconds,
     "retention.max_marks": _count,

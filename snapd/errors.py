@@ -176,6 +176,13 @@ class PlanChanged(Conflict):
     code = "plan_changed"
 
 
+class IntegrationRefused(SnapdError):
+    """An agent's configuration snapctl integrate will not rewrite (comments, a foreign file)."""
+
+    code = "integration"
+    exit_code = 11
+
+
 class InternalError(SnapdError):
     """A bug in the daemon: the reply says so and the traceback is in the daemon's log."""
 

@@ -12,6 +12,11 @@ beside their targets (:func:`temp_name`) and the barrier cookies the watcher cre
 root (:func:`cookie_name`). Capture never records any such name (:func:`is_snapd_name`);
 crash clean-up deletes only the exact cookie shape (:func:`is_cookie_name`), since a
 ``.snapd-*~`` a user made could be anything.
+
+The files ``snapctl integrate AGENT --project DIR`` writes into a workspace (the agent's hook
+settings, :data:`INTEGRATION_FILES`) are snapd's own too: capture never records them, so a
+rollback never rewrites or removes them — rolling back a turn must not switch off the hooks
+that mark the next one.
 """
 
 from __future__ import annotations
@@ -27,6 +32,15 @@ from snapd.errors import BadRequest
 SNAPD_PREFIX: Final = ".snapd-"
 SNAPD_SUFFIX: Final = "~"
 _COOKIE_RE: Final = re.compile(rb"\.snapd-[0-9]+-[0-9]+~")
+#: Workspace-relative paths of the files snapd's agent integrations write (see the docstring).
+INTEGRATION_FILES: Final = frozenset(
+    {
+        b".claude/settings.local.json",
+        b".codex/hooks.json",
+        b".gemini/settings.json",
+        b".opencode/plugin/snapd.js",
+    }
+)
 
 
 # -- relations ------------------------------------------------------------------------------
@@ -72,6 +86,11 @@ def is_snapd_name(name: str | bytes) -> bool:
     if isinstance(name, str):
         return name.startswith(SNAPD_PREFIX) and name.endswith(SNAPD_SUFFIX)
     return name.startswith(SNAPD_PREFIX.encode()) and name.endswith(SNAPD_SUFFIX.encode())
+
+
+def is_integration_file(rel: bytes) -> bool:
+    """One of the agent-integration files snapd writes into a workspace (never captured)."""
+    return rel in INTEGRATION_FILES
 
 
 def is_cookie_name(name: bytes) -> bool:

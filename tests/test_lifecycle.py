@@ -406,16 +406,15 @@ def test_ignored_paths_are_counted_not_hidden(tmp_path: Path) -> None:
 def test_claude_code_hook_marks_turns_with_the_session(tmp_path: Path) -> None:
     home = tmp_path / "home-snapd"
     root = _ws(tmp_path, files=2)
-    hook = Path(__file__).resolve().parent.parent / "clients" / "claude-code" / "snapd-turn.sh"
     d = start_daemon(home)
     try:
-        env = {**d.env, "SNAPCTL": f"{sys.executable} -m snapd"}
-        event = json.dumps({"session_id": "abc-123", "cwd": str(root), "hook_event_name": "UserPromptSubmit"})
+        env = {**d.env, "SNAPD_AUTO_START": "false"}  # the hook must not start another daemon below
+        d.ctl("watch", root)  # not a git work tree: a user-wide hook marks it once it is watched
 
         def run_hook(label: str) -> subprocess.CompletedProcess[bytes]:
-            return subprocess.run(
-                [str(hook), label], input=event.encode(), env=env, capture_output=True, timeout=60
-            )
+            name = {"turn-start": "UserPromptSubmit", "turn-end": "Stop"}[label]
+            event = json.dumps({"session_id": "abc-123", "cwd": str(root), "hook_event_name": name})
+            return run_ctl(env, "hook", "claude-code", input=event.encode(), timeout=60)
 
         cp = run_hook("turn-start")
         assert cp.returncode == 0 and cp.stdout == b"", cp  # nothing may reach Claude's context
@@ -430,7 +429,7 @@ def test_claude_code_hook_marks_turns_with_the_session(tmp_path: Path) -> None:
         # a daemon that is gone never blocks the prompt: exit 0, the reason on stderr
         assert d.stop() == 0
         cp = run_hook("turn-start")
-        assert cp.returncode == 0 and cp.stdout == b"" and b"could not mark" in cp.stderr
+        assert cp.returncode == 0 and cp.stdout == b"" and b"no snapd daemon is running" in cp.stderr
     finally:
         if d.alive():
             d.stop()

@@ -7,7 +7,8 @@ UTF-8). The only I/O is reading rule files (lazily, per directory; git facts com
 Precedence, highest first (the first source with a matching pattern decides):
 
 1. ``.git``, ``.hg``, ``.jj``, ``.svn`` as any path component: never captured ("vcs").
-2. snapd's own cookie and temp files ``.snapd-*~`` ("snapd").
+2. snapd's own cookie and temp files ``.snapd-*~``, and the agent-integration files it writes
+   (``paths.INTEGRATION_FILES``: a rollback must not undo the hooks) ("snapd").
 3. Paths git tracks: always captured, whatever the patterns say.
 4. Editors' swap, lock and backup files ("editor").
 5. A path inside a directory excluded by 7-9 is excluded too (git never descends into an
@@ -41,7 +42,7 @@ from typing import Final, Literal
 from pathspec import GitIgnoreSpec
 
 from snapd.capture.git import find_repo, read_regular
-from snapd.paths import is_snapd_name
+from snapd.paths import is_integration_file, is_snapd_name
 
 Reason = Literal["vcs", "snapd", "editor", "snapdignore", "config", "gitignore", "exclude"]
 
@@ -363,7 +364,7 @@ class IgnoreRules:
         if any(p in VCS_NAMES for p in parts):
             return "vcs"
         name = parts[-1]
-        if is_snapd_name(name):
+        if is_snapd_name(name) or is_integration_file(rel):
             return "snapd"
         if rel in self.tracked:
             return None

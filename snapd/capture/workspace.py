@@ -593,6 +593,7 @@ class Workspace:
 
     def _commit(self, paths: list[bytes], label: str | None, **meta: Any) -> Mark | None:
         hold: Sequence[bytes] = meta.pop("hold", ())
+        note: dict[str, Any] = meta.pop("note", None) or {}  # facts the caller adds to the summary
         with self.store.batch() as batch:
             changes: dict[bytes, trees.Change] = {}
             captured = self._capture(batch, paths)
@@ -615,6 +616,7 @@ class Workspace:
                 summary = ingest.summarize(batch, prev.tree if prev else None, tree, self._since_mark)
                 summary["warnings"], told = self._mark_warnings()
                 summary["ignored"] = self.ignored.to_json()
+                summary.update(note)
                 mark = batch.add_mark(
                     self.id,
                     label,

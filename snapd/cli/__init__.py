@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from snapd import __version__
-from snapd.cli import commands, events, history, times
+from snapd.cli import commands, events, history, integrate, times
 from snapd.cli.output import emit, print_json
 from snapd.config import parse_setting
 from snapd.display import shown
@@ -186,6 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add("events", "follow live events (all workspaces, or -w PATH's); gaps and restarts are reported",
              func=events.cmd_events)
     sp.add_argument("-n", "--count", type=_at_least_one, metavar="N", help="exit after N events")
+    integrate.add_parsers(sub)
     return p
 
 

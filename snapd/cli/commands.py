@@ -22,7 +22,7 @@ from snapd.cli.output import emit, path_text, print_json, progress_bar, size, su
 from snapd.cli.prompt import confirm
 from snapd.config import load_config
 from snapd.display import count
-from snapd.errors import Conflict, PlanChanged, UsageError
+from snapd.errors import Conflict, PlanChanged, SnapdError, UsageError
 from snapd.ipc.client import Client
 
 Env = dict[str, str]
@@ -88,8 +88,14 @@ def _warnings(warnings: list[str]) -> None:
 
 
 def cmd_status(args: argparse.Namespace, env: Env) -> int:
-    with _client(args, env) as c:
-        st = c.call("status")
+    try:
+        with _client(args, env) as c:
+            st = c.call("status")
+    except SnapdError:
+        if not args.json:  # the agents' hooks may say why, even with no daemon to ask
+            _integration_lines(env)
+        raise
+    st["integrations"] = _integrations(env)
     if not _human(args, st):
         return 0
     emit(f"snapd {st['version']} (pid {st['pid']}) at {st['endpoint']}")
@@ -114,8 +120,25 @@ def cmd_status(args: argparse.Namespace, env: Env) -> int:
                 f"      since start: {count(work['full_scans'], 'full scan')}, "
                 f"{count(work['lstats'], 'path')} lstat'ed, {count(work['files_read'], 'file')} read"
             )
+    _integration_lines(env, st["integrations"])
     _warnings(st.get("warnings", []))
     return 0
+
+
+def _integrations(env: Env) -> dict[str, Any]:
+    """Each agent integration's last hook call and last failures (recorded by the hook)."""
+    from snapd.integrations import health
+
+    return health.load_all(load_config(env, lenient=True).locations.hooks_dir)
+
+
+def _integration_lines(env: Env, records: dict[str, Any] | None = None) -> None:
+    for agent, rec in sorted((records if records is not None else _integrations(env)).items()):
+        last = rec.get("last_call") or {}
+        emit(f"agent {agent}: last hook call {when(last.get('time'))} {last.get('event') or ''}: "
+             f"{last.get('outcome') or '?'}")
+        for f in (rec.get("failures") or [])[-3:]:
+            emit(f"      failed {when(f.get('time'))} {f.get('event') or ''}: {f.get('message')}")
 
 
 def _ignored_line(fields: dict[str, Any]) -> str:
@@ -229,9 +252,13 @@ def cmd_log(args: argparse.Namespace, env: Env) -> int:
         r = c.call("log", **fields, **_where(args))
     if not _human(args, r):
         return 0
+    # A turn-start records the session's turn before it that never ended (daemon.turns).
+    interrupted = {m["summary"].get("interrupted") for m in r["marks"]}
     for m in r["marks"]:
         who = " ".join(x for x in (m.get("agent"), m.get("session")) if x)
         pin = " [pinned]" if m["pinned"] else ""
+        pin += " [interrupted]" if m["id"] in interrupted else ""
+        pin += " [late]" if m["summary"].get("late") else ""
         changed = m["summary"].get("changed", 0)
         line = f"{m['id']}  {when(m['created'])}  {m['label']:<16} {changed:>5} changed  {who}{pin}"
         emit(line.rstrip())

@@ -29,7 +29,7 @@ from snapd import __version__
 from snapd.capture import git, ignore, roots
 from snapd.capture.workspace import Settings, Workspace
 from snapd.daemon import history as daemon_history
-from snapd.daemon import textdiff
+from snapd.daemon import textdiff, turns
 from snapd.daemon.events import EventSink, NoEvents, emit, rollback_fields, workspace_notifier
 from snapd.display import shown
 from snapd.errors import Busy, NotFound, SnapdError, UsageError, WorkspaceRefused
@@ -375,13 +375,30 @@ class Service:
         message: str | None = None,
         agent: str | None = None,
         session: str | None = None,
+        register: bool = True,
+        late_after_s: float | None = None,
     ) -> dict[str, Any]:
+        """A mark; ``register=False``: only in a workspace already watched. With a ``session``,
+        the reply also says what happened since the session's previous mark (:mod:`.turns`).
+        ``late_after_s``: the caller stops waiting after this long; a mark taken later (behind
+        a baseline) is flagged ``late``."""
         from snapd.store.refs import validate_label
 
         validate_label(label)
-        ws, _ = self._find(workspace, cwd, register=True)
-        mark = ws.mark(label, message=message, agent=agent, session=session)
-        return mark_json(mark, ws.root)
+        started = time.monotonic()
+        ws, _ = self._find(workspace, cwd, register=register)
+        before = self.store.marks(ws.id) if session else []
+        previous = turns.session_last(before, session) if session else None
+        note = turns.interrupted_note(label, previous)
+        if late_after_s is not None and time.monotonic() - started > late_after_s:
+            note["late"] = True
+        mark = ws.mark(label, message=message, agent=agent, session=session, note=note)
+        out = mark_json(mark, ws.root)
+        if session:
+            marks = [mark, *before]
+            out["rollbacks"] = wire_paths(turns.rollbacks_between(marks, previous, mark))
+            out["late_marks"] = turns.late_in_last_turn(marks, session, mark)
+        return out
 
     def op_log(
         self,

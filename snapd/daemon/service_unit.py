@@ -20,10 +20,10 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from snapd.config import service_environment
+from snapd.config import SERVICE_UNIT, service_environment
 from snapd.errors import ConfigError
 
-UNIT_NAME = "snapd.service"
+UNIT_NAME = SERVICE_UNIT
 REPO_EXEC = "/usr/bin/env python3 -m snapd"
 
 UNIT_TEMPLATE = """\

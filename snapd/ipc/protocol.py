@@ -54,7 +54,8 @@ OP_ARGS: dict[str, dict[str, Arg]] = {
     "forget": {**_WHERE, "dry_run": Arg("bool")},
     "mark": {
         **_WHERE, "label": Arg("str", required=True), "message": Arg("str"),
-        "agent": Arg("str"), "session": Arg("str"),
+        "agent": Arg("str"), "session": Arg("str"), "register": Arg("bool"),
+        "late_after_s": Arg("float"),
     },
     "log": {
         **_WHERE, "limit": Arg("int"), "agent": Arg("str"), "session": Arg("str"),

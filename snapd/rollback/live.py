@@ -39,7 +39,7 @@ import structlog
 from snapd.capture import ignore, reader
 from snapd.capture.workspace import Workspace
 from snapd.errors import Conflict, NotFound, PlanChanged, SnapdError
-from snapd.paths import at_or_below, encode_path
+from snapd.paths import at_or_below, encode_path, is_integration_file
 from snapd.rollback import apply, plan
 from snapd.rollback.plan import Plan
 from snapd.store import trees
@@ -158,7 +158,9 @@ def _ignored_below(
             if trees.lookup(load, current, rel) is not None:
                 continue
             why = m_rules.reason(rel, _is_dir(ws.rootb, rel))
-            if why is not None and why != "snapd":
+            if is_integration_file(rel):  # the agent's hooks: kept like an ignored file, never removed
+                out.append((rel, "snapd's agent integration (a rollback leaves it)"))
+            elif why is not None and why != "snapd":
                 out.append((rel, f"ignored at the mark ({why})"))
         return out
 
@@ -409,12 +411,37 @@ def _mark_before(ws: Workspace, target: Mark, prep: _Prepared, token: str | None
             message=f"before rollback to {target.id} ({target.label})",
             hold=prep.touched_extras,
             absent=prep.created,
+            note={"rollback": effect(target, prep.plan)},
         )
         if ws.tree == prep.current:
             return pre, prep
         prep = _prepare(ws, target, prep.only, prep.force, ws.sync_locked(rescan=True))
         _check(ws, target, prep.plan, prep.held, token)
     raise Conflict("the workspace kept changing while the rollback was prepared; nothing was changed")
+
+
+EFFECT_EXAMPLES = 20  # paths per kind a pre-rollback mark names (the counts are exact)
+
+
+def effect(target: Mark, plan: Plan) -> dict[str, Any]:
+    """What a rollback to ``target`` changes, for people and agents who were not watching: the
+    paths it restores (they existed and change back), recreates (they were gone) and deletes
+    (they did not exist at ``target``). Recorded in its pre-rollback mark, so an agent's next
+    turn can be told (``daemon.turns``)."""
+    kinds: dict[str, list[bytes]] = {"restored": [], "recreated": [], "deleted": []}
+    for op in plan.ops:
+        if op.kind in ("write", "symlink"):
+            kinds["restored" if op.expect is not None else "recreated"].append(op.path)
+        elif op.kind in ("remove", "rmdir"):
+            kinds["deleted"].append(op.path)
+    out: dict[str, Any] = {
+        "to": target.id,
+        "label": target.label,
+        "undo": target.kind == "pre-rollback",
+        "counts": {k: len(v) for k, v in kinds.items()},
+    }
+    out.update({k: [os.fsdecode(p) for p in sorted(v)[:EFFECT_EXAMPLES]] for k, v in kinds.items()})
+    return out
 
 
 def _root_mode(ws: Workspace) -> int | None:

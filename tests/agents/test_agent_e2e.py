@@ -1,10 +1,7 @@
 """Every agent marks its turns out of the box: the promise of issue 10, proven with the real programs.
 
-PENDING: this needs ``snapctl integrate`` / ``snapctl hook`` (branch wave3-10a), not yet on main
-when it was written; so it is named so that pytest does not collect it. Once they are on main:
-``git mv tests/agents/e2e_needs_integrations.py tests/agents/test_agent_e2e.py``. It passed for all
-five agents on main + wave3-10a (turn 1 / turn 2 seconds: Claude Code 6/4, Codex 8/6, Gemini CLI
-15/10, OpenCode 24/19, Aider 16/-), and fails when the hook's notice is emptied.
+Turn 1 / turn 2 seconds measured here: Claude Code 6/4, Codex 8/6, Gemini CLI 15/10, OpenCode
+24/19, Aider 16/-. The test fails when the hook's notice is emptied.
 
 Per agent, against a real daemon: ``snapctl integrate AGENT`` (``--project`` where the agent has a
 per-project form, ``--user`` for Codex and Aider) in the test's private HOME; one real turn through

@@ -1,0 +1,101 @@
+"""``snapctl integrate AGENT`` and ``snapctl hook AGENT``: wiring agents to snapd.
+
+``integrate`` edits the agent's own configuration (:mod:`snapd.integrations`), says what it
+changed, and with ``--check`` says whether the hooks are there and will run (exit 1 when not).
+``hook`` is what the agents run; ``main()`` hands it over before building the parser, since it
+runs on every prompt an agent submits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from snapd.cli.output import emit, print_json
+from snapd.errors import UsageError
+
+Env = dict[str, str]
+
+
+def add_parsers(sub: Any) -> None:
+    from snapd.integrations import AGENTS
+
+    sp = sub.add_parser(
+        "integrate", help="make an agent mark its turns (writes the agent's hook settings)",
+        description="Merge snapd's hooks into an agent's own configuration, keeping everything else.",
+    )
+    sp.add_argument("agent", choices=sorted(AGENTS), metavar="AGENT", help=", ".join(AGENTS))
+    where = sp.add_mutually_exclusive_group()
+    where.add_argument("--user", action="store_true", help="every project the agent works in (default)")
+    where.add_argument(
+        "--project", metavar="DIR", help="only this project (Claude Code: .claude/settings.local.json)"
+    )
+    what = sp.add_mutually_exclusive_group()
+    what.add_argument("--remove", action="store_true", help="take out exactly what integrate added")
+    what.add_argument(
+        "--print", dest="show", action="store_true", help="show what to add by hand; change nothing"
+    )
+    what.add_argument("--check", action="store_true", help="are the hooks there, and will they run?")
+    sp.add_argument("--json", action="store_true", help="print JSON for scripts (errors too)")
+    sp.set_defaults(func=cmd_integrate)
+    hp = sub.add_parser(
+        "hook", help="what an agent's hooks run (reads the agent's event; always exits 0)",
+        description="Mark turn-start/turn-end from an agent's hook event (stdin JSON, or a JSON argument).",
+    )
+    hp.add_argument("agent", metavar="AGENT")
+    hp.add_argument("rest", nargs=argparse.REMAINDER)
+    hp.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    hp.set_defaults(func=cmd_hook)
+
+
+def cmd_hook(args: argparse.Namespace, env: Env) -> int:
+    from snapd.integrations.hook import main
+
+    return main([args.agent, *args.rest], env)
+
+
+def cmd_integrate(args: argparse.Namespace, env: Env) -> int:
+    from snapd.integrations import agent
+    from snapd.integrations.base import Context, Scope, snapctl_argv
+
+    integration = agent(args.agent)
+    scope = Scope(Path(os.path.abspath(args.project))) if args.project else Scope()
+    if scope.project is not None and not scope.project.is_dir():
+        raise UsageError(f"--project {scope.project}: no such directory")
+    integration.scope_check(scope)
+    ctx = Context(env, snapctl_argv())
+    if args.show:
+        text = integration.show(scope, ctx)
+        if args.json:
+            print_json({"agent": integration.name, "text": text})
+        else:
+            print(text, end="")
+        return 0
+    if args.check:
+        findings = integration.check(scope, ctx)
+        ok = bool(findings) and all(f.ok for f in findings)
+        if args.json:
+            print_json({"agent": integration.name, "ok": ok,
+                        "findings": [{"ok": f.ok, "text": f.text} for f in findings]})
+        else:
+            for f in findings:
+                emit(f"{'ok' if f.ok else 'NOT OK'}: {f.text}")
+            emit(f"{integration.title} ({scope.describe()}): "
+                 + ("hooks present and will run" if ok else "hooks missing or will not run"))
+        return 0 if ok else 1
+    changes = integration.remove(scope, ctx) if args.remove else integration.install(scope, ctx)
+    if args.json:
+        print_json({"agent": integration.name, "changes": [
+            {"path": str(c.path), "action": c.action, "what": c.what} for c in changes]})
+        return 0
+    for c in changes:
+        emit(c.line())
+    if not args.remove:
+        emit(f"{integration.title} marks its turns ({scope.describe()}); "
+             f"`snapctl integrate {integration.name} --check` checks, --remove undoes")
+        for f in integration.check(scope, ctx):  # what still stands in the way (Codex: trust)
+            if not f.ok:
+                emit(f"warning: {f.text}", err=True)
+    return 0

@@ -1,0 +1,66 @@
+"""Starting the daemon from an agent's hook, when none is running.
+
+A user who integrated an agent expects marks without having started anything. The hook starts
+the daemon through the systemd user unit when it is installed (``snapd install-service``), so
+the service manager owns it; otherwise it runs this installation's own interpreter,
+``sys.executable -m snapd start --background`` — never a ``snapd`` found on PATH, which may be
+Ubuntu's snap daemon — in a new session (``setsid``: the agent's terminal and process group
+are not its own), from ``/`` (it must not hold the agent's directory busy), with a scrubbed
+environment: the daemon needs no API key, token or the agent's other variables, and a
+long-lived process must not keep them. The daemon's instance lock makes two hooks starting it
+at once harmless. ``auto_start = false`` in the config turns this off.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from snapd.config import SERVICE_UNIT, service_environment
+
+#: Variables a daemon started from a hook keeps: where things are, the locale, PATH (git).
+KEPT = frozenset(
+    {"HOME", "USER", "LOGNAME", "PATH", "LANG", "LANGUAGE", "TZ", "TMPDIR", "XDG_RUNTIME_DIR",
+     "XDG_DATA_HOME", "XDG_CONFIG_HOME", "DBUS_SESSION_BUS_ADDRESS"}
+)
+
+
+def scrubbed(env: Mapping[str, str]) -> dict[str, str]:
+    """The part of ``env`` a daemon may inherit: :data:`KEPT`, the locale, and snapd's own
+    settings (``config.service_environment``)."""
+    out = {k: v for k, v in env.items() if k in KEPT or k.startswith("LC_")}
+    out.update(service_environment(env))
+    return out
+
+
+def unit_installed(env: Mapping[str, str]) -> bool:
+    home = Path(env.get("HOME") or os.path.expanduser("~"))
+    config_home = env.get("XDG_CONFIG_HOME", "")
+    base = Path(config_home) if os.path.isabs(config_home) else home / ".config"
+    return (base / "systemd" / "user" / SERVICE_UNIT).is_file()
+
+
+def start(env: Mapping[str, str], timeout_s: float) -> str:
+    """Start a daemon; returns how (for the log). Does not wait for it to answer."""
+    clean = scrubbed(env)
+    systemctl = shutil.which("systemctl", path=env.get("PATH"))
+    if systemctl and unit_installed(env):
+        try:
+            done = subprocess.run(
+                [systemctl, "--user", "start", SERVICE_UNIT], env=clean, cwd="/", timeout=timeout_s,
+                stdin=subprocess.DEVNULL, capture_output=True, check=False,
+            )
+            if done.returncode == 0:
+                return f"systemctl --user start {SERVICE_UNIT}"
+        except (OSError, subprocess.SubprocessError):
+            pass  # the user manager is not reachable (no session bus): start it ourselves
+    subprocess.Popen(
+        [sys.executable, "-m", "snapd", "start", "--background"],
+        env=clean, cwd="/", start_new_session=True, close_fds=True,
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    return f"{sys.executable} -m snapd start --background"

@@ -1,0 +1,193 @@
+"""``snapctl hook AGENT``: the one command every agent's hooks run.
+
+It reads the agent's event (stdin JSON, or a JSON argument for Codex's ``notify``), marks
+``turn-start`` on the prompt event and ``turn-end`` on the stop/idle event, tagged with the
+agent and its session id, and prints what the agent's protocol expects: the rollback notice
+(:mod:`.notice`) on a prompt event, nothing otherwise — Gemini CLI: always a JSON object.
+
+Promises:
+
+- It never exits non-zero: for most agents a failing hook blocks the prompt or retries it.
+  Problems are warnings on stderr and are recorded for ``snapctl status`` (:mod:`.health`).
+- It keeps inside the agent's hook timeout: the whole run has a budget (the timeout snapd
+  wrote into the agent's configuration less :data:`MARGIN_S`, or ``client_timeout_s`` when
+  that is smaller), shared by its phases — connect, start the daemon, mark. A mark that cannot
+  finish in time (a new workspace's first mark is its whole baseline) is left to the daemon,
+  which records it when the baseline completes, flagged ``late``; the hook returns.
+- With no daemon running it starts one (:mod:`.autostart`) unless ``auto_start = false``.
+- A user-wide integration marks only a git work tree or a directory already watched: an agent
+  started in ``/tmp`` or ``~/Downloads`` must not make snapd capture it. It warns once per
+  directory, saying how to watch it. (``--project`` hooks were written for their directory.)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from snapd.config import Config, load_config, resolve_endpoint
+from snapd.display import shown
+from snapd.errors import DaemonUnavailable, NotFound, SnapdError, Timeout
+from snapd.integrations import agent as find_agent
+from snapd.integrations import health, notice
+from snapd.integrations.base import Agent, BadEvent, Event, Scope
+from snapd.ipc.client import Client, probe_listener
+
+MARGIN_S = 5.0  # the hook is done this long before the agent's own timeout
+START_WAIT_S = 10.0  # at most this long (within the budget) for a daemon being started
+LABELS = {"start": "turn-start", "end": "turn-end"}
+
+
+class Run:
+    """One hook call: its budget, its warnings, and what it did (for the health record)."""
+
+    def __init__(self, integration: Agent, scope: Scope, config: Config, env: Mapping[str, str]) -> None:
+        self.agent, self.scope, self.config, self.env = integration, scope, config, env
+        budget = integration.hook_timeout_s - MARGIN_S
+        if config.client_timeout_s is not None:
+            budget = min(budget, config.client_timeout_s)
+        self.deadline = time.monotonic() + max(budget, 0.5)
+        self.warnings: list[str] = []
+        self.failure: str | None = None
+        self.outcome = "nothing to mark"
+
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def warn(self, text: str, *, failure: bool = True) -> None:
+        self.warnings.append(text)
+        if failure:
+            self.failure = text
+
+    def connect(self) -> str:
+        """The endpoint of a daemon that listens, started first if need be."""
+        endpoint = resolve_endpoint(self.config)
+        if probe_listener(endpoint) is not False:
+            return endpoint
+        if not self.config.auto_start:
+            raise DaemonUnavailable(
+                f"no snapd daemon is running at {endpoint} and auto_start is off: start it with `snapd start`"
+            )
+        from snapd.integrations import autostart  # deferred: subprocess, only without a daemon
+
+        how = autostart.start(self.env, min(START_WAIT_S, max(self.remaining(), 0.1)))
+        self.warn(f"no daemon was running: started one ({how})", failure=False)
+        wait_until = min(self.deadline, time.monotonic() + START_WAIT_S)
+        while time.monotonic() < wait_until:
+            endpoint = resolve_endpoint(self.config)
+            if probe_listener(endpoint):
+                return endpoint
+            time.sleep(0.05)
+        raise DaemonUnavailable(f"started a daemon ({how}) but it did not answer within {START_WAIT_S:g} s")
+
+    def mark(self, event: Event) -> dict[str, Any] | None:
+        label = LABELS[event.kind]
+        cwd = event.cwd or os.getcwd()
+        register = not self.scope.user or in_git_work_tree(Path(cwd))
+        endpoint = self.connect()
+        timeout = max(self.remaining(), 0.2)
+        fields: dict[str, Any] = {"agent": self.agent.name, "cwd": os.fsencode(cwd), "register": register}
+        if event.session:
+            fields["session"] = event.session
+        with Client(endpoint, timeout, self.config.request_max_bytes) as client:
+            try:
+                reply = client.call("mark", label=label, late_after_s=max(timeout - 1.5, 0.1), **fields)
+            except Timeout:
+                self.warn(
+                    f"{label} in {cwd} did not finish within the hook's {timeout:.0f} s (a new workspace's "
+                    "first capture); snapd records it when that completes, flagged late"
+                )
+                self.outcome = f"{label} late"
+                return None
+            except NotFound:
+                if register:
+                    raise
+                self.outcome = "not a git work tree or watched: nothing marked"
+                if health.first_warning(self.config.locations.hooks_dir, self.agent.name, cwd):
+                    self.warn(
+                        f"not marking {cwd}: it is neither a git work tree nor watched, and a user-wide "
+                        f"integration marks only those. To keep its history: snapctl watch {cwd}",
+                        failure=False,
+                    )
+                return None
+        self.outcome = f"{label} {reply.get('id')}"
+        return reply
+
+
+def in_git_work_tree(where: Path) -> bool:
+    """Whether ``where`` is inside a git work tree (a ``.git`` directory or file above it).
+    Found by looking, not by running git: this runs on every prompt."""
+    try:
+        here = where.resolve()
+    except OSError:
+        return False
+    return any((p / ".git").exists() for p in (here, *here.parents))
+
+
+def _payload(args: Sequence[str], stdin: BinaryIO) -> bytes:
+    """The event: a JSON argument (Codex's notify), else stdin (never a terminal's)."""
+    for a in reversed(args):
+        if a.lstrip().startswith("{"):
+            return a.encode("utf-8", "surrogateescape")
+    try:
+        if os.isatty(stdin.fileno()):
+            return b""
+    except (OSError, ValueError):
+        pass
+    return stdin.read()
+
+
+def run(args: Sequence[str], env: Mapping[str, str], stdin: BinaryIO) -> tuple[str, list[str]]:
+    """Handle one hook call: (what to print on stdout, warnings for stderr). Never raises."""
+    name = args[0] if args else ""
+    try:
+        integration = find_agent(name)
+    except SnapdError as exc:
+        return "", [exc.message]
+    scope = Scope(Path.cwd()) if "--project" in args[1:] else Scope()
+    event = Event("other", "")
+    warnings: list[str] = []
+    text = ""
+    try:
+        config = load_config(env, lenient=True)
+    except SnapdError as exc:
+        return integration.reply(event, ""), [exc.message]
+    state = Run(integration, scope, config, env)
+    try:
+        event = integration.parse(_payload(args[1:], stdin), args[1:])
+        if event.kind in LABELS:
+            reply = state.mark(event)
+            if reply is not None and event.kind == "start":
+                text = notice.render(reply)
+    except BadEvent as exc:
+        state.warn(str(exc))
+    except SnapdError as exc:
+        state.warn(exc.message)
+    except Exception as exc:  # a bug: still never fail the agent's turn
+        import traceback
+
+        state.warn(f"internal error: {exc!r}")
+        warnings.append(traceback.format_exc().rstrip())
+    try:
+        call = {"event": event.name or event.kind, "session": event.session, "cwd": event.cwd,
+                "outcome": state.outcome if state.failure is None else "failed"}
+        health.record(config.locations.hooks_dir, integration.name, call, state.failure)
+    except (OSError, SnapdError) as exc:
+        warnings.append(f"cannot record this call for `snapctl status`: {exc}")
+    return integration.reply(event, text), state.warnings + warnings
+
+
+def main(args: Sequence[str], env: Mapping[str, str]) -> int:
+    """``snapctl hook AGENT [--project] [EVENT-JSON]``; always exits 0."""
+    out, warnings = run(args, env, sys.stdin.buffer)
+    for w in warnings:
+        for line in w.splitlines():
+            print(f"snapd: {shown(line)}", file=sys.stderr)
+    if out:
+        sys.stdout.write(out if out.endswith("\n") else out + "\n")
+        sys.stdout.flush()
+    return 0

@@ -1,0 +1,148 @@
+"""Editing an agent's JSON settings without losing anything of the user's.
+
+A settings file is read whole, changed in memory and written back by temp file + rename (its
+mode kept), so an agent never reads half a file. Everything but snapd's own entries is kept
+as it was: other settings, other hooks, their order. A file that holds comments (JSONC, which
+some agents accept) cannot be written back without dropping them, so it is refused, with a
+pointer to ``--print`` to add the hooks by hand.
+
+The hook layout shared by Claude Code, Codex's ``hooks.json`` and Gemini CLI::
+
+    {"hooks": {"EVENT": [{"matcher": "...", "hooks": [{"type": "command", "command": "...",
+                                                     "timeout": N}]}]}}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from snapd.errors import IntegrationRefused
+
+Doc = dict[str, Any]
+_COMMENT = re.compile(r"^\s*(//|/\*)|[,{\[]\s*(//|/\*)", re.MULTILINE)
+
+
+def load(path: Path, agent: str) -> Doc:
+    """The JSON object in ``path`` ({} when the file is missing or empty)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError) as exc:
+        raise IntegrationRefused(f"{path} cannot be read: {exc}", path=str(path)) from None
+    if not text.strip():
+        return {}
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        if _COMMENT.search(text):
+            raise IntegrationRefused(
+                f"{path} holds comments, which rewriting it would lose; add snapd's hooks by hand: "
+                f"`snapctl integrate {agent} --print` shows them",
+                path=str(path),
+            ) from None
+        raise IntegrationRefused(f"{path} is not valid JSON ({exc}); fix it first", path=str(path)) from None
+    if not isinstance(doc, dict):
+        raise IntegrationRefused(f"{path} does not hold a JSON object; fix it first", path=str(path))
+    return doc
+
+
+def save(path: Path, doc: Doc) -> None:
+    """Write ``doc`` to ``path`` atomically, keeping the file's mode (new files: 0644)."""
+    text = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+    write_text(path, text)
+
+
+def write_text(path: Path, text: str, mode: int | None = None) -> None:
+    """Replace ``path`` with ``text`` through a temp file beside it (parents created)."""
+    import tempfile  # deferred: the hook imports this module but never writes settings
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        keep = os.stat(path).st_mode & 0o7777
+    except FileNotFoundError:
+        keep = 0o644
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".snapd-tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, keep if mode is None else mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+# -- the shared hook layout ---------------------------------------------------------------------
+
+Ours = Callable[[object], bool]
+
+
+def _groups(doc: Doc, event: str, path: Path) -> list[Any]:
+    hooks = doc.setdefault("hooks", {})
+    if not isinstance(hooks, dict):
+        raise IntegrationRefused(f"{path}: 'hooks' is not an object; fix it first", path=str(path))
+    groups = hooks.setdefault(event, [])
+    if not isinstance(groups, list):
+        raise IntegrationRefused(f"{path}: 'hooks.{event}' is not a list; fix it first", path=str(path))
+    return groups
+
+
+def our_hooks(doc: Doc, event: str, ours: Ours) -> list[dict[str, Any]]:
+    """snapd's hook entries under ``event`` (without changing ``doc``)."""
+    hooks = doc.get("hooks")
+    groups = hooks.get(event) if isinstance(hooks, dict) else None
+    found = []
+    for group in groups if isinstance(groups, list) else []:
+        entries = group.get("hooks") if isinstance(group, dict) else None
+        for h in entries if isinstance(entries, list) else []:
+            if isinstance(h, dict) and ours(h.get("command")):
+                found.append(h)
+    return found
+
+
+def put_hook(doc: Doc, event: str, entry: dict[str, Any], ours: Ours, path: Path) -> str:
+    """Make ``entry`` snapd's one hook under ``event``: "added", "updated" or "unchanged"."""
+    existing = our_hooks(doc, event, ours)
+    if existing == [entry]:
+        return "unchanged"
+    action = "updated" if existing else "added"
+    drop_hooks(doc, event, ours)
+    _groups(doc, event, path).append({"hooks": [entry]})
+    return action
+
+
+def drop_hooks(doc: Doc, event: str, ours: Ours) -> int:
+    """Remove snapd's entries under ``event``; a group left empty goes, then an empty event,
+    then an empty ``hooks``. Everything else stays where it was. Returns how many went."""
+    hooks = doc.get("hooks")
+    groups = hooks.get(event) if isinstance(hooks, dict) else None
+    if not isinstance(hooks, dict) or not isinstance(groups, list):
+        return 0
+    removed = 0
+    kept_groups = []
+    for group in groups:
+        entries = group.get("hooks") if isinstance(group, dict) else None
+        if not isinstance(entries, list):
+            kept_groups.append(group)
+            continue
+        kept = [h for h in entries if not (isinstance(h, dict) and ours(h.get("command")))]
+        removed += len(entries) - len(kept)
+        if kept or not entries:
+            group["hooks"] = kept
+            kept_groups.append(group)
+    if kept_groups:
+        hooks[event] = kept_groups
+    else:
+        del hooks[event]
+    if not hooks:
+        del doc["hooks"]
+    return removed

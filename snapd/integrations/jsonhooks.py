@@ -1,0 +1,121 @@
+"""Agents whose hooks live in a JSON settings file (Claude Code, Gemini CLI, Codex's
+``hooks.json``): one prompt event marks ``turn-start``, one stop event marks ``turn-end``.
+
+A subclass names the file per scope, the two events, and the entry's extra fields (timeout
+units differ: Claude Code and Codex count seconds, Gemini CLI milliseconds).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from snapd.errors import IntegrationRefused
+from snapd.integrations import jsonfile
+from snapd.integrations.base import (
+    Agent,
+    Change,
+    Context,
+    Event,
+    EventKind,
+    Finding,
+    Scope,
+    named_event,
+)
+
+
+class JsonHooksAgent(Agent):
+    #: the agent's event name -> what it means for the turn
+    events: ClassVar[dict[str, EventKind]]
+
+    def settings(self, scope: Scope, ctx: Context) -> Path:
+        raise NotImplementedError
+
+    def entry(self, scope: Scope, ctx: Context) -> dict[str, Any]:
+        return {"type": "command", "command": self.command(scope, ctx), "timeout": int(self.hook_timeout_s)}
+
+    def files(self, scope: Scope, ctx: Context) -> list[Path]:
+        return [self.settings(scope, ctx)]
+
+    def install(self, scope: Scope, ctx: Context) -> list[Change]:
+        path = self.settings(scope, ctx)
+        doc = jsonfile.load(path, self.name)
+        entry = self.entry(scope, ctx)
+        actions = {ev: jsonfile.put_hook(doc, ev, entry, self.is_ours, path) for ev in self.events}
+        if any(a != "unchanged" for a in actions.values()):
+            jsonfile.save(path, doc)
+        return [Change(path, a, f"snapd's {ev} hook") for ev, a in actions.items()]
+
+    def remove(self, scope: Scope, ctx: Context) -> list[Change]:
+        path = self.settings(scope, ctx)
+        if not path.exists():
+            return [Change(path, "absent", "no settings file")]
+        doc = jsonfile.load(path, self.name)
+        removed = {ev: jsonfile.drop_hooks(doc, ev, self.is_ours) for ev in self.events}
+        if any(removed.values()):
+            if doc:
+                jsonfile.save(path, doc)
+            else:  # nothing but snapd's hooks was in it: the file goes too
+                path.unlink()
+        return [
+            Change(path, "removed" if n else "absent", f"snapd's {ev} hook") for ev, n in removed.items()
+        ]
+
+    def check(self, scope: Scope, ctx: Context) -> list[Finding]:
+        path = self.settings(scope, ctx)
+        doc = jsonfile.load(path, self.name)
+        out = []
+        for ev in self.events:
+            found = jsonfile.our_hooks(doc, ev, self.is_ours)
+            if not found:
+                out.append(Finding(False, f"no snapd {ev} hook in {path}"))
+                continue
+            command = str(found[0].get("command"))
+            out.append(Finding(True, f"{ev} hook in {path}: {command}"))
+            out += command_findings(command)
+        return out + self.runs(doc, path) + self.twice(scope, ctx)
+
+    def twice(self, scope: Scope, ctx: Context) -> list[Finding]:
+        """A project integrated while the user-wide hooks are there too: the agent runs both,
+        each turn would be marked twice (and every turn-start would look interrupted)."""
+        if scope.project is None:
+            return []
+        user = self.settings(Scope(), ctx)
+        try:
+            doc = jsonfile.load(user, self.name)
+        except IntegrationRefused:
+            return []
+        if any(jsonfile.our_hooks(doc, ev, self.is_ours) for ev in self.events):
+            return [Finding(False, f"snapd's hooks are also in {user} (user-wide): each turn would be "
+                                   f"marked twice; remove one (`snapctl integrate {self.name} --remove`)")]
+        return []
+
+    def runs(self, doc: dict[str, Any], path: Path) -> list[Finding]:
+        """Agent-specific reasons the hooks would not run (a switch that disables them)."""
+        return []
+
+    def show(self, scope: Scope, ctx: Context) -> str:
+        doc: dict[str, Any] = {}
+        for ev in self.events:
+            jsonfile.put_hook(doc, ev, self.entry(scope, ctx), self.is_ours, Path("-"))
+        return f"# merge into {self.settings(scope, ctx)}\n" + json.dumps(doc, indent=2) + "\n"
+
+    def parse(self, stdin: bytes, argv: Sequence[str]) -> Event:
+        return named_event(stdin, self.events)
+
+
+def command_findings(command: str) -> list[Finding]:
+    """Whether the program a hook command names exists and can run."""
+    try:
+        program = shlex.split(command)[0]
+    except (ValueError, IndexError):
+        return [Finding(False, f"the hook command cannot be parsed: {command!r}")]
+    if not os.path.isabs(program):
+        return [Finding(False, f"the hook runs {program!r} by name, not by absolute path")]
+    if not os.access(program, os.X_OK):
+        return [Finding(False, f"{program} does not exist or cannot run: re-run `snapctl integrate`")]
+    return []
