@@ -134,12 +134,6 @@ class Store:
         )
         return [Workspace(r[0], bytes(r[1]), r[2], bool(r[3])) for r in rows]
 
-    def workspace(self, ws: int) -> Workspace:
-        for w in self.workspaces():
-            if w.id == ws:
-                return w
-        raise NotFound(f"no workspace with id {ws}")
-
     def head(self, ws: int) -> str | None:
         """The tree of everything captured in ``ws``, marks or not (None before a baseline)."""
         row = self.catalog.read().execute("SELECT head FROM workspaces WHERE id=?", (ws,)).fetchone()
