@@ -52,6 +52,28 @@ KINDS: tuple[str, ...] = Kind.__args__  # type: ignore[attr-defined]
 DAEMON_TOPIC = b"\0"  # events that concern no single workspace
 
 
+def bind_private(
+    ctx: zmq.Context[zmq.Socket[bytes]],
+    kind: int,
+    endpoint: str,
+    options: dict[zmq.SocketOption, int],
+    what: str,
+) -> zmq.Socket[bytes]:
+    """A ``kind`` socket bound at the ipc ``endpoint``, whose directory is made private first
+    (0700: the directory is the access check). ``what`` names the failure: "cannot WHAT at"."""
+    ensure_private_dir(Path(endpoint[len("ipc://"):]).parent)
+    sock = ctx.socket(kind)
+    sock.setsockopt(zmq.LINGER, 0)
+    for option, value in options.items():
+        sock.setsockopt(option, value)
+    try:
+        sock.bind(endpoint)
+    except zmq.ZMQError as e:
+        sock.close(0)
+        raise SnapdError(f"cannot {what} at {endpoint}: {e}") from None
+    return sock
+
+
 def events_endpoint(control_endpoint: str) -> str:
     """The PUB endpoint beside ``control_endpoint`` (same private directory)."""
     if not control_endpoint.startswith("ipc://"):
@@ -77,18 +99,9 @@ class Publisher:
         self._sock: zmq.Socket[bytes] | None = None
 
     def start(self) -> None:
-        path = Path(self.endpoint[len("ipc://"):])
-        ensure_private_dir(path.parent)
         self._ctx = zmq.Context()
-        sock = self._ctx.socket(zmq.PUB)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.SNDHWM, self._hwm)
-        try:
-            sock.bind(self.endpoint)
-        except zmq.ZMQError as e:
-            sock.close(0)
-            raise SnapdError(f"cannot publish events at {self.endpoint}: {e}") from None
-        self._sock = sock
+        opts = {zmq.SNDHWM: self._hwm}
+        self._sock = bind_private(self._ctx, zmq.PUB, self.endpoint, opts, "publish events")
         log.info("events.publishing", endpoint=self.endpoint, instance=self.instance, hwm=self._hwm)
 
     def publish(self, kind: str, workspace: str | None, fields: dict[str, Any]) -> None:

@@ -35,7 +35,7 @@ from typing import Any
 import structlog
 import zmq
 
-from snapd.config import ensure_private_dir, remove_socket, write_endpoint_file
+from snapd.config import remove_socket, write_endpoint_file
 from snapd.errors import (
     BadRequest,
     Busy,
@@ -45,6 +45,7 @@ from snapd.errors import (
     SnapdError,
 )
 from snapd.ipc import protocol
+from snapd.ipc.events import bind_private
 from snapd.ipc.timing import RequestTimings
 
 log = structlog.get_logger("snapd.server")
@@ -143,18 +144,9 @@ class ControlServer:
 
     def start(self) -> None:
         """Bind (in a private directory) and start serving. Errors surface here, not later."""
-        path = Path(self.endpoint[len("ipc://"):])
-        ensure_private_dir(path.parent)
-        sock = self._ctx.socket(zmq.ROUTER)
-        sock.setsockopt(zmq.LINGER, 0)
         # libzmq drops (and disconnects) a peer that sends a bigger frame before we see it.
-        sock.setsockopt(zmq.MAXMSGSIZE, self._max_bytes)
-        try:
-            sock.bind(self.endpoint)
-        except zmq.ZMQError as e:
-            sock.close(0)
-            raise SnapdError(f"cannot listen at {self.endpoint}: {e}") from None
-        self._sock = sock
+        opts = {zmq.MAXMSGSIZE: self._max_bytes}
+        self._sock = bind_private(self._ctx, zmq.ROUTER, self.endpoint, opts, "listen")
         if self._endpoint_file_dir is not None:
             write_endpoint_file(self._endpoint_file_dir, self.endpoint)
         self._thread = threading.Thread(target=self._loop, name="snapd-server", daemon=True)
