@@ -1,5 +1,7 @@
-"""``snapctl``: the command-line client. One function per command in :mod:`.commands` (and
-:mod:`.history`); :mod:`.times` turns time references into instants before anything is sent.
+"""``snapctl``: the command-line client. One function per command, in a module per noun:
+:mod:`.status` (the daemon as a whole), :mod:`.workspaces`, :mod:`.marks`, :mod:`.rollback`,
+:mod:`.history`, :mod:`.events`, :mod:`.integrate`; :mod:`.request` is what they share, and
+:mod:`.times` turns time references into instants before anything is sent.
 
 Start-up cost matters (agents run ``snapctl mark`` on every turn), so this package imports
 only the client, configuration, protocol and display modules — never the store or the
@@ -18,10 +20,11 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from types import ModuleType
 from typing import Any, NoReturn
 
 from snapd import __version__
-from snapd.cli import commands, events, history, integrate, times
+from snapd.cli import events, history, integrate, marks, request, rollback, status, times, workspaces
 from snapd.cli.output import emit, print_json
 from snapd.config import parse_setting
 from snapd.display import shown
@@ -78,7 +81,7 @@ times: wherever a MARK is taken, a time names the workspace as captured then:
 
 def _deadlines_help() -> str:
     by_time: dict[float, list[str]] = {}
-    for name, seconds in commands.DEADLINES.items():
+    for name, seconds in request.DEADLINES.items():
         by_time.setdefault(seconds, []).append(name)
     rows = "\n".join(f"  {s:>6g} s  {', '.join(names)}" for s, names in sorted(by_time.items()))
     return (
@@ -118,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(
-        name: str, help: str, *, ws: bool = True, ref: bool = False, func: Any = None
+        name: str, help: str, module: ModuleType, *, ws: bool = True, ref: bool = False
     ) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=help, description=help)
         if ws:
@@ -131,23 +134,23 @@ def build_parser() -> argparse.ArgumentParser:
                 "--session", help="a label names the newest mark of this session (as `mark --session`)"
             )
         sp.add_argument("--json", action="store_true", help="print JSON for scripts (errors too)")
-        sp.set_defaults(func=func or getattr(commands, "cmd_" + name.replace("-", "_")))
+        sp.set_defaults(func=getattr(module, "cmd_" + name.replace("-", "_")))
         return sp
 
-    add("status", "show the daemon, its workspaces and warnings", ws=False)
-    sp = add("watch", "watch a directory; returns once its baseline is captured", ws=False)
+    add("status", "show the daemon, its workspaces and warnings", status, ws=False)
+    sp = add("watch", "watch a directory; returns once its baseline is captured", workspaces, ws=False)
     sp.add_argument("path", nargs="?", default=".", help="the directory (default: the current one)")
-    sp = add("unwatch", "stop watching a workspace (history is kept)")
+    sp = add("unwatch", "stop watching a workspace (history is kept)", workspaces)
     sp.add_argument("path", nargs="?", default=None, metavar="PATH", help="same as -w PATH")
-    sp = add("forget", "stop watching a workspace and delete its history (asks first)")
+    sp = add("forget", "stop watching a workspace and delete its history (asks first)", workspaces)
     sp.add_argument("path", nargs="?", default=None, metavar="PATH", help="same as -w PATH")
     sp.add_argument("-y", "--yes", action="store_true", help="delete, no questions (needed with no terminal)")
-    sp = add("mark", "record the workspace's current state under LABEL")
+    sp = add("mark", "record the workspace's current state under LABEL", marks)
     sp.add_argument("label")
     sp.add_argument("-m", "--message")
     sp.add_argument("--agent")
     sp.add_argument("--session")
-    sp = add("log", "list marks, newest first, a page at a time")
+    sp = add("log", "list marks, newest first, a page at a time", marks)
     sp.add_argument("-n", "--limit", type=_positive, default=None, metavar="N",
                     help="marks per page (default 20); the last line says how many more there are")
     sp.add_argument("--all", action="store_true", help="every mark, no paging")
@@ -156,35 +159,41 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--session", help="only this session's marks")
     sp.add_argument("--path", dest="only_path", metavar="PATH",
                     help="only the marks whose turn changed PATH (or anything under it)")
-    sp = add("history", "every captured version of a file, newest first (between marks too)",
-             func=history.cmd_history)
+    sp = add("history", "every captured version of a file, newest first (between marks too)", history)
     sp.add_argument("file", metavar="PATH")
-    sp = add("show", "a mark's metadata and the files it changed", ref=True)
+    sp = add("show", "a mark's metadata and the files it changed", marks, ref=True)
     sp.add_argument("mark")
-    sp = add("cat", "print a file's bytes at a mark (FILE is relative to the current directory)", ref=True)
+    sp = add(
+        "cat", "print a file's bytes at a mark (FILE is relative to the current directory)", marks, ref=True
+    )
     sp.add_argument("mark")
     sp.add_argument("file", metavar="FILE")
-    sp = add("verify", "re-hash stored objects; non-zero exit on any problem", ws=False)
+    sp = add("verify", "re-hash stored objects; non-zero exit on any problem", status, ws=False)
     sp.add_argument("--sample", action="store_true", help="check a 10%% sample of contents")
-    sp = add("gc", "apply retention and reclaim space", ws=False)
+    sp = add("gc", "apply retention and reclaim space", status, ws=False)
     sp.add_argument("--dry-run", action="store_true")
     for name, verb in (("pin", "keep a mark forever"), ("unpin", "let retention evict a mark again")):
-        sp = add(name, verb, ref=True)
+        sp = add(name, verb, marks, ref=True)
         sp.add_argument("mark")
-    sp = add("rollback", "put the workspace back to a mark (paths after -- limit it; asks first)", ref=True)
+    sp = add(
+        "rollback", "put the workspace back to a mark (paths after -- limit it; asks first)", rollback,
+        ref=True,
+    )
     sp.add_argument("--to", required=True, metavar="MARK")
     _rollback_flags(sp)
-    sp = add("undo", "return to the state before the last rollback (or undo); asks first")
+    sp = add("undo", "return to the state before the last rollback (or undo); asks first", rollback)
     _rollback_flags(sp)
     sp = add(
-        "diff", "unified diff between two marks, or a mark and the workspace now (paths after --)", ref=True
+        "diff", "unified diff between two marks, or a mark and the workspace now (paths after --)", marks,
+        ref=True,
     )
     sp.add_argument("from_mark", metavar="FROM")
     sp.add_argument("to_mark", metavar="TO", nargs="?")
     sp.add_argument("--stat", action="store_true", help="only the changed files and line counts")
-    add("stop", "ask the daemon to exit", ws=False)
-    sp = add("events", "follow live events (all workspaces, or -w PATH's); gaps and restarts are reported",
-             func=events.cmd_events)
+    add("stop", "ask the daemon to exit", status, ws=False)
+    sp = add(
+        "events", "follow live events (all workspaces, or -w PATH's); gaps and restarts are reported", events
+    )
     sp.add_argument("-n", "--count", type=_at_least_one, metavar="N", help="exit after N events")
     integrate.add_parsers(sub)
     return p
