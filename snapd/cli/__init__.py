@@ -24,9 +24,8 @@ from types import ModuleType
 from typing import Any, NoReturn
 
 from snapd import __version__
-from snapd.cli import events, history, integrate, marks, request, rollback, status, times, workspaces
+from snapd.cli import events, history, integrate, marks, options, request, rollback, status, times, workspaces
 from snapd.cli.output import emit, print_json
-from snapd.config import parse_setting
 from snapd.display import shown
 from snapd.errors import SnapdError, UsageError
 
@@ -42,15 +41,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         command = self.prog.removeprefix("snapctl").strip()
         raise UsageError(f"{command}: {message}" if command else message, usage=self.format_usage().strip())
-
-
-def _seconds(text: str) -> float:
-    """--timeout: the same rule as the client_timeout_s setting (a finite positive number)."""
-    try:
-        value: float = parse_setting("client_timeout_s", text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"must be {e} of seconds, got {text!r}") from None
-    return value
 
 
 def _at_least_one(text: str, hint: str = "") -> int:
@@ -114,10 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"snapctl {__version__}")
-    p.add_argument(
-        "--timeout", type=_seconds, default=None, metavar="SECONDS",
-        help="how long to wait for the daemon (default: the command's own deadline, listed below)",
-    )
+    options.add_common(p, main=True)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(
@@ -133,13 +120,14 @@ def build_parser() -> argparse.ArgumentParser:
             sp.add_argument(
                 "--session", help="a label names the newest mark of this session (as `mark --session`)"
             )
-        sp.add_argument("--json", action="store_true", help="print JSON for scripts (errors too)")
+        options.add_common(sp)
         sp.set_defaults(func=getattr(module, "cmd_" + name.replace("-", "_")))
         return sp
 
     add("status", "show the daemon, its workspaces and warnings", status, ws=False)
     sp = add("watch", "watch a directory; returns once its baseline is captured", workspaces, ws=False)
-    sp.add_argument("path", nargs="?", default=".", help="the directory (default: the current one)")
+    sp.add_argument("-w", "--workspace", metavar="PATH", help="same as PATH")
+    sp.add_argument("path", nargs="?", default=None, help="the directory (default: the current one)")
     sp = add("unwatch", "stop watching a workspace (history is kept)", workspaces)
     sp.add_argument("path", nargs="?", default=None, metavar="PATH", help="same as -w PATH")
     sp = add("forget", "stop watching a workspace and delete its history (asks first)", workspaces)
@@ -151,9 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--agent")
     sp.add_argument("--session")
     sp = add("log", "list marks, newest first, a page at a time", marks)
-    sp.add_argument("-n", "--limit", type=_positive, default=None, metavar="N",
-                    help="marks per page (default 20); the last line says how many more there are")
-    sp.add_argument("--all", action="store_true", help="every mark, no paging")
+    page = sp.add_mutually_exclusive_group()
+    page.add_argument("-n", "--limit", type=_positive, default=None, metavar="N",
+                      help="marks per page (default 20); the last line says how many more there are")
+    page.add_argument("--all", action="store_true", help="every mark, no paging")
     sp.add_argument("--before", metavar="MARK", help="the page after MARK: marks older than it")
     sp.add_argument("--agent", help="only this agent's marks")
     sp.add_argument("--session", help="only this session's marks")

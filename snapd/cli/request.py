@@ -29,7 +29,7 @@ Env = dict[str, str]
 DEADLINES: dict[str, float] = {
     "status": 5, "watch": 3600, "unwatch": 10, "forget": 60, "mark": 120, "log": 10, "show": 10,
     "cat": 10, "verify": 3600, "gc": 3600, "pin": 10, "unpin": 10, "rollback": 3600,
-    "undo": 3600, "diff": 600, "stop": 10, "history": 30,
+    "undo": 3600, "diff": 600, "stop": 10, "history": 30, "events": 5,
 }
 
 
@@ -45,14 +45,20 @@ def client(args: argparse.Namespace, env: Env, *, quiet: bool = False) -> Client
     return c
 
 
-def where(args: argparse.Namespace) -> dict[str, Any]:
-    """``cwd`` always; ``workspace`` from ``-w`` (or the PATH argument of unwatch/forget)."""
-    out: dict[str, Any] = {"cwd": os.fsencode(os.getcwd())}
-    named = [p for p in (getattr(args, "workspace", None), getattr(args, "path", None)) if p]
-    if len({os.path.abspath(p) for p in named}) > 1:
+def named_workspace(args: argparse.Namespace) -> str | None:
+    """The absolute path ``-w PATH`` gives, or the positional PATH of watch, unwatch and
+    forget (the same thing, kept for those who type it); None when neither is given."""
+    named = {os.path.abspath(p) for p in (getattr(args, "workspace", None), getattr(args, "path", None)) if p}
+    if len(named) > 1:
         raise UsageError("the workspace is named twice, differently: give either PATH or -w PATH")
-    if named:
-        out["workspace"] = os.fsencode(os.path.abspath(named[0]))
+    return named.pop() if named else None
+
+
+def where(args: argparse.Namespace) -> dict[str, Any]:
+    """``cwd`` always; ``workspace`` when one is named (:func:`named_workspace`)."""
+    out: dict[str, Any] = {"cwd": os.fsencode(os.getcwd())}
+    if (named := named_workspace(args)) is not None:
+        out["workspace"] = os.fsencode(named)
     return out
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from snapd.cli.output import emit, progress_bar, size, summary_line
 from snapd.cli.prompt import confirm
-from snapd.cli.request import Env, client, human, show_warnings, where
+from snapd.cli.request import Env, client, human, named_workspace, show_warnings, where
 from snapd.display import count
 
 
@@ -44,7 +44,8 @@ def _watch_progress(args: argparse.Namespace, env: Env, root: str, done: threadi
 
 
 def cmd_watch(args: argparse.Namespace, env: Env) -> int:
-    root = os.path.realpath(args.path)
+    path = named_workspace(args) or os.getcwd()
+    root = os.path.realpath(path)
     done = threading.Event()
     bar = None
     with client(args, env) as c:
@@ -52,7 +53,7 @@ def cmd_watch(args: argparse.Namespace, env: Env) -> int:
             bar = threading.Thread(target=_watch_progress, args=(args, env, root, done), daemon=True)
             bar.start()
         try:
-            r = c.call("watch", path=os.fsencode(os.path.abspath(args.path)))
+            r = c.call("watch", path=os.fsencode(path))
         finally:
             done.set()
             if bar is not None:
@@ -85,11 +86,7 @@ def cmd_forget(args: argparse.Namespace, env: Env) -> int:
     with client(args, env) as c:
         if not args.yes:
             info = c.call("forget", dry_run=True, **named)
-            what = [
-                f"forget {info['workspace']}: stop watching it and delete its history: "
-                f"{count(info['marks'], 'mark')} and {count(info['versions'], 'file version')} "
-                f"({size(info['bytes'])} of file contents)"
-            ]
+            what = [f"forget {info['workspace']}: stop watching it and delete its history: {_deleted(info)}"]
             if not args.json:
                 for line in what:
                     emit(line)
@@ -100,7 +97,15 @@ def cmd_forget(args: argparse.Namespace, env: Env) -> int:
         r = c.call("forget", **named)
     if human(args, r):
         emit(
-            f"forgot {r['workspace']}: {count(r['forgotten_marks'], 'mark')} deleted "
-            "(`snapctl gc` reclaims the space)"
+            f"forgot {r['workspace']}: {count(r['forgotten_marks'], 'mark')} deleted, with "
+            f"{count(r['versions'], 'file version')} ({size(r['bytes'])}); `snapctl gc` reclaims the space"
         )
     return 0
+
+
+def _deleted(info: dict[str, Any]) -> str:
+    """What forgetting a workspace deletes, from a ``forget`` reply (dry run or not)."""
+    return (
+        f"{count(info['marks'], 'mark')} and {count(info['versions'], 'file version')} "
+        f"({size(info['bytes'])} of file contents)"
+    )
