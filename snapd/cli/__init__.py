@@ -7,7 +7,8 @@ Start-up cost matters (agents run ``snapctl mark`` on every turn), so this packa
 only the client, configuration, protocol and display modules — never the store or the
 watcher — and ``zmq`` is loaded on the first call.
 
-Promises kept here for every command: ``--json`` is accepted, and with it even a usage error
+Promises kept here for every command: ``--json`` is accepted (before or after the command's
+name, as is ``--timeout``: :mod:`.options`), and with it even a usage error
 is a JSON object on stdout (``{"ok": false, "error": {...}}``); every error, usage included,
 exits with its class's code; a text argument that is not UTF-8 (labels, messages, agent and
 session names, mark references) is a usage error, never a traceback.

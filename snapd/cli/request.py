@@ -8,6 +8,7 @@
 - A workspace is named the same way by every command: ``-w PATH`` (any path inside it), else
   the current directory; the commands that also took a positional PATH keep it as a synonym.
 - ``--json`` prints the daemon's reply as is; text for people goes through :func:`output.emit`.
+- Anything that deletes asks on the terminal first (:mod:`.prompt`) unless ``--yes``.
 """
 
 from __future__ import annotations
