@@ -66,8 +66,10 @@ def test_rollback_question_reaches_the_terminal_when_stdout_is_redirected(daemon
     _rolled_back_setup(daemon, ws)
     out = ws.parent / "out.txt"
 
-    def answer(reply: bytes, *args: str) -> Pty:
-        t = Pty(daemon.env, *args, cwd=ws, stdout=out)
+    err = ws.parent / "err.txt"
+
+    def answer(reply: bytes, *args: str, stderr: Path | None = None) -> Pty:
+        t = Pty(daemon.env, *args, cwd=ws, stdout=out, stderr=stderr)
         t.read_until(b"[y/N] ")
         t.send(reply)
         return t
@@ -80,9 +82,10 @@ def test_rollback_question_reaches_the_terminal_when_stdout_is_redirected(daemon
     assert b"rolled back" in out.read_bytes()
     assert (ws / "keep.txt").read_text() == "at start\n" and not (ws / "new.txt").exists()
 
-    # undo asks the same way; "n" changes nothing and exits 1
-    t = answer(b"n\n", "undo")
-    assert t.finish() == 1, t.out
+    # undo asks the same way, on the terminal itself even with stderr redirected too
+    t = answer(b"n\n", "undo", stderr=err)
+    assert t.finish() == 1, t.out  # "n" changes nothing and exits 1
+    assert b"recreate new.txt" in t.out and b"[y/N]" not in err.read_bytes() + out.read_bytes(), t.out
     assert not (ws / "new.txt").exists()
     # with --json, stdout is JSON only: the question and the plan went to the terminal
     t = answer(b"y\n", "undo", "--json")
