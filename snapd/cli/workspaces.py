@@ -86,7 +86,11 @@ def cmd_forget(args: argparse.Namespace, env: Env) -> int:
     with client(args, env) as c:
         if not args.yes:
             info = c.call("forget", dry_run=True, **named)
-            what = [f"forget {info['workspace']}: stop watching it and delete its history: {_deleted(info)}"]
+            what = [
+                f"forget {info['workspace']}: stop watching it and delete its history: "
+                f"{count(info['marks'], 'mark')} and {count(info['versions'], 'file version')} "
+                f"({size(info['bytes'])} of file contents)"
+            ]
             if not args.json:
                 for line in what:
                     emit(line)
@@ -102,10 +106,3 @@ def cmd_forget(args: argparse.Namespace, env: Env) -> int:
         )
     return 0
 
-
-def _deleted(info: dict[str, Any]) -> str:
-    """What forgetting a workspace deletes, from a ``forget`` reply (dry run or not)."""
-    return (
-        f"{count(info['marks'], 'mark')} and {count(info['versions'], 'file version')} "
-        f"({size(info['bytes'])} of file contents)"
-    )
