@@ -362,6 +362,8 @@ def test_log_pages_and_says_when_more_exist(daemon: Daemon, ws: Path) -> None:
     assert rest["more"] == 0
     assert len(daemon.ctl_json("log", "--all", cwd=ws)["marks"]) == 25
     assert len(daemon.ctl_json("log", "-n", "3", cwd=ws)["marks"]) == 3
+    cp = daemon.ctl("log", "-n", "3", "-w", ws, cwd=ws.parent)  # the hint keeps the page size and -w
+    assert f"snapctl log -w {ws} -n 3 --before ".encode() in cp.stderr, describe(cp)
     for bad in ("0", "-5", "x", "2 --all"):
         cp = daemon.ctl("log", "-n", *bad.split(), cwd=ws, check=False)
         assert cp.returncode == 2 and not cp.stdout, describe(cp)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import base64
 import os
+import shlex
 import sys
 from typing import Any
 
@@ -52,7 +53,7 @@ def cmd_log(args: argparse.Namespace, env: Env) -> int:
         line = f"{m['id']}  {when(m['created'])}  {m['label']:<16} {changed:>5} changed  {who}{pin}"
         emit(line.rstrip())
     if r.get("more"):  # a hint, like the warnings: stdout stays one mark per line
-        emit(f"(… {count(r['more'], 'older mark')}: `snapctl log --before {r['marks'][-1]['id']}`, or --all)",
+        emit(f"(… {count(r['more'], 'older mark')}: `{_next_page(args, r['marks'][-1]['id'])}`, or --all)",
              err=True)
     if r.get("pruned"):
         emit(
@@ -60,6 +61,17 @@ def cmd_log(args: argparse.Namespace, env: Env) -> int:
             f"the newest from {when(r['pruned_newest'])})"
         )
     return 0
+
+
+def _next_page(args: argparse.Namespace, last: str) -> str:
+    """The command that lists the next page: this one (same workspace, filters and page
+    size), before the last mark shown."""
+    words = ["snapctl", "log"]
+    for flag, value in (("-w", args.workspace), ("-n", args.limit), ("--agent", args.agent),
+                        ("--session", args.session), ("--path", args.only_path)):
+        if value is not None:
+            words += [flag, str(value)]
+    return shlex.join([*words, "--before", last])
 
 
 def cmd_show(args: argparse.Namespace, env: Env) -> int:
