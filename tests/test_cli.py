@@ -146,7 +146,7 @@ def test_broken_config_file_warns_but_keeps_clients_connected(daemon: Daemon, ws
     # `snapd stop` reaches it too; `snapd start` (which would use the settings) refuses the file
     stop = [sys.executable, "-c", "import sys; from snapd.daemon.main import main; sys.exit(main(['stop']))"]
     cp = subprocess.run(stop, env=daemon.env, capture_output=True, timeout=30, cwd="/")
-    assert cp.returncode == 0, describe(cp)
+    assert cp.returncode == 0 and b"warning" in cp.stderr and b"config.toml" in cp.stderr, describe(cp)
     assert daemon.wait_exit(15) == 0
     start = [sys.executable, "-m", "snapd", "start"]
     for broken in (b"this is not toml [\n", b'log_level = "\xff"\n'):
