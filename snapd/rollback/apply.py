@@ -1,6 +1,6 @@
 """Applying a rollback plan to a workspace: journaled, re-checked, contained and crash-safe.
 
-Each :class:`~snapd.rollback.plan.Op` says what its path must hold now (``expect``) and what it will
+Each :class:`~snapd.rollback.ops.Op` says what its path must hold now (``expect``) and what it will
 hold (``entry``). Invariants:
 
 - **Write-ahead journal**: before the workspace is touched, the journal (root, token, ops, and
@@ -45,7 +45,7 @@ from typing import Any
 
 from snapd.errors import Conflict, DiskFull, NotFound, StoreError
 from snapd.paths import ancestors, decode_path, encode_path, is_snapd_name, temp_name
-from snapd.rollback.plan import MKDIR_MODE, Op, Plan, show
+from snapd.rollback.ops import MKDIR_MODE, Op, Plan, show
 from snapd.store import safeio
 from snapd.store.objects import parse_key
 from snapd.store.trees import Entry

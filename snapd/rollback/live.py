@@ -41,7 +41,7 @@ from snapd.capture.workspace import Workspace
 from snapd.errors import Conflict, NotFound, PlanChanged, SnapdError
 from snapd.paths import at_or_below, encode_path, is_integration_file
 from snapd.rollback import apply, plan
-from snapd.rollback.plan import Plan
+from snapd.rollback.ops import Plan
 from snapd.store import trees
 from snapd.store.records import Mark
 
