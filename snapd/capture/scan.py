@@ -23,8 +23,7 @@ from snapd.capture.counters import Counters
 from snapd.capture.reader import Ignored, list_dir, lstat, sig_of
 from snapd.capture.statcache import StatCache
 
-CountCallback = Callable[[int, int], None]
-"""Told ``(done, total)`` now and then while paths are counted (a scan, a baseline)."""
+Progress = Callable[[int, int], None]
 
 
 def scan(
@@ -35,7 +34,7 @@ def scan(
     descend: Callable[[bytes], bool],
     *,
     trust_listings: bool = True,
-    progress: CountCallback | None = None,
+    progress: Progress | None = None,
     counters: Counters | None = None,
 ) -> set[bytes]:
     """Paths under ``top`` (b"" = everything) that differ from ``cache`` or vanished.

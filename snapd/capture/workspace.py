@@ -43,6 +43,7 @@ log = structlog.get_logger(__name__)
 
 DEBOUNCE_S = 0.05
 
+Progress = Callable[[int, int], None]
 Notify = Callable[[str, dict[str, Any]], None]
 
 
@@ -123,7 +124,7 @@ class Workspace:
 
     # -- life cycle --------------------------------------------------------------------------
 
-    def start(self, progress: scan.CountCallback | None = None) -> Mark | None:
+    def start(self, progress: Progress | None = None) -> Mark | None:
         """Watch, then capture the baseline (first time) or reconcile with the disk.
 
         Returns the baseline mark when one was taken.
@@ -386,7 +387,7 @@ class Workspace:
 
         return ignored
 
-    def _baseline(self, progress: scan.CountCallback | None) -> Mark:
+    def _baseline(self, progress: Progress | None) -> Mark:
         report = ingest.Report()
         descend = self.rules.dir_may_contain_captured
         tally = ingest.IgnoredTally()
@@ -485,9 +486,7 @@ class Workspace:
         for path, entry in self._stats.take_changes().items():
             batch.set_stat(self.id, path, entry)
 
-    def _scan(
-        self, top: bytes, progress: scan.CountCallback | None = None, *, trust_listings: bool = True
-    ) -> None:
+    def _scan(self, top: bytes, progress: Progress | None = None, *, trust_listings: bool = True) -> None:
         """Queue what differs from the stat cache under ``top`` (b"" = all), reading no file."""
         tally = ingest.IgnoredTally()
         full = not top and not trust_listings  # every name is judged: a complete count
