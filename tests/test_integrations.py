@@ -183,6 +183,10 @@ def test_codex_integrate_keeps_toml_comments_and_removes_exactly(tmp_path: Path)
     assert hooks["PreToolUse"] == other["hooks"]["PreToolUse"]
     assert hooks["UserPromptSubmit"][0]["hooks"][0]["command"].endswith(" hook codex")
     assert "Stop" not in hooks  # turn-end comes from notify
+    # the user's interrupt ends a turn too; Codex caps this hook at 3 s (and warns above that)
+    assert hooks["Interrupt"][0]["hooks"][0]["command"].endswith(" hook codex")
+    assert hooks["Interrupt"][0]["hooks"][0]["timeout"] == 3
+    assert hooks["UserPromptSubmit"][0]["hooks"][0]["timeout"] == 30
 
     before = ((codex_home / "config.toml").read_bytes(), (codex_home / "hooks.json").read_bytes())
     cp = integrate(env, "codex")
@@ -220,10 +224,15 @@ def test_codex_check_tells_untrusted_hooks_from_trusted_ones(tmp_path: Path) -> 
     cp = integrate(env, "codex", "--check")
     assert cp.returncode == 1, describe(cp)
     assert b"not trusted" in cp.stdout and b"/hooks" in cp.stdout
-    # What Codex records once the user trusted the hook in /hooks:
+    # What Codex records once the user trusted the hooks in /hooks:
     key = f"{codex_home / 'hooks.json'}:user_prompt_submit:0:0"
     with open(codex_home / "config.toml", "a") as f:
         f.write(f'\n[hooks.state."{key}"]\ntrusted_hash = "sha256:0123"\n')
+    cp = integrate(env, "codex", "--check")
+    assert cp.returncode == 1 and b"Interrupt hook" in cp.stdout and b"not trusted" in cp.stdout, describe(cp)
+    key = f"{codex_home / 'hooks.json'}:interrupt:0:0"
+    with open(codex_home / "config.toml", "a") as f:
+        f.write(f'\n[hooks.state."{key}"]\ntrusted_hash = "sha256:4567"\n')
     cp = integrate(env, "codex", "--check")
     assert cp.returncode == 0, describe(cp)
     assert b"is trusted" in cp.stdout
@@ -271,6 +280,29 @@ def test_codex_hook_marks_start_from_stdin_and_end_from_notify_argv(tmp_path: Pa
     ms = marks(daemon, proj)
     assert [(m["label"], m["agent"], m["session"]) for m in ms[:2]] == [
         ("turn-end", "codex", "thr-9"), ("turn-start", "codex", "thr-9")]
+
+
+def test_codex_interrupt_ends_the_open_turn_as_interrupted(tmp_path: Path, daemon: Daemon) -> None:
+    proj = repo(tmp_path)
+    common = {"session_id": "thr-5", "turn_id": "7", "transcript_path": None, "cwd": str(proj),
+              "model": "gpt-5", "permission_mode": "default"}
+    cp = hook(daemon.env, "codex", {**common, "hook_event_name": "UserPromptSubmit", "prompt": "go"})
+    assert cp.returncode == 0, describe(cp)
+    write(proj / "half.txt", "written before the interrupt\n")
+    cp = hook(daemon.env, "codex", {**common, "hook_event_name": "Interrupt"})
+    assert cp.returncode == 0 and cp.stdout == b"", describe(cp)
+    ms = marks(daemon, proj)
+    assert [(m["label"], m["session"]) for m in ms[:2]] == [("turn-end", "thr-5"), ("turn-start", "thr-5")]
+    assert ms[0]["summary"]["interrupted"] == ms[1]["id"] and ms[0]["summary"]["counts"] == {"added": 1}
+    lines = daemon.ctl("log", cwd=proj).stdout.decode().splitlines()
+    assert "[interrupted]" in lines[1] and "[interrupted]" not in lines[0], lines
+    # the next turn starts normally: its predecessor ended
+    hook(daemon.env, "codex", {**common, "hook_event_name": "UserPromptSubmit", "prompt": "again"})
+    assert "interrupted" not in marks(daemon, proj)[0]["summary"]
+    # an interrupt with no open turn (after Stop) marks the end it reports, and flags nothing
+    hook(daemon.env, "codex", {**common, "hook_event_name": "Stop", "stop_hook_active": False})
+    hook(daemon.env, "codex", {**common, "hook_event_name": "Interrupt"})
+    assert "interrupted" not in marks(daemon, proj)[0]["summary"]
 
 
 def test_rollback_notice_reaches_the_next_turn(tmp_path: Path, daemon: Daemon) -> None:
@@ -598,6 +630,7 @@ RECORDED = Path(__file__).parent / "agents" / "events"
 EXPECTED_KINDS = {
     "claude-code-UserPromptSubmit": "start", "claude-code-Stop": "end", "claude-code-SessionStart": "other",
     "codex-UserPromptSubmit": "start", "codex-Stop": "end", "codex-notify": "end",
+    "codex-Interrupt": "interrupt",
     "gemini-BeforeAgent": "start", "gemini-AfterAgent": "end", "gemini-SessionStart": "other",
 }
 

@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Literal
 
 from snapd.errors import UsageError
 
-EventKind = Literal["start", "end", "other"]
+EventKind = Literal["start", "end", "interrupt", "other"]
 
 
 @dataclass(frozen=True)
@@ -102,6 +102,11 @@ class Agent:
     #: keeps its own work inside it (:data:`snapd.integrations.hook.MARGIN_S`).
     hook_timeout_s: ClassVar[float] = 30.0
     supports_project: ClassVar[bool] = True
+
+    def timeout_s(self, event: str) -> float:
+        """The timeout snapd writes for the hook of ``event`` (the agent's own name for it), and
+        so the budget of a hook call for it: :attr:`hook_timeout_s` unless the agent caps it."""
+        return self.hook_timeout_s
 
     def files(self, scope: Scope, ctx: Context) -> list[Path]:
         raise NotImplementedError
