@@ -179,6 +179,12 @@ model_provider = "scripted"
 approval_policy = "never"
 sandbox_mode = "workspace-write"
 
+# Codex's sandbox makes a writable root's .git read-only, creating an empty .git there as a mount
+# point when none exists: with /tmp writable (its default), every test after it would find
+# itself "in a git work tree" under /tmp. The sandbox's $TMPDIR is the box's own.
+[sandbox_workspace_write]
+exclude_slash_tmp = true
+
 [model_providers.scripted]
 name = "scripted"
 base_url = "{BASE}/v1"

@@ -50,6 +50,9 @@ def test_codex_interrupt_ends_the_turn_as_interrupted(tmp_path: Path, daemon: Da
     turn = run_turn(box, agent, "Please do TURN-STOPPED.", script, timeout=150, interrupt_when=flag)
     assert flag.exists() and not turn.timed_out, turn.describe()
     assert "Finished TURN-STOPPED" not in turn.stdout, turn.describe()  # it was stopped
+    # the harness keeps Codex's sandbox off /tmp (agent_harness.CODEX_CONFIG): an empty /tmp/.git
+    # left behind would put every later test's tmp_path "in a git work tree"
+    assert not Path("/tmp/.git").exists()
 
     marks = agent_marks(daemon, ws, "codex")
     assert [m["label"] for m in marks[:2]] == ["turn-end", "turn-start"], marks  # newest first
