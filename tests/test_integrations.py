@@ -116,6 +116,52 @@ def test_claude_code_integrate_merges_is_idempotent_and_removes_exactly(tmp_path
     assert cp.returncode == 1 and b"no snapd UserPromptSubmit hook" in cp.stdout, describe(cp)
 
 
+def test_claude_code_plugin_is_written_checked_and_removed(tmp_path: Path) -> None:
+    env = base_env(tmp_path / "snapd-home")
+    env["XDG_DATA_HOME"] = str(tmp_path / "data")
+    plugin = tmp_path / "data" / "snapd" / "claude-code-plugin"
+    cp = integrate(env, "claude-code", "--plugin")
+    assert cp.returncode == 0 and b"claude plugin install snapd@snapd-local" in cp.stdout, describe(cp)
+    manifest = json.loads((plugin / ".claude-plugin" / "plugin.json").read_text())
+    assert manifest["name"] == "snapd"
+    market = json.loads((plugin / ".claude-plugin" / "marketplace.json").read_text())
+    assert market["name"] == "snapd-local" and market["plugins"][0]["name"] == "snapd"
+    assert market["plugins"][0]["source"] == "./"
+    hooks = json.loads((plugin / "hooks" / "hooks.json").read_text())["hooks"]
+    for event in ("UserPromptSubmit", "Stop"):
+        ours = hooks[event][0]["hooks"][0]
+        program = ours["command"].split()[0]
+        assert os.path.isabs(program) and program.startswith(SNAPCTL_DIR), ours  # this installation's
+        assert ours["command"].endswith(" hook claude-code") and ours["timeout"] == 30  # user-wide form
+    before = {p: p.read_bytes() for p in plugin.rglob("*.json")}
+    cp = integrate(env, "claude-code", "--plugin")
+    assert cp.returncode == 0 and cp.stdout.count(b"unchanged") == 3, describe(cp)
+    assert before == {p: p.read_bytes() for p in plugin.rglob("*.json")}
+    # written but not installed in Claude Code: --check says how
+    cp = integrate(env, "claude-code", "--plugin", "--check")
+    assert cp.returncode == 1 and b"does not have snapd@snapd-local enabled" in cp.stdout, describe(cp)
+    # what `claude plugin install snapd@snapd-local` records in the user's settings
+    enabled = {"enabledPlugins": {"snapd@snapd-local": True}}
+    write(Path(env["HOME"]) / ".claude" / "settings.json", json.dumps(enabled))
+    cp = integrate(env, "claude-code", "--plugin", "--check")
+    assert cp.returncode == 0, describe(cp)
+    # the plugin and the user-wide hooks together would mark each turn twice
+    assert integrate(env, "claude-code").returncode == 0
+    cp = integrate(env, "claude-code", "--plugin", "--check")
+    assert cp.returncode == 1 and b"marked twice" in cp.stdout, describe(cp)
+    # a directory of someone else's is never overwritten; --remove takes out exactly the plugin
+    other = tmp_path / "other"
+    write(other / "README", "mine\n")
+    cp = integrate(env, "claude-code", "--plugin", str(other))
+    assert cp.returncode != 0 and b"something other than snapd's plugin" in cp.stderr, describe(cp)
+    assert sorted(p.name for p in other.iterdir()) == ["README"]
+    cp = integrate(env, "claude-code", "--plugin", "--remove")
+    assert cp.returncode == 0 and cp.stdout.count(b"removed") == 3, describe(cp)
+    assert not plugin.exists()
+    cp = integrate(env, "codex", "--plugin")
+    assert cp.returncode == 2 and b"has none" in cp.stderr, describe(cp)
+
+
 def test_claude_code_project_writes_the_personal_settings_file(tmp_path: Path) -> None:
     env = base_env(tmp_path / "snapd-home")
     proj = repo(tmp_path)
