@@ -176,20 +176,33 @@ class Codex(JsonHooksAgent):
                 Finding(False, f"{self.config_toml(ctx)} sets features.codex_hooks = false: no hook runs")
             )
         states = _hook_states(toml)
+        from snapd.integrations import codex_trust  # deferred: runs codex, only for --check
+
+        asked = codex_trust.statuses(ctx, scope.project or ctx.home)
+        if isinstance(asked, str):
+            out.append(Finding(True, f"trust read from {self.config_toml(ctx)} ({asked}), which cannot tell "
+                                     "a hook changed since it was trusted"))
         for ev in events:
             where = _position(doc, ev, self)
             if where is None:
                 out.append(Finding(False, f"no snapd {ev} hook in {path}"))
                 continue
             key = f"{path}:{STATE_NAMES[ev]}:{where[0]}:{where[1]}"
-            state = states.get(key)
-            trusted = isinstance(state, dict) and bool(state.get("trusted_hash"))
-            if trusted and isinstance(state, dict) and state.get("enabled", True) is not False:
-                out.append(Finding(True, f"{ev} hook in {path} is trusted"))
+            if isinstance(asked, dict) and key in asked:
+                trusted = asked[key] in codex_trust.TRUSTED
+                source = f"Codex reports it {asked[key]}" + codex_trust.MEANING.get(asked[key], "")
+            else:
+                state = states.get(key)
+                trusted = isinstance(state, dict) and bool(state.get("trusted_hash")) and (
+                    state.get("enabled", True) is not False)
+                source = "config.toml"
+            if trusted:
+                out.append(Finding(True, f"{ev} hook in {path} is trusted ({source})"))
             else:
                 out.append(Finding(False,
-                    f"{ev} hook in {path} is not trusted, so Codex skips it without a word: start `codex`, "
-                    "open /hooks and trust it (tests: codex --dangerously-bypass-hook-trust)"))
+                    f"{ev} hook in {path} is not trusted ({source}), so "
+                    "Codex skips it without a word: start `codex`, open /hooks and trust it "
+                    "(tests: codex --dangerously-bypass-hook-trust)"))
         return out
 
     def show(self, scope: Scope, ctx: Context) -> str:

@@ -12,11 +12,12 @@ that first touches a flag file; the harness sends SIGINT once the flag exists (~
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from agent_harness import REGISTRY, new_sandbox, run_turn, setup_problem
-from e2e_helpers import Daemon, describe, run_ctl, unavailable
+from e2e_helpers import Daemon, base_env, describe, run_ctl, unavailable
 from model_server import Call, Script
 from test_agent_e2e import agent_marks, ctl_env
 
@@ -65,3 +66,40 @@ def test_codex_interrupt_ends_the_turn_as_interrupted(tmp_path: Path, daemon: Da
     lines = daemon.ctl("log", cwd=ws).stdout.decode().splitlines()
     start_line = next(line for line in lines if start["id"] in line)
     assert "[interrupted]" in start_line, lines
+
+
+def test_codex_check_asks_codex_whether_it_trusts_the_hooks(tmp_path: Path) -> None:
+    """``integrate codex --check`` asks the real Codex (``codex app-server``, ``hooks/list``): a hook
+    trusted and then changed is reported untrusted, which ``config.toml`` alone cannot tell."""
+    from snapd.integrations.base import Context
+    from snapd.integrations.codex_trust import listed
+
+    agent = REGISTRY["codex"]
+    problem = setup_problem(agent)
+    if problem:
+        unavailable(problem)
+    box = new_sandbox(tmp_path / "agent", agent)
+    env = {**base_env(tmp_path / "snapd-home"), **box.env()}  # codex on PATH, the box's CODEX_HOME
+    cp = run_ctl(env, "integrate", "codex")
+    assert cp.returncode == 0 and b"Codex reports it untrusted" in cp.stderr, describe(cp)
+    hooks_json = box.home / ".codex" / "hooks.json"
+    # what Codex's /hooks records when the user trusts them: the hash Codex computes
+    found = listed(Context(env, ()), box.ws)
+    assert isinstance(found, list), found
+    ours = [h for h in found if str(h.get("command", "")).endswith(" hook codex")]
+    assert {h["eventName"] for h in ours} == {"userPromptSubmit", "interrupt"}, found
+    with open(box.home / ".codex" / "config.toml", "a") as f:
+        for h in ours:
+            key, digest = json.dumps(h["key"]), json.dumps(h["currentHash"])
+            f.write(f"\n[hooks.state.{key}]\ntrusted_hash = {digest}\n")
+    cp = run_ctl(env, "integrate", "codex", "--check")
+    assert cp.returncode == 0 and cp.stdout.count(b"Codex reports it trusted") == 2, describe(cp)
+    # someone changes snapd's hook after it was trusted: Codex would skip it now
+    doc = json.loads(hooks_json.read_text())
+    doc["hooks"]["UserPromptSubmit"][0]["hooks"][0]["timeout"] = 31
+    hooks_json.write_text(json.dumps(doc))
+    cp = run_ctl(env, "integrate", "codex", "--check")
+    assert cp.returncode == 1, describe(cp)
+    line = next(t for t in cp.stdout.decode().splitlines() if "UserPromptSubmit hook" in t)
+    assert line.startswith("NOT OK"), line
+    assert "Codex reports it modified: changed since it was trusted" in line, line
