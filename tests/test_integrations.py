@@ -658,6 +658,30 @@ def test_a_mark_behind_a_long_baseline_is_recorded_late(tmp_path: Path, daemon: 
     assert f"turn-start mark {late['id']} was taken late" in text, text
 
 
+def test_the_user_wide_hook_stands_down_where_the_project_has_its_own(tmp_path: Path, daemon: Daemon) -> None:
+    proj = repo(tmp_path)
+    sub = proj / "src" / "deep"
+    sub.mkdir(parents=True)
+    env = daemon.env
+    assert integrate(env, "claude-code").returncode == 0
+    assert integrate(env, "claude-code", "--project", str(proj)).returncode == 0
+    # Claude Code runs both integrations' hooks for each event: the project's and the user-wide one
+    for name in ("UserPromptSubmit", "Stop", "UserPromptSubmit"):
+        event = claude_event(name, "s", sub)
+        assert hook(env, "claude-code", event, "--project", cwd=proj).returncode == 0
+        cp = hook(env, "claude-code", event, cwd=sub)
+        assert cp.returncode == 0 and cp.stdout == b"" and cp.stderr == b"", describe(cp)
+    ms = marks(daemon, proj)
+    assert [m["label"] for m in ms if m["session"] == "s"] == ["turn-start", "turn-end", "turn-start"], ms
+    assert not any("interrupted" in m["summary"] for m in ms), ms  # no phantom interrupts
+    rec = json.loads((Path(env["SNAPD_HOME"]) / "hooks" / "claude-code.json").read_text())
+    assert rec["last_call"]["outcome"] == "left to the project's own integration", rec
+    # with the project's integration gone, the user-wide hook marks there again
+    assert integrate(env, "claude-code", "--project", str(proj), "--remove").returncode == 0
+    assert hook(env, "claude-code", claude_event("Stop", "s", sub), cwd=sub).returncode == 0
+    assert marks(daemon, proj)[0]["label"] == "turn-end"
+
+
 def test_a_project_integrated_on_top_of_the_user_wide_one_is_flagged(tmp_path: Path) -> None:
     env = base_env(tmp_path / "snapd-home")
     proj = repo(tmp_path)

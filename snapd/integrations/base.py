@@ -139,6 +139,26 @@ class Agent:
         """Whether a configured command is one of snapd's hooks for this agent."""
         return isinstance(command, str) and ours_pattern(self.name).search(command) is not None
 
+    def project_hooked(self, where: Path, ctx: Context) -> bool:
+        """Whether a ``--project`` integration covers ``where``: snapd's hooks in the project
+        settings of ``where`` or of a directory above it, up to its git work tree's top (or the
+        home directory). The user-wide hook then stands down, or the agent, running both, would
+        mark each turn twice (and every second ``turn-start`` would look like an interrupt)."""
+        if not self.supports_project:
+            return False
+        user = self.files(Scope(), ctx)
+        for d in (where, *where.parents):
+            found = [p for p in self.files(Scope(d), ctx) if p not in user and p.is_file()]
+            if found and self.has_hooks(Scope(d), ctx):
+                return True
+            if d == ctx.home or (d / ".git").exists():
+                return False
+        return False
+
+    def has_hooks(self, scope: Scope, ctx: Context) -> bool:
+        """Whether snapd's hooks are in ``scope``'s configuration (cheap: runs on every prompt)."""
+        return False
+
     def scope_check(self, scope: Scope) -> None:
         if scope.project is not None and not self.supports_project:
             raise UsageError(f"{self.title} has no per-project hook configuration: integrate it with --user")

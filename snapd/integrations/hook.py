@@ -17,6 +17,8 @@ Promises:
   finish in time (a new workspace's first mark is its whole baseline) is left to the daemon,
   which records it when the baseline completes, flagged ``late``; the hook returns.
 - With no daemon running it starts one (:mod:`.autostart`) unless ``auto_start = false``.
+- Where a project has its own integration (``--project``), the user-wide hook stands down: the
+  agent runs both, and each turn must be marked once.
 - A user-wide integration marks only a git work tree or a directory already watched: an agent
   started in ``/tmp`` or ``~/Downloads`` must not make snapd capture it. It warns once per
   directory, saying how to watch it. (``--project`` hooks were written for their directory.)
@@ -36,7 +38,7 @@ from snapd.display import shown
 from snapd.errors import DaemonUnavailable, NotFound, SnapdError, Timeout
 from snapd.integrations import agent as find_agent
 from snapd.integrations import health, notice
-from snapd.integrations.base import Agent, BadEvent, Event, Scope
+from snapd.integrations.base import Agent, BadEvent, Context, Event, Scope
 from snapd.ipc.client import Client, probe_listener
 
 MARGIN_S = 5.0  # the hook is done this long before the agent's own timeout (a third of a short one)
@@ -95,6 +97,9 @@ class Run:
     def mark(self, event: Event) -> dict[str, Any] | None:
         label = LABELS[event.kind]
         cwd = event.cwd or os.getcwd()
+        if self.scope.user and self.agent.project_hooked(Path(cwd), Context(self.env, ())):
+            self.outcome = "left to the project's own integration"
+            return None
         register = not self.scope.user or in_git_work_tree(Path(cwd))
         endpoint = self.connect()
         timeout = max(self.remaining(), 0.2)

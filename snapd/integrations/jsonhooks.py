@@ -82,9 +82,17 @@ class JsonHooksAgent(Agent):
             out += command_findings(command)
         return out + self.runs(doc, path) + self.twice(scope, ctx)
 
+    def has_hooks(self, scope: Scope, ctx: Context) -> bool:
+        try:
+            doc = jsonfile.load(self.settings(scope, ctx), self.name)
+        except IntegrationRefused:
+            return False
+        return any(jsonfile.our_hooks(doc, ev, self.is_ours) for ev in self.events)
+
     def twice(self, scope: Scope, ctx: Context) -> list[Finding]:
-        """A project integrated while the user-wide hooks are there too: the agent runs both,
-        each turn would be marked twice (and every turn-start would look interrupted)."""
+        """A project integrated while the user-wide hooks are there too: the agent runs both.
+        The user-wide hook stands down there (:meth:`Agent.project_hooked`), but one of the two
+        is redundant."""
         if scope.project is None:
             return []
         user = self.settings(Scope(), ctx)
@@ -93,8 +101,9 @@ class JsonHooksAgent(Agent):
         except IntegrationRefused:
             return []
         if any(jsonfile.our_hooks(doc, ev, self.is_ours) for ev in self.events):
-            return [Finding(False, f"snapd's hooks are also in {user} (user-wide): each turn would be "
-                                   f"marked twice; remove one (`snapctl integrate {self.name} --remove`)")]
+            return [Finding(False, f"snapd's hooks are also in {user} (user-wide): the agent runs both, and "
+                                   "the user-wide one stands down here so that no turn is marked twice; "
+                                   f"keep one (`snapctl integrate {self.name} --remove`)")]
         return []
 
     def runs(self, doc: dict[str, Any], path: Path) -> list[Finding]:
