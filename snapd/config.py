@@ -24,7 +24,6 @@ actually bound in ``state_dir/endpoint``. Directories are made private by
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import pwd
 import re
@@ -309,6 +308,8 @@ def _xdg(env: Mapping[str, str], name: str, home: Path, default: str) -> Path:
 
 
 def _short_socket_dir(preferred: Path, uid: int, tmp_base: Path) -> Path:
+    import hashlib  # deferred: only a socket path too long needs it, and every client imports this module
+
     digest = hashlib.sha256(os.fsencode(preferred)).hexdigest()[:12]
     return tmp_base / f"snapd-{uid}-{digest}"
 

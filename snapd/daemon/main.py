@@ -34,7 +34,8 @@ from snapd.daemon.logs import configure_logging
 from snapd.daemon.notify import Notifier
 from snapd.daemon.service import Service, ServiceConfig
 from snapd.errors import DaemonUnavailable, SnapdError
-from snapd.ipc.events import Publisher, events_endpoint
+from snapd.ipc.events import events_endpoint
+from snapd.ipc.publisher import Publisher
 from snapd.ipc.server import ControlServer
 from snapd.ipc.timing import RequestTimings, with_timings_in_status
 from snapd.store import retention

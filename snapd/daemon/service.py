@@ -377,11 +377,13 @@ class Service:
         session: str | None = None,
         register: bool = True,
         late_after_s: float | None = None,
+        interrupted: bool = False,
     ) -> dict[str, Any]:
         """A mark; ``register=False``: only in a workspace already watched. With a ``session``,
         the reply also says what happened since the session's previous mark (:mod:`.turns`).
         ``late_after_s``: the caller stops waiting after this long; a mark taken later (behind
-        a baseline) is flagged ``late``."""
+        a baseline) is flagged ``late``. ``interrupted``: a ``turn-end`` the user's interrupt
+        ended (the session's open turn is recorded as interrupted)."""
         from snapd.store.refs import validate_label
 
         validate_label(label)
@@ -389,7 +391,7 @@ class Service:
         ws, _ = self._find(workspace, cwd, register=register)
         before = self.store.marks(ws.id) if session else []
         previous = turns.session_last(before, session) if session else None
-        note = turns.interrupted_note(label, previous)
+        note = turns.interrupted_note(label, previous, interrupted)
         if late_after_s is not None and time.monotonic() - started > late_after_s:
             note["late"] = True
         mark = ws.mark(label, message=message, agent=agent, session=session, note=note)

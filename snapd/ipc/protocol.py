@@ -55,7 +55,7 @@ OP_ARGS: dict[str, dict[str, Arg]] = {
     "mark": {
         **_WHERE, "label": Arg("str", required=True), "message": Arg("str"),
         "agent": Arg("str"), "session": Arg("str"), "register": Arg("bool"),
-        "late_after_s": Arg("float"),
+        "late_after_s": Arg("float"), "interrupted": Arg("bool"),
     },
     "log": {
         **_WHERE, "limit": Arg("int"), "agent": Arg("str"), "session": Arg("str"),
