@@ -19,7 +19,6 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,8 @@ import structlog
 
 from snapd import __version__
 from snapd.capture import git, ignore, roots
-from snapd.capture.workspace import Settings, Workspace
+from snapd.capture.workspace import Workspace
+from snapd.config import Config
 from snapd.daemon import history as daemon_history
 from snapd.daemon import textdiff, turns
 from snapd.daemon.events import EventSink, NoEvents, emit, rollback_fields, workspace_notifier
@@ -38,7 +38,7 @@ from snapd.ipc.protocol import PeerInfo, Request
 from snapd.paths import at_or_below, encode_path
 from snapd.rollback import live
 from snapd.rollback.recovery import finish_interrupted
-from snapd.store import history, retention, trees
+from snapd.store import gc, history, retention, trees
 from snapd.store.history import AtTime
 from snapd.store.records import Mark
 from snapd.store.store import Store
@@ -48,16 +48,6 @@ log = structlog.get_logger(__name__)
 
 READY_WAIT_S = 300.0
 LOG_LIMIT = 20  # marks in one page of `log` when the request gives no limit
-
-
-@dataclass(frozen=True)
-class ServiceConfig:
-    homes: tuple[Path, ...]  # the user's home directory ($HOME and the passwd entry): never a workspace
-    own_dirs: tuple[Path, ...]  # snapd's store, state and socket directories
-    endpoint: str
-    settings: Settings
-    policy: retention.Policy
-    gc_interval_s: float = 3600.0  # retention and GC run this often (first run after a tenth)
 
 
 def wire_paths(obj: Any) -> Any:
@@ -101,11 +91,13 @@ class Service:
     def __init__(
         self,
         store: Store,
-        config: ServiceConfig,
+        config: Config,
+        homes: tuple[Path, ...],
         request_stop: Callable[[], None],
         events: EventSink | None = None,
     ) -> None:
         self.store, self.config, self._request_stop = store, config, request_stop
+        self.homes = homes  # the user's home directory ($HOME and the passwd entry): never a workspace
         self.events: EventSink = events or NoEvents()
         self._live: dict[int, Workspace] = {}
         self._ready: dict[int, threading.Event] = {}
@@ -140,7 +132,7 @@ class Service:
         while not self._stopping.wait(wait):
             wait = self.config.gc_interval_s
             try:
-                rep = retention.gc(self.store, self.config.policy)
+                rep = gc.run(self.store, self.config.retention)
             except SnapdError as exc:
                 log.warning("gc.failed", error=exc.message)
                 continue
@@ -166,7 +158,7 @@ class Service:
             ws.stop()
 
     def _workspace(self, ws_id: int, root: Path) -> Workspace:
-        workspace = Workspace(self.store, ws_id, root, self.config.settings, finish_interrupted)
+        workspace = Workspace(self.store, ws_id, root, self.config.capture, finish_interrupted)
         workspace.notify = workspace_notifier(self.events, root, _event_fields)
         return workspace
 
@@ -221,7 +213,7 @@ class Service:
 
     def _validate_root(self, path: Path) -> Path:
         others = [(Path(os.fsdecode(w.root)), w.watching) for w in self.store.workspaces()]
-        return roots.validate(path, self.config.homes, self.config.own_dirs, others)
+        return roots.validate(path, self.homes, self.config.locations.own_dirs, others)
 
     def _register(self, path: Path) -> tuple[Workspace, Mark | None]:
         """Watch ``path`` (validated); capture its baseline the first time. Idempotent."""
@@ -488,12 +480,12 @@ class Service:
         self, workspace: bytes | None = None, cwd: bytes | None = None, dry_run: bool = False
     ) -> dict[str, Any]:
         if dry_run:
-            doomed = retention.plan_evictions(self.store.marks(), self.config.policy, time.time_ns())
+            doomed = retention.plan_evictions(self.store.marks(), self.config.retention, time.time_ns())
             return {
                 "dry_run": True,
                 "would_evict": [{"id": m.id, "label": m.label, "reason": r} for m, r in doomed],
             }
-        rep = retention.gc(self.store, self.config.policy)
+        rep = gc.run(self.store, self.config.retention)
         return {
             "evicted": [{"id": i, "reason": r} for i, r in rep.evicted],
             "objects_deleted": rep.objects_deleted,
@@ -649,7 +641,7 @@ class Service:
     ) -> dict[str, Any]:
         ws_id, root = self._ws_id(workspace, cwd)
         rel = _relative(root, path, cwd)
-        return daemon_history.history_reply(self.store, ws_id, str(root), rel, self.config.policy)
+        return daemon_history.history_reply(self.store, ws_id, str(root), rel, self.config.retention)
 
     def op_status(self, workspace: bytes | None = None, cwd: bytes | None = None) -> dict[str, Any]:
         with self._lock:
