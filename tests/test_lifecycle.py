@@ -498,7 +498,7 @@ def test_a_request_before_start_up_lists_the_workspaces_waits_for_them(tmp_path:
 
     def request() -> None:
         try:
-            outcome["reply"] = service.op_rollback_plan(workspace=os.fsencode(root), to="baseline")
+            outcome["reply"] = service.rollback.op_rollback_plan(workspace=os.fsencode(root), to="baseline")
         except Exception as exc:  # the failure this test exists for
             outcome["error"] = exc
 
