@@ -181,6 +181,7 @@ def service_environment(env: Mapping[str, str]) -> dict[str, str]:
     names |= {"XDG_DATA_HOME", "XDG_CONFIG_HOME"}
     return {k: v for k, v in env.items() if k in names and v}
 
+
 # -- locations ------------------------------------------------------------------------------
 
 

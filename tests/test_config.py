@@ -275,3 +275,23 @@ def test_client_deadline_has_no_default_so_commands_keep_theirs(tmp_path: Path) 
     for bad in ("inf", "nan", "0", "-1"):
         with pytest.raises(ConfigError):
             load({"SNAPD_HOME": str(tmp_path), "SNAPD_CLIENT_TIMEOUT_S": bad}, tmp_path)
+
+
+def test_the_documented_settings_are_the_settings_with_their_defaults() -> None:
+    """Issue 9: each setting is defined once, under its documented name (docs/operations.md,
+    the config.toml example): every key there is a setting, its example value parses, and the
+    layers read the one Config's groups (a workspace's CaptureSettings, the GC's Retention)."""
+    import tomllib
+
+    text = (Path(__file__).parent.parent / "docs" / "operations.md").read_text()
+    example = text.split("```toml\n", 1)[1].split("```", 1)[0]
+    doc = tomllib.loads(example)
+    keys = {f"retention.{k}": v for k, v in doc.pop("retention").items()} | doc
+    assert set(keys) <= set(cfg.SETTINGS), set(keys) - set(cfg.SETTINGS)
+    for key, value in keys.items():
+        cfg.parse_setting(key, value)
+    assert {k for k, s in cfg.SETTINGS.items() if s.holder == "capture"} == {
+        "size_cap", "extra_ignore", "barrier_timeout_s", "watch_limit", "scan_fs_types"}
+    defaults = cfg.Config(cfg.resolve_locations({}, "/x", None, UID, Path("/tmp")))
+    assert defaults.capture == cfg.CaptureSettings() and defaults.capture.size_cap == 64 << 20
+    assert defaults.retention == cfg.Retention() and defaults.gc_interval_s == 3600
