@@ -47,7 +47,7 @@ _REF = {**_WHERE, "session": Arg("str")}
 
 OP_ARGS: dict[str, dict[str, Arg]] = {
     "ping": {},
-    "status": {**_WHERE},
+    "status": {},
     "stop": {},
     "watch": {"path": Arg("path", required=True)},
     "unwatch": {**_WHERE},
@@ -62,8 +62,8 @@ OP_ARGS: dict[str, dict[str, Arg]] = {
         "all": Arg("bool"), "before": Arg("str"), "path": Arg("path"),
     },
     "show": {**_REF, "mark": Arg("str", required=True)},
-    "verify": {**_WHERE, "full": Arg("bool")},
-    "gc": {**_WHERE, "dry_run": Arg("bool")},
+    "verify": {"full": Arg("bool")},
+    "gc": {"dry_run": Arg("bool")},
     "pin": {**_REF, "mark": Arg("str", required=True)},
     "unpin": {**_REF, "mark": Arg("str", required=True)},
     "rollback_plan": {
