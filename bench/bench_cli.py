@@ -18,15 +18,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import statistics
 import subprocess
 from pathlib import Path
 from typing import Any
 
-from common import PYTHON, SNAPCTL, Daemon, Results, common_args, run_timed, spread, tree_path
-from peer import copy_tree, remove, warm
+from common import (
+    PYTHON,
+    SNAPCTL,
+    Results,
+    common_args,
+    daemon_run,
+    scratch_copy,
+    spread,
+    start_watching,
+    tree_path,
+)
+from peer import warm
 
 from snapd.ipc.timing import difference, quantile_bound
 
@@ -70,14 +79,10 @@ def main() -> None:
         "rounds": args.rounds, "runs_per_round": args.runs_per_round, "tool": "hyperfine -N (no shell)",
         "floor": f"{PYTHON} -c 'import zmq'",
     })
-    ws = copy_tree(tree, f"cli-{args.corpus}-{args.size}")
-    scratch = ws.parent
-    root = os.path.realpath(ws)
+    ws, scratch, root = scratch_copy(tree, f"cli-{args.corpus}-{args.size}")
     warm(ws)
-    d = Daemon(scratch / "home", scratch)
-    try:
-        d.start()
-        run_timed([str(SNAPCTL), "watch", root, "--json"], d.env)
+    with daemon_run(res, scratch) as d:
+        start_watching(d, root)
         cmds = {
             "floor": f"{PYTHON} -c 'import zmq'",
             "version": f"{SNAPCTL} --version",
@@ -124,10 +129,6 @@ def main() -> None:
                         + f" (floor {floor * 1e3:.0f} ms, medians of {len(times['floor'])})"
                         + ("" if has_hook else "; hook not at this commit"),
                         above[worst] <= 0.020)
-    finally:
-        res.figure("daemon_stop", d.stop())
-        res.write()
-        remove(scratch)
 
 
 if __name__ == "__main__":
