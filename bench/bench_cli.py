@@ -2,8 +2,10 @@
 
 The floor is the same interpreter (the venv's python) running ``import zmq`` and nothing else:
 what any CLI that speaks ZeroMQ pays before it does anything. Against it: ``snapctl
---version``, ``snapctl status`` and ``snapctl mark turn -w WS`` (and ``snapctl hook
-claude-code`` when the measured commit has it), on a real daemon watching the corpus tree.
+--version``, ``snapctl status`` and ``snapctl mark turn -w WS``, and when the measured commit
+has it ``snapctl hook``: ``hook claude-code`` with no event (start-up only) and ``hook codex
+EVENT`` (Codex's notify: a whole hook call that marks turn-end), on a real daemon watching the
+corpus tree.
 
 hyperfine runs every command ``--runs-per-round`` times (after one warm-up) in each of
 ``--rounds`` rounds, the floor first in each: the rounds interleave the commands, so load
@@ -92,7 +94,13 @@ def main() -> None:
         has_hook = subprocess.run([str(SNAPCTL), "hook", "--help"], env=d.env,
                                   capture_output=True).returncode == 0
         if has_hook:
+            # no event on stdin: start-up, config and parsing only (the hook marks nothing)
             cmds["hook claude-code"] = f"{SNAPCTL} hook claude-code"
+            # a whole hook call that marks: Codex's notify passes its event as an argument
+            # (hyperfine cannot feed stdin), the same path as every agent's hook
+            notify = json.dumps({"type": "agent-turn-complete", "thread-id": "bench", "cwd": root},
+                                separators=(",", ":"))
+            cmds["hook codex"] = f"{SNAPCTL} hook codex '{notify}'"
         else:
             res.note("`snapctl hook` does not exist at the measured commit: not measured")
         before = d.call("status")["requests"]
@@ -122,7 +130,7 @@ def main() -> None:
         floor_it = importtime(["snapctl", "--version"], d.env)
         res.figure("importtime_version", floor_it)
         if args.size == "100k":
-            names = [k for k in ("mark", "hook claude-code", "status") if k in above]
+            names = [k for k in ("mark", "hook codex", "hook claude-code", "status") if k in above]
             worst = max(names, key=lambda k: above[k])
             res.verdict("snapctl mark / hook claude-code / status wall time above the floor", "<= 20 ms",
                         ", ".join(f"{k} {above[k] * 1e3:.0f} ms" for k in names)
