@@ -91,7 +91,7 @@ MUTANTS = [
     ),
     Mutant(
         "gc-keeps-orphans",
-        "snapd/store/retention.py",
+        "snapd/store/gc.py",
         "    remove_orphan_files(store, young)\n",
         "",
         _t("tests/test_guarantees.py", "-k", "orphan"),
@@ -99,7 +99,7 @@ MUTANTS = [
     ),
     Mutant(
         "gc-orphans-without-grace",
-        "snapd/store/retention.py",
+        "snapd/store/gc.py",
         "if p.stat().st_mtime_ns < older_than and safeio.unlink(p):",
         "if safeio.unlink(p):",
         _t("tests/test_guarantees.py", "-k", "orphan"),
@@ -148,15 +148,15 @@ MUTANTS = [
     ),
     Mutant(
         "apply-follows-symlinks",
-        "snapd/rollback/apply.py",
-        "_DIR = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC",
-        "_DIR = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC",
+        "snapd/rollback/dirs.py",
+        "DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC",
+        "DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC",
         _t("tests/test_apply.py", "-k", "symlink"),
         "a rollback follows a directory swapped for a symlink and writes outside the workspace",
     ),
     Mutant(
         "apply-no-directory-recheck",
-        "snapd/rollback/apply.py",
+        "snapd/rollback/engine.py",
         "if not os.path.samestat(os.fstat(fd), os.fstat(staged_dir)):",
         "if False:",
         _t("tests/test_apply.py", "-k", "during_the_apply"),
