@@ -160,7 +160,7 @@ def test_an_overflow_reported_during_a_flush_still_gets_its_full_scan(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Found by CI under load: a subtree scan merged in a later overflow flag and dropped it."""
-    from snapd.capture.watcher import OVERFLOW, WatchEvent
+    from snapd.capture.events import OVERFLOW, WatchEvent
     from snapd.capture.workspace import Settings, Workspace
 
     root = tmp_path / "ws"

@@ -29,9 +29,11 @@ import structlog
 
 from snapd import paths
 from snapd.capture import git, ignore, ingest, reader, roots, scan
+from snapd.capture.cookies import remove_stale_cookies
 from snapd.capture.counters import Counters
+from snapd.capture.events import WatchEvent
 from snapd.capture.statcache import StatCache
-from snapd.capture.watcher import Watcher, WatchEvent, remove_stale_cookies
+from snapd.capture.watcher import Watcher
 from snapd.display import count, shown
 from snapd.errors import SnapdError, WorkspaceRefused
 from snapd.store import safeio, trees
