@@ -159,6 +159,24 @@ class Recorder:
             return committed[0]
         return None
 
+    def catch_up(self, progress: Progress | None) -> Mark | None:
+        """At start, watches in place: the baseline of a new workspace (returned), or a known
+        one reconciled with the disk (what changed while snapd was down is captured)."""
+        self.tree = self._store.head(self._id)
+        if self.tree is None:
+            return self.baseline(progress)
+        self.scan(b"", progress)
+        self._announce("workspace.rescanned", {"reason": "startup"})
+        assert self.watcher is not None
+        stats = self._capturer.stats
+        found = [p for p in self._dirty.paths() if p not in stats]
+        # Directories that appeared while snapd was down: watch them, then list them (what
+        # their listing finds is dirty too), so nothing slips between the two.
+        new = self.watcher.watch_new(found)
+        self._dirty.add_events(new, self._rules.current.is_rule_file, stats.__contains__)
+        self.capture_dirty()
+        return None
+
     def baseline(self, progress: Progress | None) -> Mark:
         """Read the whole root and commit it as the ``baseline`` mark (a new workspace)."""
         report = ingest.Report()

@@ -1,9 +1,10 @@
 """Change notification for one workspace root, as plain values (:class:`WatchEvent`).
 
 The watcher places the watches (:mod:`snapd.capture.watches`), reads the workspace's inotify
-queue on a thread of its own, pairs moves (:mod:`snapd.capture.moves`) and answers barriers
-(:mod:`snapd.capture.cookies`). Why it binds inotify itself rather than through watchdog's
-observers: :mod:`snapd.capture.inotify`.
+queue on a thread of its own and translates what it reads (:mod:`snapd.capture.translator`),
+pairs moves (:mod:`snapd.capture.moves`) and answers barriers (:mod:`snapd.capture.cookies`).
+Why it binds inotify itself rather than through watchdog's observers:
+:mod:`snapd.capture.inotify`.
 
 One inotify instance and one reader thread per workspace: the barrier cookie is created in the
 root and comes back through the same queue as every other event of that workspace (so a barrier
@@ -25,12 +26,11 @@ import structlog
 
 from snapd.capture import inotify
 from snapd.capture.cookies import Cookies
-from snapd.capture.events import OVERFLOW, OnEvents, WatchEvent
-from snapd.capture.inotify import CHANGE_MASK, Mask
+from snapd.capture.events import OnEvents, WatchEvent
 from snapd.capture.moves import MovePairing
+from snapd.capture.translator import Translator, created
 from snapd.capture.watches import Found, WatchTable
 from snapd.errors import NotFound
-from snapd.paths import is_cookie_name, join
 
 log = structlog.get_logger(__name__)
 
@@ -54,17 +54,16 @@ class Watcher:
     ) -> None:
         self.root = root
         self._root_b = os.fsencode(root)
-        self._on_events = on_events
         self._lock = threading.RLock()  # the watch table and the moves; reader and rescan_watches
         self._watches = WatchTable(root, should_watch_dir, max_watches)
         self._moves = MovePairing(str(root))
         self._cookies = Cookies(root)
+        self._translator = Translator(root, self._watches, self._moves, self._cookies, on_events)
         self._kill_r = self._kill_w = -1
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._stop_requested = False
         self._pipe_lock = threading.Lock()  # the kill pipe is closed by stop() only
-        self._overflowed = 0
 
     # -- public ---------------------------------------------------------------------------
 
@@ -101,7 +100,7 @@ class Watcher:
     @property
     def overflowed(self) -> int:
         """Kernel queue overflows seen since start."""
-        return self._overflowed
+        return self._translator.overflowed
 
     @property
     def running(self) -> bool:
@@ -164,17 +163,9 @@ class Watcher:
         between their creation and their watch is missed."""
         found: Found = []
         with self._lock:
-            if not self.running:
-                return []
-            for rel in sorted(dirs, key=lambda p: p.count(b"/")):
-                parent = rel.rpartition(b"/")[0]
-                if rel in self._watches or (parent and parent not in self._watches):
-                    continue
-                if os.path.isdir(os.path.join(self._root_b, rel)) and not os.path.islink(
-                    os.path.join(self._root_b, rel)
-                ):
-                    self._watches.add_tree(rel, found)
-        return _created(found)
+            if self.running:
+                self._watches.watch_found(dirs, found)
+        return created(found)
 
     def rescan_watches(self, should_watch_dir: Callable[[bytes], bool] | None = None) -> None:
         """Re-apply ``should_watch_dir`` (a new one if given, e.g. after the ignore rules
@@ -206,7 +197,7 @@ class Watcher:
                 else:
                     data = b""
                 with self._lock:
-                    self._handle(data)
+                    self._translator.handle(data)
         except Exception:
             log.exception("watcher.reader_crashed", workspace=str(self.root))
         finally:
@@ -215,90 +206,3 @@ class Watcher:
                 self._watches.close()  # drops every watch
             self._cookies.release_all()
             self._moves.release_all()
-
-    def _handle(self, data: bytes) -> None:
-        """Turn one read(2) worth of records into events and deliver what is complete."""
-        for wd, mask, cookie, name in inotify.records(data):
-            if self._record(wd, mask, cookie, name):
-                # A barrier cookie: every rename completed before it was created has both
-                # halves queued before it, so whatever is still unpaired moved out.
-                self._resolve_moves(force=True)
-                # Its close and delete records follow: release each barrier once only.
-                waiter = self._cookies.claim(name)
-                if waiter is not None:
-                    self._moves.wait_here(waiter)
-        self._resolve_moves(force=False)
-        self._moves.deliver(self._on_events)
-
-    def _resolve_moves(self, *, force: bool) -> None:
-        for cookie in self._moves.resolve(force=force):
-            self._watches.release(cookie)
-
-    def _created_below(self, rel: bytes) -> None:
-        """Watch new directory ``rel`` and below; report what the listings find as created."""
-        found: Found = []
-        self._watches.add_tree(rel, found)
-        self._moves.add(_created(found))
-
-    def _record(self, wd: int, mask: int, cookie: int, name: bytes) -> bool:
-        """Translate one inotify record; True iff it is one of our barrier cookies."""
-        watches, moves = self._watches, self._moves
-        if mask & Mask.IN_Q_OVERFLOW:
-            self._overflowed += 1
-            log.warning("watcher.overflow", workspace=str(self.root))
-            self._resolve_moves(force=True)
-            watches.resync()
-            moves.add([OVERFLOW])
-            return False
-        if mask & Mask.IN_IGNORED:  # the kernel dropped this watch (directory deleted...)
-            watches.dropped(wd)
-            return False
-        parent = watches.path_of(wd)
-        if parent is None:
-            return False  # a watch we removed, or of a directory moved away (detached)
-        is_dir = bool(mask & Mask.IN_ISDIR)
-        if not name:  # about the watched directory itself
-            if wd == watches.root_wd:
-                if mask & (Mask.IN_DELETE_SELF | Mask.IN_MOVE_SELF | Mask.IN_UNMOUNT):
-                    moves.add([WatchEvent("deleted", b"", None, True)])
-                elif mask & Mask.IN_ATTRIB:
-                    moves.add([WatchEvent("modified", b"", None, True)])
-            elif mask & Mask.IN_UNMOUNT:
-                watches.resync()
-                moves.add([OVERFLOW])
-            return False  # other directories are reported by their parent's watch
-        if wd == watches.root_wd and is_cookie_name(name):
-            return True
-        rel = join(parent, name)
-        if mask & Mask.IN_MOVED_FROM:
-            moves.moved_from(rel, is_dir, cookie)
-            if is_dir:
-                watches.detach(rel, cookie)
-                watches.forget_refused(rel)
-        elif mask & Mask.IN_MOVED_TO:
-            if moves.moved_to(cookie, rel, is_dir):
-                if is_dir:
-                    watches.reattach(cookie, rel)
-            else:
-                moves.add([WatchEvent("created", rel, None, is_dir)])
-                if is_dir:
-                    self._created_below(rel)
-        elif mask & Mask.IN_CREATE:
-            moves.add([WatchEvent("created", rel, None, is_dir)])
-            if is_dir:
-                self._created_below(rel)
-        elif mask & Mask.IN_DELETE:
-            moves.add([WatchEvent("deleted", rel, None, is_dir)])
-            if is_dir:
-                watches.forget_refused(rel)
-        elif mask & CHANGE_MASK:
-            moves.add([WatchEvent("modified", rel, None, is_dir)])
-            if is_dir and mask & Mask.IN_ATTRIB and rel in watches.refused:
-                # Its mode changed: maybe we may watch it now. Then whatever it holds is
-                # reported as created, since none of it was seen while it was refused.
-                self._created_below(rel)
-        return False
-
-
-def _created(found: Found) -> list[WatchEvent]:
-    return [WatchEvent("created", rel, None, is_dir) for rel, is_dir in found]

@@ -106,6 +106,17 @@ class WatchTable:
         os.close(self.fd)
         self.fd = -1
 
+    def watch_found(self, dirs: Iterable[bytes], found: Found) -> None:
+        """Watch directories found after :meth:`open` (and everything below them) whose parent
+        is watched; append what their listings find."""
+        for rel in sorted(dirs, key=lambda p: p.count(b"/")):
+            parent = rel.rpartition(b"/")[0]
+            if rel in self._path_wd or (parent and parent not in self._path_wd):
+                continue
+            full = os.path.join(self._root_b, rel)
+            if os.path.isdir(full) and not os.path.islink(full):
+                self.add_tree(rel, found)
+
     def should_watch(self, rel: bytes) -> bool:
         if rel == b"":
             return True

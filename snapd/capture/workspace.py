@@ -76,6 +76,22 @@ def trim_memory() -> None:
         pass  # not glibc: nothing to do
 
 
+def _claim_root(store: Store, ws_id: int, root: Path) -> str:
+    """The identity of ``root`` now, recorded the first time; refused when the directory is
+    not the one the workspace's history belongs to."""
+    root_id = roots.identity(root)
+    known = store.root_id(ws_id)
+    if known is None:
+        store.set_root_id(ws_id, root_id)
+    elif known != root_id:
+        raise WorkspaceRefused(
+            f"the directory {root} was replaced by another one since snapd captured it; its "
+            f"history belongs to the old directory: `snapctl forget {root}`, then "
+            f"`snapctl watch {root}` to start a new history"
+        )
+    return root_id
+
+
 class Workspace:
     def __init__(
         self,
@@ -103,7 +119,6 @@ class Workspace:
         )
         self._thread = CaptureThread(root, self.dirty, self.lock, self.recorder.capture_dirty, self._announce)
         self.watcher: Watcher | None = None
-        self.events_seen = 0
         self.progress: tuple[int, int] | None = None  # (done, total) while starting
         self.root_id = ""
         self.recovered: dict[str, Any] | None = None  # what start-up recovery of a rollback did
@@ -118,16 +133,7 @@ class Workspace:
 
         Returns the baseline mark when one was taken.
         """
-        self.root_id = roots.identity(self.root)
-        known = self.store.root_id(self.id)
-        if known is None:
-            self.store.set_root_id(self.id, self.root_id)
-        elif known != self.root_id:
-            raise WorkspaceRefused(
-                f"the directory {self.root} was replaced by another one since snapd captured it; its "
-                f"history belongs to the old directory: `snapctl forget {self.root}`, then "
-                f"`snapctl watch {self.root}` to start a new history"
-            )
+        self.root_id = _claim_root(self.store, self.id, self.root)
         remove_stale_cookies(self.root)
         self.live_rules.load()
         kind = roots.fs_type(self.root)
@@ -159,19 +165,8 @@ class Workspace:
             if progress is not None:
                 progress(done, total)
 
-        baseline = None
         with self.lock:
-            self.recorder.tree = self.store.head(self.id)
-            if self.recorder.tree is None:
-                baseline = self.recorder.baseline(note)
-            else:
-                self.recorder.scan(b"", note)
-                self.notify("workspace.rescanned", {"reason": "startup"})
-                found = [p for p in self.dirty.paths() if p not in stats]
-                # Directories that appeared while snapd was down: watch them, then list them
-                # (what their listing finds is dirty too), so nothing slips between the two.
-                self.on_events(watcher.watch_new(found))
-                self.recorder.capture_dirty()
+            baseline = self.recorder.catch_up(note)
         if watcher.limit_failures:
             self._watch_shortfall()
         self.progress = None
@@ -195,7 +190,6 @@ class Workspace:
     # -- events (watcher thread: keep it quick) -----------------------------------------------
 
     def on_events(self, events: list[WatchEvent]) -> None:
-        self.events_seen += len(events)
         self.dirty.add_events(events, self.rules.is_rule_file, self.capturer.stats.__contains__)
 
     def pending(self) -> int:
