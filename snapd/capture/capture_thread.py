@@ -12,18 +12,17 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import structlog
 
 from snapd.capture.dirty import DirtySet
+from snapd.capture.events import Notify
 from snapd.errors import SnapdError
 
 log = structlog.get_logger(__name__)
 
 DEBOUNCE_S = 0.05
 
-Notify = Callable[[str, dict[str, Any]], None]
 
 
 class CaptureThread:

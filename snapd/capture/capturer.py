@@ -13,21 +13,19 @@ from __future__ import annotations
 import os
 import stat
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from snapd import paths
 from snapd.capture import ingest, reader, scan
 from snapd.capture.counters import Counters
+from snapd.capture.events import Notify
 from snapd.capture.liverules import LiveRules
 from snapd.capture.scan import Progress
 from snapd.capture.statcache import StatCache
 from snapd.store import trees
 from snapd.store.batch import Batch
-
-Notify = Callable[[str, dict[str, Any]], None]
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,11 @@ it so, not again while nothing about it changes.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import structlog
 
+from snapd.capture.events import Notify
 from snapd.capture.watcher import Watcher
 from snapd.display import count, shown
 from snapd.errors import SnapdError
@@ -23,7 +22,6 @@ from snapd.store import safeio
 
 log = structlog.get_logger(__name__)
 
-Notify = Callable[[str, dict[str, Any]], None]
 
 
 class Conditions:

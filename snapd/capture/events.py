@@ -1,4 +1,5 @@
-"""What the watcher delivers: changes below a root as plain values, paths relative to it.
+"""What the watcher delivers: changes below a root as plain values, paths relative to it;
+and how a workspace announces what happens in turn (:data:`Notify`).
 
 Nothing here touches the disk or inotify: the workspace (and the tests) consume these without
 threads or sockets.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 EventKind = Literal["created", "modified", "deleted", "moved", "overflow"]
 
@@ -35,3 +36,7 @@ class WatchEvent:
 
 OVERFLOW: Final = WatchEvent("overflow", b"", None, True)
 OnEvents = Callable[[list[WatchEvent]], None]
+
+#: How a workspace announces what happens (docs/protocol.md, "Events"): an event kind and its
+#: fields (plain values, bytes paths, Marks); the daemon puts them on the wire.
+Notify = Callable[[str, dict[str, Any]], None]

@@ -16,21 +16,20 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from snapd.capture import ingest
 from snapd.capture.capturer import Capturer
 from snapd.capture.conditions import Conditions
 from snapd.capture.dirty import DirtySet
+from snapd.capture.events import Notify
 from snapd.capture.liverules import LiveRules
 from snapd.capture.scan import Progress
 from snapd.capture.watcher import Watcher
 from snapd.store.batch import Batch
 from snapd.store.records import Mark
 from snapd.store.store import Store
-
-Notify = Callable[[str, dict[str, Any]], None]
 
 
 class Recorder:

@@ -38,7 +38,7 @@ from snapd.capture.capturer import Capturer
 from snapd.capture.conditions import Conditions
 from snapd.capture.cookies import remove_stale_cookies
 from snapd.capture.dirty import DirtySet
-from snapd.capture.events import WatchEvent
+from snapd.capture.events import Notify, WatchEvent
 from snapd.capture.liverules import LiveRules
 from snapd.capture.recorder import Recorder
 from snapd.capture.scan import Progress
@@ -51,7 +51,6 @@ from snapd.store.store import Store
 
 log = structlog.get_logger(__name__)
 
-Notify = Callable[[str, dict[str, Any]], None]
 
 
 def _no_events(kind: str, fields: dict[str, Any]) -> None:
