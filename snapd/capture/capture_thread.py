@@ -26,6 +26,8 @@ DEBOUNCE_S = 0.05
 
 
 class CaptureThread:
+    """``capture`` is called under ``lock`` whenever ``dirty`` has something, until it stops."""
+
     def __init__(
         self,
         root: Path,
