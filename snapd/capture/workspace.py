@@ -26,13 +26,12 @@ import ctypes
 import os
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from snapd.capture import ignore, reader, roots
+from snapd.capture import ignore, roots
 from snapd.capture.capture_thread import CaptureThread
 from snapd.capture.capturer import Capturer
 from snapd.capture.conditions import Conditions
@@ -44,6 +43,7 @@ from snapd.capture.recorder import Recorder
 from snapd.capture.scan import Progress
 from snapd.capture.statcache import StatCache
 from snapd.capture.watcher import Watcher
+from snapd.config import CaptureSettings
 from snapd.errors import SnapdError, WorkspaceRefused
 from snapd.store import safeio
 from snapd.store.records import Mark
@@ -55,15 +55,6 @@ log = structlog.get_logger(__name__)
 
 def _no_events(kind: str, fields: dict[str, Any]) -> None:
     pass
-
-
-@dataclass(frozen=True)
-class Settings:
-    size_cap: int = reader.DEFAULT_SIZE_CAP
-    extra_ignore: tuple[str, ...] = ()
-    barrier_timeout_s: float = 5.0
-    max_watches: int | None = None  # a watch budget below the kernel's (and the test seam for it)
-    eventless_fs: tuple[str, ...] = ()  # more file system types to scan at every mark
 
 
 def trim_memory() -> None:
@@ -97,7 +88,7 @@ class Workspace:
         store: Store,
         ws_id: int,
         root: Path,
-        settings: Settings,
+        settings: CaptureSettings,
         recover: Callable[[Workspace], None] | None = None,
     ) -> None:
         """``recover`` runs once at start, watches in place and before the reconcile scan: the
@@ -136,7 +127,7 @@ class Workspace:
         remove_stale_cookies(self.root)
         self.live_rules.load()
         kind = roots.fs_type(self.root)
-        if not roots.delivers_events(kind, self.settings.eventless_fs):
+        if not roots.delivers_events(kind, self.settings.scan_fs_types):
             self.recorder.scan_every_mark = True
             self.conditions.warn(
                 f"{self.root} is on a {kind} file system, which delivers no change events: "
@@ -150,7 +141,7 @@ class Workspace:
             # rule file and re-applies them to the watches.
             return rel in stats or self.rules.dir_may_contain_captured(rel)
 
-        watcher = Watcher(self.root, self.on_events, watch_dir, max_watches=self.settings.max_watches)
+        watcher = Watcher(self.root, self.on_events, watch_dir, max_watches=self.settings.watch_limit)
         self.watcher = self.recorder.watcher = watcher
         # A known workspace: watch the directories captured last time without listing them
         # (the reconcile scan finds new ones, watched below); a new one: list everything.
@@ -178,7 +169,7 @@ class Workspace:
     def _watch_shortfall(self) -> None:
         assert self.watcher is not None
         self.recorder.scan_every_mark = True
-        self.conditions.watch_shortfall(self.watcher, self.settings.max_watches)
+        self.conditions.watch_shortfall(self.watcher, self.settings.watch_limit)
 
     def stop(self) -> None:
         self.dirty.stop()
