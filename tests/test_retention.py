@@ -2,7 +2,8 @@
 
 The retention rules (docs/operations.md, docs/storage.md): eviction drops the oldest unpinned
 marks first and never removes the newest mark or a ``pre-rollback`` mark younger than the
-retention window, under count *and* budget pressure. Times are fixed numbers, never derived from the policy under test.
+retention window, under count *and* budget pressure. Times are fixed numbers, never derived
+from the policy under test.
 """
 
 from __future__ import annotations
