@@ -118,6 +118,8 @@ class Workspace:
         self.root_id = ""
         self.recovered: dict[str, Any] | None = None  # what start-up recovery of a rollback did
         self.unfinished: str | None = None  # a rollback stopped part-way, not finished yet: why
+        self.lost: str | None = None  # the root vanished or was replaced: capture stopped (why)
+        self._root_event = False  # the root itself was deleted, moved or unmounted: check it
         # Where this workspace announces what happens (docs/protocol.md, "Events"): the daemon
         # sets it; the fields hold plain values, bytes paths and Marks for it to put on the wire.
         self.notify: Notify = _no_events
@@ -249,6 +251,36 @@ class Workspace:
         if self._recover is not None and safeio.exists(self.journal):
             self._recover(self)
 
+    def root_problem(self) -> str | None:
+        """Why the root is unusable now (vanished, or another directory at its path), or
+        None. Once capture stopped for that reason (:attr:`lost`), that reason stands."""
+        if self.lost is not None:
+            return self.lost
+        try:
+            return roots.replaced(self.root, self.root_id)
+        except SnapdError as exc:  # NotFound: nothing is there
+            return exc.message
+
+    def _stop_if_lost(self) -> bool:
+        """Capture thread, before each capture: a root that vanished or was replaced stops
+        this workspace's capture for good. Its watches follow the old directory while the
+        paths name whatever is at the root now, so capturing on would write another
+        directory's state into this history. The history stays; the daemon says so once;
+        `status` shows the reason; marks are refused; `snapctl watch ROOT` starts it again."""
+        with self._dirty_lock:
+            self._root_event = False
+        why = self.root_problem()
+        if why is None:
+            return False
+        self.lost = why
+        log.warning("workspace.lost", workspace=str(self.root), error=why)
+        self.notify("warning", {"message": f"capture stopped: {why}"})
+        with self._dirty_lock:
+            self._dirty = _Dirty()
+        if self.watcher is not None:
+            self.watcher.stop()
+        return True
+
     def current_warnings(self) -> list[str]:
         """Everything wrong now, for ``status``: lasting conditions and refused directories."""
         pending = [self.unfinished] if self.unfinished else []
@@ -285,7 +317,8 @@ class Workspace:
                     d.why.add("overflow")
                     continue
                 if ev.path == b"":
-                    continue  # the root itself: a mark will find it gone
+                    self._root_event = ev.kind == "deleted" or self._root_event
+                    continue  # the root itself: the capture thread checks it
                 for path in (ev.path, ev.dest):
                     if path is None:
                         continue
@@ -315,12 +348,14 @@ class Workspace:
         while not self._stopping:
             with self._dirty_lock:
                 while not self._stopping and not (
-                    self._dirty.paths or self._dirty.scan_dirs or self._dirty.full
+                    self._dirty.paths or self._dirty.scan_dirs or self._dirty.full or self._root_event
                 ):
                     self._dirty_lock.wait()
             if self._stopping:
                 return
             time.sleep(DEBOUNCE_S)  # let a burst (a save, a checkout) settle into one capture
+            if self._stop_if_lost():
+                return
             try:
                 with self.lock:
                     self._flush()
@@ -704,6 +739,10 @@ class Workspace:
         """Every change completed before now is in the dirty set (or a full rescan is queued)."""
         if (why := roots.replaced(self.root, self.root_id)) is not None:
             raise WorkspaceRefused(why)
+        if self.lost is not None:  # the directory is back, but capture stopped meanwhile
+            raise WorkspaceRefused(
+                f"snapd stopped capturing {self.root} ({self.lost}); `snapctl watch {self.root}` resumes it"
+            )
         if self.watcher is not None and self.watcher.limit_failures and not self.scan_every_mark:
             self._watch_shortfall()
         ok = self.watcher is not None and self.watcher.barrier(self.settings.barrier_timeout_s)
@@ -799,7 +838,7 @@ class Workspace:
             "skipped_examples": examples,
             "ignored": self.ignored.to_json(),
             "pending": self.pending(),
-            "watches": self.watcher.watch_count if self.watcher else 0,
+            "watches": self.watcher.watch_count if self.watcher and self.watcher.running else 0,
             "watch_failures": self.watcher.watch_failures if self.watcher else 0,
             "overflows": self.watcher.overflowed if self.watcher else 0,
             "hardlinks_rechecked": len(self._stats.loose_links()),
