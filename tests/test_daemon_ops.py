@@ -6,11 +6,16 @@ inotify, the real CLI.
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
-from e2e_helpers import Daemon, cli_mark, describe, start_daemon, wait_for
+from e2e_helpers import Daemon, base_env, cli_mark, describe, start_daemon, wait_for
 
 
 def _status_ws(d: Daemon, root: Path) -> dict[str, Any]:
@@ -94,3 +99,46 @@ def test_watch_resumes_a_workspace_whose_root_was_away_at_start_up(tmp_path: Pat
         assert d.ctl_json("mark", "back", cwd=root)["summary"]["counts"] == {"modified": 1}
     finally:
         assert d.stop() == 0
+
+
+# == point 11: what a clean stop removes, and only that ============================================
+
+
+def test_a_daemon_of_another_store_cannot_take_over_a_running_daemons_socket(tmp_path: Path) -> None:
+    """Two stores, one runtime directory: both compute the same socket path. ZeroMQ's bind
+    would silently take it over, and the first daemon's clean stop would then remove the
+    second's socket. The second start is refused, naming the cause."""
+    env = {**base_env(tmp_path / "unused"), "XDG_RUNTIME_DIR": str(tmp_path / "run")}
+    env.pop("SNAPD_HOME")
+    first = start_daemon(tmp_path / "first", {**env, "XDG_DATA_HOME": str(tmp_path / "data1")})
+    try:
+        second = subprocess.Popen(
+            [sys.executable, "-m", "snapd", "start"], env={**env, "XDG_DATA_HOME": str(tmp_path / "data2")},
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd="/",
+        )
+        try:
+            _, err = second.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            second.kill()
+            second.communicate()
+            raise AssertionError("a second daemon took the running daemon's socket over") from None
+        assert second.returncode == 4 and b"another snapd is listening" in err, err
+        assert first.call("status")["pid"] == first.pid
+    finally:
+        assert first.stop() == 0
+    assert not (tmp_path / "run" / "snapd").exists(), sorted((tmp_path / "run" / "snapd").iterdir())
+
+
+def test_a_clean_stop_removes_only_the_socket_it_bound(tmp_path: Path) -> None:
+    d = start_daemon(tmp_path / "snapd-home")
+    path = Path(d.endpoint.removeprefix("ipc://"))
+    path.unlink()
+    other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        other.bind(str(path))  # someone else's socket now lives at the path
+        other.listen()
+        os.kill(d.pid, signal.SIGTERM)
+        assert d.wait_exit() == 0, d.log()[-3000:]
+        assert path.exists(), "the daemon removed a socket it did not bind"
+    finally:
+        other.close()

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from snapd.display import count
 from snapd.errors import Conflict, DiskFull, NotFound, StoreError
 from snapd.paths import ancestors, decode_path, encode_path, is_snapd_name, temp_name
 from snapd.rollback.plan import MKDIR_MODE, Op, Plan, show
@@ -410,7 +411,7 @@ def _describe(st: os.stat_result | None) -> str:
     if st is None:
         return "it is gone"
     kind = _KINDS.get(stat.S_IFMT(st.st_mode), "special file")
-    return f"it is now a {kind} (mode {stat.S_IMODE(st.st_mode):04o}, {st.st_size} bytes)"
+    return f"it is now a {kind} (mode {stat.S_IMODE(st.st_mode):04o}, {count(st.st_size, 'byte')})"
 
 
 def _unlink_quiet(fd: int, name: str) -> bool:
