@@ -142,3 +142,26 @@ def test_a_clean_stop_removes_only_the_socket_it_bound(tmp_path: Path) -> None:
         assert path.exists(), "the daemon removed a socket it did not bind"
     finally:
         other.close()
+
+
+# == point 15: the budget warning ===================================================================
+
+
+def test_snapctl_gc_puts_its_budget_warning_in_status(tmp_path: Path) -> None:
+    """`snapctl gc` runs what the periodic GC runs, status included: a store it finds over its
+    budget (once its objects pass the grace period) is warned about in `status` at once, not
+    after the next periodic GC (an hour later by default)."""
+    home = tmp_path / "snapd-home"
+    env = {**base_env(home), "SNAPD_RETENTION_BUDGET_BYTES": "1", "SNAPD_RETENTION_GRACE_S": "0.5"}
+    d = start_daemon(home, env)
+    try:
+        root = tmp_path / "ws"
+        root.mkdir()
+        (root / "f.txt").write_text("more than one byte\n")
+        d.ctl("watch", root)
+        assert not any("budget" in w for w in d.call("status")["warnings"])
+        wait_for(lambda: d.ctl_json("gc")["warnings"], what="gc finds the store over its budget")
+        warnings = d.call("status")["warnings"]
+        assert any("over its budget of 1" in w for w in warnings), warnings
+    finally:
+        assert d.stop() == 0

@@ -147,9 +147,7 @@ class Service:
             except Exception:
                 log.exception("gc.failed")
                 continue
-            for warning in set(rep.warnings) - set(self.gc_warnings):
-                emit(self.events, "warning", None, {"message": warning})
-            self.gc_warnings = list(rep.warnings)
+            self._gc_done(rep)
             log.info(
                 "gc.done",
                 evicted=len(rep.evicted),
@@ -157,6 +155,13 @@ class Service:
                 bytes_freed=rep.bytes_freed,
                 stored_bytes=rep.stored_bytes,
             )
+
+    def _gc_done(self, rep: retention.GcReport) -> None:
+        """A GC's warnings (over budget) are status's until the next GC, periodic or
+        `snapctl gc`: one that brings the store under its budget clears them."""
+        for warning in set(rep.warnings) - set(self.gc_warnings):
+            emit(self.events, "warning", None, {"message": warning})
+        self.gc_warnings = list(rep.warnings)
 
     def stop(self) -> None:
         self._stopping.set()
@@ -517,6 +522,7 @@ class Service:
                 "would_evict": [{"id": m.id, "label": m.label, "reason": r} for m, r in doomed],
             }
         rep = retention.gc(self.store, self.config.policy)
+        self._gc_done(rep)
         return {
             "evicted": [{"id": i, "reason": r} for i, r in rep.evicted],
             "objects_deleted": rep.objects_deleted,
