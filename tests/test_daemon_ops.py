@@ -6,6 +6,7 @@ inotify, the real CLI.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -15,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from e2e_helpers import Daemon, base_env, cli_mark, describe, start_daemon, wait_for
+from e2e_helpers import Daemon, base_env, cli_mark, describe, run_ctl, start_daemon, wait_for
 
 
 def _status_ws(d: Daemon, root: Path) -> dict[str, Any]:
@@ -165,3 +166,15 @@ def test_snapctl_gc_puts_its_budget_warning_in_status(tmp_path: Path) -> None:
         assert any("over its budget of 1" in w for w in warnings), warnings
     finally:
         assert d.stop() == 0
+
+
+# == point 14: unknown SNAPD_* names are reported by every run, agent hooks included ==================
+
+
+def test_an_agent_hook_reports_a_misspelled_snapd_variable_and_still_marks(daemon: Daemon, ws: Path) -> None:
+    env = {**daemon.env, "SNAPD_RETENTION_MAX_MARK": "5"}
+    event = {"session_id": "s1", "cwd": str(ws), "hook_event_name": "UserPromptSubmit", "prompt": "go"}
+    cp = run_ctl(env, "hook", "claude-code", "--project", cwd=ws, input=json.dumps(event).encode())
+    assert cp.returncode == 0, describe(cp)
+    assert b"SNAPD_RETENTION_MAX_MARK " in cp.stderr and b"did you mean" in cp.stderr, describe(cp)
+    assert daemon.ctl_json("log", cwd=ws)["marks"][0]["label"] == "turn-start"
