@@ -233,18 +233,18 @@ class Service:
         with self._lock:
             root = self._validate_root(path)
             existing = next((ws for ws in self._live.values() if ws.root == root), None)
-            down = existing is not None and (existing.lost is not None or existing.id in self._errors)
-            if existing is not None and down:
+            restart = None
+            if existing is not None and (existing.lost is not None or existing.id in self._errors):
                 existing.stop()
-                restarted = self._add_live(existing.id, existing.root)
-            if existing is None:
+                restart = self._add_live(existing.id, existing.root)
+            elif existing is None:
                 ws_id = self.store.add_workspace(os.fsencode(root))
                 workspace = self._workspace(ws_id, root)
                 ready = threading.Event()
                 self._live[ws_id], self._ready[ws_id] = workspace, ready
                 self._errors.pop(ws_id, None)
-        if existing is not None and down:
-            return self._restart(*restarted)
+        if restart is not None:
+            return self._restart(*restart)
         if existing is not None:
             self._wait_ready(existing.id)
             return existing, None
