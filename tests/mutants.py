@@ -91,7 +91,7 @@ MUTANTS = [
     ),
     Mutant(
         "gc-keeps-orphans",
-        "snapd/store/retention.py",
+        "snapd/store/gc.py",
         "    remove_orphan_files(store, young)\n",
         "",
         _t("tests/test_guarantees.py", "-k", "orphan"),
@@ -99,7 +99,7 @@ MUTANTS = [
     ),
     Mutant(
         "gc-orphans-without-grace",
-        "snapd/store/retention.py",
+        "snapd/store/gc.py",
         "if p.stat().st_mtime_ns < older_than and safeio.unlink(p):",
         "if safeio.unlink(p):",
         _t("tests/test_guarantees.py", "-k", "orphan"),

@@ -13,8 +13,9 @@ from conftest import FsyncFaults
 from ingest_helpers import capture_paths, ingest_tree
 
 from snapd import paths
+from snapd.config import DAY_NS, Retention
 from snapd.errors import Ambiguous, CorruptObject, NotFound, StoreError, StoreFormatError, UsageError
-from snapd.store import history, objects, refs, retention, safeio, trees
+from snapd.store import gc, history, objects, refs, safeio, trees
 from snapd.store.batch import LARGE_OBJECT
 from snapd.store.catalog import FORMAT_VERSION
 from snapd.store.store import Store
@@ -268,8 +269,8 @@ def test_retention_by_count_keeps_newest_pinned_and_records(store: Store, tmp_pa
     ws = store.add_workspace(os.fsencode(root))
     ids = _marks(store, root, ws, 6)
     store.set_pinned(ids[0], True)
-    policy = retention.Policy(max_marks=3, grace_s=0)
-    rep = retention.gc(store, policy)
+    policy = Retention(max_marks=3, grace_s=0)
+    rep = gc.run(store, policy)
     left = [m.id for m in store.marks(ws)]
     assert ids[0] in left and ids[-1] in left and len(left) == 3
     assert {e["mark"] for e in store.evictions(ws)} == {i for i, _ in rep.evicted}
@@ -284,13 +285,13 @@ def test_retention_by_age_spares_young_pre_rollback(store: Store, tmp_path: Path
     old = _marks(store, root, ws, 3)
     pre = capture_paths(store, ws, root, [b"f"], "pre-rollback", kind="pre-rollback").id
     newest = _marks(store, root, ws, 1)[0]
-    later = time.time_ns() + retention.DAY_NS  # one day on: everything is older than 0.5 days
-    rep = retention.gc(store, retention.Policy(max_age_days=0.5, grace_s=0), now=later)
+    later = time.time_ns() + DAY_NS  # one day on: everything is older than 0.5 days
+    rep = gc.run(store, Retention(max_age_days=0.5, grace_s=0), now=later)
     assert {i for i, _ in rep.evicted} == set(old) | {pre}
     assert [m.id for m in store.marks(ws)] == [newest]
     store2_pre = capture_paths(store, ws, root, [b"f"], "pre-rollback", kind="pre-rollback").id
     _marks(store, root, ws, 1)
-    rep = retention.gc(store, retention.Policy(max_age_days=0.5, grace_s=0))
+    rep = gc.run(store, Retention(max_age_days=0.5, grace_s=0))
     assert store2_pre in {m.id for m in store.marks(ws)}
 
 
@@ -301,11 +302,11 @@ def test_budget_evicts_oldest_then_warns(store: Store, tmp_path: Path) -> None:
     for i in range(4):
         (root / "f").write_bytes(os.urandom(20_000))
         ids.append(capture_paths(store, ws, root, [b"f"], f"m{i}").id)
-    rep = retention.gc(store, retention.Policy(budget_bytes=50_000, grace_s=0, max_age_days=0))
+    rep = gc.run(store, Retention(budget_bytes=50_000, grace_s=0, max_age_days=0))
     assert ids[-1] in {m.id for m in store.marks(ws)}
     assert ids[0] in {i for i, _ in rep.evicted}
     assert store.stored_bytes() <= 50_000 or rep.warnings
-    rep = retention.gc(store, retention.Policy(budget_bytes=1_000, grace_s=0, max_age_days=0))
+    rep = gc.run(store, Retention(budget_bytes=1_000, grace_s=0, max_age_days=0))
     assert rep.warnings and [m.id for m in store.marks(ws)] == [ids[-1]]
     assert verify(store).ok
 
@@ -319,26 +320,26 @@ def test_the_budget_is_judged_once_new_objects_pass_the_grace_period(store: Stor
     for i in range(3):
         (root / "f").write_bytes(os.urandom(20_000))
         capture_paths(store, ws, root, [b"f"], f"m{i}")
-    policy = retention.Policy(budget_bytes=1_000, grace_s=900)
+    policy = Retention(budget_bytes=1_000, grace_s=900)
     now = time.time_ns()
-    rep = retention.gc(store, policy, now=now)
+    rep = gc.run(store, policy, now=now)
     assert rep.warnings == [] and rep.evicted == [], rep
-    rep = retention.gc(store, policy, now=now + 899 * 10**9)
+    rep = gc.run(store, policy, now=now + 899 * 10**9)
     assert rep.warnings == [], rep
-    rep = retention.gc(store, policy, now=now + 901 * 10**9)
+    rep = gc.run(store, policy, now=now + 901 * 10**9)
     assert len(rep.warnings) == 1 and "over its budget" in rep.warnings[0], rep
     assert len(store.marks(ws)) == 3  # what is held by versions inside the age window stays
 
 
 def test_gc_grace_and_inflight_batches(store: Store, tmp_path: Path) -> None:
     loose = put(store, b"unreferenced " * 10)
-    retention.gc(store, retention.Policy())  # within grace: kept
+    gc.run(store, Retention())  # within grace: kept
     assert store.has(loose)
     with store.batch() as b:
         held = b.put(b"unreferenced " * 10)  # a batch in flight holds the existing key
-        retention.gc(store, retention.Policy(grace_s=0))
+        gc.run(store, Retention(grace_s=0))
         assert store.has(held)
-    retention.gc(store, retention.Policy(grace_s=0))
+    gc.run(store, Retention(grace_s=0))
     assert not store.has(loose)
 
 

@@ -32,6 +32,7 @@ from snapd.capture import git, ignore, ingest, reader, roots, scan
 from snapd.capture.counters import Counters
 from snapd.capture.statcache import StatCache
 from snapd.capture.watcher import Watcher, WatchEvent, remove_stale_cookies
+from snapd.config import CaptureSettings
 from snapd.display import count, shown
 from snapd.errors import SnapdError, WorkspaceRefused
 from snapd.store import safeio, trees
@@ -49,15 +50,6 @@ Notify = Callable[[str, dict[str, Any]], None]
 
 def _no_events(kind: str, fields: dict[str, Any]) -> None:
     pass
-
-
-@dataclass(frozen=True)
-class Settings:
-    size_cap: int = reader.DEFAULT_SIZE_CAP
-    extra_ignore: tuple[str, ...] = ()
-    barrier_timeout_s: float = 5.0
-    max_watches: int | None = None  # a watch budget below the kernel's (and the test seam for it)
-    eventless_fs: tuple[str, ...] = ()  # more file system types to scan at every mark
 
 
 def trim_memory() -> None:
@@ -84,7 +76,7 @@ class Workspace:
         store: Store,
         ws_id: int,
         root: Path,
-        settings: Settings,
+        settings: CaptureSettings,
         recover: Callable[[Workspace], None] | None = None,
     ) -> None:
         """``recover`` runs once at start, watches in place and before the reconcile scan: the
@@ -144,7 +136,7 @@ class Workspace:
         remove_stale_cookies(self.root)
         self._load_git()
         kind = roots.fs_type(self.root)
-        if not roots.delivers_events(kind, self.settings.eventless_fs):
+        if not roots.delivers_events(kind, self.settings.scan_fs_types):
             self.scan_every_mark = True
             self._warn(
                 f"{self.root} is on a {kind} file system, which delivers no change events: "
@@ -158,7 +150,7 @@ class Workspace:
             # rule file and re-applies them to the watches.
             return rel in self._stats or self.rules.dir_may_contain_captured(rel)
 
-        self.watcher = Watcher(self.root, self.on_events, watch_dir, max_watches=self.settings.max_watches)
+        self.watcher = Watcher(self.root, self.on_events, watch_dir, max_watches=self.settings.watch_limit)
         # A known workspace: watch the directories captured last time without listing them
         # (the reconcile scan finds new ones, watched below); a new one: list everything.
         known_dirs = self._stats.directories() if len(self._stats) else None
@@ -202,7 +194,7 @@ class Workspace:
         assert self.watcher is not None
         self.scan_every_mark = True
         dirs = count(self.watcher.limit_failures, "directory", "directories")
-        limit = self.settings.max_watches
+        limit = self.settings.watch_limit
         if limit is not None and self.watcher.watch_count >= limit:  # our own setting, not the kernel's
             self._warn(
                 f"{dirs} could not be watched: snapd's watch_limit setting ({limit} per workspace) "

@@ -13,9 +13,9 @@ A ``Client`` is not thread-safe: use one per thread.
 from __future__ import annotations
 
 import errno
+import os
 import socket
 import time
-import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -131,7 +131,7 @@ class Client:
         """
         timeout = self.timeout_s if isinstance(timeout_s, _Default) else timeout_s
         _check_deadline(timeout)
-        rid = uuid.uuid4().hex
+        rid = os.urandom(16).hex()  # a request id (not uuid: a module every command would load)
         payload = protocol.build_request(op, rid, args)
         if len(payload) > self.max_bytes:  # ZeroMQ would drop it silently: say so here
             raise BadRequest(
@@ -227,7 +227,7 @@ class Client:
             return reply
 
     def _answers_ping(self, deadline: float) -> bool:
-        rid = uuid.uuid4().hex
+        rid = os.urandom(16).hex()  # a request id (not uuid: a module every command would load)
         try:
             payload = protocol.build_request("ping", rid, {})
             return self._attempt(payload, rid, deadline, None) is not None

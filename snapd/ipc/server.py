@@ -45,7 +45,7 @@ from snapd.errors import (
     SnapdError,
 )
 from snapd.ipc import protocol
-from snapd.ipc.events import bind_private
+from snapd.ipc.publisher import bind_private
 from snapd.ipc.timing import RequestTimings
 
 log = structlog.get_logger("snapd.server")
