@@ -29,7 +29,6 @@ from snapd.errors import IntegrationRefused
 from snapd.integrations import jsonfile
 from snapd.integrations.base import Change, Context, Finding, Scope
 from snapd.integrations.claude_code import AGENT as CLAUDE_CODE
-from snapd.integrations.jsonhooks import command_findings
 
 NAME = "snapd"
 MARKETPLACE = "snapd-local"
@@ -128,16 +127,7 @@ def check(where: Path, ctx: Context) -> list[Finding]:
     hooks_file = where / "hooks" / "hooks.json"
     if not hooks_file.exists():
         return [Finding(False, f"no snapd plugin in {where}: `snapctl integrate claude-code --plugin`")]
-    doc = jsonfile.load(hooks_file, CLAUDE_CODE.name)
-    out = []
-    for event in CLAUDE_CODE.events:
-        found = jsonfile.our_hooks(doc, event, CLAUDE_CODE.is_ours)
-        if not found:
-            out.append(Finding(False, f"no snapd {event} hook in {hooks_file}"))
-            continue
-        command = str(found[0].get("command"))
-        out.append(Finding(True, f"{event} hook in {hooks_file}: {command}"))
-        out += command_findings(command)
+    out = CLAUDE_CODE.hook_findings(jsonfile.load(hooks_file, CLAUDE_CODE.name), hooks_file)
     if _enabled(ctx):
         out.append(Finding(True, f"Claude Code has {PLUGIN_ID} enabled"))
     else:

@@ -71,6 +71,11 @@ class JsonHooksAgent(Agent):
     def check(self, scope: Scope, ctx: Context) -> list[Finding]:
         path = self.settings(scope, ctx)
         doc = jsonfile.load(path, self.name)
+        return self.hook_findings(doc, path) + self.runs(doc, path) + self.twice(scope, ctx)
+
+    def hook_findings(self, doc: dict[str, Any], path: Path) -> list[Finding]:
+        """Whether ``doc`` (read from ``path``) holds snapd's hook for each event, and whether
+        each hook's program can run."""
         out = []
         for ev in self.events:
             found = jsonfile.our_hooks(doc, ev, self.is_ours)
@@ -80,7 +85,7 @@ class JsonHooksAgent(Agent):
             command = str(found[0].get("command"))
             out.append(Finding(True, f"{ev} hook in {path}: {command}"))
             out += command_findings(command)
-        return out + self.runs(doc, path) + self.twice(scope, ctx)
+        return out
 
     def has_hooks(self, scope: Scope, ctx: Context) -> bool:
         try:

@@ -16,8 +16,9 @@ import json
 from pathlib import Path
 
 import pytest
-from agent_harness import REGISTRY, new_sandbox, run_turn, setup_problem
-from e2e_helpers import Daemon, base_env, describe, run_ctl, unavailable
+from agent_fixtures import ready
+from agent_harness import new_sandbox, run_turn
+from e2e_helpers import Daemon, base_env, describe, run_ctl
 from model_server import Call, Script
 from test_agent_e2e import agent_marks, ctl_env
 
@@ -25,10 +26,7 @@ pytestmark = [pytest.mark.agents, pytest.mark.timeout(300)]
 
 
 def test_codex_interrupt_ends_the_turn_as_interrupted(tmp_path: Path, daemon: Daemon) -> None:
-    agent = REGISTRY["codex"]
-    problem = setup_problem(agent)
-    if problem:
-        unavailable(problem)
+    agent = ready("codex")
     box = new_sandbox(tmp_path / "agent", agent)
     ws = box.ws.resolve()
     (ws / "kept.txt").write_text("before the turn\n")
@@ -74,10 +72,7 @@ def test_codex_check_asks_codex_whether_it_trusts_the_hooks(tmp_path: Path) -> N
     from snapd.integrations.base import Context
     from snapd.integrations.codex_trust import listed
 
-    agent = REGISTRY["codex"]
-    problem = setup_problem(agent)
-    if problem:
-        unavailable(problem)
+    agent = ready("codex")
     box = new_sandbox(tmp_path / "agent", agent)
     env = {**base_env(tmp_path / "snapd-home"), **box.env()}  # codex on PATH, the box's CODEX_HOME
     cp = run_ctl(env, "integrate", "codex")

@@ -13,8 +13,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from agent_harness import NODE_BIN, REGISTRY, new_sandbox, run_turn, setup_problem, turn_script
-from e2e_helpers import Daemon, describe, run_ctl, unavailable
+from agent_fixtures import ready
+from agent_harness import NODE_BIN, new_sandbox, run_turn, turn_script
+from e2e_helpers import Daemon, describe, run_ctl
 from test_agent_e2e import agent_marks, agents_session, ctl_env
 
 pytestmark = [pytest.mark.agents, pytest.mark.timeout(300)]
@@ -32,10 +33,7 @@ def claude(box_env: dict[str, str], *args: str) -> subprocess.CompletedProcess[s
 def test_claude_code_installs_snapds_plugin_and_its_hooks_mark_the_turn(
     tmp_path: Path, daemon: Daemon
 ) -> None:
-    agent = REGISTRY["claude-code"]
-    problem = setup_problem(agent)
-    if problem:
-        unavailable(problem)
+    agent = ready("claude-code")
     box = new_sandbox(tmp_path / "agent", agent)
     ws = box.ws.resolve()
     (ws / "edit.txt").write_text("line one\nline two\n")
