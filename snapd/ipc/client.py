@@ -35,7 +35,8 @@ from snapd.ipc import protocol
 if TYPE_CHECKING:
     import zmq
 
-Progress = Callable[[dict[str, Any]], None]
+ProgressMessageHandler = Callable[[dict[str, Any]], None]
+"""Told each progress message the daemon sends before its reply (``call(on_progress=...)``)."""
 LIVENESS_MS = 1000  # while waiting for a reply, check this often that the daemon still listens
 DEFAULT_TIMEOUT_S = 10.0
 
@@ -121,7 +122,7 @@ class Client:
         /,
         *,
         timeout_s: float | None | _Default = DEFAULT,
-        on_progress: Progress | None = None,
+        on_progress: ProgressMessageHandler | None = None,
         **args: Any,
     ) -> dict[str, Any]:
         """Send one request and return its ``result``; raise the daemon's error class.
@@ -189,7 +190,7 @@ class Client:
             self._sock = None
 
     def _attempt(self, payload: bytes, rid: str, deadline: float | None,
-                 on_progress: Progress | None) -> dict[str, Any] | None:
+                 on_progress: ProgressMessageHandler | None) -> dict[str, Any] | None:
         """Send once and wait for the reply to ``rid`` until ``deadline``; None on silence.
         A silent connection is dropped so the retry goes out on a fresh one."""
         import zmq
