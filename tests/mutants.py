@@ -43,9 +43,9 @@ def _t(*args: str) -> tuple[str, ...]:
 MUTANTS = [
     Mutant(
         "full-scan-per-mark",
-        "snapd/capture/workspace.py",
-        "full = d.full or (label is not None and self.scan_every_mark)",
-        "full = d.full or label is not None",
+        "snapd/capture/recorder.py",
+        "full = d.full or (for_mark and self.scan_every_mark)",
+        "full = d.full or for_mark",
         _t("tests/test_counters.py"),
         "every mark rescans the workspace: O(workspace), not O(changes)",
     ),
@@ -117,7 +117,7 @@ MUTANTS = [
         "barrier-failure-no-rescan",
         "snapd/capture/workspace.py",
         'workspace.barrier_failed", workspace=str(self.root))\n'
-        "                self._dirty.full = True\n",
+        '            self.dirty.request_full("barrier_timeout")\n',
         'workspace.barrier_failed", workspace=str(self.root))\n',
         _t("tests/test_guarantees.py", "-k", "barrier"),
         "a mark whose barrier failed (timeout) does not rescan: it may miss changes",

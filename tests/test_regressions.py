@@ -161,7 +161,7 @@ def test_an_overflow_reported_during_a_flush_still_gets_its_full_scan(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Found by CI under load: a subtree scan merged in a later overflow flag and dropped it."""
-    from snapd.capture.watcher import OVERFLOW, WatchEvent
+    from snapd.capture.events import OVERFLOW, WatchEvent
     from snapd.capture.workspace import Workspace
     from snapd.config import CaptureSettings
 
@@ -177,7 +177,7 @@ def test_an_overflow_reported_during_a_flush_still_gets_its_full_scan(
             (root / "a" / "f").unlink()
             (root / "a").rmdir()
             (root / "b" / "f").unlink()  # its event is "lost" in the overflow
-            real_scan = ws._scan
+            real_scan = ws.recorder.scan
             injected = []
 
             def scan_then_overflow(top: bytes, *args: object, **kw: object) -> None:
@@ -186,11 +186,11 @@ def test_an_overflow_reported_during_a_flush_still_gets_its_full_scan(
                     injected.append(True)
                     ws.on_events([OVERFLOW])
 
-            monkeypatch.setattr(ws, "_scan", scan_then_overflow)
+            monkeypatch.setattr(ws.recorder, "scan", scan_then_overflow)
             ws.on_events([WatchEvent("deleted", b"a", None, True)])
-            ws._take_dirty()  # only what the test injects below counts
+            ws.dirty.take()  # only what the test injects below counts
             ws.on_events([WatchEvent("deleted", b"a", None, True)])
-            ws._flush()
+            ws.recorder.capture_dirty()
         assert injected
         files = {p for p, e in trees.walk(store.load_node, ws.tree) if e.kind == "file"} if ws.tree else set()
         assert files == set(), files  # b/f is gone too: the overflow's full scan ran

@@ -56,7 +56,7 @@ def undo_target(ws: Workspace) -> Mark:
 
 def propose(ws: Workspace, target: Mark, only: Sequence[bytes] = (), force: bool = False) -> dict[str, Any]:
     with ws.lock:
-        prep = prepare(ws, target, only, force, ws.sync_locked(rescan=True))
+        prep = prepare(ws, target, only, force, ws.capture_to_now_under_lock(rescan=True))
     return report.describe(ws, target, prep.plan, prep.held)
 
 
@@ -65,7 +65,7 @@ def execute(
 ) -> dict[str, Any]:
     """Apply the rollback; ``token`` is the confirmed plan's (None: apply the fresh plan)."""
     with ws.lock:
-        prep = prepare(ws, target, only, force, ws.sync_locked(rescan=True))
+        prep = prepare(ws, target, only, force, ws.capture_to_now_under_lock(rescan=True))
         if ws.unfinished:  # an earlier rollback stopped part-way and still cannot be finished
             raise Conflict(f"{ws.unfinished}; retry once that is fixed")
         plan = prep.plan
@@ -85,7 +85,7 @@ def execute(
                 pre_rollback=pre.id,
                 **exc.details,
             ) from exc
-    after = ws.sync()
+    after = ws.capture_to_now()
     # A repeat may share this rollback's pre-rollback mark only if that mark holds everything
     # the repeat could overwrite: not after a conflict (a concurrent writer's content is in
     # ``after`` but in no pre-rollback mark), and only for the same paths.
@@ -114,9 +114,8 @@ def _mark_before(ws: Workspace, target: Mark, prep: Prepared, token: str | None)
     whatever today's rules) and the paths it creates (absent before). When the mark captured a
     change the plan was not made from, plan again (and check the token) and mark again."""
     for _ in range(_MARK_ATTEMPTS):
-        pre = ws.mark(
+        pre = ws.mark_under_lock(
             "pre-rollback",
-            locked=True,
             kind="pre-rollback",
             message=f"before rollback to {target.id} ({target.label})",
             hold=prep.touched_extras,
@@ -125,7 +124,7 @@ def _mark_before(ws: Workspace, target: Mark, prep: Prepared, token: str | None)
         )
         if ws.tree == prep.current:
             return pre, prep
-        prep = prepare(ws, target, prep.only, prep.force, ws.sync_locked(rescan=True))
+        prep = prepare(ws, target, prep.only, prep.force, ws.capture_to_now_under_lock(rescan=True))
         _check(ws, target, prep.plan, prep.held, token)
     raise Conflict("the workspace kept changing while the rollback was prepared; nothing was changed")
 

@@ -44,7 +44,7 @@ class FileOps:
         new_at = None
         if to is None:  # the live workspace: capture it first
             ws, _ = self.registry.find(workspace, cwd)
-            new_tree, new_name = ws.sync(), "the workspace now"
+            new_tree, new_name = ws.capture_to_now(), "the workspace now"
         else:
             new, new_at = history.resolve(self.store, ws_id, to, session)
             new_tree, new_name = new.tree, f"{new.id} ({new.label})"
