@@ -40,7 +40,7 @@ from snapd.capture.dirty import DirtySet
 from snapd.capture.events import Notify, WatchEvent
 from snapd.capture.liverules import LiveRules
 from snapd.capture.recorder import Recorder
-from snapd.capture.scan import Progress
+from snapd.capture.scan import CountCallback
 from snapd.capture.statcache import StatCache
 from snapd.capture.watcher import Watcher
 from snapd.config import CaptureSettings
@@ -121,7 +121,7 @@ class Workspace:
 
     # -- life cycle --------------------------------------------------------------------------
 
-    def start(self, progress: Progress | None = None) -> Mark | None:
+    def start(self, progress: CountCallback | None = None) -> Mark | None:
         """Watch, then capture the baseline (first time) or reconcile with the disk.
 
         Returns the baseline mark when one was taken.
