@@ -358,3 +358,32 @@ def test_plan_turns_current_into_target(
     for top in only:
         inside = lambda p, top=top: p == top or p.startswith(top + b"/")  # noqa: E731
         assert {p: v for p, v in result.items() if inside(p)} == {p: v for p, v in want.items() if inside(p)}
+
+
+# -- the branches of plan() the end-to-end tests reach and mutmut does not --------------------
+# Written to kill the mutants mutmut found surviving in plan() (docs/reliability.md).
+
+
+def ops_of(p: Plan) -> list[tuple[str, bytes, str | None]]:
+    return [(op.kind, op.path, op.forced) for op in p.ops]
+
+
+def test_an_uncapturable_path_that_did_not_exist_at_the_mark_says_why_and_force_removes_it() -> None:
+    """Regression: the reason was lost (``not captured (None)``) and the forced removal carried
+    no reason, so apply compared it with "absent" and reported a conflict instead of removing it."""
+    m = Mem()
+    target = m.tree({b"a": f("a")})
+    current = m.tree({b"a": f("a")})
+    unc = {b"huge": "over the size cap", b"d/unreadable": "permission denied"}
+    p = plan(m.load, current, target, uncapturable=unc)
+    assert p.ops == () and p.left == ()
+    assert dict(p.kept) == {
+        b"huge": "not captured (over the size cap): did not exist at the mark",
+        b"d/unreadable": "not captured (permission denied): did not exist at the mark",
+    }
+    forced = plan(m.load, current, target, uncapturable=unc, force=True)
+    assert ops_of(forced) == [
+        ("remove", b"d/unreadable", "permission denied"),
+        ("remove", b"huge", "over the size cap"),
+    ]
+    assert forced.kept == () and forced.counts["delete"] == 2

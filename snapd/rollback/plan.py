@@ -456,7 +456,8 @@ def plan(
             continue
         now = trees.lookup(load, current, u) if current is not None else None
         kinds = (False, True) if now is None else (now.kind == "dir",)  # not in the tree: either
-        ignored = next((why for is_dir in kinds if (why := ignores(u, is_dir)) is not None), None)
+        # (not ``why``: a walrus in a generator binds in this scope and would overwrite the reason)
+        ignored = next((rule for is_dir in kinds if (rule := ignores(u, is_dir)) is not None), None)
         hidden = inside_unlisted(u)
         if ignored is not None:
             left[u] = f"ignored at the mark ({ignored})"
