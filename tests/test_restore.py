@@ -387,3 +387,176 @@ def test_an_uncapturable_path_that_did_not_exist_at_the_mark_says_why_and_force_
         ("remove", b"huge", "over the size cap"),
     ]
     assert forced.kept == () and forced.counts["delete"] == 2
+
+
+def test_what_the_marks_rules_ignore_is_left_unless_the_mark_knows_it_was_absent() -> None:
+    m = Mem()
+    target = m.tree({b"a": f("a")})
+    current = m.tree(
+        {b"a": f("a"), b".env": f("secret"), b"build/x.o": f("o"), b"new": f("n"), b"link": ln("x")}
+    )
+
+    def ignores(path: bytes, is_dir: bool) -> str | None:  # ".env", and "build/" (directories only)
+        return "gitignore" if path == b".env" or (is_dir and path in (b"build", b"link")) else None
+
+    p = plan(m.load, current, target, target_ignores=ignores)
+    assert ops_of(p) == [("remove", b"new", None)]
+    assert dict(p.left) == {
+        b".env": "ignored at the mark (gitignore)",
+        b"build": "ignored at the mark (gitignore)",
+    }
+    # a symlink named like an ignored directory: one may have been there at M, unrecorded
+    assert dict(p.kept) == {
+        b"link": "the mark's rules ignore a directory of this name (gitignore): one may have been there, "
+        "so this is left as it is"
+    }
+    # what a pre-rollback mark knows it did not hold (its rollback created it) goes whatever the rules
+    made = plan(m.load, current, target, target_ignores=ignores, absent=[b".env", b"build", b"link"])
+    assert ops_of(made) == [
+        ("remove", b".env", None),
+        ("remove", b"build/x.o", None),
+        ("remove", b"link", None),
+        ("remove", b"new", None),
+        ("rmdir", b"build", None),
+    ]
+    assert made.kept == () and made.left == () and made.counts["delete"] == 5
+
+
+def test_a_directory_holding_what_the_marks_rules_ignore_stays() -> None:
+    """It is ``left`` when M has nothing there, ``kept`` when M has a file in its place."""
+    m = Mem()
+    target = m.tree({b"a": f("a"), b"out": f("M had a file here")})
+    current = m.tree({b"a": f("a"), b"cache/x": f("x"), b"out/y": f("y"), b"gone/z": f("z")})
+    below = {
+        b"cache": [(b"cache/.env", "ignored at the mark (gitignore)")],
+        b"out": [(b"out/debug.log", "ignored at the mark (exclude)")],
+    }
+    p = plan(m.load, current, target, ignored_below=lambda d: below.get(d, []))
+    assert ops_of(p) == [
+        ("remove", b"cache/x", None),
+        ("remove", b"gone/z", None),
+        ("remove", b"out/y", None),
+        ("rmdir", b"gone", None),
+    ]
+    assert dict(p.kept) == {b"out": "holds out/debug.log, ignored at the mark"}
+    assert dict(p.left) == {
+        b"cache": "holds cache/.env, ignored at the mark",
+        b"cache/.env": "ignored at the mark (gitignore)",
+        b"out/debug.log": "ignored at the mark (exclude)",
+    }
+    assert p.counts == {"restore": 0, "recreate": 0, "delete": 4, "mode": 0, "type": 0}
+
+
+def test_a_directory_that_cannot_be_listed_now_is_kept_with_or_without_force() -> None:
+    m = Mem()
+    target = m.tree({b"locked/a": f("a"), b"locked/b": f("b"), b"other": f("o")})
+    current = m.tree({b"locked": Dir(0o000, listed=False), b"locked/a": f("A"), b"other": f("O")})
+    for force in (False, True):
+        p = plan(m.load, current, target, uncapturable={b"locked": "permission denied"}, force=force)
+        assert ops_of(p) == [("write", b"other", None)]
+        assert p.kept == ((b"locked", "cannot be listed now (permission denied): what it holds is unknown"),)
+        assert p.left == ()
+
+
+def test_what_lies_in_a_directory_unlisted_at_the_mark_is_left() -> None:
+    m = Mem()
+    target = m.tree({b"locked": Dir(0o000, listed=False), b"locked/a": f("a")})
+    # listed now: what is new inside may have been there at M
+    current = m.tree({b"locked/a": f("a"), b"locked/n": f("n"), b"locked/nd/x": f("x")})
+    p = plan(m.load, current, target)
+    assert [(op.kind, op.path) for op in p.ops] == [("chmod", b"locked")]
+    assert dict(p.left) == {
+        b"locked/n": "inside locked, which could not be listed at the mark",
+        b"locked/nd": "inside locked, which could not be listed at the mark",
+    }
+    # unlisted then and now: left by name
+    current = m.tree({b"locked": Dir(0o000, listed=False), b"locked/a": f("a"), b"locked/n": f("n")})
+    both = plan(m.load, current, target, uncapturable={b"locked": "permission denied"})
+    assert both.ops == () and both.kept == ()
+    assert dict(both.left) == {
+        b"locked": "could not be listed at the mark, nor now: what it holds is left as it is",
+        b"locked/n": "inside locked, which could not be listed at the mark",
+    }
+    # an uncapturable path inside it that M's listing could not show: left too, even forced
+    hidden = plan(m.load, current, target, uncapturable={b"locked/huge": "over the size cap"}, force=True)
+    assert ("locked/huge", "inside locked, which could not be listed at the mark") in [
+        (p.decode(), why) for p, why in hidden.left
+    ]
+    assert all(op.path != b"locked/huge" for op in hidden.ops)
+
+
+def test_a_path_not_captured_at_the_mark_is_never_replaced_even_forced() -> None:
+    m = Mem()
+    target = m.tree(
+        {
+            b"fifo": trees.uncaptured("a FIFO", 0o644, 0, (1, 2)),
+            b"d": trees.uncaptured("over the size cap", 0o644, 10, (3, 4)),
+            b"same": trees.uncaptured("a socket", 0o755, 0, (5, 6)),
+        }
+    )
+    current = m.tree(
+        {
+            b"fifo": f("now a file"),
+            b"d/inner": f("i"),
+            b"same": trees.uncaptured("a socket", 0o755, 0, (5, 6)),
+        }
+    )
+    for force in (False, True):
+        p = plan(m.load, current, target, force=force)
+        assert p.ops == () and p.left == ()
+        assert dict(p.kept) == {
+            b"d": "not captured at the mark (over the size cap): cannot be restored",
+            b"fifo": "not captured at the mark (a FIFO): cannot be restored",
+        }
+
+
+def test_an_uncapturable_path_absent_at_the_mark_and_ignored_by_its_rules_is_left() -> None:
+    m = Mem()
+    target = m.tree({b"a": f("a")})
+    current = m.tree({b"a": f("a"), b"dir/keep": f("k")})
+    unc = {b"huge.log": "over the size cap", b"dir": "permission denied"}
+
+    def ignores(path: bytes, is_dir: bool) -> str | None:  # "*.log" for files, "dir/" for directories
+        return "exclude" if (path == b"huge.log" and not is_dir) or (path == b"dir" and is_dir) else None
+
+    p = plan(m.load, current, target, uncapturable=unc, target_ignores=ignores, force=True)
+    assert p.ops == () and p.kept == ()
+    assert dict(p.left) == {
+        b"dir": "ignored at the mark (exclude)",
+        b"huge.log": "ignored at the mark (exclude)",
+    }
+
+
+@pytest.mark.parametrize(
+    "now,then,want",
+    [
+        (0o755, 0o700, [("chmod", 0o700, 0o755, "last")]),
+        (0o755, 0o555, [("chmod", 0o555, 0o755, "last")]),
+        (0o555, 0o755, [("chmod", 0o755, 0o555, "first")]),  # opened first: its own chmod
+        (0o500, 0o500, [("chmod", 0o700, 0o500, "first"), ("chmod", 0o500, 0o700, "last")]),
+        (0o700, 0o700, []),
+        (None, 0o700, []),
+        (0o755, None, []),
+    ],
+)
+def test_the_roots_mode(now: int | None, then: int | None, want: list[tuple[str, int, int, str]]) -> None:
+    """The root's mode is set to M's (None: unknown, nothing done); a root the owner cannot
+    write is opened first and given its mode back last."""
+    m = Mem()
+    target = m.tree({b"a": f("a")})
+    current = m.tree({b"a": f("b")})
+    p = plan(m.load, current, target, root_modes=(now, then))
+    got = []
+    for i, op in enumerate(p.ops):
+        if op.path == b"":
+            assert op.entry is not None and op.expect is not None
+            assert op.entry == Entry("dir", op.entry.mode, 0, "") and op.expect.kind == "dir"
+            got.append((op.kind, op.entry.mode, op.expect.mode, "first" if i == 0 else "last"))
+    assert got == want
+    assert [op.path for op in p.ops if op.path] == [b"a"]
+    assert p.ops[-1].path == b"" or p.ops[-1].path == b"a"
+    if want and want[-1][-1] == "last":
+        assert p.ops[-1].path == b""
+    only = plan(m.load, current, target, only=[b"a"], root_modes=(now, then))  # limited: not the root's mode
+    modes = [(op.entry.mode, op.expect.mode) for op in only.ops if op.path == b"" and op.entry and op.expect]
+    assert modes == ([] if now is None or now & 0o300 == 0o300 else [(now | 0o300, now), (now, now | 0o300)])
