@@ -441,3 +441,56 @@ def test_an_inexpressible_line_is_dropped_and_the_rest_still_apply() -> None:
     git takes it as "z", so snapd captures a file named z that git ignores (the safe side)."""
     r = rules({b"": b"[z-a]\n*.log\n!keep.log\n"})
     assert [n for n in ("a.log", "keep.log", "m", "z") if r.is_ignored(n.encode())] == ["a.log"]
+
+
+# Each shape of compiled pattern matched its own way (a path itself, directories only, strictly
+# below, every path, every directory, every nested path), with a negation where the shape's
+# reach would otherwise hide a mistake. Verdicts taken from `git check-ignore` (git 2.39) on
+# these files and directories; fast, so mutmut runs it (the random comparison is too slow).
+# Written to kill the mutants mutmut found surviving in the pattern kinds (docs/reliability.md).
+SHAPES: list[tuple[bytes, list[tuple[bytes, bool, bool]]]] = [
+    # (.gitignore, [(path, is_dir, ignored)])
+    (
+        b"*\n!keep\n",
+        [(b"x", False, True), (b"keep", False, False), (b"d", True, True), (b"d/keep", False, True)],
+    ),
+    (
+        b"*/\n!keep/\n",
+        [(b"x", False, False), (b"d", True, True), (b"keep", True, False), (b"keep/x", False, False),
+         (b"keep/sub", True, True), (b"keep/sub/f", False, True)],
+    ),
+    (
+        b"**/*/**\n",
+        [(b"x", False, False), (b"d", True, False), (b"d/x", False, True), (b"d/e", True, True)],
+    ),
+    (
+        b"*/**\n!d/keep\n",
+        [(b"x", False, False), (b"d", True, False), (b"d/x", False, True), (b"d/keep", False, False),
+         (b"d/e", True, True)],
+    ),
+    (
+        b"a/**\n!a/keep\n",
+        [(b"a", True, False), (b"a/x", False, True), (b"a/keep", False, False), (b"b/a", True, False),
+         (b"b/a/x", False, False)],
+    ),
+    (
+        b"a/\n",
+        [(b"a", True, True), (b"s/a", True, True), (b"s/a/x", False, True), (b"b", True, False),
+         (b"b/a", False, False)],
+    ),
+    (b"a\n!s/a\n", [(b"a", False, True), (b"s/a", False, False), (b"t/a", True, True), (b"s", True, False)]),
+    (
+        b"a/**/\n",
+        [(b"a", True, False), (b"a/x", False, False), (b"a/d", True, True), (b"a/d/e", True, True),
+         (b"a/d/f", False, True)],
+    ),
+]
+
+
+@pytest.mark.parametrize("gitignore,cases", SHAPES, ids=[s[0].decode().replace("\n", " ") for s in SHAPES])
+def test_each_pattern_shape_matches_as_git_does(
+    gitignore: bytes, cases: list[tuple[bytes, bool, bool]]
+) -> None:
+    r = rules({b"": gitignore})
+    got = [(path, is_dir, r.is_ignored(path, is_dir)) for path, is_dir, _ in cases]
+    assert got == cases
