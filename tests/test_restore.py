@@ -560,3 +560,30 @@ def test_the_roots_mode(now: int | None, then: int | None, want: list[tuple[str,
     only = plan(m.load, current, target, only=[b"a"], root_modes=(now, then))  # limited: not the root's mode
     modes = [(op.entry.mode, op.expect.mode) for op in only.ops if op.path == b"" and op.entry and op.expect]
     assert modes == ([] if now is None or now & 0o300 == 0o300 else [(now | 0o300, now), (now, now | 0o300)])
+
+
+def test_a_created_directory_and_symlink_get_their_own_ops() -> None:
+    """A directory is made 0700 and given its mode by a chmod that expects exactly that; a
+    symlink is recreated as a symlink, never written as a file."""
+    m = Mem()
+    target = m.tree({b"d": Dir(0o750), b"d/l": ln("../x"), b"open": Dir(MKDIR_MODE)})
+    p = plan(m.load, m.tree({}), target)
+    d = trees.lookup(m.load, target, b"d")
+    assert d is not None
+    assert p.ops == (
+        Op("mkdir", b"d", d, None),
+        Op("mkdir", b"open", trees.lookup(m.load, target, b"open"), None),
+        Op("symlink", b"d/l", ln("../x"), None),
+        Op("chmod", b"d", d, Entry("dir", MKDIR_MODE, 0, d.key)),
+    )
+
+
+def test_only_a_path_judges_it_as_the_whole_diff_does() -> None:
+    """Limited to one path: a mode change is a chmod (not a rewrite), and a directory whose
+    contents changed but not its mode gets no chmod."""
+    m = Mem()
+    target = m.tree({b"a": f("a", 0o600), b"d/x": f("x"), b"d": Dir(0o750)})
+    current = m.tree({b"a": f("a", 0o644), b"d/x": f("y"), b"d": Dir(0o750)})
+    assert ops_of(plan(m.load, current, target, only=[b"a"])) == [("chmod", b"a", None)]
+    assert ops_of(plan(m.load, current, target, only=[b"d"])) == [("write", b"d/x", None)]
+    assert plan(m.load, current, target, only=[b"a"]).counts["mode"] == 1
