@@ -587,3 +587,52 @@ def test_only_a_path_judges_it_as_the_whole_diff_does() -> None:
     assert ops_of(plan(m.load, current, target, only=[b"a"])) == [("chmod", b"a", None)]
     assert ops_of(plan(m.load, current, target, only=[b"d"])) == [("write", b"d/x", None)]
     assert plan(m.load, current, target, only=[b"a"]).counts["mode"] == 1
+
+
+def test_each_phase_runs_before_the_next_whatever_the_names() -> None:
+    """Names sort against the phases (a write named before a mkdir, a removal after both), so
+    only the phase puts the opening chmod first, then removals, rmdirs, mkdirs, contents, modes."""
+    m = Mem()
+    target = m.tree({b"a": f("a"), b"b/x": f("x"), b"ro": Dir(0o555), b"ro/f": f("new")})
+    current = m.tree({b"a": f("A"), b"ro": Dir(0o555), b"ro/f": f("old"), b"z": f("z"), b"zz/y": f("y")})
+    assert kinds(plan(m.load, current, target)) == [
+        ("chmod", b"ro"),  # opened for the write inside it
+        ("remove", b"z"),
+        ("remove", b"zz/y"),
+        ("rmdir", b"zz"),
+        ("mkdir", b"b"),
+        ("write", b"a"),
+        ("write", b"b/x"),
+        ("write", b"ro/f"),
+        ("chmod", b"b"),
+        ("chmod", b"ro"),  # given its mode back
+    ]
+
+
+def test_a_symlinks_mode_is_never_set() -> None:
+    """Linux has no lchmod: a chmod would change the mode of what the link points to."""
+    m = Mem()
+    link = ln("target")
+    current = m.tree({b"l": Entry("symlink", 0o755, link.size, link.key), b"target": f("t")})
+    target = m.tree({b"l": link, b"target": f("t")})
+    assert plan(m.load, current, target).ops == ()
+
+
+def test_only_from_an_empty_workspace() -> None:
+    m = Mem()
+    target = m.tree({b"a/b": f("b"), b"c": f("c")})
+    assert kinds(plan(m.load, None, target, only=[b"a/b"])) == [
+        ("mkdir", b"a"),
+        ("write", b"a/b"),
+        ("chmod", b"a"),
+    ]
+
+
+def test_a_path_that_cannot_be_captured_still_gets_its_mode() -> None:
+    """A chmod neither overwrites nor deletes: it is not held back by what could not be captured."""
+    m = Mem()
+    current = m.tree({b"big": f("x", 0o644), b"d/huge": f("h", 0o644)})
+    target = m.tree({b"big": f("x", 0o600), b"d/huge": f("h", 0o600)})
+    unc = {b"big": "over the size cap", b"d": "permission denied"}
+    p = plan(m.load, current, target, uncapturable=unc)
+    assert ops_of(p) == [("chmod", b"big", None), ("chmod", b"d/huge", None)] and p.kept == ()
