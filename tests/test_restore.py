@@ -616,6 +616,8 @@ def test_a_symlinks_mode_is_never_set() -> None:
     current = m.tree({b"l": Entry("symlink", 0o755, link.size, link.key), b"target": f("t")})
     target = m.tree({b"l": link, b"target": f("t")})
     assert plan(m.load, current, target).ops == ()
+    later = m.tree({b"l": link, b"target": f("t"), b"z": f("z")})  # what comes after it is planned
+    assert kinds(plan(m.load, current, later)) == [("write", b"z")]
 
 
 def test_only_from_an_empty_workspace() -> None:
@@ -636,3 +638,22 @@ def test_a_path_that_cannot_be_captured_still_gets_its_mode() -> None:
     unc = {b"big": "over the size cap", b"d": "permission denied"}
     p = plan(m.load, current, target, uncapturable=unc)
     assert ops_of(p) == [("chmod", b"big", None), ("chmod", b"d/huge", None)] and p.kept == ()
+
+
+def test_a_path_the_current_tree_holds_as_not_captured() -> None:
+    """The current tree's own uncaptured entries count as uncapturable, with their reason; a
+    directory holding several names the first in tree order."""
+    m = Mem()
+    target = m.tree({b"a": f("a")})
+    sock = trees.uncaptured("a socket", 0o755, 0, (5, 6))
+    current = m.tree({b"a": f("a"), b"sock": sock, b"d/a/b": f("x"), b"d/a.b": f("y")})
+    unc = {b"d/a.b": "over the size cap", b"d/a/b": "permission denied"}
+    p = plan(m.load, current, target, uncapturable=unc)
+    assert p.ops == ()
+    assert dict(p.kept) == {
+        b"d": "holds d/a/b, not captured: permission denied",
+        b"d/a": "holds d/a/b, not captured: permission denied",
+        b"sock": "a socket",
+    }
+    forced = plan(m.load, current, target, uncapturable=unc, force=True)
+    assert ("remove", b"sock", "a socket") in ops_of(forced) and forced.kept == ()
