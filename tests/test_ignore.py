@@ -494,3 +494,25 @@ def test_each_pattern_shape_matches_as_git_does(
     r = rules({b"": gitignore})
     got = [(path, is_dir, r.is_ignored(path, is_dir)) for path, is_dir, _ in cases]
     assert got == cases
+
+
+@needs_git
+def test_outside_rule_files_are_the_exclude_and_each_gitignore_above_the_root(
+    tmp_path: Path, git_env: None
+) -> None:
+    """A watcher of the tree never sees these change, so the daemon stats them (present or not)."""
+    from snapd.capture.ignore import outside_rule_files
+
+    top = tmp_path / "repo"
+    (top / "pkg" / "ws").mkdir(parents=True)
+    git(top, "init", "-q")
+    t = os.fsencode(top)
+    assert outside_rule_files(top / "pkg" / "ws") == [
+        t + b"/.git/info/exclude",
+        t + b"/.gitignore",
+        t + b"/pkg/.gitignore",
+    ]
+    assert outside_rule_files(top) == [t + b"/.git/info/exclude"]
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    assert outside_rule_files(plain) == []
