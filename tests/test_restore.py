@@ -396,8 +396,10 @@ def test_what_the_marks_rules_ignore_is_left_unless_the_mark_knows_it_was_absent
         {b"a": f("a"), b".env": f("secret"), b"build/x.o": f("o"), b"new": f("n"), b"link": ln("x")}
     )
 
-    def ignores(path: bytes, is_dir: bool) -> str | None:  # ".env", and "build/" (directories only)
-        return "gitignore" if path == b".env" or (is_dir and path in (b"build", b"link")) else None
+    def ignores(path: bytes, is_dir: bool) -> str | None:  # ".env", "x.log", "build/" (directories only)
+        return (
+            "gitignore" if path in (b".env", b"x.log") or (is_dir and path in (b"build", b"link")) else None
+        )
 
     p = plan(m.load, current, target, target_ignores=ignores)
     assert ops_of(p) == [("remove", b"new", None)]
@@ -411,6 +413,16 @@ def test_what_the_marks_rules_ignore_is_left_unless_the_mark_knows_it_was_absent
         "so this is left as it is"
     }
     # what a pre-rollback mark knows it did not hold (its rollback created it) goes whatever the rules
+    current = m.tree(
+        {
+            b"a": f("a"),
+            b".env": f("s"),
+            b"build/x.o": f("o"),
+            b"new": f("n"),
+            b"link": ln("x"),
+            b"x.log": f("l"),
+        }
+    )
     made = plan(m.load, current, target, target_ignores=ignores, absent=[b".env", b"build", b"link"])
     assert ops_of(made) == [
         ("remove", b".env", None),
@@ -419,7 +431,8 @@ def test_what_the_marks_rules_ignore_is_left_unless_the_mark_knows_it_was_absent
         ("remove", b"new", None),
         ("rmdir", b"build", None),
     ]
-    assert made.kept == () and made.left == () and made.counts["delete"] == 5
+    assert made.kept == () and made.left == ((b"x.log", "ignored at the mark (gitignore)"),)
+    assert made.counts["delete"] == 5
 
 
 def test_a_directory_holding_what_the_marks_rules_ignore_stays() -> None:
@@ -456,6 +469,13 @@ def test_a_directory_that_cannot_be_listed_now_is_kept_with_or_without_force() -
         assert ops_of(p) == [("write", b"other", None)]
         assert p.kept == ((b"locked", "cannot be listed now (permission denied): what it holds is unknown"),)
         assert p.left == ()
+    # M has a file there: not a directory whose contents M knows, so the usual rule keeps it
+    target = m.tree({b"locked": f("a file at M"), b"other": f("o")})
+    p = plan(m.load, current, target, uncapturable={b"locked": "permission denied"})
+    assert dict(p.kept) == {
+        b"locked": "permission denied",
+        b"locked/a": "inside locked, not captured: permission denied",
+    }
 
 
 def test_what_lies_in_a_directory_unlisted_at_the_mark_is_left() -> None:
@@ -550,7 +570,9 @@ def test_the_roots_mode(now: int | None, then: int | None, want: list[tuple[str,
     for i, op in enumerate(p.ops):
         if op.path == b"":
             assert op.entry is not None and op.expect is not None
-            assert op.entry == Entry("dir", op.entry.mode, 0, "") and op.expect.kind == "dir"
+            assert op.entry == Entry("dir", op.entry.mode, 0, "") and op.expect == Entry(
+                "dir", op.expect.mode, 0, ""
+            )
             got.append((op.kind, op.entry.mode, op.expect.mode, "first" if i == 0 else "last"))
     assert got == want
     assert [op.path for op in p.ops if op.path] == [b"a"]
@@ -594,9 +616,12 @@ def test_each_phase_runs_before_the_next_whatever_the_names() -> None:
     only the phase puts the opening chmod first, then removals, rmdirs, mkdirs, contents, modes."""
     m = Mem()
     target = m.tree({b"a": f("a"), b"b/x": f("x"), b"ro": Dir(0o555), b"ro/f": f("new")})
-    current = m.tree({b"a": f("A"), b"ro": Dir(0o555), b"ro/f": f("old"), b"z": f("z"), b"zz/y": f("y")})
+    current = m.tree(
+        {b"a": f("A"), b"a0": f("gone"), b"ro": Dir(0o555), b"ro/f": f("old"), b"z": f("z"), b"zz/y": f("y")}
+    )
     assert kinds(plan(m.load, current, target)) == [
         ("chmod", b"ro"),  # opened for the write inside it
+        ("remove", b"a0"),
         ("remove", b"z"),
         ("remove", b"zz/y"),
         ("rmdir", b"zz"),
@@ -657,3 +682,30 @@ def test_a_path_the_current_tree_holds_as_not_captured() -> None:
     }
     forced = plan(m.load, current, target, uncapturable=unc, force=True)
     assert ("remove", b"sock", "a socket") in ops_of(forced) and forced.kept == ()
+
+
+def test_a_file_over_a_path_that_cannot_be_captured_is_not_removed() -> None:
+    """The current tree says file, the disk now has a directory there holding what could not be
+    captured: removing the file would remove that too."""
+    m = Mem()
+    current = m.tree({b"x": f("x"), b"y": f("y")})
+    p = plan(m.load, current, m.tree({}), uncapturable={b"x/big": "over the size cap"})
+    assert ops_of(p) == [("remove", b"y", None)]
+    assert dict(p.kept) == {b"x": "holds x/big, not captured: over the size cap"}
+
+
+def test_a_kept_directory_holds_back_only_what_lies_inside_it() -> None:
+    m = Mem()
+    target = m.tree({b"d/a/b": f("b"), b"e": f("e"), b"z": f("z")})
+    p = plan(m.load, m.tree({}), target, uncapturable={b"d": "special file"})
+    assert kinds(p) == [("write", b"e"), ("write", b"z")]
+    assert dict(p.kept)[b"d/a/b"] == "its directory d is kept"
+
+
+def test_paths_outside_the_workspace_or_nowhere_are_named() -> None:
+    m = Mem()
+    t = m.tree({b"a": f("a")})
+    with pytest.raises(UsageError, match="^'../etc' is not a path inside the workspace$"):
+        plan(m.load, t, t, only=[b"../etc"])
+    with pytest.raises(NotFound, match="^a/b exists neither"):  # the first in tree order
+        plan(m.load, t, t, only=[b"a.b", b"a/b"])
