@@ -709,3 +709,55 @@ def test_paths_outside_the_workspace_or_nowhere_are_named() -> None:
         plan(m.load, t, t, only=[b"../etc"])
     with pytest.raises(NotFound, match="^a/b exists neither"):  # the first in tree order
         plan(m.load, t, t, only=[b"a.b", b"a/b"])
+
+
+def test_forced_ops_replace_without_comparing_and_clear_the_way_once() -> None:
+    m = Mem()
+    current = m.tree({b"big": f("small"), b"d/x": f("x")})
+    target = m.tree({b"big": f("at M")})
+    unc = {b"big": "over the size cap", b"d/big": "over the size cap", b"d/e/huge": "unreadable"}
+    d = trees.lookup(m.load, current, b"d")
+    p = plan(m.load, current, target, uncapturable=unc, force=True)
+    assert p.ops == (
+        Op("remove", b"d/big", None, None, "over the size cap"),  # cleared once, before its directory
+        Op("remove", b"d/e/huge", None, None, "unreadable"),
+        Op("remove", b"d/x", None, f("x")),
+        Op("rmdir", b"d", None, d),
+        Op("write", b"big", f("at M"), f("small"), "over the size cap"),  # what it replaces, for the reader
+    )
+    assert p.kept == () and p.counts == {"restore": 1, "recreate": 0, "delete": 4, "mode": 0, "type": 0}
+
+
+def test_a_directory_unlisted_then_and_now_is_named_only_inside_the_plans_scope() -> None:
+    m = Mem()
+    target = m.tree({b"locked": Dir(0o000, listed=False), b"locked/a": f("a"), b"other": f("o")})
+    current = m.tree({b"locked": Dir(0o000, listed=False), b"locked/a": f("a"), b"other": f("O")})
+    unc = {b"locked": "permission denied", b"huge": "over the size cap"}
+    outside = plan(m.load, current, target, uncapturable=unc, only=[b"other"])
+    assert kinds(outside) == [("write", b"other")] and outside.kept == () and outside.left == ()
+    inside = plan(m.load, current, target, uncapturable=unc, only=[b"locked"])
+    assert inside.ops == () and inside.kept == ()
+    assert inside.left == (
+        (b"locked", "could not be listed at the mark, nor now: what it holds is left as it is"),
+    )
+
+
+def test_every_uncapturable_path_is_judged_whatever_comes_before_it() -> None:
+    """Paths handled already (a difference kept, a path M holds) are passed over, not the end of
+    the list; one not in the current tree may be either kind, so a directory-only rule counts."""
+    m = Mem()
+    target = m.tree({b"a": f("a"), b"t": f("t")})
+    current = m.tree({b"a": f("A")})
+    unc = {b"a": "special file", b"t": "a FIFO", b"cache": "unreadable", b"zz": "over the size cap"}
+
+    def ignores(path: bytes, is_dir: bool) -> str | None:  # "cache/"
+        return "gitignore" if path == b"cache" and is_dir else None
+
+    p = plan(m.load, current, target, uncapturable=unc, target_ignores=ignores)
+    assert p.ops == ()
+    assert dict(p.kept) == {
+        b"a": "special file",
+        b"t": "a FIFO",
+        b"zz": "not captured (over the size cap): did not exist at the mark",
+    }
+    assert p.left == ((b"cache", "ignored at the mark (gitignore)"),)
