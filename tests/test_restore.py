@@ -761,3 +761,40 @@ def test_every_uncapturable_path_is_judged_whatever_comes_before_it() -> None:
         b"zz": "not captured (over the size cap): did not exist at the mark",
     }
     assert p.left == ((b"cache", "ignored at the mark (gitignore)"),)
+
+
+def test_directories_get_search_permission_for_what_is_done_below_them() -> None:
+    """Every directory on the way needs the owner's search bit, the one worked in write too;
+    opened ones get their mode back at the end, the root last of all (after it loses its
+    search bit nothing inside can be reached). Regression: the root's chmod tied with the
+    top-level directories' and went first."""
+    m = Mem()
+    cur = m.tree({b"ro": Dir(0o600), b"ro/sub/f": f("old"), b"ok": Dir(0o700), b"ok/sub/g": f("old")})
+    tgt = m.tree({b"ro": Dir(0o600), b"ro/sub/f": f("new"), b"ok": Dir(0o700), b"ok/sub/g": f("new")})
+
+    def modes(p: Plan) -> list[tuple[str, bytes, int, int]]:
+        return [(o.kind, o.path, o.entry.mode, o.expect.mode) for o in p.ops if o.entry and o.expect]
+
+    assert modes(plan(m.load, cur, tgt, root_modes=(0o700, 0o700))) == [
+        ("chmod", b"ro", 0o700, 0o600),
+        ("write", b"ok/sub/g", 0o644, 0o644),
+        ("write", b"ro/sub/f", 0o644, 0o644),
+        ("chmod", b"ro", 0o600, 0o700),
+    ]
+    assert modes(plan(m.load, cur, tgt, root_modes=(0o600, 0o600))) == [
+        ("chmod", b"", 0o700, 0o600),
+        ("chmod", b"ro", 0o700, 0o600),
+        ("write", b"ok/sub/g", 0o644, 0o644),
+        ("write", b"ro/sub/f", 0o644, 0o644),
+        ("chmod", b"ro", 0o600, 0o700),
+        ("chmod", b"", 0o600, 0o700),
+    ]
+    # a directory both written in and passed through keeps needing write
+    cur = m.tree({b"a": Dir(0o500), b"a/a": f("old"), b"a/b/g": f("old")})
+    tgt = m.tree({b"a": Dir(0o500), b"a/a": f("new"), b"a/b/g": f("new")})
+    assert kinds(plan(m.load, cur, tgt)) == [
+        ("chmod", b"a"),
+        ("write", b"a/a"),
+        ("write", b"a/b/g"),
+        ("chmod", b"a"),
+    ]

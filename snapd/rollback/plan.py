@@ -214,7 +214,7 @@ def _order(op: Op) -> tuple[int, int, list[bytes]]:
         old = op.expect.mode if op.expect is not None else MKDIR_MODE
         if (old & _OWNER_WX) != _OWNER_WX and (op.entry.mode & _OWNER_WX) == _OWNER_WX:
             return (0, 0, parts)  # give the owner write+search back before working inside
-        return (5, -len(parts), parts)
+        return (5, -len(parts) if op.path else 0, parts)  # the root (b"") is the shallowest: last
     if op.kind == "remove":
         return (1, 0, parts)
     if op.kind == "rmdir":
