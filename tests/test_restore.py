@@ -798,3 +798,38 @@ def test_directories_get_search_permission_for_what_is_done_below_them() -> None
         ("write", b"a/b/g"),
         ("chmod", b"a"),
     ]
+
+
+def test_which_directories_holding_ignored_paths_stay() -> None:
+    """A forced removal (something uncaptured is in the way, and --force) is not held back; the
+    holder named is the first in tree order; a holder deeper than a directory M keeps still
+    stays; a symlink at M in a holder's place is a difference kept, like a file."""
+    m = Mem()
+    cur = m.tree({b"d/x": f("x"), b"k": f("k")})
+    forced = plan(
+        m.load,
+        cur,
+        m.tree({b"k": f("k")}),
+        uncapturable={b"d": "permission denied"},
+        force=True,
+        ignored_below=lambda d: [(d + b"/.env", "ignored at the mark (gitignore)")],
+    )
+    assert kinds(forced) == [("remove", b"d/x"), ("rmdir", b"d")] and forced.left == ()
+    cur = m.tree({b"d/keep": f("k"), b"d/x/y": f("y"), b"e/x/y": f("y"), b"e/x.y": f("z"), b"out/l": f("l")})
+    tgt = m.tree({b"d/keep": f("k"), b"out": ln("t")})
+
+    def ignores(path: bytes, is_dir: bool) -> str | None:
+        return "gitignore" if path.endswith(b"y") or path == b"out/l" else None
+
+    p = plan(m.load, cur, tgt, target_ignores=ignores)
+    assert p.ops == ()
+    assert p.kept == ((b"out", "holds out/l, ignored at the mark"),)
+    assert dict(p.left) == {
+        b"d/x": "holds d/x/y, ignored at the mark",
+        b"d/x/y": "ignored at the mark (gitignore)",
+        b"e": "holds e/x/y, ignored at the mark",
+        b"e/x": "holds e/x/y, ignored at the mark",
+        b"e/x/y": "ignored at the mark (gitignore)",
+        b"e/x.y": "ignored at the mark (gitignore)",
+        b"out/l": "ignored at the mark (gitignore)",
+    }
