@@ -833,3 +833,27 @@ def test_which_directories_holding_ignored_paths_stay() -> None:
         b"e/x.y": "ignored at the mark (gitignore)",
         b"out/l": "ignored at the mark (gitignore)",
     }
+
+
+def test_force_never_touches_what_the_marks_rules_ignore_even_in_a_directory_it_removes() -> None:
+    """docs/rollback.md: a path M's rules ignore is never touched, with or without --force.
+    Regression: clearing the way for a directory's removal force-removed an uncapturable path
+    inside it that M's rules ignore, and the directory with it."""
+    m = Mem()
+    cur = m.tree({b"d/x": f("x"), b"k": f("k")})
+    tgt = m.tree({b"k": f("k")})
+    unc = {b"d/big.log": "over the size cap", b"d/fifo": "a FIFO"}
+
+    def ignores(path: bytes, is_dir: bool) -> str | None:  # "*.log"
+        return "gitignore" if path.endswith(b".log") else None
+
+    p = plan(m.load, cur, tgt, uncapturable=unc, force=True, target_ignores=ignores)
+    assert ops_of(p) == [("remove", b"d/fifo", "a FIFO"), ("remove", b"d/x", None)]
+    assert p.kept == ()
+    assert dict(p.left) == {
+        b"d": "holds d/big.log, ignored at the mark",
+        b"d/big.log": "ignored at the mark (gitignore)",
+    }
+    # nothing ignored in it: the way is cleared and the directory goes
+    p = plan(m.load, cur, tgt, uncapturable={b"d/fifo": "a FIFO"}, force=True, target_ignores=ignores)
+    assert ops_of(p) == [("remove", b"d/fifo", "a FIFO"), ("remove", b"d/x", None), ("rmdir", b"d", None)]
