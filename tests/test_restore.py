@@ -857,3 +857,22 @@ def test_force_never_touches_what_the_marks_rules_ignore_even_in_a_directory_it_
     # nothing ignored in it: the way is cleared and the directory goes
     p = plan(m.load, cur, tgt, uncapturable={b"d/fifo": "a FIFO"}, force=True, target_ignores=ignores)
     assert ops_of(p) == [("remove", b"d/fifo", "a FIFO"), ("remove", b"d/x", None), ("rmdir", b"d", None)]
+
+
+def test_a_path_the_current_tree_holds_is_judged_once_even_when_its_directory_goes() -> None:
+    """Regression: clearing the way for a directory's removal also removed the uncaptured paths
+    the current tree holds, which get their own judgement: the removal was listed (and
+    counted) twice, or the path was both removed and kept."""
+    m = Mem()
+    sock = trees.uncaptured("a socket", 0o755, 0, (5, 6))
+    cur = m.tree({b"d/sock": sock, b"d/x": f("x")})
+    p = plan(m.load, cur, m.tree({}), force=True)
+    assert ops_of(p) == [("remove", b"d/sock", "a socket"), ("remove", b"d/x", None), ("rmdir", b"d", None)]
+    assert p.counts["delete"] == 3 and p.kept == ()
+
+    def ignores(path: bytes, is_dir: bool) -> str | None:  # "sock/": a directory of this name
+        return "gitignore" if path == b"d/sock" and is_dir else None
+
+    p = plan(m.load, cur, m.tree({}), force=True, target_ignores=ignores)
+    assert all(op.path != b"d/sock" for op in p.ops)
+    assert [path for path, _ in p.kept] == [b"d/sock"]

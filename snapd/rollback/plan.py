@@ -381,6 +381,9 @@ def plan(
         and _listed_dir(trees.lookup(load, target, u))
     ]
 
+    def in_current(path: bytes) -> bool:
+        return current is not None and trees.lookup(load, current, path) is not None
+
     def ignored_at_mark(u: bytes) -> str | None:
         """Why M's rules ignore the uncapturable ``u``: as what it is now, or, not in the
         current tree, as either kind."""
@@ -445,8 +448,8 @@ def plan(
             if unc.at_or_above(d.path) is not None:  # replace what is there without comparing
                 group = [Op(op.kind, op.path, op.entry, op.expect, unc.reasons[blocker]) for op in group]
             for u in unc.below.get(d.path, ()):  # clear the way for removing this directory
-                if u in forced_removals or u in left:
-                    continue
+                if u in forced_removals or u in left or in_current(u):
+                    continue  # (a path the current tree holds is a difference: judged on its own)
                 if (ignored := ignored_at_mark(u)) is not None:  # never touched, even forced: the
                     left[u] = f"ignored at the mark ({ignored})"  # directory stays (see below)
                     continue
