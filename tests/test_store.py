@@ -455,3 +455,36 @@ def test_gc_keeps_a_workspaces_head_and_every_marks_rule_inputs(store: Store) ->
     rep = retention.gc(store, retention.Policy(grace_s=0, max_age_days=0))
     assert [store.has(k) for k in (held, rules, marked, loose)] == [True, True, True, False]
     assert rep.objects_deleted == 1 and verify(store).ok
+
+
+def test_budget_evicts_the_oldest_marks_until_the_store_fits(store: Store, tmp_path: Path) -> None:
+    """The budget's own evictions (the other tests reach only age, count and the warning): marks
+    inside the age window whose content no recent version holds. Sizes where every mark but the
+    newest must go, so the doubling batches cannot overshoot (docs/reliability.md: they can)."""
+    root = make_ws(tmp_path, {})
+    ws = store.add_workspace(os.fsencode(root))
+    t0 = time.time_ns()
+    ids = []
+    for i in range(5):
+        (root / "f").write_bytes(os.urandom(20_000))
+        ids.append(capture_paths(store, ws, root, [b"f"], f"m{i}", created=t0 + 10 * retention.DAY_NS + i).id)
+    # 15 days on: the versions are past the 14-day window, the marks (dated 10 days on) are not
+    rep = retention.gc(
+        store, retention.Policy(max_marks=4, budget_bytes=25_000, grace_s=0), now=t0 + 15 * retention.DAY_NS
+    )
+    assert rep.evicted == [(ids[0], "count"), (ids[1], "budget"), (ids[2], "budget"), (ids[3], "budget")]
+    assert rep.versions_deleted == 5 and rep.warnings == []
+    assert [m.id for m in store.marks(ws)] == [ids[4]]
+    assert 20_000 < rep.stored_bytes == store.stored_bytes() <= 25_000
+    assert {e["reason"] for e in store.evictions(ws)} == {"count", "budget"} and verify(store).ok
+
+
+def test_an_object_is_swept_only_once_older_than_the_grace_period(store: Store) -> None:
+    loose = put(store, b"unreferenced " * 10)
+    t = 1_000_000 * 10**9
+    with store.catalog.write() as c:
+        c.execute("UPDATE objects SET created=? WHERE key=?", (t, loose))
+    rep = retention.gc(store, retention.Policy(grace_s=1), now=t + 10**9)  # exactly the grace period
+    assert store.has(loose) and rep.objects_deleted == 0
+    rep = retention.gc(store, retention.Policy(grace_s=1), now=t + 10**9 + 1)
+    assert not store.has(loose) and rep.objects_deleted == 1
