@@ -876,3 +876,56 @@ def test_a_path_the_current_tree_holds_is_judged_once_even_when_its_directory_go
     p = plan(m.load, cur, m.tree({}), force=True, target_ignores=ignores)
     assert all(op.path != b"d/sock" for op in p.ops)
     assert [path for path, _ in p.kept] == [b"d/sock"]
+
+
+def test_a_directory_opened_stays_open_until_its_own_chmod_when_that_keeps_it_closed() -> None:
+    m = Mem()
+    cur = m.tree({b"ro": Dir(0o500), b"ro/f": f("old")})
+    tgt = m.tree({b"ro": Dir(0o555), b"ro/f": f("new")})  # M's mode has no write bit either
+    p = plan(m.load, cur, tgt)
+    assert [(op.kind, op.path, op.entry.mode if op.entry else None) for op in p.ops] == [
+        ("chmod", b"ro", 0o700),
+        ("write", b"ro/f", 0o644),
+        ("chmod", b"ro", 0o555),
+    ]
+
+
+def test_kept_and_left_come_in_tree_order_and_only_what_is_in_scope() -> None:
+    m = Mem()
+    gone = trees.uncaptured("a FIFO", 0o644, 0, (1, 2))
+    tgt = m.tree({b"x/y": gone, b"x.y": gone})
+    p = plan(m.load, m.tree({b"x/y": f("now"), b"x.y": f("now")}), tgt)
+    assert [path for path, _ in p.kept] == [b"x/y", b"x.y"]  # tree order, not byte order
+    # uncapturable paths: one M holds unchanged, one outside the scope, then one to report
+    cur = m.tree({b"a": f("a"), b"b/x": f("x")})
+    unc = {b"a": "over the size cap", b"out": "a FIFO", b"b/huge": "over the size cap"}
+    assert dict(plan(m.load, cur, cur, uncapturable=unc).kept) == {
+        b"b/huge": "not captured (over the size cap): did not exist at the mark",
+        b"out": "not captured (a FIFO): did not exist at the mark",
+    }
+    assert plan(m.load, cur, cur, uncapturable=unc, only=[b"b"]).kept == (
+        (b"b/huge", "not captured (over the size cap): did not exist at the mark"),
+    )
+
+
+def test_a_directory_unlisted_then_and_now_is_not_one_that_cannot_be_listed_now() -> None:
+    """Its contents were unknown at M too: a path captured by name inside it is judged on its
+    own (here kept: the directory cannot be read), not the whole directory kept as unknown."""
+    m = Mem()
+    tgt = m.tree({b"locked": Dir(0o000, listed=False), b"locked/a": f("a")})
+    cur = m.tree({b"locked": Dir(0o000, listed=False), b"locked/a": f("A")})
+    p = plan(m.load, cur, tgt, uncapturable={b"locked": "permission denied"})
+    assert p.kept == ((b"locked/a", "inside locked, not captured: permission denied"),)
+    assert p.left == (
+        (b"locked", "could not be listed at the mark, nor now: what it holds is left as it is"),
+    )
+    # a FIFO where M had a directory it could not list: replaced when forced, nothing left
+    cur = m.tree({b"locked": trees.uncaptured("a FIFO", 0o644, 0, (1, 2))})
+    forced = plan(m.load, cur, tgt, force=True)
+    assert kinds(forced) == [
+        ("remove", b"locked"),
+        ("mkdir", b"locked"),
+        ("write", b"locked/a"),
+        ("chmod", b"locked"),
+    ]
+    assert forced.left == () and forced.kept == ()
