@@ -488,3 +488,37 @@ def test_an_object_is_swept_only_once_older_than_the_grace_period(store: Store) 
     assert store.has(loose) and rep.objects_deleted == 0
     rep = retention.gc(store, retention.Policy(grace_s=1), now=t + 10**9 + 1)
     assert not store.has(loose) and rep.objects_deleted == 1
+
+
+def test_a_key_a_batch_holds_is_spared_and_the_sweep_goes_on(store: Store) -> None:
+    held_data = b"held by a batch in flight " * 10
+    held = put(store, held_data)  # first in the sweep's order
+    others = [put(store, f"dead {i} ".encode() * 20) for i in range(3)]
+    with store.batch() as b:
+        b.put(held_data)
+        rep = retention.gc(store, retention.Policy(grace_s=0))
+    assert store.has(held) and not any(store.has(k) for k in others) and rep.objects_deleted == 3
+
+
+def test_the_budget_counts_only_objects_past_the_grace_period_and_says_when_it_cannot_fit(
+    store: Store, tmp_path: Path
+) -> None:
+    root = make_ws(tmp_path, {"f": b"small " * 100})
+    ws = store.add_workspace(os.fsencode(root))
+    capture_paths(store, ws, root, [b"f"], "only")
+    fresh = put(store, os.urandom(50_000))  # not referenced, but younger than the grace period
+    created = store.catalog.read().execute("SELECT created FROM objects WHERE key=?", (fresh,)).fetchone()[0]
+    with store.catalog.write() as c:  # the mark's objects are an hour old
+        c.execute("UPDATE objects SET created=? WHERE key<>?", (created - 3600 * 10**9, fresh))
+    now = created + 10**9
+    rep = retention.gc(store, retention.Policy(budget_bytes=20_000, grace_s=600), now=now)
+    assert rep.warnings == [] and rep.evicted == [] and store.has(fresh)
+    rep = retention.gc(store, retention.Policy(budget_bytes=50, grace_s=600), now=now)
+    settled = store.stored_bytes() - store.catalog.read().execute(
+        "SELECT stored FROM objects WHERE key=?", (fresh,)
+    ).fetchone()[0]
+    assert rep.evicted == [] and rep.warnings == [
+        f"the store holds {settled} bytes, over its budget of 50, and what remains is held by marks "
+        "and versions that must be kept (newest, pinned, recent pre-rollback, versions inside the age "
+        "window): raise the budget or unpin marks"
+    ]
