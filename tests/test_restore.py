@@ -929,3 +929,16 @@ def test_a_directory_unlisted_then_and_now_is_not_one_that_cannot_be_listed_now(
         ("chmod", b"locked"),
     ]
     assert forced.left == () and forced.kept == ()
+
+
+def test_a_path_cleared_for_two_removed_directories_is_removed_once_and_left_in_tree_order() -> None:
+    m = Mem()
+    cur = m.tree({b"d/x": f("x"), b"d/e/y": f("y")})
+    p = plan(m.load, cur, m.tree({}), uncapturable={b"d/e/huge": "over the size cap"}, force=True)
+    assert [op.path for op in p.ops].count(b"d/e/huge") == 1
+
+    def ignores(path: bytes, is_dir: bool) -> str | None:  # every file
+        return None if is_dir else "gitignore"
+
+    p = plan(m.load, m.tree({b"x/y": f("y"), b"x.y": f("z")}), m.tree({}), target_ignores=ignores)
+    assert [path for path, _ in p.left] == [b"x", b"x/y", b"x.y"]  # tree order, not byte order
