@@ -35,17 +35,29 @@ from common import (
     DATA,
     RESULTS,
     SNAPCTL,
-    Daemon,
     Results,
     capture_pool,
     common_args,
     interleave,
     proc_mem,
     run_timed,
+    scratch_copy,
     spread,
+    started,
     tree_path,
 )
-from peer import copy_tree, count, drop_caches, du_bytes, peer_gc, peer_init, peer_snap, remove, warm
+from peer import (
+    count,
+    drop_caches,
+    du_bytes,
+    peer_gc,
+    peer_init,
+    peer_snap,
+    remove,
+    sidegit_argv,
+    sidegit_env,
+    warm,
+)
 
 MB = 1e6
 
@@ -59,14 +71,9 @@ def fsync_calls(fsync: bool) -> int:
             (ws / f"f{i}").write_text(f"{i}\n")
         peer_init(ws, Path(d, "git"))
         trace = Path(d, "trace")
-        env = dict(os.environ)
-        if fsync:
-            env.update(GIT_CONFIG_COUNT="1", GIT_CONFIG_KEY_0="core.fsync", GIT_CONFIG_VALUE_0="all")
-        from peer import SIDEGIT
-
         subprocess.run(["strace", "-f", "-qq", "-e", "trace=fsync,fdatasync", "-o", str(trace),
-                        "bash", str(SIDEGIT), "snap", str(ws), d + "/git", "x"],
-                       env=env, check=True, stdout=subprocess.DEVNULL)
+                        *sidegit_argv("snap", ws, d + "/git", "x")],
+                       env=sidegit_env(fsync), check=True, stdout=subprocess.DEVNULL)
         return sum(1 for ln in trace.read_text().splitlines() if "sync(" in ln)
 
 
@@ -92,9 +99,7 @@ def main() -> None:
     res.figure("peer_fsync_calls_one_snap", fsync_calls(False), "peer: fsync calls in one snap (strace)")
     res.figure("peer_fsync_all_calls_one_snap", fsync_calls(True),
                "peer with core.fsync=all: fsync calls in one snap of 3 files (strace)")
-    ws = copy_tree(tree, f"baseline-{args.corpus}-{args.size}")
-    scratch = ws.parent
-    root = os.path.realpath(ws)
+    ws, scratch, root = scratch_copy(tree, f"baseline-{args.corpus}-{args.size}")
     files, nbytes = count(ws)
     captured = len(capture_pool(Path(root)))
     res(f"  tree {tree.name}: {files} files ({captured} captured by snapd's rules), {nbytes / MB:.1f} MB; "
@@ -122,9 +127,7 @@ def main() -> None:
 
     def snapd_side(i: int) -> float:
         home = scratch / f"home-{i}"
-        d = Daemon(home, scratch)
-        d.start()
-        try:
+        with started(home, scratch) as d:
             os.sync()
             if args.cold:
                 drop_caches()
@@ -135,8 +138,6 @@ def main() -> None:
                 raise SystemExit(f"watch reply without a full baseline: files {reply.get('files')} "
                                  f"of {captured}, baseline {base}")
             mem.append(proc_mem(d.pid))
-        finally:
-            d.stop()
         if "snapd" in last:
             remove(last["snapd"])
         last["snapd"] = home
@@ -182,15 +183,9 @@ def main() -> None:
         if args.profile:
             from pyspy import Sampler, lines, summary
 
-            home = scratch / "home-profile"
-            d = Daemon(home, scratch)
-            d.start()
             out = RESULTS / f"baseline-{args.corpus}-{args.size}.pyspy.txt"
-            try:
-                with Sampler(d.pid, out):
-                    run_timed([str(SNAPCTL), "watch", root, "--json"], d.env)
-            finally:
-                d.stop()
+            with started(scratch / "home-profile", scratch) as d, Sampler(d.pid, out):
+                run_timed([str(SNAPCTL), "watch", root, "--json"], d.env)
             s = summary(out)
             res.figure("profile_snapd_baseline", s)
             res("  py-spy profile of one snapd baseline (untimed run):")

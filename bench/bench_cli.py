@@ -2,8 +2,10 @@
 
 The floor is the same interpreter (the venv's python) running ``import zmq`` and nothing else:
 what any CLI that speaks ZeroMQ pays before it does anything. Against it: ``snapctl
---version``, ``snapctl status`` and ``snapctl mark turn -w WS`` (and ``snapctl hook
-claude-code`` when the measured commit has it), on a real daemon watching the corpus tree.
+--version``, ``snapctl status`` and ``snapctl mark turn -w WS``, and when the measured commit
+has it ``snapctl hook``: ``hook claude-code`` with no event (start-up only) and ``hook codex
+EVENT`` (Codex's notify: a whole hook call that marks turn-end), on a real daemon watching the
+corpus tree.
 
 hyperfine runs every command ``--runs-per-round`` times (after one warm-up) in each of
 ``--rounds`` rounds, the floor first in each: the rounds interleave the commands, so load
@@ -18,15 +20,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import statistics
 import subprocess
 from pathlib import Path
 from typing import Any
 
-from common import PYTHON, SNAPCTL, Daemon, Results, common_args, run_timed, spread, tree_path
-from peer import copy_tree, remove, warm
+from common import (
+    PYTHON,
+    REPO,
+    SNAPCTL,
+    Results,
+    common_args,
+    daemon_run,
+    scratch_copy,
+    spread,
+    start_watching,
+    tree_path,
+)
+from peer import warm
 
 from snapd.ipc.timing import difference, quantile_bound
 
@@ -70,14 +82,14 @@ def main() -> None:
         "rounds": args.rounds, "runs_per_round": args.runs_per_round, "tool": "hyperfine -N (no shell)",
         "floor": f"{PYTHON} -c 'import zmq'",
     })
-    ws = copy_tree(tree, f"cli-{args.corpus}-{args.size}")
-    scratch = ws.parent
-    root = os.path.realpath(ws)
+    # snapd is installed editable here, and this machine sets PYTHONDONTWRITEBYTECODE: without
+    # this every run would compile snapd's modules from source, which an installed snapd (pip
+    # compiles at install) never does. The floor's zmq has its bytecode from pip already.
+    subprocess.run([str(PYTHON), "-m", "compileall", "-q", str(REPO / "snapd")], check=True)
+    ws, scratch, root = scratch_copy(tree, f"cli-{args.corpus}-{args.size}")
     warm(ws)
-    d = Daemon(scratch / "home", scratch)
-    try:
-        d.start()
-        run_timed([str(SNAPCTL), "watch", root, "--json"], d.env)
+    with daemon_run(res, scratch) as d:
+        start_watching(d, root)
         cmds = {
             "floor": f"{PYTHON} -c 'import zmq'",
             "version": f"{SNAPCTL} --version",
@@ -87,7 +99,13 @@ def main() -> None:
         has_hook = subprocess.run([str(SNAPCTL), "hook", "--help"], env=d.env,
                                   capture_output=True).returncode == 0
         if has_hook:
+            # no event on stdin: start-up, config and parsing only (the hook marks nothing)
             cmds["hook claude-code"] = f"{SNAPCTL} hook claude-code"
+            # a whole hook call that marks: Codex's notify passes its event as an argument
+            # (hyperfine cannot feed stdin), the same path as every agent's hook
+            notify = json.dumps({"type": "agent-turn-complete", "thread-id": "bench", "cwd": root},
+                                separators=(",", ":"))
+            cmds["hook codex"] = f"{SNAPCTL} hook codex '{notify}'"
         else:
             res.note("`snapctl hook` does not exist at the measured commit: not measured")
         before = d.call("status")["requests"]
@@ -117,17 +135,13 @@ def main() -> None:
         floor_it = importtime(["snapctl", "--version"], d.env)
         res.figure("importtime_version", floor_it)
         if args.size == "100k":
-            names = [k for k in ("mark", "hook claude-code", "status") if k in above]
+            names = [k for k in ("mark", "hook codex", "hook claude-code", "status") if k in above]
             worst = max(names, key=lambda k: above[k])
             res.verdict("snapctl mark / hook claude-code / status wall time above the floor", "<= 20 ms",
                         ", ".join(f"{k} {above[k] * 1e3:.0f} ms" for k in names)
                         + f" (floor {floor * 1e3:.0f} ms, medians of {len(times['floor'])})"
                         + ("" if has_hook else "; hook not at this commit"),
                         above[worst] <= 0.020)
-    finally:
-        res.figure("daemon_stop", d.stop())
-        res.write()
-        remove(scratch)
 
 
 if __name__ == "__main__":

@@ -41,14 +41,18 @@ from common import (
     Results,
     capture_pool,
     common_args,
+    daemon_run,
     interleave,
+    peer_baseline,
     proc_mem,
     run_timed,
+    scratch_copy,
     spread,
+    start_watching,
     tree_path,
     workspace_of,
 )
-from peer import change_files, copy_tree, count, du_bytes, peer_gc, peer_init, peer_snap, remove, warm
+from peer import change_files, count, du_bytes, peer_gc, peer_snap, warm
 
 from snapd.ipc.timing import difference, quantile_bound
 
@@ -106,16 +110,12 @@ def main() -> None:
         "peer": "sidegit snap (git add -A, write-tree, commit-tree, update-ref), never fsyncs",
         "page_cache": "warm",
     })
-    ws = copy_tree(tree, f"mark-{args.corpus}-{args.size}")
-    scratch = ws.parent
-    root = os.path.realpath(ws)
+    ws, scratch, root = scratch_copy(tree, f"mark-{args.corpus}-{args.size}")
     root_b = os.fsencode(root)
     files, nbytes = count(ws)
     warm(ws)
     pool = capture_pool(Path(root))
     res(f"  tree {tree.name}: {files} files ({len(pool)} captured by snapd's rules), {nbytes / MB:.1f} MB")
-    d = Daemon(scratch / "home", scratch)
-    gitdir = scratch / "sidegit"
     misses: list[str] = []
     seed = 0
 
@@ -129,11 +129,9 @@ def main() -> None:
         if bad:
             misses.append(f"{kind} mark {reply.get('id')}: {bad}")
 
-    try:
-        d.start()
-        run_timed([str(SNAPCTL), "watch", root, "--json"], d.env)
-        peer_init(ws, gitdir)
-        peer_snap(ws, gitdir, "baseline")
+    with daemon_run(res, scratch) as d:
+        start_watching(d, root)
+        gitdir = peer_baseline(ws, scratch)
         os.sync()
         res.figure("mem_after_watch", proc_mem(d.pid))
         st0 = d.call("status")
@@ -231,10 +229,6 @@ def main() -> None:
             for line in lines(s):
                 res(f"    {line}")
         client.close()
-    finally:
-        res.figure("daemon_stop", d.stop())
-        res.write()
-        remove(scratch)
 
 
 if __name__ == "__main__":

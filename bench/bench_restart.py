@@ -21,17 +21,18 @@ from typing import Any
 
 from common import (
     RESULTS,
-    SNAPCTL,
     Daemon,
     Results,
     common_args,
+    daemon_run,
     proc_mem,
-    run_timed,
+    scratch_copy,
     spread,
+    start_watching,
     tree_path,
     workspace_of,
 )
-from peer import copy_tree, remove, warm
+from peer import warm
 
 from snapd.errors import SnapdError
 
@@ -71,18 +72,14 @@ def main() -> None:
     res = Results("restart", args.corpus, args.size, {
         "reps": args.reps, "what": "spawn snapd start -> status answers -> first mark reply; "
                                    "nothing changed while stopped", "page_cache": "warm"})
-    ws = copy_tree(tree, f"restart-{args.corpus}-{args.size}")
-    scratch = ws.parent
-    root = os.path.realpath(ws)
+    ws, scratch, root = scratch_copy(tree, f"restart-{args.corpus}-{args.size}")
     old = time.time() - 3600
     for dirpath, dirnames, filenames in os.walk(ws):
         for name in filenames + dirnames:
             os.utime(os.path.join(dirpath, name), (old, old), follow_symlinks=False)
     warm(ws)
-    d = Daemon(scratch / "home", scratch)
-    try:
-        d.start()
-        run_timed([str(SNAPCTL), "watch", root, "--json"], d.env)
+    with daemon_run(res, scratch) as d:
+        start_watching(d, root)
         d.stop()
         runs = []
         for i in range(args.reps):
@@ -118,10 +115,6 @@ def main() -> None:
             res("  py-spy profile of one restart through its first mark (whole process life):")
             for line in lines(s):
                 res(f"    {line}")
-    finally:
-        res.figure("daemon_stop", d.stop())
-        res.write()
-        remove(scratch)
 
 
 if __name__ == "__main__":

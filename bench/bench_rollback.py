@@ -34,16 +34,19 @@ from typing import Any
 from common import (
     RESULTS,
     SNAPCTL,
-    Daemon,
     Results,
     capture_pool,
     common_args,
+    daemon_run,
     interleave,
+    peer_baseline,
     run_timed,
+    scratch_copy,
     spread,
+    start_watching,
     tree_path,
 )
-from peer import change_files, copy_tree, count, peer_init, peer_reset, peer_snap, remove, warm
+from peer import change_files, count, peer_reset, peer_snap, warm
 
 from snapd.ipc.timing import difference, quantile_bound
 
@@ -88,17 +91,13 @@ def main() -> None:
                  "requests.ops.rollback_apply over the in-process phase",
         "peer": "sidegit reset (git read-tree --reset -u)", "page_cache": "warm",
     })
-    ws = copy_tree(tree, f"rollback-{args.corpus}-{args.size}")
-    scratch = ws.parent
-    root = os.path.realpath(ws)
+    ws, scratch, root = scratch_copy(tree, f"rollback-{args.corpus}-{args.size}")
     root_b = os.fsencode(root)
     files, nbytes = count(ws)
     warm(ws)
     warm(tree)  # the originals are read by every check
     pool = capture_pool(Path(root))
     res(f"  tree {tree.name}: {files} files, {nbytes / 1e6:.1f} MB")
-    d = Daemon(scratch / "home", scratch)
-    gitdir = scratch / "sidegit"
     misses: list[str] = []
     seed = 0
 
@@ -113,11 +112,9 @@ def main() -> None:
         if reply is not None and (why := reply_problem(reply, picked)):
             misses.append(f"{kind}: {why}")
 
-    try:
-        d.start()
-        run_timed([str(SNAPCTL), "watch", root, "--json"], d.env)
-        peer_init(ws, gitdir)
-        peer_snap(ws, gitdir, "baseline")
+    with daemon_run(res, scratch) as d:
+        start_watching(d, root)
+        gitdir = peer_baseline(ws, scratch)
         from snapd.ipc.client import Client
 
         client = Client(d.endpoint, timeout_s=600)
@@ -190,10 +187,6 @@ def main() -> None:
             for line in lines(s):
                 res(f"    {line}")
         client.close()
-    finally:
-        res.figure("daemon_stop", d.stop())
-        res.write()
-        remove(scratch)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,11 @@
 - ``Daemon`` is a real ``snapd start`` with its own SNAPD_HOME beside the workspace (same
   disk); the workspace is kept out of this repository's git work tree with
   GIT_CEILING_DIRECTORIES, or snapd would apply the repo's .gitignore to it.
+- The setup every script shares, one way: ``scratch_copy`` (the tree copied for the run),
+  ``daemon_run`` (a daemon whose stop, the results file and the scratch clean-up happen
+  whatever the body does), ``start_watching`` (start, then ``snapctl watch``), ``started`` (a
+  daemon of its own home, stopped after the body) and ``peer_baseline`` (the peer's repository
+  with its first snapshot).
 """
 
 from __future__ import annotations
@@ -24,9 +29,12 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from peer import copy_tree, peer_init, peer_snap, remove
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
@@ -257,6 +265,52 @@ class Daemon:
             self.proc.wait(timeout=10)
             how = "SIGKILL"
         return f"{how}, exit {self.proc.returncode}"
+
+
+def scratch_copy(tree: Path, label: str) -> tuple[Path, Path, str]:
+    """(ws, scratch, root): ``tree`` copied for one run into a scratch directory of its own
+    (where the daemon's home and the peer's repository go too), and the copy's real path."""
+    ws = copy_tree(tree, label)
+    return ws, ws.parent, os.path.realpath(ws)
+
+
+@contextmanager
+def daemon_run(res: Results, scratch: Path) -> Iterator[Daemon]:
+    """A Daemon with SNAPD_HOME ``scratch/home``, not started yet. After the body, whatever
+    happened in it: the daemon's stop is recorded (``daemon_stop``), the results are written
+    and the scratch directory is removed."""
+    d = Daemon(scratch / "home", scratch)
+    try:
+        yield d
+    finally:
+        res.figure("daemon_stop", d.stop())
+        res.write()
+        remove(scratch)
+
+
+@contextmanager
+def started(home: Path, scratch: Path) -> Iterator[Daemon]:
+    """A daemon with SNAPD_HOME ``home``, started; stopped after the body."""
+    d = Daemon(home, scratch)
+    d.start()
+    try:
+        yield d
+    finally:
+        d.stop()
+
+
+def start_watching(d: Daemon, root: str) -> None:
+    """Start ``d`` and watch ``root``: returns once the baseline mark exists."""
+    d.start()
+    run_timed([str(SNAPCTL), "watch", root, "--json"], d.env)
+
+
+def peer_baseline(ws: Path, scratch: Path) -> Path:
+    """The peer's repository (``scratch/sidegit``), with the whole workspace snapped as "baseline"."""
+    gitdir = scratch / "sidegit"
+    peer_init(ws, gitdir)
+    peer_snap(ws, gitdir, "baseline")
+    return gitdir
 
 
 def workspace_of(status: dict[str, Any], root: str) -> dict[str, Any]:

@@ -29,14 +29,23 @@ WORK = DATA / "work"  # same file system as the trees: never tmpfs
 SIDEGIT = Path(os.environ.get("SIDEGIT", "/work/shared/bench/sidegit"))
 
 
-def _sidegit(*args: str | os.PathLike[str], fsync: bool = False) -> tuple[float, str]:
+def sidegit_argv(*args: str | os.PathLike[str]) -> list[str]:
+    """The command line of one peer call (the script run as-is, through bash)."""
+    return ["bash", str(SIDEGIT), *map(str, args)]
+
+
+def sidegit_env(fsync: bool = False) -> dict[str, str]:
+    """The environment of a peer call; with ``fsync``, ``core.fsync=all`` for every git call."""
     env = dict(os.environ)
     if fsync:
         env.update(GIT_CONFIG_COUNT="1", GIT_CONFIG_KEY_0="core.fsync", GIT_CONFIG_VALUE_0="all")
+    return env
+
+
+def _sidegit(*args: str | os.PathLike[str], fsync: bool = False) -> tuple[float, str]:
+    env = sidegit_env(fsync)
     t0 = time.perf_counter()
-    out = subprocess.run(
-        ["bash", str(SIDEGIT), *map(str, args)], check=True, stdout=subprocess.PIPE, text=True, env=env
-    ).stdout
+    out = subprocess.run(sidegit_argv(*args), check=True, stdout=subprocess.PIPE, text=True, env=env).stdout
     return time.perf_counter() - t0, out.strip()
 
 

@@ -1,5 +1,8 @@
 """Configuration: where snapd keeps things, and the settings that tune it.
 
+Each setting is defined once, below: one dataclass field with its default and parser
+(:mod:`snapd.settings` derives its TOML key and ``SNAPD_*`` variable from it). The layers take
+their group, not a copy: a workspace is handed ``Config.capture``, the GC ``Config.retention``.
 Settings are layered defaults < TOML config file < ``SNAPD_*`` environment < overrides (flags),
 and flow down as one frozen ``Config``. ``load_config`` is the only function that looks at
 environment variables, and it is handed them explicitly (``main()`` passes ``os.environ``), so
@@ -24,40 +27,78 @@ actually bound in ``state_dir/endpoint``. Directories are made private by
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import pwd
-import re
 import stat
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from snapd.errors import ConfigError, PermissionRefused
+from snapd.settings import (
+    GiB,
+    MiB,
+    Problems,
+    abs_path,
+    assemble,
+    boolean,
+    count,
+    fs_names,
+    group,
+    level,
+    patterns,
+    read_config_file,
+    read_environment,
+    seconds,
+    setting,
+    size,
+    table,
+    unknown_env,
+)
 
-MiB = 1 << 20
-GiB = 1 << 30
 #: sizeof(sockaddr_un.sun_path) - 1 on Linux: the longest ipc:// path libzmq can bind.
 IPC_PATH_MAX = 107
 SOCKET_NAME = "control.sock"
 EVENTS_SOCKET_NAME = "events.sock"  # the PUB socket, beside the control socket (docs/protocol.md)
 ENDPOINT_FILE = "endpoint"
 LOCK_FILE = "snapd.lock"
-LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 #: The systemd user unit `snapd install-service` writes (and agent hooks start, when installed).
 SERVICE_UNIT = "snapd.service"
 HOOKS_DIR = "hooks"
+DAY_NS = 86_400 * 10**9
+#: SNAPD_* variables that are not settings: locations.
+ENV_NAMES = frozenset({"SNAPD_HOME", "SNAPD_CONFIG"})
+
+
+# -- the settings (docs/operations.md, "Configuration"): each one's key, default and parser ---
+
+
+@dataclass(frozen=True)
+class CaptureSettings:
+    """What each workspace is given to capture with (:mod:`snapd.capture.workspace`). Its keys
+    are top-level: ``size_cap``, not ``capture.size_cap``."""
+
+    size_cap: int = setting(64 * MiB, size)  # files larger than this are skipped and listed
+    extra_ignore: tuple[str, ...] = setting((), patterns, env=False)  # gitignore syntax, on top
+    barrier_timeout_s: float = setting(5.0, seconds)  # a mark's wait for its cookie, then a rescan
+    watch_limit: int | None = setting(None, count)  # inotify watches per workspace; beyond: scan at marks
+    scan_fs_types: tuple[str, ...] = setting((), fs_names, env=False)  # more types to treat as event-less
 
 
 @dataclass(frozen=True)
 class Retention:
-    """How much history is kept per workspace before the oldest unpinned marks are evicted."""
+    """How much history is kept per workspace before the oldest unpinned marks are evicted
+    (the policy: :mod:`snapd.store.retention`; the sweep: :mod:`snapd.store.gc`)."""
 
-    max_age_days: float = 14.0
-    max_marks: int = 2000
-    budget_bytes: int = 5 * GiB
-    grace_s: float = 900.0  # GC never deletes an object younger than this
+    max_age_days: float = setting(14.0, seconds)
+    max_marks: int = setting(2000, count)
+    budget_bytes: int = setting(5 * GiB, size)
+    grace_s: float = setting(900.0, seconds)  # GC never deletes an object younger than this
+
+    @property
+    def max_age_ns(self) -> int:
+        return int(self.max_age_days * DAY_NS)
 
 
 @dataclass(frozen=True)
@@ -96,25 +137,27 @@ class Locations:
         """Where ``snapctl hook`` records each agent integration's last call and failures."""
         return self.state_dir / HOOKS_DIR
 
+    @property
+    def own_dirs(self) -> tuple[Path, ...]:
+        """snapd's own directories: never inside a workspace, nor holding one."""
+        return tuple(dict.fromkeys((self.state_dir, self.data_dir, self.runtime_dir, self.store_dir)))
+
 
 @dataclass(frozen=True)
 class Config:
-    """The whole configuration of one daemon or client process."""
+    """The whole configuration of one daemon or client process: where things are, and every
+    setting (top-level ones here, the others in their groups)."""
 
     locations: Locations
-    log_level: str = "info"
-    log_file: Path | None = None
-    retention: Retention = field(default_factory=Retention)
-    size_cap: int = 64 * MiB
-    extra_ignore: tuple[str, ...] = ()
-    barrier_timeout_s: float = 5.0
-    request_max_bytes: int = 1 * MiB
-    client_timeout_s: float | None = None  # None: each command's own deadline (see snapctl --help)
-    gc_interval_s: float = 3600.0  # how often the daemon applies retention and GC
-    watch_limit: int | None = None  # inotify watches per workspace; beyond: scan at every mark
-    scan_fs_types: tuple[str, ...] = ()  # more file system types to treat as event-less
-    auto_start: bool = True  # an agent hook starts the daemon when none is running
-    events_queue: int = 10_000  # events a slow subscriber may fall behind before it loses some
+    log_level: str = setting("info", level)
+    log_file: Path | None = setting(None, abs_path)
+    request_max_bytes: int = setting(1 * MiB, size)
+    client_timeout_s: float | None = setting(None, seconds)  # None: each command's own deadline
+    gc_interval_s: float = setting(3600.0, seconds)  # how often the daemon applies retention and GC
+    auto_start: bool = setting(True, boolean)  # an agent hook starts the daemon when none is running
+    events_queue: int = setting(10_000, count)  # events a slow subscriber may fall behind before losing some
+    capture: CaptureSettings = group(CaptureSettings)
+    retention: Retention = group(Retention, "retention")
     warnings: tuple[str, ...] = ()  # settings ignored (lenient load) and unknown SNAPD_* names
 
     @property
@@ -122,181 +165,21 @@ class Config:
         return self.locations.endpoint
 
 
-# -- settings table -------------------------------------------------------------------------
-
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*(B|KiB|MiB|GiB|TiB)?\s*$")
-_UNITS = {None: 1, "B": 1, "KiB": 1 << 10, "MiB": MiB, "GiB": GiB, "TiB": 1 << 40}
+#: Every setting by key (``size_cap``, ``retention.max_marks``...), derived from the fields above.
+SETTINGS = table(Config)
 
 
-def _size(v: Any) -> int:
-    """Byte counts: an int, or a string such as ``"64 MiB"`` (binary units only: no guessing
-    whether "MB" means 10**6 or 2**20)."""
-    if isinstance(v, str) and (m := _SIZE_RE.match(v)):
-        v = int(m.group(1)) * _UNITS[m.group(2)]
-    if isinstance(v, int) and not isinstance(v, bool) and v > 0:
-        return v
-    raise ValueError('a positive size in bytes (e.g. 67108864 or "64 MiB")')
-
-
-def _count(v: Any) -> int:
-    if isinstance(v, str) and v.strip().isdigit():
-        v = int(v)
-    if isinstance(v, int) and not isinstance(v, bool) and v > 0:
-        return v
-    raise ValueError("a positive integer")
-
-
-def _seconds(v: Any) -> float:
-    if isinstance(v, str):
-        try:
-            v = float(v)
-        except ValueError:
-            raise ValueError("a positive number") from None
-    if isinstance(v, int | float) and not isinstance(v, bool) and 0 < v < float("inf"):
-        return float(v)
-    raise ValueError("a positive number")
-
-
-def _level(v: Any) -> str:
-    if isinstance(v, str) and v.lower() in LOG_LEVELS:
-        return v.lower()
-    raise ValueError("one of " + ", ".join(LOG_LEVELS))
-
-
-def _bool(v: Any) -> bool:
-    if isinstance(v, bool):
-        return v
-    if isinstance(v, str) and v.strip().lower() in ("true", "1", "yes", "false", "0", "no"):
-        return v.strip().lower() in ("true", "1", "yes")
-    raise ValueError("true or false")
-
-
-def _abs_path(v: Any) -> Path:
-    if isinstance(v, str | Path) and Path(v).is_absolute():
-        return Path(v)
-    raise ValueError("an absolute path")
-
-
-def _patterns(v: Any) -> tuple[str, ...]:
-    if isinstance(v, list | tuple) and all(isinstance(p, str) for p in v):
-        return tuple(v)
-    raise ValueError("a list of gitignore patterns (strings)")
-
-
-def _names(v: Any) -> tuple[str, ...]:
-    if isinstance(v, list | tuple) and all(isinstance(p, str) and p for p in v):
-        return tuple(v)
-    raise ValueError('a list of file system type names such as ["nfs4"]')
-
-
-# dotted name -> parser; the TOML table ``[retention]`` holds the ``retention.*`` keys and the
-# environment variable is SNAPD_ + the name upper-cased with dots as underscores. Lists have
-# no environment form: any separator would be a legal pattern character.
-_SETTINGS: dict[str, Callable[[Any], Any]] = {
-    "log_level": _level,
-    "log_file": _abs_path,
-    "size_cap": _size,
-    "extra_ignore": _patterns,
-    "barrier_timeout_s": _seconds,
-    "request_max_bytes": _size,
-    "client_timeout_s": _seconds,
-    "gc_interval_s": _seconds,
-    "watch_limit": _count,
-    "scan_fs_types": _names,
-    "auto_start": _bool,
-    "events_queue": _count,
-    "retention.max_age_days": _seconds,
-    "retention.max_marks": _count,
-    "retention.budget_bytes": _size,
-    "retention.grace_s": _seconds,
-}
-_NO_ENV = {"extra_ignore", "scan_fs_types"}
-#: SNAPD_* variables that are not settings: locations.
-ENV_NAMES = frozenset({"SNAPD_HOME", "SNAPD_CONFIG"})
+def parse_setting(key: str, raw: Any) -> Any:
+    """The value of setting ``key`` given as ``raw``; ValueError saying what it must be."""
+    return SETTINGS[key].parse(raw)
 
 
 def service_environment(env: Mapping[str, str]) -> dict[str, str]:
     """The variables of ``env`` that decide which store, config file and settings a daemon
     uses: what a service started elsewhere (systemd) must be given to match this shell."""
-    names = set(ENV_NAMES)
-    names |= {_env_name(k) for k in _SETTINGS if k not in _NO_ENV} | {"XDG_DATA_HOME", "XDG_CONFIG_HOME"}
+    names = ENV_NAMES | {k.env_name for k in SETTINGS.values() if k.env}
+    names |= {"XDG_DATA_HOME", "XDG_CONFIG_HOME"}
     return {k: v for k, v in env.items() if k in names and v}
-
-
-def parse_setting(key: str, raw: Any) -> Any:
-    """The value of setting ``key`` given as ``raw``; ValueError saying what it must be."""
-    return _SETTINGS[key](raw)
-
-
-def _env_name(key: str) -> str:
-    return "SNAPD_" + key.upper().replace(".", "_")
-
-
-class _Problems:
-    """Where a bad setting goes: raised (the daemon), or kept as a warning (a client)."""
-
-    def __init__(self, lenient: bool) -> None:
-        self.lenient = lenient
-        self.warnings: list[str] = []
-
-    def report(self, error: ConfigError) -> None:
-        if not self.lenient:
-            raise error
-        self.warnings.append(f"{error.message} (ignored here; `snapd start` refuses it)")
-
-    def set(self, values: dict[str, Any], key: str, raw: Any, source: str) -> None:
-        try:
-            values[key] = _SETTINGS[key](raw)
-        except ValueError as e:
-            self.report(ConfigError(f"{source}: '{key}' must be {e}, got {raw!r}", key=key))
-
-
-def _read_config_file(path: Path, problems: _Problems) -> dict[str, Any]:
-    """Flatten the TOML file into dotted keys, rejecting anything we do not know: a typo in a
-    retention key must not silently keep the default and evict history early."""
-    import tomllib  # deferred: most client runs have no config file to parse
-
-    where = f"config file {path}"
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except tomllib.TOMLDecodeError as e:
-        problems.report(ConfigError(f"{where}: not valid TOML: {e}", file=str(path)))
-        return {}
-    except OSError as e:
-        problems.report(ConfigError(f"{where}: cannot be read: {e.strerror}", file=str(path)))
-        return {}
-    flat: dict[str, Any] = {}
-    for key, value in data.items():
-        if key == "retention" and isinstance(value, dict):
-            flat.update({f"retention.{k}": v for k, v in value.items()})
-        else:
-            flat[key] = value
-    out: dict[str, Any] = {}
-    for key, value in flat.items():
-        if key not in _SETTINGS:
-            known = ", ".join(sorted(_SETTINGS))
-            problems.report(ConfigError(f"{where}: unknown setting '{key}' (known: {known})", key=key))
-            continue
-        problems.set(out, key, value, where)
-    return out
-
-
-def _unknown_env(env: Mapping[str, str]) -> list[str]:
-    """``SNAPD_*`` names that mean nothing to snapd, each with the nearest real name."""
-    import difflib  # deferred: only a misspelled variable needs it
-
-    known = sorted(ENV_NAMES | {_env_name(k) for k in _SETTINGS if k not in _NO_ENV})
-    out = []
-    for name in sorted(n for n in env if n.startswith("SNAPD_") and n not in known):
-        if name in {_env_name(k) for k in _NO_ENV}:
-            out.append(f"environment variable {name} is ignored: that setting has no environment "
-                       "form (lists go in config.toml)")
-            continue
-        near = difflib.get_close_matches(name, known, n=1)
-        hint = f"did you mean {near[0]}?" if near else "known: " + ", ".join(known)
-        out.append(f"environment variable {name} is not a snapd setting and is ignored ({hint})")
-    return out
 
 
 # -- locations ------------------------------------------------------------------------------
@@ -309,6 +192,8 @@ def _xdg(env: Mapping[str, str], name: str, home: Path, default: str) -> Path:
 
 
 def _short_socket_dir(preferred: Path, uid: int, tmp_base: Path) -> Path:
+    import hashlib  # deferred: only a socket path too long to bind needs it
+
     digest = hashlib.sha256(os.fsencode(preferred)).hexdigest()[:12]
     return tmp_base / f"snapd-{uid}-{digest}"
 
@@ -379,23 +264,17 @@ def load_config(
         tmp_base,
     )
 
-    problems = _Problems(lenient)
+    problems = Problems(SETTINGS, lenient)
     values: dict[str, Any] = {}
     if explicit_cfg is not None or locations.config_file.exists():
-        values.update(_read_config_file(locations.config_file, problems))
-    for key in _SETTINGS:
-        name = _env_name(key)
-        if key not in _NO_ENV and env.get(name, "") != "":
-            problems.set(values, key, env[name], f"environment variable {name}")
+        values.update(read_config_file(locations.config_file, problems))
+    values.update(read_environment(env, problems))
     for key, raw in overrides.items():
-        if key not in _SETTINGS:
+        if key not in SETTINGS:
             raise ConfigError(f"unknown setting '{key}'", key=key)
         problems.set(values, key, raw, "command-line option")
-
-    retention = Retention(**{k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("retention.")})
-    flat = {k: v for k, v in values.items() if not k.startswith("retention.")}
-    warnings = (*problems.warnings, *_unknown_env(env))
-    return replace(Config(locations), retention=retention, warnings=warnings, **flat)
+    warnings = (*problems.warnings, *unknown_env(env, SETTINGS, ENV_NAMES))
+    return assemble(Config, SETTINGS, values, locations=locations, warnings=warnings)
 
 
 # -- private directories and the endpoint file ------------------------------------------------

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import os
 import re
-import secrets
 from typing import Any, Final
 
 from snapd.errors import BadRequest
@@ -73,7 +73,7 @@ def join(parent: bytes, name: bytes) -> bytes:
 
 def temp_name() -> str:
     """A fresh, unguessable temp name ``.snapd-<hex>~`` for a file written then renamed."""
-    return f"{SNAPD_PREFIX}{secrets.token_hex(6)}{SNAPD_SUFFIX}"
+    return f"{SNAPD_PREFIX}{os.urandom(6).hex()}{SNAPD_SUFFIX}"
 
 
 def cookie_name(pid: int, n: int) -> bytes:

@@ -38,16 +38,30 @@ def nobody() -> Iterator[OtherUser]:
         shutil.rmtree(top, ignore_errors=True)
 
 
-@pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[Daemon]:
-    """A running ``snapd start`` of this test's own (e2e_helpers); stopped at teardown, where
-    anything but a clean exit 0 fails the test."""
-    d = start_daemon(tmp_path / "snapd-home")
+def _running(snapd_home: Path) -> Iterator[Daemon]:
+    d = start_daemon(snapd_home)
     try:
         yield d
     finally:
         code = d.stop()
         assert code == 0, f"snapd exited with {code}\n{d.log()[-4000:]}"
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[Daemon]:
+    """A running ``snapd start`` of this test's own (e2e_helpers); stopped at teardown, where
+    anything but a clean exit 0 fails the test."""
+    yield from _running(tmp_path / "snapd-home")
+
+
+@pytest.fixture
+def capped_daemon(tmp_path: Path) -> Iterator[Daemon]:
+    """Like ``daemon``, with a size cap of 1 KiB (its config.toml): a file of a few KiB is over
+    the cap, so it is recorded as there but not captured."""
+    home = tmp_path / "snapd-home"
+    home.mkdir(mode=0o700)
+    (home / "config.toml").write_text('size_cap = "1 KiB"\n')
+    yield from _running(home)
 
 
 @pytest.fixture
@@ -65,9 +79,7 @@ def root_daemon() -> Iterator[tuple[Daemon, Path]]:
         assert code == 0, d.log()[-3000:]
 
 
-@pytest.fixture
-def ws(tmp_path: Path, daemon: Daemon) -> Path:
-    """A watched workspace (via `snapctl watch`), as its real path."""
+def _watched(tmp_path: Path, daemon: Daemon) -> Path:
     root = tmp_path / "proj" / "ws"
     root.mkdir(parents=True)
     root = root.resolve()
@@ -75,6 +87,18 @@ def ws(tmp_path: Path, daemon: Daemon) -> Path:
     assert out["workspace"] == str(root)
     assert out["baseline"]["kind"] == "baseline"
     return root
+
+
+@pytest.fixture
+def ws(tmp_path: Path, daemon: Daemon) -> Path:
+    """A watched workspace (via `snapctl watch`), as its real path."""
+    return _watched(tmp_path, daemon)
+
+
+@pytest.fixture
+def capped_ws(tmp_path: Path, capped_daemon: Daemon) -> Path:
+    """A workspace watched by ``capped_daemon`` (size cap 1 KiB), as its real path."""
+    return _watched(tmp_path, capped_daemon)
 
 
 @dataclass

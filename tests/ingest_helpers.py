@@ -11,7 +11,8 @@ from typing import Any
 
 from snapd.capture.ignore import VCS_NAMES
 from snapd.capture.ingest import Report, capture, summarize
-from snapd.capture.reader import DEFAULT_SIZE_CAP, Ignored, walk
+from snapd.capture.reader import Ignored, walk
+from snapd.config import CaptureSettings
 from snapd.store.records import Mark
 from snapd.store.store import Store
 
@@ -35,7 +36,7 @@ def ingest_tree(
     root: Path | str | bytes,
     *,
     ignored: Ignored = vcs_only,
-    size_cap: int = DEFAULT_SIZE_CAP,
+    size_cap: int = CaptureSettings().size_cap,
     label: str = "baseline",
     kind: str = "baseline",
 ) -> IngestResult:
@@ -62,7 +63,7 @@ def capture_paths(
     paths: Iterable[bytes],
     label: str,
     *,
-    size_cap: int = DEFAULT_SIZE_CAP,
+    size_cap: int = CaptureSettings().size_cap,
     kind: str = "user",
     **meta: Any,
 ) -> Mark:

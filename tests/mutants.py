@@ -43,9 +43,9 @@ def _t(*args: str) -> tuple[str, ...]:
 MUTANTS = [
     Mutant(
         "full-scan-per-mark",
-        "snapd/capture/workspace.py",
-        "full = d.full or (label is not None and self.scan_every_mark)",
-        "full = d.full or label is not None",
+        "snapd/capture/recorder.py",
+        "full = d.full or (for_mark and self.scan_every_mark)",
+        "full = d.full or for_mark",
         _t("tests/test_counters.py"),
         "every mark rescans the workspace: O(workspace), not O(changes)",
     ),
@@ -91,7 +91,7 @@ MUTANTS = [
     ),
     Mutant(
         "gc-keeps-orphans",
-        "snapd/store/retention.py",
+        "snapd/store/gc.py",
         "    remove_orphan_files(store, young)\n",
         "",
         _t("tests/test_guarantees.py", "-k", "orphan"),
@@ -99,7 +99,7 @@ MUTANTS = [
     ),
     Mutant(
         "gc-orphans-without-grace",
-        "snapd/store/retention.py",
+        "snapd/store/gc.py",
         "if p.stat().st_mtime_ns < older_than and safeio.unlink(p):",
         "if safeio.unlink(p):",
         _t("tests/test_guarantees.py", "-k", "orphan"),
@@ -117,7 +117,7 @@ MUTANTS = [
         "barrier-failure-no-rescan",
         "snapd/capture/workspace.py",
         'workspace.barrier_failed", workspace=str(self.root))\n'
-        "                self._dirty.full = True\n",
+        '            self.dirty.request_full("barrier_timeout")\n',
         'workspace.barrier_failed", workspace=str(self.root))\n',
         _t("tests/test_guarantees.py", "-k", "barrier"),
         "a mark whose barrier failed (timeout) does not rescan: it may miss changes",
@@ -148,15 +148,15 @@ MUTANTS = [
     ),
     Mutant(
         "apply-follows-symlinks",
-        "snapd/rollback/apply.py",
-        "_DIR = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC",
-        "_DIR = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC",
+        "snapd/rollback/dirs.py",
+        "DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC",
+        "DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC",
         _t("tests/test_apply.py", "-k", "symlink"),
         "a rollback follows a directory swapped for a symlink and writes outside the workspace",
     ),
     Mutant(
         "apply-no-directory-recheck",
-        "snapd/rollback/apply.py",
+        "snapd/rollback/engine.py",
         "if not os.path.samestat(os.fstat(fd), os.fstat(staged_dir)):",
         "if False:",
         _t("tests/test_apply.py", "-k", "during_the_apply"),

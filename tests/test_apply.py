@@ -25,7 +25,8 @@ from ingest_helpers import ingest_tree
 from snapd import paths
 from snapd.errors import Conflict
 from snapd.rollback.apply import ApplyResult, apply, recover
-from snapd.rollback.plan import Plan, plan
+from snapd.rollback.ops import Plan
+from snapd.rollback.plan import plan
 from snapd.store import safeio
 from snapd.store.objects import xxh3_hex
 from snapd.store.store import Store

@@ -41,8 +41,8 @@ def test_defaults_follow_xdg_fallbacks(home: Path, tmp_path: Path) -> None:
     assert c.endpoint == f"ipc://{loc.runtime_dir}/control.sock"
     assert (c.retention.max_age_days, c.retention.max_marks) == (14, 2000)
     assert c.retention.budget_bytes == 5 << 30
-    assert (c.size_cap, c.request_max_bytes) == (64 << 20, 1 << 20)
-    assert (c.log_level, c.log_file, c.extra_ignore) == ("info", None, ())
+    assert (c.capture.size_cap, c.request_max_bytes) == (64 << 20, 1 << 20)
+    assert (c.log_level, c.log_file, c.capture.extra_ignore) == ("info", None, ())
 
 
 def test_xdg_variables_are_used(home: Path, tmp_path: Path) -> None:
@@ -129,18 +129,18 @@ max_marks = 10
 budget_bytes = "2 GiB"
 """)
     c = load(env, tmp_path)
-    assert (c.log_level, c.size_cap, c.barrier_timeout_s) == ("debug", 1 << 20, 2.0)
-    assert c.extra_ignore == ("*.log", "!keep.log")
+    assert (c.log_level, c.capture.size_cap, c.capture.barrier_timeout_s) == ("debug", 1 << 20, 2.0)
+    assert c.capture.extra_ignore == ("*.log", "!keep.log")
     assert (c.retention.max_marks, c.retention.budget_bytes) == (10, 2 << 30)
     assert c.retention.max_age_days == 14  # untouched default
 
     env |= {"SNAPD_LOG_LEVEL": "WARNING", "SNAPD_RETENTION_MAX_MARKS": "20",
             "SNAPD_SIZE_CAP": "2048"}
     c = load(env, tmp_path)
-    assert (c.log_level, c.retention.max_marks, c.size_cap) == ("warning", 20, 2048)
+    assert (c.log_level, c.retention.max_marks, c.capture.size_cap) == ("warning", 20, 2048)
 
     c = load(env, tmp_path, log_level="error", **{"retention.max_marks": 30})
-    assert (c.log_level, c.retention.max_marks, c.size_cap) == ("error", 30, 2048)
+    assert (c.log_level, c.retention.max_marks, c.capture.size_cap) == ("error", 30, 2048)
 
 
 def test_overrides_choose_home_and_config_file(tmp_path: Path) -> None:
@@ -241,7 +241,7 @@ def test_a_client_load_is_lenient_and_says_what_it_ignored(tmp_path: Path) -> No
         load(env, tmp_path)
     config = load_config(env, uid=UID, tmp_base=tmp_path / "tmpbase", lenient=True)
     assert config.locations.state_dir == tmp_path / "h"
-    assert config.size_cap == 1024  # the good settings still apply
+    assert config.capture.size_cap == 1024  # the good settings still apply
     assert config.retention.max_marks == cfg.Retention().max_marks
     text = "\n".join(config.warnings)
     assert "log_levle" in text and "retention.max_marks" in text and "SNAPD_BARRIER_TIMEOUT_S" in text
@@ -275,3 +275,23 @@ def test_client_deadline_has_no_default_so_commands_keep_theirs(tmp_path: Path) 
     for bad in ("inf", "nan", "0", "-1"):
         with pytest.raises(ConfigError):
             load({"SNAPD_HOME": str(tmp_path), "SNAPD_CLIENT_TIMEOUT_S": bad}, tmp_path)
+
+
+def test_the_documented_settings_are_the_settings_with_their_defaults() -> None:
+    """Issue 9: each setting is defined once, under its documented name (docs/operations.md,
+    the config.toml example): every key there is a setting, its example value parses, and the
+    layers read the one Config's groups (a workspace's CaptureSettings, the GC's Retention)."""
+    import tomllib
+
+    text = (Path(__file__).parent.parent / "docs" / "operations.md").read_text()
+    example = text.split("```toml\n", 1)[1].split("```", 1)[0]
+    doc = tomllib.loads(example)
+    keys = {f"retention.{k}": v for k, v in doc.pop("retention").items()} | doc
+    assert set(keys) <= set(cfg.SETTINGS), set(keys) - set(cfg.SETTINGS)
+    for key, value in keys.items():
+        cfg.parse_setting(key, value)
+    assert {k for k, s in cfg.SETTINGS.items() if s.holder == "capture"} == {
+        "size_cap", "extra_ignore", "barrier_timeout_s", "watch_limit", "scan_fs_types"}
+    defaults = cfg.Config(cfg.resolve_locations({}, "/x", None, UID, Path("/tmp")))
+    assert defaults.capture == cfg.CaptureSettings() and defaults.capture.size_cap == 64 << 20
+    assert defaults.retention == cfg.Retention() and defaults.gc_interval_s == 3600

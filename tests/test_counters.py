@@ -1,4 +1,4 @@
-"""O(changes), counted: a mark costs what changed, not the workspace (DESIGN.md, architecture).
+"""O(changes), counted: a mark costs what changed, not the workspace (docs/architecture.md).
 
 Timing cannot prove that on a shared machine; the daemon's counters can (``status --json``:
 ``counters.full_scans``, ``lstats``, ``files_read`` per workspace, counted by the scanner and
@@ -19,6 +19,7 @@ from snapd.capture import scan
 from snapd.capture.counters import Counters
 from snapd.capture.reader import read_path
 from snapd.capture.statcache import StatCache
+from snapd.config import CaptureSettings
 
 DIRS, PER_DIR = 20, 100  # 2,000 files
 
@@ -110,6 +111,6 @@ def test_scan_and_read_count_where_they_work(tmp_path: Path) -> None:
     assert c.to_json() == {"full_scans": 1, "lstats": 3, "files_read": 0}
     scan.scan(rootb, b"a", StatCache(), lambda rel, is_dir: False, lambda rel: True, counters=c)
     assert c.full_scans == 1 and c.lstats == 3 + 3  # a subtree: not a full scan
-    r = read_path(rootb, b"a/x", counters=c)
+    r = read_path(rootb, b"a/x", CaptureSettings().size_cap, counters=c)
     assert r.data == b"x"
     assert c.files_read == 1 and c.lstats == 6 + 3  # the path, and its parent before and after

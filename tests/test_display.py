@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from snapd.display import count, shown
-from snapd.rollback.plan import Op
+from snapd.rollback.ops import Op
 
 pytestmark = pytest.mark.timeout(30)
 

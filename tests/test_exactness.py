@@ -1,6 +1,6 @@
 """Exact or loud: a rollback leaves the tree as it was at the mark, or says (non-zero) what differs.
 
-One test per rule of DESIGN.md semantics 4 that an earlier version broke while exiting 0: what
+One test per rule of the rollback rules (docs/rollback.md) that an earlier version broke while exiting 0: what
 a mark's own rules ignored is never touched; what they captured is held by the pre-rollback
 mark before it is written or deleted, whatever today's rules; uncapturable paths that did not
 exist at the mark block (or go with ``--force``); the root's mode; repeated rollbacks and
@@ -176,66 +176,52 @@ def test_undo_to_a_mark_that_holds_a_path_its_own_rules_ignore(daemon: Daemon, w
 # -- what cannot be captured blocks, wherever it is --------------------------------------------------
 
 
-def test_uncapturable_paths_made_after_the_mark_block_unless_forced(tmp_path: Path) -> None:
-    home = tmp_path / "snapd-home"
-    home.mkdir(mode=0o700)
-    (home / "config.toml").write_text('size_cap = "1 KiB"\n')
-    d = start_daemon(home)
-    try:
-        ws = (tmp_path / "ws").resolve()
-        ws.mkdir()
-        d.ctl("watch", ws)
-        write(ws / "a.txt", "a\n")
-        m = mark(d, ws, "m")
-        write(ws / "big.bin", b"B" * 4096)
-        os.mkfifo(ws / "pipe")
-        write(ws / "new" / "big.bin", b"N" * 4096)
+def test_uncapturable_paths_made_after_the_mark_block_unless_forced(
+    capped_daemon: Daemon, capped_ws: Path
+) -> None:
+    d, ws = capped_daemon, capped_ws
+    write(ws / "a.txt", "a\n")
+    m = mark(d, ws, "m")
+    write(ws / "big.bin", b"B" * 4096)
+    os.mkfifo(ws / "pipe")
+    write(ws / "new" / "big.bin", b"N" * 4096)
 
-        code, r = rollback(d, ws, "--to", m)
-        assert code == 10, r
-        assert {"big.bin", "pipe"} <= paths(r["kept"]), r
-        assert "new" in paths(r["kept"]) or "new/big.bin" in paths(r["kept"]), r
-        assert (ws / "big.bin").exists() and (ws / "pipe").exists() and (ws / "new" / "big.bin").exists()
+    code, r = rollback(d, ws, "--to", m)
+    assert code == 10, r
+    assert {"big.bin", "pipe"} <= paths(r["kept"]), r
+    assert "new" in paths(r["kept"]) or "new/big.bin" in paths(r["kept"]), r
+    assert (ws / "big.bin").exists() and (ws / "pipe").exists() and (ws / "new" / "big.bin").exists()
 
-        code, r = rollback(d, ws, "--to", m, "--force")
-        assert code == 0, r
-        assert sorted(os.listdir(ws)) == ["a.txt"], r
-    finally:
-        assert d.stop() == 0, d.log()[-3000:]
+    code, r = rollback(d, ws, "--to", m, "--force")
+    assert code == 0, r
+    assert sorted(os.listdir(ws)) == ["a.txt"], r
 
 
-def test_a_path_not_captured_at_the_mark_is_never_deleted_by_a_rollback_to_it(tmp_path: Path) -> None:
+def test_a_path_not_captured_at_the_mark_is_never_deleted_by_a_rollback_to_it(
+    capped_daemon: Daemon, capped_ws: Path
+) -> None:
     """Over the cap (or a FIFO) at M: M's tree records it as there but not captured. Changed
     since, the rollback cannot restore it and says so (kept, with or without --force); as it
     was, there is nothing to say. (It was deleted, exit 0, as if it had not existed at M.)"""
-    home = tmp_path / "snapd-home"
-    home.mkdir(mode=0o700)
-    (home / "config.toml").write_text('size_cap = "1 KiB"\n')
-    d = start_daemon(home)
-    try:
-        ws = (tmp_path / "ws").resolve()
-        ws.mkdir()
-        d.ctl("watch", ws)
-        write(ws / "big.bin", b"B" * 4096)
-        os.mkfifo(ws / "pipe")
-        write(ws / "a.txt", "a\n")
-        m = mark(d, ws, "m")
-        write(ws / "big.bin", "small now\n")  # in place: capturable now, not restorable
-        write(ws / "a.txt", "b\n")
+    d, ws = capped_daemon, capped_ws
+    write(ws / "big.bin", b"B" * 4096)
+    os.mkfifo(ws / "pipe")
+    write(ws / "a.txt", "a\n")
+    m = mark(d, ws, "m")
+    write(ws / "big.bin", "small now\n")  # in place: capturable now, not restorable
+    write(ws / "a.txt", "b\n")
 
-        for extra in ((), ("--force",)):
-            code, r = rollback(d, ws, "--to", m, *extra)
-            assert code == 10 and paths(r["kept"]) == {"big.bin"}, r
-            assert "not captured at the mark (over size cap)" in r["kept"][0]["reason"], r
-            assert (ws / "big.bin").read_text() == "small now\n" and (ws / "a.txt").read_text() == "a\n"
-            assert stat.S_ISFIFO((ws / "pipe").lstat().st_mode)  # there at M, as it was: untouched
+    for extra in ((), ("--force",)):
+        code, r = rollback(d, ws, "--to", m, *extra)
+        assert code == 10 and paths(r["kept"]) == {"big.bin"}, r
+        assert "not captured at the mark (over size cap)" in r["kept"][0]["reason"], r
+        assert (ws / "big.bin").read_text() == "small now\n" and (ws / "a.txt").read_text() == "a\n"
+        assert stat.S_ISFIFO((ws / "pipe").lstat().st_mode)  # there at M, as it was: untouched
 
-        files = {f["path"]: f for f in d.ctl_json("diff", m, cwd=ws)["files"]}
-        assert files["big.bin"]["not_captured"] == ["over size cap"], files
-        cp = d.ctl("cat", m, "big.bin", cwd=ws, check=False)
-        assert cp.returncode != 0 and b"not captured (over size cap)" in cp.stderr, describe(cp)
-    finally:
-        assert d.stop() == 0, d.log()[-3000:]
+    files = {f["path"]: f for f in d.ctl_json("diff", m, cwd=ws)["files"]}
+    assert files["big.bin"]["not_captured"] == ["over size cap"], files
+    cp = d.ctl("cat", m, "big.bin", cwd=ws, check=False)
+    assert cp.returncode != 0 and b"not captured (over size cap)" in cp.stderr, describe(cp)
 
 
 # -- the root's own mode ----------------------------------------------------------------------------

@@ -25,11 +25,11 @@ from ingest_helpers import capture_paths
 
 from snapd.capture import scan
 from snapd.capture.statcache import StatCache
-from snapd.config import load_config
+from snapd.config import Retention, load_config
 from snapd.daemon.main import Daemon as SnapDaemon
 from snapd.daemon.main import ProcessEnv
 from snapd.ipc.server import ControlServer
-from snapd.store import retention
+from snapd.store import gc
 from snapd.store.batch import fingerprint
 from snapd.store.store import Store
 from snapd.store.verify import verify
@@ -92,7 +92,7 @@ def test_budget_pressure_keeps_a_young_pre_rollback_mark(tmp_path: Path) -> None
             kind = "pre-rollback" if i == 1 else "user"
             ids.append(capture_paths(store, ws, root, [b"f"], f"m{i}", kind=kind).id)
         # a budget nothing fits in, and a count of 2: everything unprotected goes
-        rep = retention.gc(store, retention.Policy(budget_bytes=1_000, max_marks=2, grace_s=0))
+        rep = gc.run(store, Retention(budget_bytes=1_000, max_marks=2, grace_s=0))
         left = {m.id for m in store.marks(ws)}
         assert left == {ids[1], ids[4]}, (left, rep.evicted)
         assert rep.warnings  # what must be kept exceeds the budget: said, not hidden
@@ -112,18 +112,18 @@ def test_no_mark_is_evicted_for_the_budget_when_what_must_be_kept_exceeds_it(tmp
             (root / "f").write_bytes(os.urandom(20_000))
             ids.append(capture_paths(store, ws, root, [b"f"], f"m{i}").id)
         # every version is inside the 14-day window: they hold all 80 KB
-        rep = retention.gc(store, retention.Policy(budget_bytes=30_000, grace_s=0))
+        rep = gc.run(store, Retention(budget_bytes=30_000, grace_s=0))
         assert rep.evicted == [] and rep.warnings, rep
         # no version kept (window 0), but the two oldest marks are pinned: 40 KB over 30 KB
         store.set_pinned(ids[0], True)
         store.set_pinned(ids[1], True)
-        rep = retention.gc(store, retention.Policy(budget_bytes=30_000, grace_s=0, max_age_days=0))
+        rep = gc.run(store, Retention(budget_bytes=30_000, grace_s=0, max_age_days=0))
         assert rep.evicted == [(ids[2], "age")] and rep.warnings, rep  # nothing for the budget
         assert {m.id for m in store.marks(ws)} == {ids[0], ids[1], ids[3]}
         # two more marks of the same content: m3 and m4 are candidates, and evicting them would
         # free nothing; the pinned marks alone are over the budget
         more = [capture_paths(store, ws, root, [b"f"], f"m{i}").id for i in (4, 5)]
-        rep = retention.gc(store, retention.Policy(budget_bytes=30_000, grace_s=0))
+        rep = gc.run(store, Retention(budget_bytes=30_000, grace_s=0))
         assert rep.evicted == [] and rep.warnings, rep
         assert {m.id for m in store.marks(ws)} == {ids[0], ids[1], ids[3], *more}
 
@@ -171,7 +171,7 @@ def test_gc_removes_orphan_object_files_and_temps_past_the_grace_period(tmp_path
             p.write_bytes(b"left by a crash")
         for p in orphans:
             os.utime(p, (old, old))
-        retention.gc(store, retention.Policy(grace_s=600))
+        gc.run(store, Retention(grace_s=600))
         assert not any(p.exists() for p in orphans), "an orphan or temp file outlived the GC"
         assert young.exists(), "a file inside the grace period (a batch in flight) was removed"
         assert store.get(kept) and verify(store).ok

@@ -20,7 +20,6 @@ from e2e_helpers import (
     cli_undo,
     run_ctl,
     snapshot,
-    start_daemon,
     wait_for,
     write,
 )
@@ -183,34 +182,27 @@ def test_an_ambiguous_or_skipped_local_time_is_refused_before_sending(tmp_path: 
     assert cp.returncode == 3, cp
 
 
-def test_a_rollback_to_a_time_keeps_what_the_mark_could_not_capture(tmp_path: Path) -> None:
+def test_a_rollback_to_a_time_keeps_what_the_mark_could_not_capture(
+    capped_daemon: Daemon, capped_ws: Path
+) -> None:
     """The workspace at an instant is built from a mark and the versions after it: a path the
     mark recorded as there but not captured (over the cap, a FIFO) stays so in the rebuilt
     tree, so a rollback to the instant keeps it and says so, never deletes it as 'created'."""
-    home = tmp_path / "snapd-home"
-    home.mkdir(mode=0o700)
-    (home / "config.toml").write_text('size_cap = "1 KiB"\n')
-    d = start_daemon(home)
-    try:
-        ws = (tmp_path / "ws").resolve()
-        ws.mkdir()
-        d.ctl("watch", ws)
-        write(ws / "big.bin", b"B" * 4096)
-        os.mkfifo(ws / "pipe")
-        write(ws / "a.txt", "a\n")
-        cli_mark(d, ws, "m")
-        write(ws / "a.txt", "b\n")
-        two = captured(d, ws, "a.txt", "modified", 2)
-        instant = timeref.wire(two["time_ns"] + 1)
-        write(ws / "big.bin", "small now\n")  # capturable now; at the instant it was not captured
-        write(ws / "a.txt", "ccc\n")
-        captured(d, ws, "a.txt", "modified", 4)
-        wait_for(lambda: any(v["size"] == 10 for v in versions(d, ws, "big.bin")), what="big.bin captured")
+    d, ws = capped_daemon, capped_ws
+    write(ws / "big.bin", b"B" * 4096)
+    os.mkfifo(ws / "pipe")
+    write(ws / "a.txt", "a\n")
+    cli_mark(d, ws, "m")
+    write(ws / "a.txt", "b\n")
+    two = captured(d, ws, "a.txt", "modified", 2)
+    instant = timeref.wire(two["time_ns"] + 1)
+    write(ws / "big.bin", "small now\n")  # capturable now; at the instant it was not captured
+    write(ws / "a.txt", "ccc\n")
+    captured(d, ws, "a.txt", "modified", 4)
+    wait_for(lambda: any(v["size"] == 10 for v in versions(d, ws, "big.bin")), what="big.bin captured")
 
-        code, res = cli_rollback(d, ws, "--to", instant)
-        assert (ws / "big.bin").read_text() == "small now\n", res
-        assert code == 10 and [k["path"] for k in res["kept"]] == ["big.bin"], res
-        assert (ws / "a.txt").read_text() == "b\n"
-        assert stat.S_ISFIFO((ws / "pipe").lstat().st_mode)
-    finally:
-        assert d.stop() == 0, d.log()[-3000:]
+    code, res = cli_rollback(d, ws, "--to", instant)
+    assert (ws / "big.bin").read_text() == "small now\n", res
+    assert code == 10 and [k["path"] for k in res["kept"]] == ["big.bin"], res
+    assert (ws / "a.txt").read_text() == "b\n"
+    assert stat.S_ISFIFO((ws / "pipe").lstat().st_mode)

@@ -22,9 +22,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from snapd import timeref
+from snapd.config import DAY_NS, Retention
 from snapd.errors import NotFound, UsageError
 from snapd.paths import ancestors, strictly_below
-from snapd.store import history, retention, trees
+from snapd.store import gc, history, trees
 from snapd.store.store import Store
 
 BERLIN = zoneinfo.ZoneInfo("Europe/Berlin")
@@ -236,7 +237,7 @@ def test_a_time_whose_versions_retention_deleted_is_refused(tmp_path: Path) -> N
     that starts from a mark after that point is not."""
     with Store.open(tmp_path / "s") as store:
         ws = store.add_workspace(b"/model/ws")
-        day = retention.DAY_NS
+        day = DAY_NS
         with store.batch() as batch:
             key = batch.put(b"x")
             old = batch.add_mark(ws, "m", batch.apply(None, {}), created=day)
@@ -248,7 +249,7 @@ def test_a_time_whose_versions_retention_deleted_is_refused(tmp_path: Path) -> N
         with store.catalog.write() as c:  # the workspace predates the cutoff
             c.execute("UPDATE workspaces SET created=0 WHERE id=?", (ws,))
         assert history.at_time(store, ws, 3 * day, now=4 * day).used == {b"f": 2 * day}
-        retention.gc(store, retention.Policy(max_age_days=10), now=21 * day)
+        gc.run(store, Retention(max_age_days=10), now=21 * day)
         assert history.pruned_before(store, ws) == 11 * day
         with pytest.raises(NotFound, match="retention deleted"):
             history.at_time(store, ws, 3 * day, now=21 * day)

@@ -116,6 +116,52 @@ def test_claude_code_integrate_merges_is_idempotent_and_removes_exactly(tmp_path
     assert cp.returncode == 1 and b"no snapd UserPromptSubmit hook" in cp.stdout, describe(cp)
 
 
+def test_claude_code_plugin_is_written_checked_and_removed(tmp_path: Path) -> None:
+    env = base_env(tmp_path / "snapd-home")
+    env["XDG_DATA_HOME"] = str(tmp_path / "data")
+    plugin = tmp_path / "data" / "snapd" / "claude-code-plugin"
+    cp = integrate(env, "claude-code", "--plugin")
+    assert cp.returncode == 0 and b"claude plugin install snapd@snapd-local" in cp.stdout, describe(cp)
+    manifest = json.loads((plugin / ".claude-plugin" / "plugin.json").read_text())
+    assert manifest["name"] == "snapd"
+    market = json.loads((plugin / ".claude-plugin" / "marketplace.json").read_text())
+    assert market["name"] == "snapd-local" and market["plugins"][0]["name"] == "snapd"
+    assert market["plugins"][0]["source"] == "./"
+    hooks = json.loads((plugin / "hooks" / "hooks.json").read_text())["hooks"]
+    for event in ("UserPromptSubmit", "Stop"):
+        ours = hooks[event][0]["hooks"][0]
+        program = ours["command"].split()[0]
+        assert os.path.isabs(program) and program.startswith(SNAPCTL_DIR), ours  # this installation's
+        assert ours["command"].endswith(" hook claude-code") and ours["timeout"] == 30  # user-wide form
+    before = {p: p.read_bytes() for p in plugin.rglob("*.json")}
+    cp = integrate(env, "claude-code", "--plugin")
+    assert cp.returncode == 0 and cp.stdout.count(b"unchanged") == 3, describe(cp)
+    assert before == {p: p.read_bytes() for p in plugin.rglob("*.json")}
+    # written but not installed in Claude Code: --check says how
+    cp = integrate(env, "claude-code", "--plugin", "--check")
+    assert cp.returncode == 1 and b"does not have snapd@snapd-local enabled" in cp.stdout, describe(cp)
+    # what `claude plugin install snapd@snapd-local` records in the user's settings
+    enabled = {"enabledPlugins": {"snapd@snapd-local": True}}
+    write(Path(env["HOME"]) / ".claude" / "settings.json", json.dumps(enabled))
+    cp = integrate(env, "claude-code", "--plugin", "--check")
+    assert cp.returncode == 0, describe(cp)
+    # the plugin and the user-wide hooks together would mark each turn twice
+    assert integrate(env, "claude-code").returncode == 0
+    cp = integrate(env, "claude-code", "--plugin", "--check")
+    assert cp.returncode == 1 and b"marked twice" in cp.stdout, describe(cp)
+    # a directory of someone else's is never overwritten; --remove takes out exactly the plugin
+    other = tmp_path / "other"
+    write(other / "README", "mine\n")
+    cp = integrate(env, "claude-code", "--plugin", str(other))
+    assert cp.returncode != 0 and b"something other than snapd's plugin" in cp.stderr, describe(cp)
+    assert sorted(p.name for p in other.iterdir()) == ["README"]
+    cp = integrate(env, "claude-code", "--plugin", "--remove")
+    assert cp.returncode == 0 and cp.stdout.count(b"removed") == 3, describe(cp)
+    assert not plugin.exists()
+    cp = integrate(env, "codex", "--plugin")
+    assert cp.returncode == 2 and b"has none" in cp.stderr, describe(cp)
+
+
 def test_claude_code_project_writes_the_personal_settings_file(tmp_path: Path) -> None:
     env = base_env(tmp_path / "snapd-home")
     proj = repo(tmp_path)
@@ -183,6 +229,10 @@ def test_codex_integrate_keeps_toml_comments_and_removes_exactly(tmp_path: Path)
     assert hooks["PreToolUse"] == other["hooks"]["PreToolUse"]
     assert hooks["UserPromptSubmit"][0]["hooks"][0]["command"].endswith(" hook codex")
     assert "Stop" not in hooks  # turn-end comes from notify
+    # the user's interrupt ends a turn too; Codex caps this hook at 3 s (and warns above that)
+    assert hooks["Interrupt"][0]["hooks"][0]["command"].endswith(" hook codex")
+    assert hooks["Interrupt"][0]["hooks"][0]["timeout"] == 3
+    assert hooks["UserPromptSubmit"][0]["hooks"][0]["timeout"] == 30
 
     before = ((codex_home / "config.toml").read_bytes(), (codex_home / "hooks.json").read_bytes())
     cp = integrate(env, "codex")
@@ -220,10 +270,15 @@ def test_codex_check_tells_untrusted_hooks_from_trusted_ones(tmp_path: Path) -> 
     cp = integrate(env, "codex", "--check")
     assert cp.returncode == 1, describe(cp)
     assert b"not trusted" in cp.stdout and b"/hooks" in cp.stdout
-    # What Codex records once the user trusted the hook in /hooks:
+    # What Codex records once the user trusted the hooks in /hooks:
     key = f"{codex_home / 'hooks.json'}:user_prompt_submit:0:0"
     with open(codex_home / "config.toml", "a") as f:
         f.write(f'\n[hooks.state."{key}"]\ntrusted_hash = "sha256:0123"\n')
+    cp = integrate(env, "codex", "--check")
+    assert cp.returncode == 1 and b"Interrupt hook" in cp.stdout and b"not trusted" in cp.stdout, describe(cp)
+    key = f"{codex_home / 'hooks.json'}:interrupt:0:0"
+    with open(codex_home / "config.toml", "a") as f:
+        f.write(f'\n[hooks.state."{key}"]\ntrusted_hash = "sha256:4567"\n')
     cp = integrate(env, "codex", "--check")
     assert cp.returncode == 0, describe(cp)
     assert b"is trusted" in cp.stdout
@@ -271,6 +326,29 @@ def test_codex_hook_marks_start_from_stdin_and_end_from_notify_argv(tmp_path: Pa
     ms = marks(daemon, proj)
     assert [(m["label"], m["agent"], m["session"]) for m in ms[:2]] == [
         ("turn-end", "codex", "thr-9"), ("turn-start", "codex", "thr-9")]
+
+
+def test_codex_interrupt_ends_the_open_turn_as_interrupted(tmp_path: Path, daemon: Daemon) -> None:
+    proj = repo(tmp_path)
+    common = {"session_id": "thr-5", "turn_id": "7", "transcript_path": None, "cwd": str(proj),
+              "model": "gpt-5", "permission_mode": "default"}
+    cp = hook(daemon.env, "codex", {**common, "hook_event_name": "UserPromptSubmit", "prompt": "go"})
+    assert cp.returncode == 0, describe(cp)
+    write(proj / "half.txt", "written before the interrupt\n")
+    cp = hook(daemon.env, "codex", {**common, "hook_event_name": "Interrupt"})
+    assert cp.returncode == 0 and cp.stdout == b"", describe(cp)
+    ms = marks(daemon, proj)
+    assert [(m["label"], m["session"]) for m in ms[:2]] == [("turn-end", "thr-5"), ("turn-start", "thr-5")]
+    assert ms[0]["summary"]["interrupted"] == ms[1]["id"] and ms[0]["summary"]["counts"] == {"added": 1}
+    lines = daemon.ctl("log", cwd=proj).stdout.decode().splitlines()
+    assert "[interrupted]" in lines[1] and "[interrupted]" not in lines[0], lines
+    # the next turn starts normally: its predecessor ended
+    hook(daemon.env, "codex", {**common, "hook_event_name": "UserPromptSubmit", "prompt": "again"})
+    assert "interrupted" not in marks(daemon, proj)[0]["summary"]
+    # an interrupt with no open turn (after Stop) marks the end it reports, and flags nothing
+    hook(daemon.env, "codex", {**common, "hook_event_name": "Stop", "stop_hook_active": False})
+    hook(daemon.env, "codex", {**common, "hook_event_name": "Interrupt"})
+    assert "interrupted" not in marks(daemon, proj)[0]["summary"]
 
 
 def test_rollback_notice_reaches_the_next_turn(tmp_path: Path, daemon: Daemon) -> None:
@@ -580,6 +658,30 @@ def test_a_mark_behind_a_long_baseline_is_recorded_late(tmp_path: Path, daemon: 
     assert f"turn-start mark {late['id']} was taken late" in text, text
 
 
+def test_the_user_wide_hook_stands_down_where_the_project_has_its_own(tmp_path: Path, daemon: Daemon) -> None:
+    proj = repo(tmp_path)
+    sub = proj / "src" / "deep"
+    sub.mkdir(parents=True)
+    env = daemon.env
+    assert integrate(env, "claude-code").returncode == 0
+    assert integrate(env, "claude-code", "--project", str(proj)).returncode == 0
+    # Claude Code runs both integrations' hooks for each event: the project's and the user-wide one
+    for name in ("UserPromptSubmit", "Stop", "UserPromptSubmit"):
+        event = claude_event(name, "s", sub)
+        assert hook(env, "claude-code", event, "--project", cwd=proj).returncode == 0
+        cp = hook(env, "claude-code", event, cwd=sub)
+        assert cp.returncode == 0 and cp.stdout == b"" and cp.stderr == b"", describe(cp)
+    ms = marks(daemon, proj)
+    assert [m["label"] for m in ms if m["session"] == "s"] == ["turn-start", "turn-end", "turn-start"], ms
+    assert not any("interrupted" in m["summary"] for m in ms), ms  # no phantom interrupts
+    rec = json.loads((Path(env["SNAPD_HOME"]) / "hooks" / "claude-code.json").read_text())
+    assert rec["last_call"]["outcome"] == "left to the project's own integration", rec
+    # with the project's integration gone, the user-wide hook marks there again
+    assert integrate(env, "claude-code", "--project", str(proj), "--remove").returncode == 0
+    assert hook(env, "claude-code", claude_event("Stop", "s", sub), cwd=sub).returncode == 0
+    assert marks(daemon, proj)[0]["label"] == "turn-end"
+
+
 def test_a_project_integrated_on_top_of_the_user_wide_one_is_flagged(tmp_path: Path) -> None:
     env = base_env(tmp_path / "snapd-home")
     proj = repo(tmp_path)
@@ -598,6 +700,7 @@ RECORDED = Path(__file__).parent / "agents" / "events"
 EXPECTED_KINDS = {
     "claude-code-UserPromptSubmit": "start", "claude-code-Stop": "end", "claude-code-SessionStart": "other",
     "codex-UserPromptSubmit": "start", "codex-Stop": "end", "codex-notify": "end",
+    "codex-Interrupt": "interrupt",
     "gemini-BeforeAgent": "start", "gemini-AfterAgent": "end", "gemini-SessionStart": "other",
 }
 

@@ -26,10 +26,9 @@ from e2e_helpers import base_env, run_ctl, start_daemon, unavailable, wait_for
 
 from snapd.capture.roots import fs_type
 from snapd.capture.statcache import RACY_NS, StatCache
-from snapd.capture.workspace import Settings
-from snapd.daemon.service import Service, ServiceConfig
+from snapd.config import load_config
+from snapd.daemon.service import Service
 from snapd.daemon.service_unit import REPO_EXEC, render
-from snapd.store.retention import Policy
 from snapd.store.store import Store
 
 pytestmark = pytest.mark.timeout(120)
@@ -493,13 +492,13 @@ def test_a_request_before_start_up_lists_the_workspaces_waits_for_them(tmp_path:
     (root / "f").write_text("f\n")
     store = Store.open(tmp_path / "store")
     store.add_workspace(os.fsencode(root))
-    cfg = ServiceConfig((tmp_path / "home",), (tmp_path / "store",), "ipc://unused", Settings(), Policy())
-    service = Service(store, cfg, lambda: None)
+    cfg = load_config({}, {"home": str(tmp_path / "snapd")})
+    service = Service(store, cfg, (tmp_path / "home",), lambda: None)
     outcome: dict[str, Any] = {}
 
     def request() -> None:
         try:
-            outcome["reply"] = service.op_rollback_plan(workspace=os.fsencode(root), to="baseline")
+            outcome["reply"] = service.rollback.op_rollback_plan(workspace=os.fsencode(root), to="baseline")
         except Exception as exc:  # the failure this test exists for
             outcome["error"] = exc
 

@@ -223,8 +223,8 @@ def test_every_error_class_registers_itself_and_is_in_the_documented_table() -> 
         (raw(extra=1, more=2), "unknown request field(s): extra, more", {}),
         (b"\xff", "request is not UTF-8 text", {}),
         (
-            raw(op="gc", args={"x": 1}),
-            "gc: unknown argument 'x' (accepted: cwd, dry_run, workspace)",
+            raw(op="forget", args={"x": 1}),
+            "forget: unknown argument 'x' (accepted: cwd, dry_run, workspace)",
             {"arg": "x"},
         ),
         (raw(op="mark", args={}), "mark: missing required argument 'label'", {"arg": "label"}),

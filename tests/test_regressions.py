@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from e2e_helpers import start_daemon
 
+from snapd.config import DAY_NS, Retention
 from snapd.errors import UsageError
-from snapd.store import retention, trees
+from snapd.store import gc, trees
 from snapd.store.refs import parse_ref
 from snapd.store.store import Store
 from snapd.store.verify import verify
@@ -71,12 +72,12 @@ def test_gc_spares_an_old_object_a_concurrent_mark_reuses(
     with s.batch() as b:
         k = b.put(old)
         t0 = b.apply(None, {b"f": trees.Entry("file", 0o644, len(old), k)})
-        b.add_mark(ws, "old", t0, created=time.time_ns() - 30 * retention.DAY_NS)
+        b.add_mark(ws, "old", t0, created=time.time_ns() - 30 * DAY_NS)
     with s.batch() as b:
         k2 = b.put(new)
         t1 = b.apply(t0, {b"f": trees.Entry("file", 0o644, len(new), k2)})
         b.add_mark(ws, "new", t1)
-    real_live = retention.live_keys
+    real_live = gc.live_keys
 
     def live_then_a_mark_reusing_the_old_content(*args: object) -> set[str]:
         live = real_live(*args)  # type: ignore[arg-type]
@@ -85,8 +86,8 @@ def test_gc_spares_an_old_object_a_concurrent_mark_reuses(
             b.add_mark(ws, "revert", b.apply(t1, {b"f": trees.Entry("file", 0o644, len(old), key)}))
         return live
 
-    monkeypatch.setattr(retention, "live_keys", live_then_a_mark_reusing_the_old_content)
-    retention.gc(s, retention.Policy(grace_s=0))
+    monkeypatch.setattr(gc, "live_keys", live_then_a_mark_reusing_the_old_content)
+    gc.run(s, Retention(grace_s=0))
     assert verify(s).ok
     revert = s.resolve(ws, "revert")
     assert s.get(trees.lookup(s.load_node, revert.tree, b"f").key) == old
@@ -105,7 +106,7 @@ def test_budget_never_evicts_marks_when_kept_data_alone_exceeds_it(tmp_path: Pat
             tree = b.apply(tree, {b"f": e})
             b.add_version(ws, b"f", time.time_ns(), e)  # versions in the age window keep every byte
             b.add_mark(ws, f"m{i}", tree)
-    rep = retention.gc(s, retention.Policy(budget_bytes=500_000, grace_s=0))
+    rep = gc.run(s, Retention(budget_bytes=500_000, grace_s=0))
     assert rep.evicted == [] and rep.warnings
     assert len(s.marks(ws)) == 6
     s.close()
@@ -160,22 +161,23 @@ def test_an_overflow_reported_during_a_flush_still_gets_its_full_scan(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Found by CI under load: a subtree scan merged in a later overflow flag and dropped it."""
-    from snapd.capture.watcher import OVERFLOW, WatchEvent
-    from snapd.capture.workspace import Settings, Workspace
+    from snapd.capture.events import OVERFLOW, WatchEvent
+    from snapd.capture.workspace import Workspace
+    from snapd.config import CaptureSettings
 
     root = tmp_path / "ws"
     for d in ("a", "b"):
         (root / d).mkdir(parents=True)
         (root / d / "f").write_text(d)
     store = Store.open(tmp_path / "store")
-    ws = Workspace(store, store.add_workspace(os.fsencode(root)), root, Settings())
+    ws = Workspace(store, store.add_workspace(os.fsencode(root)), root, CaptureSettings())
     ws.start()
     try:
         with ws.lock:  # keep the capture thread out while the scene is set up
             (root / "a" / "f").unlink()
             (root / "a").rmdir()
             (root / "b" / "f").unlink()  # its event is "lost" in the overflow
-            real_scan = ws._scan
+            real_scan = ws.recorder.scan
             injected = []
 
             def scan_then_overflow(top: bytes, *args: object, **kw: object) -> None:
@@ -184,11 +186,11 @@ def test_an_overflow_reported_during_a_flush_still_gets_its_full_scan(
                     injected.append(True)
                     ws.on_events([OVERFLOW])
 
-            monkeypatch.setattr(ws, "_scan", scan_then_overflow)
+            monkeypatch.setattr(ws.recorder, "scan", scan_then_overflow)
             ws.on_events([WatchEvent("deleted", b"a", None, True)])
-            ws._take_dirty()  # only what the test injects below counts
+            ws.dirty.take()  # only what the test injects below counts
             ws.on_events([WatchEvent("deleted", b"a", None, True)])
-            ws._flush()
+            ws.recorder.capture_dirty()
         assert injected
         files = {p for p, e in trees.walk(store.load_node, ws.tree) if e.kind == "file"} if ws.tree else set()
         assert files == set(), files  # b/f is gone too: the overflow's full scan ran

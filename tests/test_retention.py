@@ -1,14 +1,16 @@
 """The retention policy as pure functions (no store): what may be evicted, for what reason.
 
-DESIGN.md, semantics 5: eviction drops the oldest unpinned marks first and never removes the
-newest mark or a ``pre-rollback`` mark younger than the retention window, under count *and*
-budget pressure. Times are fixed numbers, never derived from the policy under test.
+The retention rules (docs/operations.md, docs/storage.md): eviction drops the oldest unpinned
+marks first and never removes the newest mark or a ``pre-rollback`` mark younger than the
+retention window, under count *and* budget pressure. Times are fixed numbers, never derived
+from the policy under test.
 """
 
 from __future__ import annotations
 
+from snapd.config import DAY_NS, Retention
 from snapd.store.records import Mark
-from snapd.store.retention import DAY_NS, Policy, budget_candidates, newest_ids, plan_evictions, protected
+from snapd.store.retention import budget_candidates, newest_ids, plan_evictions, protected
 
 NOW = 1_000 * DAY_NS
 
@@ -39,31 +41,31 @@ def test_count_pressure_spares_a_young_pre_rollback_mark_and_evicts_the_oldest_o
     # six marks of one workspace, one day apart (oldest first); keep at most two
     marks = [mk(i, age_days=6 - i) for i in range(6)]
     marks[1] = mk(1, age_days=5, kind="pre-rollback")  # young: the window is 14 days
-    got = ids(plan_evictions(marks, Policy(max_marks=2), NOW))
+    got = ids(plan_evictions(marks, Retention(max_marks=2), NOW))
     # 6 marks, 2 allowed: 4 go; the pre-rollback one is spared, so the 4 oldest others go
     assert got == [("m1-0", "count"), ("m1-2", "count"), ("m1-3", "count"), ("m1-4", "count")]
 
 
 def test_an_old_pre_rollback_mark_is_not_protected() -> None:
     marks = [mk(0, age_days=20, kind="pre-rollback"), mk(1, age_days=1), mk(2)]
-    assert ids(plan_evictions(marks, Policy(max_marks=2), NOW)) == [("m1-0", "age")]
-    assert not protected(marks[0], newest_ids(marks), Policy(), NOW)
+    assert ids(plan_evictions(marks, Retention(max_marks=2), NOW)) == [("m1-0", "age")]
+    assert not protected(marks[0], newest_ids(marks), Retention(), NOW)
     young = mk(3, age_days=13.9, kind="pre-rollback")
-    assert protected(young, newest_ids(marks), Policy(), NOW)
+    assert protected(young, newest_ids(marks), Retention(), NOW)
 
 
 def test_age_evicts_only_what_is_past_the_window_and_never_the_newest_or_pinned() -> None:
     marks = [mk(0, age_days=30, pinned=True), mk(1, age_days=15), mk(2, age_days=13), mk(3, age_days=40)]
     # m1-3 is the newest by seq although oldest by time: kept
-    assert ids(plan_evictions(marks, Policy(), NOW)) == [("m1-1", "age")]
+    assert ids(plan_evictions(marks, Retention(), NOW)) == [("m1-1", "age")]
 
 
 def test_count_is_per_workspace_and_the_result_is_oldest_first() -> None:
     marks = [mk(i, ws=1, age_days=10 - i) for i in range(3)]
     marks += [mk(i, ws=2, age_days=9.5 - i) for i in range(3)]
-    got = ids(plan_evictions(marks, Policy(max_marks=2), NOW))
+    got = ids(plan_evictions(marks, Retention(max_marks=2), NOW))
     assert got == [("m1-0", "count"), ("m2-0", "count")]
-    assert ids(plan_evictions(marks, Policy(max_marks=3), NOW)) == []
+    assert ids(plan_evictions(marks, Retention(max_marks=3), NOW)) == []
 
 
 def test_budget_pressure_offers_only_unprotected_marks_oldest_first() -> None:
@@ -75,10 +77,10 @@ def test_budget_pressure_offers_only_unprotected_marks_oldest_first() -> None:
         mk(4, age_days=1),  # newest of workspace 1
         mk(0, ws=2, age_days=6),  # the only, so newest, mark of workspace 2
     ]
-    got = [m.id for m in budget_candidates(marks, Policy(budget_bytes=1), NOW)]
+    got = [m.id for m in budget_candidates(marks, Retention(budget_bytes=1), NOW)]
     assert got == ["m1-0", "m1-3"]
     old_pre = mk(5, age_days=15, kind="pre-rollback")
-    got = [m.id for m in budget_candidates([*marks, mk(6), old_pre], Policy(), NOW)]
+    got = [m.id for m in budget_candidates([*marks, mk(6), old_pre], Retention(), NOW)]
     assert got == ["m1-5", "m1-0", "m1-3", "m1-4"]
 
 
@@ -94,16 +96,16 @@ def test_the_age_window_edge_is_neither_older_nor_younger() -> None:
     """Evicted for age: older than the window; protected pre-rollback: younger than it. A mark
     exactly the window's age is neither: kept for its age, unprotected under count pressure."""
     marks = [mk(0, age_days=14), mk(1, age_days=14, kind="pre-rollback"), mk(2, age_days=1), mk(3)]
-    assert ids(plan_evictions(marks, Policy(), NOW)) == []
-    assert not protected(marks[1], newest_ids(marks), Policy(), NOW)
-    assert ids(plan_evictions(marks, Policy(max_marks=3), NOW)) == [("m1-0", "count")]
-    assert ids(plan_evictions(marks, Policy(max_marks=2), NOW)) == [("m1-0", "count"), ("m1-1", "count")]
+    assert ids(plan_evictions(marks, Retention(), NOW)) == []
+    assert not protected(marks[1], newest_ids(marks), Retention(), NOW)
+    assert ids(plan_evictions(marks, Retention(max_marks=3), NOW)) == [("m1-0", "count")]
+    assert ids(plan_evictions(marks, Retention(max_marks=2), NOW)) == [("m1-0", "count"), ("m1-1", "count")]
 
 
 def test_each_age_eviction_counts_once_against_the_excess() -> None:
     marks = [mk(0, age_days=20), *(mk(i, age_days=6 - i) for i in range(1, 6))]
     # six marks, three allowed: one goes for its age, two more for the count
-    assert ids(plan_evictions(marks, Policy(max_marks=3), NOW)) == [
+    assert ids(plan_evictions(marks, Retention(max_marks=3), NOW)) == [
         ("m1-0", "age"),
         ("m1-1", "count"),
         ("m1-2", "count"),

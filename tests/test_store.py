@@ -13,8 +13,9 @@ from conftest import FsyncFaults
 from ingest_helpers import capture_paths, ingest_tree
 
 from snapd import paths
+from snapd.config import DAY_NS, Retention
 from snapd.errors import Ambiguous, CorruptObject, NotFound, StoreError, StoreFormatError, UsageError
-from snapd.store import history, objects, refs, retention, safeio, trees
+from snapd.store import gc, history, objects, refs, safeio, trees
 from snapd.store.batch import LARGE_OBJECT
 from snapd.store.catalog import FORMAT_VERSION
 from snapd.store.store import Store
@@ -268,8 +269,8 @@ def test_retention_by_count_keeps_newest_pinned_and_records(store: Store, tmp_pa
     ws = store.add_workspace(os.fsencode(root))
     ids = _marks(store, root, ws, 6)
     store.set_pinned(ids[0], True)
-    policy = retention.Policy(max_marks=3, grace_s=0)
-    rep = retention.gc(store, policy)
+    policy = Retention(max_marks=3, grace_s=0)
+    rep = gc.run(store, policy)
     left = [m.id for m in store.marks(ws)]
     assert ids[0] in left and ids[-1] in left and len(left) == 3
     assert {e["mark"] for e in store.evictions(ws)} == {i for i, _ in rep.evicted}
@@ -284,13 +285,13 @@ def test_retention_by_age_spares_young_pre_rollback(store: Store, tmp_path: Path
     old = _marks(store, root, ws, 3)
     pre = capture_paths(store, ws, root, [b"f"], "pre-rollback", kind="pre-rollback").id
     newest = _marks(store, root, ws, 1)[0]
-    later = time.time_ns() + retention.DAY_NS  # one day on: everything is older than 0.5 days
-    rep = retention.gc(store, retention.Policy(max_age_days=0.5, grace_s=0), now=later)
+    later = time.time_ns() + DAY_NS  # one day on: everything is older than 0.5 days
+    rep = gc.run(store, Retention(max_age_days=0.5, grace_s=0), now=later)
     assert {i for i, _ in rep.evicted} == set(old) | {pre}
     assert [m.id for m in store.marks(ws)] == [newest]
     store2_pre = capture_paths(store, ws, root, [b"f"], "pre-rollback", kind="pre-rollback").id
     _marks(store, root, ws, 1)
-    rep = retention.gc(store, retention.Policy(max_age_days=0.5, grace_s=0))
+    rep = gc.run(store, Retention(max_age_days=0.5, grace_s=0))
     assert store2_pre in {m.id for m in store.marks(ws)}
 
 
@@ -301,24 +302,24 @@ def test_budget_evicts_oldest_then_warns(store: Store, tmp_path: Path) -> None:
     for i in range(4):
         (root / "f").write_bytes(os.urandom(20_000))
         ids.append(capture_paths(store, ws, root, [b"f"], f"m{i}").id)
-    rep = retention.gc(store, retention.Policy(budget_bytes=50_000, grace_s=0, max_age_days=0))
+    rep = gc.run(store, Retention(budget_bytes=50_000, grace_s=0, max_age_days=0))
     assert ids[-1] in {m.id for m in store.marks(ws)}
     assert ids[0] in {i for i, _ in rep.evicted}
     assert store.stored_bytes() <= 50_000 or rep.warnings
-    rep = retention.gc(store, retention.Policy(budget_bytes=1_000, grace_s=0, max_age_days=0))
+    rep = gc.run(store, Retention(budget_bytes=1_000, grace_s=0, max_age_days=0))
     assert rep.warnings and [m.id for m in store.marks(ws)] == [ids[-1]]
     assert verify(store).ok
 
 
 def test_gc_grace_and_inflight_batches(store: Store, tmp_path: Path) -> None:
     loose = put(store, b"unreferenced " * 10)
-    retention.gc(store, retention.Policy())  # within grace: kept
+    gc.run(store, Retention())  # within grace: kept
     assert store.has(loose)
     with store.batch() as b:
         held = b.put(b"unreferenced " * 10)  # a batch in flight holds the existing key
-        retention.gc(store, retention.Policy(grace_s=0))
+        gc.run(store, Retention(grace_s=0))
         assert store.has(held)
-    retention.gc(store, retention.Policy(grace_s=0))
+    gc.run(store, Retention(grace_s=0))
     assert not store.has(loose)
 
 
@@ -376,7 +377,7 @@ def test_a_batch_whose_directory_fsync_fails_commits_nothing_and_a_retry_writes_
 
 
 # -- GC's report and live set, exactly (written to kill the mutants mutmut found surviving in
-# retention.gc and sweep: docs/reliability.md) ------------------------------------------------
+# gc.run and sweep: docs/reliability.md) ------------------------------------------------
 
 
 def _object_rows(store: Store) -> dict[str, int]:
@@ -385,14 +386,14 @@ def _object_rows(store: Store) -> dict[str, int]:
 
 def test_gc_sweeps_every_dead_object_in_chunks_and_reports_what_it_freed(store: Store) -> None:
     """More dead objects than one sweep transaction takes, and one large object (a file)."""
-    n = retention.SWEEP_CHUNK * 2 + 1
+    n = gc.SWEEP_CHUNK * 2 + 1
     with store.batch() as b:
         for i in range(n):
             b.put(f"loose {i} ".encode() * 20)
         big = b.put(os.urandom(LARGE_OBJECT + 1))
     before = _object_rows(store)
     assert len(before) == n + 1 and store.object_path(big).exists()
-    rep = retention.gc(store, retention.Policy(grace_s=0))
+    rep = gc.run(store, Retention(grace_s=0))
     assert (rep.objects_deleted, rep.bytes_freed) == (n + 1, sum(before.values()))
     assert _object_rows(store) == {} and not store.object_path(big).exists()
     assert rep.stored_bytes == 0 == store.stored_bytes() and rep.evicted == [] and rep.warnings == []
@@ -419,7 +420,7 @@ def test_gc_keeps_what_marks_and_recent_versions_hold_and_prunes_the_rest(
     now = time.time_ns()
     # count: the baseline and m0 go; v0 is still held by its version (inside the age window)
     rows = _object_rows(store)
-    rep = retention.gc(store, retention.Policy(max_marks=2, grace_s=0), now=now)
+    rep = gc.run(store, Retention(max_marks=2, grace_s=0), now=now)
     assert rep.evicted == [(base.mark_id, "count"), (ids[0], "count")]
     gone = rows.keys() - _object_rows(store).keys()
     assert (rep.objects_deleted, rep.bytes_freed) == (len(gone), sum(rows[k] for k in gone))
@@ -427,9 +428,9 @@ def test_gc_keeps_what_marks_and_recent_versions_hold_and_prunes_the_rest(
     assert rep.stored_bytes == store.stored_bytes() == sum(_object_rows(store).values())
     # two days on, a one-day window: m1 goes for its age, every version before the cutoff goes,
     # and with them v0 and v1; m2's tree (down to d/e/f) stays whole
-    later = now + 2 * retention.DAY_NS
+    later = now + 2 * DAY_NS
     rows = _object_rows(store)
-    rep = retention.gc(store, retention.Policy(max_marks=2, grace_s=0, max_age_days=1), now=later)
+    rep = gc.run(store, Retention(max_marks=2, grace_s=0, max_age_days=1), now=later)
     assert rep.evicted == [(ids[1], "age")] and rep.versions_deleted == 6
     gone = rows.keys() - _object_rows(store).keys()
     assert (rep.objects_deleted, rep.bytes_freed) == (len(gone), sum(rows[k] for k in gone))
@@ -439,7 +440,7 @@ def test_gc_keeps_what_marks_and_recent_versions_hold_and_prunes_the_rest(
     trees.reachable(store.load_node, store.resolve(ws, ids[2]).tree, live)
     assert live <= _object_rows(store).keys()
     pruned = store.catalog.read().execute("SELECT pruned_before FROM workspaces WHERE id=?", (ws,)).fetchone()
-    assert pruned == (later - retention.DAY_NS,)
+    assert pruned == (later - DAY_NS,)
     assert verify(store).ok
 
 
@@ -452,7 +453,7 @@ def test_gc_keeps_a_workspaces_head_and_every_marks_rule_inputs(store: Store) ->
         marked = b.put(b"the mark holds this " * 10)
         b.add_mark(ws, "m", b.apply(None, {b"a": trees.Entry("file", 0o644, 200, marked)}), rules=rules)
         b.set_head(ws, b.apply(None, {b"d/x": trees.Entry("file", 0o644, 280, held)}))
-    rep = retention.gc(store, retention.Policy(grace_s=0, max_age_days=0))
+    rep = gc.run(store, Retention(grace_s=0, max_age_days=0))
     assert [store.has(k) for k in (held, rules, marked, loose)] == [True, True, True, False]
     assert rep.objects_deleted == 1 and verify(store).ok
 
@@ -467,11 +468,9 @@ def test_budget_evicts_the_oldest_marks_until_the_store_fits(store: Store, tmp_p
     ids = []
     for i in range(5):
         (root / "f").write_bytes(os.urandom(20_000))
-        ids.append(capture_paths(store, ws, root, [b"f"], f"m{i}", created=t0 + 10 * retention.DAY_NS + i).id)
+        ids.append(capture_paths(store, ws, root, [b"f"], f"m{i}", created=t0 + 10 * DAY_NS + i).id)
     # 15 days on: the versions are past the 14-day window, the marks (dated 10 days on) are not
-    rep = retention.gc(
-        store, retention.Policy(max_marks=4, budget_bytes=25_000, grace_s=0), now=t0 + 15 * retention.DAY_NS
-    )
+    rep = gc.run(store, Retention(max_marks=4, budget_bytes=25_000, grace_s=0), now=t0 + 15 * DAY_NS)
     assert rep.evicted == [(ids[0], "count"), (ids[1], "budget"), (ids[2], "budget"), (ids[3], "budget")]
     assert rep.versions_deleted == 5 and rep.warnings == []
     assert [m.id for m in store.marks(ws)] == [ids[4]]
@@ -484,9 +483,9 @@ def test_an_object_is_swept_only_once_older_than_the_grace_period(store: Store) 
     t = 1_000_000 * 10**9
     with store.catalog.write() as c:
         c.execute("UPDATE objects SET created=? WHERE key=?", (t, loose))
-    rep = retention.gc(store, retention.Policy(grace_s=1), now=t + 10**9)  # exactly the grace period
+    rep = gc.run(store, Retention(grace_s=1), now=t + 10**9)  # exactly the grace period
     assert store.has(loose) and rep.objects_deleted == 0
-    rep = retention.gc(store, retention.Policy(grace_s=1), now=t + 10**9 + 1)
+    rep = gc.run(store, Retention(grace_s=1), now=t + 10**9 + 1)
     assert not store.has(loose) and rep.objects_deleted == 1
 
 
@@ -496,7 +495,7 @@ def test_a_key_a_batch_holds_is_spared_and_the_sweep_goes_on(store: Store) -> No
     others = [put(store, f"dead {i} ".encode() * 20) for i in range(3)]
     with store.batch() as b:
         b.put(held_data)
-        rep = retention.gc(store, retention.Policy(grace_s=0))
+        rep = gc.run(store, Retention(grace_s=0))
     assert store.has(held) and not any(store.has(k) for k in others) and rep.objects_deleted == 3
 
 
@@ -511,9 +510,9 @@ def test_the_budget_counts_only_objects_past_the_grace_period_and_says_when_it_c
     with store.catalog.write() as c:  # the mark's objects are an hour old
         c.execute("UPDATE objects SET created=? WHERE key<>?", (created - 3600 * 10**9, fresh))
     now = created + 10**9
-    rep = retention.gc(store, retention.Policy(budget_bytes=20_000, grace_s=600), now=now)
+    rep = gc.run(store, Retention(budget_bytes=20_000, grace_s=600), now=now)
     assert rep.warnings == [] and rep.evicted == [] and store.has(fresh)
-    rep = retention.gc(store, retention.Policy(budget_bytes=50, grace_s=600), now=now)
+    rep = gc.run(store, Retention(budget_bytes=50, grace_s=600), now=now)
     settled = store.stored_bytes() - store.catalog.read().execute(
         "SELECT stored FROM objects WHERE key=?", (fresh,)
     ).fetchone()[0]

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from ingest_helpers import capture_paths, ingest_tree
 
-from snapd.store import retention, safeio, trees
+from snapd.config import Retention
+from snapd.store import gc, safeio, trees
 from snapd.store.batch import LARGE_OBJECT
 from snapd.store.store import Store
 from snapd.store.verify import verify
@@ -56,7 +57,7 @@ def gc_workload(store_dir: Path, ws: Path, ack: Callable[[str], None]) -> None:
             (ws / "big.bin").write_bytes(random.Random(10 + i).randbytes(LARGE_OBJECT + 10))
             (ws / "src" / "f0.txt").write_bytes(f"v{i}".encode() * 100)
             ack(capture_paths(s, wid, ws, [b"big.bin", b"src/f0.txt"], f"m{i}").id)
-        retention.gc(s, retention.Policy(max_marks=2, grace_s=0, max_age_days=0))
+        gc.run(s, Retention(max_marks=2, grace_s=0, max_age_days=0))
 
 
 def _count_ops(tmp: Path, workload: Workload) -> int:
@@ -107,7 +108,7 @@ def _check(store_dir: Path, acked: list[str]) -> None:
         if ws:
             with s.batch() as b:
                 b.put(b"after the crash")
-        retention.gc(s, retention.Policy(grace_s=0))
+        gc.run(s, Retention(grace_s=0))
         assert verify(s).ok
 
 

@@ -12,7 +12,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, precondition, rule
 
-from snapd.store import retention, trees
+from snapd.config import Retention
+from snapd.store import gc, trees
 from snapd.store.store import Store
 from snapd.store.verify import verify
 
@@ -84,7 +85,7 @@ class StoreMachine(RuleBasedStateMachine):
     @precondition(lambda self: len(self.snapshots) > 0)
     @rule(keep=st.integers(min_value=1, max_value=4))
     def evict_and_gc(self, keep: int) -> None:
-        rep = retention.gc(self.store, retention.Policy(max_marks=keep, grace_s=0))
+        rep = gc.run(self.store, Retention(max_marks=keep, grace_s=0))
         gone = {m for m, _ in rep.evicted}
         assert not gone & self.pinned
         assert self.order[-1] not in gone

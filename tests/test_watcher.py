@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 from e2e_helpers import wait_for
 
-from snapd.capture.watcher import Watcher, WatchEvent, remove_stale_cookies
+from snapd.capture.cookies import remove_stale_cookies
+from snapd.capture.events import WatchEvent
+from snapd.capture.watcher import Watcher
 from snapd.paths import is_cookie_name
 
 pytestmark = pytest.mark.timeout(60)

@@ -22,10 +22,8 @@ Precedence, highest first (the first source with a matching pattern decides):
    root count when the root is a subdirectory of a git work tree.
 9. ``$GIT_COMMON_DIR/info/exclude`` ("exclude").
 
-Within one source the last matching pattern wins, ``!`` re-includes. Patterns are compiled by
-pathspec's ``GitIgnoreSpec``, but matched one path component at a time the way git's directory
-walk does: a pattern matches only the path itself, never "a file because its parent matched"
-(pathspec's file-list semantics), which is what makes per-directory precedence come out as git's.
+Within one source the last matching pattern wins, ``!`` re-includes; how one pattern matches
+one path (git's directory-walk semantics) is :mod:`snapd.capture.patterns`.
 """
 
 from __future__ import annotations
@@ -33,15 +31,13 @@ from __future__ import annotations
 import base64
 import json
 import os
-import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
-from pathspec import GitIgnoreSpec
-
 from snapd.capture.git import find_repo, read_regular
+from snapd.capture.patterns import Source, as_text, compile_patterns, decide, is_editor_name, pattern_lines
 from snapd.paths import is_integration_file, is_snapd_name
 
 Reason = Literal["vcs", "snapd", "editor", "snapdignore", "config", "gitignore", "exclude"]
@@ -51,136 +47,7 @@ RULE_FILE_NAME: Final = b".gitignore"
 SNAPDIGNORE: Final = b".snapdignore"
 INFO_EXCLUDE: Final = b".git/info/exclude"
 
-# Matched against the base name of files (not directories).
-EDITOR_PATTERNS: Final = (
-    ".*.sw[a-px]",  # vim swap files (.swp, .swo, ... and the .swx probe)
-    ".sw[a-px]",  # vim swap file of an unnamed buffer
-    "*~",  # vim/emacs/gedit/nano backups
-    "\\#*#",  # emacs auto-save (escaped: "#" starts a comment)
-    ".#*",  # emacs lock (a dangling symlink)
-    "4913",  # vim's "can I write here" probe
-    "*___jb_tmp___",  # JetBrains safe-write
-    "*___jb_old___",
-    "*___jb_bak___",
-    "*.kate-swp",  # Kate
-    ".goutputstream-*",  # gedit / GIO atomic save
-    ".~lock.*#",  # LibreOffice lock
-)
-
-_BOM: Final = b"\xef\xbb\xbf"
-
 _Loader = Callable[[bytes], "bytes | None"]
-
-
-def _s(b: bytes) -> str:
-    """bytes -> str the way every path and pattern is decoded here (round-trips any bytes)."""
-    return b.decode("utf-8", "surrogateescape")
-
-
-# --- pattern matching ------------------------------------------------------------------------
-
-# pathspec 1.x regex shapes (GitIgnoreSpecPattern.pattern_to_regex), pinned by tests:
-#   "name"      -> ...(?:(?P<ps_d>/)|$)   matches the path itself, file or directory
-#   "name/"     -> ...(?P<ps_d>/)         matches the path itself, directories only
-#   "name/**"   -> .../                   matches every path strictly below
-#   "*", "**"   -> .                      everything
-#   "*/", "**/" -> (?P<ps_d>/)            every directory
-#   "*/**"-like -> /                      every path below the top level
-_END_ANY: Final = "(?:(?P<ps_d>/)|$)"
-_END_DIR: Final = "(?P<ps_d>/)"
-
-
-class _Rule:
-    """One compiled pattern with git's "this path exactly" match."""
-
-    __slots__ = ("regex", "ignore", "kind")
-
-    def __init__(self, regex: re.Pattern[str], ignore: bool) -> None:
-        self.regex = regex
-        self.ignore = ignore
-        src = regex.pattern
-        if src == ".":
-            self.kind = "all"
-        elif src == _END_DIR:
-            self.kind = "alldirs"
-        elif src == "/":
-            self.kind = "nested"
-        elif src.endswith(_END_ANY):
-            self.kind = "any"
-        elif src.endswith(_END_DIR):
-            self.kind = "dir"
-        elif src.endswith("/"):
-            self.kind = "below"
-        else:  # an unknown pathspec shape: fall back to pathspec's own (prefix) semantics
-            self.kind = "search"
-
-    def matches(self, path: str, is_dir: bool) -> bool:
-        kind = self.kind
-        if kind == "any":
-            return self.regex.fullmatch(path) is not None
-        if kind == "dir":
-            return is_dir and self.regex.fullmatch(path + "/") is not None
-        if kind == "below":
-            # The regex ends in "/": any match ends before the last component, i.e. it names
-            # a proper ancestor, so the path lies strictly below what the pattern names.
-            return self.regex.search(path) is not None
-        if kind == "all":
-            return True
-        if kind == "alldirs":
-            return is_dir
-        if kind == "nested":
-            return "/" in path
-        return self.regex.search(path + "/" if is_dir else path) is not None
-
-
-def _compile(lines: Iterable[str]) -> tuple[_Rule, ...]:
-    fixed = []
-    for line in lines:
-        # pathspec turns "x/**/" into "x/", git matches only directories strictly below x.
-        stripped = line.rstrip()
-        if stripped.endswith("/**/") and not stripped.endswith("\\/**/"):
-            line = stripped[:-1] + "*/"
-        fixed.append(line)
-    try:
-        patterns = list(GitIgnoreSpec.from_lines(fixed, backend="simple").patterns)
-    except (re.error, ValueError):
-        # A line no regex can express (a reversed range "[z-a]", which git's own matcher takes
-        # as its first character) must not break every capture: it is dropped, the rest kept.
-        # What it would ignore is captured instead, the safe side for a tool that keeps history.
-        patterns = []
-        for line in fixed:
-            try:
-                patterns.extend(GitIgnoreSpec.from_lines([line], backend="simple").patterns)
-            except (re.error, ValueError):
-                continue
-    rules = [
-        _Rule(p.regex, bool(p.include))
-        for p in patterns
-        if p.include is not None and p.regex is not None
-    ]
-    # Last match wins: keep them reversed so the first match decides.
-    return tuple(reversed(rules))
-
-
-def _decide(rules: tuple[_Rule, ...], path: str, is_dir: bool) -> bool | None:
-    for rule in rules:
-        if rule.matches(path, is_dir):
-            return rule.ignore
-    return None
-
-
-def _lines(data: bytes) -> list[str]:
-    if data.startswith(_BOM):
-        data = data[len(_BOM) :]
-    return _s(data).split("\n")
-
-
-_EDITOR_RULES: Final = _compile(EDITOR_PATTERNS)
-assert all(r.kind == "any" and r.ignore for r in _EDITOR_RULES)
-# One alternation instead of a dozen patterns: this test runs for every name of every walk.
-_EDITOR_RE: Final = re.compile(
-    "|".join("(?:" + r.regex.pattern.replace("(?P<ps_d>", "(?:") + ")" for r in _EDITOR_RULES)
-)
 
 
 # --- the rules object ------------------------------------------------------------------------
@@ -235,20 +102,6 @@ class RuleInputs:
 
 
 
-class _Source:
-    """One .gitignore: its directory relative to the git top level, and its rules."""
-
-    __slots__ = ("base", "rules")
-
-    def __init__(self, base: str, rules: tuple[_Rule, ...]) -> None:
-        self.base = base
-        self.rules = rules
-
-    def decide(self, top_path: str, is_dir: bool) -> bool | None:
-        rel = top_path[len(self.base) + 1 :] if self.base else top_path
-        return _decide(self.rules, rel, is_dir)
-
-
 class IgnoreRules:
     """Immutable ignore decisions for one workspace root.
 
@@ -276,9 +129,9 @@ class IgnoreRules:
         self.inputs = RuleInputs(
             tuple(extra_patterns), info_exclude, tracked, prefix, tuple(outer_gitignores)
         )
-        self._snapd = _compile(_lines(snapdignore))
-        self._extra = _compile(extra_patterns)
-        self._exclude = _compile(_lines(info_exclude))
+        self._snapd = compile_patterns(pattern_lines(snapdignore))
+        self._extra = compile_patterns(extra_patterns)
+        self._exclude = compile_patterns(pattern_lines(info_exclude))
         self.tracked = tracked
         tracked_dirs: set[bytes] = set()
         for path in tracked:
@@ -287,10 +140,13 @@ class IgnoreRules:
             for i in range(1, len(parts)):
                 tracked_dirs.add(b"/".join(parts[:i]))
         self._tracked_dirs = frozenset(tracked_dirs)
-        self._prefix = _s(prefix.strip(b"/"))
-        outer = tuple(_Source(_s(d.strip(b"/")), _compile(_lines(data))) for d, data in outer_gitignores)
+        self._prefix = as_text(prefix.strip(b"/"))
+        outer = tuple(
+            Source(as_text(d.strip(b"/")), compile_patterns(pattern_lines(data)))
+            for d, data in outer_gitignores
+        )
         # rel_dir -> the .gitignore sources that apply to entries of rel_dir, nearest first.
-        self._chains: dict[bytes, tuple[_Source, ...]] = {}
+        self._chains: dict[bytes, tuple[Source, ...]] = {}
         self._outer = tuple(reversed(outer))
         # rel_dir -> reason it is excluded by patterns (or None); "" is the root.
         self._dirs: dict[bytes, Reason | None] = {b"": None}
@@ -368,7 +224,7 @@ class IgnoreRules:
             return "snapd"
         if rel in self.tracked:
             return None
-        if not is_dir and _EDITOR_RE.fullmatch(_s(name)) is not None:
+        if not is_dir and is_editor_name(name):
             return "editor"
         parent = rel.rpartition(b"/")[0]
         inherited = self._dir_reason(parent)
@@ -413,11 +269,11 @@ class IgnoreRules:
         return reason
 
     def _pattern_reason(self, rel: bytes, is_dir: bool) -> Reason | None:
-        path = _s(rel)
-        verdict = _decide(self._snapd, path, is_dir)
+        path = as_text(rel)
+        verdict = decide(self._snapd, path, is_dir)
         if verdict is not None:
             return "snapdignore" if verdict else None
-        verdict = _decide(self._extra, path, is_dir)
+        verdict = decide(self._extra, path, is_dir)
         if verdict is not None:
             return "config" if verdict else None
         top_path = f"{self._prefix}/{path}" if self._prefix else path
@@ -425,28 +281,28 @@ class IgnoreRules:
             verdict = source.decide(top_path, is_dir)
             if verdict is not None:
                 return "gitignore" if verdict else None
-        verdict = _decide(self._exclude, top_path, is_dir)
+        verdict = decide(self._exclude, top_path, is_dir)
         if verdict:
             return "exclude"
         return None
 
-    def _chain(self, rel_dir: bytes) -> tuple[_Source, ...]:
+    def _chain(self, rel_dir: bytes) -> tuple[Source, ...]:
         try:
             return self._chains[rel_dir]
         except KeyError:
             pass
         if rel_dir == b"":
-            below: tuple[_Source, ...] = self._outer
+            below: tuple[Source, ...] = self._outer
         else:
             below = self._chain(rel_dir.rpartition(b"/")[0])
         data = self._load(rel_dir)
         chain = below
         if data:
-            rules = _compile(_lines(data))
+            rules = compile_patterns(pattern_lines(data))
             if rules:
-                path = _s(rel_dir)
+                path = as_text(rel_dir)
                 base = f"{self._prefix}/{path}" if self._prefix else path
-                chain = (_Source(base.strip("/"), rules), *below)
+                chain = (Source(base.strip("/"), rules), *below)
         self._chains[rel_dir] = chain
         return chain
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from snapd.capture.counters import Counters
-from snapd.capture.reader import DEFAULT_SIZE_CAP, Read, read_path
+from snapd.capture.reader import Read, read_path
 from snapd.store import objects, trees
 from snapd.store.batch import Batch, fingerprint
 from snapd.store.store import Store
@@ -165,7 +165,7 @@ def capture(
     paths: Iterable[bytes],
     report: Report,
     *,
-    size_cap: int = DEFAULT_SIZE_CAP,
+    size_cap: int,
     ws: int | None = None,
     parallel: bool = False,
     on_read: Callable[[Read], None] | None = None,

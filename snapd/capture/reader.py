@@ -18,7 +18,6 @@ from typing import Literal
 
 from snapd.capture.counters import Counters
 
-DEFAULT_SIZE_CAP = 64 << 20
 MAX_REREADS = 3
 
 Sig = tuple[int, int, int, int, int]
@@ -79,7 +78,7 @@ def parents_real(root: bytes, rel: bytes, counters: Counters | None = None) -> b
 def read_path(
     root: bytes,
     rel: bytes,
-    size_cap: int = DEFAULT_SIZE_CAP,
+    size_cap: int,
     *,
     trusted: bool = False,
     counters: Counters | None = None,

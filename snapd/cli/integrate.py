@@ -32,6 +32,11 @@ def add_parsers(sub: Any) -> None:
     where.add_argument(
         "--project", metavar="DIR", help="only this project (Claude Code: .claude/settings.local.json)"
     )
+    where.add_argument(
+        "--plugin", metavar="DIR", nargs="?", const="",
+        help="Claude Code only: write the hooks as a plugin (and a local marketplace) in DIR "
+        "(default ~/.local/share/snapd/claude-code-plugin) for `claude plugin install`",
+    )
     what = sp.add_mutually_exclusive_group()
     what.add_argument("--remove", action="store_true", help="take out exactly what integrate added")
     what.add_argument(
@@ -61,6 +66,8 @@ def cmd_integrate(args: argparse.Namespace, env: Env) -> int:
     from snapd.integrations.base import Context, Scope, snapctl_argv
 
     integration = agent(args.agent)
+    if args.plugin is not None:
+        return _plugin(args, env)
     scope = Scope(Path(os.path.abspath(args.project))) if args.project else Scope()
     if scope.project is not None and not scope.project.is_dir():
         raise UsageError(f"--project {scope.project}: no such directory")
@@ -98,4 +105,42 @@ def cmd_integrate(args: argparse.Namespace, env: Env) -> int:
         for f in integration.check(scope, ctx):  # what still stands in the way (Codex: trust)
             if not f.ok:
                 emit(f"warning: {f.text}", err=True)
+    return 0
+
+
+def _plugin(args: argparse.Namespace, env: Env) -> int:
+    """``integrate claude-code --plugin [DIR]``: the hooks as a Claude Code plugin."""
+    from snapd.integrations import claude_plugin
+    from snapd.integrations.base import Context, snapctl_argv
+
+    if args.agent != "claude-code":
+        raise UsageError(f"--plugin is Claude Code's form of the hooks; {args.agent} has none")
+    ctx = Context(env, snapctl_argv())
+    where = Path(os.path.abspath(args.plugin)) if args.plugin else claude_plugin.default_dir(ctx)
+    if args.check:
+        findings = claude_plugin.check(where, ctx)
+        ok = all(f.ok for f in findings)
+        if args.json:
+            print_json({"agent": args.agent, "plugin": str(where), "ok": ok,
+                        "findings": [{"ok": f.ok, "text": f.text} for f in findings]})
+        else:
+            for f in findings:
+                emit(f"{'ok' if f.ok else 'NOT OK'}: {f.text}")
+        return 0 if ok else 1
+    if args.show:
+        raise UsageError("--print with --plugin: the plugin is files; write them with --plugin DIR")
+    changes = claude_plugin.remove(where) if args.remove else claude_plugin.install(where, ctx)
+    if args.json:
+        print_json({
+            "agent": args.agent, "plugin": str(where), "install": claude_plugin.install_command(where),
+            "changes": [{"path": str(c.path), "action": c.action, "what": c.what} for c in changes],
+        })
+        return 0
+    for c in changes:
+        emit(c.line())
+    if args.remove:
+        emit(f"if Claude Code has it installed: claude plugin uninstall {claude_plugin.PLUGIN_ID}")
+    else:
+        emit(f"install it in Claude Code: {claude_plugin.install_command(where)}")
+        emit(f"(or for one session: claude --plugin-dir {where})")
     return 0

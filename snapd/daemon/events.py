@@ -1,7 +1,7 @@
 """What the daemon announces on its events socket, and the seam between the ops and that socket.
 
 The service never sees ZeroMQ: it holds an :class:`EventSink` (the daemon passes
-:class:`snapd.ipc.events.Publisher`; tests and embedders may pass :class:`NoEvents`) and calls
+:class:`snapd.ipc.publisher.Publisher`; tests and embedders may pass :class:`NoEvents`) and calls
 the helpers below, which shape each event's fields as docs/protocol.md ("Events") lists them.
 A capture-layer :class:`~snapd.capture.workspace.Workspace` reports through a plain callable
 (:func:`workspace_notifier`), since capture must not import the daemon.

@@ -12,11 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 from snapd import timeref
+from snapd.config import Retention
 from snapd.paths import decode_path, encode_path
 from snapd.store import history
 from snapd.store.history import AtTime
 from snapd.store.records import Mark
-from snapd.store.retention import Policy
 from snapd.store.store import Store
 
 
@@ -26,7 +26,7 @@ def _mark_ref(m: Mark | None) -> dict[str, Any] | None:
     return {"id": m.id, "label": m.label, "kind": m.kind, "created": m.created / 1e9}
 
 
-def history_reply(store: Store, ws: int, root: str, rel: bytes, policy: Policy) -> dict[str, Any]:
+def history_reply(store: Store, ws: int, root: str, rel: bytes, policy: Retention) -> dict[str, Any]:
     """Every recorded change of ``rel``, newest first, with the marks around each."""
     marks_oldest = list(reversed(store.marks(ws)))
     versions = []

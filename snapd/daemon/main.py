@@ -27,17 +27,16 @@ from types import FrameType
 import structlog
 
 from snapd import __version__
-from snapd.capture.workspace import Settings
 from snapd.config import Config, load_config
 from snapd.daemon.lock import acquire_instance_lock
 from snapd.daemon.logs import configure_logging
 from snapd.daemon.notify import Notifier
-from snapd.daemon.service import Service, ServiceConfig
+from snapd.daemon.service import Service
 from snapd.errors import DaemonUnavailable, SnapdError
-from snapd.ipc.events import Publisher, events_endpoint
+from snapd.ipc.events import events_endpoint
+from snapd.ipc.publisher import Publisher
 from snapd.ipc.server import ControlServer
 from snapd.ipc.timing import RequestTimings, with_timings_in_status
-from snapd.store import retention
 from snapd.store.store import Store
 
 log = structlog.get_logger("snapd.daemon")
@@ -52,27 +51,6 @@ class ProcessEnv:
     homes: tuple[Path, ...]
     notify_socket: str | None = None
     watchdog_usec: int | None = None
-
-
-def service_config(config: Config, homes: tuple[Path, ...]) -> ServiceConfig:
-    loc = config.locations
-    r = config.retention
-    return ServiceConfig(
-        homes=homes,
-        own_dirs=tuple({loc.state_dir, loc.data_dir, loc.runtime_dir, loc.store_dir}),
-        endpoint=config.endpoint,
-        settings=Settings(
-            size_cap=config.size_cap,
-            extra_ignore=config.extra_ignore,
-            barrier_timeout_s=config.barrier_timeout_s,
-            max_watches=config.watch_limit,
-            eventless_fs=config.scan_fs_types,
-        ),
-        policy=retention.Policy(
-            max_age_days=r.max_age_days, max_marks=r.max_marks, budget_bytes=r.budget_bytes, grace_s=r.grace_s
-        ),
-        gc_interval_s=config.gc_interval_s,
-    )
 
 
 class Daemon:
@@ -94,7 +72,7 @@ class Daemon:
         lock = acquire_instance_lock(loc.state_dir)
         store = Store.open(loc.store_dir)
         events = Publisher(events_endpoint(self.config.endpoint), hwm=self.config.events_queue)
-        service = Service(store, service_config(self.config, self.penv.homes), self.request_stop, events)
+        service = Service(store, self.config, self.penv.homes, self.request_stop, events)
         timings = RequestTimings()
         server = ControlServer(
             self.config.endpoint,

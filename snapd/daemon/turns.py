@@ -6,7 +6,8 @@ no per-session state of its own:
 
 - a ``turn-start`` whose session's previous mark is also a ``turn-start`` means the turn in
   between never ended (interrupted, or the agent crashed): the new mark records the old one's
-  id under ``summary.interrupted``, and ``log`` shows that turn as interrupted;
+  id under ``summary.interrupted``, and ``log`` shows that turn as interrupted; so does a
+  ``turn-end`` the agent reports as interrupted (Codex's ``Interrupt`` hook), at once;
 - the rollbacks and undos applied in the workspace since the session's previous mark are the
   ``pre-rollback`` marks taken in between (each records what its rollback changed, under
   ``summary.rollback``): the reply lists them, so the hook can tell the model its edits are gone;
@@ -24,6 +25,7 @@ from typing import Any
 from snapd.store.records import Mark
 
 TURN_START = "turn-start"
+TURN_END = "turn-end"
 
 
 def session_last(marks: Sequence[Mark], session: str) -> Mark | None:
@@ -31,9 +33,12 @@ def session_last(marks: Sequence[Mark], session: str) -> Mark | None:
     return next((m for m in marks if m.session == session), None)
 
 
-def interrupted_note(label: str, previous: Mark | None) -> dict[str, Any]:
-    """``{"interrupted": ID}`` when a turn starts while the session's last turn (ID) never ended."""
-    if label == TURN_START and previous is not None and previous.label == TURN_START:
+def interrupted_note(label: str, previous: Mark | None, interrupted: bool = False) -> dict[str, Any]:
+    """``{"interrupted": ID}`` when a turn starts while the session's last turn (ID) never ended,
+    or ends by the user's interrupt (``interrupted``) while turn ID is open."""
+    if previous is None or previous.label != TURN_START:
+        return {}
+    if label == TURN_START or (interrupted and label == TURN_END):
         return {"interrupted": previous.id}
     return {}
 

@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Literal
 
 from snapd.errors import UsageError
 
-EventKind = Literal["start", "end", "other"]
+EventKind = Literal["start", "end", "interrupt", "other"]
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,11 @@ class Agent:
     hook_timeout_s: ClassVar[float] = 30.0
     supports_project: ClassVar[bool] = True
 
+    def timeout_s(self, event: str) -> float:
+        """The timeout snapd writes for the hook of ``event`` (the agent's own name for it), and
+        so the budget of a hook call for it: :attr:`hook_timeout_s` unless the agent caps it."""
+        return self.hook_timeout_s
+
     def files(self, scope: Scope, ctx: Context) -> list[Path]:
         raise NotImplementedError
 
@@ -133,6 +138,26 @@ class Agent:
     def is_ours(self, command: object) -> bool:
         """Whether a configured command is one of snapd's hooks for this agent."""
         return isinstance(command, str) and ours_pattern(self.name).search(command) is not None
+
+    def project_hooked(self, where: Path, ctx: Context) -> bool:
+        """Whether a ``--project`` integration covers ``where``: snapd's hooks in the project
+        settings of ``where`` or of a directory above it, up to its git work tree's top (or the
+        home directory). The user-wide hook then stands down, or the agent, running both, would
+        mark each turn twice (and every second ``turn-start`` would look like an interrupt)."""
+        if not self.supports_project:
+            return False
+        user = self.files(Scope(), ctx)
+        for d in (where, *where.parents):
+            found = [p for p in self.files(Scope(d), ctx) if p not in user and p.is_file()]
+            if found and self.has_hooks(Scope(d), ctx):
+                return True
+            if d == ctx.home or (d / ".git").exists():
+                return False
+        return False
+
+    def has_hooks(self, scope: Scope, ctx: Context) -> bool:
+        """Whether snapd's hooks are in ``scope``'s configuration (cheap: runs on every prompt)."""
+        return False
 
     def scope_check(self, scope: Scope) -> None:
         if scope.project is not None and not self.supports_project:

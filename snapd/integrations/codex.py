@@ -1,4 +1,6 @@
-"""Codex CLI: a ``UserPromptSubmit`` hook marks ``turn-start``; ``notify`` marks ``turn-end``.
+"""Codex CLI: a ``UserPromptSubmit`` hook marks ``turn-start``; ``notify`` marks ``turn-end``;
+an ``Interrupt`` hook (the user stopped the turn: Ctrl-C, Esc) marks ``turn-end`` flagged
+interrupted, so ``log`` shows the turn as interrupted at once and the tree at that moment is a mark.
 
 Codex keeps its settings in ``$CODEX_HOME/config.toml`` (default ``~/.codex``) and its hooks in
 ``hooks.json`` beside it, in Claude Code's layout. Two facts shape the integration:
@@ -39,14 +41,19 @@ from snapd.integrations.base import (
 )
 from snapd.integrations.jsonhooks import JsonHooksAgent, command_findings
 
-PROMPT, STOP = "UserPromptSubmit", "Stop"
-STATE_NAMES = {PROMPT: "user_prompt_submit", STOP: "stop"}
+PROMPT, STOP, INTERRUPT = "UserPromptSubmit", "Stop", "Interrupt"
+STATE_NAMES = {PROMPT: "user_prompt_submit", STOP: "stop", INTERRUPT: "interrupt"}
+#: Codex caps an Interrupt hook's timeout at 3 s (and warns on every run about a longer one).
+INTERRUPT_TIMEOUT_S = 3.0
 
 
 class Codex(JsonHooksAgent):
     name = "codex"
     title = "Codex CLI"
-    events: ClassVar[dict[str, EventKind]] = {PROMPT: "start", STOP: "end"}
+    events: ClassVar[dict[str, EventKind]] = {PROMPT: "start", STOP: "end", INTERRUPT: "interrupt"}
+
+    def timeout_s(self, event: str) -> float:
+        return INTERRUPT_TIMEOUT_S if event == INTERRUPT else self.hook_timeout_s
 
     def home(self, ctx: Context) -> Path:
         configured = ctx.env.get("CODEX_HOME")
@@ -108,7 +115,7 @@ class Codex(JsonHooksAgent):
         owner = self._notify_owner(toml)
         cfg = self.config_toml(ctx)
         changes: list[Change] = []
-        events = [PROMPT]
+        events = [PROMPT, INTERRUPT]
         if owner == "foreign":
             events.append(STOP)
             changes.append(
@@ -126,8 +133,9 @@ class Codex(JsonHooksAgent):
                 changes.append(Change(cfg, action, "snapd's notify (turn-end)"))
         path = self.settings(scope, ctx)
         doc = jsonfile.load(path, self.name)
-        entry = self.entry(scope, ctx)
-        actions = {ev: jsonfile.put_hook(doc, ev, entry, self.is_ours, path) for ev in events}
+        actions = {
+            ev: jsonfile.put_hook(doc, ev, self.entry(scope, ctx, ev), self.is_ours, path) for ev in events
+        }
         if STOP not in events and jsonfile.drop_hooks(doc, STOP, self.is_ours):
             actions[STOP] = "removed"
         if any(a != "unchanged" for a in actions.values()):
@@ -161,27 +169,40 @@ class Codex(JsonHooksAgent):
             command = shlex.join(str(v) for v in toml["notify"])
             out.append(Finding(True, f"notify in {self.config_toml(ctx)} marks turn-end: {command}"))
             out += command_findings(command)
-        events = [PROMPT] if owner == "ours" else [PROMPT, STOP]
+        events = [PROMPT, INTERRUPT] if owner == "ours" else [PROMPT, STOP, INTERRUPT]
         features = toml.get("features")
         if isinstance(features, dict) and features.get("codex_hooks") is False:
             out.append(
                 Finding(False, f"{self.config_toml(ctx)} sets features.codex_hooks = false: no hook runs")
             )
         states = _hook_states(toml)
+        from snapd.integrations import codex_trust  # deferred: runs codex, only for --check
+
+        asked = codex_trust.statuses(ctx, scope.project or ctx.home)
+        if isinstance(asked, str):
+            out.append(Finding(True, f"trust read from {self.config_toml(ctx)} ({asked}), which cannot tell "
+                                     "a hook changed since it was trusted"))
         for ev in events:
             where = _position(doc, ev, self)
             if where is None:
                 out.append(Finding(False, f"no snapd {ev} hook in {path}"))
                 continue
             key = f"{path}:{STATE_NAMES[ev]}:{where[0]}:{where[1]}"
-            state = states.get(key)
-            trusted = isinstance(state, dict) and bool(state.get("trusted_hash"))
-            if trusted and isinstance(state, dict) and state.get("enabled", True) is not False:
-                out.append(Finding(True, f"{ev} hook in {path} is trusted"))
+            if isinstance(asked, dict) and key in asked:
+                trusted = asked[key] in codex_trust.TRUSTED
+                source = f"Codex reports it {asked[key]}" + codex_trust.MEANING.get(asked[key], "")
+            else:
+                state = states.get(key)
+                trusted = isinstance(state, dict) and bool(state.get("trusted_hash")) and (
+                    state.get("enabled", True) is not False)
+                source = "config.toml"
+            if trusted:
+                out.append(Finding(True, f"{ev} hook in {path} is trusted ({source})"))
             else:
                 out.append(Finding(False,
-                    f"{ev} hook in {path} is not trusted, so Codex skips it without a word: start `codex`, "
-                    "open /hooks and trust it (tests: codex --dangerously-bypass-hook-trust)"))
+                    f"{ev} hook in {path} is not trusted ({source}), so "
+                    "Codex skips it without a word: start `codex`, open /hooks and trust it "
+                    "(tests: codex --dangerously-bypass-hook-trust)"))
         return out
 
     def show(self, scope: Scope, ctx: Context) -> str:

@@ -27,10 +27,10 @@ class Gemini(JsonHooksAgent):
         base = scope.project if scope.project is not None else ctx.home
         return base / ".gemini" / "settings.json"
 
-    def entry(self, scope: Scope, ctx: Context) -> dict[str, Any]:
+    def entry(self, scope: Scope, ctx: Context, event: str) -> dict[str, Any]:
         return {
             "name": "snapd", "type": "command", "command": self.command(scope, ctx),
-            "timeout": int(self.hook_timeout_s * 1000),
+            "timeout": int(self.timeout_s(event) * 1000),
             "description": "snapd: mark the turn so it can be rolled back",
         }
 

@@ -1,20 +1,24 @@
 """``snapctl hook AGENT``: the one command every agent's hooks run.
 
 It reads the agent's event (stdin JSON, or a JSON argument for Codex's ``notify``), marks
-``turn-start`` on the prompt event and ``turn-end`` on the stop/idle event, tagged with the
-agent and its session id, and prints what the agent's protocol expects: the rollback notice
-(:mod:`.notice`) on a prompt event, nothing otherwise — Gemini CLI: always a JSON object.
+``turn-start`` on the prompt event and ``turn-end`` on the stop/idle event (flagged
+``interrupted`` on Codex's ``Interrupt``), tagged with the agent and its session id, and
+prints what the agent's protocol expects: the rollback notice (:mod:`.notice`) on a prompt
+event, nothing otherwise — Gemini CLI: always a JSON object.
 
 Promises:
 
 - It never exits non-zero: for most agents a failing hook blocks the prompt or retries it.
   Problems are warnings on stderr and are recorded for ``snapctl status`` (:mod:`.health`).
 - It keeps inside the agent's hook timeout: the whole run has a budget (the timeout snapd
-  wrote into the agent's configuration less :data:`MARGIN_S`, or ``client_timeout_s`` when
+  wrote into the agent's configuration for that event less :data:`MARGIN_S` — a third of it
+  when that is less, as for Codex's 3 s ``Interrupt`` hooks — or ``client_timeout_s`` when
   that is smaller), shared by its phases — connect, start the daemon, mark. A mark that cannot
   finish in time (a new workspace's first mark is its whole baseline) is left to the daemon,
   which records it when the baseline completes, flagged ``late``; the hook returns.
 - With no daemon running it starts one (:mod:`.autostart`) unless ``auto_start = false``.
+- Where a project has its own integration (``--project``), the user-wide hook stands down: the
+  agent runs both, and each turn must be marked once.
 - A user-wide integration marks only a git work tree or a directory already watched: an agent
   started in ``/tmp`` or ``~/Downloads`` must not make snapd capture it. It warns once per
   directory, saying how to watch it. (``--project`` hooks were written for their directory.)
@@ -34,12 +38,12 @@ from snapd.display import shown
 from snapd.errors import DaemonUnavailable, NotFound, SnapdError, Timeout
 from snapd.integrations import agent as find_agent
 from snapd.integrations import health, notice
-from snapd.integrations.base import Agent, BadEvent, Event, Scope
+from snapd.integrations.base import Agent, BadEvent, Context, Event, Scope
 from snapd.ipc.client import Client, probe_listener
 
-MARGIN_S = 5.0  # the hook is done this long before the agent's own timeout
+MARGIN_S = 5.0  # the hook is done this long before the agent's own timeout (a third of a short one)
 START_WAIT_S = 10.0  # at most this long (within the budget) for a daemon being started
-LABELS = {"start": "turn-start", "end": "turn-end"}
+LABELS = {"start": "turn-start", "end": "turn-end", "interrupt": "turn-end"}
 
 
 class Run:
@@ -47,13 +51,19 @@ class Run:
 
     def __init__(self, integration: Agent, scope: Scope, config: Config, env: Mapping[str, str]) -> None:
         self.agent, self.scope, self.config, self.env = integration, scope, config, env
-        budget = integration.hook_timeout_s - MARGIN_S
-        if config.client_timeout_s is not None:
-            budget = min(budget, config.client_timeout_s)
-        self.deadline = time.monotonic() + max(budget, 0.5)
+        self.started = time.monotonic()
+        self.deadline = self.started
+        self.limit(integration.hook_timeout_s)
         self.warnings: list[str] = []
         self.failure: str | None = None
         self.outcome = "nothing to mark"
+
+    def limit(self, timeout_s: float) -> None:
+        """Keep the call inside the agent's ``timeout_s`` for its hook (and ``client_timeout_s``)."""
+        budget = timeout_s - min(MARGIN_S, timeout_s / 3)
+        if self.config.client_timeout_s is not None:
+            budget = min(budget, self.config.client_timeout_s)
+        self.deadline = self.started + max(budget, 0.5)
 
     def remaining(self) -> float:
         return self.deadline - time.monotonic()
@@ -87,12 +97,17 @@ class Run:
     def mark(self, event: Event) -> dict[str, Any] | None:
         label = LABELS[event.kind]
         cwd = event.cwd or os.getcwd()
+        if self.scope.user and self.agent.project_hooked(Path(cwd), Context(self.env, ())):
+            self.outcome = "left to the project's own integration"
+            return None
         register = not self.scope.user or in_git_work_tree(Path(cwd))
         endpoint = self.connect()
         timeout = max(self.remaining(), 0.2)
         fields: dict[str, Any] = {"agent": self.agent.name, "cwd": os.fsencode(cwd), "register": register}
         if event.session:
             fields["session"] = event.session
+        if event.kind == "interrupt":
+            fields["interrupted"] = True
         with Client(endpoint, timeout, self.config.request_max_bytes) as client:
             try:
                 reply = client.call("mark", label=label, late_after_s=max(timeout - 1.5, 0.1), **fields)
@@ -159,6 +174,7 @@ def run(args: Sequence[str], env: Mapping[str, str], stdin: BinaryIO) -> tuple[s
     state = Run(integration, scope, config, env)
     try:
         event = integration.parse(_payload(args[1:], stdin), args[1:])
+        state.limit(integration.timeout_s(event.name))
         if event.kind in LABELS:
             reply = state.mark(event)
             if reply is not None and event.kind == "start":

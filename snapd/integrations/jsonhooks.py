@@ -1,5 +1,6 @@
 """Agents whose hooks live in a JSON settings file (Claude Code, Gemini CLI, Codex's
-``hooks.json``): one prompt event marks ``turn-start``, one stop event marks ``turn-end``.
+``hooks.json``): one prompt event marks ``turn-start``, one stop event marks ``turn-end`` (and
+Codex's ``Interrupt`` marks ``turn-end`` flagged interrupted).
 
 A subclass names the file per scope, the two events, and the entry's extra fields (timeout
 units differ: Claude Code and Codex count seconds, Gemini CLI milliseconds).
@@ -35,8 +36,8 @@ class JsonHooksAgent(Agent):
     def settings(self, scope: Scope, ctx: Context) -> Path:
         raise NotImplementedError
 
-    def entry(self, scope: Scope, ctx: Context) -> dict[str, Any]:
-        return {"type": "command", "command": self.command(scope, ctx), "timeout": int(self.hook_timeout_s)}
+    def entry(self, scope: Scope, ctx: Context, event: str) -> dict[str, Any]:
+        return {"type": "command", "command": self.command(scope, ctx), "timeout": int(self.timeout_s(event))}
 
     def files(self, scope: Scope, ctx: Context) -> list[Path]:
         return [self.settings(scope, ctx)]
@@ -44,8 +45,10 @@ class JsonHooksAgent(Agent):
     def install(self, scope: Scope, ctx: Context) -> list[Change]:
         path = self.settings(scope, ctx)
         doc = jsonfile.load(path, self.name)
-        entry = self.entry(scope, ctx)
-        actions = {ev: jsonfile.put_hook(doc, ev, entry, self.is_ours, path) for ev in self.events}
+        actions = {
+            ev: jsonfile.put_hook(doc, ev, self.entry(scope, ctx, ev), self.is_ours, path)
+            for ev in self.events
+        }
         if any(a != "unchanged" for a in actions.values()):
             jsonfile.save(path, doc)
         return [Change(path, a, f"snapd's {ev} hook") for ev, a in actions.items()]
@@ -68,6 +71,11 @@ class JsonHooksAgent(Agent):
     def check(self, scope: Scope, ctx: Context) -> list[Finding]:
         path = self.settings(scope, ctx)
         doc = jsonfile.load(path, self.name)
+        return self.hook_findings(doc, path) + self.runs(doc, path) + self.twice(scope, ctx)
+
+    def hook_findings(self, doc: dict[str, Any], path: Path) -> list[Finding]:
+        """Whether ``doc`` (read from ``path``) holds snapd's hook for each event, and whether
+        each hook's program can run."""
         out = []
         for ev in self.events:
             found = jsonfile.our_hooks(doc, ev, self.is_ours)
@@ -77,11 +85,19 @@ class JsonHooksAgent(Agent):
             command = str(found[0].get("command"))
             out.append(Finding(True, f"{ev} hook in {path}: {command}"))
             out += command_findings(command)
-        return out + self.runs(doc, path) + self.twice(scope, ctx)
+        return out
+
+    def has_hooks(self, scope: Scope, ctx: Context) -> bool:
+        try:
+            doc = jsonfile.load(self.settings(scope, ctx), self.name)
+        except IntegrationRefused:
+            return False
+        return any(jsonfile.our_hooks(doc, ev, self.is_ours) for ev in self.events)
 
     def twice(self, scope: Scope, ctx: Context) -> list[Finding]:
-        """A project integrated while the user-wide hooks are there too: the agent runs both,
-        each turn would be marked twice (and every turn-start would look interrupted)."""
+        """A project integrated while the user-wide hooks are there too: the agent runs both.
+        The user-wide hook stands down there (:meth:`Agent.project_hooked`), but one of the two
+        is redundant."""
         if scope.project is None:
             return []
         user = self.settings(Scope(), ctx)
@@ -90,8 +106,9 @@ class JsonHooksAgent(Agent):
         except IntegrationRefused:
             return []
         if any(jsonfile.our_hooks(doc, ev, self.is_ours) for ev in self.events):
-            return [Finding(False, f"snapd's hooks are also in {user} (user-wide): each turn would be "
-                                   f"marked twice; remove one (`snapctl integrate {self.name} --remove`)")]
+            return [Finding(False, f"snapd's hooks are also in {user} (user-wide): the agent runs both, and "
+                                   "the user-wide one stands down here so that no turn is marked twice; "
+                                   f"keep one (`snapctl integrate {self.name} --remove`)")]
         return []
 
     def runs(self, doc: dict[str, Any], path: Path) -> list[Finding]:
@@ -101,7 +118,7 @@ class JsonHooksAgent(Agent):
     def show(self, scope: Scope, ctx: Context) -> str:
         doc: dict[str, Any] = {}
         for ev in self.events:
-            jsonfile.put_hook(doc, ev, self.entry(scope, ctx), self.is_ours, Path("-"))
+            jsonfile.put_hook(doc, ev, self.entry(scope, ctx, ev), self.is_ours, Path("-"))
         return f"# merge into {self.settings(scope, ctx)}\n" + json.dumps(doc, indent=2) + "\n"
 
     def parse(self, stdin: bytes, argv: Sequence[str]) -> Event:

@@ -72,6 +72,12 @@ class OwnFileAgent(Agent):
             out.append(Finding(False, f"{path} was written by another snapd or changed: re-run integrate"))
         return out + command_findings(self.command(scope, ctx))
 
+    def has_hooks(self, scope: Scope, ctx: Context) -> bool:
+        try:
+            return self.current(self.path(scope, ctx)) is not None
+        except IntegrationRefused:
+            return False
+
     def argv(self, scope: Scope, ctx: Context) -> list[str]:
         """The hook command as a list (the file runs it without a shell)."""
         return shlex.split(self.command(scope, ctx))

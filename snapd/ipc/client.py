@@ -13,9 +13,9 @@ A ``Client`` is not thread-safe: use one per thread.
 from __future__ import annotations
 
 import errno
+import os
 import socket
 import time
-import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +35,8 @@ from snapd.ipc import protocol
 if TYPE_CHECKING:
     import zmq
 
-Progress = Callable[[dict[str, Any]], None]
+ProgressMessageHandler = Callable[[dict[str, Any]], None]
+"""Told each progress message the daemon sends before its reply (``call(on_progress=...)``)."""
 LIVENESS_MS = 1000  # while waiting for a reply, check this often that the daemon still listens
 DEFAULT_TIMEOUT_S = 10.0
 
@@ -121,7 +122,7 @@ class Client:
         /,
         *,
         timeout_s: float | None | _Default = DEFAULT,
-        on_progress: Progress | None = None,
+        on_progress: ProgressMessageHandler | None = None,
         **args: Any,
     ) -> dict[str, Any]:
         """Send one request and return its ``result``; raise the daemon's error class.
@@ -131,7 +132,7 @@ class Client:
         """
         timeout = self.timeout_s if isinstance(timeout_s, _Default) else timeout_s
         _check_deadline(timeout)
-        rid = uuid.uuid4().hex
+        rid = os.urandom(16).hex()  # a request id (not uuid: a module every command would load)
         payload = protocol.build_request(op, rid, args)
         if len(payload) > self.max_bytes:  # ZeroMQ would drop it silently: say so here
             raise BadRequest(
@@ -189,7 +190,7 @@ class Client:
             self._sock = None
 
     def _attempt(self, payload: bytes, rid: str, deadline: float | None,
-                 on_progress: Progress | None) -> dict[str, Any] | None:
+                 on_progress: ProgressMessageHandler | None) -> dict[str, Any] | None:
         """Send once and wait for the reply to ``rid`` until ``deadline``; None on silence.
         A silent connection is dropped so the retry goes out on a fresh one."""
         import zmq
@@ -227,7 +228,7 @@ class Client:
             return reply
 
     def _answers_ping(self, deadline: float) -> bool:
-        rid = uuid.uuid4().hex
+        rid = os.urandom(16).hex()  # a request id (not uuid: a module every command would load)
         try:
             payload = protocol.build_request("ping", rid, {})
             return self._attempt(payload, rid, deadline, None) is not None

@@ -1,6 +1,7 @@
-"""Live events: the daemon's PUB socket and a subscriber for clients (docs/protocol.md, "Events").
-
-The third module that imports ``zmq`` (with :mod:`snapd.ipc.server` and :mod:`snapd.ipc.client`).
+"""Live events, the subscriber's side and the shared rules (docs/protocol.md, "Events"): the
+event kinds, the topic frame, the gap and restart rule, and a SUB socket. The daemon's PUB
+socket is :mod:`snapd.ipc.publisher`. This module is what clients load (``snapctl events``), so
+it imports no logging library: the CLI's start-up cost is paid on every command.
 
 Invariants:
 
@@ -19,24 +20,16 @@ Invariants:
 from __future__ import annotations
 
 import json
-import os
-import threading
-import time
-import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import structlog
 import zmq
 
-from snapd.config import EVENTS_SOCKET_NAME, ensure_private_dir, remove_socket
-from snapd.errors import BadRequest, SnapdError
+from snapd.config import EVENTS_SOCKET_NAME
+from snapd.errors import BadRequest
 from snapd.ipc import protocol
-from snapd.paths import encode_path
-
-log = structlog.get_logger("snapd.events")
 
 Kind = Literal[
     "mark.created",
@@ -52,28 +45,6 @@ KINDS: tuple[str, ...] = Kind.__args__  # type: ignore[attr-defined]
 DAEMON_TOPIC = b"\0"  # events that concern no single workspace
 
 
-def bind_private(
-    ctx: zmq.Context[zmq.Socket[bytes]],
-    kind: int,
-    endpoint: str,
-    options: dict[zmq.SocketOption, int],
-    what: str,
-) -> zmq.Socket[bytes]:
-    """A ``kind`` socket bound at the ipc ``endpoint``, whose directory is made private first
-    (0700: the directory is the access check). ``what`` names the failure: "cannot WHAT at"."""
-    ensure_private_dir(Path(endpoint[len("ipc://"):]).parent)
-    sock = ctx.socket(kind)
-    sock.setsockopt(zmq.LINGER, 0)
-    for option, value in options.items():
-        sock.setsockopt(option, value)
-    try:
-        sock.bind(endpoint)
-    except zmq.ZMQError as e:
-        sock.close(0)
-        raise SnapdError(f"cannot {what} at {endpoint}: {e}") from None
-    return sock
-
-
 def events_endpoint(control_endpoint: str) -> str:
     """The PUB endpoint beside ``control_endpoint`` (same private directory)."""
     if not control_endpoint.startswith("ipc://"):
@@ -84,55 +55,6 @@ def events_endpoint(control_endpoint: str) -> str:
 def topic(workspace: bytes | None) -> bytes:
     """The topic frame of ``workspace`` (a root's bytes), or of daemon-wide events."""
     return DAEMON_TOPIC if workspace is None else workspace + b"\0"
-
-
-class Publisher:
-    """The daemon's PUB socket. ``publish`` is safe from any thread and never blocks."""
-
-    def __init__(self, endpoint: str, hwm: int = 10_000) -> None:
-        self.endpoint = endpoint
-        self.instance = uuid.uuid4().hex
-        self._hwm = hwm
-        self._lock = threading.Lock()
-        self._seq: dict[bytes, int] = {}
-        self._ctx: zmq.Context[zmq.Socket[bytes]] | None = None
-        self._sock: zmq.Socket[bytes] | None = None
-
-    def start(self) -> None:
-        self._ctx = zmq.Context()
-        opts = {zmq.SNDHWM: self._hwm}
-        self._sock = bind_private(self._ctx, zmq.PUB, self.endpoint, opts, "publish events")
-        log.info("events.publishing", endpoint=self.endpoint, instance=self.instance, hwm=self._hwm)
-
-    def publish(self, kind: str, workspace: str | None, fields: dict[str, Any]) -> None:
-        """Send one event about ``workspace`` (a root, or None: the daemon as a whole)."""
-        if kind not in KINDS:
-            raise ValueError(f"unknown event kind {kind!r}")
-        key = topic(None if workspace is None else os.fsencode(workspace))
-        with self._lock:
-            if self._sock is None:
-                return  # not started, or stopped: nobody can be listening
-            seq = self._seq.get(key, 0) + 1
-            self._seq[key] = seq
-            body = {"event": kind, "instance": self.instance,
-                    "workspace": None if workspace is None else encode_path(os.fsencode(workspace)),
-                    "seq": seq, "time": time.time(), **fields}
-            try:
-                self._sock.send_multipart([key, protocol.encode_json(body)], zmq.NOBLOCK)
-            except zmq.Again:  # PUB drops rather than blocks; kept for other libzmq builds
-                pass
-            except zmq.ZMQError as e:
-                log.warning("events.send_failed", kind=kind, error=str(e))
-
-    def stop(self) -> None:
-        with self._lock:
-            sock, self._sock = self._sock, None
-        if sock is None:
-            return
-        sock.close(linger=0)
-        assert self._ctx is not None
-        self._ctx.term()
-        remove_socket(Path(self.endpoint[len("ipc://"):]))
 
 
 # -- the subscriber side ------------------------------------------------------------------------

@@ -47,7 +47,7 @@ _REF = {**_WHERE, "session": Arg("str")}
 
 OP_ARGS: dict[str, dict[str, Arg]] = {
     "ping": {},
-    "status": {**_WHERE},
+    "status": {},
     "stop": {},
     "watch": {"path": Arg("path", required=True)},
     "unwatch": {**_WHERE},
@@ -55,15 +55,15 @@ OP_ARGS: dict[str, dict[str, Arg]] = {
     "mark": {
         **_WHERE, "label": Arg("str", required=True), "message": Arg("str"),
         "agent": Arg("str"), "session": Arg("str"), "register": Arg("bool"),
-        "late_after_s": Arg("float"),
+        "late_after_s": Arg("float"), "interrupted": Arg("bool"),
     },
     "log": {
         **_WHERE, "limit": Arg("int"), "agent": Arg("str"), "session": Arg("str"),
         "all": Arg("bool"), "before": Arg("str"), "path": Arg("path"),
     },
     "show": {**_REF, "mark": Arg("str", required=True)},
-    "verify": {**_WHERE, "full": Arg("bool")},
-    "gc": {**_WHERE, "dry_run": Arg("bool")},
+    "verify": {"full": Arg("bool")},
+    "gc": {"dry_run": Arg("bool")},
     "pin": {**_REF, "mark": Arg("str", required=True)},
     "unpin": {**_REF, "mark": Arg("str", required=True)},
     "rollback_plan": {

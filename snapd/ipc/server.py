@@ -45,7 +45,7 @@ from snapd.errors import (
     SnapdError,
 )
 from snapd.ipc import protocol
-from snapd.ipc.events import bind_private
+from snapd.ipc.publisher import bind_private
 from snapd.ipc.timing import RequestTimings
 
 log = structlog.get_logger("snapd.server")
@@ -295,10 +295,11 @@ class ControlServer:
             if entry is None:  # cannot happen: pending entries are never evicted
                 continue
             entry.reply, entry.done_at = reply, time.monotonic()
+            # recorded before the reply leaves: a client that has its reply finds it counted
+            self.timings.record(entry.op, entry.done_at - entry.received_at)
             for envelope in entry.waiters:
                 self._send(sock, envelope, reply)
             entry.waiters.clear()
-            self.timings.record(entry.op, time.monotonic() - entry.received_at)
 
     def _send(self, sock: zmq.Socket[bytes], envelope: list[bytes], reply: bytes) -> None:
         try:

@@ -14,7 +14,9 @@ from snapd.store import objects, trees
 
 
 @dataclass(frozen=True)
-class Workspace:
+class WorkspaceRecord:
+    """A workspace as the catalog holds it (the live one is ``capture.workspace.Workspace``)."""
+
     id: int
     root: bytes
     created: int

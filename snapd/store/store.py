@@ -26,7 +26,7 @@ from snapd.store import objects, safeio, trees
 from snapd.store.batch import FLUSH_BYTES, Batch, StatRow
 from snapd.store.catalog import Catalog
 from snapd.store.holds import GcHolds
-from snapd.store.records import MARK_COLUMNS, Mark, Version, Workspace, mark_from_row, version_from_row
+from snapd.store.records import MARK_COLUMNS, Mark, Version, WorkspaceRecord, mark_from_row, version_from_row
 from snapd.store.refs import FULL_ID, parse_ref
 
 NODE_CACHE = 4096
@@ -126,13 +126,13 @@ class Store:
             cur = c.execute("INSERT INTO workspaces (root, created) VALUES (?, ?)", (root, time.time_ns()))
             return int(cur.lastrowid or 0)
 
-    def workspaces(self) -> list[Workspace]:
+    def workspaces(self) -> list[WorkspaceRecord]:
         rows = (
             self.catalog.read()
             .execute("SELECT id, root, created, watching FROM workspaces ORDER BY id")
             .fetchall()
         )
-        return [Workspace(r[0], bytes(r[1]), r[2], bool(r[3])) for r in rows]
+        return [WorkspaceRecord(r[0], bytes(r[1]), r[2], bool(r[3])) for r in rows]
 
     def head(self, ws: int) -> str | None:
         """The tree of everything captured in ``ws``, marks or not (None before a baseline)."""

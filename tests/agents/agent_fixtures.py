@@ -13,14 +13,20 @@ from agent_harness import AGENTS, REGISTRY, Agent, Sandbox, new_sandbox, setup_p
 from e2e_helpers import unavailable
 
 
-@pytest.fixture(name="agent", params=AGENTS)
-def agent_fixture(request: pytest.FixtureRequest) -> Agent:
-    """Each of the five agents, its program installed and a sealed namespace possible here."""
-    chosen = REGISTRY[request.param]
+def ready(name: str) -> Agent:
+    """Agent ``name``, its program installed and a sealed namespace possible here; otherwise the
+    test fails with the reason under CI (skips elsewhere)."""
+    chosen = REGISTRY[name]
     problem = setup_problem(chosen)
     if problem:
         unavailable(problem)
     return chosen
+
+
+@pytest.fixture(name="agent", params=AGENTS)
+def agent_fixture(request: pytest.FixtureRequest) -> Agent:
+    """Each of the five agents, its program installed and a sealed namespace possible here."""
+    return ready(request.param)
 
 
 @pytest.fixture(name="box")

@@ -179,6 +179,12 @@ model_provider = "scripted"
 approval_policy = "never"
 sandbox_mode = "workspace-write"
 
+# Codex's sandbox makes a writable root's .git read-only, creating an empty .git there as a mount
+# point when none exists: with /tmp writable (its default), every test after it would find
+# itself "in a git work tree" under /tmp. The sandbox's $TMPDIR is the box's own.
+[sandbox_workspace_write]
+exclude_slash_tmp = true
+
 [model_providers.scripted]
 name = "scripted"
 base_url = "{BASE}/v1"
@@ -418,8 +424,10 @@ def run_turn(
     script: Script,
     timeout: float = 180.0,
     argv: list[str] | None = None,
+    interrupt_when: Path | None = None,
 ) -> Turn:
-    """One agent turn in a loopback-only namespace with the scripted model; its record."""
+    """One agent turn in a loopback-only namespace with the scripted model; its record. With
+    ``interrupt_when``, the agent gets SIGINT (Ctrl-C) once that file exists."""
     box.turns += 1
     turn_dir = box.top / "turns" / str(box.turns)
     turn_dir.mkdir(parents=True)
@@ -432,6 +440,7 @@ def run_turn(
         "cwd": str(box.ws),
         "env": box.env(),
         "timeout": timeout,
+        "interrupt_when": str(interrupt_when) if interrupt_when else None,
     }
     (turn_dir / "spec.json").write_text(json.dumps(spec, indent=2))
     runner = subprocess.run(

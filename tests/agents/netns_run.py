@@ -3,9 +3,10 @@
 Started by the harness as ``unshare -n PYTHON netns_run.py SPEC.json``: this process is already in a
 fresh network namespace, which has only a loopback device, and down. It brings ``lo`` up, serves
 the scripted model on 127.0.0.1 in a thread of its own, runs the agent, and writes the result
-(exit code, output, seconds) next to the spec. Nothing the agent sends can leave the machine: the
-namespace has no other device. The snapd daemon's ``ipc://`` socket is a path on the file system,
-so hooks inside the namespace reach a daemon started outside it.
+(exit code, output, seconds) next to the spec. With ``interrupt_when`` (a path), it sends the
+agent SIGINT — a user's Ctrl-C — as soon as that file exists. Nothing the agent sends can leave
+the machine: the namespace has no other device. The snapd daemon's ``ipc://`` socket is a path
+on the file system, so hooks inside the namespace reach a daemon started outside it.
 
 Standard library only, and no import of the test package: it runs under whatever interpreter the
 harness names, as its own script.
@@ -45,8 +46,14 @@ def main(spec_path: Path) -> int:
         start_new_session=True,
     )
     timed_out = False
+    if spec.get("interrupt_when"):  # the user's Ctrl-C once the turn has reached a point
+        flag = Path(spec["interrupt_when"])
+        while not flag.exists() and proc.poll() is None and time.monotonic() - start < spec["timeout"]:
+            time.sleep(0.05)
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGINT)
     try:
-        out, err = proc.communicate(timeout=spec["timeout"])
+        out, err = proc.communicate(timeout=max(1.0, spec["timeout"] - (time.monotonic() - start)))
     except subprocess.TimeoutExpired:
         timed_out = True
         os.killpg(proc.pid, signal.SIGKILL)

@@ -1,0 +1,253 @@
+"""Reading one workspace's paths into store batches, and keeping what was seen in step.
+
+What was last seen of each captured path is the stat cache (:mod:`snapd.capture.statcache`);
+what is on disk but not captured (over the cap, unreadable, special) is the skipped list;
+what the captures since the last mark did is their report. Every read goes through
+:meth:`Capturer.note_read`, so the three never disagree with what a batch holds. Scans compare
+the disk with the stat cache and read nothing; the workspace turns what they find into dirty
+paths.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from snapd import paths
+from snapd.capture import ingest, reader, scan
+from snapd.capture.counters import Counters
+from snapd.capture.events import Notify
+from snapd.capture.liverules import LiveRules
+from snapd.capture.scan import CountCallback
+from snapd.capture.statcache import StatCache
+from snapd.store import trees
+from snapd.store.batch import Batch
+
+
+@dataclass(frozen=True)
+class Walk:
+    """A walk of the whole root: the paths to capture, and the directories that could not be
+    listed (why)."""
+
+    rels: list[bytes]
+    unlistable: dict[bytes, str]
+
+
+class Capturer:
+    """``stats``: the stat cache; ``since_mark``: what the captures since the last mark did;
+    ``ignored``: what the ignore rules leave out, as of the last walk that judged every name."""
+
+    def __init__(self, root: Path, ws_id: int, size_cap: int, rules: LiveRules, announce: Notify) -> None:
+        self.rootb = os.fsencode(root)
+        self._id = ws_id
+        self._size_cap = size_cap
+        self._rules = rules
+        self._announce = announce
+        self.stats = StatCache()
+        self.skipped: dict[bytes, str] = {}
+        self.since_mark = ingest.Report()
+        self.ignored = ingest.IgnoredTally()
+        self.counters = Counters()  # full scans, lstats, files read: the cost of captures, counted
+
+    def scan(
+        self, top: bytes, progress: CountCallback | None = None, *, trust_listings: bool = True
+    ) -> set[bytes]:
+        """What differs from the stat cache under ``top`` (b"" = all), reading no file."""
+        tally = ingest.IgnoredTally()
+        full = not top and not trust_listings  # every name is judged: a complete count
+        rules = self._rules
+        found = scan.scan(
+            self.rootb,
+            top,
+            self.stats,
+            rules.tallying(tally) if full else rules.is_ignored,
+            rules.current.dir_may_contain_captured,
+            trust_listings=trust_listings,
+            progress=progress,
+            counters=self.counters,
+        )
+        if full:
+            self.ignored = tally
+        return found
+
+    def wanted(self, rel: bytes) -> bool:
+        """Capture ``rel``: not ignored, or ignored now but still in the tree (to drop it)."""
+        try:  # lstat: a symlink named like an ignored directory ("build/") is not a directory
+            is_dir = stat.S_ISDIR(reader.lstat(self.rootb + b"/" + rel, self.counters).st_mode)
+        except OSError:
+            is_dir = False
+        return not self._rules.is_ignored(rel, is_dir) or rel in self.stats
+
+    def capture(self, batch: Batch, todo: list[bytes]) -> dict[bytes, trees.Change]:
+        """Read ``todo`` into ``batch``, and with each file that has other links, its other
+        captured names: a write through one name changed them all, and only that name had an
+        event. A path now ignored (rules changed) is dropped from the tree and the cache."""
+        linked: list[bytes] = []
+
+        def on_read(r: reader.Read) -> None:
+            self.note_read(r)
+            if r.kind == "file" and r.nlink > 1:
+                linked.append(r.rel)
+
+        captured: dict[bytes, trees.Change] = {}
+        while todo:
+            captured.update(
+                ingest.capture(
+                    batch,
+                    self.rootb,
+                    todo,
+                    self.since_mark,
+                    size_cap=self._size_cap,
+                    ws=self._id,
+                    on_read=on_read,
+                    counters=self.counters,
+                )
+            )
+            todo = sorted({o for p in linked for o in self.stats.linked(p)} - captured.keys())
+            linked.clear()
+        changes: dict[bytes, trees.Change] = {}
+        for rel, change in captured.items():
+            if change is not None and self._rules.is_ignored(rel, isinstance(change, trees.Dir)):
+                change = None  # now ignored (rules changed): no longer captured
+                self.stats.remove(rel)
+            changes[rel] = change
+        return changes
+
+    def read_held(
+        self, batch: Batch, held: Sequence[bytes]
+    ) -> tuple[dict[bytes, trees.Change], dict[bytes, str]]:
+        """Read ``held`` (and their parents) into ``batch`` whatever today's ignore rules: the
+        changes, and why each path that could not be read was skipped."""
+        wanted = set(held)
+        for p in held:
+            parts = p.split(b"/")
+            wanted.update(b"/".join(parts[:i]) for i in range(1, len(parts)))
+        skipped: dict[bytes, str] = {}
+
+        def note(r: reader.Read) -> None:
+            if r.kind == "skipped":
+                skipped[r.rel] = r.reason
+
+        changes = ingest.capture(
+            batch,
+            self.rootb,
+            sorted(wanted, key=lambda p: p.split(b"/")),
+            ingest.Report(),
+            size_cap=self._size_cap,
+            on_read=note,
+            counters=self.counters,
+        )
+        return changes, skipped
+
+    def walk_all(self) -> Walk:
+        """Walk the whole root (a baseline): every path captured, and the directories whose
+        listing failed. Counts what the rules leave out."""
+        tally = ingest.IgnoredTally()
+        unlistable: dict[bytes, str] = {}
+
+        def unreadable(rel: bytes, why: str) -> None:  # recorded as unlisted, and reported
+            unlistable[rel] = why
+
+        walked = reader.walk(
+            self.rootb,
+            self._rules.tallying(tally),
+            descend=self._rules.current.dir_may_contain_captured,
+            unreadable=unreadable,
+            counters=self.counters,
+        )
+        rels = [rel for rel, _ in walked]
+        self.ignored = tally
+        return Walk(rels, unlistable)
+
+    def read_walk(
+        self, batch: Batch, walk: Walk, report: ingest.Report, progress: CountCallback | None
+    ) -> dict[bytes, trees.Change]:
+        """Read what :meth:`walk_all` found into ``batch``, in parallel."""
+        rels = walk.rels
+        done = [0]
+
+        def counted() -> Iterator[bytes]:
+            for rel in rels:
+                done[0] += 1
+                if progress is not None and done[0] % 500 == 0:
+                    progress(done[0], len(rels))
+                yield rel
+
+        changes = ingest.capture(
+            batch,
+            self.rootb,
+            counted(),
+            report,
+            size_cap=self._size_cap,
+            ws=self._id,
+            parallel=True,
+            on_read=self.note_read,
+            from_walk=True,
+            counters=self.counters,
+        )
+        for rel, why in walk.unlistable.items():  # a listing failed where access() said it would not
+            change = changes.get(rel)
+            if isinstance(change, trees.Dir) and change.listed:
+                changes[rel] = trees.Dir(change.mode, listed=False)
+                report.skip(rel, why)
+                self.skip(rel, why)
+        return changes
+
+    def note_read(self, r: reader.Read) -> None:
+        """Keep the stat cache and the skipped list in step with what a capture read."""
+        was = self.stats.get(r.rel)
+        if was is not None and stat.S_ISDIR(was[0][0]) and r.kind != "dir" and self.skipped:
+            for gone in [p for p in self.skipped if paths.strictly_below(p, r.rel)]:
+                del self.skipped[gone]  # its directory went: so did what could not be read in it
+        if r.kind == "skipped":
+            self.skip(r.rel, r.reason)
+            if r.sig is None:
+                self.stats.remove(r.rel)
+            else:  # the tree holds it (uncaptured): scans must see it go; read time 0: always re-read
+                self.stats.set(r.rel, r.sig, 0)
+            return
+        self.skipped.pop(r.rel, None)
+        if r.kind == "dir" and not r.listed:  # its contents are unknown: a rollback keeps them
+            self.skip(r.rel, r.reason)
+        if r.kind == "missing" or r.sig is None:
+            self.stats.remove(r.rel)
+        else:
+            # An unstable file gets read time 0: never trusted, so the next scan reads it again.
+            self.stats.set(r.rel, r.sig, 0 if r.unstable else time.time_ns())
+            if r.kind == "file":
+                self.stats.note_links(r.rel, (r.dev, r.sig[4]), r.nlink)
+
+    def skip(self, rel: bytes, reason: str) -> None:
+        """``rel`` is on disk but its content is not captured; announced when that is news."""
+        if self.skipped.get(rel) != reason:
+            self.skipped[rel] = reason
+            self._announce("capture.skipped", {"path": rel, "reason": reason})
+
+    def stage_stats(self, batch: Batch) -> None:
+        """Put what the cache learnt since the last commit into ``batch``."""
+        for path, entry in self.stats.take_changes().items():
+            batch.set_stat(self._id, path, entry)
+
+    def forget_uncommitted(self) -> None:
+        """A commit failed: forget what the cache learnt since the last one, so those paths
+        are read again."""
+        for path in self.stats.take_changes():
+            self.stats.remove(path)
+
+    def recheck_loose_links(self) -> list[bytes]:
+        """Files with a name outside the root (or ignored) were maybe written through it, which
+        no watch of ours reports: re-stat them; those that differ from the cache are dirty."""
+        now = time.time_ns()
+        changed = []
+        for rel in self.stats.loose_links():
+            try:
+                sig = reader.sig_of(reader.lstat(self.rootb + b"/" + rel, self.counters))
+            except OSError:
+                sig = None
+            if sig is None or not self.stats.is_clean(rel, sig, now):
+                changed.append(rel)
+        return changed

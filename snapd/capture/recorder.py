@@ -1,0 +1,227 @@
+"""Recording one workspace into the store: the dirty set settled, read, and committed.
+
+Every capture first *settles* the dirty set: rebuilds the ignore rules if a rule file or
+git's index changed (then judges every name again), re-lists the directories queued for a
+subtree scan, and runs the full scans that are due (an overflow, a barrier timeout, a mark in
+scan-every-mark mode) until no new overflow arrived meanwhile. Then it reads the dirty paths
+and commits one batch: objects, a version row for each path, the new head tree and, for a
+mark, the mark row — one SQLite transaction. A failed commit forgets what the stat cache
+learnt and puts the paths back in the dirty set, so nothing is lost.
+
+The caller holds the workspace lock for every method here: captures, scans and marks of one
+workspace are serialised.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Sequence
+from typing import Any
+
+from snapd.capture import ingest
+from snapd.capture.capturer import Capturer
+from snapd.capture.conditions import Conditions
+from snapd.capture.dirty import DirtySet
+from snapd.capture.events import Notify
+from snapd.capture.liverules import LiveRules
+from snapd.capture.scan import CountCallback
+from snapd.capture.watcher import Watcher
+from snapd.store.batch import Batch
+from snapd.store.records import Mark
+from snapd.store.store import Store
+
+
+class Recorder:
+    """``tree``: the workspace's head tree as committed; ``watcher``: set once watching (its
+    watches follow rule changes; its refused directories go into marks)."""
+
+    def __init__(
+        self,
+        store: Store,
+        ws_id: int,
+        dirty: DirtySet,
+        rules: LiveRules,
+        capturer: Capturer,
+        conditions: Conditions,
+        announce: Notify,
+    ) -> None:
+        self._store, self._id, self._dirty = store, ws_id, dirty
+        self._rules, self._capturer, self._conditions = rules, capturer, conditions
+        self._announce = announce
+        self.tree: str | None = None
+        self.watcher: Watcher | None = None
+        self.scan_every_mark = False  # events cannot be trusted: every mark scans everything
+
+    def scan(self, top: bytes, progress: CountCallback | None = None, *, trust_listings: bool = True) -> None:
+        """Queue what differs from the stat cache under ``top`` (b"" = all), reading no file."""
+        found = self._capturer.scan(top, progress, trust_listings=trust_listings)
+        # A rule file changed while unobserved: the rules are rebuilt at the next settle.
+        self._dirty.add_paths(found, rules=any(self._rules.current.is_rule_file(p) for p in found))
+
+    def capture_dirty(self) -> None:
+        """Capture everything dirty (the capture thread, a barrier'd capture)."""
+        paths = self._settle(for_mark=False)
+        if paths:
+            self._commit_or_requeue(paths, None, {})
+
+    def capture_and_mark(self, label: str, meta: dict[str, Any]) -> Mark:
+        """Capture everything dirty and commit a mark with it (a full scan first in
+        scan-every-mark mode)."""
+        mark = self._commit_or_requeue(self._settle(for_mark=True), label, dict(meta))
+        assert mark is not None
+        return mark
+
+    def _settle(self, *, for_mark: bool) -> list[bytes]:
+        """Take the dirty set, run the rule reload and the scans it calls for; the paths to
+        read."""
+        d = self._dirty.take()
+        refreshed = self._rules.reload_if_changed(d.rules)
+        if refreshed:
+            if self.watcher is not None:
+                self.watcher.rescan_watches(self._rules.current.dir_may_contain_captured)
+            self.scan(b"", trust_listings=False)  # judge every name again under the new rules
+            self._announce("workspace.rescanned", {"reason": "rules_changed"})
+            new = self._dirty.take()
+            d = d | new
+            d.full = new.full  # this scan covered any earlier overflow, not one reported since
+            d.why = new.why
+        for top in d.scan_dirs:
+            self.scan(top)
+        if d.scan_dirs:
+            d = d | self._dirty.take()
+        # Last, and again whenever a merge brought one in: an overflow (or a barrier timeout)
+        # reported while we scanned means lost events, which only a full scan recovers.
+        full = d.full or (for_mark and self.scan_every_mark)
+        reasons = sorted(d.why) or ["scan_every_mark"]
+        while full:
+            self.scan(b"")
+            for reason in reasons:
+                self._announce("workspace.rescanned", {"reason": reason})
+            new = self._dirty.take()
+            full = new.full  # another overflow while we scanned: scan again
+            reasons = sorted(new.why)
+            d = d | new
+            d.full = False
+        if d.rules and not refreshed:  # a rule file changed during the scans: next capture
+            self._dirty.request_full("rules_changed", rules=True)
+            self._dirty.wake()
+        return sorted(p for p in d.paths if self._capturer.wanted(p))
+
+    def _commit_or_requeue(self, paths: list[bytes], label: str | None, meta: dict[str, Any]) -> Mark | None:
+        try:
+            return self._commit(paths, label, meta)
+        except BaseException:
+            # Nothing was committed: forget what the cache learnt and read it all again.
+            self._capturer.forget_uncommitted()
+            self._dirty.add_paths(paths)
+            raise
+
+    def _commit(self, paths: list[bytes], label: str | None, meta: dict[str, Any]) -> Mark | None:
+        hold: Sequence[bytes] = meta.pop("hold", ())
+        note: dict[str, Any] = meta.pop("note", None) or {}  # facts the caller adds to the summary
+        capturer = self._capturer
+        with self._store.batch() as batch:
+            changes = capturer.capture(batch, paths)
+            tree = batch.apply(self.tree, changes) if changes else self.tree
+            assert tree is not None
+            mark = None
+            told = self._conditions.told
+            if label is None:
+                batch.set_head(self._id, tree)
+            else:
+                head = tree
+                if hold:  # the mark also holds these, whatever today's rules (a pre-rollback mark)
+                    tree = batch.apply(tree, capturer.read_held(batch, hold)[0])
+                prev = self._store.latest_mark(self._id)
+                summary = ingest.summarize(batch, prev.tree if prev else None, tree, capturer.since_mark)
+                summary["warnings"], told = self._conditions.for_mark(self.watcher)
+                summary["ignored"] = capturer.ignored.to_json()
+                summary.update(note)
+                mark = batch.add_mark(
+                    self._id,
+                    label,
+                    tree,
+                    git_head=self._rules.git_head(),
+                    summary=summary,
+                    **self._mark_state(batch),
+                    **meta,
+                )
+                batch.set_head(self._id, head)
+                tree = head
+            capturer.stage_stats(batch)
+            committed = batch.commit()
+        self.tree = tree
+        self._conditions.told = told
+        if mark is not None:
+            capturer.since_mark = ingest.Report()
+            return committed[0]
+        return None
+
+    def catch_up(self, progress: CountCallback | None) -> Mark | None:
+        """At start, watches in place: the baseline of a new workspace (returned), or a known
+        one reconciled with the disk (what changed while snapd was down is captured)."""
+        self.tree = self._store.head(self._id)
+        if self.tree is None:
+            return self.baseline(progress)
+        self.scan(b"", progress)
+        self._announce("workspace.rescanned", {"reason": "startup"})
+        assert self.watcher is not None
+        stats = self._capturer.stats
+        found = [p for p in self._dirty.paths() if p not in stats]
+        # Directories that appeared while snapd was down: watch them, then list them (what
+        # their listing finds is dirty too), so nothing slips between the two.
+        new = self.watcher.watch_new(found)
+        self._dirty.add_events(new, self._rules.current.is_rule_file, stats.__contains__)
+        self.capture_dirty()
+        return None
+
+    def baseline(self, progress: CountCallback | None) -> Mark:
+        """Read the whole root and commit it as the ``baseline`` mark (a new workspace)."""
+        report = ingest.Report()
+        walk = self._capturer.walk_all()
+        with self._store.batch() as batch:
+            changes = self._capturer.read_walk(batch, walk, report, progress)
+            tree = batch.apply(None, changes)
+            added = [p for p, c in changes.items() if c is not None]
+            summary = ingest.summarize(batch, None, tree, report, added)
+            summary["warnings"], told = self._conditions.for_mark(self.watcher)
+            summary["ignored"] = self._capturer.ignored.to_json()
+            batch.add_mark(
+                self._id,
+                "baseline",
+                tree,
+                kind="baseline",
+                summary=summary,
+                git_head=self._rules.git_head(),
+                **self._mark_state(batch),
+            )
+            self._capturer.stage_stats(batch)
+            (mark,) = batch.commit()
+        if progress is not None:
+            progress(len(walk.rels), len(walk.rels))
+        self._conditions.told = told
+        self.tree = tree
+        return mark
+
+    def hold(self, tree: str, paths: Sequence[bytes]) -> tuple[str, dict[bytes, str]]:
+        """``tree`` plus the state on disk of ``paths``, which today's rules leave out (a
+        rollback holds every path it touches), and the paths that could not be
+        read. The objects are stored; no mark or head changes."""
+        if not paths:
+            return tree, {}
+        with self._store.batch() as batch:
+            changes, skipped = self._capturer.read_held(batch, paths)
+            held = batch.apply(tree, changes)
+            batch.commit()
+        return held, skipped
+
+    def _mark_state(self, batch: Batch) -> dict[str, Any]:
+        """What a mark records beside its tree: the rule inputs that live outside the tree (one
+        shared object per distinct set) and the root's own mode (a rollback restores it)."""
+        try:
+            root_mode: int | None = stat.S_IMODE(os.stat(self._capturer.rootb).st_mode)
+        except OSError:
+            root_mode = None  # the barrier reports a vanished root; nothing to restore here
+        return {"rules": self._rules.record(self._store, batch), "root_mode": root_mode}
+

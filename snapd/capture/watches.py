@@ -1,0 +1,258 @@
+"""The watch table of one root: which directory each inotify watch is on, and what failed.
+
+Watches belong to directories, not names. The watches of a directory whose IN_MOVED_FROM is
+read are *detached* at once: taken off the path tables and held by the pending move. Its
+IN_MOVED_TO re-attaches them under the new name (:meth:`WatchTable.reattach`); a move resolved
+as leaving the tree removes only those still detached (:meth:`WatchTable.release`). So
+whatever arrives under the old name in between — another directory renamed there
+(``mv out /x && mv out.new out``), or the same directory moved back (the kernel hands back the
+same watch descriptors) — keeps its watches.
+
+A directory is watched first and listed second, so nothing created in between is missed.
+Failures are counted: those due to the kernel's limits (:data:`LIMITS`) apart, since where they
+lie is anyone's guess; the others (``EACCES``...) are *refused* directories, kept by name until
+a watch on them is placed again. Not thread-safe: the watcher's lock guards it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections import deque
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Final
+
+import structlog
+
+from snapd.capture import inotify
+from snapd.errors import WorkspaceRefused
+from snapd.paths import at_or_below, is_cookie_name, join
+
+log = structlog.get_logger(__name__)
+
+# Watch failures that are not races with the tree changing under us.
+_RACES: Final = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP})
+# ... that are the kernel's limits (fs.inotify.max_user_watches, memory), not the directory's.
+LIMITS: Final = frozenset({errno.ENOSPC, errno.ENOMEM})
+
+#: (path relative to the root, is a directory) of each entry a listing found.
+Found = list[tuple[bytes, bool]]
+
+
+class WatchTable:
+    """inotify watches of one root by watch descriptor and by path, on one inotify instance.
+
+    ``should_watch_dir(rel_dir)`` is asked before a directory below the root gets a watch
+    (the root is always watched). ``max_watches`` simulates the kernel's watch limit.
+    """
+
+    def __init__(
+        self, root: Path, should_watch_dir: Callable[[bytes], bool], max_watches: int | None
+    ) -> None:
+        self.root = root
+        self._root_b = os.fsencode(root)
+        self.should_watch_dir = should_watch_dir
+        self._max_watches = max_watches
+        self.fd = -1
+        self.root_wd = -1
+        self._wd_path: dict[int, bytes] = {}
+        self._path_wd: dict[bytes, int] = {}
+        # Watches of directories moved away whose move is not resolved yet:
+        # wd -> (the move's cookie, path relative to the moved directory, b"" for itself).
+        self._detached: dict[int, tuple[int, bytes]] = {}
+        self.failures = 0
+        self.limit_failures = 0
+        self.failed_dirs: deque[tuple[bytes, int]] = deque(maxlen=32)
+        # Directories left unwatched for a reason of their own (EACCES...), until watched again.
+        self.refused: dict[bytes, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._path_wd)
+
+    def __contains__(self, rel: bytes) -> bool:
+        return rel in self._path_wd
+
+    def path_of(self, wd: int) -> bytes | None:
+        """The directory ``wd`` watches, None for a removed or detached watch."""
+        return self._wd_path.get(wd)
+
+    def open(self, known_dirs: Iterable[bytes] | None) -> None:
+        """A new inotify instance with the root watched, and below it every directory
+        (``known_dirs`` None) or those of ``known_dirs`` whose parent is watched, unlisted."""
+        self.fd = inotify.open_instance(self.root)
+        try:
+            self.root_wd = self.add(b"", root=True)
+            if known_dirs is None:
+                self.add_tree(b"", None)
+            else:
+                for rel in sorted(known_dirs, key=lambda p: p.count(b"/")):
+                    parent = rel.rpartition(b"/")[0]
+                    if (parent == b"" or parent in self._path_wd) and self.should_watch(rel):
+                        self.add(rel)
+        except BaseException:
+            os.close(self.fd)
+            self.fd = -1
+            self._path_wd.clear()
+            self._wd_path.clear()
+            raise
+
+    def close(self) -> None:
+        """Forget every watch and close the instance (which drops them in the kernel)."""
+        self._path_wd.clear()
+        self._wd_path.clear()
+        self._detached.clear()
+        self.refused.clear()
+        os.close(self.fd)
+        self.fd = -1
+
+    def watch_found(self, dirs: Iterable[bytes], found: Found) -> None:
+        """Watch directories found after :meth:`open` (and everything below them) whose parent
+        is watched; append what their listings find."""
+        for rel in sorted(dirs, key=lambda p: p.count(b"/")):
+            parent = rel.rpartition(b"/")[0]
+            if rel in self._path_wd or (parent and parent not in self._path_wd):
+                continue
+            full = os.path.join(self._root_b, rel)
+            if os.path.isdir(full) and not os.path.islink(full):
+                self.add_tree(rel, found)
+
+    def should_watch(self, rel: bytes) -> bool:
+        if rel == b"":
+            return True
+        try:
+            return bool(self.should_watch_dir(rel))
+        except Exception:  # a bug in the predicate must not cost us changes
+            log.exception("watcher.predicate_failed", path=rel.decode("utf-8", "backslashreplace"))
+            return True
+
+    def add(self, rel: bytes, *, root: bool = False) -> int:
+        """Watch directory ``rel``; returns its wd, or -1 after counting a failure."""
+        full = os.path.join(self._root_b, rel) if rel else self._root_b
+        if (
+            self._max_watches is not None
+            and rel not in self._path_wd
+            and len(self._path_wd) >= self._max_watches
+        ):
+            wd, err = -1, errno.ENOSPC
+        else:
+            wd, err = inotify.add_watch(self.fd, full)
+        if wd < 0:
+            if root:
+                raise WorkspaceRefused(
+                    f"cannot watch {self.root}: {os.strerror(err)}"
+                    + (" (raise fs.inotify.max_user_watches)" if err == errno.ENOSPC else ""),
+                    errno=err,
+                )
+            if err not in _RACES and self.refused.get(rel) != err:  # each refusal counts once
+                self.failures += 1
+                if err in LIMITS:
+                    self.limit_failures += 1
+                else:
+                    self.refused[rel] = err
+                self.failed_dirs.append((rel, err))
+                report = log.warning if self.failures <= 5 else log.debug
+                report(
+                    "watcher.add_failed", path=rel.decode("utf-8", "backslashreplace"), error=os.strerror(err)
+                )
+            return -1
+        old = self._wd_path.get(wd)
+        if old is not None and old != rel:  # same directory under a stale name
+            self._path_wd.pop(old, None)
+        self._wd_path[wd] = rel
+        self._path_wd[rel] = wd
+        self.refused.pop(rel, None)
+        # A detached directory back in the tree (the kernel gives an inode its old wd): it is
+        # watched here now, whatever becomes of the move that took it away.
+        self._detached.pop(wd, None)
+        return wd
+
+    def dropped(self, wd: int) -> None:
+        """The kernel dropped watch ``wd`` (IN_IGNORED: its directory was deleted...)."""
+        self._detached.pop(wd, None)
+        gone = self._wd_path.pop(wd, None)
+        if gone is not None and self._path_wd.get(gone) == wd:
+            del self._path_wd[gone]
+
+    def drop(self, top: bytes) -> None:
+        """Remove the watches of ``top`` and everything below it."""
+        for wd, path in list(self._wd_path.items()):
+            if not at_or_below(path, top):
+                continue
+            del self._wd_path[wd]
+            if self._path_wd.get(path) == wd:
+                del self._path_wd[path]
+            inotify.rm_watch(self.fd, wd)
+
+    def forget_refused(self, top: bytes) -> None:
+        """``top`` was deleted or moved: its refusals went with it (a move's arrival is tried
+        again under its new name)."""
+        for rel in [r for r in self.refused if at_or_below(r, top)]:
+            del self.refused[rel]
+
+    def detach(self, top: bytes, cookie: int) -> None:
+        """Take the watches of directory ``top`` (moved away by the rename ``cookie``) off the
+        path tables; :meth:`reattach` or :meth:`release` decides their fate."""
+        for path in [p for p in self._path_wd if at_or_below(p, top)]:
+            wd = self._path_wd.pop(path)
+            if self._wd_path.get(wd) == path:
+                del self._wd_path[wd]
+            self._detached[wd] = (cookie, path[len(top) :])
+
+    def release(self, cookie: int) -> None:
+        """The rename ``cookie`` left the tree: remove the watches it took that are still
+        detached (none came back into the tree)."""
+        for wd, (c, _) in list(self._detached.items()):
+            if c == cookie:
+                del self._detached[wd]
+                inotify.rm_watch(self.fd, wd)
+
+    def reattach(self, cookie: int, dest: bytes) -> None:
+        """Re-attach the watches detached by the rename ``cookie`` under ``dest``, then
+        re-apply the predicate at the new place (it may now be ignored, or no longer)."""
+        for wd, (c, suffix) in list(self._detached.items()):
+            if c == cookie:
+                del self._detached[wd]
+                self._path_wd[dest + suffix] = wd
+                self._wd_path[wd] = dest + suffix
+        for path in sorted(p for p in self._path_wd if at_or_below(p, dest)):
+            if path in self._path_wd and not self.should_watch(path):
+                self.drop(path)
+        self.add_tree(dest, None)
+
+    def add_tree(self, top: bytes, found: Found | None) -> set[bytes]:
+        """Watch ``top`` and the directories below it that ``should_watch_dir`` allows,
+        watch first and list second, so nothing created in between is missed. With ``found``,
+        append every entry listed (cookies aside). Returns the directories watched."""
+        watched: set[bytes] = set()
+        stack = [top]
+        while stack:
+            rel = stack.pop()
+            if rel != b"" and not self.should_watch(rel):
+                continue
+            if self.add(rel) < 0:
+                continue
+            watched.add(rel)
+            try:
+                with os.scandir(os.path.join(self._root_b, rel) if rel else self._root_b) as it:
+                    entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+            except OSError:
+                continue
+            for name, is_dir in entries:
+                if rel == b"" and is_cookie_name(name):
+                    continue
+                child = join(rel, name)
+                if found is not None:
+                    found.append((child, is_dir))
+                if is_dir:
+                    stack.append(child)
+        return watched
+
+    def resync(self) -> None:
+        """Re-apply ``should_watch_dir`` to the whole tree: add missing watches, drop the
+        watches of directories no longer to be watched (or gone)."""
+        watched = self.add_tree(b"", None)
+        for path in [p for p in self._path_wd if p not in watched]:
+            wd = self._path_wd.pop(path)
+            self._wd_path.pop(wd, None)
+            inotify.rm_watch(self.fd, wd)

@@ -1,0 +1,68 @@
+"""The GC schedule: retention and GC, applied by the daemon itself.
+
+History must not grow without bound just because nobody ran `snapctl gc`: a thread
+(``snapd-gc``) applies the retention policy and sweeps every ``gc_interval_s``, the first
+time after a tenth of it. A failure is logged and the next round runs as planned. The
+warnings of the last periodic run (a store over its budget) show in `status`, and a new one
+is announced once as a ``warning`` event.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import structlog
+
+from snapd.config import Retention
+from snapd.daemon.events import EventSink, emit
+from snapd.errors import SnapdError
+from snapd.store import gc, retention
+from snapd.store.records import Mark
+from snapd.store.store import Store
+
+log = structlog.get_logger(__name__)
+
+
+class Maintenance:
+    def __init__(self, store: Store, policy: Retention, interval_s: float, events: EventSink) -> None:
+        self.store, self.policy, self.interval_s, self.events = store, policy, interval_s, events
+        self.warnings: list[str] = []  # from the last periodic GC (e.g. over budget)
+        self._stopping = threading.Event()
+
+    def start(self) -> None:
+        threading.Thread(target=self._loop, daemon=True, name="snapd-gc").start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def collect(self) -> gc.GcReport:
+        """Apply retention and GC now (`snapctl gc`)."""
+        return gc.run(self.store, self.policy)
+
+    def would_evict(self) -> list[tuple[Mark, str]]:
+        """The marks retention would evict now, with the reason (`snapctl gc --dry-run`)."""
+        return retention.plan_evictions(self.store.marks(), self.policy, time.time_ns())
+
+    def _loop(self) -> None:
+        wait = self.interval_s / 10
+        while not self._stopping.wait(wait):
+            wait = self.interval_s
+            try:
+                rep = self.collect()
+            except SnapdError as exc:
+                log.warning("gc.failed", error=exc.message)
+                continue
+            except Exception:
+                log.exception("gc.failed")
+                continue
+            for warning in set(rep.warnings) - set(self.warnings):
+                emit(self.events, "warning", None, {"message": warning})
+            self.warnings = list(rep.warnings)
+            log.info(
+                "gc.done",
+                evicted=len(rep.evicted),
+                objects_deleted=rep.objects_deleted,
+                bytes_freed=rep.bytes_freed,
+                stored_bytes=rep.stored_bytes,
+            )

@@ -1,0 +1,118 @@
+"""Ops on files across marks: diff (two marks, or a mark and the workspace now), cat (a file's
+bytes at a mark or time), history (a file's recorded changes).
+
+A path recorded as not captured (over the size cap, a FIFO...) has no bytes to show or compare:
+``cat`` says so and why, and ``diff`` lists the reason instead of a diff.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from snapd.config import Retention
+from snapd.daemon import history as daemon_history
+from snapd.daemon import textdiff
+from snapd.daemon.registry import Registry, relative_path
+from snapd.display import shown
+from snapd.errors import NotFound, UsageError
+from snapd.paths import at_or_below, encode_path
+from snapd.store import history, trees
+from snapd.store.store import Store
+
+
+class FileOps:
+    def __init__(self, store: Store, registry: Registry, policy: Retention) -> None:
+        self.store, self.registry, self.policy = store, registry, policy
+
+    def op_diff(
+        self,
+        workspace: bytes | None = None,
+        cwd: bytes | None = None,
+        paths: list[bytes] | None = None,
+        stat: bool = False,
+        session: str | None = None,
+        **refs: str | None,
+    ) -> dict[str, Any]:
+        """``refs``: ``from`` (required) and ``to`` (default: the workspace now), which are
+        Python keywords."""
+        ws_id, root = self.registry.stored(workspace, cwd)
+        frm, to = refs.get("from"), refs.get("to")
+        if frm is None:
+            raise UsageError("say which mark to diff from")
+        old, old_at = history.resolve(self.store, ws_id, frm, session)
+        new_at = None
+        if to is None:  # the live workspace: capture it first
+            ws, _ = self.registry.find(workspace, cwd)
+            new_tree, new_name = ws.capture_to_now(), "the workspace now"
+        else:
+            new, new_at = history.resolve(self.store, ws_id, to, session)
+            new_tree, new_name = new.tree, f"{new.id} ({new.label})"
+        only = [relative_path(root, p, cwd) for p in paths or []]
+        files = [
+            self._file_diff(d, stat)
+            for d in trees.diff(self.store.load_node, old.tree, new_tree)
+            if not only or any(at_or_below(d.path, p) for p in only)
+        ]
+        out: dict[str, Any] = {
+            "workspace": str(root),
+            "from": {"id": old.id, "label": old.label},
+            "to": new_name,
+            "files": files,
+        }
+        for key, at in (("from_time", old_at), ("to_time", new_at)):
+            if at is not None:
+                out[key] = history.describe(at)
+        return out
+
+    def _file_diff(self, d: trees.Difference, stat: bool) -> dict[str, Any]:
+        """One changed path of a diff: status, modes, and the text diff (``stat``: line counts
+        only) or why there are no bytes to compare."""
+        record: dict[str, Any] = {"path": encode_path(d.path), "status": d.status}
+        if d.old is not None:
+            record["old_mode"] = d.old.mode
+        if d.new is not None:
+            record["new_mode"] = d.new.mode
+        contents = [e for e in (d.old, d.new) if e is not None and e.kind != "dir"]
+        if any(trees.is_uncaptured(e) for e in contents):  # no bytes to compare on that side
+            record["not_captured"] = [trees.uncaptured_reason(e) for e in contents if trees.is_uncaptured(e)]
+        elif contents and d.status != "mode":
+            a = self.store.get(d.old.key) if d.old is not None and d.old.kind != "dir" else None
+            b = self.store.get(d.new.key) if d.new is not None and d.new.kind != "dir" else None
+            record.update(textdiff.file_diff(d.path, d.status, a, b))
+            if stat:
+                record.pop("diff", None)
+        return record
+
+    def op_cat(
+        self,
+        path: bytes,
+        workspace: bytes | None = None,
+        cwd: bytes | None = None,
+        at: str | None = None,
+        session: str | None = None,
+    ) -> dict[str, Any]:
+        ws_id, root = self.registry.stored(workspace, cwd)
+        rel = relative_path(root, path, cwd)
+        tree = history.resolve(self.store, ws_id, at, session)[0].tree if at else self.store.head(ws_id)
+        entry = trees.lookup(self.store.load_node, tree, rel) if tree else None
+        if entry is None or entry.kind == "dir":
+            raise NotFound(f"{shown(rel)} is not a captured file at {at or 'the latest capture'}")
+        if trees.is_uncaptured(entry):
+            why = trees.uncaptured_reason(entry)
+            where = at or "the latest capture"
+            raise NotFound(f"{shown(rel)} was there at {where}, but not captured ({why})")
+        data = self.store.get(entry.key)
+        return {
+            "kind": entry.kind,
+            "mode": entry.mode,
+            "size": len(data),
+            "data_b64": base64.b64encode(data).decode(),
+        }
+
+    def op_history(
+        self, path: bytes, workspace: bytes | None = None, cwd: bytes | None = None
+    ) -> dict[str, Any]:
+        ws_id, root = self.registry.stored(workspace, cwd)
+        rel = relative_path(root, path, cwd)
+        return daemon_history.history_reply(self.store, ws_id, str(root), rel, self.policy)

@@ -1,0 +1,89 @@
+"""Ops that roll a workspace back: plan, apply, undo (the rules: docs/rollback.md).
+
+A rollback acts on the live workspace (it captures first, under the workspace's lock): the
+target is a mark or a time, or, for an undo, the newest ``pre-rollback`` mark. Each applied
+rollback and undo is announced as an event.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from snapd.capture.workspace import Workspace
+from snapd.daemon import history as daemon_history
+from snapd.daemon.events import EventSink, emit, rollback_fields
+from snapd.daemon.registry import Registry, relative_path
+from snapd.daemon.wire import wire_paths
+from snapd.errors import UsageError
+from snapd.rollback import live
+from snapd.store import history
+from snapd.store.history import AtTime
+from snapd.store.records import Mark
+from snapd.store.store import Store
+
+
+class RollbackOps:
+    def __init__(self, store: Store, registry: Registry, events: EventSink) -> None:
+        self.store, self.registry, self.events = store, registry, events
+
+    def _target(
+        self,
+        workspace: bytes | None,
+        cwd: bytes | None,
+        to: str | None,
+        undo: bool,
+        paths: list[bytes] | None,
+        session: str | None,
+    ) -> tuple[Workspace, Mark, list[bytes], AtTime | None]:
+        """The live workspace, the mark to return to, the paths the rollback is limited to,
+        and the time the target was built from (a time reference)."""
+        ws, _ = self.registry.find(workspace, cwd)
+        at = None
+        if undo:
+            target = live.undo_target(ws)
+        elif to is None:
+            raise UsageError("say which mark (or time) to roll back to (--to MARK)")
+        else:
+            target, at = history.resolve(self.store, ws.id, to, session)
+        only = [relative_path(ws.root, p, cwd) for p in paths or []]
+        return ws, target, only, at
+
+    def op_rollback_plan(
+        self,
+        workspace: bytes | None = None,
+        cwd: bytes | None = None,
+        to: str | None = None,
+        undo: bool = False,
+        paths: list[bytes] | None = None,
+        force: bool = False,
+        session: str | None = None,
+    ) -> dict[str, Any]:
+        ws, target, only, at = self._target(workspace, cwd, to, undo, paths, session)
+        return daemon_history.time_fields(at, wire_paths(live.propose(ws, target, only, force)))
+
+    def op_rollback_apply(
+        self,
+        workspace: bytes | None = None,
+        cwd: bytes | None = None,
+        to: str | None = None,
+        undo: bool = False,
+        paths: list[bytes] | None = None,
+        force: bool = False,
+        token: str | None = None,
+        session: str | None = None,
+    ) -> dict[str, Any]:
+        ws, target, only, at = self._target(workspace, cwd, to, undo, paths, session)
+        result: dict[str, Any] = daemon_history.time_fields(
+            at, wire_paths(live.execute(ws, target, only, force, token))
+        )
+        emit(self.events, "undo.applied" if undo else "rollback.applied", ws.root, rollback_fields(result))
+        return result
+
+    def op_undo(
+        self,
+        workspace: bytes | None = None,
+        cwd: bytes | None = None,
+        force: bool = False,
+        token: str | None = None,
+    ) -> dict[str, Any]:
+        return self.op_rollback_apply(workspace, cwd, undo=True, force=force, token=token)

@@ -1,0 +1,288 @@
+"""The workspaces the daemon serves: the table of live ones, and which one a request means.
+
+A live workspace is listed from the moment it starts (its baseline or reconcile may take
+minutes): a request for it waits until it is ready (bounded, then ``busy``) instead of
+hearing "not watched", and one that failed to start answers with its reason. The server
+answers before :meth:`Registry.start` has listed the stored workspaces, so a request in that
+moment waits for the listing too.
+
+Workspace roots are real paths (see :mod:`snapd.capture.roots`); refused are ``/``, the home
+directory itself, anything holding snapd's own directories or inside them, a root that
+overlaps another workspace, one inside a VCS directory and one on a pseudo file system
+(``roots``). A mark sent from inside a repository's ``.git`` registers the work tree around
+it, never ``.git``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import structlog
+
+from snapd.capture import git, ignore, roots
+from snapd.capture.workspace import Workspace
+from snapd.config import CaptureSettings
+from snapd.daemon.events import EventSink, emit, workspace_notifier
+from snapd.daemon.wire import event_fields, mark_json
+from snapd.errors import Busy, NotFound, SnapdError, UsageError, WorkspaceRefused
+from snapd.rollback.recovery import finish_interrupted
+from snapd.store.records import Mark
+from snapd.store.store import Store
+
+log = structlog.get_logger(__name__)
+
+READY_WAIT_S = 300.0
+
+
+class Registry:
+    def __init__(
+        self,
+        store: Store,
+        settings: CaptureSettings,
+        homes: tuple[Path, ...],
+        own_dirs: tuple[Path, ...],
+        events: EventSink,
+    ) -> None:
+        """``homes``: the user's home directory ($HOME and the passwd entry), never a
+        workspace; ``own_dirs``: snapd's store, state and socket directories."""
+        self.store, self.settings, self.events = store, settings, events
+        self.homes, self.own_dirs = homes, own_dirs
+        self._live: dict[int, Workspace] = {}
+        self._ready: dict[int, threading.Event] = {}
+        self._errors: dict[int, str] = {}
+        self._lock = threading.RLock()  # registration and the tables above
+        self._started = threading.Event()  # set once start() has listed the stored workspaces
+
+    # -- life cycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Bring every watched workspace back, each in its own thread (a big one is slow)."""
+        for w in self.store.workspaces():
+            if w.watching:
+                root = Path(os.fsdecode(w.root))
+                # Listed as live (starting) before any thread runs: a request that arrives
+                # while it starts waits for it instead of hearing "not watched".
+                workspace, ready = self._add_live(w.id, root)
+                threading.Thread(
+                    target=self._resume, args=(workspace, ready), daemon=True, name=f"snapd-start:{root}"
+                ).start()
+        self._started.set()
+
+    def stop(self) -> None:
+        with self._lock:
+            live = list(self._live.values())
+        for ws in live:
+            ws.stop()
+
+    def _workspace(self, ws_id: int, root: Path) -> Workspace:
+        workspace = Workspace(self.store, ws_id, root, self.settings, finish_interrupted)
+        workspace.notify = workspace_notifier(self.events, root, event_fields)
+        return workspace
+
+    def _add_live(self, ws_id: int, root: Path) -> tuple[Workspace, threading.Event]:
+        ready = threading.Event()
+        workspace = self._workspace(ws_id, root)
+        with self._lock:
+            self._live[ws_id] = workspace
+            self._ready[ws_id] = ready
+            self._errors.pop(ws_id, None)
+        return workspace, ready
+
+    def _resume(self, workspace: Workspace, ready: threading.Event) -> Workspace | None:
+        ws_id, root = workspace.id, workspace.root
+        try:
+            self._recheck_place(ws_id, root)
+            workspace.start()
+            emit(self.events, "workspace.watched", root, {"resumed": True, "baseline": None})
+            return workspace
+        except SnapdError as exc:
+            self._errors[ws_id] = exc.message
+            log.warning("workspace.unavailable", workspace=str(root), error=exc.message)
+            emit(self.events, "warning", root, {"message": f"not watched: {exc.message}"})
+            return None
+        except Exception as exc:
+            self._errors[ws_id] = f"internal error: {exc}"
+            log.exception("workspace.start_failed", workspace=str(root))
+            return None
+        finally:
+            ready.set()
+
+    def _recheck_place(self, ws_id: int, root: Path) -> None:
+        """A stored root that an older snapd accepted but that is refused now (inside a VCS
+        directory, on a pseudo file system) is not watched any more: its history stays until
+        `snapctl forget`, and status says why."""
+        try:
+            roots.check_place(root)
+        except WorkspaceRefused:
+            with self._lock:
+                self._live.pop(ws_id, None)
+            self.store.set_watching(ws_id, False)
+            raise
+
+    # -- registration -------------------------------------------------------------------------
+
+    def register(self, path: Path) -> tuple[Workspace, Mark | None]:
+        """Watch ``path`` (validated); capture its baseline the first time. Idempotent."""
+        with self._lock:
+            others = [(Path(os.fsdecode(w.root)), w.watching) for w in self.store.workspaces()]
+            root = roots.validate(path, self.homes, self.own_dirs, others)
+            existing = next((ws for ws in self._live.values() if ws.root == root), None)
+            if existing is None:
+                ws_id = self.store.add_workspace(os.fsencode(root))
+                workspace = self._workspace(ws_id, root)
+                ready = threading.Event()
+                self._live[ws_id], self._ready[ws_id] = workspace, ready
+                self._errors.pop(ws_id, None)
+        if existing is not None:
+            self._wait_ready(existing.id)
+            return existing, None
+        try:
+            baseline = workspace.start()
+        except SnapdError as exc:
+            with self._lock:
+                self._errors[ws_id] = exc.message
+                self._live.pop(ws_id, None)
+            self.store.set_watching(ws_id, False)
+            workspace.stop()
+            raise
+        finally:
+            ready.set()
+        log.info("workspace.watched", workspace=str(root), baseline=baseline.id if baseline else None)
+        emit(self.events, "workspace.watched", root,
+             {"resumed": False, "baseline": mark_json(baseline) if baseline else None})
+        return workspace, baseline
+
+    def unwatch(self, ws_id: int, root: Path) -> None:
+        """Stop watching a workspace (its history stays); ``busy`` while it is starting."""
+        with self._lock:
+            ready = self._ready.get(ws_id)
+            if ready is not None and not ready.is_set():
+                # Its baseline (or reconcile) is being written: stopping it now would leave a
+                # half-started watcher, and forgetting it would pull rows from under the commit.
+                raise Busy(f"{root} is still starting (capturing its baseline); retry when it is ready")
+            ws = self._live.pop(ws_id, None)
+            self._ready.pop(ws_id, None)
+        if ws is not None:
+            ws.stop()
+        self.store.set_watching(ws_id, False)
+
+    # -- which workspace a request means ----------------------------------------------------------
+
+    def find(
+        self, workspace: bytes | None, cwd: bytes | None, *, register: bool = False
+    ) -> tuple[Workspace, Mark | None]:
+        """The live workspace a request means: ``workspace`` if given, else the one holding ``cwd``."""
+        where = workspace if workspace is not None else cwd
+        if where is None:
+            raise UsageError("no workspace given: pass -w PATH or run from inside a workspace")
+        path = Path(os.fsdecode(where))
+        # The server answers before start() has listed the stored workspaces as live: a
+        # request in that moment must find its workspace starting, not "not watched".
+        self._started.wait(30)
+        try:
+            real = path.resolve(strict=False)
+        except (OSError, RuntimeError) as exc:
+            raise NotFound(f"cannot resolve {path}: {exc}") from exc
+        with self._lock:
+            candidates = [ws for ws in self._live.values() if ws.root == real or ws.root in real.parents]
+        if candidates:
+            ws = max(candidates, key=lambda w: len(str(w.root)))
+            self._wait_ready(ws.id)
+            return ws, None
+        if workspace is not None and not register:
+            known = [w for w in self.store.workspaces() if Path(os.fsdecode(w.root)) == real]
+            if known:
+                raise NotFound(f"{real} is not being watched (`snapctl watch {real}` resumes it)")
+            raise NotFound(f"{real} is not a watched workspace (`snapctl watch {real}` adds it)")
+        if not register:
+            raise NotFound(f"no watched workspace contains {real}: pass -w PATH, or `snapctl watch` it")
+        return self.register(_auto_root(real))
+
+    def stored(self, workspace: bytes | None, cwd: bytes | None) -> tuple[int, Path]:
+        """A workspace id for read-only ops: live or not, named or holding ``cwd``."""
+        where = workspace if workspace is not None else cwd
+        if where is None:
+            raise UsageError("no workspace given: pass -w PATH or run from inside a workspace")
+        real = Path(os.fsdecode(where)).resolve(strict=False)
+        best: tuple[int, Path] | None = None
+        for w in self.store.workspaces():
+            root = Path(os.fsdecode(w.root))
+            if (root == real or root in real.parents) and (
+                best is None or len(str(root)) > len(str(best[1]))
+            ):
+                best = (w.id, root)
+        if best is None:
+            raise NotFound(f"no workspace contains {real}: pass -w PATH, or `snapctl watch` it")
+        return best
+
+    def _wait_ready(self, ws_id: int) -> None:
+        """Wait (bounded) for a workspace that is starting: its baseline or reconcile."""
+        ready = self._ready.get(ws_id)
+        if ready is not None and not ready.wait(READY_WAIT_S):
+            raise Busy(
+                f"the workspace is still capturing its baseline after {READY_WAIT_S:.0f} s "
+                "(`snapctl status` shows its progress); retry when it is ready"
+            )
+        if ws_id in self._errors:
+            raise NotFound(self._errors[ws_id])
+
+    # -- status -------------------------------------------------------------------------------
+
+    def states(self) -> tuple[dict[int, Workspace], dict[int, str], dict[int, bool]]:
+        """The live workspaces, why each unavailable one is (a failed start, or a root that
+        vanished or was replaced since), and which are ready."""
+        with self._lock:
+            live = dict(self._live)
+            errors = dict(self._errors)
+            ready = {k: v.is_set() for k, v in self._ready.items()}
+        for ws_id, running in live.items():
+            if ready.get(ws_id) and ws_id not in errors and (why := _root_problem(running)):
+                errors[ws_id] = why
+        return live, errors, ready
+
+
+def _auto_root(where: Path) -> Path:
+    """The workspace a mark from unwatched ``where`` registers: the enclosing git work
+    tree's top, else ``where`` itself. From inside a ``.git`` (or ``.hg``...) directory, the
+    directory holding it: git answers no work-tree question from in there, and the VCS
+    directory itself is never a workspace. (Inside a git directory found by its shape
+    alone — bare, or separate — there is no work tree to find: validation refuses it.)"""
+    vcs = roots.vcs_dir_holding(where)
+    if vcs is not None and os.fsencode(vcs.name) in ignore.VCS_NAMES:
+        where = vcs.parent
+    top = git.git_toplevel(where) if where.is_dir() else None
+    return top or where
+
+
+def _root_problem(ws: Workspace) -> str | None:
+    """Why a running workspace's root is unusable now (vanished, or replaced by another
+    directory), or None: `status` reports it at once, not after a restart; its marks fail
+    with the same reason."""
+    try:
+        return roots.replaced(ws.root, ws.root_id)
+    except NotFound as exc:
+        return exc.message
+
+
+def relative_path(root: Path, path: bytes, cwd: bytes | None = None) -> bytes:
+    """``path`` as a path relative to ``root``, or a usage error if it lies outside.
+
+    The protocol's rule (docs/protocol.md, "Paths"): an absolute path is taken as it is; a
+    relative one from ``cwd`` when the caller's directory is inside the workspace (as git
+    does), else from the workspace root (a caller outside that named it with ``-w``)."""
+    p = Path(os.fsdecode(path))
+    if not p.is_absolute() and cwd is not None:
+        here = Path(os.fsdecode(cwd)).resolve(strict=False)
+        if here == root or root in here.parents:
+            p = here / p
+    if p.is_absolute():
+        try:
+            p = p.relative_to(root)
+        except ValueError:
+            raise UsageError(f"{p} is outside the workspace {root}") from None
+    rel = os.fsencode(os.path.normpath(p))
+    if rel in (b".", b"") or rel.startswith(b"../") or rel == b"..":
+        raise UsageError(f"{os.fsdecode(path)} is outside the workspace {root}")
+    return rel

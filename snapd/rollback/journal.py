@@ -1,0 +1,84 @@
+"""The write-ahead journal of a rollback's apply: what it holds, how it is written and read.
+
+One JSON document (``FORMAT``): the workspace root, the plan's token, ``force``, the ops each
+with the temp name its write uses, the plan's kept and left paths, and the phase reached.
+It is published with :func:`safeio.write_atomic` before the workspace is touched and at every
+phase boundary, and deleted at the end (:mod:`snapd.rollback.apply`). Reading it back refuses
+anything that is not exactly what was written: an unknown format, a bad op, a temp name that
+is not one of snapd's, a journal of another root; the journal then stays where it is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from snapd.errors import StoreError
+from snapd.paths import decode_path, encode_path, is_snapd_name
+from snapd.rollback.ops import Op, Plan, show
+from snapd.store import safeio
+
+FORMAT = "snapd-apply-1"
+
+
+@dataclass(frozen=True)
+class Journal:
+    """A journal as read back: what recovery needs to finish the apply."""
+
+    ops: list[Op]
+    temps: list[str | None]
+    kept: list[tuple[bytes, str]]
+    left: list[tuple[bytes, str]]
+    force: bool
+    token: str
+
+
+class Writer:
+    """Publishes the journal of one apply; ``record(phase)`` after each phase."""
+
+    def __init__(self, path: Path, root: Path, plan: Plan, temps: Sequence[str | None], force: bool) -> None:
+        self.path = path
+        self.doc: dict[str, Any] = {
+            "format": FORMAT,
+            "root": encode_path(os.fsencode(root)),
+            "token": plan.token,
+            "force": force,
+            "ops": [dict(op.to_json(), temp=temp) for op, temp in zip(plan.ops, temps, strict=True)],
+            "kept": [{"path": encode_path(p), "reason": r} for p, r in plan.kept],
+            "left": [{"path": encode_path(p), "reason": r} for p, r in plan.left],
+        }
+
+    def record(self, phase: int) -> None:
+        text = json.dumps(dict(self.doc, phase=phase), separators=(",", ":"))
+        safeio.write_atomic(self.path, text.encode())
+
+
+def read(journal: Path, root: Path) -> Journal | None:
+    """The journal of ``root`` at ``journal`` (None when there is none); StoreError when it
+    cannot be read, is not a journal snapd wrote, or belongs to another root."""
+    try:
+        raw = journal.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise safeio.os_error(exc, "read the rollback journal", journal) from exc
+    try:
+        doc = json.loads(raw)
+        if doc.get("format") != FORMAT:
+            raise ValueError(f"unknown format {doc.get('format')!r}")
+        ops = [Op.from_json(o) for o in doc["ops"]]
+        temps = [o.get("temp") for o in doc["ops"]]
+        if any(t is not None and not (is_snapd_name(t) and "/" not in t) for t in temps):
+            raise ValueError("a temp file name is not one of snapd's")
+        kept = [(decode_path(k["path"]), str(k["reason"])) for k in doc["kept"]]
+        left = [(decode_path(k["path"]), str(k["reason"])) for k in doc.get("left", [])]
+        journal_root = decode_path(doc["root"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StoreError(f"rollback journal {journal} is unreadable ({exc}); it was left in place") from exc
+    if journal_root != os.fsencode(root):
+        raise StoreError(f"rollback journal {journal} belongs to {show(journal_root)}, not {root}")
+    return Journal(ops, temps, kept, left, bool(doc.get("force")), str(doc.get("token", "")))

@@ -1,0 +1,248 @@
+"""How a setting is declared, parsed, and read from the config file and the environment.
+
+Each setting is one dataclass field in :mod:`snapd.config`, declared with :func:`setting`
+(its default and its parser); a group of them (``Config.capture``, ``Config.retention``) is a
+field declared with :func:`group`. Everything else is derived from those fields by
+:func:`table`, so a setting's name, default and parser are written once:
+
+- its key: the field's name, or ``PREFIX.NAME`` for a field of a prefixed group (the TOML
+  table ``[retention]`` holds the ``retention.*`` keys); a group without a prefix puts its
+  keys at the top level (``size_cap``, not ``capture.size_cap``: the user-facing names of
+  docs/operations.md);
+- its environment variable: ``SNAPD_`` + the key upper-cased, dots as underscores. Lists have
+  no environment form (``env=False``): any separator would be a legal pattern character.
+
+Bad values raise ValueError saying what the value must be; :class:`Problems` decides whether
+that stops the process (the daemon) or becomes a warning (a client).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import field, fields
+from pathlib import Path
+from typing import Any, TypeVar
+
+from snapd.errors import ConfigError
+
+T = TypeVar("T")
+MiB = 1 << 20
+GiB = 1 << 30
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+# -- parsers: raw value (TOML or environment string) -> value, or ValueError ----------------
+
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*(B|KiB|MiB|GiB|TiB)?\s*$")
+_UNITS = {None: 1, "B": 1, "KiB": 1 << 10, "MiB": MiB, "GiB": GiB, "TiB": 1 << 40}
+
+
+def size(v: Any) -> int:
+    """Byte counts: an int, or a string such as ``"64 MiB"`` (binary units only: no guessing
+    whether "MB" means 10**6 or 2**20)."""
+    if isinstance(v, str) and (m := _SIZE_RE.match(v)):
+        v = int(m.group(1)) * _UNITS[m.group(2)]
+    if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+        return v
+    raise ValueError('a positive size in bytes (e.g. 67108864 or "64 MiB")')
+
+
+def count(v: Any) -> int:
+    if isinstance(v, str) and v.strip().isdigit():
+        v = int(v)
+    if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+        return v
+    raise ValueError("a positive integer")
+
+
+def seconds(v: Any) -> float:
+    if isinstance(v, str):
+        try:
+            v = float(v)
+        except ValueError:
+            raise ValueError("a positive number") from None
+    if isinstance(v, int | float) and not isinstance(v, bool) and 0 < v < float("inf"):
+        return float(v)
+    raise ValueError("a positive number")
+
+
+def level(v: Any) -> str:
+    if isinstance(v, str) and v.lower() in LOG_LEVELS:
+        return v.lower()
+    raise ValueError("one of " + ", ".join(LOG_LEVELS))
+
+
+def boolean(v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.strip().lower() in ("true", "1", "yes", "false", "0", "no"):
+        return v.strip().lower() in ("true", "1", "yes")
+    raise ValueError("true or false")
+
+
+def abs_path(v: Any) -> Path:
+    if isinstance(v, str | Path) and Path(v).is_absolute():
+        return Path(v)
+    raise ValueError("an absolute path")
+
+
+def patterns(v: Any) -> tuple[str, ...]:
+    if isinstance(v, list | tuple) and all(isinstance(p, str) for p in v):
+        return tuple(v)
+    raise ValueError("a list of gitignore patterns (strings)")
+
+
+def fs_names(v: Any) -> tuple[str, ...]:
+    if isinstance(v, list | tuple) and all(isinstance(p, str) and p for p in v):
+        return tuple(v)
+    raise ValueError('a list of file system type names such as ["nfs4"]')
+
+
+# -- declaring settings ---------------------------------------------------------------------
+
+
+def setting(default: T, parse: Callable[[Any], T], *, env: bool = True) -> T:
+    """A settings field: its default, the parser of its raw values, whether it has a
+    ``SNAPD_*`` form."""
+    return field(default=default, metadata={"parse": parse, "env": env})
+
+
+def group(cls: Callable[[], T], prefix: str = "") -> T:
+    """A field holding a group of settings (a dataclass of :func:`setting` fields); its keys
+    are ``prefix.NAME``, or plain ``NAME`` without a prefix."""
+    return field(default_factory=cls, metadata={"group": cls, "prefix": prefix})
+
+
+class Key:
+    """One setting as users name it, and where its value goes. (A plain class, not a
+    dataclass: building one costs ~0.6 ms at import, and every agent hook imports this.)"""
+
+    __slots__ = ("key", "holder", "name", "parse", "env")
+
+    def __init__(
+        self, key: str, holder: str | None, name: str, parse: Callable[[Any], Any], env: bool
+    ) -> None:
+        self.key = key  # "size_cap", "retention.max_marks"
+        self.holder = holder  # the field of the group holding it ("retention"), None: top level
+        self.name = name  # its field name
+        self.parse = parse
+        self.env = env  # has a SNAPD_* form
+
+    @property
+    def env_name(self) -> str:
+        return "SNAPD_" + self.key.upper().replace(".", "_")
+
+
+def table(cls: type[Any]) -> dict[str, Key]:
+    """Every setting of ``cls`` (and of its groups) by key."""
+    out: dict[str, Key] = {}
+    for f in fields(cls):
+        if "parse" in f.metadata:
+            out[f.name] = Key(f.name, None, f.name, f.metadata["parse"], f.metadata["env"])
+        elif "group" in f.metadata:
+            prefix = f.metadata["prefix"] + "." if f.metadata["prefix"] else ""
+            for g in fields(f.metadata["group"]):
+                key = prefix + g.name
+                out[key] = Key(key, f.name, g.name, g.metadata["parse"], g.metadata["env"])
+    return out
+
+
+def assemble(cls: type[T], keys: Mapping[str, Key], values: Mapping[str, Any], **rest: Any) -> T:
+    """``cls`` built from parsed ``values`` (by key), each group from its own; ``rest`` are
+    the fields that are not settings."""
+    top: dict[str, Any] = dict(rest)
+    groups: dict[str, dict[str, Any]] = {}
+    for key, value in values.items():
+        k = keys[key]
+        if k.holder is None:
+            top[k.name] = value
+        else:
+            groups.setdefault(k.holder, {})[k.name] = value
+    spec: Any = cls  # a dataclass, as table() was given
+    for f in fields(spec):
+        if "group" in f.metadata:
+            top[f.name] = f.metadata["group"](**groups.get(f.name, {}))
+    return cls(**top)
+
+
+# -- reading them ---------------------------------------------------------------------------
+
+
+class Problems:
+    """Where a bad setting goes: raised (the daemon), or kept as a warning (a client)."""
+
+    def __init__(self, keys: Mapping[str, Key], lenient: bool) -> None:
+        self.keys = keys
+        self.lenient = lenient
+        self.warnings: list[str] = []
+
+    def report(self, error: ConfigError) -> None:
+        if not self.lenient:
+            raise error
+        self.warnings.append(f"{error.message} (ignored here; `snapd start` refuses it)")
+
+    def set(self, values: dict[str, Any], key: str, raw: Any, source: str) -> None:
+        try:
+            values[key] = self.keys[key].parse(raw)
+        except ValueError as e:
+            self.report(ConfigError(f"{source}: '{key}' must be {e}, got {raw!r}", key=key))
+
+
+def read_config_file(path: Path, problems: Problems) -> dict[str, Any]:
+    """Flatten the TOML file into dotted keys, rejecting anything we do not know: a typo in a
+    retention key must not silently keep the default and evict history early."""
+    import tomllib  # deferred: most client runs have no config file to parse
+
+    where = f"config file {path}"
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        problems.report(ConfigError(f"{where}: not valid TOML: {e}", file=str(path)))
+        return {}
+    except OSError as e:
+        problems.report(ConfigError(f"{where}: cannot be read: {e.strerror}", file=str(path)))
+        return {}
+    tables = {k.split(".", 1)[0] for k in problems.keys if "." in k}
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in tables and isinstance(value, dict):
+            flat.update({f"{key}.{k}": v for k, v in value.items()})
+        else:
+            flat[key] = value
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        if key not in problems.keys:
+            known = ", ".join(sorted(problems.keys))
+            problems.report(ConfigError(f"{where}: unknown setting '{key}' (known: {known})", key=key))
+            continue
+        problems.set(out, key, value, where)
+    return out
+
+
+def read_environment(env: Mapping[str, str], problems: Problems) -> dict[str, Any]:
+    """The settings ``env`` sets (``SNAPD_*`` variables that are not empty)."""
+    out: dict[str, Any] = {}
+    for key, k in problems.keys.items():
+        if k.env and env.get(k.env_name, "") != "":
+            problems.set(out, key, env[k.env_name], f"environment variable {k.env_name}")
+    return out
+
+
+def unknown_env(env: Mapping[str, str], keys: Mapping[str, Key], others: frozenset[str]) -> list[str]:
+    """``SNAPD_*`` names that mean nothing to snapd, each with the nearest real name
+    (``others``: the variables that are not settings, such as ``SNAPD_HOME``)."""
+    import difflib  # deferred: only a misspelled variable needs it
+
+    known = sorted(others | {k.env_name for k in keys.values() if k.env})
+    listless = {k.env_name for k in keys.values() if not k.env}
+    out = []
+    for name in sorted(n for n in env if n.startswith("SNAPD_") and n not in known):
+        if name in listless:
+            out.append(f"environment variable {name} is ignored: that setting has no environment "
+                       "form (lists go in config.toml)")
+            continue
+        near = difflib.get_close_matches(name, known, n=1)
+        hint = f"did you mean {near[0]}?" if near else "known: " + ", ".join(known)
+        out.append(f"environment variable {name} is not a snapd setting and is ignored ({hint})")
+    return out
