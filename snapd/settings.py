@@ -197,7 +197,7 @@ def read_config_file(path: Path, problems: Problems) -> dict[str, Any]:
     try:
         with open(path, "rb") as f:
             data = tomllib.load(f)
-    except tomllib.TOMLDecodeError as e:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:  # TOML is UTF-8 text
         problems.report(ConfigError(f"{where}: not valid TOML: {e}", file=str(path)))
         return {}
     except OSError as e:

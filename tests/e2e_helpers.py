@@ -567,20 +567,24 @@ def no_cookies(root: Path) -> list[str]:
 
 
 class Pty:
-    """A CLI run whose stdin, stderr (and stdout, unless ``stdout`` names a file to redirect
-    it to, as ``> file`` in a shell) are a terminal; read until a prompt appears."""
+    """A CLI run whose stdin, stdout and stderr are a terminal, except those that ``stdout``
+    or ``stderr`` name a file to redirect to (as ``> file``, ``2> file`` in a shell); read
+    until a prompt appears."""
 
-    def __init__(self, env: dict[str, str], *args: str | Path, cwd: Path, stdout: Path | None = None) -> None:
+    def __init__(
+        self, env: dict[str, str], *args: str | Path, cwd: Path, stdout: Path | None = None,
+        stderr: Path | None = None,
+    ) -> None:
         self.master, slave = pty.openpty()
         with contextlib.ExitStack() as stack:
-            out = stack.enter_context(open(stdout, "wb")) if stdout is not None else slave
+            out, err = (slave if p is None else stack.enter_context(open(p, "wb")) for p in (stdout, stderr))
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "snapd", *map(str, args)],
                 env=env,
                 cwd=cwd,
                 stdin=slave,
                 stdout=out,
-                stderr=slave,
+                stderr=err,
             )
         os.close(slave)
         self.out = b""

@@ -107,7 +107,7 @@ MUTANTS = [
     ),
     Mutant(
         "verify-exits-0",
-        "snapd/cli/commands.py",
+        "snapd/cli/status.py",
         'return 0 if r["clean"] else 1',
         "return 0",
         _t("tests/test_guarantees.py", "-k", "verify"),

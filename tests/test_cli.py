@@ -8,6 +8,7 @@ pty, standard output the pty or a file), "hung" is a real daemon stopped with SI
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -65,8 +66,10 @@ def test_rollback_question_reaches_the_terminal_when_stdout_is_redirected(daemon
     _rolled_back_setup(daemon, ws)
     out = ws.parent / "out.txt"
 
-    def answer(reply: bytes, *args: str) -> Pty:
-        t = Pty(daemon.env, *args, cwd=ws, stdout=out)
+    err = ws.parent / "err.txt"
+
+    def answer(reply: bytes, *args: str, stderr: Path | None = None) -> Pty:
+        t = Pty(daemon.env, *args, cwd=ws, stdout=out, stderr=stderr)
         t.read_until(b"[y/N] ")
         t.send(reply)
         return t
@@ -79,9 +82,10 @@ def test_rollback_question_reaches_the_terminal_when_stdout_is_redirected(daemon
     assert b"rolled back" in out.read_bytes()
     assert (ws / "keep.txt").read_text() == "at start\n" and not (ws / "new.txt").exists()
 
-    # undo asks the same way; "n" changes nothing and exits 1
-    t = answer(b"n\n", "undo")
-    assert t.finish() == 1, t.out
+    # undo asks the same way, on the terminal itself even with stderr redirected too
+    t = answer(b"n\n", "undo", stderr=err)
+    assert t.finish() == 1, t.out  # "n" changes nothing and exits 1
+    assert b"recreate new.txt" in t.out and b"[y/N]" not in err.read_bytes() + out.read_bytes(), t.out
     assert not (ws / "new.txt").exists()
     # with --json, stdout is JSON only: the question and the plan went to the terminal
     t = answer(b"y\n", "undo", "--json")
@@ -135,16 +139,21 @@ def test_broken_config_file_warns_but_keeps_clients_connected(daemon: Daemon, ws
         cp = daemon.ctl(*args, cwd=ws)
         for needed in (b"warning", b"log_levle", b"config.toml"):
             assert needed in cp.stderr, describe(cp)
-    (daemon.snapd_home / "config.toml").write_text("this is not toml [\n")
-    assert daemon.ctl_json("status")["pid"] == daemon.pid
+    for broken in (b"this is not toml [\n", b'log_level = "\xff"\n'):  # the second is not UTF-8
+        (daemon.snapd_home / "config.toml").write_bytes(broken)
+        cp = daemon.ctl("status", "--json")
+        assert json.loads(cp.stdout)["pid"] == daemon.pid and b"not valid TOML" in cp.stderr, describe(cp)
     # `snapd stop` reaches it too; `snapd start` (which would use the settings) refuses the file
     stop = [sys.executable, "-c", "import sys; from snapd.daemon.main import main; sys.exit(main(['stop']))"]
     cp = subprocess.run(stop, env=daemon.env, capture_output=True, timeout=30, cwd="/")
-    assert cp.returncode == 0, describe(cp)
+    assert cp.returncode == 0 and b"warning" in cp.stderr and b"config.toml" in cp.stderr, describe(cp)
     assert daemon.wait_exit(15) == 0
     start = [sys.executable, "-m", "snapd", "start"]
-    cp = subprocess.run(start, env=daemon.env, capture_output=True, timeout=30, cwd="/")
-    assert cp.returncode == 2 and b"not valid TOML" in cp.stderr, describe(cp)
+    for broken in (b"this is not toml [\n", b'log_level = "\xff"\n'):
+        (daemon.snapd_home / "config.toml").write_bytes(broken)
+        cp = subprocess.run(start, env=daemon.env, capture_output=True, timeout=30, cwd="/")
+        assert cp.returncode == 2 and b"not valid TOML" in cp.stderr, describe(cp)
+        assert b"Traceback" not in cp.stderr, describe(cp)
 
 
 def test_unknown_snapd_variables_are_named(daemon: Daemon, ws: Path) -> None:
@@ -184,6 +193,13 @@ def test_bad_timeout_values_are_usage_errors(daemon: Daemon, value: str) -> None
     assert b"Traceback" not in cp.stderr and b"--timeout" in cp.stderr and b"snapd start" not in cp.stderr
 
 
+def test_a_deadline_too_short_to_meet_does_not_call_a_live_daemon_hung(daemon: Daemon) -> None:
+    """Issue 14, point 4: a live daemon that misses a 1 ns deadline is "running", not "hung"."""
+    cp = daemon.ctl("status", "--timeout", "1e-9", check=False)  # --timeout after the command, too
+    assert cp.returncode == 9, describe(cp)
+    assert b"is running but did not finish" in cp.stderr and b"hung" not in cp.stderr, describe(cp)
+
+
 def test_hung_daemon_is_not_reported_as_absent(stopped: Daemon, tmp_path: Path) -> None:
     """Issue 14, point 4: a stopped daemon times out (exit 9) with a message that says it is
     there but not answering; no daemon at all stays exit 3 (tested in test_e2e)."""
@@ -218,6 +234,28 @@ def test_one_deadline_rule_setting_overrides_command_defaults(stopped: Daemon, t
     help_text = run_ctl(stopped.env, "--help").stdout.decode()
     for needed in ("client_timeout_s", "SNAPD_CLIENT_TIMEOUT_S", "--timeout replaces both", "120 s  mark"):
         assert needed in help_text, help_text
+
+
+def test_documented_deadlines_are_the_ones_used() -> None:
+    """Issue 14, point 5: docs/operations.md's table, `snapctl --help` and the code agree, and
+    every command that asks the daemon has a deadline there."""
+    from snapd.cli import build_parser, request
+
+    doc = (Path(__file__).parents[1] / "docs" / "operations.md").read_text()
+    section = doc.split("### Client deadlines", 1)[1].split("\n\n")
+    table = next(p for p in section if p.startswith("| deadline |"))
+    documented: dict[str, float] = {}
+    for row in table.splitlines()[2:]:
+        seconds, commands = row.strip("|").split("|")
+        for name in commands.split("(")[0].replace("`", "").split(","):
+            documented[name.strip()] = float(seconds.strip().removesuffix(" s"))
+    assert documented == request.DEADLINES
+    own_budget = {"integrate", "hook"}  # integrate never calls the daemon; hook has its own budget
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(sub.choices) - own_budget == set(request.DEADLINES)
+    help_text = build_parser().format_help()
+    for name, seconds in request.DEADLINES.items():
+        assert any(f"{seconds:g} s" in line and name in line for line in help_text.splitlines()), name
 
 
 # == status tells the truth ==========================================================================
@@ -324,8 +362,10 @@ def test_log_pages_and_says_when_more_exist(daemon: Daemon, ws: Path) -> None:
     assert rest["more"] == 0
     assert len(daemon.ctl_json("log", "--all", cwd=ws)["marks"]) == 25
     assert len(daemon.ctl_json("log", "-n", "3", cwd=ws)["marks"]) == 3
-    for bad in ("0", "-5", "x"):
-        cp = daemon.ctl("log", "-n", bad, cwd=ws, check=False)
+    cp = daemon.ctl("log", "-n", "3", "-w", ws, cwd=ws.parent)  # the hint keeps the page size and -w
+    assert f"snapctl log -w {ws} -n 3 --before ".encode() in cp.stderr, describe(cp)
+    for bad in ("0", "-5", "x", "2 --all"):
+        cp = daemon.ctl("log", "-n", *bad.split(), cwd=ws, check=False)
         assert cp.returncode == 2 and not cp.stdout, describe(cp)
     assert "default 20" in daemon.ctl("log", "--help").stdout.decode()
     reply = raw_json(daemon.endpoint, request("log", {"limit": 0, "workspace": str(ws)}))
@@ -341,8 +381,13 @@ def test_every_command_names_a_workspace_with_w(daemon: Daemon, ws: Path, tmp_pa
     for args in (("mark", "via-w"), ("log",), ("show", "via-w"), ("pin", "via-w"), ("unpin", "via-w"),
                  ("diff", "via-w"), ("rollback", "--to", "via-w", "--dry-run"), ("unwatch",)):
         daemon.ctl(*args, "-w", ws, cwd=outside)
-    cp = daemon.ctl("forget", ws, "-w", outside, check=False)
-    assert cp.returncode == 2, describe(cp)
+    daemon.ctl("watch", "-w", ws, cwd=outside)  # watch names its directory the same way
+    assert _status_ws(daemon, ws)["watching"]
+    daemon.ctl("unwatch", ws, cwd=outside)  # the positional PATH still works where it did
+    daemon.ctl("watch", ws, cwd=outside)
+    for two_names in (("forget", ws, "-w", outside), ("watch", ws, "-w", outside)):
+        cp = daemon.ctl(*two_names, check=False)
+        assert cp.returncode == 2 and b"named twice" in cp.stderr, describe(cp)
     daemon.ctl("forget", "--yes", "-w", ws, cwd=outside)
 
 
@@ -356,8 +401,9 @@ def test_every_command_takes_json_and_usage_errors_are_json(daemon: Daemon, ws: 
         cp = daemon.ctl(*args, "--json", cwd=ws)
         assert isinstance(json.loads(cp.stdout), dict), describe(cp)
     assert json.loads(daemon.ctl("cat", "m1", "f.txt", "--json", cwd=ws).stdout)["data_b64"] == "Zgo="
+    assert json.loads(daemon.ctl("--json", "log", cwd=ws).stdout)["marks"]  # before the name, too
     for bad in (("log", "-n", "x", "--json"), ("bogus", "--json"), ("mark", "--json"),
-                ("status", "--json", "--", "x")):
+                ("status", "--json", "--", "x"), ("--json", "log", "-n", "x"), ("--json", "integrate")):
         cp = daemon.ctl(*bad, cwd=ws, check=False)
         assert cp.returncode == 2, describe(cp)
         err = json.loads(cp.stdout)

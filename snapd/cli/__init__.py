@@ -1,11 +1,14 @@
-"""``snapctl``: the command-line client. One function per command in :mod:`.commands` (and
-:mod:`.history`); :mod:`.times` turns time references into instants before anything is sent.
+"""``snapctl``: the command-line client. One function per command, in a module per noun:
+:mod:`.status` (the daemon as a whole), :mod:`.workspaces`, :mod:`.marks`, :mod:`.rollback`,
+:mod:`.history`, :mod:`.events`, :mod:`.integrate`; :mod:`.request` is what they share, and
+:mod:`.times` turns time references into instants before anything is sent.
 
 Start-up cost matters (agents run ``snapctl mark`` on every turn), so this package imports
 only the client, configuration, protocol and display modules — never the store or the
 watcher — and ``zmq`` is loaded on the first call.
 
-Promises kept here for every command: ``--json`` is accepted, and with it even a usage error
+Promises kept here for every command: ``--json`` is accepted (before or after the command's
+name, as is ``--timeout``: :mod:`.options`), and with it even a usage error
 is a JSON object on stdout (``{"ok": false, "error": {...}}``); every error, usage included,
 exits with its class's code; a text argument that is not UTF-8 (labels, messages, agent and
 session names, mark references) is a usage error, never a traceback.
@@ -18,12 +21,12 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from types import ModuleType
 from typing import Any, NoReturn
 
 from snapd import __version__
-from snapd.cli import commands, events, history, integrate, times
+from snapd.cli import events, history, integrate, marks, options, request, rollback, status, times, workspaces
 from snapd.cli.output import emit, print_json
-from snapd.config import parse_setting
 from snapd.display import shown
 from snapd.errors import SnapdError, UsageError
 
@@ -39,15 +42,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         command = self.prog.removeprefix("snapctl").strip()
         raise UsageError(f"{command}: {message}" if command else message, usage=self.format_usage().strip())
-
-
-def _seconds(text: str) -> float:
-    """--timeout: the same rule as the client_timeout_s setting (a finite positive number)."""
-    try:
-        value: float = parse_setting("client_timeout_s", text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"must be {e} of seconds, got {text!r}") from None
-    return value
 
 
 def _at_least_one(text: str, hint: str = "") -> int:
@@ -78,7 +72,7 @@ times: wherever a MARK is taken, a time names the workspace as captured then:
 
 def _deadlines_help() -> str:
     by_time: dict[float, list[str]] = {}
-    for name, seconds in commands.DEADLINES.items():
+    for name, seconds in request.DEADLINES.items():
         by_time.setdefault(seconds, []).append(name)
     rows = "\n".join(f"  {s:>6g} s  {', '.join(names)}" for s, names in sorted(by_time.items()))
     return (
@@ -111,14 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"snapctl {__version__}")
-    p.add_argument(
-        "--timeout", type=_seconds, default=None, metavar="SECONDS",
-        help="how long to wait for the daemon (default: the command's own deadline, listed below)",
-    )
+    options.add_common(p, main=True)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(
-        name: str, help: str, *, ws: bool = True, ref: bool = False, func: Any = None
+        name: str, help: str, module: ModuleType, *, ws: bool = True, ref: bool = False
     ) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=help, description=help)
         if ws:
@@ -130,61 +121,69 @@ def build_parser() -> argparse.ArgumentParser:
             sp.add_argument(
                 "--session", help="a label names the newest mark of this session (as `mark --session`)"
             )
-        sp.add_argument("--json", action="store_true", help="print JSON for scripts (errors too)")
-        sp.set_defaults(func=func or getattr(commands, "cmd_" + name.replace("-", "_")))
+        options.add_common(sp)
+        sp.set_defaults(func=getattr(module, "cmd_" + name.replace("-", "_")))
         return sp
 
-    add("status", "show the daemon, its workspaces and warnings", ws=False)
-    sp = add("watch", "watch a directory; returns once its baseline is captured", ws=False)
-    sp.add_argument("path", nargs="?", default=".", help="the directory (default: the current one)")
-    sp = add("unwatch", "stop watching a workspace (history is kept)")
+    add("status", "show the daemon, its workspaces and warnings", status, ws=False)
+    sp = add("watch", "watch a directory; returns once its baseline is captured", workspaces, ws=False)
+    sp.add_argument("-w", "--workspace", metavar="PATH", help="same as PATH")
+    sp.add_argument("path", nargs="?", default=None, help="the directory (default: the current one)")
+    sp = add("unwatch", "stop watching a workspace (history is kept)", workspaces)
     sp.add_argument("path", nargs="?", default=None, metavar="PATH", help="same as -w PATH")
-    sp = add("forget", "stop watching a workspace and delete its history (asks first)")
+    sp = add("forget", "stop watching a workspace and delete its history (asks first)", workspaces)
     sp.add_argument("path", nargs="?", default=None, metavar="PATH", help="same as -w PATH")
     sp.add_argument("-y", "--yes", action="store_true", help="delete, no questions (needed with no terminal)")
-    sp = add("mark", "record the workspace's current state under LABEL")
+    sp = add("mark", "record the workspace's current state under LABEL", marks)
     sp.add_argument("label")
     sp.add_argument("-m", "--message")
     sp.add_argument("--agent")
     sp.add_argument("--session")
-    sp = add("log", "list marks, newest first, a page at a time")
-    sp.add_argument("-n", "--limit", type=_positive, default=None, metavar="N",
-                    help="marks per page (default 20); the last line says how many more there are")
-    sp.add_argument("--all", action="store_true", help="every mark, no paging")
+    sp = add("log", "list marks, newest first, a page at a time", marks)
+    page = sp.add_mutually_exclusive_group()
+    page.add_argument("-n", "--limit", type=_positive, default=None, metavar="N",
+                      help="marks per page (default 20); the last line says how many more there are")
+    page.add_argument("--all", action="store_true", help="every mark, no paging")
     sp.add_argument("--before", metavar="MARK", help="the page after MARK: marks older than it")
     sp.add_argument("--agent", help="only this agent's marks")
     sp.add_argument("--session", help="only this session's marks")
     sp.add_argument("--path", dest="only_path", metavar="PATH",
                     help="only the marks whose turn changed PATH (or anything under it)")
-    sp = add("history", "every captured version of a file, newest first (between marks too)",
-             func=history.cmd_history)
+    sp = add("history", "every captured version of a file, newest first (between marks too)", history)
     sp.add_argument("file", metavar="PATH")
-    sp = add("show", "a mark's metadata and the files it changed", ref=True)
+    sp = add("show", "a mark's metadata and the files it changed", marks, ref=True)
     sp.add_argument("mark")
-    sp = add("cat", "print a file's bytes at a mark (FILE is relative to the current directory)", ref=True)
+    sp = add(
+        "cat", "print a file's bytes at a mark (FILE is relative to the current directory)", marks, ref=True
+    )
     sp.add_argument("mark")
     sp.add_argument("file", metavar="FILE")
-    sp = add("verify", "re-hash stored objects; non-zero exit on any problem", ws=False)
+    sp = add("verify", "re-hash stored objects; non-zero exit on any problem", status, ws=False)
     sp.add_argument("--sample", action="store_true", help="check a 10%% sample of contents")
-    sp = add("gc", "apply retention and reclaim space", ws=False)
+    sp = add("gc", "apply retention and reclaim space", status, ws=False)
     sp.add_argument("--dry-run", action="store_true")
     for name, verb in (("pin", "keep a mark forever"), ("unpin", "let retention evict a mark again")):
-        sp = add(name, verb, ref=True)
+        sp = add(name, verb, marks, ref=True)
         sp.add_argument("mark")
-    sp = add("rollback", "put the workspace back to a mark (paths after -- limit it; asks first)", ref=True)
+    sp = add(
+        "rollback", "put the workspace back to a mark (paths after -- limit it; asks first)", rollback,
+        ref=True,
+    )
     sp.add_argument("--to", required=True, metavar="MARK")
     _rollback_flags(sp)
-    sp = add("undo", "return to the state before the last rollback (or undo); asks first")
+    sp = add("undo", "return to the state before the last rollback (or undo); asks first", rollback)
     _rollback_flags(sp)
     sp = add(
-        "diff", "unified diff between two marks, or a mark and the workspace now (paths after --)", ref=True
+        "diff", "unified diff between two marks, or a mark and the workspace now (paths after --)", marks,
+        ref=True,
     )
     sp.add_argument("from_mark", metavar="FROM")
     sp.add_argument("to_mark", metavar="TO", nargs="?")
     sp.add_argument("--stat", action="store_true", help="only the changed files and line counts")
-    add("stop", "ask the daemon to exit", ws=False)
-    sp = add("events", "follow live events (all workspaces, or -w PATH's); gaps and restarts are reported",
-             func=events.cmd_events)
+    add("stop", "ask the daemon to exit", status, ws=False)
+    sp = add(
+        "events", "follow live events (all workspaces, or -w PATH's); gaps and restarts are reported", events
+    )
     sp.add_argument("-n", "--count", type=_at_least_one, metavar="N", help="exit after N events")
     integrate.add_parsers(sub)
     return p

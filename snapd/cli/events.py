@@ -17,22 +17,14 @@ import time
 from typing import Any
 
 from snapd.cli.output import emit, path_text, summary_line
-from snapd.config import load_config
+from snapd.cli.request import client
 from snapd.errors import DaemonUnavailable, NotFound
-from snapd.ipc.client import Client
 from snapd.ipc.events import Notice, Sequencer, Subscriber
-
-STATUS_DEADLINE_S = 5.0
 
 
 def _daemon(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
-    config = load_config(env, lenient=True)
-    for warning in config.warnings:
-        emit(f"snapctl: warning: {warning}", err=True)
-    with Client.from_config(config, STATUS_DEADLINE_S) as client:
-        if args.timeout is not None:
-            client.timeout_s = args.timeout
-        return client.call("status")
+    with client(args, env) as c:
+        return c.call("status")
 
 
 def _root_of(path: str, status: dict[str, Any]) -> str:

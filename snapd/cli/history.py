@@ -13,7 +13,7 @@ import os
 import time
 from typing import Any
 
-from snapd.cli import commands
+from snapd.cli import request
 from snapd.cli.output import emit, path_text, print_json, size, when
 from snapd.display import count
 
@@ -55,7 +55,7 @@ def _line(v: dict[str, Any]) -> str:
 
 
 def cmd_history(args: argparse.Namespace, env: dict[str, str]) -> int:
-    r = commands.call(args, env, "history", path=os.fsencode(args.file))
+    r = request.call(args, env, "history", path=os.fsencode(args.file))
     if args.json:
         print_json(r)
         return 0

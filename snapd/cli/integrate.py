@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from snapd.cli import options
 from snapd.cli.output import emit, print_json
 from snapd.errors import UsageError
 
@@ -43,7 +44,7 @@ def add_parsers(sub: Any) -> None:
         "--print", dest="show", action="store_true", help="show what to add by hand; change nothing"
     )
     what.add_argument("--check", action="store_true", help="are the hooks there, and will they run?")
-    sp.add_argument("--json", action="store_true", help="print JSON for scripts (errors too)")
+    options.add_common(sp)
     sp.set_defaults(func=cmd_integrate)
     hp = sub.add_parser(
         "hook", help="what an agent's hooks run (reads the agent's event; always exits 0)",

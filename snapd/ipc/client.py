@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 ProgressMessageHandler = Callable[[dict[str, Any]], None]
 """Told each progress message the daemon sends before its reply (``call(on_progress=...)``)."""
 LIVENESS_MS = 1000  # while waiting for a reply, check this often that the daemon still listens
+#: The ping that tells "busy" from "hung" after a missed deadline gets at least this long, even
+#: past a shorter deadline: an idle daemon must not be called hung for missing a 1 ms deadline.
+DIAGNOSIS_MIN_S = 0.5
 DEFAULT_TIMEOUT_S = 10.0
 
 
@@ -151,7 +154,7 @@ class Client:
             reply = self._attempt(payload, rid, start + per_attempt * n, on_progress)
             if reply is not None:
                 return self._result(reply)
-        if self._answers_ping(start + timeout):
+        if self._answers_ping(max(start + timeout, time.monotonic() + DIAGNOSIS_MIN_S)):
             raise Timeout(
                 f"snapd at {self.endpoint} is running but did not finish {op!r} within "
                 f"{timeout:g} s; it may still complete (see `snapctl log`)", op=op)

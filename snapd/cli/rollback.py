@@ -1,0 +1,131 @@
+"""``rollback`` and ``undo``: show the plan, ask (:mod:`.prompt`), apply exactly that plan.
+
+The plan shown is the plan applied: its token goes with the apply, and if the workspace
+changed so that the daemon's plan differs, the difference is shown and asked about again.
+With ``--yes`` nothing was shown for confirmation, so the fresh plan is applied (or, with
+``--plan-token``, the plan another client showed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from snapd.cli import times
+from snapd.cli.output import emit, path_text, print_json, when
+from snapd.cli.prompt import confirm
+from snapd.cli.request import Env, client, human, ref_fields, show_warnings
+from snapd.display import count
+from snapd.errors import Conflict, PlanChanged
+
+
+def _rollback_fields(args: argparse.Namespace, undo: bool) -> dict[str, Any]:
+    fields: dict[str, Any] = {"undo": True} if undo else {"to": args.to}
+    fields.update(ref_fields(args))
+    if args.paths:
+        fields["paths"] = [os.fsencode(p) for p in args.paths]
+    return fields
+
+
+def _plan_lines(r: dict[str, Any], *, kept: bool, limit: int = 200) -> list[str]:
+    """The plan for people; ``kept``: with the paths it leaves alone (else the result lists them)."""
+    t = r["target"]
+    out = [f"rollback of {r['workspace']} to {t['id']} {t['label']} ({when(t['created'])})"]
+    lines = r["lines"]
+    if "time" in r:  # a time target: what it was built from, and the version of each path
+        out = times.target_lines(r)
+        used = times.versions_used(r)
+        paths = [path_text(op["path"]) for op in r["plan"]["ops"]]
+        lines = [f"{line}  [{used[p]}]" if p in used else line for line, p in zip(lines, paths, strict=True)]
+    out += [f"  {line}" for line in lines[:limit]]
+    if len(lines) > limit:
+        out.append(f"  … and {len(lines) - limit} more (--json lists them all)")
+    if kept:
+        out += [f"  kept: {path_text(k['path'])} ({k['reason']})" for k in r["plan"]["kept"]]
+    out += [f"  left: {path_text(k['path'])} ({k['reason']})" for k in r["plan"].get("left", [])]
+    counts = ", ".join(f"{n} {k}" for k, n in sorted(r["plan"]["counts"].items()) if n)
+    out.append(f"  {counts or 'nothing to change'}")
+    return out
+
+
+def _plan_change(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """What differs between the plan the user saw and the new one (operations and kept paths)."""
+    out = ["the plan is now different (a path in it changed since it was shown):"]
+    old_lines, new_lines = set(old["lines"]), set(new["lines"])
+    out += [f"  + {line}" for line in sorted(new_lines - old_lines)]
+    out += [f"  - no longer: {line}" for line in sorted(old_lines - new_lines)]
+    old_kept = {path_text(k["path"]): k["reason"] for k in old["plan"]["kept"]}
+    new_kept = {path_text(k["path"]): k["reason"] for k in new["plan"]["kept"]}
+    out += [f"  + kept: {p} ({why})" for p, why in sorted(new_kept.items()) if old_kept.get(p) != why]
+    out += [f"  - no longer kept: {p}" for p in sorted(old_kept.keys() - new_kept.keys())]
+    return out
+
+
+def _rollback(args: argparse.Namespace, env: Env, undo: bool) -> int:
+    fields = _rollback_fields(args, undo)
+    what = "undo the last rollback" if undo else "roll the workspace back"
+    with client(args, env) as c:
+        r = c.call("rollback_plan", force=args.force, **fields)
+        # Kept paths are listed once: in the plan when it is confirmed or only shown, else
+        # (--yes) in the result, which also names any the apply itself had to leave.
+        plan_lists_kept = args.dry_run or not args.yes
+        shown_plan = _plan_lines(r, kept=plan_lists_kept)
+        if args.json and args.dry_run:
+            print_json(r)
+        elif not args.json:
+            for line in shown_plan:
+                emit(line)
+        show_warnings(r.get("warnings", []))
+        if args.dry_run:
+            return 0 if not r["plan"]["kept"] else Conflict.exit_code
+        # With --yes nothing was confirmed here: the fresh plan is applied, unless --plan-token
+        # names the plan another client (an editor) showed and had confirmed.
+        token: str | None = args.plan_token
+        if not args.yes:
+            if not confirm("apply this rollback? [y/N] ", shown_plan, shown_on_stdout=not args.json,
+                           refusal=what):
+                emit("nothing changed", err=args.json)
+                return 1
+            token = r["plan"]["token"]
+        while True:
+            try:
+                res = c.call("rollback_apply", force=args.force, token=token, **fields)
+                break
+            except PlanChanged as exc:
+                if args.plan_token:  # its client confirmed that plan, not this one: it asks again
+                    raise
+                new = exc.details
+                change = _plan_change(r, new)
+                if not args.json:
+                    for line in change:
+                        emit(line)
+                if not confirm("apply the new plan? [y/N] ", change, shown_on_stdout=not args.json,
+                               refusal=what):
+                    emit("nothing changed", err=args.json)
+                    return 1
+                r, token = new, new["plan"]["token"]
+    if not human(args, res):
+        return 0 if res["ok"] else Conflict.exit_code
+    if res["pre_rollback"] is None:
+        emit("nothing to change: the workspace already matches the mark")
+    else:
+        emit(f"rolled back: {count(res['applied'], 'path')}; `snapctl undo` returns to {res['pre_rollback']}")
+    for x in res["conflicts"]:
+        emit(f"  conflict: {path_text(x['path'])}: {x['reason']} (left as it is)", err=True)
+    listed = {path_text(k["path"]) for k in r["plan"]["kept"]} if plan_lists_kept else set()
+    for x in res["kept"]:
+        if (p := path_text(x["path"])) not in listed:
+            listed.add(p)
+            emit(f"  kept: {p}: {x['reason']}", err=True)
+    if res["kept"]:
+        emit(f"  {count(len(listed), 'path')} kept as they are (--force replaces them)", err=True)
+    return 0 if res["ok"] else Conflict.exit_code
+
+
+def cmd_rollback(args: argparse.Namespace, env: Env) -> int:
+    return _rollback(args, env, undo=False)
+
+
+def cmd_undo(args: argparse.Namespace, env: Env) -> int:
+    return _rollback(args, env, undo=True)

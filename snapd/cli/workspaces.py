@@ -1,0 +1,108 @@
+"""The commands that add and remove workspaces: ``watch``, ``unwatch``, ``forget``.
+
+``forget`` deletes history, so it asks first (:mod:`.prompt`), naming what goes: marks, file
+versions, bytes. With no terminal to ask on it needs ``--yes``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+from typing import Any
+
+from snapd.cli.output import emit, progress_bar, size, summary_line
+from snapd.cli.prompt import confirm
+from snapd.cli.request import Env, client, human, named_workspace, show_warnings, where
+from snapd.display import count
+
+
+def ignored_line(fields: dict[str, Any]) -> str:
+    """"12 (gitignore 10, editor 2)" from a status or watch reply, or "" when nothing is."""
+    ignored = fields.get("ignored") or {}
+    if not ignored.get("total"):
+        return ""
+    by = ", ".join(f"{k} {n}" for k, n in sorted(ignored["counts"].items()))
+    return f"{ignored['total']} ({by})"
+
+
+def _watch_progress(args: argparse.Namespace, env: Env, root: str, done: threading.Event) -> None:
+    """Draw a progress bar from ``status`` while the baseline runs (terminal only)."""
+    with client(args, env, quiet=True) as c:
+        while not done.wait(0.25):
+            try:
+                st = c.call("status", timeout_s=2.0)
+            except Exception:
+                continue
+            for w in st["workspaces"]:
+                prog = w.get("progress")
+                if w["root"] == root and prog:
+                    sys.stderr.write("\r" + progress_bar(prog[0], prog[1]))
+                    sys.stderr.flush()
+    sys.stderr.write("\r" + " " * 60 + "\r")
+
+
+def cmd_watch(args: argparse.Namespace, env: Env) -> int:
+    path = named_workspace(args) or os.getcwd()
+    root = os.path.realpath(path)
+    done = threading.Event()
+    bar = None
+    with client(args, env) as c:
+        if sys.stderr.isatty() and not args.json:
+            bar = threading.Thread(target=_watch_progress, args=(args, env, root, done), daemon=True)
+            bar.start()
+        try:
+            r = c.call("watch", path=os.fsencode(path))
+        finally:
+            done.set()
+            if bar is not None:
+                bar.join(timeout=1)
+    if not human(args, r):
+        return 0
+    base = r.get("baseline")
+    if base:
+        emit(f"watching {r['workspace']}: baseline {base['id']}, {summary_line(base['summary'])}")
+    else:
+        emit(f"watching {r['workspace']} (already watched)")
+    if r.get("skipped"):
+        emit(f"  {count(r['skipped'], 'path')} skipped (see `snapctl status`)")
+    if line := ignored_line(r):
+        emit(f"  paths ignored: {line}")
+    show_warnings(r.get("warnings", []))
+    return 0
+
+
+def cmd_unwatch(args: argparse.Namespace, env: Env) -> int:
+    with client(args, env) as c:
+        r = c.call("unwatch", **where(args))
+    if human(args, r):
+        emit(f"stopped watching {r['workspace']} (history kept)")
+    return 0
+
+
+def cmd_forget(args: argparse.Namespace, env: Env) -> int:
+    named = where(args)
+    with client(args, env) as c:
+        if not args.yes:
+            info = c.call("forget", dry_run=True, **named)
+            what = [
+                f"forget {info['workspace']}: stop watching it and delete its history: "
+                f"{count(info['marks'], 'mark')} and {count(info['versions'], 'file version')} "
+                f"({size(info['bytes'])} of file contents)"
+            ]
+            if not args.json:
+                for line in what:
+                    emit(line)
+            if not confirm("delete this history? [y/N] ", what, shown_on_stdout=not args.json,
+                           refusal="delete a workspace's history"):
+                emit("nothing deleted", err=args.json)
+                return 1
+        r = c.call("forget", **named)
+    if human(args, r):
+        emit(
+            f"forgot {r['workspace']}: {count(r['forgotten_marks'], 'mark')} deleted, with "
+            f"{count(r['versions'], 'file version')} ({size(r['bytes'])}); `snapctl gc` reclaims the space"
+        )
+    return 0
+
