@@ -694,6 +694,24 @@ def test_terminal_confirmation_and_a_plan_that_changed_meanwhile(daemon: Daemon,
 
 
 @pytest.mark.timeout(60)
+def test_a_path_that_changed_again_while_asking_is_named(daemon: Daemon, ws: Path) -> None:
+    """Its plan line reads the same ("restore a.txt") but the op now expects other bytes: the
+    second question names the path, not only that the plan differs."""
+    three_files(ws)
+    m = mark(daemon, ws, "m")
+    change_three(ws)
+    t = Pty(daemon.env, "rollback", "--to", m, cwd=ws)
+    t.read_until(b"apply this rollback? [y/N]")
+    (ws / "a.txt").write_text("a changed once more, other bytes\n")
+    t.send(b"y\n")
+    out = t.read_until(b"apply the new plan? [y/N]")
+    assert b"~ restore a.txt (the path changed again since the plan was shown)" in out, out
+    t.send(b"n\n")
+    assert t.finish() == 1, t.out
+    assert (ws / "a.txt").read_text() == "a changed once more, other bytes\n"
+
+
+@pytest.mark.timeout(60)
 def test_undo_of_undo_is_redo(daemon: Daemon, ws: Path) -> None:
     three_files(ws)
     m = mark(daemon, ws, "m")

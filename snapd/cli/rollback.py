@@ -55,6 +55,11 @@ def _plan_change(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     old_lines, new_lines = set(old["lines"]), set(new["lines"])
     out += [f"  + {line}" for line in sorted(new_lines - old_lines)]
     out += [f"  - no longer: {line}" for line in sorted(old_lines - new_lines)]
+    # the same words, another op: what the path holds now changed again (the op's ``expect``)
+    old_ops = dict(zip(old["lines"], old["plan"]["ops"], strict=True))
+    new_ops = dict(zip(new["lines"], new["plan"]["ops"], strict=True))
+    out += [f"  ~ {line} (the path changed again since the plan was shown)"
+            for line in sorted(old_lines & new_lines) if old_ops[line] != new_ops[line]]
     old_kept = {path_text(k["path"]): k["reason"] for k in old["plan"]["kept"]}
     new_kept = {path_text(k["path"]): k["reason"] for k in new["plan"]["kept"]}
     out += [f"  + kept: {p} ({why})" for p, why in sorted(new_kept.items()) if old_kept.get(p) != why]
