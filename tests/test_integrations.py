@@ -382,6 +382,8 @@ def test_rollback_notice_reaches_the_next_turn(tmp_path: Path, daemon: Daemon) -
 
 def test_hook_never_fails_the_agent(tmp_path: Path, daemon: Daemon) -> None:
     proj = repo(tmp_path)
+    cp = run_ctl(daemon.env, "hook", "--help")  # a person asking, not an agent: the usage
+    assert cp.returncode == 0 and cp.stdout.startswith(b"usage: snapctl hook AGENT"), describe(cp)
     for agent, raw in [("claude-code", b"not json"), ("claude-code", b"[1,2]"), ("claude-code", b""),
                        ("codex", b"\xff\xfe"), ("no-such-agent", b"{}")]:
         cp = hook(daemon.env, agent, None, raw=raw, cwd=proj)

@@ -44,6 +44,11 @@ from snapd.ipc.client import Client, probe_listener
 MARGIN_S = 5.0  # the hook is done this long before the agent's own timeout (a third of a short one)
 START_WAIT_S = 10.0  # at most this long (within the budget) for a daemon being started
 LABELS = {"start": "turn-start", "end": "turn-end", "interrupt": "turn-end"}
+USAGE = """usage: snapctl hook AGENT [--project] [EVENT-JSON]
+
+What an agent's hooks run (`snapctl integrate AGENT` writes them): reads the agent's event
+(JSON on stdin, or a JSON argument for Codex's notify), marks turn-start / turn-end, prints what
+the agent's protocol expects, and always exits 0. AGENT: {agents}."""
 
 
 class Run:
@@ -201,6 +206,11 @@ def run(args: Sequence[str], env: Mapping[str, str], stdin: BinaryIO) -> tuple[s
 
 def main(args: Sequence[str], env: Mapping[str, str]) -> int:
     """``snapctl hook AGENT [--project] [EVENT-JSON]``; always exits 0."""
+    if not args or args[0] in ("-h", "--help"):
+        from snapd.integrations import AGENTS
+
+        print(USAGE.format(agents=", ".join(AGENTS)))
+        return 0
     out, warnings = run(args, env, sys.stdin.buffer)
     for w in warnings:
         for line in w.splitlines():
