@@ -255,7 +255,9 @@ class Batch:
             safeio.fsync_dir(d)
         self._shards.clear()
 
-    def _write_objects(self, c: Any) -> None:
+    def _write_objects(self, c: Any, *, remember: bool) -> None:
+        """Insert the pending objects; ``remember``: the batch goes on (a flush), so keep each
+        one's fingerprint for the puts that may repeat it (a commit ends the batch: none)."""
         now = time.time_ns()
         rows = []
         keys = list(self._pending)
@@ -275,7 +277,8 @@ class Batch:
             size = len(raw)
             stored_len = self._file_size(key) if external else len(payload)
             rows.append((key, size, codec, stored_len, int(external), now, None if external else payload))
-            self._flushed[key] = fingerprint(raw)
+            if remember:
+                self._flushed[key] = fingerprint(raw)
         c.executemany(
             "INSERT INTO objects (key, size, codec, stored, external, created, data) VALUES (?,?,?,?,?,?,?)",
             rows,
@@ -312,7 +315,7 @@ class Batch:
         try:
             self._sync_files()
             with self.store.catalog.write() as c:
-                self._write_objects(c)
+                self._write_objects(c, remember=True)
         except BaseException:
             self._done = True
             raise
@@ -330,7 +333,7 @@ class Batch:
         self._sync_files()
         committed: list[Mark] = []
         with self.store.catalog.write() as c:
-            self._write_objects(c)
+            self._write_objects(c, remember=False)
             c.executemany(
                 "INSERT INTO versions (workspace, path, time, kind, mode, object) VALUES (?,?,?,?,?,?)",
                 self._versions,
