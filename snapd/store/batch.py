@@ -97,21 +97,19 @@ class Batch:
     # -- objects -----------------------------------------------------------------------------
 
     def prefetch(self, keys: Iterable[str]) -> None:
-        """Look up many keys in one query, so ``put`` skips a query for each missing one.
+        """Look up many keys in one query (per 500), so ``put`` skips a query for each missing one.
 
         Keys found present are held against GC right away, as ``put`` would hold them.
         """
         wanted = [k for k in set(keys) if k not in self._pending and k not in self._held]
         if not wanted:
             return
-        marks = ",".join("?" * len(wanted))
+        found: set[str] = set()
         with self.store.holds.lock:
-            found = {
-                k
-                for (k,) in self.store.catalog.read().execute(
-                    f"SELECT key FROM objects WHERE key IN ({marks})", wanted
-                )
-            }
+            for i in range(0, len(wanted), 500):  # SQLite caps the parameters of a statement
+                chunk = wanted[i : i + 500]
+                sql = f"SELECT key FROM objects WHERE key IN ({','.join('?' * len(chunk))})"
+                found.update(k for (k,) in self.store.catalog.read().execute(sql, chunk))
             for k in found:
                 self._hold(k)
         self._absent.update(k for k in wanted if k not in found)
@@ -187,8 +185,31 @@ class Batch:
         return key
 
     def apply(self, root: str | None, changes: Mapping[bytes, trees.Change]) -> str:
-        """A new tree: ``root`` with ``changes`` applied (only the changed paths are touched)."""
-        return trees.apply_changes(self.load_node, self.save_node, root, changes)
+        """A new tree: ``root`` with ``changes`` applied (only the changed paths are touched).
+
+        The nodes it writes are new contents almost always (a mark of 10 files at 100k writes
+        ~50): they are encoded first and their keys looked up in one query (:meth:`prefetch`),
+        not one each, then stored. Should one be taken by other bytes (a collision: the node
+        gets a variant key), the tree is built again, each node stored as it is made. A tree
+        built from nothing (a baseline: every node new, tens of thousands) is stored as built."""
+        if root is None:
+            return trees.apply_changes(self.load_node, self.save_node, root, changes)
+        staged: list[tuple[str, str, trees.Node, bytes]] = []
+
+        def stage(node: trees.Node) -> str:
+            data = trees.encode_node(node)
+            digest = self.store.hasher(data)
+            key = objects.base_key(digest, len(data))
+            staged.append((key, digest, node, data))
+            return key
+
+        tree = trees.apply_changes(self.load_node, stage, root, changes)
+        self.prefetch(key for key, _, _, _ in staged)
+        for key, digest, node, data in staged:
+            if self.put(data, digest) != key:
+                return trees.apply_changes(self.load_node, self.save_node, root, changes)
+            self._nodes[key] = node
+        return tree
 
     # -- catalog rows ------------------------------------------------------------------------
 
