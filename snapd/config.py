@@ -321,14 +321,25 @@ def ensure_private_dir(path: Path, *, uid: int | None = None) -> Path:
     return path
 
 
-def remove_socket(path: Path) -> None:
+def socket_identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the socket file at ``path``, or None if there is none."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISSOCK(st.st_mode) else None
+
+
+def remove_socket(path: Path, bound: tuple[int, int] | None) -> None:
     """A clean stop leaves nothing behind: libzmq keeps an ipc socket's file, and the short
     private directory made for a long path (``/tmp/snapd-<uid>-<h>/``) would pile up in /tmp.
-    Its directory goes once the last socket in it (control or events) is gone; a directory
-    that holds anything else is left. Safe from races: the daemon still holds its instance
-    lock here, so no other daemon of this store can have bound the path meanwhile."""
+    Only the socket this daemon bound goes (``bound``: its :func:`socket_identity` right after
+    the bind): daemons of two stores may compute one socket path (one runtime directory, two
+    data directories), and the instance lock guards a store, not a path. Its directory goes
+    once the last socket in it (control or events) is gone; one that holds anything else is
+    left (``rmdir`` removes only an empty directory)."""
     with contextlib.suppress(OSError):
-        if stat.S_ISSOCK(os.lstat(path).st_mode):
+        if bound is not None and socket_identity(path) == bound:
             path.unlink()
     with contextlib.suppress(OSError):
         path.parent.rmdir()

@@ -47,6 +47,8 @@ def shown(value: str | bytes, *, tabs: bool = False) -> str:
     return "".join(c if c.isprintable() else _escape(c, tabs) for c in text)
 
 
-def count(n: int, noun: str, plural: str | None = None) -> str:
-    """``"1 file"``, ``"2 files"``: counts shown to people agree with their nouns."""
-    return f"{n} {noun if n == 1 else (plural or noun + 's')}"
+def count(n: float, noun: str, plural: str | None = None) -> str:
+    """``"1 file"``, ``"2 files"``, ``"1.5 days"``: counts shown to people agree with their
+    nouns (a float shows as its shortest form: a setting of ``1.0`` days is "1 day")."""
+    shown_n = f"{n:g}" if isinstance(n, float) else str(n)
+    return f"{shown_n} {noun if n == 1 else (plural or noun + 's')}"

@@ -13,7 +13,7 @@ stash``, ``git commit``. Between batches it takes marks (``snapctl mark``); at r
 ``snapctl rollback --to M --yes`` and ``snapctl undo --yes``, and after each one it compares the
 WHOLE tree — kind, permission bits, bytes, link text, the root's own mode — with the model.
 
-The model is DESIGN.md semantics 4 and nothing else:
+The model is the rollback rules of docs/rollback.md and nothing else:
 
 - A reference state R is what the test itself read from disk when mark M was taken, with the ignore
   rules of that moment: the ``.gitignore`` files, ``.git/info/exclude`` and git's index (tracked

@@ -1,4 +1,4 @@
-"""O(changes), counted: a mark costs what changed, not the workspace (DESIGN.md, architecture).
+"""O(changes), counted: a mark costs what changed, not the workspace (docs/architecture.md).
 
 Timing cannot prove that on a shared machine; the daemon's counters can (``status --json``:
 ``counters.full_scans``, ``lstats``, ``files_read`` per workspace, counted by the scanner and

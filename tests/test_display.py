@@ -41,6 +41,8 @@ def test_rollback_plan_lines_use_it() -> None:
 def test_counts_agree_with_their_nouns() -> None:
     assert count(1, "file") == "1 file" and count(2, "file") == "2 files" and count(0, "mark") == "0 marks"
     assert count(3, "directory", "directories") == "3 directories"
+    assert count(1.0, "day") == "1 day" and count(0.5, "day") == "0.5 days"
+    assert count(14.0, "day") == "14 days"
 
 
 @pytest.mark.parametrize(

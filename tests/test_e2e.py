@@ -6,8 +6,8 @@ from conftest), so nothing touches the developer's files. The ``daemon`` fixture
 daemon, waits until ``status`` answers, and on teardown stops it with ``snapctl stop`` (SIGKILL
 as a last resort, which fails the test) and checks that it exited 0.
 
-Scenarios follow DESIGN.md: semantics 1 (workspaces), 2 (what is captured), 3 (marks and their
-barrier), and the protocol's error handling (docs/protocol.md).
+Scenarios: workspaces, what is captured, marks and their barrier (docs/architecture.md), and
+the protocol's error handling (docs/protocol.md).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Exact or loud: a rollback leaves the tree as it was at the mark, or says (non-zero) what differs.
 
-One test per rule of DESIGN.md semantics 4 that an earlier version broke while exiting 0: what
+One test per rule of the rollback rules (docs/rollback.md) that an earlier version broke while exiting 0: what
 a mark's own rules ignored is never touched; what they captured is held by the pre-rollback
 mark before it is written or deleted, whatever today's rules; uncapturable paths that did not
 exist at the mark block (or go with ``--force``); the root's mode; repeated rollbacks and

@@ -1,4 +1,4 @@
-"""Adversarial review of rollback exactness (issue 8, DESIGN.md semantics 4): each test is an
+"""Adversarial review of rollback exactness (issue 8, docs/rollback.md): each test is an
 attack that made ``rollback --to M`` exit 0 with the tree not as it was at M, or lose data.
 
 A real daemon and the real CLI throughout, as in test_exactness.py.

@@ -396,7 +396,9 @@ def test_hook_never_fails_the_agent(tmp_path: Path, daemon: Daemon) -> None:
     assert cp.returncode == 0 and cp.stdout == b"", describe(cp)
     assert b"auto_start is off" in cp.stderr
     assert stat.S_IMODE(os.stat(tmp_path / "elsewhere").st_mode) == 0o700  # made by the hook: private
-    rec = json.loads((tmp_path / "elsewhere" / "hooks" / "claude-code.json").read_text())
+    record = tmp_path / "elsewhere" / "hooks" / "claude-code.json"
+    assert stat.S_IMODE(os.stat(record).st_mode) == 0o600  # it names the user's directories
+    rec = json.loads(record.read_text())
     assert rec["last_call"]["outcome"] == "failed" and "auto_start is off" in rec["failures"][-1]["message"]
 
 

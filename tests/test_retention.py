@@ -1,8 +1,9 @@
 """The retention policy as pure functions (no store): what may be evicted, for what reason.
 
-DESIGN.md, semantics 5: eviction drops the oldest unpinned marks first and never removes the
-newest mark or a ``pre-rollback`` mark younger than the retention window, under count *and*
-budget pressure. Times are fixed numbers, never derived from the policy under test.
+The retention rules (docs/operations.md, docs/storage.md): eviction drops the oldest unpinned
+marks first and never removes the newest mark or a ``pre-rollback`` mark younger than the
+retention window, under count *and* budget pressure. Times are fixed numbers, never derived
+from the policy under test.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""End-to-end tests of rollback, undo and diff (DESIGN.md semantics 4; issue 5's Tests section).
+"""End-to-end tests of rollback, undo and diff (docs/rollback.md; issue 5's Tests section).
 
 A real ``snapd start`` process, the real socket, real files: the CLI (``python -m snapd``) for
 what users type, :class:`snapd.ipc.client.Client` over the same socket where a test needs speed or
@@ -355,7 +355,7 @@ def test_over_cap_file_and_fifo_in_the_way_are_kept_unless_forced(tmp_path: Path
 
 @pytest.mark.timeout(90)
 def test_unreadable_file_in_the_way_is_kept_unless_forced(nobody: OtherUser) -> None:
-    """Root reads anything, so the daemon and the CLI run as uid 65534 here (DESIGN.md: tests that
+    """Root reads anything, so the daemon and the CLI run as uid 65534 here (tests that
     check permissions run the other side as another uid); the file is mode 000."""
     ws = nobody.top / "ws"
     ws.mkdir()

@@ -329,6 +329,26 @@ def test_budget_evicts_oldest_then_warns(store: Store, tmp_path: Path) -> None:
     assert verify(store).ok
 
 
+def test_the_budget_is_judged_once_new_objects_pass_the_grace_period(store: Store, tmp_path: Path) -> None:
+    """docs/operations.md (issue 14, point 15): the budget counts only objects older than the
+    grace period, so a store pushed over it is judged (here: warned about, since every version
+    is inside the age window) at the first GC after its objects pass that age, not at once."""
+    root = make_ws(tmp_path, {})
+    ws = store.add_workspace(os.fsencode(root))
+    for i in range(3):
+        (root / "f").write_bytes(os.urandom(20_000))
+        capture_paths(store, ws, root, [b"f"], f"m{i}")
+    policy = Retention(budget_bytes=1_000, grace_s=900)
+    now = time.time_ns()
+    rep = gc.run(store, policy, now=now)
+    assert rep.warnings == [] and rep.evicted == [], rep
+    rep = gc.run(store, policy, now=now + 899 * 10**9)
+    assert rep.warnings == [], rep
+    rep = gc.run(store, policy, now=now + 901 * 10**9)
+    assert len(rep.warnings) == 1 and "over its budget" in rep.warnings[0], rep
+    assert len(store.marks(ws)) == 3  # what is held by versions inside the age window stays
+
+
 def test_gc_grace_and_inflight_batches(store: Store, tmp_path: Path) -> None:
     loose = put(store, b"unreferenced " * 10)
     gc.run(store, Retention())  # within grace: kept

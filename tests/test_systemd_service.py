@@ -130,3 +130,18 @@ def test_install_service_runs_snapd_under_systemd_and_a_hook_starts_it_through_t
     assert json.loads(run_ctl(env, "status", "--json").stdout)["pid"] == int(
         manager.systemctl("show", "-p", "MainPID", "--value", "snapd.service")
     )
+
+    # A hook whose SNAPD_HOME names another store must not start the unit (it serves the first
+    # store, and the hook would wait on a socket nobody opens): it starts its own daemon.
+    other = dict(env, SNAPD_HOME=str(tmp_path / "other-store"))
+    hooked = subprocess.run(
+        ["nsenter", "-t", str(manager.proc.pid), "-m", sys.executable, "-m", "snapd", "hook", "claude-code"],
+        env=other, input=payload, capture_output=True, timeout=60,
+    )
+    try:
+        assert hooked.returncode == 0, describe(hooked)
+        assert b"-m snapd start --background" in hooked.stderr, describe(hooked)
+        marks = json.loads(run_ctl(other, "log", "--json", "-w", str(repo)).stdout)["marks"]
+        assert [m["label"] for m in marks[:1]] == ["turn-start"], marks
+    finally:
+        run_ctl(other, "stop")

@@ -1,7 +1,9 @@
 """The capture thread of one workspace (``snapd-capture:ROOT``): history between marks.
 
-It wakes when paths are dirty, waits :data:`DEBOUNCE_S` so a burst (a save, a checkout)
-settles into one capture, then captures under the workspace lock. A full or failing disk
+It wakes when paths are dirty (or the root itself had an event), waits :data:`DEBOUNCE_S` so
+a burst (a save, a checkout) settles into one capture, asks whether the root is still the
+directory it captures (``lost``: if not, the thread ends), then captures under the workspace
+lock. A full or failing disk
 leaves the paths dirty, says so once per failure (a ``warning`` event), and is tried again a
 second later; the thread never dies of a failed capture.
 """
@@ -35,9 +37,10 @@ class CaptureThread:
         lock: threading.RLock,
         capture: Callable[[], None],
         announce: Notify,
+        lost: Callable[[], bool],
     ) -> None:
         self._root, self._dirty, self._lock = root, dirty, lock
-        self._capture, self._announce = capture, announce
+        self._capture, self._announce, self._lost = capture, announce, lost
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -52,6 +55,8 @@ class CaptureThread:
     def _run(self) -> None:
         while self._dirty.wait():
             time.sleep(DEBOUNCE_S)  # let a burst (a save, a checkout) settle into one capture
+            if self._lost():
+                return
             try:
                 with self._lock:
                     self._capture()

@@ -22,7 +22,7 @@ from snapd.capture import ingest, reader, scan
 from snapd.capture.counters import Counters
 from snapd.capture.events import Notify
 from snapd.capture.liverules import LiveRules
-from snapd.capture.scan import Progress
+from snapd.capture.scan import CountCallback
 from snapd.capture.statcache import StatCache
 from snapd.store import trees
 from snapd.store.batch import Batch
@@ -54,7 +54,7 @@ class Capturer:
         self.counters = Counters()  # full scans, lstats, files read: the cost of captures, counted
 
     def scan(
-        self, top: bytes, progress: Progress | None = None, *, trust_listings: bool = True
+        self, top: bytes, progress: CountCallback | None = None, *, trust_listings: bool = True
     ) -> set[bytes]:
         """What differs from the stat cache under ``top`` (b"" = all), reading no file."""
         tally = ingest.IgnoredTally()
@@ -164,7 +164,7 @@ class Capturer:
         return Walk(rels, unlistable)
 
     def read_walk(
-        self, batch: Batch, walk: Walk, report: ingest.Report, progress: Progress | None
+        self, batch: Batch, walk: Walk, report: ingest.Report, progress: CountCallback | None
     ) -> dict[bytes, trees.Change]:
         """Read what :meth:`walk_all` found into ``batch``, in parallel."""
         rels = walk.rels

@@ -43,6 +43,7 @@ class DirtySet:
         self._dirty = Dirty()
         self._cond = threading.Condition()
         self._stopping = False
+        self._root_event = False  # the root itself was deleted, moved or unmounted: wake up
 
     def add_events(
         self, events: list[WatchEvent], is_rule_file: Callable[[bytes], bool], known: Callable[[bytes], bool]
@@ -57,7 +58,8 @@ class DirtySet:
                     d.why.add("overflow")
                     continue
                 if ev.path == b"":
-                    continue  # the root itself: a mark will find it gone
+                    self._root_event |= ev.kind == "deleted"
+                    continue  # the root itself: the capture thread checks it
                 for path in (ev.path, ev.dest):
                     if path is None:
                         continue
@@ -108,10 +110,14 @@ class DirtySet:
             return d
 
     def wait(self) -> bool:
-        """Block until something is dirty (True) or :meth:`stop` is called (False)."""
+        """Block until something is dirty or the root itself had an event (True), or
+        :meth:`stop` is called (False)."""
         with self._cond:
-            while not self._stopping and not (self._dirty.paths or self._dirty.scan_dirs or self._dirty.full):
+            while not self._stopping and not (
+                self._dirty.paths or self._dirty.scan_dirs or self._dirty.full or self._root_event
+            ):
                 self._cond.wait()
+            self._root_event = False
             return not self._stopping
 
     def stop(self) -> None:

@@ -25,7 +25,7 @@ from snapd.capture.conditions import Conditions
 from snapd.capture.dirty import DirtySet
 from snapd.capture.events import Notify
 from snapd.capture.liverules import LiveRules
-from snapd.capture.scan import Progress
+from snapd.capture.scan import CountCallback
 from snapd.capture.watcher import Watcher
 from snapd.store.batch import Batch
 from snapd.store.records import Mark
@@ -53,7 +53,7 @@ class Recorder:
         self.watcher: Watcher | None = None
         self.scan_every_mark = False  # events cannot be trusted: every mark scans everything
 
-    def scan(self, top: bytes, progress: Progress | None = None, *, trust_listings: bool = True) -> None:
+    def scan(self, top: bytes, progress: CountCallback | None = None, *, trust_listings: bool = True) -> None:
         """Queue what differs from the stat cache under ``top`` (b"" = all), reading no file."""
         found = self._capturer.scan(top, progress, trust_listings=trust_listings)
         # A rule file changed while unobserved: the rules are rebuilt at the next settle.
@@ -158,7 +158,7 @@ class Recorder:
             return committed[0]
         return None
 
-    def catch_up(self, progress: Progress | None) -> Mark | None:
+    def catch_up(self, progress: CountCallback | None) -> Mark | None:
         """At start, watches in place: the baseline of a new workspace (returned), or a known
         one reconciled with the disk (what changed while snapd was down is captured)."""
         self.tree = self._store.head(self._id)
@@ -176,7 +176,7 @@ class Recorder:
         self.capture_dirty()
         return None
 
-    def baseline(self, progress: Progress | None) -> Mark:
+    def baseline(self, progress: CountCallback | None) -> Mark:
         """Read the whole root and commit it as the ``baseline`` mark (a new workspace)."""
         report = ingest.Report()
         walk = self._capturer.walk_all()

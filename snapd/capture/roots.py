@@ -147,7 +147,8 @@ def identity(root: Path) -> str:
         fd = os.open(os.fsencode(root), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         raise NotFound(
-            f"workspace root {root} no longer exists: recreate it, or `snapctl forget -w {root}`"
+            f"workspace root {root} no longer exists: move it back (or remount it) and "
+            f"`snapctl watch {root}`, or `snapctl forget -w {root}` to delete its history"
         ) from None
     try:
         st = os.fstat(fd)

@@ -23,7 +23,7 @@ from snapd.capture.counters import Counters
 from snapd.capture.reader import Ignored, list_dir, lstat, sig_of
 from snapd.capture.statcache import StatCache
 
-Progress = Callable[[int, int], None]
+CountCallback = Callable[[int, int], None]  # (done, total): how far a scan or baseline has come
 
 
 def scan(
@@ -34,7 +34,7 @@ def scan(
     descend: Callable[[bytes], bool],
     *,
     trust_listings: bool = True,
-    progress: Progress | None = None,
+    progress: CountCallback | None = None,
     counters: Counters | None = None,
 ) -> set[bytes]:
     """Paths under ``top`` (b"" = everything) that differ from ``cache`` or vanished.

@@ -41,7 +41,9 @@ class Watcher:
     ``should_watch_dir(rel_dir)`` is asked before a directory below the root gets a watch
     (the root is always watched); pass ``IgnoreRules.dir_may_contain_captured``. Entries of
     watched directories are reported whatever their name, except barrier cookies, which are
-    never delivered. ``max_watches`` simulates the kernel's watch limit (tests).
+    never delivered. ``max_watches`` is snapd's ``watch_limit`` setting: past it a directory
+    fails as at the kernel's limit (``ENOSPC``, counted in ``limit_failures``); the caller tells
+    the two causes apart by ``watch_count`` reaching it.
     """
 
     def __init__(

@@ -44,7 +44,8 @@ class WatchTable:
     """inotify watches of one root by watch descriptor and by path, on one inotify instance.
 
     ``should_watch_dir(rel_dir)`` is asked before a directory below the root gets a watch
-    (the root is always watched). ``max_watches`` simulates the kernel's watch limit.
+    (the root is always watched). ``max_watches`` is snapd's ``watch_limit`` setting: past
+    it a directory is refused as at the kernel's limit (``ENOSPC``).
     """
 
     def __init__(

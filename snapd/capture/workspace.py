@@ -40,7 +40,7 @@ from snapd.capture.dirty import DirtySet
 from snapd.capture.events import Notify, WatchEvent
 from snapd.capture.liverules import LiveRules
 from snapd.capture.recorder import Recorder
-from snapd.capture.scan import Progress
+from snapd.capture.scan import CountCallback
 from snapd.capture.statcache import StatCache
 from snapd.capture.watcher import Watcher
 from snapd.config import CaptureSettings
@@ -107,18 +107,21 @@ class Workspace:
         self.recorder = Recorder(
             store, ws_id, self.dirty, self.live_rules, self.capturer, self.conditions, self._announce
         )
-        self._thread = CaptureThread(root, self.dirty, self.lock, self.recorder.capture_dirty, self._announce)
+        self._thread = CaptureThread(
+            root, self.dirty, self.lock, self.recorder.capture_dirty, self._announce, self._stop_if_lost
+        )
         self.watcher: Watcher | None = None
         self.progress: tuple[int, int] | None = None  # (done, total) while starting
         self.root_id = ""
         self.recovered: dict[str, Any] | None = None  # what start-up recovery of a rollback did
+        self.lost: str | None = None  # the root vanished or was replaced: capture stopped (why)
 
     def _announce(self, kind: str, fields: dict[str, Any]) -> None:
         self.notify(kind, fields)  # looked up at each call: the daemon sets it after __init__
 
     # -- life cycle --------------------------------------------------------------------------
 
-    def start(self, progress: Progress | None = None) -> Mark | None:
+    def start(self, progress: CountCallback | None = None) -> Mark | None:
         """Watch, then capture the baseline (first time) or reconcile with the disk.
 
         Returns the baseline mark when one was taken.
@@ -185,12 +188,43 @@ class Workspace:
     def pending(self) -> int:
         return self.dirty.pending()
 
+    def root_problem(self) -> str | None:
+        """Why the root is unusable now (vanished, or another directory at its path), or
+        None. Once capture stopped for that reason (:attr:`lost`), that reason stands."""
+        if self.lost is not None:
+            return self.lost
+        try:
+            return roots.replaced(self.root, self.root_id)
+        except SnapdError as exc:  # NotFound: nothing is there
+            return exc.message
+
+    def _stop_if_lost(self) -> bool:
+        """Capture thread, before each capture: a root that vanished or was replaced stops
+        this workspace's capture for good. Its watches follow the old directory while the
+        paths name whatever is at the root now, so capturing on would write another
+        directory's state into this history. The history stays; the daemon says so once;
+        `status` shows the reason; marks are refused; `snapctl watch ROOT` starts it again."""
+        why = self.root_problem()
+        if why is None:
+            return False
+        self.lost = why
+        log.warning("workspace.lost", workspace=str(self.root), error=why)
+        self.notify("warning", {"message": f"capture stopped: {why}"})
+        self.dirty.take()
+        if self.watcher is not None:
+            self.watcher.stop()
+        return True
+
     # -- requests ----------------------------------------------------------------------------
 
     def _barrier(self) -> None:
         """Every change completed before now is in the dirty set (or a full rescan is queued)."""
         if (why := roots.replaced(self.root, self.root_id)) is not None:
             raise WorkspaceRefused(why)
+        if self.lost is not None:  # the directory is back, but capture stopped meanwhile
+            raise WorkspaceRefused(
+                f"snapd stopped capturing {self.root} ({self.lost}); `snapctl watch {self.root}` resumes it"
+            )
         if self.watcher is not None and self.watcher.limit_failures and not self.recorder.scan_every_mark:
             self._watch_shortfall()
         ok = self.watcher is not None and self.watcher.barrier(self.settings.barrier_timeout_s)
@@ -322,7 +356,7 @@ class Workspace:
             "skipped_examples": [os.fsdecode(p) for p in list(capturer.skipped)[:10]],
             "ignored": capturer.ignored.to_json(),
             "pending": self.pending(),
-            "watches": watcher.watch_count if watcher else 0,
+            "watches": watcher.watch_count if watcher and watcher.running else 0,
             "watch_failures": watcher.watch_failures if watcher else 0,
             "overflows": watcher.overflowed if watcher else 0,
             "hardlinks_rechecked": len(capturer.stats.loose_links()),

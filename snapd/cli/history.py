@@ -67,7 +67,7 @@ def cmd_history(args: argparse.Namespace, env: dict[str, str]) -> int:
     if r["pruned_before"] is not None:
         emit(
             f"  (versions captured before {when(r['pruned_before'])} were pruned by retention, "
-            f"which keeps {r['retention_days']:g} days"
+            f"which keeps {count(float(r['retention_days']), 'day')}"
             + (f"; {count(r['marks_pruned'], 'mark')} pruned too)" if r["marks_pruned"] else ")")
         )
     elif r["marks_pruned"]:

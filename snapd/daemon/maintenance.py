@@ -3,8 +3,8 @@
 History must not grow without bound just because nobody ran `snapctl gc`: a thread
 (``snapd-gc``) applies the retention policy and sweeps every ``gc_interval_s``, the first
 time after a tenth of it. A failure is logged and the next round runs as planned. The
-warnings of the last periodic run (a store over its budget) show in `status`, and a new one
-is announced once as a ``warning`` event.
+warnings of the last run, periodic or `snapctl gc` (a store over its budget), show in
+`status` until the next run, and a new one is announced once as a ``warning`` event.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ log = structlog.get_logger(__name__)
 class Maintenance:
     def __init__(self, store: Store, policy: Retention, interval_s: float, events: EventSink) -> None:
         self.store, self.policy, self.interval_s, self.events = store, policy, interval_s, events
-        self.warnings: list[str] = []  # from the last periodic GC (e.g. over budget)
+        self.warnings: list[str] = []  # from the last GC (e.g. over budget)
         self._stopping = threading.Event()
 
     def start(self) -> None:
@@ -37,8 +37,13 @@ class Maintenance:
         self._stopping.set()
 
     def collect(self) -> gc.GcReport:
-        """Apply retention and GC now (`snapctl gc`)."""
-        return gc.run(self.store, self.policy)
+        """Apply retention and GC now (`snapctl gc`, and each periodic run); its warnings
+        replace the ones `status` shows."""
+        rep = gc.run(self.store, self.policy)
+        for warning in set(rep.warnings) - set(self.warnings):
+            emit(self.events, "warning", None, {"message": warning})
+        self.warnings = list(rep.warnings)
+        return rep
 
     def would_evict(self) -> list[tuple[Mark, str]]:
         """The marks retention would evict now, with the reason (`snapctl gc --dry-run`)."""
@@ -56,9 +61,6 @@ class Maintenance:
             except Exception:
                 log.exception("gc.failed")
                 continue
-            for warning in set(rep.warnings) - set(self.warnings):
-                emit(self.events, "warning", None, {"message": warning})
-            self.warnings = list(rep.warnings)
             log.info(
                 "gc.done",
                 evicted=len(rep.evicted),

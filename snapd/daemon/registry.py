@@ -129,12 +129,18 @@ class Registry:
             others = [(Path(os.fsdecode(w.root)), w.watching) for w in self.store.workspaces()]
             root = roots.validate(path, self.homes, self.own_dirs, others)
             existing = next((ws for ws in self._live.values() if ws.root == root), None)
-            if existing is None:
+            restart = None
+            if existing is not None and (existing.lost is not None or existing.id in self._errors):
+                existing.stop()
+                restart = self._add_live(existing.id, existing.root)
+            elif existing is None:
                 ws_id = self.store.add_workspace(os.fsencode(root))
                 workspace = self._workspace(ws_id, root)
                 ready = threading.Event()
                 self._live[ws_id], self._ready[ws_id] = workspace, ready
                 self._errors.pop(ws_id, None)
+        if restart is not None:
+            return self._restart(*restart)
         if existing is not None:
             self._wait_ready(existing.id)
             return existing, None
@@ -153,6 +159,23 @@ class Registry:
         emit(self.events, "workspace.watched", root,
              {"resumed": False, "baseline": mark_json(baseline) if baseline else None})
         return workspace, baseline
+
+    def _restart(self, workspace: Workspace, ready: threading.Event) -> tuple[Workspace, None]:
+        """`snapctl watch ROOT` of a workspace in error (its root vanished or was replaced
+        while watched, or it failed to start), already swapped for a fresh one: start it, as a
+        restart of the daemon would. The same directory back (moved back, remounted) resumes
+        with a reconcile scan; another one is refused as at start-up, and stays in error."""
+        try:
+            workspace.start()
+        except SnapdError as exc:
+            with self._lock:
+                self._errors[workspace.id] = exc.message
+            raise
+        finally:
+            ready.set()
+        log.info("workspace.resumed", workspace=str(workspace.root))
+        emit(self.events, "workspace.watched", workspace.root, {"resumed": True, "baseline": None})
+        return workspace, None
 
     def unwatch(self, ws_id: int, root: Path) -> None:
         """Stop watching a workspace (its history stays); ``busy`` while it is starting."""
@@ -238,7 +261,7 @@ class Registry:
             errors = dict(self._errors)
             ready = {k: v.is_set() for k, v in self._ready.items()}
         for ws_id, running in live.items():
-            if ready.get(ws_id) and ws_id not in errors and (why := _root_problem(running)):
+            if ready.get(ws_id) and ws_id not in errors and (why := running.root_problem()):
                 errors[ws_id] = why
         return live, errors, ready
 
@@ -254,16 +277,6 @@ def _auto_root(where: Path) -> Path:
         where = vcs.parent
     top = git.git_toplevel(where) if where.is_dir() else None
     return top or where
-
-
-def _root_problem(ws: Workspace) -> str | None:
-    """Why a running workspace's root is unusable now (vanished, or replaced by another
-    directory), or None: `status` reports it at once, not after a restart; its marks fail
-    with the same reason."""
-    try:
-        return roots.replaced(ws.root, ws.root_id)
-    except NotFound as exc:
-        return exc.message
 
 
 def relative_path(root: Path, path: bytes, cwd: bytes | None = None) -> bytes:

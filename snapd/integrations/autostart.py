@@ -1,8 +1,9 @@
 """Starting the daemon from an agent's hook, when none is running.
 
 A user who integrated an agent expects marks without having started anything. The hook starts
-the daemon through the systemd user unit when it is installed (``snapd install-service``), so
-the service manager owns it; otherwise it runs this installation's own interpreter,
+the daemon through the systemd user unit when it is installed (``snapd install-service``) for
+the same store (the unit's ``SNAPD_HOME`` and ``XDG_DATA_HOME`` are the hook's), so the service
+manager owns it; otherwise it runs this installation's own interpreter,
 ``sys.executable -m snapd start --background`` — never a ``snapd`` found on PATH, which may be
 Ubuntu's snap daemon — in a new session (``setsid``: the agent's terminal and process group
 are not its own), from ``/`` (it must not hold the agent's directory busy), with a scrubbed
@@ -14,6 +15,7 @@ at once harmless. ``auto_start = false`` in the config turns this off.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -37,18 +39,44 @@ def scrubbed(env: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def unit_installed(env: Mapping[str, str]) -> bool:
+#: The variables that choose the store (and so the socket): a unit written with other values
+#: serves another store, and starting it would leave this hook waiting on the wrong one.
+STORE_VARIABLES = ("SNAPD_HOME", "XDG_DATA_HOME")
+
+
+def unit_path(env: Mapping[str, str]) -> Path:
     home = Path(env.get("HOME") or os.path.expanduser("~"))
     config_home = env.get("XDG_CONFIG_HOME", "")
     base = Path(config_home) if os.path.isabs(config_home) else home / ".config"
-    return (base / "systemd" / "user" / SERVICE_UNIT).is_file()
+    return base / "systemd" / "user" / SERVICE_UNIT
+
+
+def unit_environment(text: str) -> dict[str, str]:
+    """The ``Environment="NAME=VALUE"`` lines ``snapd install-service`` wrote, unquoted."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith('Environment="') and line.endswith('"'):
+            body = re.sub(r"\\(.)", r"\1", line[len('Environment="'):-1]).replace("%%", "%")
+            name, _, value = body.partition("=")
+            out[name] = value
+    return out
+
+
+def unit_serves(env: Mapping[str, str]) -> bool:
+    """Whether the installed unit serves the store this hook's environment names."""
+    try:
+        text = unit_path(env).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    written = unit_environment(text)
+    return all(written.get(k, "") == env.get(k, "") for k in STORE_VARIABLES)
 
 
 def start(env: Mapping[str, str], timeout_s: float) -> str:
     """Start a daemon; returns how (for the log). Does not wait for it to answer."""
     clean = scrubbed(env)
     systemctl = shutil.which("systemctl", path=env.get("PATH"))
-    if systemctl and unit_installed(env):
+    if systemctl and unit_serves(env):
         try:
             done = subprocess.run(
                 [systemctl, "--user", "start", SERVICE_UNIT], env=clean, cwd="/", timeout=timeout_s,

@@ -49,7 +49,10 @@ def _save(hooks_dir: Path, agent: str, data: dict[str, Any]) -> None:
     ensure_private_dir(hooks_dir)
     target = _path(hooks_dir, agent)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data), encoding="utf-8")
+    # 0600 like everything else of the user's that snapd writes: it names their directories
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(json.dumps(data))
     os.replace(tmp, target)
 
 

@@ -172,6 +172,8 @@ def run(args: Sequence[str], env: Mapping[str, str], stdin: BinaryIO) -> tuple[s
     except SnapdError as exc:
         return integration.reply(event, ""), [exc.message]
     state = Run(integration, scope, config, env)
+    for warning in config.warnings:  # a broken setting or a misspelled SNAPD_* name: said, not fatal
+        state.warn(warning, failure=False)
     try:
         event = integration.parse(_payload(args[1:], stdin), args[1:])
         state.limit(integration.timeout_s(event.name))

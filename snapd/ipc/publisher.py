@@ -10,6 +10,7 @@ its logging.
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 import uuid
@@ -19,8 +20,8 @@ from typing import Any
 import structlog
 import zmq
 
-from snapd.config import ensure_private_dir, remove_socket
-from snapd.errors import SnapdError
+from snapd.config import ensure_private_dir, remove_socket, socket_identity
+from snapd.errors import AlreadyRunning, SnapdError
 from snapd.ipc import protocol
 from snapd.ipc.events import KINDS, topic
 from snapd.paths import encode_path
@@ -36,8 +37,15 @@ def bind_private(
     what: str,
 ) -> zmq.Socket[bytes]:
     """A ``kind`` socket bound at the ipc ``endpoint``, whose directory is made private first
-    (0700: the directory is the access check). ``what`` names the failure: "cannot WHAT at"."""
-    ensure_private_dir(Path(endpoint[len("ipc://"):]).parent)
+    (0700: the directory is the access check). ``what`` names the failure: "cannot WHAT at".
+
+    ZeroMQ's bind silently takes an ipc path over from whoever listens there. The instance
+    lock keeps two daemons of one store apart; a path that answers a connection belongs to a
+    live daemon of another store (same runtime directory, other data directory) and is
+    refused. A socket file nobody answers on (a daemon killed with -9) is taken over."""
+    path = Path(endpoint[len("ipc://"):])
+    ensure_private_dir(path.parent)
+    _refuse_if_answered(path)
     sock = ctx.socket(kind)
     sock.setsockopt(zmq.LINGER, 0)
     for option, value in options.items():
@@ -49,6 +57,20 @@ def bind_private(
         raise SnapdError(f"cannot {what} at {endpoint}: {e}") from None
     return sock
 
+
+def _refuse_if_answered(path: Path) -> None:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    probe.settimeout(2.0)
+    try:
+        probe.connect(os.fsencode(path))
+    except OSError:
+        return  # no socket there, or nobody behind it
+    finally:
+        probe.close()
+    raise AlreadyRunning(
+        f"another snapd is listening at {path}: a daemon of another store that uses the same "
+        "runtime directory. Stop it first, or give each store its own (SNAPD_HOME, or "
+        "XDG_RUNTIME_DIR)", path=str(path))
 
 
 class Publisher:
@@ -62,11 +84,13 @@ class Publisher:
         self._seq: dict[bytes, int] = {}
         self._ctx: zmq.Context[zmq.Socket[bytes]] | None = None
         self._sock: zmq.Socket[bytes] | None = None
+        self._bound: tuple[int, int] | None = None  # the socket file we bound (we remove only it)
 
     def start(self) -> None:
         self._ctx = zmq.Context()
         opts = {zmq.SNDHWM: self._hwm}
         self._sock = bind_private(self._ctx, zmq.PUB, self.endpoint, opts, "publish events")
+        self._bound = socket_identity(Path(self.endpoint[len("ipc://"):]))
         log.info("events.publishing", endpoint=self.endpoint, instance=self.instance, hwm=self._hwm)
 
     def publish(self, kind: str, workspace: str | None, fields: dict[str, Any]) -> None:
@@ -97,4 +121,4 @@ class Publisher:
         sock.close(linger=0)
         assert self._ctx is not None
         self._ctx.term()
-        remove_socket(Path(self.endpoint[len("ipc://"):]))
+        remove_socket(Path(self.endpoint[len("ipc://"):]), self._bound)

@@ -35,7 +35,7 @@ from typing import Any
 import structlog
 import zmq
 
-from snapd.config import remove_socket, write_endpoint_file
+from snapd.config import remove_socket, socket_identity, write_endpoint_file
 from snapd.errors import (
     BadRequest,
     Busy,
@@ -136,6 +136,7 @@ class ControlServer:
         os.set_blocking(self._wake_w, False)
         self._ctx = zmq.Context()
         self._sock: zmq.Socket[bytes] | None = None
+        self._bound: tuple[int, int] | None = None  # the socket file we bound (we remove only it)
         self._thread: threading.Thread | None = None
         self._drain_s = 30.0
         self._received_at = 0.0  # when the loop took the message being handled off the socket
@@ -147,6 +148,7 @@ class ControlServer:
         # libzmq drops (and disconnects) a peer that sends a bigger frame before we see it.
         opts = {zmq.MAXMSGSIZE: self._max_bytes}
         self._sock = bind_private(self._ctx, zmq.ROUTER, self.endpoint, opts, "listen")
+        self._bound = socket_identity(Path(self.endpoint[len("ipc://"):]))
         if self._endpoint_file_dir is not None:
             write_endpoint_file(self._endpoint_file_dir, self.endpoint)
         self._thread = threading.Thread(target=self._loop, name="snapd-server", daemon=True)
@@ -223,7 +225,7 @@ class ControlServer:
         if self._endpoint_file_dir is not None:
             with contextlib.suppress(OSError):
                 (self._endpoint_file_dir / "endpoint").unlink()
-        remove_socket(Path(self.endpoint[len("ipc://"):]))
+        remove_socket(Path(self.endpoint[len("ipc://"):]), self._bound)
         log.info("server.stopped", endpoint=self.endpoint)
 
     def _receive_all(self, sock: zmq.Socket[bytes]) -> None:
@@ -295,10 +297,11 @@ class ControlServer:
             if entry is None:  # cannot happen: pending entries are never evicted
                 continue
             entry.reply, entry.done_at = reply, time.monotonic()
+            # recorded before the reply leaves: a client that has its reply finds it counted
+            self.timings.record(entry.op, entry.done_at - entry.received_at)
             for envelope in entry.waiters:
                 self._send(sock, envelope, reply)
             entry.waiters.clear()
-            self.timings.record(entry.op, time.monotonic() - entry.received_at)
 
     def _send(self, sock: zmq.Socket[bytes], envelope: list[bytes], reply: bytes) -> None:
         try:

@@ -12,6 +12,7 @@ import os
 import stat
 from collections.abc import Callable, Sequence
 
+from snapd.display import count
 from snapd.rollback.ops import Op
 from snapd.store import safeio
 from snapd.store.objects import parse_key
@@ -28,7 +29,7 @@ def describe_state(st: os.stat_result | None) -> str:
     if st is None:
         return "it is gone"
     kind = _KINDS.get(stat.S_IFMT(st.st_mode), "special file")
-    return f"it is now a {kind} (mode {stat.S_IMODE(st.st_mode):04o}, {st.st_size} bytes)"
+    return f"it is now a {kind} (mode {stat.S_IMODE(st.st_mode):04o}, {count(st.st_size, 'byte')})"
 
 
 class Contents:

@@ -17,6 +17,7 @@ import os
 import structlog
 
 from snapd.capture.workspace import Workspace
+from snapd.display import count
 from snapd.errors import SnapdError
 from snapd.rollback.apply import recover
 
@@ -35,8 +36,8 @@ def finish_interrupted(ws: Workspace) -> None:
     if result is None:
         return
     note = (
-        f"a rollback {why} was finished: {len(result.applied)} paths restored, "
-        f"{len(result.conflicts)} conflicts, {result.temps_removed} temp files removed"
+        f"a rollback {why} was finished: {count(len(result.applied), 'path')} restored, "
+        f"{count(len(result.conflicts), 'conflict')}, {count(result.temps_removed, 'temp file')} removed"
     )
     ws.warnings.append(note)
     ws.recovered = {
