@@ -234,6 +234,7 @@ class Catalog:
         self._init_schema()
         # Checkpoints run on their own thread (snapd.store.checkpoint), not in a mark's COMMIT.
         self._w.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_PAGES}")
+        self._w.execute("PRAGMA journal_size_limit=0")  # the log's length is its content's
         page_size = int(self._w.execute("PRAGMA page_size").fetchone()[0])
         self._checkpointer = Checkpointer(path, _connect, page_size)
         self._lock = threading.RLock()

@@ -58,6 +58,11 @@ class Checkpointer:
         self._thread.join()
 
     def _long(self) -> bool:
+        """Whether the log holds WAL_PAGES pages. Its file's length says so because the writer
+        sets ``journal_size_limit=0``: when SQLite starts the log over after a checkpoint, it
+        truncates the file, which would otherwise keep its length and look long forever. (The
+        log's own files are only ``stat``ed here, never opened: closing a descriptor of a file
+        SQLite locks would drop this process's POSIX locks on it.)"""
         try:
             return os.stat(self._wal).st_size >= self._threshold
         except OSError:
