@@ -441,3 +441,133 @@ def test_an_inexpressible_line_is_dropped_and_the_rest_still_apply() -> None:
     git takes it as "z", so snapd captures a file named z that git ignores (the safe side)."""
     r = rules({b"": b"[z-a]\n*.log\n!keep.log\n"})
     assert [n for n in ("a.log", "keep.log", "m", "z") if r.is_ignored(n.encode())] == ["a.log"]
+
+
+# Each shape of compiled pattern matched its own way (a path itself, directories only, strictly
+# below, every path, every directory, every nested path), with a negation where the shape's
+# reach would otherwise hide a mistake. Verdicts taken from `git check-ignore` (git 2.39) on
+# these files and directories; fast, so mutmut runs it (the random comparison is too slow).
+# Written to kill the mutants mutmut found surviving in the pattern kinds (docs/reliability.md).
+SHAPES: list[tuple[bytes, list[tuple[bytes, bool, bool]]]] = [
+    # (.gitignore, [(path, is_dir, ignored)])
+    (
+        b"*\n!keep\n",
+        [(b"x", False, True), (b"keep", False, False), (b"d", True, True), (b"d/keep", False, True)],
+    ),
+    (
+        b"*/\n!keep/\n",
+        [(b"x", False, False), (b"d", True, True), (b"keep", True, False), (b"keep/x", False, False),
+         (b"keep/sub", True, True), (b"keep/sub/f", False, True)],
+    ),
+    (
+        b"**/*/**\n",
+        [(b"x", False, False), (b"d", True, False), (b"d/x", False, True), (b"d/e", True, True)],
+    ),
+    (
+        b"*/**\n!d/keep\n",
+        [(b"x", False, False), (b"d", True, False), (b"d/x", False, True), (b"d/keep", False, False),
+         (b"d/e", True, True)],
+    ),
+    (
+        b"a/**\n!a/keep\n",
+        [(b"a", True, False), (b"a/x", False, True), (b"a/keep", False, False), (b"b/a", True, False),
+         (b"b/a/x", False, False)],
+    ),
+    (
+        b"a/\n",
+        [(b"a", True, True), (b"s/a", True, True), (b"s/a/x", False, True), (b"b", True, False),
+         (b"b/a", False, False)],
+    ),
+    (b"a\n!s/a\n", [(b"a", False, True), (b"s/a", False, False), (b"t/a", True, True), (b"s", True, False)]),
+    (  # "a/*" matches only a's children, not what lies deeper: a/b/c stays captured
+        b"a/*\n!a/b/\n",
+        [(b"a", True, False), (b"a/x", False, True), (b"a/b", True, False), (b"a/b/c", False, False)],
+    ),
+    (  # trailing spaces are not part of a pattern
+        b"a/**/ \n",
+        [(b"a", True, False), (b"a/x", False, False), (b"a/d", True, True), (b"a/d/f", False, True)],
+    ),
+    (b"my file.txt\n", [(b"my file.txt", False, True), (b"my", False, False), (b"file.txt", False, False)]),
+    (
+        b"a/**/\n",
+        [(b"a", True, False), (b"a/x", False, False), (b"a/d", True, True), (b"a/d/e", True, True),
+         (b"a/d/f", False, True)],
+    ),
+]
+
+
+@pytest.mark.parametrize("gitignore,cases", SHAPES, ids=[s[0].decode().replace("\n", " ") for s in SHAPES])
+def test_each_pattern_shape_matches_as_git_does(
+    gitignore: bytes, cases: list[tuple[bytes, bool, bool]]
+) -> None:
+    r = rules({b"": gitignore})
+    got = [(path, is_dir, r.is_ignored(path, is_dir)) for path, is_dir, _ in cases]
+    assert got == cases
+
+
+@needs_git
+def test_outside_rule_files_are_the_exclude_and_each_gitignore_above_the_root(
+    tmp_path: Path, git_env: None
+) -> None:
+    """A watcher of the tree never sees these change, so the daemon stats them (present or not)."""
+    from snapd.capture.ignore import outside_rule_files
+
+    top = tmp_path / "repo"
+    (top / "pkg" / "sub" / "ws").mkdir(parents=True)
+    git(top, "init", "-q")
+    t = os.fsencode(top)
+    assert outside_rule_files(top / "pkg" / "sub" / "ws") == [
+        t + b"/.git/info/exclude",
+        t + b"/.gitignore",
+        t + b"/pkg/.gitignore",
+        t + b"/pkg/sub/.gitignore",
+    ]
+    assert outside_rule_files(top) == [t + b"/.git/info/exclude"]
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    assert outside_rule_files(plain) == []
+
+
+def test_anchored_patterns_are_relative_to_their_own_gitignore() -> None:
+    """A nested .gitignore's "/x" means its own directory's x; with the workspace a subdirectory
+    of a work tree (``prefix``), the root's and the outer files' anchors still land right."""
+    r = rules({b"sub": b"/x\n"})
+    assert r.is_ignored(b"sub/x") and not r.is_ignored(b"x") and not r.is_ignored(b"sub/y/x")
+    r = rules(
+        {b"": b"/top\n", b"sub": b"/x\n"},
+        prefix=b"/pkg/ws/",
+        outer_gitignores=((b"", b"/pkg/ws/from-top\n"), (b"pkg", b"/ws/from-pkg\n")),
+    )
+    for rel in (b"top", b"sub/x", b"from-top", b"from-pkg"):
+        assert r.reason(rel) == "gitignore", rel
+    assert not r.is_ignored(b"sub/top") and not r.is_ignored(b"x")
+
+
+def test_extra_patterns_configs_own_reasons_and_negations() -> None:
+    r = rules(extra_patterns=["cache/", "*.tmp", "!keep.tmp"])
+    assert r.reason(b"cache", True) == "config" and r.reason(b"cache", False) is None
+    assert r.reason(b"x.tmp") == "config" and r.reason(b"keep.tmp") is None
+    assert not rules({b"": b"build/\n"}).is_ignored(b"build")  # a file, unless said otherwise
+
+
+def test_submodules_and_snapds_own_names_deep_down() -> None:
+    r = rules({b"": b"vendor/\n"}, tracked=frozenset({b"vendor/lib"}))  # a submodule: a tracked directory
+    assert r.dir_may_contain_captured(b"vendor/lib") and r.dir_may_contain_captured(b"vendor")
+    assert not r.dir_may_contain_captured(b"a/b/.snapd-0123~")
+    assert r.reason(b".claude/settings.local.json") == "snapd"
+
+
+def test_rule_inputs_keep_tracked_names_with_newlines_and_rebuild_the_snapdignore() -> None:
+    inputs = RuleInputs(tracked=frozenset({b"odd\nname", b"a"}))
+    assert RuleInputs.decode(inputs.encode()) == inputs
+    again = IgnoreRules.from_inputs(inputs, {}.get, b"big/\n")
+    assert again.reason(b"big/x") == "snapdignore"
+    with pytest.raises(ValueError, match="^not a rule-inputs record$"):
+        RuleInputs.decode(b"snapd-rules-0\n{}")
+
+
+def test_load_outside_a_repository_anchors_at_the_root(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    write(root / ".gitignore", b"/top.o\n")
+    r = IgnoreRules.load(root)
+    assert r.is_ignored(b"top.o") and not r.is_ignored(b"a/top.o")

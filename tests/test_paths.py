@@ -86,3 +86,40 @@ def test_the_limits_of_labels_and_references() -> None:
     assert refs.parse_ref("turn") == refs.Ref("turn", 0, False)
     with pytest.raises(UsageError, match="too short: give at least 4"):
         refs.parse_ref("1ab")
+
+
+# Written to kill the mutants mutmut found surviving in store/refs.py (docs/reliability.md): what
+# a person is told when a label or a reference is refused, word for word.
+@pytest.mark.parametrize(
+    "label, message",
+    [
+        ("", "a mark label cannot be empty"),
+        ("a b", "mark label 'a b' contains whitespace or control characters"),
+        (
+            "@home",
+            "mark label '@home' starts with '@', which is reserved for time references (@10m, @yesterday…)",
+        ),
+        ("a~b", "mark label 'a~b' contains '~', which references use for 'N before'"),
+        (
+            "1abc",
+            "mark label '1abc' looks like a mark id: labels that start with a digit need another character, "
+            "such as '-' or an upper-case letter",
+        ),
+    ],
+)
+def test_a_refused_label_says_why(label: str, message: str) -> None:
+    with pytest.raises(UsageError) as info:
+        refs.validate_label(label)
+    assert info.value.message == message
+
+
+def test_a_time_or_nothing_is_not_a_mark_reference() -> None:
+    with pytest.raises(UsageError) as info:
+        refs.parse_ref("@10m")
+    assert info.value.message == (
+        "@10m is a time, and this needs a mark (an id or a label): times are taken by rollback, diff and "
+        "cat. A mark labelled with a leading @ before snapd reserved it is reached by its id (`snapctl log`)"
+    )
+    with pytest.raises(UsageError) as info:
+        refs.parse_ref("")
+    assert info.value.message == "an empty mark reference"

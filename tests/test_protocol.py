@@ -209,3 +209,75 @@ def test_every_error_class_registers_itself_and_is_in_the_documented_table() -> 
         for code in re.findall(r"`([a-z_]+)`", cells[0]):
             documented[code] = int(cells[-1])
     assert documented == {code: cls.exit_code for code, cls in errors.ALL_ERRORS.items()}
+
+
+# Written to kill the mutants mutmut found surviving here (docs/reliability.md): the refusals'
+# exact words and details, the size and id limits at their edges, the version hint both ways.
+
+
+@pytest.mark.parametrize(
+    "data, message, details",
+    [
+        (raw(version="1"), "'version' must be an integer, got a string", {}),
+        (raw(args=[]), "'args' must be a JSON object, got an array", {}),
+        (raw(extra=1, more=2), "unknown request field(s): extra, more", {}),
+        (b"\xff", "request is not UTF-8 text", {}),
+        (
+            raw(op="forget", args={"x": 1}),
+            "forget: unknown argument 'x' (accepted: cwd, dry_run, workspace)",
+            {"arg": "x"},
+        ),
+        (raw(op="mark", args={}), "mark: missing required argument 'label'", {"arg": "label"}),
+        (
+            raw(op="gc", args={"dry_run": 1}),
+            "gc: argument 'dry_run' must be a boolean, got a number",
+            {"arg": "dry_run"},
+        ),
+        (
+            raw(op="mark", args={"label": "m", "late_after_s": "soon"}),
+            "mark: argument 'late_after_s' must be a number, got a string",
+            {"arg": "late_after_s"},
+        ),
+        (
+            raw(op="mark", args={"label": "m", "late_after_s": True}),
+            "mark: argument 'late_after_s' must be a number, got a boolean",
+            {"arg": "late_after_s"},
+        ),
+    ],
+)
+def test_refusals_word_for_word(data: bytes, message: str, details: dict[str, Any]) -> None:
+    with pytest.raises(BadRequest) as info:
+        protocol.parse_request(data, MAX)
+    assert (info.value.message, info.value.details) == (message, details)
+
+
+def test_limits_at_their_edges() -> None:
+    data = raw()
+    assert protocol.parse_request(data, len(data)).op == "ping"  # exactly the limit: accepted
+    longest = "x" * protocol.MAX_ID_LENGTH
+    assert protocol.parse_request(raw(id=longest), MAX).id == longest
+    assert protocol.salvage_id(raw(id=longest)) == longest
+    assert protocol.salvage_id(raw(id=longest + "x")) is None and protocol.salvage_id(raw(id=7)) is None
+
+
+def test_a_number_argument_arrives_as_a_float() -> None:
+    req = protocol.parse_request(raw(op="mark", args={"label": "m", "late_after_s": 3}), MAX)
+    assert req.args["late_after_s"] == 3.0 and isinstance(req.args["late_after_s"], float)
+
+
+def test_the_version_hint_says_which_side_is_older() -> None:
+    with pytest.raises(ProtocolMismatch) as info:
+        protocol.parse_request(raw(version=2), MAX)
+    assert info.value.details == {"daemon": 1, "client": 2}
+    assert protocol.mismatch_message(2, 1) == (
+        "daemon speaks protocol 2, client speaks 1: "
+        "upgrade the client, or restart the daemon from the matching version"
+    )
+    assert protocol.mismatch_message(None, 2).endswith("restart the daemon from the matching version")
+
+
+def test_error_replies_carry_the_version_and_escape_surrogates_in_lists() -> None:
+    err = BadRequest("bad", paths=["ok", "\udcff"])
+    assert protocol.error_reply("i", err) == {"id": "i", "ok": False, "version": 1, "error": err.to_wire()}
+    reply = json.loads(protocol.encode_error_reply("i", err))
+    assert reply["error"]["details"]["paths"] == ["ok", "\\udcff"]

@@ -360,3 +360,587 @@ def test_plan_turns_current_into_target(
     for top in only:
         inside = lambda p, top=top: p == top or p.startswith(top + b"/")  # noqa: E731
         assert {p: v for p, v in result.items() if inside(p)} == {p: v for p, v in want.items() if inside(p)}
+
+
+# -- the branches of plan() the end-to-end tests reach and mutmut does not --------------------
+# Written to kill the mutants mutmut found surviving in plan() (docs/reliability.md).
+
+
+def ops_of(p: Plan) -> list[tuple[str, bytes, str | None]]:
+    return [(op.kind, op.path, op.forced) for op in p.ops]
+
+
+def test_an_uncapturable_path_that_did_not_exist_at_the_mark_says_why_and_force_removes_it() -> None:
+    """Regression: the reason was lost (``not captured (None)``) and the forced removal carried
+    no reason, so apply compared it with "absent" and reported a conflict instead of removing it."""
+    m = Mem()
+    target = m.tree({b"a": f("a")})
+    current = m.tree({b"a": f("a")})
+    unc = {b"huge": "over the size cap", b"d/unreadable": "permission denied"}
+    p = plan(m.load, current, target, uncapturable=unc)
+    assert p.ops == () and p.left == ()
+    assert dict(p.kept) == {
+        b"huge": "not captured (over the size cap): did not exist at the mark",
+        b"d/unreadable": "not captured (permission denied): did not exist at the mark",
+    }
+    forced = plan(m.load, current, target, uncapturable=unc, force=True)
+    assert ops_of(forced) == [
+        ("remove", b"d/unreadable", "permission denied"),
+        ("remove", b"huge", "over the size cap"),
+    ]
+    assert forced.kept == () and forced.counts["delete"] == 2
+
+
+def test_what_the_marks_rules_ignore_is_left_unless_the_mark_knows_it_was_absent() -> None:
+    m = Mem()
+    target = m.tree({b"a": f("a")})
+    current = m.tree(
+        {b"a": f("a"), b".env": f("secret"), b"build/x.o": f("o"), b"new": f("n"), b"link": ln("x")}
+    )
+
+    def ignores(path: bytes, is_dir: bool) -> str | None:  # ".env", "x.log", "build/" (directories only)
+        return (
+            "gitignore" if path in (b".env", b"x.log") or (is_dir and path in (b"build", b"link")) else None
+        )
+
+    p = plan(m.load, current, target, target_ignores=ignores)
+    assert ops_of(p) == [("remove", b"new", None)]
+    assert dict(p.left) == {
+        b".env": "ignored at the mark (gitignore)",
+        b"build": "ignored at the mark (gitignore)",
+    }
+    # a symlink named like an ignored directory: one may have been there at M, unrecorded
+    assert dict(p.kept) == {
+        b"link": "the mark's rules ignore a directory of this name (gitignore): one may have been there, "
+        "so this is left as it is"
+    }
+    # what a pre-rollback mark knows it did not hold (its rollback created it) goes whatever the rules
+    current = m.tree(
+        {
+            b"a": f("a"),
+            b".env": f("s"),
+            b"build/x.o": f("o"),
+            b"new": f("n"),
+            b"link": ln("x"),
+            b"x.log": f("l"),
+        }
+    )
+    made = plan(m.load, current, target, target_ignores=ignores, absent=[b".env", b"build", b"link"])
+    assert ops_of(made) == [
+        ("remove", b".env", None),
+        ("remove", b"build/x.o", None),
+        ("remove", b"link", None),
+        ("remove", b"new", None),
+        ("rmdir", b"build", None),
+    ]
+    assert made.kept == () and made.left == ((b"x.log", "ignored at the mark (gitignore)"),)
+    assert made.counts["delete"] == 5
+
+
+def test_a_directory_holding_what_the_marks_rules_ignore_stays() -> None:
+    """It is ``left`` when M has nothing there, ``kept`` when M has a file in its place."""
+    m = Mem()
+    target = m.tree({b"a": f("a"), b"out": f("M had a file here")})
+    current = m.tree({b"a": f("a"), b"cache/x": f("x"), b"out/y": f("y"), b"gone/z": f("z")})
+    below = {
+        b"cache": [(b"cache/.env", "ignored at the mark (gitignore)")],
+        b"out": [(b"out/debug.log", "ignored at the mark (exclude)")],
+    }
+    p = plan(m.load, current, target, ignored_below=lambda d: below.get(d, []))
+    assert ops_of(p) == [
+        ("remove", b"cache/x", None),
+        ("remove", b"gone/z", None),
+        ("remove", b"out/y", None),
+        ("rmdir", b"gone", None),
+    ]
+    assert dict(p.kept) == {b"out": "holds out/debug.log, ignored at the mark"}
+    assert dict(p.left) == {
+        b"cache": "holds cache/.env, ignored at the mark",
+        b"cache/.env": "ignored at the mark (gitignore)",
+        b"out/debug.log": "ignored at the mark (exclude)",
+    }
+    assert p.counts == {"restore": 0, "recreate": 0, "delete": 4, "mode": 0, "type": 0}
+
+
+def test_a_directory_that_cannot_be_listed_now_is_kept_with_or_without_force() -> None:
+    m = Mem()
+    target = m.tree({b"locked/a": f("a"), b"locked/b": f("b"), b"other": f("o")})
+    current = m.tree({b"locked": Dir(0o000, listed=False), b"locked/a": f("A"), b"other": f("O")})
+    for force in (False, True):
+        p = plan(m.load, current, target, uncapturable={b"locked": "permission denied"}, force=force)
+        assert ops_of(p) == [("write", b"other", None)]
+        assert p.kept == ((b"locked", "cannot be listed now (permission denied): what it holds is unknown"),)
+        assert p.left == ()
+    # M has a file there: not a directory whose contents M knows, so the usual rule keeps it
+    target = m.tree({b"locked": f("a file at M"), b"other": f("o")})
+    p = plan(m.load, current, target, uncapturable={b"locked": "permission denied"})
+    assert dict(p.kept) == {
+        b"locked": "permission denied",
+        b"locked/a": "inside locked, not captured: permission denied",
+    }
+
+
+def test_what_lies_in_a_directory_unlisted_at_the_mark_is_left() -> None:
+    m = Mem()
+    target = m.tree({b"locked": Dir(0o000, listed=False), b"locked/a": f("a")})
+    # listed now: what is new inside may have been there at M
+    current = m.tree({b"locked/a": f("a"), b"locked/n": f("n"), b"locked/nd/x": f("x")})
+    p = plan(m.load, current, target)
+    assert [(op.kind, op.path) for op in p.ops] == [("chmod", b"locked")]
+    assert dict(p.left) == {
+        b"locked/n": "inside locked, which could not be listed at the mark",
+        b"locked/nd": "inside locked, which could not be listed at the mark",
+    }
+    # unlisted then and now: left by name
+    current = m.tree({b"locked": Dir(0o000, listed=False), b"locked/a": f("a"), b"locked/n": f("n")})
+    both = plan(m.load, current, target, uncapturable={b"locked": "permission denied"})
+    assert both.ops == () and both.kept == ()
+    assert dict(both.left) == {
+        b"locked": "could not be listed at the mark, nor now: what it holds is left as it is",
+        b"locked/n": "inside locked, which could not be listed at the mark",
+    }
+    # an uncapturable path inside it that M's listing could not show: left too, even forced
+    hidden = plan(m.load, current, target, uncapturable={b"locked/huge": "over the size cap"}, force=True)
+    assert ("locked/huge", "inside locked, which could not be listed at the mark") in [
+        (p.decode(), why) for p, why in hidden.left
+    ]
+    assert all(op.path != b"locked/huge" for op in hidden.ops)
+
+
+def test_a_path_not_captured_at_the_mark_is_never_replaced_even_forced() -> None:
+    m = Mem()
+    target = m.tree(
+        {
+            b"fifo": trees.uncaptured("a FIFO", 0o644, 0, (1, 2)),
+            b"d": trees.uncaptured("over the size cap", 0o644, 10, (3, 4)),
+            b"same": trees.uncaptured("a socket", 0o755, 0, (5, 6)),
+        }
+    )
+    current = m.tree(
+        {
+            b"fifo": f("now a file"),
+            b"d/inner": f("i"),
+            b"same": trees.uncaptured("a socket", 0o755, 0, (5, 6)),
+        }
+    )
+    for force in (False, True):
+        p = plan(m.load, current, target, force=force)
+        assert p.ops == () and p.left == ()
+        assert dict(p.kept) == {
+            b"d": "not captured at the mark (over the size cap): cannot be restored",
+            b"fifo": "not captured at the mark (a FIFO): cannot be restored",
+        }
+
+
+def test_an_uncapturable_path_absent_at_the_mark_and_ignored_by_its_rules_is_left() -> None:
+    m = Mem()
+    target = m.tree({b"a": f("a")})
+    current = m.tree({b"a": f("a"), b"dir/keep": f("k")})
+    unc = {b"huge.log": "over the size cap", b"dir": "permission denied"}
+
+    def ignores(path: bytes, is_dir: bool) -> str | None:  # "*.log" for files, "dir/" for directories
+        return "exclude" if (path == b"huge.log" and not is_dir) or (path == b"dir" and is_dir) else None
+
+    p = plan(m.load, current, target, uncapturable=unc, target_ignores=ignores, force=True)
+    assert p.ops == () and p.kept == ()
+    assert dict(p.left) == {
+        b"dir": "ignored at the mark (exclude)",
+        b"huge.log": "ignored at the mark (exclude)",
+    }
+
+
+@pytest.mark.parametrize(
+    "now,then,want",
+    [
+        (0o755, 0o700, [("chmod", 0o700, 0o755, "last")]),
+        (0o755, 0o555, [("chmod", 0o555, 0o755, "last")]),
+        (0o555, 0o755, [("chmod", 0o755, 0o555, "first")]),  # opened first: its own chmod
+        (0o500, 0o500, [("chmod", 0o700, 0o500, "first"), ("chmod", 0o500, 0o700, "last")]),
+        (0o700, 0o700, []),
+        (None, 0o700, []),
+        (0o755, None, []),
+    ],
+)
+def test_the_roots_mode(now: int | None, then: int | None, want: list[tuple[str, int, int, str]]) -> None:
+    """The root's mode is set to M's (None: unknown, nothing done); a root the owner cannot
+    write is opened first and given its mode back last."""
+    m = Mem()
+    target = m.tree({b"a": f("a")})
+    current = m.tree({b"a": f("b")})
+    p = plan(m.load, current, target, root_modes=(now, then))
+    got = []
+    for i, op in enumerate(p.ops):
+        if op.path == b"":
+            assert op.entry is not None and op.expect is not None
+            assert op.entry == Entry("dir", op.entry.mode, 0, "") and op.expect == Entry(
+                "dir", op.expect.mode, 0, ""
+            )
+            got.append((op.kind, op.entry.mode, op.expect.mode, "first" if i == 0 else "last"))
+    assert got == want
+    assert [op.path for op in p.ops if op.path] == [b"a"]
+    assert p.ops[-1].path == b"" or p.ops[-1].path == b"a"
+    if want and want[-1][-1] == "last":
+        assert p.ops[-1].path == b""
+    only = plan(m.load, current, target, only=[b"a"], root_modes=(now, then))  # limited: not the root's mode
+    modes = [(op.entry.mode, op.expect.mode) for op in only.ops if op.path == b"" and op.entry and op.expect]
+    assert modes == ([] if now is None or now & 0o300 == 0o300 else [(now | 0o300, now), (now, now | 0o300)])
+
+
+def test_a_created_directory_and_symlink_get_their_own_ops() -> None:
+    """A directory is made 0700 and given its mode by a chmod that expects exactly that; a
+    symlink is recreated as a symlink, never written as a file."""
+    m = Mem()
+    target = m.tree({b"d": Dir(0o750), b"d/l": ln("../x"), b"open": Dir(MKDIR_MODE)})
+    p = plan(m.load, m.tree({}), target)
+    d = trees.lookup(m.load, target, b"d")
+    assert d is not None
+    assert p.ops == (
+        Op("mkdir", b"d", d, None),
+        Op("mkdir", b"open", trees.lookup(m.load, target, b"open"), None),
+        Op("symlink", b"d/l", ln("../x"), None),
+        Op("chmod", b"d", d, Entry("dir", MKDIR_MODE, 0, d.key)),
+    )
+
+
+def test_only_a_path_judges_it_as_the_whole_diff_does() -> None:
+    """Limited to one path: a mode change is a chmod (not a rewrite), and a directory whose
+    contents changed but not its mode gets no chmod."""
+    m = Mem()
+    target = m.tree({b"a": f("a", 0o600), b"d/x": f("x"), b"d": Dir(0o750)})
+    current = m.tree({b"a": f("a", 0o644), b"d/x": f("y"), b"d": Dir(0o750)})
+    assert ops_of(plan(m.load, current, target, only=[b"a"])) == [("chmod", b"a", None)]
+    assert ops_of(plan(m.load, current, target, only=[b"d"])) == [("write", b"d/x", None)]
+    assert plan(m.load, current, target, only=[b"a"]).counts["mode"] == 1
+
+
+def test_each_phase_runs_before_the_next_whatever_the_names() -> None:
+    """Names sort against the phases (a write named before a mkdir, a removal after both), so
+    only the phase puts the opening chmod first, then removals, rmdirs, mkdirs, contents, modes."""
+    m = Mem()
+    target = m.tree({b"a": f("a"), b"b/x": f("x"), b"ro": Dir(0o555), b"ro/f": f("new")})
+    current = m.tree(
+        {b"a": f("A"), b"a0": f("gone"), b"ro": Dir(0o555), b"ro/f": f("old"), b"z": f("z"), b"zz/y": f("y")}
+    )
+    assert kinds(plan(m.load, current, target)) == [
+        ("chmod", b"ro"),  # opened for the write inside it
+        ("remove", b"a0"),
+        ("remove", b"z"),
+        ("remove", b"zz/y"),
+        ("rmdir", b"zz"),
+        ("mkdir", b"b"),
+        ("write", b"a"),
+        ("write", b"b/x"),
+        ("write", b"ro/f"),
+        ("chmod", b"b"),
+        ("chmod", b"ro"),  # given its mode back
+    ]
+
+
+def test_a_symlinks_mode_is_never_set() -> None:
+    """Linux has no lchmod: a chmod would change the mode of what the link points to."""
+    m = Mem()
+    link = ln("target")
+    current = m.tree({b"l": Entry("symlink", 0o755, link.size, link.key), b"target": f("t")})
+    target = m.tree({b"l": link, b"target": f("t")})
+    assert plan(m.load, current, target).ops == ()
+    later = m.tree({b"l": link, b"target": f("t"), b"z": f("z")})  # what comes after it is planned
+    assert kinds(plan(m.load, current, later)) == [("write", b"z")]
+
+
+def test_only_from_an_empty_workspace() -> None:
+    m = Mem()
+    target = m.tree({b"a/b": f("b"), b"c": f("c")})
+    assert kinds(plan(m.load, None, target, only=[b"a/b"])) == [
+        ("mkdir", b"a"),
+        ("write", b"a/b"),
+        ("chmod", b"a"),
+    ]
+
+
+def test_a_path_that_cannot_be_captured_still_gets_its_mode() -> None:
+    """A chmod neither overwrites nor deletes: it is not held back by what could not be captured."""
+    m = Mem()
+    current = m.tree({b"big": f("x", 0o644), b"d/huge": f("h", 0o644)})
+    target = m.tree({b"big": f("x", 0o600), b"d/huge": f("h", 0o600)})
+    unc = {b"big": "over the size cap", b"d": "permission denied"}
+    p = plan(m.load, current, target, uncapturable=unc)
+    assert ops_of(p) == [("chmod", b"big", None), ("chmod", b"d/huge", None)] and p.kept == ()
+
+
+def test_a_path_the_current_tree_holds_as_not_captured() -> None:
+    """The current tree's own uncaptured entries count as uncapturable, with their reason; a
+    directory holding several names the first in tree order."""
+    m = Mem()
+    target = m.tree({b"a": f("a")})
+    sock = trees.uncaptured("a socket", 0o755, 0, (5, 6))
+    current = m.tree({b"a": f("a"), b"sock": sock, b"d/a/b": f("x"), b"d/a.b": f("y")})
+    unc = {b"d/a.b": "over the size cap", b"d/a/b": "permission denied"}
+    p = plan(m.load, current, target, uncapturable=unc)
+    assert p.ops == ()
+    assert dict(p.kept) == {
+        b"d": "holds d/a/b, not captured: permission denied",
+        b"d/a": "holds d/a/b, not captured: permission denied",
+        b"sock": "a socket",
+    }
+    forced = plan(m.load, current, target, uncapturable=unc, force=True)
+    assert ("remove", b"sock", "a socket") in ops_of(forced) and forced.kept == ()
+
+
+def test_a_file_over_a_path_that_cannot_be_captured_is_not_removed() -> None:
+    """The current tree says file, the disk now has a directory there holding what could not be
+    captured: removing the file would remove that too."""
+    m = Mem()
+    current = m.tree({b"x": f("x"), b"y": f("y")})
+    p = plan(m.load, current, m.tree({}), uncapturable={b"x/big": "over the size cap"})
+    assert ops_of(p) == [("remove", b"y", None)]
+    assert dict(p.kept) == {b"x": "holds x/big, not captured: over the size cap"}
+
+
+def test_a_kept_directory_holds_back_only_what_lies_inside_it() -> None:
+    m = Mem()
+    target = m.tree({b"d/a/b": f("b"), b"e": f("e"), b"z": f("z")})
+    p = plan(m.load, m.tree({}), target, uncapturable={b"d": "special file"})
+    assert kinds(p) == [("write", b"e"), ("write", b"z")]
+    assert dict(p.kept)[b"d/a/b"] == "its directory d is kept"
+
+
+def test_paths_outside_the_workspace_or_nowhere_are_named() -> None:
+    m = Mem()
+    t = m.tree({b"a": f("a")})
+    with pytest.raises(UsageError, match="^'../etc' is not a path inside the workspace$"):
+        plan(m.load, t, t, only=[b"../etc"])
+    with pytest.raises(NotFound, match="^a/b exists neither"):  # the first in tree order
+        plan(m.load, t, t, only=[b"a.b", b"a/b"])
+
+
+def test_forced_ops_replace_without_comparing_and_clear_the_way_once() -> None:
+    m = Mem()
+    current = m.tree({b"big": f("small"), b"d/x": f("x")})
+    target = m.tree({b"big": f("at M")})
+    unc = {b"big": "over the size cap", b"d/big": "over the size cap", b"d/e/huge": "unreadable"}
+    d = trees.lookup(m.load, current, b"d")
+    p = plan(m.load, current, target, uncapturable=unc, force=True)
+    assert p.ops == (
+        Op("remove", b"d/big", None, None, "over the size cap"),  # cleared once, before its directory
+        Op("remove", b"d/e/huge", None, None, "unreadable"),
+        Op("remove", b"d/x", None, f("x")),
+        Op("rmdir", b"d", None, d),
+        Op("write", b"big", f("at M"), f("small"), "over the size cap"),  # what it replaces, for the reader
+    )
+    assert p.kept == () and p.counts == {"restore": 1, "recreate": 0, "delete": 4, "mode": 0, "type": 0}
+
+
+def test_a_directory_unlisted_then_and_now_is_named_only_inside_the_plans_scope() -> None:
+    m = Mem()
+    target = m.tree({b"locked": Dir(0o000, listed=False), b"locked/a": f("a"), b"other": f("o")})
+    current = m.tree({b"locked": Dir(0o000, listed=False), b"locked/a": f("a"), b"other": f("O")})
+    unc = {b"locked": "permission denied", b"huge": "over the size cap"}
+    outside = plan(m.load, current, target, uncapturable=unc, only=[b"other"])
+    assert kinds(outside) == [("write", b"other")] and outside.kept == () and outside.left == ()
+    inside = plan(m.load, current, target, uncapturable=unc, only=[b"locked"])
+    assert inside.ops == () and inside.kept == ()
+    assert inside.left == (
+        (b"locked", "could not be listed at the mark, nor now: what it holds is left as it is"),
+    )
+
+
+def test_every_uncapturable_path_is_judged_whatever_comes_before_it() -> None:
+    """Paths handled already (a difference kept, a path M holds) are passed over, not the end of
+    the list; one not in the current tree may be either kind, so a directory-only rule counts."""
+    m = Mem()
+    target = m.tree({b"a": f("a"), b"t": f("t")})
+    current = m.tree({b"a": f("A")})
+    unc = {b"a": "special file", b"t": "a FIFO", b"cache": "unreadable", b"zz": "over the size cap"}
+
+    def ignores(path: bytes, is_dir: bool) -> str | None:  # "cache/"
+        return "gitignore" if path == b"cache" and is_dir else None
+
+    p = plan(m.load, current, target, uncapturable=unc, target_ignores=ignores)
+    assert p.ops == ()
+    assert dict(p.kept) == {
+        b"a": "special file",
+        b"t": "a FIFO",
+        b"zz": "not captured (over the size cap): did not exist at the mark",
+    }
+    assert p.left == ((b"cache", "ignored at the mark (gitignore)"),)
+
+
+def test_directories_get_search_permission_for_what_is_done_below_them() -> None:
+    """Every directory on the way needs the owner's search bit, the one worked in write too;
+    opened ones get their mode back at the end, the root last of all (after it loses its
+    search bit nothing inside can be reached). Regression: the root's chmod tied with the
+    top-level directories' and went first."""
+    m = Mem()
+    cur = m.tree({b"ro": Dir(0o600), b"ro/sub/f": f("old"), b"ok": Dir(0o700), b"ok/sub/g": f("old")})
+    tgt = m.tree({b"ro": Dir(0o600), b"ro/sub/f": f("new"), b"ok": Dir(0o700), b"ok/sub/g": f("new")})
+
+    def modes(p: Plan) -> list[tuple[str, bytes, int, int]]:
+        return [(o.kind, o.path, o.entry.mode, o.expect.mode) for o in p.ops if o.entry and o.expect]
+
+    assert modes(plan(m.load, cur, tgt, root_modes=(0o700, 0o700))) == [
+        ("chmod", b"ro", 0o700, 0o600),
+        ("write", b"ok/sub/g", 0o644, 0o644),
+        ("write", b"ro/sub/f", 0o644, 0o644),
+        ("chmod", b"ro", 0o600, 0o700),
+    ]
+    assert modes(plan(m.load, cur, tgt, root_modes=(0o600, 0o600))) == [
+        ("chmod", b"", 0o700, 0o600),
+        ("chmod", b"ro", 0o700, 0o600),
+        ("write", b"ok/sub/g", 0o644, 0o644),
+        ("write", b"ro/sub/f", 0o644, 0o644),
+        ("chmod", b"ro", 0o600, 0o700),
+        ("chmod", b"", 0o600, 0o700),
+    ]
+    # a directory both written in and passed through keeps needing write
+    cur = m.tree({b"a": Dir(0o500), b"a/a": f("old"), b"a/b/g": f("old")})
+    tgt = m.tree({b"a": Dir(0o500), b"a/a": f("new"), b"a/b/g": f("new")})
+    assert kinds(plan(m.load, cur, tgt)) == [
+        ("chmod", b"a"),
+        ("write", b"a/a"),
+        ("write", b"a/b/g"),
+        ("chmod", b"a"),
+    ]
+
+
+def test_which_directories_holding_ignored_paths_stay() -> None:
+    """A forced removal (something uncaptured is in the way, and --force) is not held back; the
+    holder named is the first in tree order; a holder deeper than a directory M keeps still
+    stays; a symlink at M in a holder's place is a difference kept, like a file."""
+    m = Mem()
+    cur = m.tree({b"d/x": f("x"), b"k": f("k")})
+    forced = plan(
+        m.load,
+        cur,
+        m.tree({b"k": f("k")}),
+        uncapturable={b"d": "permission denied"},
+        force=True,
+        ignored_below=lambda d: [(d + b"/.env", "ignored at the mark (gitignore)")],
+    )
+    assert kinds(forced) == [("remove", b"d/x"), ("rmdir", b"d")] and forced.left == ()
+    cur = m.tree({b"d/keep": f("k"), b"d/x/y": f("y"), b"e/x/y": f("y"), b"e/x.y": f("z"), b"out/l": f("l")})
+    tgt = m.tree({b"d/keep": f("k"), b"out": ln("t")})
+
+    def ignores(path: bytes, is_dir: bool) -> str | None:
+        return "gitignore" if path.endswith(b"y") or path == b"out/l" else None
+
+    p = plan(m.load, cur, tgt, target_ignores=ignores)
+    assert p.ops == ()
+    assert p.kept == ((b"out", "holds out/l, ignored at the mark"),)
+    assert dict(p.left) == {
+        b"d/x": "holds d/x/y, ignored at the mark",
+        b"d/x/y": "ignored at the mark (gitignore)",
+        b"e": "holds e/x/y, ignored at the mark",
+        b"e/x": "holds e/x/y, ignored at the mark",
+        b"e/x/y": "ignored at the mark (gitignore)",
+        b"e/x.y": "ignored at the mark (gitignore)",
+        b"out/l": "ignored at the mark (gitignore)",
+    }
+
+
+def test_force_never_touches_what_the_marks_rules_ignore_even_in_a_directory_it_removes() -> None:
+    """docs/rollback.md: a path M's rules ignore is never touched, with or without --force.
+    Regression: clearing the way for a directory's removal force-removed an uncapturable path
+    inside it that M's rules ignore, and the directory with it."""
+    m = Mem()
+    cur = m.tree({b"d/x": f("x"), b"k": f("k")})
+    tgt = m.tree({b"k": f("k")})
+    unc = {b"d/big.log": "over the size cap", b"d/fifo": "a FIFO"}
+
+    def ignores(path: bytes, is_dir: bool) -> str | None:  # "*.log"
+        return "gitignore" if path.endswith(b".log") else None
+
+    p = plan(m.load, cur, tgt, uncapturable=unc, force=True, target_ignores=ignores)
+    assert ops_of(p) == [("remove", b"d/fifo", "a FIFO"), ("remove", b"d/x", None)]
+    assert p.kept == ()
+    assert dict(p.left) == {
+        b"d": "holds d/big.log, ignored at the mark",
+        b"d/big.log": "ignored at the mark (gitignore)",
+    }
+    # nothing ignored in it: the way is cleared and the directory goes
+    p = plan(m.load, cur, tgt, uncapturable={b"d/fifo": "a FIFO"}, force=True, target_ignores=ignores)
+    assert ops_of(p) == [("remove", b"d/fifo", "a FIFO"), ("remove", b"d/x", None), ("rmdir", b"d", None)]
+
+
+def test_a_path_the_current_tree_holds_is_judged_once_even_when_its_directory_goes() -> None:
+    """Regression: clearing the way for a directory's removal also removed the uncaptured paths
+    the current tree holds, which get their own judgement: the removal was listed (and
+    counted) twice, or the path was both removed and kept."""
+    m = Mem()
+    sock = trees.uncaptured("a socket", 0o755, 0, (5, 6))
+    cur = m.tree({b"d/sock": sock, b"d/x": f("x")})
+    p = plan(m.load, cur, m.tree({}), force=True)
+    assert ops_of(p) == [("remove", b"d/sock", "a socket"), ("remove", b"d/x", None), ("rmdir", b"d", None)]
+    assert p.counts["delete"] == 3 and p.kept == ()
+
+    def ignores(path: bytes, is_dir: bool) -> str | None:  # "sock/": a directory of this name
+        return "gitignore" if path == b"d/sock" and is_dir else None
+
+    p = plan(m.load, cur, m.tree({}), force=True, target_ignores=ignores)
+    assert all(op.path != b"d/sock" for op in p.ops)
+    assert [path for path, _ in p.kept] == [b"d/sock"]
+
+
+def test_a_directory_opened_stays_open_until_its_own_chmod_when_that_keeps_it_closed() -> None:
+    m = Mem()
+    cur = m.tree({b"ro": Dir(0o500), b"ro/f": f("old")})
+    tgt = m.tree({b"ro": Dir(0o555), b"ro/f": f("new")})  # M's mode has no write bit either
+    p = plan(m.load, cur, tgt)
+    assert [(op.kind, op.path, op.entry.mode if op.entry else None) for op in p.ops] == [
+        ("chmod", b"ro", 0o700),
+        ("write", b"ro/f", 0o644),
+        ("chmod", b"ro", 0o555),
+    ]
+
+
+def test_kept_and_left_come_in_tree_order_and_only_what_is_in_scope() -> None:
+    m = Mem()
+    gone = trees.uncaptured("a FIFO", 0o644, 0, (1, 2))
+    tgt = m.tree({b"x/y": gone, b"x.y": gone})
+    p = plan(m.load, m.tree({b"x/y": f("now"), b"x.y": f("now")}), tgt)
+    assert [path for path, _ in p.kept] == [b"x/y", b"x.y"]  # tree order, not byte order
+    # uncapturable paths: one M holds unchanged, one outside the scope, then one to report
+    cur = m.tree({b"a": f("a"), b"b/x": f("x")})
+    unc = {b"a": "over the size cap", b"out": "a FIFO", b"b/huge": "over the size cap"}
+    assert dict(plan(m.load, cur, cur, uncapturable=unc).kept) == {
+        b"b/huge": "not captured (over the size cap): did not exist at the mark",
+        b"out": "not captured (a FIFO): did not exist at the mark",
+    }
+    assert plan(m.load, cur, cur, uncapturable=unc, only=[b"b"]).kept == (
+        (b"b/huge", "not captured (over the size cap): did not exist at the mark"),
+    )
+
+
+def test_a_directory_unlisted_then_and_now_is_not_one_that_cannot_be_listed_now() -> None:
+    """Its contents were unknown at M too: a path captured by name inside it is judged on its
+    own (here kept: the directory cannot be read), not the whole directory kept as unknown."""
+    m = Mem()
+    tgt = m.tree({b"locked": Dir(0o000, listed=False), b"locked/a": f("a")})
+    cur = m.tree({b"locked": Dir(0o000, listed=False), b"locked/a": f("A")})
+    p = plan(m.load, cur, tgt, uncapturable={b"locked": "permission denied"})
+    assert p.kept == ((b"locked/a", "inside locked, not captured: permission denied"),)
+    assert p.left == (
+        (b"locked", "could not be listed at the mark, nor now: what it holds is left as it is"),
+    )
+    # a FIFO where M had a directory it could not list: replaced when forced, nothing left
+    cur = m.tree({b"locked": trees.uncaptured("a FIFO", 0o644, 0, (1, 2))})
+    forced = plan(m.load, cur, tgt, force=True)
+    assert kinds(forced) == [
+        ("remove", b"locked"),
+        ("mkdir", b"locked"),
+        ("write", b"locked/a"),
+        ("chmod", b"locked"),
+    ]
+    assert forced.left == () and forced.kept == ()
+
+
+def test_a_path_cleared_for_two_removed_directories_is_removed_once_and_left_in_tree_order() -> None:
+    m = Mem()
+    cur = m.tree({b"d/x": f("x"), b"d/e/y": f("y")})
+    p = plan(m.load, cur, m.tree({}), uncapturable={b"d/e/huge": "over the size cap"}, force=True)
+    assert [op.path for op in p.ops].count(b"d/e/huge") == 1
+
+    def ignores(path: bytes, is_dir: bool) -> str | None:  # every file
+        return None if is_dir else "gitignore"
+
+    p = plan(m.load, m.tree({b"x/y": f("y"), b"x.y": f("z")}), m.tree({}), target_ignores=ignores)
+    assert [path for path, _ in p.left] == [b"x", b"x/y", b"x.y"]  # tree order, not byte order

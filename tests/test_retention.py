@@ -87,3 +87,26 @@ def test_budget_pressure_offers_only_unprotected_marks_oldest_first() -> None:
 def test_newest_is_by_sequence_per_workspace() -> None:
     marks = [mk(2, age_days=5), mk(7, age_days=9), mk(1, ws=3)]
     assert newest_ids(marks) == {1: "m1-7", 3: "m3-1"}
+
+
+# Written to kill the mutants mutmut found surviving here (docs/reliability.md).
+
+
+def test_the_age_window_edge_is_neither_older_nor_younger() -> None:
+    """Evicted for age: older than the window; protected pre-rollback: younger than it. A mark
+    exactly the window's age is neither: kept for its age, unprotected under count pressure."""
+    marks = [mk(0, age_days=14), mk(1, age_days=14, kind="pre-rollback"), mk(2, age_days=1), mk(3)]
+    assert ids(plan_evictions(marks, Retention(), NOW)) == []
+    assert not protected(marks[1], newest_ids(marks), Retention(), NOW)
+    assert ids(plan_evictions(marks, Retention(max_marks=3), NOW)) == [("m1-0", "count")]
+    assert ids(plan_evictions(marks, Retention(max_marks=2), NOW)) == [("m1-0", "count"), ("m1-1", "count")]
+
+
+def test_each_age_eviction_counts_once_against_the_excess() -> None:
+    marks = [mk(0, age_days=20), *(mk(i, age_days=6 - i) for i in range(1, 6))]
+    # six marks, three allowed: one goes for its age, two more for the count
+    assert ids(plan_evictions(marks, Retention(max_marks=3), NOW)) == [
+        ("m1-0", "age"),
+        ("m1-1", "count"),
+        ("m1-2", "count"),
+    ]

@@ -412,3 +412,167 @@ def test_a_batch_whose_directory_fsync_fails_commits_nothing_and_a_retry_writes_
         assert written, f"{attempt}: the object file was not written and fsynced: {fsync_faults.synced}"
     assert [m.label for m in store.marks(ws)] == ["second"]
     assert store.get(key) == data and verify(store).ok
+
+
+# -- GC's report and live set, exactly (written to kill the mutants mutmut found surviving in
+# gc.run and sweep: docs/reliability.md) ------------------------------------------------
+
+
+def _object_rows(store: Store) -> dict[str, int]:
+    return dict(store.catalog.read().execute("SELECT key, stored FROM objects").fetchall())
+
+
+def test_gc_sweeps_every_dead_object_in_chunks_and_reports_what_it_freed(store: Store) -> None:
+    """More dead objects than one sweep transaction takes, and one large object (a file)."""
+    n = gc.SWEEP_CHUNK * 2 + 1
+    with store.batch() as b:
+        for i in range(n):
+            b.put(f"loose {i} ".encode() * 20)
+        big = b.put(os.urandom(LARGE_OBJECT + 1))
+    before = _object_rows(store)
+    assert len(before) == n + 1 and store.object_path(big).exists()
+    rep = gc.run(store, Retention(grace_s=0))
+    assert (rep.objects_deleted, rep.bytes_freed) == (n + 1, sum(before.values()))
+    assert _object_rows(store) == {} and not store.object_path(big).exists()
+    assert rep.stored_bytes == 0 == store.stored_bytes() and rep.evicted == [] and rep.warnings == []
+
+
+def test_gc_keeps_what_marks_and_recent_versions_hold_and_prunes_the_rest(
+    store: Store, tmp_path: Path
+) -> None:
+    root = make_ws(tmp_path, {"d/e/f": b"deep " * 100})
+    ws = store.add_workspace(os.fsencode(root))
+    base = ingest_tree(store, ws, root)
+    contents = [f"v{i} ".encode() * 100 for i in range(3)]
+    ids = []
+    for i, data in enumerate(contents):
+        (root / "top").write_bytes(data)
+        ids.append(capture_paths(store, ws, root, [b"top"], f"m{i}").id)
+    key = {}
+    for i, data in enumerate(contents):
+        entry = trees.lookup(store.load_node, store.resolve(ws, ids[i]).tree, b"top")
+        assert entry is not None
+        key[data] = entry.key
+    deep = trees.lookup(store.load_node, base.tree, b"d/e/f")
+    assert deep is not None
+    now = time.time_ns()
+    # count: the baseline and m0 go; v0 is still held by its version (inside the age window)
+    rows = _object_rows(store)
+    rep = gc.run(store, Retention(max_marks=2, grace_s=0), now=now)
+    assert rep.evicted == [(base.mark_id, "count"), (ids[0], "count")]
+    gone = rows.keys() - _object_rows(store).keys()
+    assert (rep.objects_deleted, rep.bytes_freed) == (len(gone), sum(rows[k] for k in gone))
+    assert rep.versions_deleted == 0 and store.has(key[contents[0]]) and store.has(deep.key)
+    assert rep.stored_bytes == store.stored_bytes() == sum(_object_rows(store).values())
+    # two days on, a one-day window: m1 goes for its age, every version before the cutoff goes,
+    # and with them v0 and v1; m2's tree (down to d/e/f) stays whole
+    later = now + 2 * DAY_NS
+    rows = _object_rows(store)
+    rep = gc.run(store, Retention(max_marks=2, grace_s=0, max_age_days=1), now=later)
+    assert rep.evicted == [(ids[1], "age")] and rep.versions_deleted == 6
+    gone = rows.keys() - _object_rows(store).keys()
+    assert (rep.objects_deleted, rep.bytes_freed) == (len(gone), sum(rows[k] for k in gone))
+    assert not store.has(key[contents[0]]) and not store.has(key[contents[1]])
+    assert store.has(key[contents[2]]) and store.has(deep.key)
+    live: set[str] = set()
+    trees.reachable(store.load_node, store.resolve(ws, ids[2]).tree, live)
+    assert live <= _object_rows(store).keys()
+    pruned = store.catalog.read().execute("SELECT pruned_before FROM workspaces WHERE id=?", (ws,)).fetchone()
+    assert pruned == (later - DAY_NS,)
+    assert verify(store).ok
+
+
+def test_gc_keeps_a_workspaces_head_and_every_marks_rule_inputs(store: Store) -> None:
+    ws = store.add_workspace(b"/nowhere")
+    with store.batch() as b:
+        held = b.put(b"captured since the last mark " * 10)
+        rules = b.put(b"snapd-rules-1 " * 10)
+        loose = b.put(b"nobody holds this " * 10)
+        marked = b.put(b"the mark holds this " * 10)
+        b.add_mark(ws, "m", b.apply(None, {b"a": trees.Entry("file", 0o644, 200, marked)}), rules=rules)
+        b.set_head(ws, b.apply(None, {b"d/x": trees.Entry("file", 0o644, 280, held)}))
+    rep = gc.run(store, Retention(grace_s=0, max_age_days=0))
+    assert [store.has(k) for k in (held, rules, marked, loose)] == [True, True, True, False]
+    assert rep.objects_deleted == 1 and verify(store).ok
+
+
+def test_the_budget_evicts_no_more_marks_than_it_needs(store: Store, tmp_path: Path) -> None:
+    """8 marks of 10 KB each (their own content), a budget of 45 KB: the 4 oldest must go and
+    no more (the doubling batches this replaced evicted 7 of them: history lost for nothing)."""
+    root = make_ws(tmp_path, {})
+    ws = store.add_workspace(os.fsencode(root))
+    t0 = time.time_ns()
+    ids = []
+    for i in range(8):
+        (root / "f").write_bytes(os.urandom(10_000))
+        ids.append(capture_paths(store, ws, root, [b"f"], f"m{i}", created=t0 + 10 * DAY_NS + i).id)
+    # 15 days on: the versions are past the 14-day window, the marks (dated 10 days on) are not
+    rep = gc.run(store, Retention(budget_bytes=45_000, grace_s=0), now=t0 + 15 * DAY_NS)
+    assert rep.evicted == [(i, "budget") for i in ids[:4]], rep.evicted
+    assert sorted(m.id for m in store.marks(ws)) == sorted(ids[4:])
+    assert rep.warnings == [] and 30_000 < store.stored_bytes() <= 45_000 and verify(store).ok
+
+
+def test_budget_evicts_the_oldest_marks_until_the_store_fits(store: Store, tmp_path: Path) -> None:
+    """The budget's own evictions (the other tests reach only age, count and the warning): marks
+    inside the age window whose content no recent version holds; every mark but the newest must
+    go here (the next test: no more than needed)."""
+    root = make_ws(tmp_path, {})
+    ws = store.add_workspace(os.fsencode(root))
+    t0 = time.time_ns()
+    ids = []
+    for i in range(5):
+        (root / "f").write_bytes(os.urandom(20_000))
+        ids.append(capture_paths(store, ws, root, [b"f"], f"m{i}", created=t0 + 10 * DAY_NS + i).id)
+    # 15 days on: the versions are past the 14-day window, the marks (dated 10 days on) are not
+    rep = gc.run(store, Retention(max_marks=4, budget_bytes=25_000, grace_s=0), now=t0 + 15 * DAY_NS)
+    assert rep.evicted == [(ids[0], "count"), (ids[1], "budget"), (ids[2], "budget"), (ids[3], "budget")]
+    assert rep.versions_deleted == 5 and rep.warnings == []
+    assert [m.id for m in store.marks(ws)] == [ids[4]]
+    assert 20_000 < rep.stored_bytes == store.stored_bytes() <= 25_000
+    assert {e["reason"] for e in store.evictions(ws)} == {"count", "budget"} and verify(store).ok
+
+
+def test_an_object_is_swept_only_once_older_than_the_grace_period(store: Store) -> None:
+    loose = put(store, b"unreferenced " * 10)
+    t = 1_000_000 * 10**9
+    with store.catalog.write() as c:
+        c.execute("UPDATE objects SET created=? WHERE key=?", (t, loose))
+    rep = gc.run(store, Retention(grace_s=1), now=t + 10**9)  # exactly the grace period
+    assert store.has(loose) and rep.objects_deleted == 0
+    rep = gc.run(store, Retention(grace_s=1), now=t + 10**9 + 1)
+    assert not store.has(loose) and rep.objects_deleted == 1
+
+
+def test_a_key_a_batch_holds_is_spared_and_the_sweep_goes_on(store: Store) -> None:
+    held_data = b"held by a batch in flight " * 10
+    held = put(store, held_data)  # first in the sweep's order
+    others = [put(store, f"dead {i} ".encode() * 20) for i in range(3)]
+    with store.batch() as b:
+        b.put(held_data)
+        rep = gc.run(store, Retention(grace_s=0))
+    assert store.has(held) and not any(store.has(k) for k in others) and rep.objects_deleted == 3
+
+
+def test_the_budget_counts_only_objects_past_the_grace_period_and_says_when_it_cannot_fit(
+    store: Store, tmp_path: Path
+) -> None:
+    root = make_ws(tmp_path, {"f": b"small " * 100})
+    ws = store.add_workspace(os.fsencode(root))
+    capture_paths(store, ws, root, [b"f"], "only")
+    fresh = put(store, os.urandom(50_000))  # not referenced, but younger than the grace period
+    created = store.catalog.read().execute("SELECT created FROM objects WHERE key=?", (fresh,)).fetchone()[0]
+    with store.catalog.write() as c:  # the mark's objects are an hour old
+        c.execute("UPDATE objects SET created=? WHERE key<>?", (created - 3600 * 10**9, fresh))
+    now = created + 10**9
+    rep = gc.run(store, Retention(budget_bytes=20_000, grace_s=600), now=now)
+    assert rep.warnings == [] and rep.evicted == [] and store.has(fresh)
+    rep = gc.run(store, Retention(budget_bytes=50, grace_s=600), now=now)
+    settled = store.stored_bytes() - store.catalog.read().execute(
+        "SELECT stored FROM objects WHERE key=?", (fresh,)
+    ).fetchone()[0]
+    assert rep.evicted == [] and rep.warnings == [
+        f"the store holds {settled} bytes, over its budget of 50, and what remains is held by marks "
+        "and versions that must be kept (newest, pinned, recent pre-rollback, versions inside the age "
+        "window): raise the budget or unpin marks"
+    ]

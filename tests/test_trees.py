@@ -161,3 +161,136 @@ def test_bottom_up_build_equals_general_edit(spec: dict[bytes, str | int | None]
     fast = trees.apply_changes(m.load, m.save, None, changes)
     general = trees._apply(m.load, m.save, None, trees._nest(changes))
     assert fast == general
+
+
+# The tests below were written to kill mutants mutmut found surviving here (docs/reliability.md).
+
+
+def test_reachable_holds_every_node_and_content_below_the_root() -> None:
+    """GC keeps exactly what ``reachable`` returns: a key it misses is a live object deleted."""
+    m = Mem()
+    link = Entry("symlink", 0o777, 3, f("t").key)
+    gone = trees.uncaptured("over the size cap", 0o644, 1 << 40, (7, 9))
+    root = trees.apply_changes(
+        m.load, m.save, None, {b"top": f("top"), b"a/b/deep": f("deep"), b"a/ln": link, b"a/big": gone}
+    )
+    seen: set[str] = set()
+    trees.reachable(m.load, root, seen)
+    nodes = {root} | {e.key for _, e in trees.walk(m.load, root) if e.kind == "dir"}
+    assert seen == nodes | {f("top").key, f("deep").key, link.key}  # an uncaptured key is no object
+    assert len(nodes) == 3
+    before = set(seen)
+    trees.reachable(m.load, root, seen)  # a root seen already adds nothing
+    assert seen == before
+
+
+def test_uncaptured_entry_names_its_stamp_and_reason() -> None:
+    e = trees.uncaptured("a FIFO", 0o600, 0, (12, 345))
+    assert e == Entry("uncaptured", 0o600, 0, "!12.345!a FIFO")
+    assert trees.uncaptured("a FIFO", 0o600, 0, None).key == "!?!a FIFO"
+    # an unchanged path gives an equal entry; another inode or mtime does not
+    assert trees.uncaptured("a FIFO", 0o600, 0, (12, 345)) == e
+    assert trees.uncaptured("a FIFO", 0o600, 0, (13, 345)) != e
+    assert trees.uncaptured("a FIFO", 0o600, 0, (12, 346)) != e
+    assert trees.is_uncaptured(e) and not trees.holds_object(e)
+    assert not trees.is_uncaptured(f("x")) and not trees.is_uncaptured(None) and trees.holds_object(f("x"))
+    assert trees.uncaptured_reason(e) == "a FIFO"
+
+
+def test_uncaptured_key_is_ascii_and_fits_a_node() -> None:
+    """A node stores a key's length in one byte: a long or non-ASCII reason must still encode."""
+    odd = trees.uncaptured("caf\u00e9 \u2014 unreadable", 0o644, 3, None)
+    assert odd.key == "!?!caf? ? unreadable"
+    long = trees.uncaptured("x" * 400, 0o644, 3, (1, 2))
+    assert len(long.key) == 255
+    node = {b"odd": odd, b"long": long}
+    assert trees.decode_node(trees.encode_node(node)) == node
+
+
+def test_uncaptured_reason_keeps_exclamation_marks_and_has_a_default() -> None:
+    assert trees.uncaptured_reason(trees.uncaptured("odd! name!", 0o644, 0, (1, 2))) == "odd! name!"
+    assert trees.uncaptured_reason(Entry("uncaptured", 0o644, 0, "!1.2")) == "not captured"
+
+
+def test_unlisted_is_a_directory_flag_only() -> None:
+    assert trees.unlisted(Entry("dir", 0o755, trees.UNLISTED, "k"))
+    assert not trees.unlisted(Entry("dir", 0o755, 0, "k"))
+    assert not trees.unlisted(Entry("file", 0o644, trees.UNLISTED, "k"))
+    assert not trees.unlisted(None)
+
+
+@pytest.mark.parametrize("name", [b"a/b", b".", b"..", b""])
+def test_decode_refuses_names_that_are_not_one_component(name: bytes) -> None:
+    """A node naming ``..`` or ``a/b`` would let a rollback write outside its directory."""
+    from snapd.errors import CorruptObject
+
+    data = trees.encode_node({name: f("x")})
+    with pytest.raises(CorruptObject, match="^tree node holds an invalid entry$"):
+        trees.decode_node(data)
+
+
+def test_decode_says_which_way_a_node_is_damaged() -> None:
+    from snapd.errors import CorruptObject
+
+    with pytest.raises(CorruptObject, match="^tree node has an unknown format$"):
+        trees.decode_node(b"snapd-tree-0\n")
+    with pytest.raises(CorruptObject, match="^tree node is truncated or malformed$"):
+        trees.decode_node(trees.encode_node({b"a": f("a")})[:-40])
+    not_ascii = trees.encode_node({b"a": Entry("file", 0o644, 1, "kxy")}).replace(b"kxy", b"k\xe9y")
+    with pytest.raises(CorruptObject, match="^tree node is truncated or malformed$"):
+        trees.decode_node(not_ascii)
+
+
+def test_dir_change_keeps_a_directorys_contents_and_replaces_anything_else() -> None:
+    """``Dir`` sets a directory's mode (and listed flag) and keeps what it holds; a file or a
+    symlink in its place becomes an empty directory."""
+    m = Mem()
+    root = trees.apply_changes(m.load, m.save, None, {b"d/x": f("x"), b"d/s/y": f("y"), b"file": f("f")})
+    root2 = trees.apply_changes(m.load, m.save, root, {b"d": Dir(0o700), b"file": Dir(0o750)})
+    got = flat(m, root2)
+    assert set(got) == {b"d", b"d/x", b"d/s", b"d/s/y", b"file"}
+    assert got[b"d"].mode == 0o700 and got[b"d"].size == 0
+    assert got[b"file"] == Entry("dir", 0o750, 0, m.save({}))
+    root3 = trees.apply_changes(m.load, m.save, root2, {b"d": Dir(0o700, listed=False)})
+    d = trees.lookup(m.load, root3, b"d")
+    assert trees.unlisted(d) and d is not None and d.key == got[b"d"].key
+
+
+def test_baseline_is_built_bottom_up_with_deep_paths_and_unlisted_directories() -> None:
+    """The baseline fast path (``_build``) serves every walk of a real tree — no fallback to the
+    general edit — and keeps deep implicit parents and the unlisted flag."""
+    changes: dict[bytes, trees.Change] = {
+        b"a/b/c/d/e": f("e"),
+        b"a/x": f("x"),
+        b"locked": Dir(0o700, listed=False),
+        b"locked/seen": f("s"),
+        b"open": Dir(0o750),
+    }
+    m = Mem()
+    built = trees._build(m.save, changes)
+    assert built is not None and built == trees._apply(m.load, m.save, None, trees._nest(changes))
+    got = flat(m, built)
+    assert set(got) == {b"a", b"a/b", b"a/b/c", b"a/b/c/d", b"a/b/c/d/e", b"a/x", b"open"} | {
+        b"locked",
+        b"locked/seen",
+    }
+    assert trees.unlisted(got[b"locked"]) and got[b"locked"].mode == 0o700
+    assert not trees.unlisted(got[b"open"]) and got[b"open"].mode == 0o750
+    assert trees._build(m.save, {b"a": f("a"), b"a/b": f("b")}) is None  # a file and a parent: general path
+
+
+def test_reasserting_what_a_tree_holds_writes_no_node() -> None:
+    """A scan re-asserts every directory and unchanged file: that must cost no node write."""
+    m = Mem()
+    changes: dict[bytes, trees.Change] = {b"d": Dir(0o750), b"d/e/f": f("f"), b"g": f("g")}
+    root = trees.apply_changes(m.load, m.save, None, changes)
+    m.saves = 0
+    again = {**changes, b"d/e": Dir(trees.DEFAULT_DIR_MODE)}
+    assert trees.apply_changes(m.load, m.save, root, again) == root
+    assert m.saves == 0
+
+
+def test_split_path_names_the_bad_path() -> None:
+    for bad in (b"", b"a//b", b"/a", b"a/./b", b"../a", b"a/"):
+        with pytest.raises(ValueError, match="^invalid relative path"):
+            trees.split_path(bad)

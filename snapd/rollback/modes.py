@@ -31,7 +31,7 @@ def order(op: Op) -> tuple[int, int, list[bytes]]:
         old = op.expect.mode if op.expect is not None else MKDIR_MODE
         if (old & _OWNER_WX) != _OWNER_WX and (op.entry.mode & _OWNER_WX) == _OWNER_WX:
             return (0, 0, names)  # give the owner write+search back before working inside
-        return (5, -len(names), names)
+        return (5, -len(names) if op.path else 0, names)  # the root (b"") is the shallowest: last
     if op.kind == "remove":
         return (1, 0, names)
     if op.kind == "rmdir":

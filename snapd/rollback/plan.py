@@ -13,7 +13,8 @@ Invariants:
 - a path whose current content could not be captured (``uncapturable``) is never overwritten
   or deleted, nor is a directory holding one, nor anything inside one: such changes are left
   out and listed in ``kept`` — unless ``force``, where the ops touching it carry ``forced``
-  (the reason) and apply replaces whatever is there without comparing it;
+  (the reason) and apply replaces whatever is there without comparing it (but one that M's
+  rules ignore is never touched, even to clear the way for its directory's removal);
 - a path absent at M that M's rules ignore as a directory but not as what it is now (a symlink
   named like a ``build/`` pattern) may have been an ignored directory at M, which no mark
   records: it is ``kept`` (loud), never deleted;
@@ -98,6 +99,16 @@ def plan(
         and scope.listed_dir(trees.lookup(load, target, u))
     ]
 
+    def in_current(path: bytes) -> bool:
+        return current is not None and trees.lookup(load, current, path) is not None
+
+    def ignored_at_mark(u: bytes) -> str | None:
+        """Why M's rules ignore the uncapturable ``u``: as what it is now, or, not in the
+        current tree, as either kind."""
+        now = trees.lookup(load, current, u) if current is not None else None
+        kinds = (False, True) if now is None else (now.kind == "dir",)
+        return next((rule for is_dir in kinds if (rule := ignores(u, is_dir)) is not None), None)
+
     def inside_unlisted(path: bytes) -> bytes | None:
         """The directory above ``path`` that could not be listed at M, if any."""
         for anc in ancestors(path):
@@ -155,9 +166,13 @@ def plan(
             if unc.at_or_above(d.path) is not None:  # replace what is there without comparing
                 group = [Op(op.kind, op.path, op.entry, op.expect, unc.reasons[blocker]) for op in group]
             for u in unc.below.get(d.path, ()):  # clear the way for removing this directory
-                if u not in forced_removals:
-                    forced_removals.add(u)
-                    extra.append(Op("remove", u, None, None, unc.reasons[u]))
+                if u in forced_removals or u in left or in_current(u):
+                    continue  # (a path the current tree holds is a difference: judged on its own)
+                if (ignored := ignored_at_mark(u)) is not None:  # never touched, even forced: the
+                    left[u] = f"ignored at the mark ({ignored})"  # directory stays (see below)
+                    continue
+                forced_removals.add(u)
+                extra.append(Op("remove", u, None, None, unc.reasons[u]))
         groups[d.path] = (COUNT[d.status], group)
     _keep_what_holds_ignored(groups, kept, left, ignored_below)
     for u in unc.reasons:  # unknown then and now: whatever changed in it is left, and said so
@@ -172,9 +187,7 @@ def plan(
             continue
         if any(strictly_below(u, x) for x in (*left, *kept)) or trees.lookup(load, target, u) is not None:
             continue
-        now = trees.lookup(load, current, u) if current is not None else None
-        kinds = (False, True) if now is None else (now.kind == "dir",)  # not in the tree: either
-        ignored = next((why for is_dir in kinds if (why := ignores(u, is_dir)) is not None), None)
+        ignored = ignored_at_mark(u)
         hidden = inside_unlisted(u)
         if ignored is not None:
             left[u] = f"ignored at the mark ({ignored})"

@@ -48,10 +48,13 @@ def evict(store: Store, doomed: list[tuple[Mark, str]], now: int) -> None:
             )
 
 
-def live_keys(store: Store, policy: Retention, now: int) -> set[str]:
+def live_keys(store: Store, policy: Retention, now: int, without: frozenset[str] = frozenset()) -> set[str]:
+    """Every key something kept references; ``without``: as if those marks were evicted."""
     db = store.catalog.read()
     live: set[str] = set()
-    for (tree,) in db.execute("SELECT DISTINCT tree FROM marks UNION SELECT head FROM workspaces"):
+    roots = {t for i, t in db.execute("SELECT id, tree FROM marks") if i not in without}
+    roots.update(h for (h,) in db.execute("SELECT head FROM workspaces"))
+    for tree in roots:
         if tree:
             trees.reachable(store.load_node, tree, live)
     for (key,) in db.execute("SELECT DISTINCT rules FROM marks WHERE rules IS NOT NULL"):
@@ -134,6 +137,31 @@ def _kept_bytes(store: Store, policy: Retention, now: int) -> int:
     return sum(stored for key, stored in db.execute("SELECT key, stored FROM objects") if key in keep)
 
 
+def _fewest_to_fit(store: Store, policy: Retention, now: int, young: int, cands: list[Mark]) -> int:
+    """How many of ``cands`` (oldest first) must go for the settled objects still referenced to
+    fit the budget: the fewest, so no mark is evicted that the budget did not need gone.
+
+    What evicting the first k frees is computed, not tried: the settled bytes the remaining
+    marks, heads and recent versions still reference. That only shrinks as k grows, so a
+    binary search finds the least k (one reachability walk per step, no sweep). With every
+    candidate gone only what must be kept remains, which the caller checked fits."""
+    db = store.catalog.read()
+    rows = db.execute("SELECT key, stored FROM objects WHERE created < ?", (young,)).fetchall()
+
+    def fits(k: int) -> bool:
+        live = live_keys(store, policy, now, frozenset(m.id for m in cands[:k]))
+        return int(sum(stored for key, stored in rows if key in live)) <= policy.budget_bytes
+
+    lo, hi = 1, len(cands)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
 def _settled_bytes(store: Store, young: int) -> int:
     """Bytes of objects past the grace period: only those can be reclaimed by evicting marks."""
     row = (
@@ -162,29 +190,24 @@ def run(store: Store, policy: Retention, now: int | None = None) -> GcReport:
         )
         report.versions_deleted = c.execute("DELETE FROM versions WHERE time < ?", (cutoff,)).rowcount
     sweep(store, policy, now, report)
-    step = 1
     young = now - int(policy.grace_s * 1e9)
-    kept: int | None = None
-    while (settled := _settled_bytes(store, young)) > policy.budget_bytes:
-        if kept is None:
-            kept = _kept_bytes(store, policy, now)
+    settled = _settled_bytes(store, young)
+    if settled > policy.budget_bytes:
         cands = budget_candidates(store.marks(), policy, now)
-        if cands and kept <= policy.budget_bytes:
-            batch = [(m, "budget") for m in cands[:step]]
+        if cands and _kept_bytes(store, policy, now) <= policy.budget_bytes:
+            batch = [(m, "budget") for m in cands[: _fewest_to_fit(store, policy, now, young, cands)]]
             evict(store, batch, now)
             report.evicted += [(m.id, r) for m, r in batch]
             sweep(store, policy, now, report)
-            step *= 2
-            if _settled_bytes(store, young) < settled:
-                continue
-        # Nothing left to evict, or evicting freed nothing (what is left is held by newer
-        # marks, pins or recent versions): stop rather than empty the history for no gain.
+            settled = _settled_bytes(store, young)
+    if settled > policy.budget_bytes:
+        # Nothing left to evict, or what is left is held by marks and versions that must be
+        # kept: stop rather than empty the history for no gain.
         report.warnings.append(
             f"the store holds {settled} bytes, over its budget of {policy.budget_bytes}, and what "
             "remains is held by marks and versions that must be kept (newest, pinned, recent "
             "pre-rollback, versions inside the age window): raise the budget or unpin marks"
         )
-        break
     with store.catalog.write() as c:
         c.execute("PRAGMA incremental_vacuum")
     report.stored_bytes = store.stored_bytes()
