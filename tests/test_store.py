@@ -87,6 +87,24 @@ def test_forced_collision_keeps_both(tmp_path: Path) -> None:
     s.close()
 
 
+def test_a_tree_node_whose_key_collides_gets_its_own_key(tmp_path: Path) -> None:
+    """Batch.apply looks the new nodes' keys up together before storing them; a node whose
+    key is taken by other stored bytes (a forced collision) must still be stored under a
+    variant key, and the tree must name that key."""
+    constant = "0" * 32
+    s = Store.open(tmp_path / "s", hasher=lambda data: constant)
+    entry = trees.Entry("file", 0o644, 1, "1" * 32 + "-1")
+    node_bytes = trees.encode_node({b"f": entry})
+    with s.batch() as b:
+        taken = b.put(b"x" * len(node_bytes))  # same size, same (forced) digest as the node
+        before = b.apply(None, {b"g": entry})
+    with s.batch() as b:
+        tree = b.apply(before, {b"g": None, b"f": entry})  # an edit: the node is {f: entry}
+    assert tree not in (taken, before)  # each of the three contents has a key of its own
+    assert trees.decode_node(s.get(tree)) == {b"f": entry}  # the stored bytes, not the cache
+    s.close()
+
+
 def test_store_is_private_whatever_the_umask(tmp_path: Path) -> None:
     old = os.umask(0)
     try:

@@ -30,6 +30,7 @@ from typing import Any
 
 from snapd.errors import DiskFull, StoreError, StoreFormatError
 from snapd.store import safeio
+from snapd.store.checkpoint import BACKSTOP_PAGES, Checkpointer
 
 FORMAT_VERSION = 4
 # Each entry upgrades a store of that format to the next one; they run in order on open.
@@ -231,6 +232,11 @@ class Catalog:
             raise safeio.os_error(exc, "create", path) from exc
         self._w = _connect(path)
         self._init_schema()
+        # Checkpoints run on their own thread (snapd.store.checkpoint), not in a mark's COMMIT.
+        self._w.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_PAGES}")
+        self._w.execute("PRAGMA journal_size_limit=0")  # the log's length is its content's
+        page_size = int(self._w.execute("PRAGMA page_size").fetchone()[0])
+        self._checkpointer = Checkpointer(path, _connect, page_size)
         self._lock = threading.RLock()
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
@@ -288,6 +294,7 @@ class Catalog:
                         pass
                 raise
             safeio.step("catalog.commit")
+        self._checkpointer.poke()
 
     def read(self) -> sqlite3.Connection:
         """This thread's read-only connection (sees committed state only)."""
@@ -301,6 +308,7 @@ class Catalog:
         return conn
 
     def close(self) -> None:
+        self._checkpointer.close()
         with self._lock:
             for conn in self._readers:
                 conn.close()

@@ -101,12 +101,11 @@ DEFAULT_DIR_MODE = 0o755
 
 def encode_node(node: Mapping[bytes, Entry]) -> bytes:
     parts = [MAGIC]
+    add, pack, codes = parts.extend, _HEAD.pack, KIND_CODES
     for name in sorted(node):
         e = node[name]
         key = e.key.encode("ascii")
-        parts.append(_HEAD.pack(KIND_CODES[e.kind], e.mode, e.size, len(name), len(key)))
-        parts.append(name)
-        parts.append(key)
+        add((pack(codes[e.kind], e.mode, e.size, len(name), len(key)), name, key))
     return b"".join(parts)
 
 
@@ -298,7 +297,9 @@ def diff(load: Load, old: str | None, new: str | None, prefix: bytes = b"") -> I
         return
     a = load(old) if old is not None else {}
     b = load(new) if new is not None else {}
-    for name in sorted(a.keys() | b.keys()):
+    # An edited node is a copy of its old one (apply_changes), so unchanged entries are the
+    # same objects: the identity test skips them without comparing fields.
+    for name in sorted(n for n in a.keys() | b.keys() if a.get(n) is not b.get(n)):
         ea, eb = a.get(name), b.get(name)
         path = prefix + name
         if ea == eb:
