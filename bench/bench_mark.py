@@ -52,7 +52,7 @@ from common import (
     tree_path,
     workspace_of,
 )
-from peer import change_files, count, du_bytes, peer_gc, peer_snap, warm
+from peer import Changes, change_files, count, du_bytes, peer_gc, peer_snap, warm
 
 from snapd.ipc.timing import difference, quantile_bound
 
@@ -117,12 +117,7 @@ def main() -> None:
     pool = capture_pool(Path(root))
     res(f"  tree {tree.name}: {files} files ({len(pool)} captured by snapd's rules), {nbytes / MB:.1f} MB")
     misses: list[str] = []
-    seed = 0
-
-    def changed() -> list[bytes]:
-        nonlocal seed
-        seed += 1
-        return change_files(ws, args.changed, seed=seed, files=pool)
+    changed = Changes(ws, args.changed, pool)
 
     def check(kind: str, reply: dict[str, Any], picked: list[bytes]) -> None:
         bad = check_mark(reply["summary"], picked)

@@ -46,7 +46,7 @@ from common import (
     start_watching,
     tree_path,
 )
-from peer import change_files, count, peer_reset, peer_snap, warm
+from peer import Changes, count, peer_reset, peer_snap, warm
 
 from snapd.ipc.timing import difference, quantile_bound
 
@@ -66,7 +66,7 @@ def not_restored(ws: Path, tree: Path, picked: list[bytes]) -> list[str]:
 
 
 def reply_problem(reply: dict[str, Any], picked: list[bytes]) -> str | None:
-    from snapd.ipc.protocol import decode_path
+    from snapd.paths import decode_path
 
     ops = reply.get("plan", {}).get("ops", [])
     paths = sorted(decode_path(op["path"]) for op in ops)
@@ -99,12 +99,7 @@ def main() -> None:
     pool = capture_pool(Path(root))
     res(f"  tree {tree.name}: {files} files, {nbytes / 1e6:.1f} MB")
     misses: list[str] = []
-    seed = 0
-
-    def changed() -> list[bytes]:
-        nonlocal seed
-        seed += 1
-        return change_files(ws, args.changed, seed=seed, files=pool)
+    changed = Changes(ws, args.changed, pool)
 
     def verify(kind: str, picked: list[bytes], reply: dict[str, Any] | None) -> None:
         if bad := not_restored(ws, tree, picked):

@@ -140,6 +140,18 @@ def change_files(
     return picked
 
 
+class Changes:
+    """Successive :func:`change_files` calls on one pool of files, seeds 1, 2, 3…: each call
+    changes ``n`` other (or the same, again) files, reproducibly."""
+
+    def __init__(self, ws: str | os.PathLike[str], n: int, files: list[bytes]) -> None:
+        self.ws, self.n, self.files, self.seed = ws, n, files, 0
+
+    def __call__(self) -> list[bytes]:
+        self.seed += 1
+        return change_files(self.ws, self.n, seed=self.seed, files=self.files)
+
+
 def copy_tree(src: str | os.PathLike[str], label: str) -> Path:
     """A private copy of a corpus tree under bench/data/work, so benchmarks can modify it."""
     WORK.mkdir(parents=True, exist_ok=True)
