@@ -138,7 +138,7 @@ def test_a_format_1_store_is_upgraded_in_place(tmp_path: Path) -> None:
     db = sqlite3.connect(tmp_path / "s" / "catalog.sqlite")
     for table, column in (
         ("marks", "rules"), ("marks", "root_mode"), ("workspaces", "last_rollback"),
-        ("workspaces", "pruned_before"), ("marks", "absent"),
+        ("workspaces", "pruned_before"), ("marks", "absent"), ("objects", "base"), ("objects", "depth"),
     ):
         db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
     db.execute("UPDATE meta SET value='1' WHERE key='format'")
@@ -166,6 +166,7 @@ def test_a_format_2_store_keeps_its_at_labels_reachable_by_id(tmp_path: Path) ->
     db = sqlite3.connect(tmp_path / "s" / "catalog.sqlite")
     db.execute("ALTER TABLE workspaces DROP COLUMN pruned_before")
     db.execute("ALTER TABLE marks DROP COLUMN absent")
+    drop_delta_columns(db)
     db.execute("UPDATE marks SET label='@home' WHERE id=?", (old,))
     db.execute("UPDATE meta SET value='2' WHERE key='format'")
     db.commit()
@@ -180,6 +181,12 @@ def test_a_format_2_store_keeps_its_at_labels_reachable_by_id(tmp_path: Path) ->
     db.close()
 
 
+def drop_delta_columns(db: sqlite3.Connection) -> None:
+    """Make a catalog's objects table what formats 1 to 4 had: no delta columns."""
+    db.execute("ALTER TABLE objects DROP COLUMN base")
+    db.execute("ALTER TABLE objects DROP COLUMN depth")
+
+
 def test_a_format_3_store_is_opened_as_format_4(tmp_path: Path) -> None:
     """Format 4 adds a kind of tree entry (uncaptured paths) and the paths a pre-rollback mark
     holds as absent: a format-3 store gets the column, its marks read as before."""
@@ -189,13 +196,14 @@ def test_a_format_3_store_is_opened_as_format_4(tmp_path: Path) -> None:
         old = ingest_tree(store, ws, root).mark_id
     db = sqlite3.connect(tmp_path / "s" / "catalog.sqlite")
     db.execute("ALTER TABLE marks DROP COLUMN absent")
+    drop_delta_columns(db)
     db.execute("UPDATE meta SET value='3' WHERE key='format'")
     db.commit()
     db.close()
     with Store.open(tmp_path / "s") as store:
         assert store.mark(old).tree and store.mark(old).absent == ()  # its marks read as before
     db = sqlite3.connect(tmp_path / "s" / "catalog.sqlite")
-    assert db.execute("SELECT value FROM meta WHERE key='format'").fetchone() == ("4",)
+    assert db.execute("SELECT value FROM meta WHERE key='format'").fetchone() == (str(FORMAT_VERSION),)
     db.close()
 
 

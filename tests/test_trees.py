@@ -18,7 +18,7 @@ class Mem:
         self.nodes: dict[str, bytes] = {}
         self.saves = 0
 
-    def save(self, node: trees.Node) -> str:
+    def save(self, node: trees.Node, base: str | None = None) -> str:
         data = trees.encode_node(node)
         key = f"{xxh3_hex(data)}-{len(data)}"
         self.nodes[key] = data

@@ -208,7 +208,10 @@ def capture(
                     if not r.listed:
                         report.skip(r.rel, r.reason)
                 else:
-                    key = batch.put(r.data, r.digest, r.encoded, r.sha)
+                    # A mark's few files are stored as deltas against their previous versions
+                    # (one indexed query each); a baseline's have none.
+                    base = batch.store.last_object(ws, r.rel) if ws is not None and not parallel else None
+                    key = batch.put(r.data, r.digest, r.encoded, r.sha, base)
                     change = trees.Entry(r.kind, r.mode, len(r.data), key)
                     if r.kind == "file":
                         report.files += 1

@@ -7,6 +7,11 @@ baseline costs a handful of fsyncs. A key that already exists is trusted only af
 bytes compare equal (for a content the batch already flushed, by its SHA-256 fingerprint);
 a different content with the same xxh3 digest gets the next collision key. Keys a batch
 relies on are held against GC until it ends, so a capture in flight never loses its objects.
+
+A put may name a *base* (the path's previous version, a directory's previous node): the new
+content is then stored as a delta against it when that is at most half the size of the whole
+encoding and the base's chain is shorter than ``objects.MAX_DEPTH``. The base is held like
+any key the batch relies on; once committed, GC keeps it as long as the delta is kept.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import json
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from snapd.errors import StoreError
 from snapd.store import objects, safeio, trees
@@ -40,10 +45,22 @@ class ObjectStore(Protocol):
     def has(self, key: str) -> bool: ...
     def load_node(self, key: str) -> trees.Node: ...
     def cache_node(self, key: str, node: trees.Node) -> None: ...
+    def cached_node(self, key: str) -> trees.Node | None: ...
+    def delta_depth(self, key: str) -> int | None: ...
+    def last_object(self, ws: int, path: bytes) -> str | None: ...
 
 LARGE_OBJECT = 1 << 20
 FLUSH_BYTES = 32 << 20  # new content held in memory before it is flushed (bounds RSS)
 StatRow = tuple[tuple[int, int, int, int, int], int]  # (st_mode, size, mtime, ctime, ino), read ns
+
+
+class _Pending(NamedTuple):
+    codec: int
+    payload: bytes  # empty for an external object (its payload is in its file)
+    raw: bytes
+    external: bool
+    base: str | None = None  # a delta's base key
+    depth: int = 0
 
 
 def fingerprint(data: bytes) -> bytes:
@@ -57,7 +74,7 @@ class Batch:
 
     def __init__(self, store: ObjectStore) -> None:
         self.store = store
-        self._pending: dict[str, tuple[int, bytes, bytes, bool]] = {}  # key -> codec, payload, raw, external
+        self._pending: dict[str, _Pending] = {}
         self._pending_bytes = 0
         self._nodes: dict[str, trees.Node] = {}
         self._held: set[str] = set()
@@ -120,11 +137,13 @@ class Batch:
         digest: str | None = None,
         encoded: tuple[int, bytes] | None = None,
         sha: bytes | None = None,
+        base: str | None = None,
     ) -> str:
         """Store ``data`` (deduplicated, collision-checked); return its key.
 
         ``digest``, ``encoded`` and ``sha`` (:func:`fingerprint`) may be precomputed by a
-        worker thread (see ingest).
+        worker thread (see ingest). ``base``: a key whose content is likely close to ``data``,
+        to store a new content as a delta against (see the module docstring).
         """
         base = objects.base_key(digest or self.store.hasher(data), len(data))
         n = 0
@@ -132,7 +151,7 @@ class Batch:
             key = objects.variant_key(base, n)
             pending = self._pending.get(key)
             if pending is not None:
-                if pending[2] == data:
+                if pending.raw == data:
                     return key
                 n += 1
                 continue
@@ -155,32 +174,69 @@ class Batch:
             if self.store.get(key) == data:
                 return key
             n += 1
-        self._add(key, data, encoded)
+        self._add(key, data, encoded, base)
         return key
 
-    def _add(self, key: str, data: bytes, encoded: tuple[int, bytes] | None) -> None:
+    def _add(self, key: str, data: bytes, encoded: tuple[int, bytes] | None, base: str | None) -> None:
         codec, payload = encoded or objects.encode(data)
+        depth = 0
+        delta = self._delta(base, data, payload) if base is not None and base != key else None
+        if delta is not None:
+            codec, payload, depth = objects.CODEC_DELTA, delta[0], delta[1]
+        else:
+            base = None
         external = len(payload) >= LARGE_OBJECT
         if external:
             path = self.store.object_path(key)
             safeio.ensure_dir(path.parent)
             safeio.write_atomic(path, payload, sync_dir=False)
             self._shards.add(path.parent)
-            self._pending[key] = (codec, b"", data, True)
+            self._pending[key] = _Pending(codec, b"", data, True, base, depth)
         else:
-            self._pending[key] = (codec, payload, data, False)
+            self._pending[key] = _Pending(codec, payload, data, False, base, depth)
         with self.store.holds.lock:
             self._hold(key)
         self._pending_bytes += len(data)
         if self._pending_bytes >= self.store.flush_bytes:
             self.flush()
 
+    def _delta(self, base: str, data: bytes, whole: bytes) -> tuple[bytes, int] | None:
+        """(payload, depth) of ``data`` as a delta against ``base``; None when storing it whole
+        is better: no such base, its chain is at its longest, or the delta saves too little.
+
+        A base already in the store is held against GC from here on, like any key a put meets."""
+        pending = self._pending.get(base)
+        if pending is not None:
+            depth, content = pending.depth, pending.raw
+        else:
+            with self.store.holds.lock:
+                found = self.store.delta_depth(base)
+                if found is not None:
+                    self._hold(base)
+            if found is None:
+                return None
+            depth, content = found, self._content(base)
+        if depth >= objects.MAX_DEPTH:
+            return None
+        delta = objects.encode_delta(content, data)
+        return (delta, depth + 1) if objects.worth_delta(delta, whole) else None
+
+    def _content(self, key: str) -> bytes:
+        """The verified content of stored ``key``; a tree node already in a cache is encoded
+        again rather than read (its encoding is canonical; the digest check proves it)."""
+        node = self._nodes.get(key) or self.store.cached_node(key)
+        if node is not None:
+            data = trees.encode_node(node)
+            if objects.matches(key, data, self.store.hasher):
+                return data
+        return self.store.get(key)
+
     def load_node(self, key: str) -> trees.Node:
         node = self._nodes.get(key)
         return node if node is not None else self.store.load_node(key)
 
-    def save_node(self, node: trees.Node) -> str:
-        key = self.put(trees.encode_node(node))
+    def save_node(self, node: trees.Node, base: str | None = None) -> str:
+        key = self.put(trees.encode_node(node), base=base)
         self._nodes[key] = node
         return key
 
@@ -194,19 +250,19 @@ class Batch:
         built from nothing (a baseline: every node new, tens of thousands) is stored as built."""
         if root is None:
             return trees.apply_changes(self.load_node, self.save_node, root, changes)
-        staged: list[tuple[str, str, trees.Node, bytes]] = []
+        staged: list[tuple[str, str, trees.Node, bytes, str | None]] = []
 
-        def stage(node: trees.Node) -> str:
+        def stage(node: trees.Node, base: str | None = None) -> str:
             data = trees.encode_node(node)
             digest = self.store.hasher(data)
             key = objects.base_key(digest, len(data))
-            staged.append((key, digest, node, data))
+            staged.append((key, digest, node, data, base))
             return key
 
         tree = trees.apply_changes(self.load_node, stage, root, changes)
-        self.prefetch(key for key, _, _, _ in staged)
-        for key, digest, node, data in staged:
-            if self.put(data, digest) != key:
+        self.prefetch(key for key, _, _, _, _ in staged)
+        for key, digest, node, data, base in staged:
+            if self.put(data, digest, base=base) != key:
                 return trees.apply_changes(self.load_node, self.save_node, root, changes)
             self._nodes[key] = node
         return tree
@@ -288,20 +344,21 @@ class Batch:
             marks = ",".join("?" * len(chunk))
             sql = f"SELECT key, codec, external, data FROM objects WHERE key IN ({marks})"
             present.update((r[0], (r[1], r[2], r[3])) for r in c.execute(sql, chunk))
-        for key, (codec, payload, raw, external) in self._pending.items():
+        for key, p in self._pending.items():
             row = present.get(key)
             if row is not None:
                 # Another batch stored this key meanwhile: equal bytes, or a collision raced.
-                if self.store.get(key) != raw:
+                if self.store.get(key) != p.raw:
                     raise StoreError(f"object key {key} collided with a concurrent write; retry")
                 continue
-            size = len(raw)
-            stored_len = self._file_size(key) if external else len(payload)
-            rows.append((key, size, codec, stored_len, int(external), now, None if external else payload))
+            stored_len = self._file_size(key) if p.external else len(p.payload)
+            data = None if p.external else p.payload
+            rows.append((key, len(p.raw), p.codec, stored_len, int(p.external), now, data, p.base, p.depth))
             if remember:
-                self._flushed[key] = fingerprint(raw)
+                self._flushed[key] = fingerprint(p.raw)
         c.executemany(
-            "INSERT INTO objects (key, size, codec, stored, external, created, data) VALUES (?,?,?,?,?,?,?)",
+            "INSERT INTO objects (key, size, codec, stored, external, created, data, base, depth)"
+            " VALUES (?,?,?,?,?,?,?,?,?)",
             rows,
         )
         self._pending.clear()

@@ -32,7 +32,7 @@ from snapd.errors import DiskFull, StoreError, StoreFormatError
 from snapd.store import safeio
 from snapd.store.checkpoint import BACKSTOP_PAGES, Checkpointer
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 # Each entry upgrades a store of that format to the next one; they run in order on open.
 # Format 1 lacked the marks' rule inputs and root mode, and the workspace's last rollback (such
 # marks are judged under today's outside rules, and their root mode is not restored).
@@ -42,6 +42,9 @@ FORMAT_VERSION = 4
 # reached by their id (see docs/protocol.md, "Time references").
 # Format 3 lacked ``marks.absent`` (the paths a pre-rollback mark's rollback created), and its
 # trees hold no ``uncaptured`` entries (kind 4), which older code cannot read.
+# Format 4 stored every object whole; format 5 adds ``objects.base`` and ``objects.depth`` for
+# deltas (codec 2: compressed against the base object's content). Existing objects stay whole
+# and read as before; older code cannot read a delta, hence the new format.
 _MIGRATIONS: dict[str, tuple[str, ...]] = {
     "1": (
         "ALTER TABLE marks ADD COLUMN rules TEXT",
@@ -50,6 +53,10 @@ _MIGRATIONS: dict[str, tuple[str, ...]] = {
     ),
     "2": ("ALTER TABLE workspaces ADD COLUMN pruned_before INTEGER",),
     "3": ("ALTER TABLE marks ADD COLUMN absent BLOB",),
+    "4": (
+        "ALTER TABLE objects ADD COLUMN base TEXT",
+        "ALTER TABLE objects ADD COLUMN depth INTEGER NOT NULL DEFAULT 0",
+    ),
 }
 
 SCHEMA = """
@@ -61,7 +68,9 @@ CREATE TABLE objects (
     stored INTEGER NOT NULL,
     external INTEGER NOT NULL,
     created INTEGER NOT NULL,
-    data BLOB
+    data BLOB,
+    base TEXT,
+    depth INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE workspaces (
     id INTEGER PRIMARY KEY,

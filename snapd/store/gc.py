@@ -9,7 +9,8 @@ GC is mark-and-sweep. Live: every object reachable from a remaining mark's tree 
 workspace's head (its state captured since the last mark), every mark's rule inputs, every object
 named by a version inside the age window, every object younger than the grace period, and
 every key a batch in flight holds. Deletions run in short transactions so captures are never
-blocked for long.
+blocked for long. Whatever is live keeps its delta bases (and theirs) live: no object is ever
+deleted while a kept object is stored against it (:func:`with_bases`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,19 @@ def evict(store: Store, doomed: list[tuple[Mark, str]], now: int) -> None:
             )
 
 
+def with_bases(store: Store, keys: set[str]) -> set[str]:
+    """``keys`` and, transitively, the bases of those stored as deltas (in place; returned)."""
+    bases = dict(store.catalog.read().execute("SELECT key, base FROM objects WHERE base IS NOT NULL"))
+    todo = [k for k in keys if k in bases]
+    while todo:
+        base = bases[todo.pop()]
+        if base not in keys:
+            keys.add(base)
+            if base in bases:
+                todo.append(base)
+    return keys
+
+
 def live_keys(store: Store, policy: Retention, now: int, without: frozenset[str] = frozenset()) -> set[str]:
     """Every key something kept references; ``without``: as if those marks were evicted."""
     db = store.catalog.read()
@@ -64,7 +78,7 @@ def live_keys(store: Store, policy: Retention, now: int, without: frozenset[str]
         "SELECT DISTINCT object FROM versions WHERE time >= ? AND object IS NOT NULL", (cutoff,)
     ):
         live.add(key)
-    return live
+    return with_bases(store, live)
 
 
 def sweep(store: Store, policy: Retention, now: int, report: GcReport) -> None:
@@ -134,6 +148,7 @@ def _kept_bytes(store: Store, policy: Retention, now: int) -> int:
             "SELECT object FROM versions WHERE time >= ? AND object IS NOT NULL", (cutoff,)
         )
     )
+    with_bases(store, keep)
     return sum(stored for key, stored in db.execute("SELECT key, stored FROM objects") if key in keep)
 
 

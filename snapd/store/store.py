@@ -21,7 +21,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from snapd.errors import Ambiguous, MissingObject, NotFound
+from snapd.errors import Ambiguous, CorruptObject, MissingObject, NotFound
 from snapd.store import objects, safeio, trees
 from snapd.store.batch import FLUSH_BYTES, Batch, StatRow
 from snapd.store.catalog import Catalog
@@ -67,16 +67,17 @@ class Store:
         objects.parse_key(key)
         return self.dir / "objects" / key[:2] / key
 
-    def payload(self, key: str) -> tuple[int, bytes]:
-        """(codec, stored bytes) of ``key``, not verified: :meth:`get` is what readers want."""
+    def payload(self, key: str) -> tuple[int, bytes, str | None]:
+        """(codec, stored bytes, delta base key) of ``key``, not verified: :meth:`get` is what
+        readers want."""
         row = (
             self.catalog.read()
-            .execute("SELECT codec, external, data FROM objects WHERE key=?", (key,))
+            .execute("SELECT codec, external, data, base FROM objects WHERE key=?", (key,))
             .fetchone()
         )
         if row is None:
             raise MissingObject(f"object {key} is missing from the store", key=key)
-        codec, external, data = row
+        codec, external, data, base = row
         if external:
             path = self.object_path(key)
             try:
@@ -85,12 +86,31 @@ class Store:
                 raise MissingObject(f"object file for {key} is missing", key=key) from exc
             except OSError as exc:
                 raise safeio.os_error(exc, "read", path) from exc
-        return codec, data
+        return codec, data, base
 
-    def get(self, key: str) -> bytes:
-        """The content named ``key``, verified against it (CorruptObject otherwise)."""
-        codec, payload = self.payload(key)
-        return objects.decode(key, codec, payload, self.hasher)
+    def get(self, key: str, _links: int = 0) -> bytes:
+        """The content named ``key``, verified against it (CorruptObject otherwise).
+
+        A delta reads its base first (verified the same way): at most ``MAX_DEPTH`` more reads."""
+        codec, payload, base = self.payload(key)
+        content = None
+        if codec == objects.CODEC_DELTA:
+            if base is None or _links >= objects.MAX_DEPTH:
+                raise CorruptObject(f"object {key} is a delta with no base, or a chain too long", key=key)
+            try:
+                content = self.get(base, _links + 1)
+            except MissingObject as exc:
+                raise MissingObject(f"object {key} is a delta against {base}, which is missing", key=key) from exc
+        return objects.decode(key, codec, payload, self.hasher, content)
+
+    def delta_depth(self, key: str) -> int | None:
+        """How many deltas ``key``'s content lies behind (0: stored whole); None if absent."""
+        row = self.catalog.read().execute("SELECT depth FROM objects WHERE key=?", (key,)).fetchone()
+        return None if row is None else int(row[0])
+
+    def cached_node(self, key: str) -> trees.Node | None:
+        with self._nodes_lock:
+            return self._nodes.get(key)
 
     def has(self, key: str) -> bool:
         row = self.catalog.read().execute("SELECT 1 FROM objects WHERE key=?", (key,)).fetchone()
@@ -302,6 +322,18 @@ class Store:
             .fetchall()
         )
         return [version_from_row(path, t, kind, mode, key) for t, kind, mode, key in rows]
+
+    def last_object(self, ws: int, path: bytes) -> str | None:
+        """The object of ``path``'s newest recorded version (None: none, or not a content)."""
+        row = (
+            self.catalog.read()
+            .execute(
+                "SELECT object FROM versions WHERE workspace=? AND path=? ORDER BY time DESC, id DESC LIMIT 1",
+                (ws, path),
+            )
+            .fetchone()
+        )
+        return row[0] if row else None
 
     def stored_bytes(self) -> int:
         row = self.catalog.read().execute("SELECT COALESCE(SUM(stored), 0) FROM objects").fetchone()

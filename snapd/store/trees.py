@@ -18,7 +18,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Literal, TypeGuard
+from typing import Literal, Protocol, TypeGuard
 
 from snapd.errors import CorruptObject
 
@@ -94,7 +94,14 @@ def holds_object(e: Entry) -> bool:
 Change = Entry | Dir | None  # None removes the path (and everything under it)
 Node = dict[bytes, Entry]
 Load = Callable[[str], Node]
-Save = Callable[[Node], str]
+
+
+class Save(Protocol):
+    """Store a node; return its key. ``base``: the node it replaces (the same directory's
+    previous node), which the store may encode it against."""
+
+    def __call__(self, node: Node, base: str | None = None, /) -> str: ...
+
 
 DEFAULT_DIR_MODE = 0o755
 
@@ -247,7 +254,7 @@ def _apply(load: Load, save: Save, key: str | None, pending: _Pending) -> str:
             node[name] = entry
     if key is not None and node == original:
         return key  # nothing changed here: no node to write (scans re-assert every directory)
-    return save(node)
+    return save(node, key)
 
 
 def lookup(load: Load, root: str, path: bytes) -> Entry | None:
