@@ -19,12 +19,30 @@ from __future__ import annotations
 
 import argparse
 import os
+import sqlite3
 import time
+from pathlib import Path
 
 from common import Results, common_args, daemon_run, peer_baseline, scratch_copy, start_watching, tree_path
 from peer import Changes, du_bytes, peer_gc, peer_snap
 
 MB = 1e6
+
+
+def breakdown(home: Path) -> dict[str, int]:
+    """Where the bytes of a stopped daemon's SNAPD_HOME are: ``du`` of each entry of it and of
+    the store, and the catalog's pages per table and index (SQLite's ``dbstat``)."""
+    out = {str(p.relative_to(home)): du_bytes(p) for p in [*home.iterdir(), *(home / "store").iterdir()]}
+    db = sqlite3.connect(f"file:{home / 'store' / 'catalog.sqlite'}?mode=ro", uri=True)
+    try:
+        for name, size in db.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name"):
+            out[f"catalog:{name}"] = int(size)
+        for codec, n, stored in db.execute("SELECT codec, COUNT(*), SUM(stored) FROM objects GROUP BY codec"):
+            out[f"objects codec {codec}: count"] = int(n)
+            out[f"objects codec {codec}: payload bytes"] = int(stored)
+    finally:
+        db.close()
+    return out
 
 
 def main() -> None:
@@ -49,6 +67,7 @@ def main() -> None:
         gitdir = peer_baseline(ws, scratch)
         d.stop()
         before = {"snapd": du_bytes(d.home), "peer_gc": peer_gc(gitdir)}
+        res.figure("snapd_before", breakdown(d.home), "SNAPD_HOME before, at rest")
         d.start()
         from snapd.ipc.client import Client
 
@@ -66,6 +85,7 @@ def main() -> None:
         client.close()
         d.stop()
         after = {"snapd": du_bytes(d.home), "peer_gc": peer_gc(gitdir)}
+        res.figure("snapd_after", breakdown(d.home), "SNAPD_HOME after, at rest")
         growth_s, growth_p = after["snapd"] - before["snapd"], after["peer_gc"] - before["peer_gc"]
         res.figure("disk", {"before": before, "after": after}, "disk bytes before/after (snapd at rest)")
         res.figure("micro_release_growth", {"snapd": growth_s, "peer_gc": growth_p, "versions": args.versions},

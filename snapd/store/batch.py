@@ -145,10 +145,10 @@ class Batch:
         worker thread (see ingest). ``base``: a key whose content is likely close to ``data``,
         to store a new content as a delta against (see the module docstring).
         """
-        base = objects.base_key(digest or self.store.hasher(data), len(data))
+        first = objects.base_key(digest or self.store.hasher(data), len(data))
         n = 0
         while True:
-            key = objects.variant_key(base, n)
+            key = objects.variant_key(first, n)
             pending = self._pending.get(key)
             if pending is not None:
                 if pending.raw == data:
