@@ -1,0 +1,199 @@
+"""Delta objects (store format 5): a new version stored against the previous one.
+
+What is promised (docs/storage.md, "Objects"): a mark's edited file and its rewritten
+directory nodes are stored as deltas against their previous versions; a chain is never longer
+than ``objects.MAX_DEPTH``; a read verifies the decoded bytes, and a delta whose base is
+missing or corrupt is an error, never content; GC never deletes a base a kept object needs;
+a store written by the release before format 5 opens and reads every mark.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from ingest_helpers import capture_paths, ingest_tree
+
+from snapd.config import DAY_NS, Retention
+from snapd.errors import CorruptObject, MissingObject
+from snapd.store import gc, objects, trees
+from snapd.store.catalog import FORMAT_VERSION
+from snapd.store.store import Store
+from snapd.store.verify import verify
+
+pytestmark = pytest.mark.timeout(60)
+FIXTURE = Path(__file__).parent / "fixtures" / "store-format4"
+SOURCE = "".join(f"def f{j}(x):\n    return x * {j} + {j * j}\n" for j in range(300)).encode()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    with Store.open(tmp_path / "s") as s:
+        yield s
+
+
+def rows(store: Store) -> dict[str, tuple[int, str | None, int, int]]:
+    """key -> (codec, base, depth, stored bytes) of every object."""
+    sql = "SELECT key, codec, base, depth, stored FROM objects"
+    return {k: (c, b, d, s) for k, c, b, d, s in store.catalog.read().execute(sql)}
+
+
+def contents(store: Store, tree: str) -> dict[bytes, bytes]:
+    return {p: store.get(e.key) for p, e in trees.walk(store.load_node, tree) if e.kind == "file"}
+
+
+def edit_series(store: Store, root: Path, turns: int) -> tuple[int, list[tuple[str, dict[bytes, bytes]]]]:
+    """A baseline, then ``turns`` marks each appending a line to src/pkg/a.py; each mark's id
+    and the contents that were on disk when it was taken."""
+    pkg = root / "src" / "pkg"
+    pkg.mkdir(parents=True)
+    (pkg / "a.py").write_bytes(SOURCE)
+    for i in range(20):
+        (pkg / f"other{i}.py").write_bytes(b"x = %d\n" % i * 20)
+    ws = store.add_workspace(os.fsencode(root))
+    taken = [(ingest_tree(store, ws, root).mark_id, on_disk(root))]
+    for turn in range(turns):
+        with open(pkg / "a.py", "ab") as f:
+            f.write(b"# turn %d\n" % turn)
+        taken.append((capture_paths(store, ws, root, [b"src/pkg/a.py"], f"t{turn}").id, on_disk(root)))
+    return ws, taken
+
+
+def on_disk(root: Path) -> dict[bytes, bytes]:
+    return {os.fsencode(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def assert_marks_read_back(store: Store, taken: list[tuple[str, dict[bytes, bytes]]]) -> None:
+    kept = {m.id: m for m in store.marks()}
+    for mark_id, expected in taken:
+        if mark_id in kept:
+            assert contents(store, kept[mark_id].tree) == expected, mark_id
+
+
+def test_successive_versions_are_small_deltas_in_bounded_chains(store: Store, tmp_path: Path) -> None:
+    _, taken = edit_series(store, tmp_path / "ws", 3 * objects.MAX_DEPTH)
+    assert_marks_read_back(store, taken)
+    objs = rows(store)
+    deltas = {k: r for k, r in objs.items() if r[0] == objects.CODEC_DELTA}
+    assert max(d for _, _, d, _ in objs.values()) <= objects.MAX_DEPTH
+    assert all(r[1] in objs and r[2] == objs[r[1]][2] + 1 for r in deltas.values())  # depth = base's + 1
+    versions = [store.mark(m).tree for m, _ in taken[1:]]
+    file_keys = {trees.lookup(store.load_node, t, b"src/pkg/a.py").key for t in versions}  # type: ignore[union-attr]
+    assert sum(1 for k in file_keys if k in deltas) >= len(file_keys) * objects.MAX_DEPTH // (objects.MAX_DEPTH + 1)
+    assert all(deltas[k][3] < 100 for k in file_keys if k in deltas), "an appended line costs bytes, not a file"
+    pkg_nodes = {trees.lookup(store.load_node, t, b"src/pkg").key for t in versions}  # type: ignore[union-attr]
+    assert any(k in deltas for k in pkg_nodes), "a rewritten directory node is a delta too"
+    assert verify(store).ok
+
+
+def test_a_delta_whose_base_is_corrupt_or_missing_is_an_error(store: Store, tmp_path: Path) -> None:
+    _, taken = edit_series(store, tmp_path / "ws", 2)
+    objs = rows(store)
+    key = trees.lookup(store.load_node, store.mark(taken[-1][0]).tree, b"src/pkg/a.py").key  # type: ignore[union-attr]
+    base = objs[key][1]
+    assert objs[key][0] == objects.CODEC_DELTA and base is not None
+    root = base
+    while objs[root][1] is not None:
+        root = objs[root][1]  # type: ignore[assignment]
+    with store.catalog.write() as c:  # one byte of the chain's whole object, changed
+        data = bytearray(c.execute("SELECT data FROM objects WHERE key=?", (root,)).fetchone()[0])
+        data[len(data) // 2] ^= 0xFF
+        c.execute("UPDATE objects SET data=? WHERE key=?", (bytes(data), root))
+    with pytest.raises(CorruptObject):
+        store.get(key)
+    report = verify(store)
+    assert key in report.corrupt and taken[-1][0] in report.corrupt[key]
+    with store.catalog.write() as c:
+        c.execute("DELETE FROM objects WHERE key=?", (base,))
+    with pytest.raises(MissingObject, match=f"delta against {base}"):
+        store.get(key)
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        Retention(max_marks=2, grace_s=0, max_age_days=0),  # count and age
+        Retention(budget_bytes=40_000, grace_s=0, max_age_days=1),  # the budget, versions 2 days old
+    ],
+    ids=["count", "budget"],
+)
+def test_gc_never_deletes_a_base_that_a_kept_object_needs(
+    store: Store, tmp_path: Path, policy: Retention
+) -> None:
+    """The newest version of a file is a delta whose chain starts at the baseline's object,
+    which no kept mark or version names: GC must keep the chain. Replaced incompressible
+    contents (no delta) give the sweep something to delete."""
+    root = tmp_path / "ws"
+    (root / "bin").mkdir(parents=True)
+    (root / "bin" / "blob").write_bytes(os.urandom(30_000))
+    ws, taken = edit_series(store, root, 4)
+    for i in range(3):
+        (root / "bin" / "blob").write_bytes(os.urandom(30_000))
+        with open(root / "src" / "pkg" / "a.py", "ab") as f:
+            f.write(b"# blob %d\n" % i)
+        taken.append((capture_paths(store, ws, root, [b"bin/blob", b"src/pkg/a.py"], f"b{i}").id, on_disk(root)))
+    report = gc.run(store, policy, now=time.time_ns() + 2 * DAY_NS)
+    assert report.evicted and report.objects_deleted, report
+    kept = {m.id for m in store.marks()}
+    assert taken[-1][0] in kept and len(kept) < len(taken)
+    assert_marks_read_back(store, taken)
+    assert verify(store).ok
+    newest = trees.lookup(store.load_node, store.mark(taken[-1][0]).tree, b"src/pkg/a.py")
+    assert newest is not None and rows(store)[newest.key][2] > 1  # it is a chain, and it was kept
+
+
+def open_fixture(tmp_path: Path) -> tuple[Store, dict[str, dict[str, list[str]]]]:
+    shutil.copytree(FIXTURE / "store", tmp_path / "store")
+    manifest = json.loads((FIXTURE / "manifest.json").read_text())
+    return Store.open(tmp_path / "store"), manifest
+
+
+def stored_state(store: Store, tree: str) -> dict[str, list[str]]:
+    """A mark as the fixture's manifest records a workspace: path -> [kind, sha256 of content]."""
+    out: dict[str, list[str]] = {}
+    for path, e in trees.walk(store.load_node, tree):
+        digest = "" if e.kind == "dir" else hashlib.sha256(store.get(e.key)).hexdigest()
+        out[os.fsdecode(path)] = [e.kind, digest]
+    return out
+
+
+def test_a_store_written_by_the_previous_release_reads_every_mark(tmp_path: Path) -> None:
+    """tests/fixtures/store-format4 was written by commit 8d903f1 (format 4; see
+    make_format4_store.py). It opens as format 5, every mark reads back as the workspace was
+    on disk, and a new version of an old file is stored as a delta against the old object."""
+    assert sqlite3.connect(FIXTURE / "store" / "catalog.sqlite").execute(
+        "SELECT value FROM meta WHERE key='format'"
+    ).fetchone() == ("4",)
+    store, manifest = open_fixture(tmp_path)
+    with store:
+        assert store.catalog.read().execute("SELECT value FROM meta WHERE key='format'").fetchone() == (
+            str(FORMAT_VERSION),
+        )
+        marks = {m.id: m for m in store.marks()}
+        assert set(marks) == set(manifest)
+        for mark_id, expected in manifest.items():
+            assert stored_state(store, marks[mark_id].tree) == expected, mark_id
+        assert verify(store).ok
+        (ws,) = [w.id for w in store.workspaces()]
+        newest = max(marks.values(), key=lambda m: m.seq)
+        root = tmp_path / "ws"
+        for path, data in contents(store, newest.tree).items():
+            (root / os.fsdecode(path)).parent.mkdir(parents=True, exist_ok=True)
+            (root / os.fsdecode(path)).write_bytes(data)
+        with open(root / "src" / "pkg" / "mod0.py", "ab") as f:
+            f.write(b"# after the upgrade\n")
+        mark = capture_paths(store, ws, root, [b"src/pkg/mod0.py"], "upgraded")
+        entry = trees.lookup(store.load_node, mark.tree, b"src/pkg/mod0.py")
+        assert entry is not None
+        codec, base, _, _ = rows(store)[entry.key]
+        assert codec == objects.CODEC_DELTA and base is not None and rows(store)[base][0] == objects.CODEC_ZSTD
+        assert store.get(entry.key) == (root / "src" / "pkg" / "mod0.py").read_bytes()
+        for mark_id, expected in manifest.items():
+            assert stored_state(store, marks[mark_id].tree) == expected, mark_id
