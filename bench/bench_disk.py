@@ -76,10 +76,11 @@ def main() -> None:
         t0 = time.perf_counter()
         for i in range(args.versions):
             changed()
-            sides = [lambda: client.call("mark", label="turn", workspace=root_b),
-                     lambda: peer_snap(ws, gitdir, f"turn-{i}")]
-            for side in sides if i % 2 else sides[::-1]:
-                side()
+            for side in ("snapd", "peer") if i % 2 else ("peer", "snapd"):
+                if side == "snapd":
+                    client.call("mark", label="turn", workspace=root_b)
+                else:
+                    peer_snap(ws, gitdir, f"turn-{i}")
             if (i + 1) % 50 == 0:
                 print(f"    {i + 1}/{args.versions} versions, {time.perf_counter() - t0:.0f} s", flush=True)
         client.close()
@@ -88,7 +89,8 @@ def main() -> None:
         res.figure("snapd_after", breakdown(d.home), "SNAPD_HOME after, at rest")
         growth_s, growth_p = after["snapd"] - before["snapd"], after["peer_gc"] - before["peer_gc"]
         res.figure("disk", {"before": before, "after": after}, "disk bytes before/after (snapd at rest)")
-        res.figure("micro_release_growth", {"snapd": growth_s, "peer_gc": growth_p, "versions": args.versions},
+        growth = {"snapd": growth_s, "peer_gc": growth_p, "versions": args.versions}
+        res.figure("micro_release_growth", growth,
                    "growth over the micro-releases (snapd at rest; peer after git gc)")
         res.verdict("store on disk vs the peer after git gc, successive micro-releases", "<= 1x",
                     f"{growth_s / max(growth_p, 1):.2f}x ({args.versions} versions of {args.changed} changed "

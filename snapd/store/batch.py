@@ -9,26 +9,24 @@ a different content with the same xxh3 digest gets the next collision key. Keys 
 relies on are held against GC until it ends, so a capture in flight never loses its objects.
 
 A put may name a *base* (the path's previous version, a directory's previous node): the new
-content is then stored as a delta against it when that is at most half the size of the whole
-encoding and the base's chain is shorter than ``objects.MAX_DEPTH``. The base is held like
-any key the batch relies on; once committed, GC keeps it as long as the delta is kept.
+content may then be stored as a delta (:mod:`snapd.store.deltas` chooses). The base is held
+like any key the batch relies on; once committed, GC keeps it as long as the delta is kept.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 from snapd.errors import StoreError
-from snapd.store import objects, safeio, trees
+from snapd.store import deltas, objects, safeio, trees
 from snapd.store.catalog import Catalog
 from snapd.store.holds import GcHolds
-from snapd.store.records import MARK_COLUMNS, Mark, encode_absent
+from snapd.store.records import MARK_COLUMNS, MARK_MARKS, Mark, mark_row
 from snapd.store.refs import new_mark_id, validate_label
 
 
@@ -46,21 +44,12 @@ class ObjectStore(Protocol):
     def load_node(self, key: str) -> trees.Node: ...
     def cache_node(self, key: str, node: trees.Node) -> None: ...
     def cached_node(self, key: str) -> trees.Node | None: ...
-    def delta_depth(self, key: str) -> int | None: ...
+    def delta_link(self, key: str) -> tuple[str | None, int] | None: ...
     def last_object(self, ws: int, path: bytes) -> str | None: ...
 
 LARGE_OBJECT = 1 << 20
 FLUSH_BYTES = 32 << 20  # new content held in memory before it is flushed (bounds RSS)
 StatRow = tuple[tuple[int, int, int, int, int], int]  # (st_mode, size, mtime, ctime, ino), read ns
-
-
-class _Pending(NamedTuple):
-    codec: int
-    payload: bytes  # empty for an external object (its payload is in its file)
-    raw: bytes
-    external: bool
-    base: str | None = None  # a delta's base key
-    depth: int = 0
 
 
 def fingerprint(data: bytes) -> bytes:
@@ -74,7 +63,7 @@ class Batch:
 
     def __init__(self, store: ObjectStore) -> None:
         self.store = store
-        self._pending: dict[str, _Pending] = {}
+        self._pending: dict[str, deltas.Pending] = {}
         self._pending_bytes = 0
         self._nodes: dict[str, trees.Node] = {}
         self._held: set[str] = set()
@@ -179,51 +168,41 @@ class Batch:
 
     def _add(self, key: str, data: bytes, encoded: tuple[int, bytes] | None, base: str | None) -> None:
         codec, payload = encoded or objects.encode(data)
-        depth = 0
-        delta = self._delta(base, data, payload) if base is not None and base != key else None
-        if delta is not None:
-            codec, payload, depth = objects.CODEC_DELTA, delta[0], delta[1]
-        else:
-            base = None
+        delta = deltas.against(self, base, data, payload) if base is not None and base != key else None
+        codec, payload, base, depth = (objects.CODEC_DELTA, *delta) if delta else (codec, payload, None, 0)
         external = len(payload) >= LARGE_OBJECT
         if external:
             path = self.store.object_path(key)
             safeio.ensure_dir(path.parent)
             safeio.write_atomic(path, payload, sync_dir=False)
             self._shards.add(path.parent)
-            self._pending[key] = _Pending(codec, b"", data, True, base, depth)
+            self._pending[key] = deltas.Pending(codec, b"", data, True, base, depth)
         else:
-            self._pending[key] = _Pending(codec, payload, data, False, base, depth)
+            self._pending[key] = deltas.Pending(codec, payload, data, False, base, depth)
         with self.store.holds.lock:
             self._hold(key)
         self._pending_bytes += len(data)
         if self._pending_bytes >= self.store.flush_bytes:
             self.flush()
 
-    def _delta(self, base: str, data: bytes, whole: bytes) -> tuple[bytes, int] | None:
-        """(payload, depth) of ``data`` as a delta against ``base``; None when storing it whole
-        is better: no such base, its chain is at its longest, or the delta saves too little.
-
-        A base already in the store is held against GC from here on, like any key a put meets."""
-        pending = self._pending.get(base)
+    def link(self, key: str) -> tuple[str | None, int] | None:
+        """(delta base, depth) of a pending or stored object (:class:`deltas.Host`); a stored
+        one is held against GC from here on, like any key a put meets."""
+        pending = self._pending.get(key)
         if pending is not None:
-            depth, content = pending.depth, pending.raw
-        else:
-            with self.store.holds.lock:
-                found = self.store.delta_depth(base)
-                if found is not None:
-                    self._hold(base)
-            if found is None:
-                return None
-            depth, content = found, self._content(base)
-        if depth >= objects.MAX_DEPTH:
-            return None
-        delta = objects.encode_delta(content, data)
-        return (delta, depth + 1) if objects.worth_delta(delta, whole) else None
+            return pending.base, pending.depth
+        with self.store.holds.lock:
+            found = self.store.delta_link(key)
+            if found is not None:
+                self._hold(key)
+        return found
 
-    def _content(self, key: str) -> bytes:
-        """The verified content of stored ``key``; a tree node already in a cache is encoded
-        again rather than read (its encoding is canonical; the digest check proves it)."""
+    def content(self, key: str) -> bytes:
+        """A pending or stored object's verified content; a tree node already in a cache is
+        encoded again rather than read (its encoding is canonical; the digest check proves it)."""
+        pending = self._pending.get(key)
+        if pending is not None:
+            return pending.raw
         node = self._nodes.get(key) or self.store.cached_node(key)
         if node is not None:
             data = trees.encode_node(node)
@@ -303,24 +282,9 @@ class Batch:
         """Queue a mark; its id is final, its ``seq`` is assigned at commit."""
         if kind == "user":
             validate_label(label)
-        mark = Mark(
-            new_mark_id(),
-            ws,
-            0,
-            label,
-            message,
-            agent,
-            session,
-            created or time.time_ns(),
-            git_head,
-            tree,
-            kind,
-            False,
-            summary or {},
-            rules,
-            root_mode,
-            absent,
-        )
+        when = created or time.time_ns()
+        mark = Mark(new_mark_id(), ws, 0, label, message, agent, session, when, git_head, tree, kind, False,
+                    summary or {}, rules, root_mode, absent)
         self._marks.append(mark)
         self._heads[ws] = tree
         return mark
@@ -420,27 +384,7 @@ class Batch:
                 seq = c.execute(
                     "SELECT COALESCE(MAX(seq), 0) + 1 FROM marks WHERE workspace=?", (m.workspace,)
                 ).fetchone()[0]
-                c.execute(
-                    f"INSERT INTO marks ({MARK_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (
-                        m.id,
-                        m.workspace,
-                        seq,
-                        m.label,
-                        m.message,
-                        m.agent,
-                        m.session,
-                        m.created,
-                        m.git_head,
-                        m.tree,
-                        m.kind,
-                        0,
-                        json.dumps(m.summary),
-                        m.rules,
-                        m.root_mode,
-                        encode_absent(m.absent),
-                    ),
-                )
+                c.execute(f"INSERT INTO marks ({MARK_COLUMNS}) VALUES ({MARK_MARKS})", mark_row(m, seq))
                 committed.append(dataclasses.replace(m, seq=seq))
             for ws, tree in self._heads.items():
                 c.execute("UPDATE workspaces SET head=? WHERE id=?", (tree, ws))

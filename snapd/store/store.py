@@ -100,13 +100,14 @@ class Store:
             try:
                 content = self.get(base, _links + 1)
             except MissingObject as exc:
-                raise MissingObject(f"object {key} is a delta against {base}, which is missing", key=key) from exc
+                why = f"object {key} is a delta against {base}, which is missing"
+                raise MissingObject(why, key=key) from exc
         return objects.decode(key, codec, payload, self.hasher, content)
 
-    def delta_depth(self, key: str) -> int | None:
-        """How many deltas ``key``'s content lies behind (0: stored whole); None if absent."""
-        row = self.catalog.read().execute("SELECT depth FROM objects WHERE key=?", (key,)).fetchone()
-        return None if row is None else int(row[0])
+    def delta_link(self, key: str) -> tuple[str | None, int] | None:
+        """(delta base, depth) of ``key``: (None, 0) for an object stored whole; None if absent."""
+        row = self.catalog.read().execute("SELECT base, depth FROM objects WHERE key=?", (key,)).fetchone()
+        return None if row is None else (row[0], int(row[1]))
 
     def cached_node(self, key: str) -> trees.Node | None:
         with self._nodes_lock:
@@ -328,7 +329,8 @@ class Store:
         row = (
             self.catalog.read()
             .execute(
-                "SELECT object FROM versions WHERE workspace=? AND path=? ORDER BY time DESC, id DESC LIMIT 1",
+                "SELECT object FROM versions WHERE workspace=? AND path=?"
+                " ORDER BY time DESC, id DESC LIMIT 1",
                 (ws, path),
             )
             .fetchone()
