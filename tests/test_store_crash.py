@@ -8,8 +8,10 @@ there with every object it references readable (or was recorded as evicted by GC
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import shutil
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -58,6 +60,28 @@ def gc_workload(store_dir: Path, ws: Path, ack: Callable[[str], None]) -> None:
             (ws / "src" / "f0.txt").write_bytes(f"v{i}".encode() * 100)
             ack(capture_paths(s, wid, ws, [b"big.bin", b"src/f0.txt"], f"m{i}").id)
         gc.run(s, Retention(max_marks=2, grace_s=0, max_age_days=0))
+
+
+FORMAT4 = Path(__file__).parent / "fixtures" / "store-format4"
+
+
+def migration_workload(store_dir: Path, ws: Path, ack: Callable[[str], None]) -> None:
+    """Open a store written by the release before format 5 (tests/fixtures/store-format4: its
+    marks were acknowledged then), then store an edit of one of its files as a delta."""
+    shutil.copytree(FORMAT4 / "store", store_dir)
+    for mark_id in json.loads((FORMAT4 / "manifest.json").read_text()):
+        ack(mark_id)
+    with Store.open(store_dir) as s:
+        (wid,) = [w.id for w in s.workspaces()]
+        latest = s.latest_mark(wid)
+        assert latest is not None
+        for path, entry in trees.walk(s.load_node, latest.tree):
+            if entry.kind == "file":
+                (ws / os.fsdecode(path)).parent.mkdir(parents=True, exist_ok=True)
+                (ws / os.fsdecode(path)).write_bytes(s.get(entry.key))
+        with open(ws / "src" / "pkg" / "mod1.py", "ab") as f:
+            f.write(b"# edited after the upgrade\n")
+        ack(capture_paths(s, wid, ws, [b"src/pkg/mod1.py"], "upgraded").id)
 
 
 def _count_ops(tmp: Path, workload: Workload) -> int:
@@ -112,10 +136,12 @@ def _check(store_dir: Path, acked: list[str]) -> None:
         assert verify(s).ok
 
 
-@pytest.mark.parametrize("workload", [capture_workload, gc_workload], ids=["capture", "gc"])
+@pytest.mark.parametrize(
+    "workload", [capture_workload, gc_workload, migration_workload], ids=["capture", "gc", "migration"]
+)
 def test_crash_after_every_operation(tmp_path: Path, workload: Workload) -> None:
     total = _count_ops(tmp_path, workload)
-    assert total > 10
+    assert total > (3 if workload is migration_workload else 10)
     for n in range(1, total + 1):
         tmp = tmp_path / f"n{n}"
         store_dir, acked, code = _run_crashing(tmp, workload, n)

@@ -266,13 +266,17 @@ class Catalog:
         row = self._w.execute("SELECT value FROM meta WHERE key='format'").fetchone()
         found = row[0] if row else "none"
         if found in _MIGRATIONS:
+            # One transaction: a crash anywhere in it leaves the store as it was, upgraded at
+            # the next open (the crash tests interrupt it after each statement).
             self._w.execute("BEGIN IMMEDIATE")
             while found in _MIGRATIONS:
                 for stmt in _MIGRATIONS[found]:
                     self._w.execute(stmt)
+                    safeio.step("catalog.migrate")
                 found = str(int(found) + 1)
             self._w.execute("UPDATE meta SET value=? WHERE key='format'", (found,))
             self._w.execute("COMMIT")
+            safeio.step("catalog.commit")
         if found != str(FORMAT_VERSION):
             raise StoreFormatError(
                 f"the store {self.path.parent} has format {found}, and this snapd understands "
