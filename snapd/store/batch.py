@@ -35,6 +35,7 @@ class ObjectStore(Protocol):
 
     catalog: Catalog
     hasher: objects.Hasher
+    recent: deltas.Recent  # objects committed lately, for the next deltas
     holds: GcHolds
     flush_bytes: int  # new content held in memory before a flush (FLUSH_BYTES unless a test lowers it)
 
@@ -167,9 +168,10 @@ class Batch:
         return key
 
     def _add(self, key: str, data: bytes, encoded: tuple[int, bytes] | None, base: str | None) -> None:
-        codec, payload = encoded or objects.encode(data)
-        delta = deltas.against(self, base, data, payload) if base is not None and base != key else None
-        codec, payload, base, depth = (objects.CODEC_DELTA, *delta) if delta else (codec, payload, None, 0)
+        if base is not None and base != key:
+            codec, payload, base, depth = deltas.against(self, base, data, encoded)
+        else:
+            (codec, payload), base, depth = encoded or objects.encode(data), None, 0
         external = len(payload) >= LARGE_OBJECT
         if external:
             path = self.store.object_path(key)
@@ -192,7 +194,8 @@ class Batch:
         if pending is not None:
             return pending.base, pending.depth
         with self.store.holds.lock:
-            found = self.store.delta_link(key)
+            recent = self.store.recent.get(key)
+            found = (recent.base, recent.depth) if recent is not None else self.store.delta_link(key)
             if found is not None:
                 self._hold(key)
         return found
@@ -200,9 +203,9 @@ class Batch:
     def content(self, key: str) -> bytes:
         """A pending or stored object's verified content; a tree node already in a cache is
         encoded again rather than read (its encoding is canonical; the digest check proves it)."""
-        pending = self._pending.get(key)
-        if pending is not None:
-            return pending.raw
+        known = self._pending.get(key) or self.store.recent.get(key)
+        if known is not None:
+            return known.raw
         node = self._nodes.get(key) or self.store.cached_node(key)
         if node is not None:
             data = trees.encode_node(node)
@@ -296,11 +299,12 @@ class Batch:
             safeio.fsync_dir(d)
         self._shards.clear()
 
-    def _write_objects(self, c: Any, *, remember: bool) -> None:
+    def _write_objects(self, c: Any, *, remember: bool) -> list[tuple[str, deltas.Pending]]:
         """Insert the pending objects; ``remember``: the batch goes on (a flush), so keep each
         one's fingerprint for the puts that may repeat it (a commit ends the batch: none)."""
         now = time.time_ns()
         rows = []
+        written: list[tuple[str, deltas.Pending]] = []  # for Store.recent, once committed
         keys = list(self._pending)
         present: dict[str, tuple[int, int, bytes | None]] = {}
         for i in range(0, len(keys), 500):  # one query per 500 keys, not one per key
@@ -318,6 +322,7 @@ class Batch:
             stored_len = self._file_size(key) if p.external else len(p.payload)
             data = None if p.external else p.payload
             rows.append((key, len(p.raw), p.codec, stored_len, int(p.external), now, data, p.base, p.depth))
+            written.append((key, p._replace(payload=b"")))
             if remember:
                 self._flushed[key] = fingerprint(p.raw)
         c.executemany(
@@ -327,6 +332,7 @@ class Batch:
         )
         self._pending.clear()
         self._pending_bytes = 0
+        return written
 
     def _write_stats(self, c: Any) -> None:
         upserts = []
@@ -357,10 +363,15 @@ class Batch:
         try:
             self._sync_files()
             with self.store.catalog.write() as c:
-                self._write_objects(c, remember=True)
+                written = self._write_objects(c, remember=True)
         except BaseException:
             self._done = True
             raise
+        self._remember(written)
+
+    def _remember(self, written: list[tuple[str, deltas.Pending]]) -> None:
+        for key, item in written:
+            self.store.recent.add(key, item)
 
     def commit(self) -> list[Mark]:
         """Objects, versions and marks durable in one catalog transaction; return the marks.
@@ -375,7 +386,7 @@ class Batch:
         self._sync_files()
         committed: list[Mark] = []
         with self.store.catalog.write() as c:
-            self._write_objects(c, remember=False)
+            written = self._write_objects(c, remember=False)
             c.executemany(
                 "INSERT INTO versions (workspace, path, time, kind, mode, object) VALUES (?,?,?,?,?,?)",
                 self._versions,
@@ -389,6 +400,7 @@ class Batch:
             for ws, tree in self._heads.items():
                 c.execute("UPDATE workspaces SET head=? WHERE id=?", (tree, ws))
             self._write_stats(c)
+        self._remember(written)
         for key, node in self._nodes.items():
             self.store.cache_node(key, node)
         self._nodes.clear()

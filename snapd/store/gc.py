@@ -95,6 +95,7 @@ def sweep(store: Store, policy: Retention, now: int, report: GcReport) -> None:
                     if store.holds.spared(key):
                         continue
                     c.execute("DELETE FROM objects WHERE key=?", (key,))
+                    store.recent.forget(key)  # under the holds lock: see deltas.Recent
                     report.objects_deleted += 1
                     report.bytes_freed += stored
                     if external:

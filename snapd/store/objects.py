@@ -93,21 +93,33 @@ def encode(data: bytes) -> tuple[int, bytes]:
     return CODEC_ZSTD, packed
 
 
+_DELTA_FORMAT: Final = zstandard.FORMAT_ZSTD1_MAGICLESS
+
+
 def _raw_dict(base: bytes) -> zstandard.ZstdCompressionDict:
     return zstandard.ZstdCompressionDict(base, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
 
 
 def encode_delta(base: bytes, data: bytes) -> bytes:
-    """``data`` as one zstd frame compressed with ``base`` as a raw-content dictionary."""
+    """``data`` as one zstd frame compressed with ``base`` as a raw-content dictionary.
+
+    The frame has no magic number (codec 2 says what it is: 4 bytes of a ~50-byte delta)."""
     params = zstandard.ZstdCompressionParameters.from_level(
-        DELTA_LEVEL, source_size=len(data), dict_size=len(base), write_dict_id=False
+        DELTA_LEVEL, source_size=len(data), dict_size=len(base), write_dict_id=False, format=_DELTA_FORMAT
     )
     return zstandard.ZstdCompressor(compression_params=params, dict_data=_raw_dict(base)).compress(data)
 
 
-def worth_delta(delta: bytes, whole: bytes) -> bool:
-    """Whether a delta saves enough over the whole encoding to be worth its extra read."""
-    return len(delta) * DELTA_GAIN <= len(whole)
+def worth_delta(delta: bytes, data: bytes, whole: tuple[int, bytes] | None) -> tuple[int, bytes] | None:
+    """None when a delta of ``data`` saves enough over its whole encoding (``whole``, or
+    computed here) to be worth its extra read; else the whole encoding, to store instead.
+
+    A delta under 1/16 of the content is worth it whatever the whole encoding (zstd does not
+    shrink source text or tree nodes 8-fold): that encoding is then never computed."""
+    if whole is None and len(delta) * 8 * DELTA_GAIN <= len(data):
+        return None
+    whole = whole or encode(data)
+    return None if len(delta) * DELTA_GAIN <= len(whole[1]) else whole
 
 
 def matches(key: str, data: bytes, hasher: Hasher = xxh3_hex) -> bool:
@@ -129,7 +141,7 @@ def decode(
         elif codec == CODEC_ZSTD:
             data = _decompressor().decompress(payload, max_output_size=size)
         elif codec == CODEC_DELTA and base is not None:
-            dctx = zstandard.ZstdDecompressor(dict_data=_raw_dict(base))
+            dctx = zstandard.ZstdDecompressor(dict_data=_raw_dict(base), format=_DELTA_FORMAT)
             data = dctx.decompress(payload, max_output_size=size)
         else:
             raise CorruptObject(f"object {key} has unknown codec {codec}", key=key)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from snapd.errors import Ambiguous, CorruptObject, MissingObject, NotFound
-from snapd.store import objects, safeio, trees
+from snapd.store import deltas, objects, safeio, trees
 from snapd.store.batch import FLUSH_BYTES, Batch, StatRow
 from snapd.store.catalog import Catalog
 from snapd.store.holds import GcHolds
@@ -45,6 +45,7 @@ class Store:
         self._nodes: OrderedDict[str, trees.Node] = OrderedDict()
         self._nodes_lock = threading.Lock()
         self.holds = GcHolds()  # keys write batches rely on, spared by the GC sweep
+        self.recent = deltas.Recent()  # objects batches committed lately (the next deltas' bases)
 
     @classmethod
     def open(
