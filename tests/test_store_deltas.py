@@ -117,6 +117,26 @@ def test_a_delta_whose_base_is_corrupt_or_missing_is_an_error(store: Store, tmp_
         store.get(key)
 
 
+def test_a_damaged_previous_version_does_not_stop_the_next_one(store: Store, tmp_path: Path) -> None:
+    """The base a new version would be stored against is corrupt: the new version is stored
+    whole, and reads back exactly."""
+    root = tmp_path / "ws"
+    ws, taken = edit_series(store, root, 0)
+    old = trees.lookup(store.load_node, store.mark(taken[0][0]).tree, b"src/pkg/a.py")
+    assert old is not None
+    with store.catalog.write() as c:
+        data = bytearray(c.execute("SELECT data FROM objects WHERE key=?", (old.key,)).fetchone()[0])
+        data[len(data) // 2] ^= 0xFF
+        c.execute("UPDATE objects SET data=? WHERE key=?", (bytes(data), old.key))
+    store.recent.forget(old.key)  # as after a restart: the damage is on disk only
+    with open(root / "src" / "pkg" / "a.py", "ab") as f:
+        f.write(b"# after the damage\n")
+    mark = capture_paths(store, ws, root, [b"src/pkg/a.py"], "next")
+    new = trees.lookup(store.load_node, mark.tree, b"src/pkg/a.py")
+    assert new is not None and rows(store)[new.key][0] != objects.CODEC_DELTA
+    assert store.get(new.key) == (root / "src" / "pkg" / "a.py").read_bytes()
+
+
 @pytest.mark.parametrize(
     "policy",
     [

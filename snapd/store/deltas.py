@@ -22,6 +22,7 @@ import threading
 from collections import OrderedDict
 from typing import NamedTuple, Protocol
 
+from snapd.errors import CorruptObject, MissingObject
 from snapd.store import objects
 
 
@@ -108,7 +109,11 @@ def against(
         if link[1] != 0:
             return stored_whole(data, whole)
         depth = 0
-    delta = objects.encode_delta(host.content(base), data)
+    try:
+        content = host.content(base)
+    except (CorruptObject, MissingObject):  # a damaged old version must not stop a new one
+        return stored_whole(data, whole)
+    delta = objects.encode_delta(content, data)
     instead = objects.worth_delta(delta, data, whole)
     return (objects.CODEC_DELTA, delta, base, depth + 1) if instead is None else stored_whole(data, instead)
 

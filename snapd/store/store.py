@@ -330,13 +330,13 @@ class Store:
         row = (
             self.catalog.read()
             .execute(
-                "SELECT object FROM versions WHERE workspace=? AND path=?"
+                "SELECT object, kind FROM versions WHERE workspace=? AND path=?"
                 " ORDER BY time DESC, id DESC LIMIT 1",
                 (ws, path),
             )
             .fetchone()
         )
-        return row[0] if row else None
+        return row[0] if row and row[1] in ("file", "symlink") else None
 
     def stored_bytes(self) -> int:
         row = self.catalog.read().execute("SELECT COALESCE(SUM(stored), 0) FROM objects").fetchone()
