@@ -87,6 +87,9 @@ def main() -> None:
         d.stop()
         after = {"snapd": du_bytes(d.home), "peer_gc": peer_gc(gitdir)}
         res.figure("snapd_after", breakdown(d.home), "SNAPD_HOME after, at rest")
+        b0, b1 = res.data["figures"]["snapd_before"], res.data["figures"]["snapd_after"]
+        res.figure("snapd_growth", {k: v - b0.get(k, 0) for k, v in b1.items() if v != b0.get(k, 0)},
+                   "SNAPD_HOME growth, by entry")
         growth_s, growth_p = after["snapd"] - before["snapd"], after["peer_gc"] - before["peer_gc"]
         res.figure("disk", {"before": before, "after": after}, "disk bytes before/after (snapd at rest)")
         growth = {"snapd": growth_s, "peer_gc": growth_p, "versions": args.versions}
