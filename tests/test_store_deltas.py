@@ -66,6 +66,14 @@ def edit_series(store: Store, root: Path, turns: int) -> tuple[int, list[tuple[s
     return ws, taken
 
 
+def damage(store: Store, key: str) -> None:
+    """Change one byte of an inline object's stored payload."""
+    with store.catalog.write() as c:
+        data = bytearray(c.execute("SELECT data FROM objects WHERE key=?", (key,)).fetchone()[0])
+        data[len(data) // 2] ^= 0xFF
+        c.execute("UPDATE objects SET data=? WHERE key=?", (bytes(data), key))
+
+
 def on_disk(root: Path) -> dict[bytes, bytes]:
     return {os.fsencode(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
@@ -103,10 +111,7 @@ def test_a_delta_whose_base_is_corrupt_or_missing_is_an_error(store: Store, tmp_
     root = base
     while objs[root][1] is not None:
         root = objs[root][1]  # type: ignore[assignment]
-    with store.catalog.write() as c:  # one byte of the chain's whole object, changed
-        data = bytearray(c.execute("SELECT data FROM objects WHERE key=?", (root,)).fetchone()[0])
-        data[len(data) // 2] ^= 0xFF
-        c.execute("UPDATE objects SET data=? WHERE key=?", (bytes(data), root))
+    damage(store, root)  # the chain's whole object
     with pytest.raises(CorruptObject):
         store.get(key)
     report = verify(store)
@@ -124,10 +129,7 @@ def test_a_damaged_previous_version_does_not_stop_the_next_one(store: Store, tmp
     ws, taken = edit_series(store, root, 0)
     old = trees.lookup(store.load_node, store.mark(taken[0][0]).tree, b"src/pkg/a.py")
     assert old is not None
-    with store.catalog.write() as c:
-        data = bytearray(c.execute("SELECT data FROM objects WHERE key=?", (old.key,)).fetchone()[0])
-        data[len(data) // 2] ^= 0xFF
-        c.execute("UPDATE objects SET data=? WHERE key=?", (bytes(data), old.key))
+    damage(store, old.key)
     store.recent.forget(old.key)  # as after a restart: the damage is on disk only
     with open(root / "src" / "pkg" / "a.py", "ab") as f:
         f.write(b"# after the damage\n")

@@ -44,7 +44,7 @@ class Recent:
     """Objects committed lately: key -> (content, base, depth), least recently used dropped
     past :data:`RECENT_BYTES`. Only committed objects enter; the GC sweep removes each object
     it deletes in the same locked section (``GcHolds.lock``), so an entry found under that lock
-    names an object that exists."""
+    names an object that exists (one process opens a store: the daemon, under its lock)."""
 
     def __init__(self, limit: int = RECENT_BYTES) -> None:
         self._items: OrderedDict[str, Pending] = OrderedDict()
