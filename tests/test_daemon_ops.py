@@ -178,3 +178,27 @@ def test_an_agent_hook_reports_a_misspelled_snapd_variable_and_still_marks(daemo
     assert cp.returncode == 0, describe(cp)
     assert b"SNAPD_RETENTION_MAX_MARK " in cp.stderr and b"did you mean" in cp.stderr, describe(cp)
     assert daemon.ctl_json("log", cwd=ws)["marks"][0]["label"] == "turn-start"
+
+
+# == the daemon's own configuration warnings: said once at start, then shown by status ==============
+
+
+def test_the_daemons_config_warnings_are_logged_once_and_shown_by_status(tmp_path: Path) -> None:
+    """A misspelled ``SNAPD_*`` name in the daemon's environment is the user's to fix: the
+    foreground daemon says it once (its log is its stderr here), and ``snapctl status`` — run
+    from a shell without the typo — shows it, in text and in JSON, for as long as it stands."""
+    home = tmp_path / "snapd-home"
+    clean = base_env(home)
+    d = start_daemon(home, {**clean, "SNAPD_RETENTION_MAX_MARK": "5"})
+    try:
+        said = d.log().count("SNAPD_RETENTION_MAX_MARK ")
+        assert said == 1, d.log()
+        status = json.loads(run_ctl(clean, "status", "--json").stdout)
+        daemon_said = [w for w in status["warnings"] if "SNAPD_RETENTION_MAX_MARK " in w]
+        assert len(daemon_said) == 1 and "did you mean SNAPD_RETENTION_MAX_MARKS" in daemon_said[0], status
+        assert daemon_said[0].startswith("the daemon's configuration: "), daemon_said
+        text = run_ctl(clean, "status")
+        assert text.returncode == 0, describe(text)
+        assert text.stderr.count(b"SNAPD_RETENTION_MAX_MARK ") == 1, describe(text)
+    finally:
+        assert d.stop() == 0

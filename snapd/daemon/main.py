@@ -196,7 +196,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Only the daemon itself needs every setting right; `stop` and `install-service` must
         # work with a config file that a running daemon predates (see snapd.config).
         config = load_config(env, overrides, lenient=args.command != "start")
-        for warning in config.warnings:
+        foreground = args.command == "start" and not args.background
+        # Each warning is said once: a daemon in the foreground says it in its log (stderr,
+        # the journal or --log-file) and in `snapctl status`; every other command prints it.
+        for warning in () if foreground else config.warnings:
             print(f"snapd: warning: {warning}", file=sys.stderr)
         if args.command == "start":
             if args.background:
