@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+from disks import loop_disk
 from e2e_helpers import Daemon, base_env, cli_mark, describe, run_ctl, start_daemon, wait_for
 
 
@@ -100,6 +102,51 @@ def test_watch_resumes_a_workspace_whose_root_was_away_at_start_up(tmp_path: Pat
         assert d.ctl_json("mark", "back", cwd=root)["summary"]["counts"] == {"modified": 1}
     finally:
         assert d.stop() == 0
+
+
+@pytest.mark.timeout(90)
+def test_a_root_whose_file_system_is_unmounted_is_told_to_mount_it_back(tmp_path: Path) -> None:
+    """The files of a workspace whose file system is unmounted are not gone: the advice is to
+    mount it back (then `snapctl watch` resumes it with its history), never `forget`, which
+    would delete a history that is still good. Both shapes: the root is the mount point (a
+    different, empty directory is at its path now) or lies below it (nothing is there), and
+    both moments: while the daemon runs, and at its start."""
+    with loop_disk(tmp_path / "one") as at_point, loop_disk(tmp_path / "two") as above:
+        roots = [at_point.mount, above.mount / "proj"]
+        roots[1].mkdir()
+        d = start_daemon(tmp_path / "snapd-home")
+        try:
+            for root in roots:
+                (root / "kept.txt").write_text("still here\n")
+                d.ctl("watch", root)
+                cli_mark(d, root, "before")
+            at_point.unmount()
+            above.unmount()
+            for root in roots:
+                _told_to_mount_it_back(_stopped_capturing(d, root), root)
+                cp = d.ctl("mark", "m", "-w", root, check=False)
+                assert cp.returncode in (6, 7) and b"Mount it back" in cp.stderr, describe(cp)
+            assert d.stop() == 0
+            d = start_daemon(tmp_path / "snapd-home")
+            for root in roots:
+                _told_to_mount_it_back(wait_for(lambda r=root: _status_ws(d, r).get("error") and _status_ws(d, r),
+                                                what=f"{root} in error at start-up"), root)
+            at_point.mount_again()
+            above.mount_again()
+            for root in roots:
+                (root / "kept.txt").write_text("changed after the mount came back\n")
+                d.ctl("watch", root)
+                assert _status_ws(d, root)["state"] == "ready"
+                mark = d.ctl_json("mark", "back", cwd=root)
+                assert mark["summary"]["counts"] == {"modified": 1}, mark
+                assert [m["label"] for m in d.ctl_json("log", cwd=root)["marks"]][:2] == ["back", "before"]
+        finally:
+            assert d.stop() == 0
+
+
+def _told_to_mount_it_back(w: Any, root: Path) -> None:
+    assert w["state"] == "error" and "is not mounted" in w["error"] and "Mount it back" in w["error"], w
+    assert "forget" not in w["error"] and str(root) in w["error"], w
 
 
 # == point 11: what a clean stop removes, and only that ============================================
