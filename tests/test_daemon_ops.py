@@ -129,8 +129,8 @@ def test_a_root_whose_file_system_is_unmounted_is_told_to_mount_it_back(tmp_path
             assert d.stop() == 0
             d = start_daemon(tmp_path / "snapd-home")
             for root in roots:
-                _told_to_mount_it_back(wait_for(lambda r=root: _status_ws(d, r).get("error") and _status_ws(d, r),
-                                                what=f"{root} in error at start-up"), root)
+                w = wait_for(lambda r=root: (x := _status_ws(d, r)).get("error") and x, what="an error")
+                _told_to_mount_it_back(w, root)
             at_point.mount_again()
             above.mount_again()
             for root in roots:
