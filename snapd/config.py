@@ -182,6 +182,15 @@ def service_environment(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k in names and v}
 
 
+def user_unit_dirs(env: Mapping[str, str]) -> tuple[Path, ...]:
+    """Where ``snapd install-service`` writes the systemd user unit: this shell's
+    ``$XDG_CONFIG_HOME/systemd/user``, else ``~/.config/systemd/user`` — where a user manager
+    whose own environment has no ``XDG_CONFIG_HOME`` reads units (the usual case)."""
+    home = Path(env.get("HOME") or os.path.expanduser("~"))
+    own = _xdg(env, "XDG_CONFIG_HOME", home, ".config") / "systemd" / "user"
+    return tuple(dict.fromkeys((own, home / ".config" / "systemd" / "user")))
+
+
 # -- locations ------------------------------------------------------------------------------
 
 

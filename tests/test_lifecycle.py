@@ -28,7 +28,8 @@ from snapd.capture.roots import fs_type
 from snapd.capture.statcache import RACY_NS, StatCache
 from snapd.config import load_config
 from snapd.daemon.service import Service
-from snapd.daemon.service_unit import REPO_EXEC, render
+from snapd.daemon.service_unit import REPO_EXEC, choose_unit_dir, render
+from snapd.errors import ConfigError
 from snapd.store.store import Store
 
 pytestmark = pytest.mark.timeout(120)
@@ -378,6 +379,26 @@ def test_install_service_without_a_user_manager(tmp_path: Path) -> None:
     assert unit.exists()
     assert f"ExecStart={sys.executable} -m snapd start" in unit.read_text()
     assert b"systemctl --user daemon-reload" in cp.stdout
+
+
+def test_the_unit_goes_where_the_user_manager_reads_units(tmp_path: Path) -> None:
+    """The manager's unit path decides (its own XDG_CONFIG_HOME, not the shell's); the shell's
+    directory when the manager reads it or there is none to ask, with a note when that
+    directory is not the default one. (A real manager: tests/test_systemd_service.py.)"""
+    home = tmp_path / "home"
+    default, custom = home / ".config/systemd/user", tmp_path / "cfg/systemd/user"
+    env = {"HOME": str(home), "XDG_CONFIG_HOME": str(tmp_path / "cfg")}
+    manager = [home / ".config/systemd/user.control", Path("/etc/systemd/user"), default,
+               home / ".local/share/systemd/user", Path("/usr/lib/systemd/user")]
+    assert choose_unit_dir({"HOME": str(home)}, manager) == (default, None)
+    assert choose_unit_dir(env, [custom, *manager]) == (custom, None)
+    chosen, note = choose_unit_dir(env, manager)
+    assert chosen == default and note and f"does not read {custom}" in note, note
+    chosen, note = choose_unit_dir(env, [])
+    assert chosen == custom and note and "only if its own environment sets XDG_CONFIG_HOME" in note, note
+    assert choose_unit_dir({"HOME": str(home)}, []) == (default, None)
+    with pytest.raises(ConfigError, match="reads units only from /etc/systemd/user"):
+        choose_unit_dir(env, [Path("/etc/systemd/user")])
 
 
 def test_ignored_paths_are_counted_not_hidden(tmp_path: Path) -> None:
