@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +176,61 @@ def test_a_daemon_of_another_store_cannot_take_over_a_running_daemons_socket(tmp
     finally:
         assert first.stop() == 0
     assert not (tmp_path / "run" / "snapd").exists(), sorted((tmp_path / "run" / "snapd").iterdir())
+
+
+BIND_RACE_LAUNCHER = Path(__file__).resolve().parent / "bind_race_launcher.py"
+
+
+@pytest.mark.timeout(120)
+def test_two_daemons_of_two_stores_started_at_once_leave_one_serving(tmp_path: Path) -> None:
+    """Two stores, one runtime directory, both daemons started at the same instant: checking
+    that nobody listens at the socket path, then binding, is a race both can win (the second
+    bind takes the path over, and the first serves nobody). The launcher starts both within
+    a millisecond and widens that moment to 0.3 s, so each round meets the race; the socket
+    guard must leave exactly one daemon serving, on both of its sockets, and refuse the other
+    with the reason. Two rounds: which one wins varies."""
+    for round_ in range(2):
+        _race_two_daemons(tmp_path / f"round-{round_}")
+
+
+def _race_two_daemons(top: Path) -> None:
+    env = {**base_env(top / "unused"), "XDG_RUNTIME_DIR": str(top / "run")}
+    env.pop("SNAPD_HOME")
+    envs = [{**env, "XDG_DATA_HOME": str(top / f"data-{n}")} for n in (1, 2)]
+    at = f"{time.time() + 1.2:.3f}"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(BIND_RACE_LAUNCHER), at, "0.3", "start"], env=e, cwd="/",
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )
+        for e in envs
+    ]
+    try:
+        wait_for(lambda: any(p.poll() is not None for p in procs), 30, what="one of the two exits")
+        (loser,) = [p for p in procs if p.poll() is not None]
+        winner = next(p for p in procs if p is not loser)
+        err = loser.stderr.read() if loser.stderr else b""
+        assert loser.returncode == 4 and b"another snapd is listening" in err, (loser.returncode, err)
+        mine = envs[procs.index(winner)]
+        status: Any = wait_for(lambda: _status_of(mine), 20, what="the other one answers")
+        assert status["pid"] == winner.pid, (status, winner.pid)
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(status["events"]["endpoint"].removeprefix("ipc://"))  # its events socket too
+        finally:
+            probe.close()
+        assert winner.poll() is None
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                assert p.wait(20) == 0
+    assert not (top / "run" / "snapd").exists(), sorted((top / "run" / "snapd").iterdir())
+
+
+def _status_of(env: dict[str, str]) -> dict[str, Any] | None:
+    cp = run_ctl(env, "status", "--json", timeout=10)
+    return json.loads(cp.stdout) if cp.returncode == 0 else None
 
 
 def test_a_clean_stop_removes_only_the_socket_it_bound(tmp_path: Path) -> None:
