@@ -38,7 +38,8 @@ class DaemonOps:
         self.started = time.time()
 
     def op_ping(self) -> dict[str, Any]:
-        return {"pong": True, "version": __version__, "protocol": protocol.PROTOCOL_VERSION}
+        return {"pong": True, "version": __version__, "protocol": protocol.PROTOCOL_VERSION,
+                "ops": protocol.capabilities()}
 
     def op_stop(self) -> dict[str, Any]:
         self._request_stop()
