@@ -232,12 +232,12 @@ def read_environment(env: Mapping[str, str], problems: Problems) -> dict[str, An
 def unknown_env(env: Mapping[str, str], keys: Mapping[str, Key], others: frozenset[str]) -> list[str]:
     """``SNAPD_*`` names that mean nothing to snapd, each with the nearest real name
     (``others``: the variables that are not settings, such as ``SNAPD_HOME``)."""
-    import difflib  # deferred: only a misspelled variable needs it
-
     known = sorted(others | {k.env_name for k in keys.values() if k.env})
     listless = {k.env_name for k in keys.values() if not k.env}
     out = []
     for name in sorted(n for n in env if n.startswith("SNAPD_") and n not in known):
+        import difflib  # deferred: only a misspelled variable needs it
+
         if name in listless:
             out.append(f"environment variable {name} is ignored: that setting has no environment "
                        "form (lists go in config.toml)")
