@@ -11,10 +11,10 @@ from __future__ import annotations
 import errno
 import json
 import os
-import stat
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
