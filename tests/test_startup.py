@@ -17,8 +17,12 @@ from e2e_helpers import Daemon
 
 #: Modules none of these commands may load: each cost milliseconds at import for nothing the
 #: command does (dataclasses brings inspect, ast and dis; socket builds its enums; calendar
-#: and base64 serve only some arguments; argparse is the commands', not the hook's).
-NEVER = {"dataclasses", "inspect", "ast", "dis", "socket", "calendar", "base64", "difflib", "subprocess"}
+#: and base64 serve only some arguments; shutil, with bz2 and lzma, only sized argparse's help;
+#: argparse is the commands', not the hook's).
+NEVER = {
+    "dataclasses", "inspect", "ast", "dis", "socket", "calendar", "base64", "difflib", "subprocess",
+    "shutil",
+}
 
 #: A run of ``argv`` through the console script's entry point, then what it loaded.
 PROBE = """
