@@ -34,21 +34,24 @@ print(json.dumps({"code": code, "modules": sorted(sys.modules), "frozen": gc.get
 """
 
 
-def probe(d: Daemon, cwd: Path, *argv: str) -> dict[str, Any]:
+def probe(d: Daemon, cwd: Path, *argv: str, stdin: bytes = b"") -> dict[str, Any]:
     cp = subprocess.run([sys.executable, "-c", PROBE, *argv], env=d.env, cwd=cwd, capture_output=True,
-                        stdin=subprocess.DEVNULL, timeout=60)
+                        input=stdin, timeout=60)
     report: dict[str, Any] = json.loads(cp.stderr.decode().splitlines()[-1])
     assert report["code"] == 0, cp
     return report
 
 
 def test_a_marking_hook_loads_no_parser_and_no_dataclasses(ws: Path, daemon: Daemon) -> None:
+    """Codex's notify (its event in argv) and Claude Code's prompt (on stdin, with the notice)."""
     notify = json.dumps({"type": "agent-turn-complete", "thread-id": "t1", "cwd": str(ws)})
-    got = probe(daemon, ws, "hook", "codex", notify)
-    assert daemon.ctl_json("log", "-w", ws)["marks"][0]["label"] == "turn-end"  # it did mark
-    loaded = set(got["modules"])
-    assert loaded & (NEVER | {"argparse", "snapd.cli"}) == set()
-    assert "zmq" in loaded
+    prompt = json.dumps({"hook_event_name": "UserPromptSubmit", "session_id": "s1", "cwd": str(ws)})
+    for argv, stdin, label in ((("hook", "codex", notify), b"", "turn-end"),
+                               (("hook", "claude-code"), prompt.encode(), "turn-start")):
+        loaded = set(probe(daemon, ws, *argv, stdin=stdin)["modules"])
+        assert daemon.ctl_json("log", "-w", ws)["marks"][0]["label"] == label  # it did mark
+        assert loaded & (NEVER | {"argparse", "snapd.cli"}) == set(), argv
+        assert "zmq" in loaded
 
 
 def test_a_command_builds_and_loads_only_its_own(ws: Path, daemon: Daemon) -> None:
