@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -141,6 +142,28 @@ def test_stat_cache_racy_rule() -> None:
     cache.set(b"d/x", sig, 10)
     cache.remove(b"d")
     assert b"d/x" not in cache and b"d" not in cache and len(cache) == 2
+
+
+def test_stat_cache_keeps_its_file_count() -> None:
+    """``files()`` (asked by every status) is kept as entries come, change type and go, not
+    counted over the whole cache: it equals a count of the regular files at every step."""
+    reg, d, link = (0o100644, 1, 1, 1, 1), (0o040755, 0, 1, 1, 2), (0o120777, 1, 1, 1, 3)
+    cache = StatCache({b"a": (reg, 1), b"d": (d, 1), b"d/x": (reg, 1), b"l": (link, 1)})
+
+    def counted() -> int:
+        return sum(1 for p in cache.paths() if stat.S_ISREG(cache.get(p)[0][0]))  # type: ignore[index]
+
+    assert cache.files() == counted() == 2
+    steps = [
+        lambda: cache.set(b"d/y", reg, 2), lambda: cache.set(b"d/y", reg, 3),  # new, then again
+        lambda: cache.set(b"a", link, 2), lambda: cache.set(b"l", reg, 2),  # a type changes
+        lambda: cache.set(b"d/e", d, 2), lambda: cache.set(b"d/e/z", reg, 2),
+        lambda: cache.remove(b"d"), lambda: cache.remove(b"gone"), lambda: cache.remove(b"l"),
+    ]
+    for step in steps:
+        step()
+        assert cache.files() == counted()
+    assert cache.files() == 0 and len(cache) == 1
 
 
 def test_stat_cache_links() -> None:

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Literal, NamedTuple, get_args
 
 from snapd.errors import BadRequest, ProtocolMismatch, SnapdError
 from snapd.paths import decode_path, encode_path, json_kind
@@ -40,8 +39,7 @@ OPS: frozenset[str] = frozenset(get_args(Op))
 ArgKind = Literal["str", "int", "bool", "float", "path", "paths", "strs"]
 
 
-@dataclass(frozen=True)
-class Arg:
+class Arg(NamedTuple):
     """One declared argument of an op."""
 
     kind: ArgKind
@@ -98,8 +96,7 @@ def capabilities() -> dict[str, list[str]]:
     return {op: sorted(args) for op, args in sorted(OP_ARGS.items())}
 
 
-@dataclass(frozen=True)
-class PeerInfo:
+class PeerInfo(NamedTuple):
     """Who sent a request, as the kernel reported it at connect time (None when unknown)."""
 
     uid: int | None
@@ -107,14 +104,13 @@ class PeerInfo:
     pid: int | None
 
 
-@dataclass(frozen=True)
-class Request:
+class Request(NamedTuple):
     """A validated request. ``args`` holds only declared names, paths as ``bytes``."""
 
     op: Op
     id: str
     version: int
-    args: dict[str, Any] = field(default_factory=dict, hash=False)
+    args: dict[str, Any]
 
     def fingerprint(self) -> str:
         """What a retry must repeat exactly: reusing an id for another request is an error."""
