@@ -330,6 +330,7 @@ class Batch:
             " VALUES (?,?,?,?,?,?,?,?,?)",
             rows,
         )
+        self.store.catalog.stored_changed(sum(r[3] for r in rows))
         self._pending.clear()
         self._pending_bytes = 0
         return written

@@ -96,6 +96,7 @@ def sweep(store: Store, policy: Retention, now: int, report: GcReport) -> None:
                         continue
                     c.execute("DELETE FROM objects WHERE key=?", (key,))
                     store.recent.forget(key)  # under the holds lock: see deltas.Recent
+                    store.catalog.stored_changed(-stored)
                     report.objects_deleted += 1
                     report.bytes_freed += stored
                     if external:

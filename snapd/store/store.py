@@ -339,5 +339,4 @@ class Store:
         return row[0] if row and row[1] in ("file", "symlink") else None
 
     def stored_bytes(self) -> int:
-        row = self.catalog.read().execute("SELECT COALESCE(SUM(stored), 0) FROM objects").fetchone()
-        return int(row[0])
+        return self.catalog.stored_bytes()
