@@ -7,10 +7,7 @@ baseline costs a handful of fsyncs. A key that already exists is trusted only af
 bytes compare equal (for a content the batch already flushed, by its SHA-256 fingerprint);
 a different content with the same xxh3 digest gets the next collision key. Keys a batch
 relies on are held against GC until it ends, so a capture in flight never loses its objects.
-
-A put may name a *base* (the path's previous version, a directory's previous node): the new
-content may then be stored as a delta (:mod:`snapd.store.deltas` chooses). The base is held
-like any key the batch relies on; once committed, GC keeps it as long as the delta is kept.
+A put may name a *base* to store the content as a delta against (:mod:`snapd.store.deltas`).
 """
 
 from __future__ import annotations
@@ -188,8 +185,7 @@ class Batch:
             self.flush()
 
     def link(self, key: str) -> tuple[str | None, int] | None:
-        """(delta base, depth) of a pending or stored object (:class:`deltas.Host`); a stored
-        one is held against GC from here on, like any key a put meets."""
+        """:meth:`deltas.Host.link`; a stored object is held against GC, like any key a put meets."""
         pending = self._pending.get(key)
         if pending is not None:
             return pending.base, pending.depth
@@ -201,17 +197,11 @@ class Batch:
         return found
 
     def content(self, key: str) -> bytes:
-        """A pending or stored object's verified content; a tree node already in a cache is
-        encoded again rather than read (its encoding is canonical; the digest check proves it)."""
+        """:meth:`deltas.Host.content`: known bytes, a cached node encoded again, or a read."""
         known = self._pending.get(key) or self.store.recent.get(key)
-        if known is not None:
-            return known.raw
         node = self._nodes.get(key) or self.store.cached_node(key)
-        if node is not None:
-            data = trees.encode_node(node)
-            if objects.matches(key, data, self.store.hasher):
-                return data
-        return self.store.get(key)
+        data = known.raw if known is not None else deltas.node_bytes(key, node, self.store.hasher)
+        return data if data is not None else self.store.get(key)
 
     def load_node(self, key: str) -> trees.Node:
         node = self._nodes.get(key)
@@ -368,11 +358,7 @@ class Batch:
         except BaseException:
             self._done = True
             raise
-        self._remember(written)
-
-    def _remember(self, written: list[tuple[str, deltas.Pending]]) -> None:
-        for key, item in written:
-            self.store.recent.add(key, item)
+        self.store.recent.add_all(written)
 
     def commit(self) -> list[Mark]:
         """Objects, versions and marks durable in one catalog transaction; return the marks.
@@ -401,7 +387,7 @@ class Batch:
             for ws, tree in self._heads.items():
                 c.execute("UPDATE workspaces SET head=? WHERE id=?", (tree, ws))
             self._write_stats(c)
-        self._remember(written)
+        self.store.recent.add_all(written)
         for key, node in self._nodes.items():
             self.store.cache_node(key, node)
         self._nodes.clear()

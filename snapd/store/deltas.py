@@ -23,7 +23,7 @@ from collections import OrderedDict
 from typing import NamedTuple, Protocol
 
 from snapd.errors import CorruptObject, MissingObject
-from snapd.store import objects
+from snapd.store import objects, trees
 
 
 class Pending(NamedTuple):
@@ -61,6 +61,11 @@ class Recent:
             while self._bytes > self._limit:
                 self._bytes -= len(self._items.popitem(last=False)[1].raw)
 
+    def add_all(self, items: list[tuple[str, Pending]]) -> None:
+        """What a transaction inserted, once it committed (never before)."""
+        for key, item in items:
+            self.add(key, item)
+
     def get(self, key: str) -> Pending | None:
         with self._lock:
             item = self._items.get(key)
@@ -86,6 +91,15 @@ class Host(Protocol):
     def content(self, key: str) -> bytes:
         """The verified content of a pending or stored object."""
         ...
+
+
+def node_bytes(key: str, node: trees.Node | None, hasher: objects.Hasher) -> bytes | None:
+    """A cached tree node's content without a read: its encoding is canonical, and the digest
+    check proves it is ``key``'s (None if not, or no node)."""
+    if node is None:
+        return None
+    data = trees.encode_node(node)
+    return data if objects.matches(key, data, hasher) else None
 
 
 def against(
