@@ -4,18 +4,18 @@ A batch encodes objects as they are put (large ones are written and fsynced at o
 ``commit`` fsyncs each object directory once and writes everything else in one catalog
 transaction: object bytes are durable before any row refers to them, and a 100k-file
 baseline costs a handful of fsyncs. A key that already exists is trusted only after its
-bytes compare equal (for a content the batch already flushed, by its SHA-256 fingerprint);
-a different content with the same xxh3 digest gets the next collision key. Keys a batch
+content's SHA-256 fingerprint compares equal (a batch holds no raw bytes: contents read by
+reader processes never reach it); a different content with the same xxh3 digest gets the
+next collision key. Keys a batch
 relies on are held against GC until it ends, so a capture in flight never loses its objects.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -23,6 +23,7 @@ from snapd.errors import StoreError
 from snapd.store import objects, safeio, trees
 from snapd.store.catalog import Catalog
 from snapd.store.holds import GcHolds
+from snapd.store.objects import fingerprint
 from snapd.store.records import MARK_COLUMNS, Mark, encode_absent
 from snapd.store.refs import new_mark_id, validate_label
 
@@ -41,15 +42,10 @@ class ObjectStore(Protocol):
     def load_node(self, key: str) -> trees.Node: ...
     def cache_node(self, key: str, node: trees.Node) -> None: ...
 
+
 LARGE_OBJECT = 1 << 20
 FLUSH_BYTES = 32 << 20  # new content held in memory before it is flushed (bounds RSS)
 StatRow = tuple[tuple[int, int, int, int, int], int]  # (st_mode, size, mtime, ctime, ino), read ns
-
-
-def fingerprint(data: bytes) -> bytes:
-    """A cryptographic digest standing in for the bytes when a batch re-meets a content it has
-    already flushed (SHA-256: collision-resistant, unlike xxh3, and the fastest here)."""
-    return hashlib.sha256(data).digest()
 
 
 class Batch:
@@ -57,7 +53,9 @@ class Batch:
 
     def __init__(self, store: ObjectStore) -> None:
         self.store = store
-        self._pending: dict[str, tuple[int, bytes, bytes, bool]] = {}  # key -> codec, payload, raw, external
+        # key -> codec, payload, fingerprint, size, external. No raw bytes: a content is
+        # compared by its fingerprint, so a batch fed by reader processes never holds them.
+        self._pending: dict[str, tuple[int, bytes, bytes, int, bool]] = {}
         self._pending_bytes = 0
         self._nodes: dict[str, trees.Node] = {}
         self._held: set[str] = set()
@@ -126,19 +124,32 @@ class Batch:
         ``digest``, ``encoded`` and ``sha`` (:func:`fingerprint`) may be precomputed by a
         worker thread (see ingest).
         """
-        base = objects.base_key(digest or self.store.hasher(data), len(data))
+        return self.put_digested(
+            digest or self.store.hasher(data),
+            len(data),
+            sha or fingerprint(data),
+            (lambda: encoded) if encoded is not None else (lambda: objects.encode(data)),
+        )
+
+    def put_digested(
+        self, digest: str, size: int, sha: bytes, encode: Callable[[], tuple[int, bytes]]
+    ) -> str:
+        """Store a content known by its digest, size and :func:`fingerprint`, without its bytes
+        (a reader process read them); ``encode`` gives its payload, asked only when it is new.
+        A key already pending, flushed or stored is trusted only when the fingerprints agree."""
+        base = objects.base_key(digest, size)
         n = 0
         while True:
             key = objects.variant_key(base, n)
             pending = self._pending.get(key)
             if pending is not None:
-                if pending[2] == data:
+                if pending[2] == sha:
                     return key
                 n += 1
                 continue
             seen = self._flushed.get(key)
             if seen is not None:
-                if seen == (sha or fingerprint(data)):
+                if seen == sha:
                     return key
                 n += 1
                 continue
@@ -152,26 +163,26 @@ class Batch:
                     self._hold(key)
             if not exists:
                 break
-            if self.store.get(key) == data:
+            if fingerprint(self.store.get(key)) == sha:
                 return key
             n += 1
-        self._add(key, data, encoded)
+        self._add(key, size, sha, encode())
         return key
 
-    def _add(self, key: str, data: bytes, encoded: tuple[int, bytes] | None) -> None:
-        codec, payload = encoded or objects.encode(data)
+    def _add(self, key: str, size: int, sha: bytes, encoded: tuple[int, bytes]) -> None:
+        codec, payload = encoded
         external = len(payload) >= LARGE_OBJECT
         if external:
             path = self.store.object_path(key)
             safeio.ensure_dir(path.parent)
             safeio.write_atomic(path, payload, sync_dir=False)
             self._shards.add(path.parent)
-            self._pending[key] = (codec, b"", data, True)
+            self._pending[key] = (codec, b"", sha, size, True)
         else:
-            self._pending[key] = (codec, payload, data, False)
+            self._pending[key] = (codec, payload, sha, size, False)
         with self.store.holds.lock:
             self._hold(key)
-        self._pending_bytes += len(data)
+        self._pending_bytes += size
         if self._pending_bytes >= self.store.flush_bytes:
             self.flush()
 
@@ -288,18 +299,17 @@ class Batch:
             marks = ",".join("?" * len(chunk))
             sql = f"SELECT key, codec, external, data FROM objects WHERE key IN ({marks})"
             present.update((r[0], (r[1], r[2], r[3])) for r in c.execute(sql, chunk))
-        for key, (codec, payload, raw, external) in self._pending.items():
+        for key, (codec, payload, sha, size, external) in self._pending.items():
             row = present.get(key)
             if row is not None:
                 # Another batch stored this key meanwhile: equal bytes, or a collision raced.
-                if self.store.get(key) != raw:
+                if fingerprint(self.store.get(key)) != sha:
                     raise StoreError(f"object key {key} collided with a concurrent write; retry")
                 continue
-            size = len(raw)
             stored_len = self._file_size(key) if external else len(payload)
             rows.append((key, size, codec, stored_len, int(external), now, None if external else payload))
             if remember:
-                self._flushed[key] = fingerprint(raw)
+                self._flushed[key] = sha
         c.executemany(
             "INSERT INTO objects (key, size, codec, stored, external, created, data) VALUES (?,?,?,?,?,?,?)",
             rows,
@@ -308,7 +318,6 @@ class Batch:
         self._pending_bytes = 0
 
     def _write_stats(self, c: Any) -> None:
-        upserts = []
         for (ws, path), value in self._stats.items():
             if value is None:
                 # The path and everything below it ("/" is 0x2f, "0" the next byte).
@@ -316,9 +325,10 @@ class Batch:
                 c.execute("DELETE FROM stats WHERE workspace=? AND path=?", (ws, path))
                 below = (ws, path + b"/", path + b"0")
                 c.execute("DELETE FROM stats WHERE workspace=? AND path>? AND path<?", below)
-            else:
-                (mode, size, mtime, ctime, ino), read = value
-                upserts.append((ws, path, mode, size, mtime, ctime, ino, read))
+        # The rows as SQLite takes them, not as a list: a baseline's would be 100k more tuples.
+        upserts = (
+            (ws, path, *value[0], value[1]) for (ws, path), value in self._stats.items() if value is not None
+        )
         c.executemany("INSERT OR REPLACE INTO stats VALUES (?,?,?,?,?,?,?,?)", upserts)
         self._stats.clear()
 
