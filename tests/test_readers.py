@@ -196,3 +196,20 @@ def test_a_daemon_stopped_during_a_baseline_exits_with_its_readers(tmp_path: Pat
     finally:
         assert d.stop() == 0
     assert stat.S_ISDIR(root.stat().st_mode)
+
+
+def test_a_read_crosses_the_pipe_whole() -> None:
+    """``Read.__reduce__`` lists the fields by hand (a fast pickle): every field, none forgotten."""
+    import dataclasses
+    import pickle
+
+    values = {
+        "rel": b"a/b", "kind": "file", "mode": 0o600, "data": b"xy", "reason": "why", "unstable": True,
+        "digest": "d" * 32, "encoded": (1, b"p"), "sig": (1, 2, 3, 4, 5), "sha": b"s" * 32, "listed": False,
+        "dev": 7, "nlink": 2, "size": 2,
+    }  # fmt: skip
+    fields = dataclasses.fields(Read)
+    assert {f.name for f in fields} == values.keys(), "a new Read field: give it a value here"
+    assert all(values[f.name] != f.default for f in fields if f.default is not dataclasses.MISSING)
+    r = Read(**values)  # type: ignore[arg-type]
+    assert pickle.loads(pickle.dumps(r, pickle.HIGHEST_PROTOCOL)) == r

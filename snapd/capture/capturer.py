@@ -230,8 +230,7 @@ class Capturer:
 
     def stage_stats(self, batch: Batch) -> None:
         """Put what the cache learnt since the last commit into ``batch``."""
-        for path, entry in self.stats.take_changes().items():
-            batch.set_stat(self._id, path, entry)
+        batch.set_stats(self._id, self.stats.take_changes())
 
     def forget_uncommitted(self) -> None:
         """A commit failed: forget what the cache learnt since the last one, so those paths

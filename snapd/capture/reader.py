@@ -51,6 +51,30 @@ class Read:
     nlink: int = 1
     size: int = 0  # a file's or symlink's length; ``data`` is dropped by a reader process
 
+    def __reduce__(self) -> tuple[type[Read], tuple[object, ...]]:
+        # Reader processes pickle 10^5 of these per baseline, and the daemon's request thread
+        # unpickles them: the plain argument tuple loads ~5x faster than the dataclass's
+        # field-by-field state. Every field, in declaration order.
+        return (
+            Read,
+            (
+                self.rel,
+                self.kind,
+                self.mode,
+                self.data,
+                self.reason,
+                self.unstable,
+                self.digest,
+                self.encoded,
+                self.sig,
+                self.sha,
+                self.listed,
+                self.dev,
+                self.nlink,
+                self.size,
+            ),
+        )
+
 
 def lstat(path: bytes, counters: Counters | None = None) -> os.stat_result:
     """``os.lstat``, counted: every lstat of a workspace path goes through here."""

@@ -53,8 +53,7 @@ class Batch:
 
     def __init__(self, store: ObjectStore) -> None:
         self.store = store
-        # key -> codec, payload, fingerprint, size, external. No raw bytes: a content is
-        # compared by its fingerprint, so a batch fed by reader processes never holds them.
+        # key -> codec, payload, fingerprint, size, external (no raw bytes: see put_digested)
         self._pending: dict[str, tuple[int, bytes, bytes, int, bool]] = {}
         self._pending_bytes = 0
         self._nodes: dict[str, trees.Node] = {}
@@ -64,7 +63,7 @@ class Batch:
         self._marks: list[Mark] = []
         self._heads: dict[int, str] = {}
         self._absent: set[str] = set()  # keys a prefetch found missing (see prefetch)
-        self._stats: dict[tuple[int, bytes], StatRow | None] = {}
+        self._stats: dict[int, dict[bytes, StatRow | None]] = {}  # workspace -> path -> row
         # Objects this batch already flushed: key -> SHA-256 of the bytes we read. A repeat of
         # such a content is compared by this cryptographic fingerprint instead of reading the
         # object back (a baseline repeats most contents many times).
@@ -112,24 +111,10 @@ class Batch:
                 self._hold(k)
         self._absent.update(k for k in wanted if k not in found)
 
-    def put(
-        self,
-        data: bytes,
-        digest: str | None = None,
-        encoded: tuple[int, bytes] | None = None,
-        sha: bytes | None = None,
-    ) -> str:
-        """Store ``data`` (deduplicated, collision-checked); return its key.
-
-        ``digest``, ``encoded`` and ``sha`` (:func:`fingerprint`) may be precomputed by a
-        worker thread (see ingest).
-        """
-        return self.put_digested(
-            digest or self.store.hasher(data),
-            len(data),
-            sha or fingerprint(data),
-            (lambda: encoded) if encoded is not None else (lambda: objects.encode(data)),
-        )
+    def put(self, data: bytes, digest: str | None = None) -> str:
+        """Store ``data`` (deduplicated, collision-checked); return its key."""
+        digest = digest or self.store.hasher(data)
+        return self.put_digested(digest, len(data), fingerprint(data), lambda: objects.encode(data))
 
     def put_digested(
         self, digest: str, size: int, sha: bytes, encode: Callable[[], tuple[int, bytes]]
@@ -230,9 +215,13 @@ class Batch:
         else:
             self._versions.append((ws, path, when, entry.kind, entry.mode, entry.key or None))
 
-    def set_stat(self, ws: int, path: bytes, value: StatRow | None) -> None:
-        """Record (or with None drop, subtree included) a stat-cache entry at commit."""
-        self._stats[(ws, path)] = value
+    def set_stats(self, ws: int, rows: dict[bytes, StatRow | None]) -> None:
+        """Record stat-cache rows at commit: path -> row, or None to drop the path and its
+        subtree. The batch takes ``rows`` over (a baseline's 10^5 rows are not copied)."""
+        if ws in self._stats:
+            self._stats[ws].update(rows)
+        else:
+            self._stats[ws] = rows
 
     def set_head(self, ws: int, tree: str) -> None:
         """Record ``tree`` as the workspace's captured state when the batch commits."""
@@ -318,8 +307,8 @@ class Batch:
         self._pending_bytes = 0
 
     def _write_stats(self, c: Any) -> None:
-        for (ws, path), value in self._stats.items():
-            if value is None:
+        for ws, rows in self._stats.items():
+            for path in [p for p, value in rows.items() if value is None]:
                 # The path and everything below it ("/" is 0x2f, "0" the next byte).
                 # Two statements: with an OR, SQLite scans the whole workspace for each one.
                 c.execute("DELETE FROM stats WHERE workspace=? AND path=?", (ws, path))
@@ -327,7 +316,10 @@ class Batch:
                 c.execute("DELETE FROM stats WHERE workspace=? AND path>? AND path<?", below)
         # The rows as SQLite takes them, not as a list: a baseline's would be 100k more tuples.
         upserts = (
-            (ws, path, *value[0], value[1]) for (ws, path), value in self._stats.items() if value is not None
+            (ws, path, *value[0], value[1])
+            for ws, rows in self._stats.items()
+            for path, value in rows.items()
+            if value is not None
         )
         c.executemany("INSERT OR REPLACE INTO stats VALUES (?,?,?,?,?,?,?,?)", upserts)
         self._stats.clear()
