@@ -171,6 +171,8 @@ class ReaderProcesses:
                 if self._counters is not None:
                     self._counters.stat(lstats)
                     self._counters.read(files)
+                for r, rel in zip(reads, chunk, strict=True):
+                    r.rel = rel  # the walk's bytes object, not a copy (10^5 paths stay in the cache)
                 return reads
         return [self._fallback(rel) for rel in chunk]
 

@@ -13,7 +13,6 @@ relies on are held against GC until it ends, so a capture in flight never loses 
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -24,7 +23,7 @@ from snapd.store import objects, safeio, trees
 from snapd.store.catalog import Catalog
 from snapd.store.holds import GcHolds
 from snapd.store.objects import fingerprint
-from snapd.store.records import MARK_COLUMNS, Mark, encode_absent
+from snapd.store.records import MARK_COLUMNS, Mark, mark_row
 from snapd.store.refs import new_mark_id, validate_label
 
 
@@ -59,7 +58,9 @@ class Batch:
         self._nodes: dict[str, trees.Node] = {}
         self._held: set[str] = set()
         self._shards: set[Path] = set()
-        self._versions: list[tuple[int, bytes, int, str | None, int | None, str | None]] = []
+        # (workspace, time, paths, entries): one run per capture, rows made at commit (a
+        # baseline's 10^5 rows as tuples would be ~15 MB more at the commit's peak)
+        self._versions: list[tuple[int, int, list[bytes], list[trees.Entry | None]]] = []
         self._marks: list[Mark] = []
         self._heads: dict[int, str] = {}
         self._absent: set[str] = set()  # keys a prefetch found missing (see prefetch)
@@ -210,10 +211,10 @@ class Batch:
     # -- catalog rows ------------------------------------------------------------------------
 
     def add_version(self, ws: int, path: bytes, when: int, entry: trees.Entry | None) -> None:
-        if entry is None:
-            self._versions.append((ws, path, when, None, None, None))
-        else:
-            self._versions.append((ws, path, when, entry.kind, entry.mode, entry.key or None))
+        if not self._versions or self._versions[-1][:2] != (ws, when):
+            self._versions.append((ws, when, [], []))
+        self._versions[-1][2].append(path)
+        self._versions[-1][3].append(entry)
 
     def set_stats(self, ws: int, rows: dict[bytes, StatRow | None]) -> None:
         """Record stat-cache rows at commit: path -> row, or None to drop the path and its
@@ -357,34 +358,20 @@ class Batch:
         committed: list[Mark] = []
         with self.store.catalog.write() as c:
             self._write_objects(c, remember=False)
+            rows = (
+                (ws, path, when, *((e.kind, e.mode, e.key or None) if e else (None, None, None)))
+                for ws, when, paths, entries in self._versions
+                for path, e in zip(paths, entries, strict=True)
+            )
             c.executemany(
-                "INSERT INTO versions (workspace, path, time, kind, mode, object) VALUES (?,?,?,?,?,?)",
-                self._versions,
+                "INSERT INTO versions (workspace, path, time, kind, mode, object) VALUES (?,?,?,?,?,?)", rows
             )
             for m in self._marks:
                 seq = c.execute(
                     "SELECT COALESCE(MAX(seq), 0) + 1 FROM marks WHERE workspace=?", (m.workspace,)
                 ).fetchone()[0]
                 c.execute(
-                    f"INSERT INTO marks ({MARK_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (
-                        m.id,
-                        m.workspace,
-                        seq,
-                        m.label,
-                        m.message,
-                        m.agent,
-                        m.session,
-                        m.created,
-                        m.git_head,
-                        m.tree,
-                        m.kind,
-                        0,
-                        json.dumps(m.summary),
-                        m.rules,
-                        m.root_mode,
-                        encode_absent(m.absent),
-                    ),
+                    f"INSERT INTO marks ({MARK_COLUMNS}) VALUES ({','.join('?' * 16)})", mark_row(m, seq)
                 )
                 committed.append(dataclasses.replace(m, seq=seq))
             for ws, tree in self._heads.items():
