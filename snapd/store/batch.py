@@ -69,6 +69,7 @@ class Batch:
         # such a content is compared by this cryptographic fingerprint instead of reading the
         # object back (a baseline repeats most contents many times).
         self._flushed: dict[str, bytes] = {}
+        self._keys: dict[str, str] = {}  # each key put, once
         self._done = False
 
     def __enter__(self) -> Batch:
@@ -122,7 +123,12 @@ class Batch:
     ) -> str:
         """Store a content known by its digest, size and :func:`fingerprint`, without its bytes
         (a reader process read them); ``encode`` gives its payload, asked only when it is new.
-        A key already pending, flushed or stored is trusted only when the fingerprints agree."""
+        A key already pending, flushed or stored is trusted only when the fingerprints agree.
+        Every put of one content returns the same ``str`` (10^5 tree entries share ~10^4)."""
+        key = self._put(digest, size, sha, encode)
+        return self._keys.setdefault(key, key)
+
+    def _put(self, digest: str, size: int, sha: bytes, encode: Callable[[], tuple[int, bytes]]) -> str:
         base = objects.base_key(digest, size)
         n = 0
         while True:
