@@ -95,12 +95,13 @@ class _Process:
         return reads, lstats, files
 
     def close(self) -> None:
-        """Let the process end (stdin closed); one still writing results gets EPIPE; one
-        that does not end within seconds is killed."""
+        """Let the process end (stdin closed); one still writing results (a capture that
+        failed part-way) gets EPIPE first, so the feeder never waits on it; one that does not
+        end within seconds is killed."""
         self._out.put(None)
-        self._feeder.join(5)
         if self.popen.stdout is not None:
             self.popen.stdout.close()
+        self._feeder.join(5)
         try:
             self.popen.wait(5)
         except subprocess.TimeoutExpired:
