@@ -23,7 +23,7 @@ from typing import Any
 
 from snapd.errors import Ambiguous, MissingObject, NotFound
 from snapd.store import objects, safeio, trees
-from snapd.store.batch import FLUSH_BYTES, Batch, StatRow
+from snapd.store.batch import FLUSH_BYTES, Batch
 from snapd.store.catalog import Catalog
 from snapd.store.holds import GcHolds
 from snapd.store.records import MARK_COLUMNS, Mark, Version, WorkspaceRecord, mark_from_row, version_from_row
@@ -139,15 +139,18 @@ class Store:
         row = self.catalog.read().execute("SELECT head FROM workspaces WHERE id=?", (ws,)).fetchone()
         return row[0] if row else None
 
-    def load_stats(self, ws: int) -> dict[bytes, StatRow]:
-        """The stat cache of ``ws``: path -> ((st_mode, size, mtime_ns, ctime_ns, ino), read ns).
+    def load_stats(self, ws: int) -> list[tuple[bytes, int, int, int, int, int, int]]:
+        """The stat cache of ``ws``: rows of (path, st_mode, size, mtime_ns, ctime_ns, ino,
+        read ns), fetched in one call (a Python step per row costs a restart ~0.2 s at 10^5).
 
         It holds every captured path and is committed with the head tree it describes.
         """
-        rows = self.catalog.read().execute(
-            "SELECT path, mode, size, mtime, ctime, ino, read FROM stats WHERE workspace=?", (ws,)
+        rows: list[tuple[bytes, int, int, int, int, int, int]] = (
+            self.catalog.read()
+            .execute("SELECT path, mode, size, mtime, ctime, ino, read FROM stats WHERE workspace=?", (ws,))
+            .fetchall()
         )
-        return {r[0]: (r[1:6], r[6]) for r in rows}  # BLOB paths come back as bytes
+        return rows  # BLOB paths come back as bytes
 
     def root_id(self, ws: int) -> str | None:
         """Identity (``dev:inode``) of the directory the workspace was created on."""
