@@ -107,3 +107,25 @@ def test_seen_notes_hard_links(tmp_path: Path) -> None:
     os.unlink(tmp_path / "b")
     cache.seen(b"a", os.lstat(tmp_path / "a"), 0)
     assert cache.loose_links() == [] and stat.S_ISREG(st_a.st_mode)
+
+
+def test_changes_waiting_for_a_commit_hold_no_second_copy() -> None:
+    """A baseline sets every entry before its one commit: what waits for take_changes is the
+    path, not another copy of the entry (the copies fragmented a 100k-file baseline's heap)."""
+    n = 20_000
+    paths = [f"d{i // 10}/f{i}".encode() for i in range(n)]
+    cache = StatCache()
+    tracemalloc.start()
+    try:
+        for i, p in enumerate(paths):
+            cache.set(p, (FILE, i + 1000, 1_700 * S + i, 1_700 * S + i, 10**6 + i), 1_800 * S + i)
+        used = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert used / n < 300, f"{used / n:.0f} bytes per entry set"  # a copy each: over 400
+    cache.set(b"d", (DIR, 0, 1, 1, 1), 5)
+    cache.remove(b"d0")  # set above, then gone with its directory: written as removed
+    changes = cache.take_changes()
+    assert changes[b"d0/f1"] is None and changes[b"d"] == ((DIR, 0, 1, 1, 1), 5)
+    assert changes[b"d1/f10"] == ((FILE, 1010, 1_700 * S + 10, 1_700 * S + 10, 10**6 + 10), 1_800 * S + 10)
+    assert len(changes) == n + 2 and changes[b"d0"] is None and cache.take_changes() == {}
