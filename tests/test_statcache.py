@@ -129,3 +129,25 @@ def test_changes_waiting_for_a_commit_hold_no_second_copy() -> None:
     assert changes[b"d0/f1"] is None and changes[b"d"] == ((DIR, 0, 1, 1, 1), 5)
     assert changes[b"d1/f10"] == ((FILE, 1010, 1_700 * S + 10, 1_700 * S + 10, 10**6 + 10), 1_800 * S + 10)
     assert len(changes) == n + 2 and changes[b"d0"] is None and cache.take_changes() == {}
+
+
+def test_children_of_small_and_big_directories() -> None:
+    """The directory index stays exact whether a directory holds a few names (a list) or many
+    (a set): names added, removed one by one, and a whole directory removed."""
+    f = (FILE, 1, 1, 1, 1)
+    cache = StatCache({b"big": ((DIR, 0, 1, 1, 2), 1), b"small": ((DIR, 0, 1, 1, 3), 1)})
+    for i in range(40):
+        cache.set(b"big/f%d" % i, f, 1)
+    cache.set(b"small/a", f, 1)
+    assert cache.children(b"big") == {b"big/f%d" % i for i in range(40)}  # the index, built now
+    for i in range(45):
+        cache.set(b"big/f%d" % i, f, 1)  # 40 again, 5 new: listed once each
+    for i in range(0, 45, 2):
+        cache.remove(b"big/f%d" % i)
+    cache.set(b"small/b", f, 1)
+    cache.remove(b"small/a")
+    assert cache.children(b"big") == {b"big/f%d" % i for i in range(1, 45, 2)}
+    assert cache.children(b"small") == {b"small/b"} and cache.children(b"") == {b"big", b"small"}
+    assert sorted(cache.under(b"small")) == [b"small", b"small/b"]
+    cache.remove(b"big")
+    assert cache.children(b"big") == set() and len(cache) == 2 and cache.files() == 1

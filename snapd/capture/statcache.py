@@ -47,6 +47,7 @@ _ROW: Final = struct.Struct("<I5q")  # st_mode, size, mtime_ns, ctime_ns, inode,
 CHANGED: Final = (False, False)
 SAME: Final = (True, False)
 SAME_LISTING: Final = (True, True)
+_SHORT: Final = 32  # children kept in a list up to this many, in a set beyond
 
 
 def _type(packed: bytes) -> int:
@@ -67,7 +68,10 @@ class StatCache:
     def __init__(self, entries: Mapping[bytes, Entry] | None = None) -> None:
         self._entries: dict[bytes, bytes] = {}
         self._files = 0  # regular files among the entries
-        self._kids: dict[bytes, set[bytes]] | None = None  # dir -> child paths, built on demand
+        # dir -> child paths, built on demand: a list while short (a directory holds a few
+        # entries on average, and a set costs 216 bytes at least: 10 MB at 10^5 paths), a set
+        # past _SHORT (removing names one by one from a big directory stays O(1) each).
+        self._kids: dict[bytes, list[bytes] | set[bytes]] | None = None
         self._changed: set[bytes] = set()  # paths set or removed since take_changes()
         self._links: dict[bytes, tuple[Inode, int]] = {}  # path -> (inode, st_nlink), nlink > 1
         self._by_ino: dict[int, set[bytes]] | None = None  # st_ino -> file paths, built on demand
@@ -87,14 +91,34 @@ class StatCache:
         self._files = sum(1 for v in packed.values() if _type(v) == stat.S_IFREG)
 
     @property
-    def _children(self) -> dict[bytes, set[bytes]]:
+    def _children(self) -> dict[bytes, list[bytes] | set[bytes]]:
         if self._kids is None:
             # Directories first: their keys are the entries' own bytes, not a copy per parent.
-            kids: dict[bytes, set[bytes]] = {p: set() for p in self.directories()}
-            for path in self._entries:
-                kids.setdefault(path.rpartition(b"/")[0], set()).add(path)
+            kids: dict[bytes, list[bytes] | set[bytes]] = {p: [] for p in self.directories()}
             self._kids = kids
+            for path in self._entries:
+                self._add_child(path)
         return self._kids
+
+    def _add_child(self, path: bytes) -> None:
+        assert self._kids is not None
+        parent = path.rpartition(b"/")[0]
+        group = self._kids.get(parent)
+        if group is None:
+            self._kids[parent] = [path]
+        elif isinstance(group, set):
+            group.add(path)
+        else:
+            group.append(path)
+            if len(group) > _SHORT:
+                self._kids[parent] = set(group)
+
+    def _drop_child(self, path: bytes) -> None:
+        group = self._children.get(path.rpartition(b"/")[0])
+        if isinstance(group, set):
+            group.discard(path)
+        elif group is not None and path in group:
+            group.remove(path)
 
     def children(self, path: bytes) -> set[bytes]:
         """Cached paths directly below ``path`` (b"" for the root)."""
@@ -136,7 +160,7 @@ class StatCache:
         old = self._entries.get(path)
         if old is None:
             if self._kids is not None:
-                self._kids.setdefault(path.rpartition(b"/")[0], set()).add(path)
+                self._add_child(path)
         elif _type(old) == stat.S_IFREG:
             self._files -= 1
         if stat.S_ISREG(sig[0]):
@@ -161,7 +185,7 @@ class StatCache:
             p = stack.pop()
             packed = self._entries.pop(p, None)
             if packed is not None:
-                self._children.get(p.rpartition(b"/")[0], set()).discard(p)
+                self._drop_child(p)
                 if _type(packed) == stat.S_IFREG:
                     self._files -= 1
                 self._unindex(p, packed)

@@ -163,6 +163,8 @@ class Workspace:
         if watcher.limit_failures:
             self._watch_shortfall()
         self.progress = None
+        if baseline is not None:
+            self.store.forget_nodes()
         trim_memory()
         self._thread.start()
         watches = watcher.watch_count
