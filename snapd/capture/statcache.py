@@ -94,10 +94,14 @@ class StatCache:
     def _children(self) -> dict[bytes, list[bytes] | set[bytes]]:
         if self._kids is None:
             # Directories first: their keys are the entries' own bytes, not a copy per parent.
-            kids: dict[bytes, list[bytes] | set[bytes]] = {p: [] for p in self.directories()}
-            self._kids = kids
+            lists: dict[bytes, list[bytes]] = {p: [] for p in self.directories()}
             for path in self._entries:
-                self._add_child(path)
+                lists.setdefault(path.rpartition(b"/")[0], []).append(path)
+            kids: dict[bytes, list[bytes] | set[bytes]] = dict(lists)
+            for parent, names in lists.items():
+                if len(names) > _SHORT:
+                    kids[parent] = set(names)
+            self._kids = kids
         return self._kids
 
     def _add_child(self, path: bytes) -> None:
