@@ -157,6 +157,7 @@ class StatCache:
         return [p for p, v in self._entries.items() if _type(v) == stat.S_IFDIR]
 
     def files(self) -> int:
+        """How many regular files are cached (kept as entries come and go: status asks)."""
         return self._files
 
     def _put(self, path: bytes, entry: Entry) -> None:
