@@ -1,4 +1,5 @@
-"""The stat cache's footprint and its one-step scan check (docs/benchmarks.md, issue 12).
+"""The stat cache's footprint and its one-step scan check, and what a baseline leaves behind
+(docs/benchmarks.md, issue 12).
 
 At 10^5 paths the stat cache is the daemon's largest structure: its entries must stay compact,
 its regular-file count must not need a walk, and :meth:`StatCache.seen` (the reconcile scan's
@@ -151,3 +152,27 @@ def test_children_of_small_and_big_directories() -> None:
     assert sorted(cache.under(b"small")) == [b"small", b"small/b"]
     cache.remove(b"big")
     assert cache.children(b"big") == set() and len(cache) == 2 and cache.files() == 1
+
+
+def test_a_baseline_leaves_no_tree_nodes_cached(tmp_path: Path) -> None:
+    """The nodes a baseline wrote are not kept (they pinned its fragmented heap); a mark after
+    it reloads what it needs and holds the change."""
+    from snapd.capture.workspace import Workspace
+    from snapd.config import CaptureSettings
+    from snapd.store.store import Store
+
+    root = tmp_path / "ws"
+    for i in range(30):
+        (root / f"d{i}" / "e").mkdir(parents=True)
+        (root / f"d{i}" / "e" / "f").write_text(str(i))
+    store = Store.open(tmp_path / "store")
+    ws = Workspace(store, store.add_workspace(os.fsencode(root)), root, CaptureSettings())
+    try:
+        assert ws.start() is not None  # the baseline
+        assert store.cached_nodes == 0
+        (root / "d3" / "e" / "f").write_text("changed")
+        mark = ws.mark("after")
+        assert mark.summary.get("changed") == 1
+    finally:
+        ws.stop()
+        store.close()

@@ -112,6 +112,11 @@ class Store:
             while len(self._nodes) > NODE_CACHE:
                 self._nodes.popitem(last=False)
 
+    @property
+    def cached_nodes(self) -> int:
+        """How many tree nodes the cache holds now."""
+        return len(self._nodes)
+
     def forget_nodes(self) -> None:
         """Empty the tree-node cache. After a baseline it holds the last of 10^4-10^5 nodes
         written, scattered through a heap the baseline's short-lived objects fragmented: kept,
