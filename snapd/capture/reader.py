@@ -77,7 +77,8 @@ class Read:
 
 
 def lstat(path: bytes, counters: Counters | None = None) -> os.stat_result:
-    """``os.lstat``, counted: every lstat of a workspace path goes through here."""
+    """``os.lstat``, counted: every lstat of a workspace path goes through here, but for the
+    scan's loop over a directory's entries, which counts them once per directory."""
     if counters is not None:
         counters.stat()
     return os.lstat(path)
