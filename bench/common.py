@@ -28,6 +28,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -169,6 +170,55 @@ def proc_mem(pid: int) -> dict[str, int]:
             if key in ("VmRSS", "VmHWM"):
                 out[key] = int(val.split()[0]) * 1024
     return out
+
+
+def _rss_kb(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _children(pid: int) -> list[int]:
+    kids: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                kids.extend(int(k) for k in f.read().split())
+    except OSError:
+        pass
+    return kids
+
+
+@contextmanager
+def tree_peak(pid: int, every_s: float = 0.05) -> Iterator[list[int]]:
+    """Sample, while the block runs, the summed VmRSS of ``pid`` and its descendants (the
+    daemon and its reader processes); yields a list whose one item is the peak seen, bytes.
+    Sampling can miss a short spike: it is a lower bound of the process tree's peak."""
+    peak = [0]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            todo, total = [pid], 0
+            while todo:
+                p = todo.pop()
+                total += _rss_kb(p)
+                todo.extend(_children(p))
+            peak[0] = max(peak[0], total * 1024)
+            stop.wait(every_s)
+
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    try:
+        yield peak
+    finally:
+        stop.set()
+        t.join()
 
 
 def run_timed(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 3600) -> tuple[float, str]:
