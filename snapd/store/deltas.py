@@ -7,9 +7,9 @@ base is at that depth, the delta is made against the chain's first object (store
 instead, so a file edited a thousand times is still read with at most ``MAX_DEPTH`` extra
 object reads, and is stored whole again only once it has drifted too far from that object.
 
-The store keeps the objects batches committed last (:class:`Recent`: their bytes and chain
-links, a few MiB), so the next mark's deltas against them need no catalog read: a mark's
-directory nodes are the previous mark's nodes edited.
+The store keeps the chain links of the objects batches committed last (:class:`Recent`), and
+its node cache their nodes, so the next mark's deltas against them need no catalog read: a
+mark's directory nodes are the previous mark's nodes edited.
 
 Invariants: a base is an object already stored, or pending in the same batch (its row
 commits in the same transaction); the batch holds every stored base it uses against GC until
@@ -20,64 +20,97 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import NamedTuple, Protocol
+from collections.abc import Callable
+from typing import Any, NamedTuple, Protocol
 
 from snapd.errors import CorruptObject, MissingObject
 from snapd.store import objects, trees
 
 
 class Pending(NamedTuple):
-    """An object a batch has encoded and not yet committed."""
+    """An object a batch has encoded and not yet committed (no raw bytes: see ``Batch``)."""
 
     codec: int
     payload: bytes  # empty for an external object (its payload is in its file)
-    raw: bytes
+    sha: bytes  # objects.fingerprint of the content
+    size: int
     external: bool
     base: str | None = None  # a delta's base key
     depth: int = 0
 
 
-RECENT_BYTES = 4 << 20
+Encoded = tuple[int, bytes, str | None, int]
+"""(codec, payload, delta base or None, depth) of a new object."""
+
+RECENT = 1 << 16
 
 
 class Recent:
-    """Objects committed lately: key -> (content, base, depth), least recently used dropped
-    past :data:`RECENT_BYTES`. Only committed objects enter; the GC sweep removes each object
-    it deletes in the same locked section (``GcHolds.lock``), so an entry found under that lock
-    names an object that exists (one process opens a store: the daemon, under its lock)."""
+    """Chain links (base, depth) of the objects committed lately, the least recently used
+    dropped past :data:`RECENT` entries. Only committed objects enter; the GC sweep removes
+    each object it deletes in the same locked section (``GcHolds.lock``), so an entry found
+    under that lock names an object that exists (one process opens a store: the daemon)."""
 
-    def __init__(self, limit: int = RECENT_BYTES) -> None:
-        self._items: OrderedDict[str, Pending] = OrderedDict()
-        self._bytes = 0
+    def __init__(self, limit: int = RECENT) -> None:
+        self._items: OrderedDict[str, tuple[str | None, int]] = OrderedDict()
         self._limit = limit
         self._lock = threading.Lock()
 
-    def add(self, key: str, item: Pending) -> None:
-        with self._lock:
-            if key in self._items or len(item.raw) > self._limit // 16:
-                return
-            self._items[key] = item
-            self._bytes += len(item.raw)
-            while self._bytes > self._limit:
-                self._bytes -= len(self._items.popitem(last=False)[1].raw)
-
-    def add_all(self, items: list[tuple[str, Pending]]) -> None:
+    def add_all(self, items: list[tuple[str, tuple[str | None, int]]]) -> None:
         """What a transaction inserted, once it committed (never before)."""
-        for key, item in items:
-            self.add(key, item)
-
-    def get(self, key: str) -> Pending | None:
         with self._lock:
-            item = self._items.get(key)
-            if item is not None:
+            for key, link in items:
+                self._items[key] = link
+            while len(self._items) > self._limit:
+                self._items.popitem(last=False)
+
+    def get(self, key: str) -> tuple[str | None, int] | None:
+        with self._lock:
+            link = self._items.get(key)
+            if link is not None:
                 self._items.move_to_end(key)
-            return item
+            return link
 
     def forget(self, key: str) -> None:
         with self._lock:
-            item = self._items.pop(key, None)
-            if item is not None:
-                self._bytes -= len(item.raw)
+            self._items.pop(key, None)
+
+
+class Chooser:
+    """The batch's side of choosing a base (:class:`snapd.store.batch.Batch` is one)."""
+
+    store: Any  # batch.ObjectStore
+    _pending: dict[str, Pending]
+    _nodes: dict[str, trees.Node]
+
+    def _hold(self, key: str) -> None:
+        raise NotImplementedError
+
+    def _encode(
+        self, key: str, encode: Callable[[], tuple[int, bytes]], base: str | None, data: bytes | None
+    ) -> Encoded:
+        """How to store a new content: whole (``encode``), or as a delta near ``base``."""
+        if base is None or data is None or base == key:
+            return (*encode(), None, 0)
+        return against(self, base, data, encode())
+
+    def link(self, key: str) -> tuple[str | None, int] | None:
+        """:meth:`Host.link`; a stored object is held against GC, like any key a put meets."""
+        pending = self._pending.get(key)
+        if pending is not None:
+            return pending.base, pending.depth
+        with self.store.holds.lock:
+            found: tuple[str | None, int] | None = self.store.recent.get(key) or self.store.delta_link(key)
+            if found is not None:
+                self._hold(key)
+        return found
+
+    def content(self, key: str) -> bytes:
+        """:meth:`Host.content`: a node in a cache encoded again, or a verified read."""
+        node = self._nodes.get(key) or self.store.cached_node(key)
+        data = node_bytes(key, node, self.store.hasher)
+        stored: bytes = data if data is not None else self.store.get(key)
+        return stored
 
 
 class Host(Protocol):
@@ -102,9 +135,7 @@ def node_bytes(key: str, node: trees.Node | None, hasher: objects.Hasher) -> byt
     return data if objects.matches(key, data, hasher) else None
 
 
-def against(
-    host: Host, base: str, data: bytes, whole: tuple[int, bytes] | None
-) -> tuple[int, bytes, str | None, int]:
+def against(host: Host, base: str, data: bytes, whole: tuple[int, bytes] | None) -> Encoded:
     """(codec, payload, base used, depth) to store ``data`` with: a delta near ``base``, or
     the whole encoding (``whole`` if given) when there is no such base or the delta saves too
     little (then base None, depth 0)."""

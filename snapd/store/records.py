@@ -56,15 +56,6 @@ MARK_COLUMNS = (
     "id, workspace, seq, label, message, agent, session, created, git_head, tree, kind, pinned, summary,"
     " rules, root_mode, absent"
 )
-MARK_MARKS = ",".join("?" * len(MARK_COLUMNS.split(",")))  # its parameter markers
-
-
-def mark_row(m: Mark, seq: int) -> tuple[Any, ...]:
-    """The values of ``MARK_COLUMNS`` for ``m``, numbered ``seq`` (a new mark is not pinned)."""
-    return (
-        m.id, m.workspace, seq, m.label, m.message, m.agent, m.session, m.created, m.git_head, m.tree,
-        m.kind, 0, json.dumps(m.summary), m.rules, m.root_mode, encode_absent(m.absent),
-    )
 
 
 def encode_absent(paths: tuple[bytes, ...]) -> bytes | None:
@@ -93,6 +84,28 @@ def mark_from_row(row: tuple[Any, ...]) -> Mark:
         rules=row[13],
         root_mode=row[14],
         absent=decode_absent(row[15]),
+    )
+
+
+def mark_row(m: Mark, seq: int) -> tuple[Any, ...]:
+    """The row of a new mark (``MARK_COLUMNS``), numbered ``seq``; :func:`mark_from_row` reads it."""
+    return (
+        m.id,
+        m.workspace,
+        seq,
+        m.label,
+        m.message,
+        m.agent,
+        m.session,
+        m.created,
+        m.git_head,
+        m.tree,
+        m.kind,
+        0,
+        json.dumps(m.summary),
+        m.rules,
+        m.root_mode,
+        encode_absent(m.absent),
     )
 
 
