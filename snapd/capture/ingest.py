@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from snapd.capture.counters import Counters
 from snapd.capture.reader import Read, read_path
@@ -28,6 +28,7 @@ EXAMPLES = 10
 WORKERS = 2  # more only adds GIL contention: the main thread is the bottleneck
 WINDOW = 16  # chunks in flight
 CHUNK = 64  # paths per chunk
+T = TypeVar("T")
 
 @dataclass
 class Report:
@@ -104,8 +105,8 @@ class _Preparer:
         return r
 
 
-def _chunks(items: Iterable[bytes], size: int) -> Iterator[list[bytes]]:
-    chunk: list[bytes] = []
+def _chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    chunk: list[T] = []
     for item in items:
         chunk.append(item)
         if len(chunk) >= size:
@@ -182,7 +183,8 @@ def capture(
     now = time.time_ns()
     prepare = _Preparer(root, size_cap, batch.store.hasher, from_walk, counters)
     with contextlib.ExitStack() as stack:
-        chunks: Iterable[list[Read]] = ([prepare(p)] for p in paths)
+        # Read in chunks, so each chunk's contents are looked up in one query, not one each.
+        chunks: Iterable[list[Read]] = _chunks(map(prepare, paths), CHUNK)
         if parallel:  # a thread pool only where it pays: baselines, not a mark's few paths
             pool = stack.enter_context(ThreadPoolExecutor(WORKERS, thread_name_prefix="snapd-read"))
             chunks = _bounded_map(pool, prepare, paths)
