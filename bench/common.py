@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from peer import copy_tree, peer_init, peer_snap, remove
+from peer import copy_tree, du_bytes, peer_init, peer_snap, remove
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
@@ -303,6 +303,20 @@ def start_watching(d: Daemon, root: str) -> None:
     """Start ``d`` and watch ``root``: returns once the baseline mark exists."""
     d.start()
     run_timed([str(SNAPCTL), "watch", root, "--json"], d.env)
+
+
+def store_at_rest(d: Daemon, root: str) -> int:
+    """``du`` of ``d``'s SNAPD_HOME at rest, then ``d`` serving again with ``root`` ready.
+
+    Stopped, the daemon's SQLite checkpoints its WAL into the catalog and deletes it as it
+    closes, so no log is counted: a running daemon's keeps a length of its own between
+    checkpoints (a transaction's, or the length kept for reuse), which made a growth measured
+    across two running moments meaningless (``bench_mark.py`` once printed a negative one).
+    ``snapctl watch`` of the live workspace returns once its reconcile is done."""
+    d.stop()
+    size = du_bytes(d.home)
+    start_watching(d, root)
+    return size
 
 
 def peer_baseline(ws: Path, scratch: Path) -> Path:
