@@ -18,9 +18,9 @@ p99 are bucket bounds (the bounds include 10 and 20 ms, so the verdicts are exac
 snapd's SNAPD_HOME against the peer's gitdir after ``git gc``, before and after 1+2: the growth
 is what the micro-releases cost each side. snapd's store is measured at rest
 (``common.store_at_rest``: the daemon stopped, so its WAL is checkpointed and gone; started
-again before the next step), so no WAL is counted on either side. Counters: the workspace's numeric ``status`` fields
-before and after, per mark (``reads``: files read). The daemon's fsync calls for one mark are
-counted with strace (untimed, after the rest).
+again before the next step), so no WAL is counted on either side. Counters: the workspace's
+numeric ``status`` fields before and after, per mark (``reads``: files read). The daemon's
+fsync calls for one mark are counted with strace (untimed, after the rest).
 
     python bench/bench_mark.py --corpus django --size 100k
 """
