@@ -43,6 +43,8 @@ from common import (
     Results,
     capture_pool,
     common_args,
+    counters,
+    counters_per,
     daemon_run,
     interleave,
     peer_baseline,
@@ -74,13 +76,6 @@ def check_mark(summary: dict[str, Any], picked: list[bytes]) -> str | None:
     if summary.get("unstable") or summary.get("skipped_count"):
         problems.append(f"unstable {summary.get('unstable')} skipped {summary.get('skipped_count')}")
     return "; ".join(problems) or None
-
-
-def counters(w: dict[str, Any]) -> dict[str, int]:
-    """The workspace's numeric status fields and its ``counters`` (full scans, lstats, files
-    read, where the measured commit has them)."""
-    flat = {**w, **{f"counters.{k}": v for k, v in (w.get("counters") or {}).items()}}
-    return {k: v for k, v in flat.items() if isinstance(v, int) and not isinstance(v, bool)}
 
 
 def fsyncs_of_one_mark(d: Daemon, ws: Path, pool: list[bytes], root_b: bytes) -> int:
@@ -190,9 +185,7 @@ def main() -> None:
                    "Client.call mark p99 (client-side), s")
         res.figure("mem_after_marks", mem)
         res.figure("rss_watching_MB", round(mem["VmRSS"] / MB, 1), "daemon VmRSS after the marks, MB")
-        per_mark = {k: round((counters(w1).get(k, 0) - v) / n, 3) for k, v in counters(w0).items()
-                    if counters(w1).get(k, 0) != v}
-        res.figure("counters_per_mark", per_mark, "workspace counters that moved, per mark")
+        res.figure("counters_per_mark", counters_per(w0, w1, n), "workspace counters that moved, per mark")
         res.figure("counters_available", sorted(counters(w1)))
         growth_s, growth_p = du1["snapd"] - du0["snapd"], du1["peer_gc"] - du0["peer_gc"]
         res.figure("disk", {"before": du0, "after": du1},

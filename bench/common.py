@@ -331,6 +331,19 @@ def workspace_of(status: dict[str, Any], root: str) -> dict[str, Any]:
     return next((w for w in status["workspaces"] if w["root"] == root), {})
 
 
+def counters(w: dict[str, Any]) -> dict[str, int]:
+    """The workspace's numeric status fields and its ``counters`` (full scans, lstats, files
+    read, where the measured commit has them)."""
+    flat = {**w, **{f"counters.{k}": v for k, v in (w.get("counters") or {}).items()}}
+    return {k: v for k, v in flat.items() if isinstance(v, int) and not isinstance(v, bool)}
+
+
+def counters_per(before: dict[str, Any], after: dict[str, Any], n: int) -> dict[str, float]:
+    """The workspace counters that moved between two ``status`` snapshots, per operation."""
+    a = counters(after)
+    return {k: round((a.get(k, 0) - v) / n, 3) for k, v in counters(before).items() if a.get(k, 0) != v}
+
+
 def tree_path(corpus: str, size: str) -> Path:
     tree = DATA / f"{corpus}-{size}"
     if not (tree.is_dir() and tree.with_suffix(".json").exists()):
