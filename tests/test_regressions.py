@@ -197,3 +197,56 @@ def test_an_overflow_reported_during_a_flush_still_gets_its_full_scan(
     finally:
         ws.stop()
         store.close()
+
+
+def test_a_directory_replaced_during_a_flush_still_gets_its_subtree_scan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by CI under load (seeded directory-move bursts): a directory replaced while the
+    capture thread scanned another one had its subtree-scan request merged into that capture
+    and dropped, so the old directory's children stayed in the tree (and in marks) for good."""
+    from snapd.capture.events import WatchEvent
+    from snapd.capture.workspace import Workspace
+    from snapd.config import CaptureSettings
+
+    root = tmp_path / "ws"
+    for d in ("a", "b"):
+        (root / d).mkdir(parents=True)
+        (root / d / "f").write_text(d)
+    (root / "b" / "old").write_text("old")
+    store = Store.open(tmp_path / "store")
+    ws = Workspace(store, store.add_workspace(os.fsencode(root)), root, CaptureSettings())
+    ws.start()
+    try:
+        with ws.lock:  # keep the capture thread out while the scene is set up
+            (root / "a" / "new").write_text("new")
+            real_scan = ws.recorder.scan
+            injected = []
+
+            def scan_then_replace(top: bytes, *args: object, **kw: object) -> None:
+                real_scan(top, *args, **kw)  # type: ignore[arg-type]
+                if top == b"a" and not injected:  # b is replaced while a is scanned
+                    injected.append(True)
+                    os.rename(root / "b", tmp_path / "b.gone")
+                    (tmp_path / "fresh").mkdir()
+                    (tmp_path / "fresh" / "f").write_text("fresh")
+                    os.rename(tmp_path / "fresh", root / "b")
+                    ws.on_events(
+                        [
+                            WatchEvent("deleted", b"b", None, True),
+                            WatchEvent("created", b"b", None, True),
+                            WatchEvent("created", b"b/f", None, False),
+                        ]
+                    )
+
+            monkeypatch.setattr(ws.recorder, "scan", scan_then_replace)
+            ws.dirty.take()  # only what the test injects below counts
+            ws.on_events([WatchEvent("moved", b"a", b"a", True)])
+            ws.recorder.capture_dirty()
+        assert injected
+        assert ws.tree is not None
+        files = {p for p, e in trees.walk(store.load_node, ws.tree) if e.kind == "file"}
+        assert files == {b"a/f", b"a/new", b"b/f"}, files  # b/old went with the old b
+    finally:
+        ws.stop()
+        store.close()

@@ -86,23 +86,24 @@ class Recorder:
             d = d | new
             d.full = new.full  # this scan covered any earlier overflow, not one reported since
             d.why = new.why
-        for top in d.scan_dirs:
-            self.scan(top)
-        if d.scan_dirs:
-            d = d | self._dirty.take()
-        # Last, and again whenever a merge brought one in: an overflow (or a barrier timeout)
-        # reported while we scanned means lost events, which only a full scan recovers.
+        # Scan until a pass brings in nothing more to scan. What the reader thread delivers
+        # meanwhile is merged in, and may ask for scans of its own: a directory replaced while
+        # we scanned (its old children go only by a scan), an overflow or a barrier timeout
+        # (lost events, which only a full scan recovers; it covers every subtree too).
         full = d.full or (for_mark and self.scan_every_mark)
         reasons = sorted(d.why) or ["scan_every_mark"]
-        while full:
-            self.scan(b"")
-            for reason in reasons:
-                self._announce("workspace.rescanned", {"reason": reason})
+        tops = d.scan_dirs
+        while full or tops:
+            if full:
+                self.scan(b"")
+                for reason in reasons:
+                    self._announce("workspace.rescanned", {"reason": reason})
+            else:
+                for top in tops:
+                    self.scan(top)
             new = self._dirty.take()
-            full = new.full  # another overflow while we scanned: scan again
-            reasons = sorted(new.why)
+            full, reasons, tops = new.full, sorted(new.why), new.scan_dirs
             d = d | new
-            d.full = False
         if d.rules and not refreshed:  # a rule file changed during the scans: next capture
             self._dirty.request_full("rules_changed", rules=True)
             self._dirty.wake()
@@ -224,4 +225,3 @@ class Recorder:
         except OSError:
             root_mode = None  # the barrier reports a vanished root; nothing to restore here
         return {"rules": self._rules.record(self._store, batch), "root_mode": root_mode}
-
