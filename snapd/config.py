@@ -1,7 +1,7 @@
 """Configuration: where snapd keeps things, and the settings that tune it.
 
-Each setting is defined once, below: one dataclass field with its default and parser
-(:mod:`snapd.settings` derives its TOML key and ``SNAPD_*`` variable from it). The layers take
+Each setting is defined once, below: one field with its default and, in its annotation, its
+parser (:mod:`snapd.settings` derives its TOML key and ``SNAPD_*`` variable from it). The layers take
 their group, not a copy: a workspace is handed ``Config.capture``, the GC ``Config.retention``.
 Settings are layered defaults < TOML config file < ``SNAPD_*`` environment < overrides (flags),
 and flow down as one frozen ``Config``. ``load_config`` is the only function that looks at
@@ -24,34 +24,33 @@ actually bound in ``state_dir/endpoint``. Directories are made private by
 ``ensure_private_dir`` when they are about to be used.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations``: the settings' annotations carry their parsers
+# (:mod:`snapd.settings`), read at import.
 import contextlib
 import os
 import pwd
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, NamedTuple
 
 from snapd.errors import ConfigError, PermissionRefused
 from snapd.settings import (
     GiB,
+    Group,
     MiB,
     Problems,
+    Setting,
     abs_path,
     assemble,
     boolean,
     count,
     fs_names,
-    group,
     level,
     patterns,
     read_config_file,
     read_environment,
     seconds,
-    setting,
     size,
     table,
     unknown_env,
@@ -74,35 +73,38 @@ ENV_NAMES = frozenset({"SNAPD_HOME", "SNAPD_CONFIG"})
 # -- the settings (docs/operations.md, "Configuration"): each one's key, default and parser ---
 
 
-@dataclass(frozen=True)
-class CaptureSettings:
+class CaptureSettings(NamedTuple):
     """What each workspace is given to capture with (:mod:`snapd.capture.workspace`). Its keys
     are top-level: ``size_cap``, not ``capture.size_cap``."""
 
-    size_cap: int = setting(64 * MiB, size)  # files larger than this are skipped and listed
-    extra_ignore: tuple[str, ...] = setting((), patterns, env=False)  # gitignore syntax, on top
-    barrier_timeout_s: float = setting(5.0, seconds)  # a mark's wait for its cookie, then a rescan
-    watch_limit: int | None = setting(None, count)  # inotify watches per workspace; beyond: scan at marks
-    scan_fs_types: tuple[str, ...] = setting((), fs_names, env=False)  # more types to treat as event-less
+    # files larger than this are skipped and listed
+    size_cap: Annotated[int, Setting(size)] = 64 * MiB
+    # gitignore syntax, on top of the workspace's own rules
+    extra_ignore: Annotated[tuple[str, ...], Setting(patterns, env=False)] = ()
+    # a mark's wait for its cookie, then a rescan
+    barrier_timeout_s: Annotated[float, Setting(seconds)] = 5.0
+    # inotify watches per workspace; beyond: scan at marks
+    watch_limit: Annotated[int | None, Setting(count)] = None
+    # more file system types to treat as event-less
+    scan_fs_types: Annotated[tuple[str, ...], Setting(fs_names, env=False)] = ()
 
 
-@dataclass(frozen=True)
-class Retention:
+class Retention(NamedTuple):
     """How much history is kept per workspace before the oldest unpinned marks are evicted
     (the policy: :mod:`snapd.store.retention`; the sweep: :mod:`snapd.store.gc`)."""
 
-    max_age_days: float = setting(14.0, seconds)
-    max_marks: int = setting(2000, count)
-    budget_bytes: int = setting(5 * GiB, size)
-    grace_s: float = setting(900.0, seconds)  # GC never deletes an object younger than this
+    max_age_days: Annotated[float, Setting(seconds)] = 14.0
+    max_marks: Annotated[int, Setting(count)] = 2000
+    budget_bytes: Annotated[int, Setting(size)] = 5 * GiB
+    # GC never deletes an object younger than this
+    grace_s: Annotated[float, Setting(seconds)] = 900.0
 
     @property
     def max_age_ns(self) -> int:
         return int(self.max_age_days * DAY_NS)
 
 
-@dataclass(frozen=True)
-class Locations:
+class Locations(NamedTuple):
     """Every path snapd uses. ``state_dir`` holds the lock and endpoint files and is the data
     directory itself: the lock must guard the store, whatever runtime directory is in use."""
 
@@ -143,21 +145,24 @@ class Locations:
         return tuple(dict.fromkeys((self.state_dir, self.data_dir, self.runtime_dir, self.store_dir)))
 
 
-@dataclass(frozen=True)
-class Config:
+class Config(NamedTuple):
     """The whole configuration of one daemon or client process: where things are, and every
     setting (top-level ones here, the others in their groups)."""
 
     locations: Locations
-    log_level: str = setting("info", level)
-    log_file: Path | None = setting(None, abs_path)
-    request_max_bytes: int = setting(1 * MiB, size)
-    client_timeout_s: float | None = setting(None, seconds)  # None: each command's own deadline
-    gc_interval_s: float = setting(3600.0, seconds)  # how often the daemon applies retention and GC
-    auto_start: bool = setting(True, boolean)  # an agent hook starts the daemon when none is running
-    events_queue: int = setting(10_000, count)  # events a slow subscriber may fall behind before losing some
-    capture: CaptureSettings = group(CaptureSettings)
-    retention: Retention = group(Retention, "retention")
+    log_level: Annotated[str, Setting(level)] = "info"
+    log_file: Annotated[Path | None, Setting(abs_path)] = None
+    request_max_bytes: Annotated[int, Setting(size)] = 1 * MiB
+    # None: each command's own deadline
+    client_timeout_s: Annotated[float | None, Setting(seconds)] = None
+    # how often the daemon applies retention and GC
+    gc_interval_s: Annotated[float, Setting(seconds)] = 3600.0
+    # an agent hook starts the daemon when none is running
+    auto_start: Annotated[bool, Setting(boolean)] = True
+    # events a slow subscriber may fall behind before losing some
+    events_queue: Annotated[int, Setting(count)] = 10_000
+    capture: Annotated[CaptureSettings, Group()] = CaptureSettings()
+    retention: Annotated[Retention, Group("retention")] = Retention()
     warnings: tuple[str, ...] = ()  # settings ignored (lenient load) and unknown SNAPD_* names
 
     @property
@@ -180,6 +185,15 @@ def service_environment(env: Mapping[str, str]) -> dict[str, str]:
     names = ENV_NAMES | {k.env_name for k in SETTINGS.values() if k.env}
     names |= {"XDG_DATA_HOME", "XDG_CONFIG_HOME"}
     return {k: v for k, v in env.items() if k in names and v}
+
+
+def user_unit_dirs(env: Mapping[str, str]) -> tuple[Path, ...]:
+    """Where ``snapd install-service`` writes the systemd user unit: this shell's
+    ``$XDG_CONFIG_HOME/systemd/user``, else ``~/.config/systemd/user`` — where a user manager
+    whose own environment has no ``XDG_CONFIG_HOME`` reads units (the usual case)."""
+    home = Path(env.get("HOME") or os.path.expanduser("~"))
+    own = _xdg(env, "XDG_CONFIG_HOME", home, ".config") / "systemd" / "user"
+    return tuple(dict.fromkeys((own, home / ".config" / "systemd" / "user")))
 
 
 # -- locations ------------------------------------------------------------------------------

@@ -21,7 +21,6 @@ that mark the next one.
 
 from __future__ import annotations
 
-import base64
 import binascii
 import os
 import re
@@ -107,6 +106,8 @@ def encode_path(path: bytes) -> str | dict[str, str]:
     try:
         return path.decode("utf-8")
     except UnicodeDecodeError:
+        import base64  # deferred, like below: only names that are not UTF-8 need it
+
         return {"b64": base64.b64encode(path).decode("ascii")}
 
 
@@ -120,6 +121,8 @@ def decode_path(obj: Any, what: str = "path") -> bytes:
                 f"{what} contains a lone surrogate; send undecodable names as {{\"b64\": ...}}"
             ) from None
     elif isinstance(obj, dict) and set(obj) == {"b64"} and isinstance(obj["b64"], str):
+        import base64  # deferred: every hook and snapctl command loads this module
+
         try:
             raw = base64.b64decode(obj["b64"], validate=True)
         except (binascii.Error, ValueError):

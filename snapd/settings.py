@@ -1,9 +1,10 @@
 """How a setting is declared, parsed, and read from the config file and the environment.
 
-Each setting is one dataclass field in :mod:`snapd.config`, declared with :func:`setting`
-(its default and its parser); a group of them (``Config.capture``, ``Config.retention``) is a
-field declared with :func:`group`. Everything else is derived from those fields by
-:func:`table`, so a setting's name, default and parser are written once:
+Each setting is one field of a ``NamedTuple`` in :mod:`snapd.config`: its default is the
+field's, and its annotation carries its parser, ``Annotated[int, Setting(size)] = 64 * MiB``;
+a group of them (``Config.capture``, ``Config.retention``) is a field annotated with
+:class:`Group`. Everything else is derived from those fields by :func:`table`, so a setting's
+name, default and parser are written once:
 
 - its key: the field's name, or ``PREFIX.NAME`` for a field of a prefixed group (the TOML
   table ``[retention]`` holds the ``retention.*`` keys); a group without a prefix puts its
@@ -12,6 +13,9 @@ field declared with :func:`group`. Everything else is derived from those fields 
 - its environment variable: ``SNAPD_`` + the key upper-cased, dots as underscores. Lists have
   no environment form (``env=False``): any separator would be a legal pattern character.
 
+(NamedTuples, not dataclasses: every agent hook and snapctl command loads the configuration,
+and ``dataclasses`` costs them milliseconds, with ``inspect``, ``ast`` and ``dis``, at import.)
+
 Bad values raise ValueError saying what the value must be; :class:`Problems` decides whether
 that stops the process (the daemon) or becomes a warning (a client).
 """
@@ -19,10 +23,9 @@ that stops the process (the daemon) or becomes a warning (a client).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import field, fields
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from snapd.errors import ConfigError
 
@@ -101,16 +104,28 @@ def fs_names(v: Any) -> tuple[str, ...]:
 # -- declaring settings ---------------------------------------------------------------------
 
 
-def setting(default: T, parse: Callable[[Any], T], *, env: bool = True) -> T:
-    """A settings field: its default, the parser of its raw values, whether it has a
+class Setting(NamedTuple):
+    """A settings field's annotation: the parser of its raw values, whether it has a
     ``SNAPD_*`` form."""
-    return field(default=default, metadata={"parse": parse, "env": env})
+
+    parse: Callable[[Any], Any]
+    env: bool = True
 
 
-def group(cls: Callable[[], T], prefix: str = "") -> T:
-    """A field holding a group of settings (a dataclass of :func:`setting` fields); its keys
+class Group(NamedTuple):
+    """A field holding a group of settings (a NamedTuple of :class:`Setting` fields); its keys
     are ``prefix.NAME``, or plain ``NAME`` without a prefix."""
-    return field(default_factory=cls, metadata={"group": cls, "prefix": prefix})
+
+    prefix: str = ""
+
+
+def _specs(cls: Any) -> Iterator[tuple[str, Any, Setting | Group]]:
+    """(name, annotated type, Setting or Group) of each field of ``cls`` that has one."""
+    for name in cls._fields:
+        hint = cls.__annotations__[name]
+        for spec in getattr(hint, "__metadata__", ()):
+            if isinstance(spec, Setting | Group):
+                yield name, hint.__origin__, spec
 
 
 class Key:
@@ -136,14 +151,14 @@ class Key:
 def table(cls: type[Any]) -> dict[str, Key]:
     """Every setting of ``cls`` (and of its groups) by key."""
     out: dict[str, Key] = {}
-    for f in fields(cls):
-        if "parse" in f.metadata:
-            out[f.name] = Key(f.name, None, f.name, f.metadata["parse"], f.metadata["env"])
-        elif "group" in f.metadata:
-            prefix = f.metadata["prefix"] + "." if f.metadata["prefix"] else ""
-            for g in fields(f.metadata["group"]):
-                key = prefix + g.name
-                out[key] = Key(key, f.name, g.name, g.metadata["parse"], g.metadata["env"])
+    for name, kind, spec in _specs(cls):
+        if isinstance(spec, Setting):
+            out[name] = Key(name, None, name, spec.parse, spec.env)
+            continue
+        prefix = spec.prefix + "." if spec.prefix else ""
+        for inner, _, s in _specs(kind):
+            assert isinstance(s, Setting), "groups hold settings, not groups"
+            out[prefix + inner] = Key(prefix + inner, name, inner, s.parse, s.env)
     return out
 
 
@@ -158,10 +173,9 @@ def assemble(cls: type[T], keys: Mapping[str, Key], values: Mapping[str, Any], *
             top[k.name] = value
         else:
             groups.setdefault(k.holder, {})[k.name] = value
-    spec: Any = cls  # a dataclass, as table() was given
-    for f in fields(spec):
-        if "group" in f.metadata:
-            top[f.name] = f.metadata["group"](**groups.get(f.name, {}))
+    for name, kind, spec in _specs(cls):
+        if isinstance(spec, Group):
+            top[name] = kind(**groups.get(name, {}))
     return cls(**top)
 
 
@@ -232,12 +246,12 @@ def read_environment(env: Mapping[str, str], problems: Problems) -> dict[str, An
 def unknown_env(env: Mapping[str, str], keys: Mapping[str, Key], others: frozenset[str]) -> list[str]:
     """``SNAPD_*`` names that mean nothing to snapd, each with the nearest real name
     (``others``: the variables that are not settings, such as ``SNAPD_HOME``)."""
-    import difflib  # deferred: only a misspelled variable needs it
-
     known = sorted(others | {k.env_name for k in keys.values() if k.env})
     listless = {k.env_name for k in keys.values() if not k.env}
     out = []
     for name in sorted(n for n in env if n.startswith("SNAPD_") and n not in known):
+        import difflib  # deferred: only a misspelled variable needs it
+
         if name in listless:
             out.append(f"environment variable {name} is ignored: that setting has no environment "
                        "form (lists go in config.toml)")

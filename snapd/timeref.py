@@ -19,7 +19,6 @@ clock-change check needs, and which both ``zoneinfo`` and the C library can answ
 
 from __future__ import annotations
 
-import calendar
 import re
 import time
 from collections.abc import Callable
@@ -89,6 +88,8 @@ def _body(ref: str) -> str:
 
 
 def _absolute(ref: str, body: str, offset: Offset | None) -> int:
+    import calendar  # deferred: a few ms at import, paid by every snapctl command otherwise
+
     m = _ISO.match(body)
     if not m:
         raise UsageError(f"{ref!r} is not a time this understands: use {FORMS}")

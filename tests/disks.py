@@ -1,5 +1,6 @@
-"""Real file systems for the power-loss and disk-full tests: an XFS image on a loop device
-that can be cut like a power failure, and small tmpfs mounts that fill up.
+"""Real file systems for the power-loss, disk-full and unmount tests: images on loop devices
+(an ext4 one to unmount and mount again, an XFS one that can be cut like a power failure),
+and small tmpfs mounts that fill up.
 
 Everything here needs root (mount, losetup) and cleans up in ``finally`` blocks: unmount, then
 detach the loop device, whatever failed. A machine that cannot give a test its file system
@@ -69,32 +70,34 @@ def mounted(mount: Path) -> bool:
     return os.fspath(mount) in points
 
 
-class XfsDisk:
-    """An XFS file system on a loop device, mounted at :attr:`mount`; see the module doc."""
+class LoopDisk:
+    """A file system of type :attr:`FS` in an image file on a loop device, mounted at
+    :attr:`mount`; it can be unmounted and mounted again (same device, same files)."""
+
+    FS = "ext4"
+    SIZE = 16 << 20
+    TOOLS: tuple[str, ...] = ()
 
     def __init__(self, top: Path) -> None:
-        self.image = top / "xfs.img"
-        self.mount = top / "xfs"
+        self.image = top / f"{self.FS}.img"
+        self.mount = top / self.FS
         self.loop = ""
 
     def setup(self) -> None:
-        need_mounts("losetup", "mkfs.xfs", "xfs_io")
+        need_mounts("losetup", f"mkfs.{self.FS}", *self.TOOLS)
         if not Path("/dev/loop-control").exists():
             unavailable("no loop devices (/dev/loop-control is missing)")
-        self.mount.mkdir()
+        self.mount.mkdir(parents=True)
         with open(self.image, "wb") as f:
-            f.truncate(XFS_IMAGE_BYTES)
+            f.truncate(self.SIZE)
         self.loop = _run("losetup", "-f", "--show", self.image, setup=True)
-        _run("mkfs.xfs", "-q", self.loop)
+        _run(f"mkfs.{self.FS}", "-q", self.loop)
         _run("mount", self.loop, self.mount, setup=True)
 
-    def cut(self) -> None:
-        """The power cut: the file system stops, and its unwritten log is lost."""
-        _run("xfs_io", "-x", "-c", "shutdown", self.mount)
-
-    def remount(self) -> None:
-        """Unmount the cut file system and mount it again: XFS replays its on-disk log."""
+    def unmount(self) -> None:
         umount(self.mount)
+
+    def mount_again(self) -> None:
         _run("mount", self.loop, self.mount)
 
     def close(self) -> None:
@@ -107,14 +110,38 @@ class XfsDisk:
                 self.loop = ""
 
 
+class XfsDisk(LoopDisk):
+    """An XFS file system that can be cut like a power failure; see the module doc."""
+
+    FS = "xfs"
+    SIZE = XFS_IMAGE_BYTES
+    TOOLS = ("xfs_io",)
+
+    def cut(self) -> None:
+        """The power cut: the file system stops, and its unwritten log is lost."""
+        _run("xfs_io", "-x", "-c", "shutdown", self.mount)
+
+    def remount(self) -> None:
+        """Unmount the cut file system and mount it again: XFS replays its on-disk log."""
+        self.unmount()
+        self.mount_again()
+
+
 @contextmanager
-def xfs_disk(top: Path) -> Iterator[XfsDisk]:
-    disk = XfsDisk(top)
+def loop_disk(top: Path, kind: type[LoopDisk] = LoopDisk) -> Iterator[LoopDisk]:
+    disk = kind(top)
     try:
         disk.setup()
         yield disk
     finally:
         disk.close()
+
+
+@contextmanager
+def xfs_disk(top: Path) -> Iterator[XfsDisk]:
+    with loop_disk(top, XfsDisk) as disk:
+        assert isinstance(disk, XfsDisk)
+        yield disk
 
 
 @contextmanager

@@ -13,9 +13,12 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+from disks import loop_disk
 from e2e_helpers import Daemon, base_env, cli_mark, describe, run_ctl, start_daemon, wait_for
 
 
@@ -102,6 +105,51 @@ def test_watch_resumes_a_workspace_whose_root_was_away_at_start_up(tmp_path: Pat
         assert d.stop() == 0
 
 
+@pytest.mark.timeout(90)
+def test_a_root_whose_file_system_is_unmounted_is_told_to_mount_it_back(tmp_path: Path) -> None:
+    """The files of a workspace whose file system is unmounted are not gone: the advice is to
+    mount it back (then `snapctl watch` resumes it with its history), never `forget`, which
+    would delete a history that is still good. Both shapes: the root is the mount point (a
+    different, empty directory is at its path now) or lies below it (nothing is there), and
+    both moments: while the daemon runs, and at its start."""
+    with loop_disk(tmp_path / "one") as at_point, loop_disk(tmp_path / "two") as above:
+        roots = [at_point.mount, above.mount / "proj"]
+        roots[1].mkdir()
+        d = start_daemon(tmp_path / "snapd-home")
+        try:
+            for root in roots:
+                (root / "kept.txt").write_text("still here\n")
+                d.ctl("watch", root)
+                cli_mark(d, root, "before")
+            at_point.unmount()
+            above.unmount()
+            for root in roots:
+                _told_to_mount_it_back(_stopped_capturing(d, root), root)
+                cp = d.ctl("mark", "m", "-w", root, check=False)
+                assert cp.returncode in (6, 7) and b"Mount it back" in cp.stderr, describe(cp)
+            assert d.stop() == 0
+            d = start_daemon(tmp_path / "snapd-home")
+            for root in roots:
+                w = wait_for(lambda r=root: (x := _status_ws(d, r)).get("error") and x, what="an error")
+                _told_to_mount_it_back(w, root)
+            at_point.mount_again()
+            above.mount_again()
+            for root in roots:
+                (root / "kept.txt").write_text("changed after the mount came back\n")
+                d.ctl("watch", root)
+                assert _status_ws(d, root)["state"] == "ready"
+                mark = d.ctl_json("mark", "back", cwd=root)
+                assert mark["summary"]["counts"] == {"modified": 1}, mark
+                assert [m["label"] for m in d.ctl_json("log", cwd=root)["marks"]][:2] == ["back", "before"]
+        finally:
+            assert d.stop() == 0
+
+
+def _told_to_mount_it_back(w: Any, root: Path) -> None:
+    assert w["state"] == "error" and "is not mounted" in w["error"] and "Mount it back" in w["error"], w
+    assert "forget" not in w["error"] and str(root) in w["error"], w
+
+
 # == point 11: what a clean stop removes, and only that ============================================
 
 
@@ -128,6 +176,61 @@ def test_a_daemon_of_another_store_cannot_take_over_a_running_daemons_socket(tmp
     finally:
         assert first.stop() == 0
     assert not (tmp_path / "run" / "snapd").exists(), sorted((tmp_path / "run" / "snapd").iterdir())
+
+
+BIND_RACE_LAUNCHER = Path(__file__).resolve().parent / "bind_race_launcher.py"
+
+
+@pytest.mark.timeout(120)
+def test_two_daemons_of_two_stores_started_at_once_leave_one_serving(tmp_path: Path) -> None:
+    """Two stores, one runtime directory, both daemons started at the same instant: checking
+    that nobody listens at the socket path, then binding, is a race both can win (the second
+    bind takes the path over, and the first serves nobody). The launcher starts both within
+    a millisecond and widens that moment to 0.3 s, so each round meets the race; the socket
+    guard must leave exactly one daemon serving, on both of its sockets, and refuse the other
+    with the reason. Two rounds: which one wins varies."""
+    for round_ in range(2):
+        _race_two_daemons(tmp_path / f"round-{round_}")
+
+
+def _race_two_daemons(top: Path) -> None:
+    env = {**base_env(top / "unused"), "XDG_RUNTIME_DIR": str(top / "run")}
+    env.pop("SNAPD_HOME")
+    envs = [{**env, "XDG_DATA_HOME": str(top / f"data-{n}")} for n in (1, 2)]
+    at = f"{time.time() + 1.2:.3f}"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(BIND_RACE_LAUNCHER), at, "0.3", "start"], env=e, cwd="/",
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )
+        for e in envs
+    ]
+    try:
+        wait_for(lambda: any(p.poll() is not None for p in procs), 30, what="one of the two exits")
+        (loser,) = [p for p in procs if p.poll() is not None]
+        winner = next(p for p in procs if p is not loser)
+        err = loser.stderr.read() if loser.stderr else b""
+        assert loser.returncode == 4 and b"another snapd is listening" in err, (loser.returncode, err)
+        mine = envs[procs.index(winner)]
+        status: Any = wait_for(lambda: _status_of(mine), 20, what="the other one answers")
+        assert status["pid"] == winner.pid, (status, winner.pid)
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(status["events"]["endpoint"].removeprefix("ipc://"))  # its events socket too
+        finally:
+            probe.close()
+        assert winner.poll() is None
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                assert p.wait(20) == 0
+    assert not (top / "run" / "snapd").exists(), sorted((top / "run" / "snapd").iterdir())
+
+
+def _status_of(env: dict[str, str]) -> dict[str, Any] | None:
+    cp = run_ctl(env, "status", "--json", timeout=10)
+    return json.loads(cp.stdout) if cp.returncode == 0 else None
 
 
 def test_a_clean_stop_removes_only_the_socket_it_bound(tmp_path: Path) -> None:
@@ -178,3 +281,27 @@ def test_an_agent_hook_reports_a_misspelled_snapd_variable_and_still_marks(daemo
     assert cp.returncode == 0, describe(cp)
     assert b"SNAPD_RETENTION_MAX_MARK " in cp.stderr and b"did you mean" in cp.stderr, describe(cp)
     assert daemon.ctl_json("log", cwd=ws)["marks"][0]["label"] == "turn-start"
+
+
+# == the daemon's own configuration warnings: said once at start, then shown by status ==============
+
+
+def test_the_daemons_config_warnings_are_logged_once_and_shown_by_status(tmp_path: Path) -> None:
+    """A misspelled ``SNAPD_*`` name in the daemon's environment is the user's to fix: the
+    foreground daemon says it once (its log is its stderr here), and ``snapctl status`` — run
+    from a shell without the typo — shows it, in text and in JSON, for as long as it stands."""
+    home = tmp_path / "snapd-home"
+    clean = base_env(home)
+    d = start_daemon(home, {**clean, "SNAPD_RETENTION_MAX_MARK": "5"})
+    try:
+        said = d.log().count("SNAPD_RETENTION_MAX_MARK ")
+        assert said == 1, d.log()
+        status = json.loads(run_ctl(clean, "status", "--json").stdout)
+        daemon_said = [w for w in status["warnings"] if "SNAPD_RETENTION_MAX_MARK " in w]
+        assert len(daemon_said) == 1 and "did you mean SNAPD_RETENTION_MAX_MARKS" in daemon_said[0], status
+        assert daemon_said[0].startswith("the daemon's configuration: "), daemon_said
+        text = run_ctl(clean, "status")
+        assert text.returncode == 0, describe(text)
+        assert text.stderr.count(b"SNAPD_RETENTION_MAX_MARK ") == 1, describe(text)
+    finally:
+        assert d.stop() == 0

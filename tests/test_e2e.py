@@ -40,6 +40,7 @@ from e2e_helpers import (
 )
 
 from snapd.errors import NotFound
+from snapd.ipc import protocol
 from snapd.ipc.client import Client
 
 # -- fixtures -------------------------------------------------------------------------------------
@@ -375,6 +376,28 @@ def _error(reply: dict[str, Any], code: str) -> dict[str, Any]:
     assert reply["error"]["message"], reply
     err: dict[str, Any] = reply["error"]
     return err
+
+
+@pytest.mark.timeout(60)
+def test_a_newer_clients_op_or_argument_is_refused_by_name_and_the_daemon_keeps_serving(
+    daemon: Daemon, ws: Path
+) -> None:
+    """docs/protocol.md, "Versions and additions": within a version the protocol only grows, so
+    a client newer than the daemon may send an op or an argument the daemon lacks. It gets a
+    bad_request naming it and saying what to do — never a silently ignored argument — and the
+    daemon serves the next request; `ping` lists each op with its arguments beforehand."""
+    ops = daemon.call("ping")["ops"]
+    assert ops["mark"] == sorted(protocol.OP_ARGS["mark"]) and set(ops) == protocol.OPS, ops
+    ep = daemon.endpoint
+    err = _error(raw_json(ep, request("frobnicate", {"cwd": str(ws)})), "bad_request")
+    assert err["details"] == {"op": "frobnicate"} and "restart the daemon" in err["message"], err
+    newer = request("mark", {"label": "x", "cwd": str(ws), "someday": True})
+    err = _error(raw_json(ep, newer), "bad_request")
+    assert err["details"] == {"arg": "someday"} and "accepted: agent, cwd," in err["message"], err
+    assert "restart the daemon" in err["message"], err
+    assert daemon.ctl_json("log", cwd=ws)["marks"][0]["label"] != "x"  # refused whole: no mark
+    reply = raw_json(ep, request("mark", {"label": "x", "cwd": str(ws)}))
+    assert reply["ok"] is True and reply["result"]["label"] == "x", reply
 
 
 @pytest.mark.timeout(90)

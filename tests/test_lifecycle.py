@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -28,7 +29,8 @@ from snapd.capture.roots import fs_type
 from snapd.capture.statcache import RACY_NS, StatCache
 from snapd.config import load_config
 from snapd.daemon.service import Service
-from snapd.daemon.service_unit import REPO_EXEC, render
+from snapd.daemon.service_unit import REPO_EXEC, choose_unit_dir, render
+from snapd.errors import ConfigError
 from snapd.store.store import Store
 
 pytestmark = pytest.mark.timeout(120)
@@ -140,6 +142,28 @@ def test_stat_cache_racy_rule() -> None:
     cache.set(b"d/x", sig, 10)
     cache.remove(b"d")
     assert b"d/x" not in cache and b"d" not in cache and len(cache) == 2
+
+
+def test_stat_cache_keeps_its_file_count() -> None:
+    """``files()`` (asked by every status) is kept as entries come, change type and go, not
+    counted over the whole cache: it equals a count of the regular files at every step."""
+    reg, d, link = (0o100644, 1, 1, 1, 1), (0o040755, 0, 1, 1, 2), (0o120777, 1, 1, 1, 3)
+    cache = StatCache({b"a": (reg, 1), b"d": (d, 1), b"d/x": (reg, 1), b"l": (link, 1)})
+
+    def counted() -> int:
+        return sum(1 for p in cache.paths() if stat.S_ISREG(cache.get(p)[0][0]))  # type: ignore[index]
+
+    assert cache.files() == counted() == 2
+    steps = [
+        lambda: cache.set(b"d/y", reg, 2), lambda: cache.set(b"d/y", reg, 3),  # new, then again
+        lambda: cache.set(b"a", link, 2), lambda: cache.set(b"l", reg, 2),  # a type changes
+        lambda: cache.set(b"d/e", d, 2), lambda: cache.set(b"d/e/z", reg, 2),
+        lambda: cache.remove(b"d"), lambda: cache.remove(b"gone"), lambda: cache.remove(b"l"),
+    ]
+    for step in steps:
+        step()
+        assert cache.files() == counted()
+    assert cache.files() == 0 and len(cache) == 1
 
 
 def test_stat_cache_links() -> None:
@@ -378,6 +402,26 @@ def test_install_service_without_a_user_manager(tmp_path: Path) -> None:
     assert unit.exists()
     assert f"ExecStart={sys.executable} -m snapd start" in unit.read_text()
     assert b"systemctl --user daemon-reload" in cp.stdout
+
+
+def test_the_unit_goes_where_the_user_manager_reads_units(tmp_path: Path) -> None:
+    """The manager's unit path decides (its own XDG_CONFIG_HOME, not the shell's); the shell's
+    directory when the manager reads it or there is none to ask, with a note when that
+    directory is not the default one. (A real manager: tests/test_systemd_service.py.)"""
+    home = tmp_path / "home"
+    default, custom = home / ".config/systemd/user", tmp_path / "cfg/systemd/user"
+    env = {"HOME": str(home), "XDG_CONFIG_HOME": str(tmp_path / "cfg")}
+    manager = [home / ".config/systemd/user.control", Path("/etc/systemd/user"), default,
+               home / ".local/share/systemd/user", Path("/usr/lib/systemd/user")]
+    assert choose_unit_dir({"HOME": str(home)}, manager) == (default, None)
+    assert choose_unit_dir(env, [custom, *manager]) == (custom, None)
+    chosen, note = choose_unit_dir(env, manager)
+    assert chosen == default and note and f"does not read {custom}" in note, note
+    chosen, note = choose_unit_dir(env, [])
+    assert chosen == custom and note and "only if its own environment sets XDG_CONFIG_HOME" in note, note
+    assert choose_unit_dir({"HOME": str(home)}, []) == (default, None)
+    with pytest.raises(ConfigError, match="reads units only from /etc/systemd/user"):
+        choose_unit_dir(env, [Path("/etc/systemd/user")])
 
 
 def test_ignored_paths_are_counted_not_hidden(tmp_path: Path) -> None:

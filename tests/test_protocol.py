@@ -224,8 +224,15 @@ def test_every_error_class_registers_itself_and_is_in_the_documented_table() -> 
         (b"\xff", "request is not UTF-8 text", {}),
         (
             raw(op="forget", args={"x": 1}),
-            "forget: unknown argument 'x' (accepted: cwd, dry_run, workspace)",
+            "forget: unknown argument 'x' (accepted: cwd, dry_run, workspace); if the client is "
+            "newer than the daemon, restart the daemon: snapd stop; snapd start",
             {"arg": "x"},
+        ),
+        (
+            raw(op="frobnicate"),
+            "unknown op 'frobnicate': this daemon does not have it (if the client is newer than "
+            "the daemon, restart the daemon: snapd stop; snapd start)",
+            {"op": "frobnicate"},
         ),
         (raw(op="mark", args={}), "mark: missing required argument 'label'", {"arg": "label"}),
         (

@@ -16,7 +16,7 @@ import pytest
 import zmq
 from e2e_helpers import OtherUser
 
-from snapd.daemon.lock import acquire_instance_lock
+from snapd.daemon.lock import acquire_instance_lock, acquire_socket_guard
 from snapd.errors import (
     AlreadyRunning,
     DaemonUnavailable,
@@ -351,6 +351,17 @@ def test_instance_lock(tmp_path: Path) -> None:
     assert f"pid {os.getpid()}" in info.value.message
     lock.release()
     acquire_instance_lock(tmp_path / "state").release()
+
+
+def test_socket_guard(tmp_path: Path) -> None:
+    """Held by one daemon per socket directory; a clean release removes its file and the
+    directory once empty (nothing left in /tmp), and the next daemon takes it again."""
+    guard = acquire_socket_guard(tmp_path / "run")
+    with pytest.raises(AlreadyRunning, match=f"another snapd is listening at .*pid {os.getpid()}"):
+        acquire_socket_guard(tmp_path / "run")
+    guard.release()
+    assert not (tmp_path / "run").exists()
+    acquire_socket_guard(tmp_path / "run").release()
 
 
 def test_dedup_cache_is_bounded(sockdir: Path, handler: Handler) -> None:

@@ -422,6 +422,29 @@ def _object_rows(store: Store) -> dict[str, int]:
     return dict(store.catalog.read().execute("SELECT key, stored FROM objects").fetchall())
 
 
+def test_stored_bytes_is_counted_once_then_kept_by_every_commit(store: Store, tmp_path: Path) -> None:
+    """``status`` asks for the store's size on every call: the table (inline data included) is
+    read once, and from then on each commit that inserts or deletes objects keeps the total."""
+    root = make_ws(tmp_path, {"a": b"a" * 3000, "d/b": b"b" * 5000})
+    ws = store.add_workspace(os.fsencode(root))
+    base = ingest_tree(store, ws, root)
+    assert store.stored_bytes() == sum(_object_rows(store).values()) > 0
+    sums: list[str] = []
+    count = "SELECT COALESCE(SUM(stored), 0) FROM objects"  # the whole table (gc's own sums have a WHERE)
+    store.catalog.read().set_trace_callback(lambda sql: sums.append(sql) if sql == count else None)
+    for i in range(3):
+        (root / "a").write_bytes(f"version {i} ".encode() * 400)
+        capture_paths(store, ws, root, [b"a"], f"m{i}")
+        assert store.stored_bytes() == sum(_object_rows(store).values())
+    with pytest.raises(RuntimeError), store.batch() as b:  # a transaction that fails adds nothing
+        b.put(b"never committed " * 100)
+        raise RuntimeError("abandoned")
+    rep = gc.run(store, Retention(max_marks=1, grace_s=0))
+    assert base.mark_id in [m for m, _ in rep.evicted] and rep.objects_deleted > 0
+    assert rep.stored_bytes == store.stored_bytes() == sum(_object_rows(store).values())
+    assert sums == [], "the total was counted again"
+
+
 def test_gc_sweeps_every_dead_object_in_chunks_and_reports_what_it_freed(store: Store) -> None:
     """More dead objects than one sweep transaction takes, and one large object (a file)."""
     n = gc.SWEEP_CHUNK * 2 + 1

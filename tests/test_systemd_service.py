@@ -14,7 +14,9 @@ Proven here, with a fresh manager and store:
   the service; the daemon answers, and it is the unit's main process (Type=notify: the unit is
   active only once the daemon said it was ready);
 - with the unit installed and the daemon stopped, an agent's hook starts it through
-  ``systemctl --user start`` (the unit owns it), and the turn is marked.
+  ``systemctl --user start`` (the unit owns it), and the turn is marked;
+- a shell whose XDG_CONFIG_HOME the manager does not share gets the unit where the manager
+  reads units, told why, and its hooks still find it.
 
 Needs root (a mount namespace) and systemd's binaries; fails with the reason under CI without them.
 """
@@ -49,10 +51,12 @@ class UserManager:
     def __init__(self, proc: subprocess.Popen[bytes], env: dict[str, str]) -> None:
         self.proc, self.env = proc, env
 
-    def run(self, *argv: str, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-        """``argv`` in the manager's mount namespace, with the test's environment."""
+    def run(
+        self, *argv: str, input: bytes | None = None, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[bytes]:
+        """``argv`` in the manager's mount namespace, with the test's environment (or ``env``)."""
         return subprocess.run(
-            ["nsenter", "-t", str(self.proc.pid), "-m", *argv], env=self.env, input=input,
+            ["nsenter", "-t", str(self.proc.pid), "-m", *argv], env=env or self.env, input=input,
             capture_output=True, timeout=60,
         )
 
@@ -134,10 +138,7 @@ def test_install_service_runs_snapd_under_systemd_and_a_hook_starts_it_through_t
     # A hook whose SNAPD_HOME names another store must not start the unit (it serves the first
     # store, and the hook would wait on a socket nobody opens): it starts its own daemon.
     other = dict(env, SNAPD_HOME=str(tmp_path / "other-store"))
-    hooked = subprocess.run(
-        ["nsenter", "-t", str(manager.proc.pid), "-m", sys.executable, "-m", "snapd", "hook", "claude-code"],
-        env=other, input=payload, capture_output=True, timeout=60,
-    )
+    hooked = manager.run(sys.executable, "-m", "snapd", "hook", "claude-code", input=payload, env=other)
     try:
         assert hooked.returncode == 0, describe(hooked)
         assert b"-m snapd start --background" in hooked.stderr, describe(hooked)
@@ -145,3 +146,33 @@ def test_install_service_runs_snapd_under_systemd_and_a_hook_starts_it_through_t
         assert [m["label"] for m in marks[:1]] == ["turn-start"], marks
     finally:
         run_ctl(other, "stop")
+
+
+def test_install_service_writes_the_unit_where_the_manager_reads_it(
+    tmp_path: Path, manager: UserManager
+) -> None:
+    """A user manager reads ``$XDG_CONFIG_HOME/systemd/user`` only when its own environment sets
+    XDG_CONFIG_HOME (man systemd.unit, "User Unit Search Path"). Here the shell sets it and the
+    manager does not: the unit goes where the manager reads (~/.config/systemd/user), the output
+    says why, the service runs with the shell's settings, and a hook from that shell starts it
+    through the unit."""
+    config_home = tmp_path / "elsewhere-config"
+    env = {**manager.env, "XDG_CONFIG_HOME": str(config_home)}
+    done = manager.run(sys.executable, "-m", "snapd", "install-service", env=env)
+    assert done.returncode == 0 and b"running as a user service" in done.stdout, describe(done)
+    unit = Path(env["HOME"]) / ".config" / "systemd" / "user" / "snapd.service"
+    assert f'Environment="XDG_CONFIG_HOME={config_home}"' in unit.read_text()
+    assert not (config_home / "systemd" / "user" / "snapd.service").exists()
+    assert f"does not read {config_home}/systemd/user".encode() in done.stdout, describe(done)
+    assert manager.systemctl("is-active", "snapd.service") == "active"
+    main_pid = int(manager.systemctl("show", "-p", "MainPID", "--value", "snapd.service"))
+    assert json.loads(run_ctl(env, "status", "--json").stdout)["pid"] == main_pid
+
+    manager.systemctl("stop", "snapd.service")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    event = {"session_id": "s1", "cwd": str(repo), "hook_event_name": "UserPromptSubmit", "prompt": "go"}
+    payload = json.dumps(event).encode()
+    hooked = manager.run(sys.executable, "-m", "snapd", "hook", "claude-code", input=payload, env=env)
+    assert hooked.returncode == 0, describe(hooked)
+    assert b"started one (systemctl --user start snapd.service)" in hooked.stderr, describe(hooked)

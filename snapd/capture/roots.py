@@ -161,20 +161,65 @@ def identity(root: Path) -> str:
     return f"{st.st_dev}:{st.st_ino}:{generation}"
 
 
+def check_root(root: Path, known_id: str | None) -> str:
+    """The identity of the directory at ``root``, which must be ``known_id`` (the directory
+    whose history this is) unless that is None: NotFound when nothing is there,
+    WorkspaceRefused when another directory is. When the file system that held it is not
+    mounted, both say so: its files are not gone, and mounting it back is the cure — not
+    ``forget``, which would delete a history that is still good."""
+    try:
+        now = identity(root)
+    except NotFound as exc:
+        raise NotFound((known_id and unmounted(root, known_id)) or exc.message) from None
+    if known_id is not None and now != known_id:
+        raise WorkspaceRefused(
+            unmounted(root, known_id)
+            or f"the directory {root} was replaced by another one since snapd captured it (its "
+            f"history belongs to the old one): `snapctl forget -w {root}`, then "
+            f"`snapctl watch {root}` to start a new history"
+        )
+    return now
+
+
 def replaced(root: Path, known_id: str) -> str | None:
     """Why the directory at ``root`` is not the one recognised as ``known_id`` when the
-    workspace started (it was replaced), or None; NotFound if nothing is there any more."""
-    if known_id and identity(root) != known_id:
-        return (
-            f"the directory {root} was replaced while snapd watched it: `snapctl forget -w "
-            f"{root}`, then `snapctl watch {root}` to start a new history"
-        )
+    workspace started (:func:`check_root`), or None; NotFound if nothing is there any more."""
+    try:
+        check_root(root, known_id or None)
+    except WorkspaceRefused as exc:
+        return exc.message
     return None
+
+
+def unmounted(root: Path, known_id: str) -> str | None:
+    """What to do when the file system that held the directory ``known_id`` names is not
+    mounted now (its device is in no mount, and ``root``, or what is left of its path, is on
+    another one); None otherwise."""
+    device = known_id.split(":", 1)[0]
+    if not device.isdigit():
+        return None
+    dev = int(device)
+    here = next((p for p in (root, *root.parents) if os.path.lexists(p)), Path("/"))
+    try:
+        if os.stat(here).st_dev == dev or dev in {d for d, _, _ in _mountinfo()}:
+            return None
+    except OSError:
+        return None
+    return (
+        f"the file system that holds {root} (device {os.major(dev)}:{os.minor(dev)}) is not "
+        f"mounted: its files are not gone. Mount it back, then `snapctl watch {root}` resumes "
+        "the workspace with its history (a scan catches up with what changed meanwhile)"
+    )
 
 
 def mounts() -> list[tuple[str, str]]:
     """(mount point, file system type) of every mount, in /proc/self/mountinfo's order (a
     later mount at the same point hides an earlier one)."""
+    return [(point, kind) for _, point, kind in _mountinfo()]
+
+
+def _mountinfo() -> list[tuple[int, str, str]]:
+    """(device, mount point, file system type) of every mount in /proc/self/mountinfo."""
     out = []
     try:
         with open("/proc/self/mountinfo", "rb") as fh:
@@ -182,10 +227,12 @@ def mounts() -> list[tuple[str, str]]:
                 left, _, right = line.partition(b" - ")
                 fields = left.split()
                 if len(fields) > 4 and right:
+                    major, _, minor = fields[2].partition(b":")
                     # Blanks, tabs, newlines and backslashes in mount points are octal escapes.
                     point = re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m[1], 8)]), fields[4])
-                    out.append((os.fsdecode(point), right.split()[0].decode("ascii", "replace")))
-    except OSError:
+                    out.append((os.makedev(int(major), int(minor)), os.fsdecode(point),
+                                right.split()[0].decode("ascii", "replace")))
+    except (OSError, ValueError):
         pass
     return out
 

@@ -41,6 +41,9 @@ class StatCache:
         self._changed: dict[bytes, Entry | None] = {}
         self._links: dict[bytes, tuple[Inode, int]] = {}  # path -> (inode, st_nlink), nlink > 1
         self._by_ino: dict[int, set[bytes]] | None = None  # st_ino -> file paths, built on demand
+        # Kept as entries come and go: status asks for it (from another thread), and counting
+        # 100k entries took most of its time.
+        self._files = sum(1 for sig, _ in self._entries.values() if stat.S_ISREG(sig[0]))
 
     @property
     def _children(self) -> dict[bytes, set[bytes]]:
@@ -83,10 +86,12 @@ class StatCache:
         return [p for p, (sig, _) in self._entries.items() if stat.S_ISDIR(sig[0])]
 
     def files(self) -> int:
-        return sum(1 for sig, _ in self._entries.values() if stat.S_ISREG(sig[0]))
+        """How many regular files are cached."""
+        return self._files
 
     def _put(self, path: bytes, entry: Entry) -> None:
         old = self._entries.get(path)
+        self._files += stat.S_ISREG(entry[0][0]) - (old is not None and stat.S_ISREG(old[0][0]))
         if old is None and self._kids is not None:
             self._kids.setdefault(path.rpartition(b"/")[0], set()).add(path)
         if not stat.S_ISREG(entry[0][0]):
@@ -109,6 +114,7 @@ class StatCache:
             p = stack.pop()
             entry = self._entries.pop(p, None)
             if entry is not None:
+                self._files -= stat.S_ISREG(entry[0][0])
                 self._children.get(p.rpartition(b"/")[0], set()).discard(p)
                 self._unindex(p, entry[0])
             self._links.pop(p, None)

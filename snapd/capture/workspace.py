@@ -68,17 +68,11 @@ def trim_memory() -> None:
 
 def _claim_root(store: Store, ws_id: int, root: Path) -> str:
     """The identity of ``root`` now, recorded the first time; refused when the directory is
-    not the one the workspace's history belongs to."""
-    root_id = roots.identity(root)
+    not the one the workspace's history belongs to (:func:`roots.check_root`)."""
     known = store.root_id(ws_id)
+    root_id = roots.check_root(root, known)
     if known is None:
         store.set_root_id(ws_id, root_id)
-    elif known != root_id:
-        raise WorkspaceRefused(
-            f"the directory {root} was replaced by another one since snapd captured it; its "
-            f"history belongs to the old directory: `snapctl forget {root}`, then "
-            f"`snapctl watch {root}` to start a new history"
-        )
     return root_id
 
 

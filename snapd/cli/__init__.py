@@ -5,7 +5,9 @@
 
 Start-up cost matters (agents run ``snapctl mark`` on every turn), so this package imports
 only the client, configuration, protocol and display modules — never the store or the
-watcher — and ``zmq`` is loaded on the first call.
+watcher — and ``zmq`` is loaded on the first call. A run builds the parser of its own command
+only and imports only that command's module (:data:`COMMANDS`); help, and a name that is no
+command, build them all.
 
 Promises kept here for every command: ``--json`` is accepted (before or after the command's
 name, as is ``--timeout``: :mod:`.options`), and with it even a usage error
@@ -17,15 +19,15 @@ session names, mark references) is a usage error, never a traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import time
 from collections.abc import Sequence
-from types import ModuleType
 from typing import Any, NoReturn
 
 from snapd import __version__
-from snapd.cli import events, history, integrate, marks, options, request, rollback, status, times, workspaces
+from snapd.cli import integrate, options, request, times
 from snapd.cli.output import emit, print_json
 from snapd.display import shown
 from snapd.errors import SnapdError, UsageError
@@ -37,7 +39,23 @@ _TAKES_PATHS = frozenset({"rollback", "diff"})  # the commands that accept "-- P
 
 class _Parser(argparse.ArgumentParser):
     """argparse that raises UsageError instead of exiting, so main() reports it once (as
-    JSON with --json) with the usage exit code."""
+    JSON with --json) with the usage exit code; and that sizes its help without ``shutil``."""
+
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        # argparse makes a formatter for every argument it adds, and sizes it with
+        # shutil.get_terminal_size: importing shutil (with bz2 and lzma) cost every command
+        # milliseconds. The same rule: $COLUMNS, else the terminal on stdout, else 80; less 2.
+        try:
+            columns = int(os.environ.get("COLUMNS", ""))
+        except ValueError:
+            columns = 0
+        if columns <= 0:
+            try:
+                columns = os.get_terminal_size(sys.__stdout__.fileno() if sys.__stdout__ else -1).columns
+            except (ValueError, OSError):  # stdout closed, or not a terminal
+                columns = 80
+            columns = columns or 80
+        return self.formatter_class(prog=self.prog, width=columns - 2)  # type: ignore[call-arg]
 
     def error(self, message: str) -> NoReturn:
         command = self.prog.removeprefix("snapctl").strip()
@@ -97,7 +115,31 @@ def _rollback_flags(sp: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
+#: Each command and the module of this package that runs it (``cmd_NAME`` there).
+COMMANDS: dict[str, str] = {
+    "status": "status", "watch": "workspaces", "unwatch": "workspaces", "forget": "workspaces",
+    "mark": "marks", "log": "marks", "history": "history", "show": "marks", "cat": "marks",
+    "verify": "status", "gc": "status", "pin": "marks", "unpin": "marks", "rollback": "rollback",
+    "undo": "rollback", "diff": "marks", "stop": "status", "events": "events",
+    "integrate": "integrate", "hook": "integrate",
+}
+
+
+def command_named(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names (its first word that is neither an option nor the value of
+    ``--timeout``), or None when there is none or it is no command."""
+    words = iter(argv)
+    for word in words:
+        if word == "--timeout":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """snapctl's parser: with ``command``, that command's parser alone (what a run of it
+    needs: the others cost milliseconds to build); without, every command's."""
     p = _Parser(
         prog="snapctl",
         description="Control snapd: marks, history and workspaces.",
@@ -108,9 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
     options.add_common(p, main=True)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(
-        name: str, help: str, module: ModuleType, *, ws: bool = True, ref: bool = False
-    ) -> argparse.ArgumentParser:
+    def wanted(*names: str) -> bool:
+        return command is None or command in names
+
+    def add(name: str, help: str, *, ws: bool = True, ref: bool = False) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=help, description=help)
         if ws:
             sp.add_argument(
@@ -122,70 +165,88 @@ def build_parser() -> argparse.ArgumentParser:
                 "--session", help="a label names the newest mark of this session (as `mark --session`)"
             )
         options.add_common(sp)
-        sp.set_defaults(func=getattr(module, "cmd_" + name.replace("-", "_")))
         return sp
 
-    add("status", "show the daemon, its workspaces and warnings", status, ws=False)
-    sp = add("watch", "watch a directory; returns once its baseline is captured", workspaces, ws=False)
-    sp.add_argument("-w", "--workspace", metavar="PATH", help="same as PATH")
-    sp.add_argument("path", nargs="?", default=None, help="the directory (default: the current one)")
-    sp = add("unwatch", "stop watching a workspace (history is kept)", workspaces)
-    sp.add_argument("path", nargs="?", default=None, metavar="PATH", help="same as -w PATH")
-    sp = add("forget", "stop watching a workspace and delete its history (asks first)", workspaces)
-    sp.add_argument("path", nargs="?", default=None, metavar="PATH", help="same as -w PATH")
-    sp.add_argument("-y", "--yes", action="store_true", help="delete, no questions (needed with no terminal)")
-    sp = add("mark", "record the workspace's current state under LABEL", marks)
-    sp.add_argument("label")
-    sp.add_argument("-m", "--message")
-    sp.add_argument("--agent")
-    sp.add_argument("--session")
-    sp = add("log", "list marks, newest first, a page at a time", marks)
-    page = sp.add_mutually_exclusive_group()
-    page.add_argument("-n", "--limit", type=_positive, default=None, metavar="N",
-                      help="marks per page (default 20); the last line says how many more there are")
-    page.add_argument("--all", action="store_true", help="every mark, no paging")
-    sp.add_argument("--before", metavar="MARK", help="the page after MARK: marks older than it")
-    sp.add_argument("--agent", help="only this agent's marks")
-    sp.add_argument("--session", help="only this session's marks")
-    sp.add_argument("--path", dest="only_path", metavar="PATH",
-                    help="only the marks whose turn changed PATH (or anything under it)")
-    sp = add("history", "every captured version of a file, newest first (between marks too)", history)
-    sp.add_argument("file", metavar="PATH")
-    sp = add("show", "a mark's metadata and the files it changed", marks, ref=True)
-    sp.add_argument("mark")
-    sp = add(
-        "cat", "print a file's bytes at a mark (FILE is relative to the current directory)", marks, ref=True
-    )
-    sp.add_argument("mark")
-    sp.add_argument("file", metavar="FILE")
-    sp = add("verify", "re-hash stored objects; non-zero exit on any problem", status, ws=False)
-    sp.add_argument("--sample", action="store_true", help="check a 10%% sample of contents")
-    sp = add("gc", "apply retention and reclaim space", status, ws=False)
-    sp.add_argument("--dry-run", action="store_true")
-    for name, verb in (("pin", "keep a mark forever"), ("unpin", "let retention evict a mark again")):
-        sp = add(name, verb, marks, ref=True)
+    if wanted("status"):
+        add("status", "show the daemon, its workspaces and warnings", ws=False)
+    if wanted("watch"):
+        sp = add("watch", "watch a directory; returns once its baseline is captured", ws=False)
+        sp.add_argument("-w", "--workspace", metavar="PATH", help="same as PATH")
+        sp.add_argument("path", nargs="?", default=None, help="the directory (default: the current one)")
+    if wanted("unwatch"):
+        sp = add("unwatch", "stop watching a workspace (history is kept)")
+        sp.add_argument("path", nargs="?", default=None, metavar="PATH", help="same as -w PATH")
+    if wanted("forget"):
+        sp = add("forget", "stop watching a workspace and delete its history (asks first)")
+        sp.add_argument("path", nargs="?", default=None, metavar="PATH", help="same as -w PATH")
+        sp.add_argument(
+            "-y", "--yes", action="store_true", help="delete, no questions (needed with no terminal)"
+        )
+    if wanted("mark"):
+        sp = add("mark", "record the workspace's current state under LABEL")
+        sp.add_argument("label")
+        sp.add_argument("-m", "--message")
+        sp.add_argument("--agent")
+        sp.add_argument("--session")
+    if wanted("log"):
+        sp = add("log", "list marks, newest first, a page at a time")
+        page = sp.add_mutually_exclusive_group()
+        page.add_argument("-n", "--limit", type=_positive, default=None, metavar="N",
+                          help="marks per page (default 20); the last line says how many more there are")
+        page.add_argument("--all", action="store_true", help="every mark, no paging")
+        sp.add_argument("--before", metavar="MARK", help="the page after MARK: marks older than it")
+        sp.add_argument("--agent", help="only this agent's marks")
+        sp.add_argument("--session", help="only this session's marks")
+        sp.add_argument("--path", dest="only_path", metavar="PATH",
+                        help="only the marks whose turn changed PATH (or anything under it)")
+    if wanted("history"):
+        sp = add("history", "every captured version of a file, newest first (between marks too)")
+        sp.add_argument("file", metavar="PATH")
+    if wanted("show"):
+        sp = add("show", "a mark's metadata and the files it changed", ref=True)
         sp.add_argument("mark")
-    sp = add(
-        "rollback", "put the workspace back to a mark (paths after -- limit it; asks first)", rollback,
-        ref=True,
-    )
-    sp.add_argument("--to", required=True, metavar="MARK")
-    _rollback_flags(sp)
-    sp = add("undo", "return to the state before the last rollback (or undo); asks first", rollback)
-    _rollback_flags(sp)
-    sp = add(
-        "diff", "unified diff between two marks, or a mark and the workspace now (paths after --)", marks,
-        ref=True,
-    )
-    sp.add_argument("from_mark", metavar="FROM")
-    sp.add_argument("to_mark", metavar="TO", nargs="?")
-    sp.add_argument("--stat", action="store_true", help="only the changed files and line counts")
-    add("stop", "ask the daemon to exit", status, ws=False)
-    sp = add(
-        "events", "follow live events (all workspaces, or -w PATH's); gaps and restarts are reported", events
-    )
-    sp.add_argument("-n", "--count", type=_at_least_one, metavar="N", help="exit after N events")
-    integrate.add_parsers(sub)
+    if wanted("cat"):
+        sp = add(
+            "cat", "print a file's bytes at a mark (FILE is relative to the current directory)", ref=True
+        )
+        sp.add_argument("mark")
+        sp.add_argument("file", metavar="FILE")
+    if wanted("verify"):
+        sp = add("verify", "re-hash stored objects; non-zero exit on any problem", ws=False)
+        sp.add_argument("--sample", action="store_true", help="check a 10%% sample of contents")
+    if wanted("gc"):
+        sp = add("gc", "apply retention and reclaim space", ws=False)
+        sp.add_argument("--dry-run", action="store_true")
+    for name, verb in (("pin", "keep a mark forever"), ("unpin", "let retention evict a mark again")):
+        if wanted(name):
+            sp = add(name, verb, ref=True)
+            sp.add_argument("mark")
+    if wanted("rollback"):
+        sp = add(
+            "rollback", "put the workspace back to a mark (paths after -- limit it; asks first)", ref=True
+        )
+        sp.add_argument("--to", required=True, metavar="MARK")
+        _rollback_flags(sp)
+    if wanted("undo"):
+        sp = add("undo", "return to the state before the last rollback (or undo); asks first")
+        _rollback_flags(sp)
+    if wanted("diff"):
+        sp = add(
+            "diff", "unified diff between two marks, or a mark and the workspace now (paths after --)",
+            ref=True,
+        )
+        sp.add_argument("from_mark", metavar="FROM")
+        sp.add_argument("to_mark", metavar="TO", nargs="?")
+        sp.add_argument("--stat", action="store_true", help="only the changed files and line counts")
+    if wanted("stop"):
+        add("stop", "ask the daemon to exit", ws=False)
+    if wanted("events"):
+        sp = add(
+            "events", "follow live events (all workspaces, or -w PATH's); gaps and restarts are reported"
+        )
+        sp.add_argument("-n", "--count", type=_at_least_one, metavar="N", help="exit after N events")
+    if wanted("integrate", "hook"):
+        integrate.add_parsers(sub)
     return p
 
 
@@ -210,13 +271,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv, paths = argv[:cut], argv[cut + 1 :]
     want_json = "--json" in argv
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(command_named(argv)).parse_args(argv)
         if paths and args.command not in _TAKES_PATHS:
             raise UsageError(f"snapctl {args.command}: takes no paths after --")
         args.paths = paths
         _check_text(args)
         times.absolute_times(args, time.time_ns())
-        return int(args.func(args, dict(os.environ)))
+        module = importlib.import_module(f"snapd.cli.{COMMANDS[args.command]}")
+        return int(getattr(module, "cmd_" + args.command.replace("-", "_"))(args, dict(os.environ)))
     except SnapdError as exc:
         _report(exc, want_json)
         return exc.exit_code

@@ -45,7 +45,6 @@ def add_parsers(sub: Any) -> None:
     )
     what.add_argument("--check", action="store_true", help="are the hooks there, and will they run?")
     options.add_common(sp)
-    sp.set_defaults(func=cmd_integrate)
     hp = sub.add_parser(
         "hook", help="what an agent's hooks run (reads the agent's event; always exits 0)",
         description="Mark turn-start/turn-end from an agent's hook event (stdin JSON, or a JSON argument).",
@@ -53,7 +52,6 @@ def add_parsers(sub: Any) -> None:
     hp.add_argument("agent", metavar="AGENT")
     hp.add_argument("rest", nargs=argparse.REMAINDER)
     hp.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
-    hp.set_defaults(func=cmd_hook)
 
 
 def cmd_hook(args: argparse.Namespace, env: Env) -> int:

@@ -8,7 +8,6 @@ marks for every command that takes a reference.
 from __future__ import annotations
 
 import argparse
-import base64
 import os
 import shlex
 import sys
@@ -97,6 +96,8 @@ def cmd_cat(args: argparse.Namespace, env: Env) -> int:
     with client(args, env) as c:
         r = c.call("cat", at=args.mark, path=os.fsencode(args.file), **ref_fields(args))
     if human(args, r):  # the bytes themselves: this is the one output that is not text for people
+        import base64  # deferred: `mark`, which every turn runs, lives in this module too
+
         sys.stdout.buffer.write(base64.b64decode(r["data_b64"]))
         sys.stdout.flush()
     return 0

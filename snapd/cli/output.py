@@ -8,7 +8,6 @@ control characters itself.
 
 from __future__ import annotations
 
-import base64
 import json
 import sys
 import time
@@ -29,7 +28,11 @@ def emit(line: str = "", *, err: bool = False, tabs: bool = False, color: tuple[
 
 def wire_bytes(p: str | dict[str, str]) -> bytes:
     """A path from a reply: a string, or ``{"b64": ...}`` when its bytes are not UTF-8."""
-    return base64.b64decode(p["b64"]) if isinstance(p, dict) else p.encode("utf-8", "surrogateescape")
+    if isinstance(p, dict):
+        import base64  # deferred: few names need it, and every command loads this module
+
+        return base64.b64decode(p["b64"])
+    return p.encode("utf-8", "surrogateescape")
 
 
 def path_text(p: str | dict[str, str]) -> str:

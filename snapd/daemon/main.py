@@ -5,8 +5,10 @@ socket -> ``READY=1`` -> workspaces, then wait for SIGTERM/SIGINT or a ``stop`` 
 the reverse: stop taking requests, finish those in flight, stop the watchers, close the
 store, exit 0.
 
-One daemon per ``SNAPD_HOME``: ZeroMQ's ``ipc://`` bind silently takes over an endpoint that
-another process is bound to, so the lock file is taken before anything else.
+One daemon per ``SNAPD_HOME``, and one per socket path: ZeroMQ's ``ipc://`` bind silently takes
+over an endpoint that another process is bound to, so the instance lock is taken before
+anything else, then the socket guard (daemons of two stores may share a runtime directory;
+:mod:`snapd.daemon.lock`).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import structlog
 from snapd import __version__
 from snapd.config import Config, load_config
 from snapd.daemon import heap
-from snapd.daemon.lock import acquire_instance_lock
+from snapd.daemon.lock import acquire_instance_lock, acquire_socket_guard
 from snapd.daemon.logs import configure_logging
 from snapd.daemon.notify import Notifier
 from snapd.daemon.service import Service
@@ -71,6 +73,7 @@ class Daemon:
     def run(self) -> int:
         loc = self.config.locations
         lock = acquire_instance_lock(loc.state_dir)
+        guard = acquire_socket_guard(loc.runtime_dir)  # held until both sockets are gone
         store = Store.open(loc.store_dir)
         events = Publisher(events_endpoint(self.config.endpoint), hwm=self.config.events_queue)
         service = Service(store, self.config, self.penv.homes, self.request_stop, events)
@@ -105,6 +108,7 @@ class Daemon:
             service.stop()
             events.stop()
             store.close()
+            guard.release()
             lock.release()
         log.info("daemon.stopped")
         return 0
@@ -198,7 +202,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Only the daemon itself needs every setting right; `stop` and `install-service` must
         # work with a config file that a running daemon predates (see snapd.config).
         config = load_config(env, overrides, lenient=args.command != "start")
-        for warning in config.warnings:
+        foreground = args.command == "start" and not args.background
+        # Each warning is said once: a daemon in the foreground says it in its log (stderr,
+        # the journal or --log-file) and in `snapctl status`; every other command prints it.
+        for warning in () if foreground else config.warnings:
             print(f"snapd: warning: {warning}", file=sys.stderr)
         if args.command == "start":
             if args.background:

@@ -44,7 +44,9 @@ class Service:
         sink: EventSink = events or NoEvents()
         self.registry = Registry(store, config.capture, homes, config.locations.own_dirs, sink)
         self.maintenance = Maintenance(store, config.retention, config.gc_interval_s, sink)
-        self.daemon = DaemonOps(store, self.registry, self.maintenance, sink, config.endpoint, request_stop)
+        self.daemon = DaemonOps(
+            store, self.registry, self.maintenance, sink, config.endpoint, request_stop, config.warnings
+        )
         self.workspaces = WorkspaceOps(store, self.registry, sink)
         self.marks = MarkOps(store, self.registry)
         self.rollback = RollbackOps(store, self.registry, sink)

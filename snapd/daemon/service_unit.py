@@ -9,10 +9,15 @@ The service must use the store that ``snapd start`` in the installing shell woul
 user manager does not see that shell's environment, so the variables that choose the store,
 the config file and the settings (``SNAPD_HOME``, ``SNAPD_CONFIG``, ``SNAPD_*`` settings,
 ``XDG_DATA_HOME``, ``XDG_CONFIG_HOME``) are written into the unit as ``Environment=`` lines.
+
+The unit goes where the *manager* reads units, which its own environment decides, not this
+shell's (:func:`choose_unit_dir`): a unit written under a ``XDG_CONFIG_HOME`` the manager does
+not share would never be found (``enable`` fails: "Unit file snapd.service does not exist").
 """
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import subprocess
@@ -20,7 +25,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from snapd.config import SERVICE_UNIT, service_environment
+from snapd.config import SERVICE_UNIT, service_environment, user_unit_dirs
 from snapd.errors import ConfigError
 
 UNIT_NAME = SERVICE_UNIT
@@ -76,15 +81,63 @@ def _user_manager_running() -> bool:
     return done.stdout.strip() in {"running", "degraded", "starting", "initializing"}
 
 
+def _manager_unit_path() -> list[Path]:
+    """The directories the running user manager loads units from, in its order (its
+    ``UnitPath``, computed from the manager's own environment at its start)."""
+    done = subprocess.run(
+        ["systemctl", "--user", "show", "--property=UnitPath", "--value"],
+        capture_output=True, text=True, timeout=10, check=False,
+    )
+    return [Path(p) for p in shlex.split(done.stdout)] if done.returncode == 0 else []
+
+
+def choose_unit_dir(env: Mapping[str, str], search: list[Path]) -> tuple[Path, str | None]:
+    """Where to write the unit, and a note when that is not where this shell points.
+
+    ``search``: the running user manager's unit path (empty: no manager to ask). A user
+    manager reads ``$XDG_CONFIG_HOME/systemd/user`` only if *its own* environment sets
+    ``XDG_CONFIG_HOME`` (man systemd.unit, "User Unit Search Path"; it reads its environment
+    once, at its start): a value set in this shell alone does not reach it. So: this shell's
+    directory when the manager reads it (or there is none to ask), else the first
+    ``systemd/user`` directory of the manager's path under the home directory — the manager's
+    own configuration directory, ``~/.config/systemd/user`` unless it was told otherwise."""
+    dirs = user_unit_dirs(env)
+    mine, default = dirs[0], dirs[-1]
+    if not search:
+        return mine, None if mine == default else (
+            f"a systemd user manager reads {mine} only if its own environment sets "
+            f"XDG_CONFIG_HOME={mine.parent.parent} (without it, it reads {default}); once one "
+            "runs, run `snapd install-service` again: it asks the manager where it reads units"
+        )
+    resolved = [p.resolve() for p in search]
+    if mine.resolve() in resolved:
+        return mine, None
+    home = Path(env.get("HOME") or os.path.expanduser("~")).resolve()
+    for place, real in zip(search, resolved, strict=True):
+        if place.parts[-2:] == ("systemd", "user") and home in real.parents:
+            return place, (
+                f"the systemd user manager does not read {mine} (its own environment has another "
+                f"XDG_CONFIG_HOME, or none), so the unit goes to {place}, which it reads"
+            )
+    raise ConfigError(
+        f"the systemd user manager reads units only from {' '.join(map(str, search))}: neither "
+        f"{mine} nor any directory under {home}. Give the manager XDG_CONFIG_HOME when it "
+        "starts (through PAM, say: `systemctl --user set-environment` comes too late) and log "
+        "in again, or run snapd without systemd: `snapd start --background`"
+    )
+
+
 def install_service(env: dict[str, str], *, start: bool = True) -> int:
-    config_home = Path(env.get("XDG_CONFIG_HOME") or Path(env.get("HOME", "~")).expanduser() / ".config")
-    unit_dir = config_home / "systemd" / "user"
+    manager = _user_manager_running()
+    unit_dir, why = choose_unit_dir(env, _manager_unit_path() if manager else [])
     unit_dir.mkdir(parents=True, exist_ok=True)
     unit = unit_dir / UNIT_NAME
     exec_command = f"{shlex.quote(sys.executable)} -m snapd"
     carried = service_environment(env)
     unit.write_text(render(exec_command, carried))
     print(f"wrote {unit} (ExecStart={exec_command} start)")
+    if why:
+        print(f"  note: {why}")
     for name, value in sorted(carried.items()):
         print(f"  with {name}={value} (from this shell: the service uses the same store and settings)")
     commands = [
@@ -93,7 +146,7 @@ def install_service(env: dict[str, str], *, start: bool = True) -> int:
     ]
     if not start:
         commands = commands[:1]
-    if not _user_manager_running():
+    if not manager:
         print("no systemd user manager is running here; when there is one, run:")
         for cmd in commands:
             print("  " + shlex.join(cmd))

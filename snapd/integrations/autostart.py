@@ -14,15 +14,13 @@ at once harmless. ``auto_start = false`` in the config turns this off.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
 import sys
 from collections.abc import Mapping
-from pathlib import Path
 
-from snapd.config import SERVICE_UNIT, service_environment
+from snapd.config import SERVICE_UNIT, service_environment, user_unit_dirs
 
 #: Variables a daemon started from a hook keeps: where things are, the locale, PATH (git).
 KEPT = frozenset(
@@ -44,13 +42,6 @@ def scrubbed(env: Mapping[str, str]) -> dict[str, str]:
 STORE_VARIABLES = ("SNAPD_HOME", "XDG_DATA_HOME")
 
 
-def unit_path(env: Mapping[str, str]) -> Path:
-    home = Path(env.get("HOME") or os.path.expanduser("~"))
-    config_home = env.get("XDG_CONFIG_HOME", "")
-    base = Path(config_home) if os.path.isabs(config_home) else home / ".config"
-    return base / "systemd" / "user" / SERVICE_UNIT
-
-
 def unit_environment(text: str) -> dict[str, str]:
     """The ``Environment="NAME=VALUE"`` lines ``snapd install-service`` wrote, unquoted."""
     out = {}
@@ -64,12 +55,14 @@ def unit_environment(text: str) -> dict[str, str]:
 
 def unit_serves(env: Mapping[str, str]) -> bool:
     """Whether the installed unit serves the store this hook's environment names."""
-    try:
-        text = unit_path(env).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return False
-    written = unit_environment(text)
-    return all(written.get(k, "") == env.get(k, "") for k in STORE_VARIABLES)
+    for unit_dir in user_unit_dirs(env):
+        try:
+            text = (unit_dir / SERVICE_UNIT).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        written = unit_environment(text)
+        return all(written.get(k, "") == env.get(k, "") for k in STORE_VARIABLES)
+    return False
 
 
 def start(env: Mapping[str, str], timeout_s: float) -> str:

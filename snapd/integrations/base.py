@@ -18,17 +18,15 @@ import re
 import shlex
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, NamedTuple
 
 from snapd.errors import UsageError
 
 EventKind = Literal["start", "end", "interrupt", "other"]
 
 
-@dataclass(frozen=True)
-class Scope:
+class Scope(NamedTuple):
     """Where an integration applies: every project of the user (``project is None``) or one."""
 
     project: Path | None = None
@@ -41,8 +39,7 @@ class Scope:
         return "user-wide" if self.project is None else f"for {self.project}"
 
 
-@dataclass(frozen=True)
-class Context:
+class Context(NamedTuple):
     """What integrate and check need from outside: the environment (HOME, the agents' own
     variables such as CODEX_HOME, PATH) and the snapctl command hooks run."""
 
@@ -58,8 +55,7 @@ class Context:
         return Path(value) if os.path.isabs(value) else self.home / ".config"
 
 
-@dataclass(frozen=True)
-class Change:
+class Change(NamedTuple):
     """One thing ``integrate`` did (or found already done) to one file."""
 
     path: Path
@@ -70,23 +66,21 @@ class Change:
         return f"{self.action} {self.what} in {self.path}"
 
 
-@dataclass(frozen=True)
-class Finding:
+class Finding(NamedTuple):
     """One line of ``integrate --check``: ``ok`` False means the hooks will not (all) run."""
 
     ok: bool
     text: str
 
 
-@dataclass(frozen=True)
-class Event:
+class Event(NamedTuple):
     """An agent's event as the hook sees it: a turn starts, ends, or something else."""
 
     kind: EventKind
     name: str  # the agent's own name for it (UserPromptSubmit, session.idle...)
     session: str | None = None
     cwd: str | None = None
-    raw: dict[str, Any] = field(default_factory=dict, compare=False)
+    raw: Mapping[str, Any] | None = None  # the whole event as the agent sent it
 
 
 class BadEvent(ValueError):

@@ -7,20 +7,28 @@ docs/protocol.md is the specification; keep the two in step.
 Invariants: a request that ``parse_request`` returns has a known op, an id, the current
 version and arguments of the declared types (paths already decoded to ``bytes``); anything
 else raises ``BadRequest`` or ``ProtocolMismatch`` with a message meant for a person.
+Within a version the protocol only grows (ops, optional arguments, reply fields), so an
+older client always works with a newer daemon, and a newer client meets an older daemon's
+``bad_request`` naming what it lacks — never a silently ignored argument.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Literal, NamedTuple, get_args
 
 from snapd.errors import BadRequest, ProtocolMismatch, SnapdError
 from snapd.paths import decode_path, encode_path, json_kind
 
+#: Changes only when a change is incompatible (docs/protocol.md, "Versions and additions"):
+#: new ops, new optional arguments and new reply fields keep it. A client learns which ops
+#: and arguments a daemon has from ``ping`` (:func:`capabilities`).
 PROTOCOL_VERSION = 1
 MAX_ID_LENGTH = 128
+#: What a refusal of an op or argument the daemon lacks adds: the likely cause is a client
+#: newer than the daemon (an upgrade while the old daemon kept running).
+NEWER_CLIENT = "if the client is newer than the daemon, restart the daemon: snapd stop; snapd start"
 
 Op = Literal[
     "ping", "status", "stop", "watch", "unwatch", "forget", "mark", "log", "show", "verify",
@@ -31,8 +39,7 @@ OPS: frozenset[str] = frozenset(get_args(Op))
 ArgKind = Literal["str", "int", "bool", "float", "path", "paths", "strs"]
 
 
-@dataclass(frozen=True)
-class Arg:
+class Arg(NamedTuple):
     """One declared argument of an op."""
 
     kind: ArgKind
@@ -84,8 +91,12 @@ OP_ARGS: dict[str, dict[str, Arg]] = {
 assert set(OP_ARGS) == OPS, "every op needs an argument table"
 
 
-@dataclass(frozen=True)
-class PeerInfo:
+def capabilities() -> dict[str, list[str]]:
+    """Each op this daemon serves, with the names of the arguments it accepts (``ping``)."""
+    return {op: sorted(args) for op, args in sorted(OP_ARGS.items())}
+
+
+class PeerInfo(NamedTuple):
     """Who sent a request, as the kernel reported it at connect time (None when unknown)."""
 
     uid: int | None
@@ -93,14 +104,13 @@ class PeerInfo:
     pid: int | None
 
 
-@dataclass(frozen=True)
-class Request:
+class Request(NamedTuple):
     """A validated request. ``args`` holds only declared names, paths as ``bytes``."""
 
     op: Op
     id: str
     version: int
-    args: dict[str, Any] = field(default_factory=dict, hash=False)
+    args: dict[str, Any]
 
     def fingerprint(self) -> str:
         """What a retry must repeat exactly: reusing an id for another request is an error."""
@@ -186,13 +196,14 @@ def _check_text(what: str, values: Any) -> None:
 
 
 def validate_args(op: str, args: Mapping[str, Any]) -> dict[str, Any]:
-    """Check ``args`` against the op's table; unknown names are refused, not ignored, because
-    client and daemon speak the same version and a stray name is a client bug."""
+    """Check ``args`` against the op's table. Unknown names are refused, never ignored: a
+    newer client's argument (mark's ``interrupted``) dropped in silence would be a request
+    half done; the refusal names it (``details.arg``) and what the op accepts."""
     table = OP_ARGS[op]
     for name in args:
         if name not in table:
             known = ", ".join(sorted(table)) or "none"
-            raise BadRequest(f"{op}: unknown argument '{name}' (accepted: {known})", arg=name)
+            raise BadRequest(f"{op}: unknown argument '{name}' (accepted: {known}); {NEWER_CLIENT}", arg=name)
     out: dict[str, Any] = {}
     for name, spec in table.items():
         if name not in args or args[name] is None:
@@ -205,7 +216,8 @@ def validate_args(op: str, args: Mapping[str, Any]) -> dict[str, Any]:
 
 def parse_request(raw: bytes, max_bytes: int) -> Request:
     """Validate one request frame. The version is checked before the op and arguments, so a
-    newer client gets "upgrade/restart" rather than a confusing "unknown op"."""
+    client of an incompatible version gets "upgrade/restart" rather than "unknown op"; an op
+    or argument added since the daemon's release gets ``bad_request`` naming it."""
     if len(raw) > max_bytes:
         raise BadRequest(f"request of {len(raw)} bytes exceeds the limit of {max_bytes} bytes")
     obj = decode_json(raw)
@@ -227,7 +239,7 @@ def parse_request(raw: bytes, max_bytes: int) -> Request:
     if not isinstance(op, str):
         raise BadRequest(f"'op' must be a string, got {json_kind(op)}")
     if op not in OPS:
-        raise BadRequest(f"unknown op {op!r}", op=op)
+        raise BadRequest(f"unknown op {op!r}: this daemon does not have it ({NEWER_CLIENT})", op=op)
     args = obj.get("args", {})
     if not isinstance(args, dict):
         raise BadRequest(f"'args' must be a JSON object, got {json_kind(args)}")

@@ -304,6 +304,7 @@ class Batch:
             "INSERT INTO objects (key, size, codec, stored, external, created, data) VALUES (?,?,?,?,?,?,?)",
             rows,
         )
+        self.store.catalog.stored_changed(sum(r[3] for r in rows))
         self._pending.clear()
         self._pending_bytes = 0
 

@@ -241,6 +241,10 @@ class Catalog:
         self._lock = threading.RLock()
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
+        # SUM(objects.stored), counted once and then kept by each commit (stored_bytes).
+        self._stored: int | None = None
+        self._stored_delta = 0
+        self._commit_lock = threading.Lock()  # a COMMIT and its tally, or the one count
 
     def _init_schema(self) -> None:
         have = self._w.execute("SELECT name FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
@@ -282,9 +286,13 @@ class Catalog:
         with self._lock:
             conn = self._w
             conn.execute("BEGIN IMMEDIATE")
+            self._stored_delta = 0
             try:
                 yield conn
-                conn.execute("COMMIT")
+                with self._commit_lock:
+                    conn.execute("COMMIT")
+                    if self._stored is not None:
+                        self._stored += self._stored_delta
             except BaseException:
                 # SQLite rolls some failures back itself; a rollback that fails too leaves the
                 # connection to SQLite's own recovery at the next statement (or next open).
@@ -296,6 +304,25 @@ class Catalog:
                 raise
             safeio.step("catalog.commit")
         self._checkpointer.poke()
+
+    def stored_changed(self, delta: int) -> None:
+        """Inside :meth:`write`: objects taking ``delta`` bytes were inserted (deleted when
+        negative). Every statement that inserts or deletes ``objects`` rows says so here."""
+        self._stored_delta += delta
+
+    def stored_bytes(self) -> int:
+        """What every stored object takes, ``SUM(objects.stored)``. Counted once (it reads the
+        whole table, inline data included: tens of ms at 100k files, and ``status`` asks on
+        every call), then kept by each commit's :meth:`stored_changed`. The count holds the
+        commit lock, so no commit lands between it and the tallies that follow."""
+        stored = self._stored
+        if stored is None:
+            with self._commit_lock:
+                if self._stored is None:
+                    row = self.read().execute("SELECT COALESCE(SUM(stored), 0) FROM objects").fetchone()
+                    self._stored = int(row[0])
+                stored = self._stored
+        return stored
 
     def read(self) -> sqlite3.Connection:
         """This thread's read-only connection (sees committed state only)."""

@@ -81,6 +81,7 @@ def sweep(store: Store, policy: Retention, now: int, report: GcReport) -> None:
                     if store.holds.spared(key):
                         continue
                     c.execute("DELETE FROM objects WHERE key=?", (key,))
+                    store.catalog.stored_changed(-stored)
                     report.objects_deleted += 1
                     report.bytes_freed += stored
                     if external:

@@ -304,5 +304,4 @@ class Store:
         return [version_from_row(path, t, kind, mode, key) for t, kind, mode, key in rows]
 
     def stored_bytes(self) -> int:
-        row = self.catalog.read().execute("SELECT COALESCE(SUM(stored), 0) FROM objects").fetchone()
-        return int(row[0])
+        return self.catalog.stored_bytes()

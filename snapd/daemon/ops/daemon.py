@@ -27,13 +27,19 @@ class DaemonOps:
         events: EventSink,
         endpoint: str,
         request_stop: Callable[[], None],
+        config_warnings: tuple[str, ...] = (),
     ) -> None:
+        """``config_warnings``: what the daemon's own configuration load reported (unknown
+        ``SNAPD_*`` names in its environment): the user's to fix, so ``status`` repeats them
+        for as long as the daemon runs with them, not only once in its log."""
         self.store, self.registry, self.maintenance, self.events = store, registry, maintenance, events
         self.endpoint, self._request_stop = endpoint, request_stop
+        self.config_warnings = [f"the daemon's configuration: {w}" for w in config_warnings]
         self.started = time.time()
 
     def op_ping(self) -> dict[str, Any]:
-        return {"pong": True, "version": __version__, "protocol": protocol.PROTOCOL_VERSION}
+        return {"pong": True, "version": __version__, "protocol": protocol.PROTOCOL_VERSION,
+                "ops": protocol.capabilities()}
 
     def op_stop(self) -> dict[str, Any]:
         self._request_stop()
@@ -67,7 +73,7 @@ class DaemonOps:
             "store": {"path": str(self.store.dir), "stored_bytes": self.store.stored_bytes()},
             "workspaces": spaces,
             "pending": sum(ws.pending() for ws in live.values()),
-            "warnings": warnings + self.maintenance.warnings,
+            "warnings": self.config_warnings + warnings + self.maintenance.warnings,
         }
 
     def op_verify(self, full: bool = True) -> dict[str, Any]:

@@ -1,0 +1,70 @@
+"""What a snapctl process loads and does beyond its work: the hook runs on every prompt an agent
+submits and ``snapctl mark`` on every turn, so their start-up is held to a budget
+(docs/benchmarks.md: at most 20 ms above ``python -c 'import zmq'``). Wall time on a shared
+machine is too noisy to assert here; what it is made of is not. Each run below is a real
+process doing a real call (a mark, a status) against a real daemon, then listing its modules.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from e2e_helpers import Daemon
+
+#: Modules none of these commands may load: each cost milliseconds at import for nothing the
+#: command does (dataclasses brings inspect, ast and dis; socket builds its enums; calendar
+#: and base64 serve only some arguments; shutil, with bz2 and lzma, only sized argparse's help;
+#: argparse is the commands', not the hook's).
+NEVER = {
+    "dataclasses", "inspect", "ast", "dis", "socket", "calendar", "base64", "difflib", "subprocess",
+    "shutil",
+}
+
+#: A run of ``argv`` through the console script's entry point, then what it loaded.
+PROBE = """
+import gc, json, sys
+from snapd.__main__ import ctl
+code = ctl(sys.argv[1:])
+print(json.dumps({"code": code, "modules": sorted(sys.modules), "frozen": gc.get_freeze_count()}),
+      file=sys.stderr)
+"""
+
+
+def probe(d: Daemon, cwd: Path, *argv: str, stdin: bytes = b"") -> dict[str, Any]:
+    cp = subprocess.run([sys.executable, "-c", PROBE, *argv], env=d.env, cwd=cwd, capture_output=True,
+                        input=stdin, timeout=60)
+    report: dict[str, Any] = json.loads(cp.stderr.decode().splitlines()[-1])
+    assert report["code"] == 0, cp
+    return report
+
+
+def test_a_marking_hook_loads_no_parser_and_no_dataclasses(ws: Path, daemon: Daemon) -> None:
+    """Codex's notify (its event in argv) and Claude Code's prompt (on stdin, with the notice)."""
+    notify = json.dumps({"type": "agent-turn-complete", "thread-id": "t1", "cwd": str(ws)})
+    prompt = json.dumps({"hook_event_name": "UserPromptSubmit", "session_id": "s1", "cwd": str(ws)})
+    for argv, stdin, label in ((("hook", "codex", notify), b"", "turn-end"),
+                               (("hook", "claude-code"), prompt.encode(), "turn-start")):
+        loaded = set(probe(daemon, ws, *argv, stdin=stdin)["modules"])
+        assert daemon.ctl_json("log", "-w", ws)["marks"][0]["label"] == label  # it did mark
+        assert loaded & (NEVER | {"argparse", "snapd.cli"}) == set(), argv
+        assert "zmq" in loaded
+
+
+def test_a_command_builds_and_loads_only_its_own(ws: Path, daemon: Daemon) -> None:
+    for argv, own in ((("mark", "t", "-w", str(ws)), "snapd.cli.marks"), (("status",), "snapd.cli.status")):
+        loaded = set(probe(daemon, ws, *argv)["modules"])
+        assert loaded & NEVER == set(), argv
+        commands = {m for m in loaded if m.startswith("snapd.cli.")}
+        assert own in commands and not commands & {"snapd.cli.rollback", "snapd.cli.events",
+                                                   "snapd.cli.history"}, commands
+
+
+def test_the_process_ends_without_collecting_its_objects(ws: Path, daemon: Daemon) -> None:
+    """The teardown's collections walked every module's objects once more: ~10 ms of CPU for
+    a hook. The entry point freezes them out of the collector once the command is done."""
+    assert probe(daemon, ws, "status")["frozen"] > 0
+    assert probe(daemon, ws, "hook", "claude-code")["frozen"] > 0
