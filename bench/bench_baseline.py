@@ -14,9 +14,11 @@ timed run, ``sync`` and ``echo 3 > /proc/sys/vm/drop_caches`` (root), and nothin
 tree before the timing starts.
 
 Per snapd repetition: the daemon's VmHWM after the watch (its peak during the baseline, start
-included) and VmRSS (watching, idle). Disk (the last repetition of each side): snapd's whole
-SNAPD_HOME (objects, catalog, WAL) against the peer's gitdir as written (loose) and after
-``git gc``. ``--profile``: one more snapd baseline, untimed, under py-spy; its summary is printed.
+included), the peak of the daemon with its reader processes (their summed VmRSS sampled every
+50 ms during the watch; the verdict uses it), and VmRSS (watching, idle). Disk (the last
+repetition of each side): snapd's whole SNAPD_HOME (objects, catalog, WAL) against the peer's
+gitdir as written (loose) and after ``git gc``. ``--profile``: one more snapd baseline, untimed,
+under py-spy; its summary is printed.
 
     python bench/bench_baseline.py --corpus django --size 100k
 """
@@ -45,6 +47,7 @@ from common import (
     spread,
     started,
     tree_path,
+    tree_peak,
 )
 from peer import (
     count,
@@ -131,13 +134,14 @@ def main() -> None:
             os.sync()
             if args.cold:
                 drop_caches()
-            t, text = run_timed([str(SNAPCTL), "watch", root, "--json"], d.env)
+            with tree_peak(d.pid) as peak:
+                t, text = run_timed([str(SNAPCTL), "watch", root, "--json"], d.env)
             reply = json.loads(text)
             base = reply.get("baseline") or {}
             if base.get("kind") != "baseline" or reply.get("files") != captured:
                 raise SystemExit(f"watch reply without a full baseline: files {reply.get('files')} "
                                  f"of {captured}, baseline {base}")
-            mem.append(proc_mem(d.pid))
+            mem.append({**proc_mem(d.pid), "tree_peak": peak[0]})
         if "snapd" in last:
             remove(last["snapd"])
         last["snapd"] = home
@@ -162,6 +166,10 @@ def main() -> None:
         hwm = spread([m["VmHWM"] / MB for m in mem])
         rss = spread([m["VmRSS"] / MB for m in mem])
         res.figure("snapd_peak_MB", hwm, "snapd VmHWM after the baseline (peak), MB", unit="MB")
+        # The daemon with its reader processes: the larger of its own peak and the sampled sum.
+        tree = spread([max(m["VmHWM"], m["tree_peak"]) / MB for m in mem])
+        res.figure("snapd_tree_peak_MB", tree, "snapd and its reader processes, peak (sampled sum of "
+                   "VmRSS every 50 ms, or the daemon's VmHWM if larger), MB", unit="MB")
         res.figure("snapd_rss_after_MB", rss, "snapd VmRSS after the baseline, MB", unit="MB")
         du_snapd = du_bytes(last["snapd"])
         du_peer = du_bytes(last["peer"])
@@ -176,7 +184,8 @@ def main() -> None:
                         f"{res.data['figures']['peer_s']['median']:.2f} s, medians of {args.reps}"
                         + (f"; vs peer with core.fsync=all {ratio_f:.2f}x)" if ratio_f else ")"), ratio >= 2)
             res.verdict("daemon peak RSS during the baseline", "<= 250 MB",
-                        f"{hwm['median']:.0f} MB (max {hwm['max']:.0f})", hwm["max"] <= 250)
+                        f"{tree['median']:.0f} MB with its reader processes (max {tree['max']:.0f}); "
+                        f"the daemon alone {hwm['median']:.0f} MB (max {hwm['max']:.0f})", tree["max"] <= 250)
             res.verdict("store on disk vs the peer after git gc, multi-release corpus", "<= 1x",
                         f"{du_snapd / du_peer_gc:.2f}x ({du_snapd / MB:.1f} MB vs {du_peer_gc / MB:.1f} MB; "
                         f"peer loose {du_peer / MB:.1f} MB)", du_snapd <= du_peer_gc)

@@ -28,10 +28,10 @@ from typing import Any
 
 from common import (
     PYTHON,
-    REPO,
     SNAPCTL,
     Results,
     common_args,
+    compile_bytecode,
     daemon_run,
     scratch_copy,
     spread,
@@ -82,10 +82,7 @@ def main() -> None:
         "rounds": args.rounds, "runs_per_round": args.runs_per_round, "tool": "hyperfine -N (no shell)",
         "floor": f"{PYTHON} -c 'import zmq'",
     })
-    # snapd is installed editable here, and this machine sets PYTHONDONTWRITEBYTECODE: without
-    # this every run would compile snapd's modules from source, which an installed snapd (pip
-    # compiles at install) never does. The floor's zmq has its bytecode from pip already.
-    subprocess.run([str(PYTHON), "-m", "compileall", "-q", str(REPO / "snapd")], check=True)
+    compile_bytecode()
     ws, scratch, root = scratch_copy(tree, f"cli-{args.corpus}-{args.size}")
     warm(ws)
     with daemon_run(res, scratch) as d:

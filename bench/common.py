@@ -28,6 +28,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -171,6 +172,55 @@ def proc_mem(pid: int) -> dict[str, int]:
     return out
 
 
+def _rss_kb(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _children(pid: int) -> list[int]:
+    kids: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                kids.extend(int(k) for k in f.read().split())
+    except OSError:
+        pass
+    return kids
+
+
+@contextmanager
+def tree_peak(pid: int, every_s: float = 0.05) -> Iterator[list[int]]:
+    """Sample, while the block runs, the summed VmRSS of ``pid`` and its descendants (the
+    daemon and its reader processes); yields a list whose one item is the peak seen, bytes.
+    Sampling can miss a short spike: it is a lower bound of the process tree's peak."""
+    peak = [0]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            todo, total = [pid], 0
+            while todo:
+                p = todo.pop()
+                total += _rss_kb(p)
+                todo.extend(_children(p))
+            peak[0] = max(peak[0], total * 1024)
+            stop.wait(every_s)
+
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    try:
+        yield peak
+    finally:
+        stop.set()
+        t.join()
+
+
 def run_timed(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 3600) -> tuple[float, str]:
     t0 = time.perf_counter()
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -178,6 +228,14 @@ def run_timed(cmd: list[str], env: dict[str, str] | None = None, timeout: float 
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {p.returncode}: {p.stderr.strip()[-2000:]}")
     return dt, p.stdout
+
+
+def compile_bytecode() -> None:
+    """Compile snapd's modules, as pip does when it installs snapd. snapd is installed editable
+    here, and this machine sets PYTHONDONTWRITEBYTECODE: without this every process start would
+    compile snapd from source (~0.3 s of CPU for the daemon), which an installed snapd never
+    does. zmq and the other dependencies have their bytecode from pip already."""
+    subprocess.run([str(PYTHON), "-m", "compileall", "-q", str(REPO / "snapd")], check=True)
 
 
 def snapd_env(home: Path, ceiling: Path) -> dict[str, str]:

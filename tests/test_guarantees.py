@@ -30,7 +30,7 @@ from snapd.daemon.main import Daemon as SnapDaemon
 from snapd.daemon.main import ProcessEnv
 from snapd.ipc.server import ControlServer
 from snapd.store import gc
-from snapd.store.batch import fingerprint
+from snapd.store.objects import fingerprint
 from snapd.store.store import Store
 from snapd.store.verify import verify
 

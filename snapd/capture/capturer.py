@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from snapd import paths
-from snapd.capture import ingest, reader, scan
+from snapd.capture import ingest, reader, readers, scan
 from snapd.capture.counters import Counters
 from snapd.capture.events import Notify
 from snapd.capture.liverules import LiveRules
@@ -188,6 +188,7 @@ class Capturer:
             on_read=self.note_read,
             from_walk=True,
             counters=self.counters,
+            processes=len(rels) >= readers.FROM_PATHS,
         )
         for rel, why in walk.unlistable.items():  # a listing failed where access() said it would not
             change = changes.get(rel)
@@ -229,8 +230,7 @@ class Capturer:
 
     def stage_stats(self, batch: Batch) -> None:
         """Put what the cache learnt since the last commit into ``batch``."""
-        for path, entry in self.stats.take_changes().items():
-            batch.set_stat(self._id, path, entry)
+        batch.set_stats(self._id, self.stats.take_changes())
 
     def forget_uncommitted(self) -> None:
         """A commit failed: forget what the cache learnt since the last one, so those paths

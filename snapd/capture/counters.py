@@ -6,7 +6,8 @@ counts its full scans and ``lstat`` calls, the reader its ``lstat`` calls and fi
 ``status`` shows them, so a test (or a person) can check that a mark of one changed file did
 no full scan and read one file.
 
-Counts only grow, from the daemon's start; readers may run in a thread pool, hence the lock.
+Counts only grow, from the daemon's start; readers may run in a thread pool, hence the lock
+(reader processes count on their side, and the daemon adds their counts).
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ class Counters:
         with self._lock:
             self.lstats += n
 
-    def read(self) -> None:
+    def read(self, n: int = 1) -> None:
         with self._lock:
-            self.files_read += 1
+            self.files_read += n
 
     def to_json(self) -> dict[str, int]:
         with self._lock:

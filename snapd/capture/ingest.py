@@ -1,9 +1,11 @@
 """Ingest: paths read from disk (:mod:`snapd.capture.reader`) become objects, versions and tree
 changes in a store batch. This is where file system reads meet the store.
 
-Reads, hashing and compression of a baseline run in a small thread pool, in bounded chunks
-(memory stays flat); each distinct content is compressed once. Everything not captured is
-reported with a reason (:class:`Report`, :class:`IgnoredTally`), never dropped silently.
+Reads, hashing and compression of a baseline run in parallel, in bounded chunks (memory
+stays flat): in reader processes (:mod:`snapd.capture.readers`) for a big tree, so the batch
+never holds raw file bytes and the readers never wait for the GIL; in a small thread pool
+otherwise. Each reader compresses a content once. Everything not captured is reported with a
+reason (:class:`Report`, :class:`IgnoredTally`), never dropped silently.
 """
 
 from __future__ import annotations
@@ -18,17 +20,23 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import structlog
+
+from snapd.capture import readers
 from snapd.capture.counters import Counters
 from snapd.capture.reader import Read, read_path
 from snapd.store import objects, trees
-from snapd.store.batch import Batch, fingerprint
+from snapd.store.batch import Batch
 from snapd.store.store import Store
+
+log = structlog.get_logger(__name__)
 
 EXAMPLES = 10
 WORKERS = 2  # more only adds GIL contention: the main thread is the bottleneck
 WINDOW = 16  # chunks in flight
 CHUNK = 64  # paths per chunk
 T = TypeVar("T")
+
 
 @dataclass
 class Report:
@@ -78,8 +86,9 @@ class IgnoredTally:
 class _Preparer:
     """Worker-side part of a capture: read, hash, and compress each distinct content once.
 
-    Runs in a thread pool (file reads, xxh3 and zstd all release the GIL); only the first
-    worker to see a content compresses it, the store's dedup does the rest.
+    Runs in a thread pool (file reads, xxh3, SHA-256 and zstd all release the GIL) or in the
+    caller's thread; only the first worker to see a content compresses it, the store's dedup
+    does the rest. (:func:`readers.digested` is the same for a reader process.)
     """
 
     def __init__(
@@ -98,10 +107,9 @@ class _Preparer:
             with self._lock:
                 first = base not in self._claimed
                 self._claimed.add(base)
+            r.sha = objects.fingerprint(r.data)  # the batch compares contents by it
             if first:
                 r.encoded = objects.encode(r.data)
-            else:  # a repeat: the batch compares it by fingerprint; compute it here, in parallel
-                r.sha = fingerprint(r.data)
         return r
 
 
@@ -172,12 +180,15 @@ def capture(
     on_read: Callable[[Read], None] | None = None,
     from_walk: bool = False,
     counters: Counters | None = None,
+    processes: bool = False,
 ) -> dict[bytes, trees.Change]:
     """Read ``paths`` into ``batch``; return tree changes (and record versions if ``ws``).
 
     ``on_read`` sees every path as read (the daemon keeps its stat cache with it).
     ``from_walk``: the paths come from :func:`walk` just now, which never descends into a
     symlink, so their parents need no re-check. ``counters`` counts the reads.
+    ``processes`` (with ``parallel``): read in reader processes, unless the store hashes with
+    another function than theirs (tests forcing collisions).
     """
     changes: dict[bytes, trees.Change] = {}
     now = time.time_ns()
@@ -185,12 +196,16 @@ def capture(
     with contextlib.ExitStack() as stack:
         # Read in chunks, so each chunk's contents are looked up in one query, not one each.
         chunks: Iterable[list[Read]] = _chunks(map(prepare, paths), CHUNK)
-        if parallel:  # a thread pool only where it pays: baselines, not a mark's few paths
+        if parallel and processes and batch.store.hasher is objects.xxh3_hex:
+            procs = stack.enter_context(readers.ReaderProcesses(root, size_cap, from_walk, prepare, counters))
+            stack.callback(_log_failures, procs)
+            chunks = procs.map(_chunks(paths, CHUNK))
+        elif parallel:  # a thread pool only where it pays: baselines, not a mark's few paths
             pool = stack.enter_context(ThreadPoolExecutor(WORKERS, thread_name_prefix="snapd-read"))
             chunks = _bounded_map(pool, prepare, paths)
         for chunk in chunks:
             if len(chunk) > 1:  # one existence query for the whole chunk
-                batch.prefetch(objects.base_key(r.digest, len(r.data)) for r in chunk if r.digest is not None)
+                batch.prefetch(objects.base_key(r.digest, r.size) for r in chunk if r.digest is not None)
             for r in chunk:
                 change: trees.Change
                 if on_read is not None:
@@ -210,17 +225,38 @@ def capture(
                     if not r.listed:
                         report.skip(r.rel, r.reason)
                 else:
-                    key = batch.put(r.data, r.digest, r.encoded, r.sha)
-                    change = trees.Entry(r.kind, r.mode, len(r.data), key)
+                    assert r.digest is not None and r.sha is not None
+                    key = batch.put_digested(r.digest, r.size, r.sha, _payload(r))
+                    change = trees.Entry(r.kind, r.mode, r.size, key)
                     if r.kind == "file":
                         report.files += 1
-                        report.size += len(r.data)
+                        report.size += r.size
                     if r.unstable and r.rel not in report.unstable:
                         report.unstable.append(r.rel)
                 changes[r.rel] = change
                 if ws is not None:
                     _record_version(batch, ws, r.rel, now, change)
     return changes
+
+
+def _payload(r: Read) -> Callable[[], tuple[int, bytes]]:
+    """What the batch calls for ``r``'s payload if its content is new: the one its reader
+    compressed, or ``r``'s bytes compressed now. A reader process drops the bytes; it sends a
+    content without its payload only after sending it with it (see :mod:`readers`)."""
+
+    def payload() -> tuple[int, bytes]:
+        if r.encoded is not None:
+            return r.encoded
+        if len(r.data) != r.size:
+            raise RuntimeError(f"a reader process sent {r.rel!r} without its payload the first time")
+        return objects.encode(r.data)
+
+    return payload
+
+
+def _log_failures(procs: readers.ReaderProcesses) -> None:
+    for failure in procs.failures:
+        log.warning("capture.reader_failed", error=failure)
 
 
 def _record_version(batch: Batch, ws: int, rel: bytes, now: int, change: trees.Change) -> None:

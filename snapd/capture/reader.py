@@ -45,14 +45,40 @@ class Read:
     digest: str | None = None
     encoded: tuple[int, bytes] | None = None
     sig: Sig | None = None  # (st_mode, size, mtime_ns, ctime_ns, inode) as read
-    sha: bytes | None = None  # store.fingerprint, for contents seen earlier in this capture
+    sha: bytes | None = None  # objects.fingerprint of the content
     listed: bool = True  # a directory: whether it can be listed (else its contents are unknown)
     dev: int = 0  # a file's st_dev and st_nlink as read: its other names must be captured too
     nlink: int = 1
+    size: int = 0  # a file's or symlink's length; ``data`` is dropped by a reader process
+
+    def __reduce__(self) -> tuple[type[Read], tuple[object, ...]]:
+        # Reader processes pickle 10^5 of these per baseline, and the daemon's request thread
+        # unpickles them: the plain argument tuple loads ~5x faster than the dataclass's
+        # field-by-field state. Every field, in declaration order.
+        return (
+            Read,
+            (
+                self.rel,
+                self.kind,
+                self.mode,
+                self.data,
+                self.reason,
+                self.unstable,
+                self.digest,
+                self.encoded,
+                self.sig,
+                self.sha,
+                self.listed,
+                self.dev,
+                self.nlink,
+                self.size,
+            ),
+        )
 
 
 def lstat(path: bytes, counters: Counters | None = None) -> os.stat_result:
-    """``os.lstat``, counted: every lstat of a workspace path goes through here."""
+    """``os.lstat``, counted: every lstat of a workspace path goes through here, but for the
+    scan's loop over a directory's entries, which counts them once per directory."""
     if counters is not None:
         counters.stat()
     return os.lstat(path)
@@ -113,7 +139,8 @@ def _read_entry(
         return Read(rel, "dir", mode, sig=sig_of(st), listed=False, reason="unreadable directory")
     if stat.S_ISLNK(st.st_mode):
         try:
-            return Read(rel, "symlink", mode, os.readlink(path), sig=sig_of(st))
+            target = os.readlink(path)
+            return Read(rel, "symlink", mode, target, sig=sig_of(st), size=len(target))
         except (FileNotFoundError, NotADirectoryError):
             return Read(rel, "missing")
         except OSError as exc:
@@ -152,7 +179,10 @@ def _read_entry(
     else:
         stable = False
     mode, sig = stat.S_IMODE(after.st_mode), sig_of(after)
-    return Read(rel, "file", mode, data, unstable=not stable, sig=sig, dev=after.st_dev, nlink=after.st_nlink)
+    nlink, size = after.st_nlink, len(data)
+    return Read(
+        rel, "file", mode, data, unstable=not stable, sig=sig, dev=after.st_dev, nlink=nlink, size=size
+    )
 
 
 def _skipped(rel: bytes, st: os.stat_result, reason: str) -> Read:

@@ -19,47 +19,118 @@ reconcile scan rebuilds them; :meth:`linked` finds the other captured names of a
 number, over an index built only once a workspace has links), and :meth:`loose_links` the names
 whose file has more links than names known here (another name outside the root, or ignored):
 those are re-checked at each mark, since nothing inside the root reports their changes.
+
+Memory: one entry is a path and 44 packed bytes (:data:`_ROW`), not a tuple of six ints —
+about a third of the size, which at 10^5 paths is tens of MB of the daemon's resident set.
+The regular-file count is kept as entries change, so ``status`` does not walk the cache.
 """
 
 from __future__ import annotations
 
+import os
 import stat
-from collections.abc import Iterator
+import struct
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Final
 
 Inode = tuple[int, int]  # (st_dev, st_ino)
 
 Sig = tuple[int, int, int, int, int]
 Entry = tuple[Sig, int]  # (signature, read time ns)
+Row = tuple[bytes, int, int, int, int, int, int]  # path, st_mode, size, mtime, ctime, ino, read ns
 
 RACY_NS = 2_000_000_000
 
+_ROW: Final = struct.Struct("<I5q")  # st_mode, size, mtime_ns, ctime_ns, inode, read ns
+# What :meth:`StatCache.seen` tells a scan: whether the path is unchanged, and (a directory)
+# whether its cached children may stand in for a listing.
+CHANGED: Final = (False, False)
+SAME: Final = (True, False)
+SAME_LISTING: Final = (True, True)
+_SHORT: Final = 32  # children kept in a list up to this many, in a set beyond
+
+
+def _type(packed: bytes) -> int:
+    """The file type bits (``S_IFMT``) of a packed entry's st_mode, without unpacking it."""
+    return (packed[1] << 8) & 0o170000  # S_IFMT: the high nibble of the low two bytes
+
+
+def _pack(sig: Sig, read_ns: int) -> bytes:
+    return _ROW.pack(*sig, read_ns)
+
+
+def _unpack(packed: bytes) -> Entry:
+    mode, size, mtime, ctime, ino, read = _ROW.unpack(packed)
+    return (mode, size, mtime, ctime, ino), read
+
 
 class StatCache:
-    def __init__(self, entries: dict[bytes, Entry] | None = None) -> None:
-        self._entries: dict[bytes, Entry] = entries if entries is not None else {}
-        self._kids: dict[bytes, set[bytes]] | None = None  # dir -> child paths, built on demand
-        self._changed: dict[bytes, Entry | None] = {}
+    def __init__(self, entries: Mapping[bytes, Entry] | None = None) -> None:
+        self._entries: dict[bytes, bytes] = {}
+        self._files = 0  # regular files among the entries
+        # dir -> child paths, built on demand: a list while short (a directory holds a few
+        # entries on average, and a set costs 216 bytes at least: 10 MB at 10^5 paths), a set
+        # past _SHORT (removing names one by one from a big directory stays O(1) each).
+        self._kids: dict[bytes, list[bytes] | set[bytes]] | None = None
+        self._changed: set[bytes] = set()  # paths set or removed since take_changes()
         self._links: dict[bytes, tuple[Inode, int]] = {}  # path -> (inode, st_nlink), nlink > 1
         self._by_ino: dict[int, set[bytes]] | None = None  # st_ino -> file paths, built on demand
-        # Kept as entries come and go: status asks for it (from another thread), and counting
-        # 100k entries took most of its time.
-        self._files = sum(1 for sig, _ in self._entries.values() if stat.S_ISREG(sig[0]))
+        if entries:
+            self._load({p: _pack(sig, read) for p, (sig, read) in entries.items()})
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[Row]) -> StatCache:
+        """A cache of stored rows (:meth:`Store.load_stats`), packed as they come."""
+        cache = cls()
+        pack = _ROW.pack
+        cache._load({p: pack(m, s, mt, ct, i, r) for p, m, s, mt, ct, i, r in rows})
+        return cache
+
+    def _load(self, packed: dict[bytes, bytes]) -> None:
+        self._entries = packed
+        self._files = sum(1 for v in packed.values() if _type(v) == stat.S_IFREG)
 
     @property
-    def _children(self) -> dict[bytes, set[bytes]]:
+    def _children(self) -> dict[bytes, list[bytes] | set[bytes]]:
         if self._kids is None:
-            kids: dict[bytes, set[bytes]] = {}
+            # Directories first: their keys are the entries' own bytes, not a copy per parent.
+            lists: dict[bytes, list[bytes]] = {p: [] for p in self.directories()}
             for path in self._entries:
-                kids.setdefault(path.rpartition(b"/")[0], set()).add(path)
+                lists.setdefault(path.rpartition(b"/")[0], []).append(path)
+            kids: dict[bytes, list[bytes] | set[bytes]] = dict(lists)
+            for parent, names in lists.items():
+                if len(names) > _SHORT:
+                    kids[parent] = set(names)
             self._kids = kids
         return self._kids
+
+    def _add_child(self, path: bytes) -> None:
+        assert self._kids is not None
+        parent = path.rpartition(b"/")[0]
+        group = self._kids.get(parent)
+        if group is None:
+            self._kids[parent] = [path]
+        elif isinstance(group, set):
+            group.add(path)
+        else:
+            group.append(path)
+            if len(group) > _SHORT:
+                self._kids[parent] = set(group)
+
+    def _drop_child(self, path: bytes) -> None:
+        group = self._children.get(path.rpartition(b"/")[0])
+        if isinstance(group, set):
+            group.discard(path)
+        elif group is not None and path in group:
+            group.remove(path)
 
     def children(self, path: bytes) -> set[bytes]:
         """Cached paths directly below ``path`` (b"" for the root)."""
         return set(self._children.get(path, ()))
 
     def get(self, path: bytes) -> Entry | None:
-        return self._entries.get(path)
+        packed = self._entries.get(path)
+        return None if packed is None else _unpack(packed)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -83,26 +154,31 @@ class StatCache:
             stack.extend(self._children.get(p, ()))
 
     def directories(self) -> list[bytes]:
-        return [p for p, (sig, _) in self._entries.items() if stat.S_ISDIR(sig[0])]
+        return [p for p, v in self._entries.items() if _type(v) == stat.S_IFDIR]
 
     def files(self) -> int:
-        """How many regular files are cached."""
+        """How many regular files are cached (kept as entries come and go: status asks)."""
         return self._files
 
     def _put(self, path: bytes, entry: Entry) -> None:
+        sig = entry[0]
         old = self._entries.get(path)
-        self._files += stat.S_ISREG(entry[0][0]) - (old is not None and stat.S_ISREG(old[0][0]))
-        if old is None and self._kids is not None:
-            self._kids.setdefault(path.rpartition(b"/")[0], set()).add(path)
-        if not stat.S_ISREG(entry[0][0]):
+        if old is None:
+            if self._kids is not None:
+                self._add_child(path)
+        elif _type(old) == stat.S_IFREG:
+            self._files -= 1
+        if stat.S_ISREG(sig[0]):
+            self._files += 1
+        else:
             self._links.pop(path, None)
         if self._by_ino is not None:
             if old is not None:
-                self._unindex(path, old[0])
-            if stat.S_ISREG(entry[0][0]):
-                self._by_ino.setdefault(entry[0][4], set()).add(path)
-        self._entries[path] = entry
-        self._changed[path] = entry
+                self._unindex(path, old)
+            if stat.S_ISREG(sig[0]):
+                self._by_ino.setdefault(sig[4], set()).add(path)
+        self._entries[path] = _pack(sig, entry[1])
+        self._changed.add(path)
 
     def set(self, path: bytes, sig: Sig, read_ns: int) -> None:
         self._put(path, (sig, read_ns))
@@ -112,14 +188,15 @@ class StatCache:
         stack = [path]
         while stack:
             p = stack.pop()
-            entry = self._entries.pop(p, None)
-            if entry is not None:
-                self._files -= stat.S_ISREG(entry[0][0])
-                self._children.get(p.rpartition(b"/")[0], set()).discard(p)
-                self._unindex(p, entry[0])
+            packed = self._entries.pop(p, None)
+            if packed is not None:
+                self._drop_child(p)
+                if _type(packed) == stat.S_IFREG:
+                    self._files -= 1
+                self._unindex(p, packed)
             self._links.pop(p, None)
             stack.extend(self._children.pop(p, ()))
-        self._changed[path] = None
+        self._changed.add(path)
 
     # -- hard links ---------------------------------------------------------------------------
 
@@ -134,16 +211,16 @@ class StatCache:
         """Other captured files with ``path``'s inode number: its other names (a file on
         another device with the same number may be among them; reading it again is harmless).
         Only asked about files seen with more than one link."""
-        entry = self._entries.get(path)
-        if path not in self._links or entry is None:
+        packed = self._entries.get(path)
+        if path not in self._links or packed is None:
             return frozenset()
         if self._by_ino is None:
             index: dict[int, set[bytes]] = {}
-            for p, (sig, _) in self._entries.items():
-                if stat.S_ISREG(sig[0]):
-                    index.setdefault(sig[4], set()).add(p)
+            for p, v in self._entries.items():
+                if _type(v) == stat.S_IFREG:
+                    index.setdefault(_unpack(v)[0][4], set()).add(p)
             self._by_ino = index
-        return frozenset(self._by_ino.get(entry[0][4], ())) - {path}
+        return frozenset(self._by_ino.get(_unpack(packed)[0][4], ())) - {path}
 
     def loose_links(self) -> list[bytes]:
         """Names of files with more links than names captured here: some name is outside the
@@ -154,25 +231,29 @@ class StatCache:
             names[inode] = names.get(inode, 0) + 1
         return sorted(p for p, (inode, nlink) in links if nlink > names[inode])
 
-    def _unindex(self, path: bytes, sig: Sig) -> None:
-        if self._by_ino is not None and stat.S_ISREG(sig[0]):
-            same = self._by_ino.get(sig[4])
+    def _unindex(self, path: bytes, packed: bytes) -> None:
+        if self._by_ino is not None and _type(packed) == stat.S_IFREG:
+            ino = _unpack(packed)[0][4]
+            same = self._by_ino.get(ino)
             if same is not None:
                 same.discard(path)
                 if not same:
-                    del self._by_ino[sig[4]]
+                    del self._by_ino[ino]
 
     def is_clean(self, path: bytes, sig: Sig, now_ns: int) -> bool:
         """True when ``path`` certainly has not changed since it was read.
 
-        A directory counts as clean when its own mode is unchanged; whether its *listing* can
-        be trusted is :meth:`listing_trusted`.
+        A directory counts as clean when its signature is unchanged; whether its *listing*
+        can be trusted is :meth:`listing_trusted`.
         """
-        entry = self._entries.get(path)
-        if entry is None or entry[0] != sig:
+        packed = self._entries.get(path)
+        if packed is None:
+            return False
+        was, read_ns = _unpack(packed)
+        if was != sig:
             return False
         if stat.S_ISREG(sig[0]):
-            return not _racy(sig[2], entry[1], now_ns)
+            return not _racy(sig[2], read_ns, now_ns)
         return True
 
     def listing_trusted(self, path: bytes, sig: Sig, now_ns: int) -> bool:
@@ -182,17 +263,44 @@ class StatCache:
         unchanged signature, outside the racy window, means its captured children are still
         exactly its entries (the scanner then skips listing it and re-judging ignore rules).
         """
-        entry = self._entries.get(path)
-        return (
-            entry is not None
-            and entry[0] == sig
-            and stat.S_ISDIR(sig[0])
-            and not _racy(max(sig[2], sig[3]), entry[1], now_ns)
-        )
+        packed = self._entries.get(path)
+        if packed is None:
+            return False
+        was, read_ns = _unpack(packed)
+        return was == sig and stat.S_ISDIR(sig[0]) and not _racy(max(sig[2], sig[3]), read_ns, now_ns)
+
+    def seen(self, path: bytes, st: os.stat_result, now_ns: int) -> tuple[bool, bool]:
+        """What a scan found at ``path`` (its ``lstat``), in one step — the reconcile scan
+        of 10^5 paths at start-up is what a restarted daemon's first mark waits for:
+        (:meth:`is_clean`, :meth:`listing_trusted`), and for a regular file its links noted
+        (:meth:`note_links`)."""
+        mode = st.st_mode
+        packed = self._entries.get(path)
+        if stat.S_ISREG(mode) and (self._links or st.st_nlink > 1):
+            self.note_links(path, (st.st_dev, st.st_ino), st.st_nlink)
+        if packed is None:
+            return CHANGED
+        was_mode, size, mtime, ctime, ino, read_ns = _ROW.unpack(packed)
+        if (
+            was_mode != mode
+            or size != st.st_size
+            or mtime != st.st_mtime_ns
+            or ctime != st.st_ctime_ns
+            or ino != st.st_ino
+        ):
+            return CHANGED
+        if stat.S_ISREG(mode):
+            return CHANGED if _racy(mtime, read_ns, now_ns) else SAME
+        if stat.S_ISDIR(mode) and not _racy(max(mtime, ctime), read_ns, now_ns):
+            return SAME_LISTING
+        return SAME
 
     def take_changes(self) -> dict[bytes, Entry | None]:
-        changed, self._changed = self._changed, {}
-        return changed
+        """Each path set or removed since the last call: its entry now, None when removed (a
+        removed directory's row goes with everything below it). Only paths are remembered
+        until then: a baseline sets 10^5 entries, and a second copy of each is felt."""
+        changed, self._changed = self._changed, set()
+        return {p: self.get(p) for p in changed}
 
 
 def _racy(mtime_ns: int, read_ns: int, now_ns: int) -> bool:

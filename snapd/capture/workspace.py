@@ -130,7 +130,7 @@ class Workspace:
                 f"{self.root} is on a {kind} file system, which delivers no change events: "
                 "every mark scans the workspace"
             )
-        stats = self.capturer.stats = StatCache(self.store.load_stats(self.id))
+        stats = self.capturer.stats = StatCache.from_rows(self.store.load_stats(self.id))
 
         def watch_dir(rel: bytes) -> bool:
             # A directory captured last time was judged then: skip re-judging 10^4-10^5 names
@@ -157,6 +157,8 @@ class Workspace:
         if watcher.limit_failures:
             self._watch_shortfall()
         self.progress = None
+        if baseline is not None:
+            self.store.forget_nodes()
         trim_memory()
         self._thread.start()
         watches = watcher.watch_count

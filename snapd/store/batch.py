@@ -4,18 +4,17 @@ A batch encodes objects as they are put (large ones are written and fsynced at o
 ``commit`` fsyncs each object directory once and writes everything else in one catalog
 transaction: object bytes are durable before any row refers to them, and a 100k-file
 baseline costs a handful of fsyncs. A key that already exists is trusted only after its
-bytes compare equal (for a content the batch already flushed, by its SHA-256 fingerprint);
-a different content with the same xxh3 digest gets the next collision key. Keys a batch
+content's SHA-256 fingerprint compares equal (a batch holds no raw bytes: contents read by
+reader processes never reach it); a different content with the same xxh3 digest gets the
+next collision key. Keys a batch
 relies on are held against GC until it ends, so a capture in flight never loses its objects.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -23,7 +22,8 @@ from snapd.errors import StoreError
 from snapd.store import objects, safeio, trees
 from snapd.store.catalog import Catalog
 from snapd.store.holds import GcHolds
-from snapd.store.records import MARK_COLUMNS, Mark, encode_absent
+from snapd.store.objects import fingerprint
+from snapd.store.records import MARK_COLUMNS, Mark, mark_row
 from snapd.store.refs import new_mark_id, validate_label
 
 
@@ -41,15 +41,10 @@ class ObjectStore(Protocol):
     def load_node(self, key: str) -> trees.Node: ...
     def cache_node(self, key: str, node: trees.Node) -> None: ...
 
+
 LARGE_OBJECT = 1 << 20
 FLUSH_BYTES = 32 << 20  # new content held in memory before it is flushed (bounds RSS)
 StatRow = tuple[tuple[int, int, int, int, int], int]  # (st_mode, size, mtime, ctime, ino), read ns
-
-
-def fingerprint(data: bytes) -> bytes:
-    """A cryptographic digest standing in for the bytes when a batch re-meets a content it has
-    already flushed (SHA-256: collision-resistant, unlike xxh3, and the fastest here)."""
-    return hashlib.sha256(data).digest()
 
 
 class Batch:
@@ -57,20 +52,24 @@ class Batch:
 
     def __init__(self, store: ObjectStore) -> None:
         self.store = store
-        self._pending: dict[str, tuple[int, bytes, bytes, bool]] = {}  # key -> codec, payload, raw, external
+        # key -> codec, payload, fingerprint, size, external (no raw bytes: see put_digested)
+        self._pending: dict[str, tuple[int, bytes, bytes, int, bool]] = {}
         self._pending_bytes = 0
         self._nodes: dict[str, trees.Node] = {}
         self._held: set[str] = set()
         self._shards: set[Path] = set()
-        self._versions: list[tuple[int, bytes, int, str | None, int | None, str | None]] = []
+        # (workspace, time, paths, entries): one run per capture, rows made at commit (a
+        # baseline's 10^5 rows as tuples would be ~15 MB more at the commit's peak)
+        self._versions: list[tuple[int, int, list[bytes], list[trees.Entry | None]]] = []
         self._marks: list[Mark] = []
         self._heads: dict[int, str] = {}
         self._absent: set[str] = set()  # keys a prefetch found missing (see prefetch)
-        self._stats: dict[tuple[int, bytes], StatRow | None] = {}
+        self._stats: dict[int, dict[bytes, StatRow | None]] = {}  # workspace -> path -> row
         # Objects this batch already flushed: key -> SHA-256 of the bytes we read. A repeat of
         # such a content is compared by this cryptographic fingerprint instead of reading the
         # object back (a baseline repeats most contents many times).
         self._flushed: dict[str, bytes] = {}
+        self._keys: dict[str, str] = {}  # each key put, once
         self._done = False
 
     def __enter__(self) -> Batch:
@@ -114,31 +113,35 @@ class Batch:
                 self._hold(k)
         self._absent.update(k for k in wanted if k not in found)
 
-    def put(
-        self,
-        data: bytes,
-        digest: str | None = None,
-        encoded: tuple[int, bytes] | None = None,
-        sha: bytes | None = None,
-    ) -> str:
-        """Store ``data`` (deduplicated, collision-checked); return its key.
+    def put(self, data: bytes, digest: str | None = None) -> str:
+        """Store ``data`` (deduplicated, collision-checked); return its key."""
+        digest = digest or self.store.hasher(data)
+        return self.put_digested(digest, len(data), fingerprint(data), lambda: objects.encode(data))
 
-        ``digest``, ``encoded`` and ``sha`` (:func:`fingerprint`) may be precomputed by a
-        worker thread (see ingest).
-        """
-        base = objects.base_key(digest or self.store.hasher(data), len(data))
+    def put_digested(
+        self, digest: str, size: int, sha: bytes, encode: Callable[[], tuple[int, bytes]]
+    ) -> str:
+        """Store a content known by its digest, size and :func:`fingerprint`, without its bytes
+        (a reader process read them); ``encode`` gives its payload, asked only when it is new.
+        A key already pending, flushed or stored is trusted only when the fingerprints agree.
+        Every put of one content returns the same ``str`` (10^5 tree entries share ~10^4)."""
+        key = self._put(digest, size, sha, encode)
+        return self._keys.setdefault(key, key)
+
+    def _put(self, digest: str, size: int, sha: bytes, encode: Callable[[], tuple[int, bytes]]) -> str:
+        base = objects.base_key(digest, size)
         n = 0
         while True:
             key = objects.variant_key(base, n)
             pending = self._pending.get(key)
             if pending is not None:
-                if pending[2] == data:
+                if pending[2] == sha:
                     return key
                 n += 1
                 continue
             seen = self._flushed.get(key)
             if seen is not None:
-                if seen == (sha or fingerprint(data)):
+                if seen == sha:
                     return key
                 n += 1
                 continue
@@ -152,26 +155,26 @@ class Batch:
                     self._hold(key)
             if not exists:
                 break
-            if self.store.get(key) == data:
+            if fingerprint(self.store.get(key)) == sha:
                 return key
             n += 1
-        self._add(key, data, encoded)
+        self._add(key, size, sha, encode())
         return key
 
-    def _add(self, key: str, data: bytes, encoded: tuple[int, bytes] | None) -> None:
-        codec, payload = encoded or objects.encode(data)
+    def _add(self, key: str, size: int, sha: bytes, encoded: tuple[int, bytes]) -> None:
+        codec, payload = encoded
         external = len(payload) >= LARGE_OBJECT
         if external:
             path = self.store.object_path(key)
             safeio.ensure_dir(path.parent)
             safeio.write_atomic(path, payload, sync_dir=False)
             self._shards.add(path.parent)
-            self._pending[key] = (codec, b"", data, True)
+            self._pending[key] = (codec, b"", sha, size, True)
         else:
-            self._pending[key] = (codec, payload, data, False)
+            self._pending[key] = (codec, payload, sha, size, False)
         with self.store.holds.lock:
             self._hold(key)
-        self._pending_bytes += len(data)
+        self._pending_bytes += size
         if self._pending_bytes >= self.store.flush_bytes:
             self.flush()
 
@@ -214,14 +217,18 @@ class Batch:
     # -- catalog rows ------------------------------------------------------------------------
 
     def add_version(self, ws: int, path: bytes, when: int, entry: trees.Entry | None) -> None:
-        if entry is None:
-            self._versions.append((ws, path, when, None, None, None))
-        else:
-            self._versions.append((ws, path, when, entry.kind, entry.mode, entry.key or None))
+        if not self._versions or self._versions[-1][:2] != (ws, when):
+            self._versions.append((ws, when, [], []))
+        self._versions[-1][2].append(path)
+        self._versions[-1][3].append(entry)
 
-    def set_stat(self, ws: int, path: bytes, value: StatRow | None) -> None:
-        """Record (or with None drop, subtree included) a stat-cache entry at commit."""
-        self._stats[(ws, path)] = value
+    def set_stats(self, ws: int, rows: dict[bytes, StatRow | None]) -> None:
+        """Record stat-cache rows at commit: path -> row, or None to drop the path and its
+        subtree. The batch takes ``rows`` over (a baseline's 10^5 rows are not copied)."""
+        if ws in self._stats:
+            self._stats[ws].update(rows)
+        else:
+            self._stats[ws] = rows
 
     def set_head(self, ws: int, tree: str) -> None:
         """Record ``tree`` as the workspace's captured state when the batch commits."""
@@ -288,18 +295,17 @@ class Batch:
             marks = ",".join("?" * len(chunk))
             sql = f"SELECT key, codec, external, data FROM objects WHERE key IN ({marks})"
             present.update((r[0], (r[1], r[2], r[3])) for r in c.execute(sql, chunk))
-        for key, (codec, payload, raw, external) in self._pending.items():
+        for key, (codec, payload, sha, size, external) in self._pending.items():
             row = present.get(key)
             if row is not None:
                 # Another batch stored this key meanwhile: equal bytes, or a collision raced.
-                if self.store.get(key) != raw:
+                if fingerprint(self.store.get(key)) != sha:
                     raise StoreError(f"object key {key} collided with a concurrent write; retry")
                 continue
-            size = len(raw)
             stored_len = self._file_size(key) if external else len(payload)
             rows.append((key, size, codec, stored_len, int(external), now, None if external else payload))
             if remember:
-                self._flushed[key] = fingerprint(raw)
+                self._flushed[key] = sha
         c.executemany(
             "INSERT INTO objects (key, size, codec, stored, external, created, data) VALUES (?,?,?,?,?,?,?)",
             rows,
@@ -309,17 +315,20 @@ class Batch:
         self._pending_bytes = 0
 
     def _write_stats(self, c: Any) -> None:
-        upserts = []
-        for (ws, path), value in self._stats.items():
-            if value is None:
+        for ws, rows in self._stats.items():
+            for path in [p for p, value in rows.items() if value is None]:
                 # The path and everything below it ("/" is 0x2f, "0" the next byte).
                 # Two statements: with an OR, SQLite scans the whole workspace for each one.
                 c.execute("DELETE FROM stats WHERE workspace=? AND path=?", (ws, path))
                 below = (ws, path + b"/", path + b"0")
                 c.execute("DELETE FROM stats WHERE workspace=? AND path>? AND path<?", below)
-            else:
-                (mode, size, mtime, ctime, ino), read = value
-                upserts.append((ws, path, mode, size, mtime, ctime, ino, read))
+        # The rows as SQLite takes them, not as a list: a baseline's would be 100k more tuples.
+        upserts = (
+            (ws, path, *value[0], value[1])
+            for ws, rows in self._stats.items()
+            for path, value in rows.items()
+            if value is not None
+        )
         c.executemany("INSERT OR REPLACE INTO stats VALUES (?,?,?,?,?,?,?,?)", upserts)
         self._stats.clear()
 
@@ -356,34 +365,20 @@ class Batch:
         committed: list[Mark] = []
         with self.store.catalog.write() as c:
             self._write_objects(c, remember=False)
+            rows = (
+                (ws, path, when, *((e.kind, e.mode, e.key or None) if e else (None, None, None)))
+                for ws, when, paths, entries in self._versions
+                for path, e in zip(paths, entries, strict=True)
+            )
             c.executemany(
-                "INSERT INTO versions (workspace, path, time, kind, mode, object) VALUES (?,?,?,?,?,?)",
-                self._versions,
+                "INSERT INTO versions (workspace, path, time, kind, mode, object) VALUES (?,?,?,?,?,?)", rows
             )
             for m in self._marks:
                 seq = c.execute(
                     "SELECT COALESCE(MAX(seq), 0) + 1 FROM marks WHERE workspace=?", (m.workspace,)
                 ).fetchone()[0]
                 c.execute(
-                    f"INSERT INTO marks ({MARK_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (
-                        m.id,
-                        m.workspace,
-                        seq,
-                        m.label,
-                        m.message,
-                        m.agent,
-                        m.session,
-                        m.created,
-                        m.git_head,
-                        m.tree,
-                        m.kind,
-                        0,
-                        json.dumps(m.summary),
-                        m.rules,
-                        m.root_mode,
-                        encode_absent(m.absent),
-                    ),
+                    f"INSERT INTO marks ({MARK_COLUMNS}) VALUES ({','.join('?' * 16)})", mark_row(m, seq)
                 )
                 committed.append(dataclasses.replace(m, seq=seq))
             for ws, tree in self._heads.items():

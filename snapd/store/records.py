@@ -87,6 +87,28 @@ def mark_from_row(row: tuple[Any, ...]) -> Mark:
     )
 
 
+def mark_row(m: Mark, seq: int) -> tuple[Any, ...]:
+    """The row of a new mark (``MARK_COLUMNS``), numbered ``seq``; :func:`mark_from_row` reads it."""
+    return (
+        m.id,
+        m.workspace,
+        seq,
+        m.label,
+        m.message,
+        m.agent,
+        m.session,
+        m.created,
+        m.git_head,
+        m.tree,
+        m.kind,
+        0,
+        json.dumps(m.summary),
+        m.rules,
+        m.root_mode,
+        encode_absent(m.absent),
+    )
+
+
 def version_from_row(path: bytes, time: int, kind: str | None, mode: int | None, key: str | None) -> Version:
     """A version from its row (``path, time, kind, mode, object``): all NULL is a deletion."""
     if kind is None:

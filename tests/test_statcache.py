@@ -1,0 +1,178 @@
+"""The stat cache's footprint and its one-step scan check, and what a baseline leaves behind
+(docs/benchmarks.md, issue 12).
+
+At 10^5 paths the stat cache is the daemon's largest structure: its entries must stay compact,
+its regular-file count must not need a walk, and :meth:`StatCache.seen` (the reconcile scan's
+one call per path) must judge exactly as :meth:`is_clean` and :meth:`listing_trusted` do.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tracemalloc
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from snapd.capture.statcache import RACY_NS, StatCache
+
+S = 10**9
+FILE, DIR, LINK = 0o100644, 0o040755, 0o120777
+
+
+def test_entries_are_compact() -> None:
+    """Loaded from the catalog's rows, an entry (path and signature) holds under 200 bytes of
+    heap once the rows are gone; a tuple of six ints per path held over 400 (a 100k-file
+    workspace has ~150k entries)."""
+    n = 20_000
+    tracemalloc.start()
+    try:
+        rows = [
+            (
+                f"d{i // 10}/f{i}".encode(),
+                FILE,
+                i + 1000,
+                1_700 * S + i,
+                1_700 * S + i,
+                10**6 + i,
+                1_800 * S + i,
+            )
+            for i in range(n)
+        ]
+        cache = StatCache.from_rows(rows)
+        del rows
+        used = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert len(cache) == n
+    assert used / n < 200, f"{used / n:.0f} bytes per entry"
+
+
+def test_file_count_follows_every_change() -> None:
+    cache = StatCache({b"d": ((DIR, 0, 1, 1, 1), 5), b"d/a": ((FILE, 1, 1, 1, 2), 5)})
+    assert cache.files() == 1
+    cache.set(b"d/b", (FILE, 1, 1, 1, 3), 5)
+    cache.set(b"d/a", (LINK, 1, 1, 1, 2), 5)  # a file replaced by a symlink
+    assert cache.files() == 1
+    cache.set(b"d/a", (FILE, 1, 1, 1, 4), 5)
+    cache.set(b"d/a", (FILE, 2, 1, 1, 4), 5)  # rewritten: still one file
+    assert cache.files() == 2
+    cache.remove(b"d")  # a directory and what it held
+    assert cache.files() == 0 and len(cache) == 0
+
+
+def test_entries_round_trip_whatever_the_values() -> None:
+    """Negative times (before 1970) and 64-bit inodes come back as stored."""
+    sig = (FILE, 2**40, -5 * S, -4 * S, 2**63 - 1)
+    cache = StatCache.from_rows([(b"f", *sig, -3 * S)])
+    assert cache.get(b"f") == (sig, -3 * S)
+    assert cache.take_changes() == {}  # loaded, not learnt: nothing to write back
+    cache.set(b"g", sig, 7)
+    assert cache.get(b"g") == (sig, 7) and cache.take_changes() == {b"g": (sig, 7)}
+
+
+_modes = st.sampled_from([FILE, DIR, LINK])
+_times = st.integers(0, 20).map(lambda x: 1_000 * S + x * (RACY_NS // 2))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    was=st.tuples(_modes, st.integers(0, 2), _times, _times, st.integers(1, 2)),
+    now=st.tuples(_modes, st.integers(0, 2), _times, _times, st.integers(1, 2)),
+    read=_times,
+    clock=_times,
+    cached=st.booleans(),
+)
+def test_seen_judges_as_is_clean_and_listing_trusted(
+    was: tuple[int, ...], now: tuple[int, ...], read: int, clock: int, cached: bool
+) -> None:
+    cache = StatCache({b"p": ((was[0], was[1], was[2], was[3], was[4]), read)} if cached else None)
+    sig = (now[0], now[1], now[2], now[3], now[4])
+    fake = os.stat_result((sig[0], sig[4], 1, 1, 0, 0, sig[1], 0, 0, 0, 0.0, 0.0, 0.0, 0, sig[2], sig[3]))
+    assert (fake.st_mtime_ns, fake.st_ctime_ns, fake.st_ino) == (sig[2], sig[3], sig[4])
+    assert cache.seen(b"p", fake, clock) == (
+        cache.is_clean(b"p", sig, clock),
+        cache.listing_trusted(b"p", sig, clock),
+    )
+
+
+def test_seen_notes_hard_links(tmp_path: Path) -> None:
+    (tmp_path / "a").write_bytes(b"x")
+    os.link(tmp_path / "a", tmp_path / "b")
+    st_a = os.lstat(tmp_path / "a")
+    cache = StatCache({b"a": ((st_a.st_mode, 1, 1, 1, st_a.st_ino), 1)})
+    cache.seen(b"a", st_a, 0)
+    assert cache.loose_links() == [b"a"], "two links, one name known: re-checked at marks"
+    os.unlink(tmp_path / "b")
+    cache.seen(b"a", os.lstat(tmp_path / "a"), 0)
+    assert cache.loose_links() == [] and stat.S_ISREG(st_a.st_mode)
+
+
+def test_changes_waiting_for_a_commit_hold_no_second_copy() -> None:
+    """A baseline sets every entry before its one commit: what waits for take_changes is the
+    path, not another copy of the entry (the copies fragmented a 100k-file baseline's heap)."""
+    n = 20_000
+    paths = [f"d{i // 10}/f{i}".encode() for i in range(n)]
+    cache = StatCache()
+    tracemalloc.start()
+    try:
+        for i, p in enumerate(paths):
+            cache.set(p, (FILE, i + 1000, 1_700 * S + i, 1_700 * S + i, 10**6 + i), 1_800 * S + i)
+        used = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert used / n < 300, f"{used / n:.0f} bytes per entry set"  # a copy each: over 400
+    cache.set(b"d", (DIR, 0, 1, 1, 1), 5)
+    cache.remove(b"d0")  # set above, then gone with its directory: written as removed
+    changes = cache.take_changes()
+    assert changes[b"d0/f1"] is None and changes[b"d"] == ((DIR, 0, 1, 1, 1), 5)
+    assert changes[b"d1/f10"] == ((FILE, 1010, 1_700 * S + 10, 1_700 * S + 10, 10**6 + 10), 1_800 * S + 10)
+    assert len(changes) == n + 2 and changes[b"d0"] is None and cache.take_changes() == {}
+
+
+def test_children_of_small_and_big_directories() -> None:
+    """The directory index stays exact whether a directory holds a few names (a list) or many
+    (a set): names added, removed one by one, and a whole directory removed."""
+    f = (FILE, 1, 1, 1, 1)
+    cache = StatCache({b"big": ((DIR, 0, 1, 1, 2), 1), b"small": ((DIR, 0, 1, 1, 3), 1)})
+    for i in range(40):
+        cache.set(b"big/f%d" % i, f, 1)
+    cache.set(b"small/a", f, 1)
+    assert cache.children(b"big") == {b"big/f%d" % i for i in range(40)}  # the index, built now
+    for i in range(45):
+        cache.set(b"big/f%d" % i, f, 1)  # 40 again, 5 new: listed once each
+    for i in range(0, 45, 2):
+        cache.remove(b"big/f%d" % i)
+    cache.set(b"small/b", f, 1)
+    cache.remove(b"small/a")
+    assert cache.children(b"big") == {b"big/f%d" % i for i in range(1, 45, 2)}
+    assert cache.children(b"small") == {b"small/b"} and cache.children(b"") == {b"big", b"small"}
+    assert sorted(cache.under(b"small")) == [b"small", b"small/b"]
+    cache.remove(b"big")
+    assert cache.children(b"big") == set() and len(cache) == 2 and cache.files() == 1
+
+
+def test_a_baseline_leaves_no_tree_nodes_cached(tmp_path: Path) -> None:
+    """The nodes a baseline wrote are not kept (they pinned its fragmented heap); a mark after
+    it reloads what it needs and holds the change."""
+    from snapd.capture.workspace import Workspace
+    from snapd.config import CaptureSettings
+    from snapd.store.store import Store
+
+    root = tmp_path / "ws"
+    for i in range(30):
+        (root / f"d{i}" / "e").mkdir(parents=True)
+        (root / f"d{i}" / "e" / "f").write_text(str(i))
+    store = Store.open(tmp_path / "store")
+    ws = Workspace(store, store.add_workspace(os.fsencode(root)), root, CaptureSettings())
+    try:
+        assert ws.start() is not None  # the baseline
+        assert store.cached_nodes == 0
+        (root / "d3" / "e" / "f").write_text("changed")
+        mark = ws.mark("after")
+        assert mark.summary.get("changed") == 1
+    finally:
+        ws.stop()
+        store.close()
