@@ -16,9 +16,11 @@ The daemon's share of a mark is the daemon's own receipt-to-reply histogram (``s
 --json`` ``requests.ops.mark``), over every mark of 1 and 2 (all of 10 changed files); p50 and
 p99 are bucket bounds (the bounds include 10 and 20 ms, so the verdicts are exact). Disk:
 snapd's SNAPD_HOME against the peer's gitdir after ``git gc``, before and after 1+2: the growth
-is what the micro-releases cost each side. Counters: the workspace's numeric ``status`` fields
-before and after, per mark (``reads``: files read). The daemon's fsync calls for one mark are
-counted with strace (untimed, after the rest).
+is what the micro-releases cost each side. snapd's store is measured at rest
+(``common.store_at_rest``: the daemon stopped, so its WAL is checkpointed and gone; started
+again before the next step), so no WAL is counted on either side. Counters: the workspace's
+numeric ``status`` fields before and after, per mark (``reads``: files read). The daemon's
+fsync calls for one mark are counted with strace (untimed, after the rest).
 
     python bench/bench_mark.py --corpus django --size 100k
 """
@@ -41,6 +43,8 @@ from common import (
     Results,
     capture_pool,
     common_args,
+    counters,
+    counters_per,
     daemon_run,
     interleave,
     peer_baseline,
@@ -49,10 +53,11 @@ from common import (
     scratch_copy,
     spread,
     start_watching,
+    store_at_rest,
     tree_path,
     workspace_of,
 )
-from peer import Changes, change_files, count, du_bytes, peer_gc, peer_snap, warm
+from peer import Changes, change_files, count, peer_gc, peer_snap, warm
 
 from snapd.ipc.timing import difference, quantile_bound
 
@@ -71,13 +76,6 @@ def check_mark(summary: dict[str, Any], picked: list[bytes]) -> str | None:
     if summary.get("unstable") or summary.get("skipped_count"):
         problems.append(f"unstable {summary.get('unstable')} skipped {summary.get('skipped_count')}")
     return "; ".join(problems) or None
-
-
-def counters(w: dict[str, Any]) -> dict[str, int]:
-    """The workspace's numeric status fields and its ``counters`` (full scans, lstats, files
-    read, where the measured commit has them)."""
-    flat = {**w, **{f"counters.{k}": v for k, v in (w.get("counters") or {}).items()}}
-    return {k: v for k, v in flat.items() if isinstance(v, int) and not isinstance(v, bool)}
 
 
 def fsyncs_of_one_mark(d: Daemon, ws: Path, pool: list[bytes], root_b: bytes) -> int:
@@ -127,11 +125,11 @@ def main() -> None:
     with daemon_run(res, scratch) as d:
         start_watching(d, root)
         gitdir = peer_baseline(ws, scratch)
-        os.sync()
         res.figure("mem_after_watch", proc_mem(d.pid))
+        du0 = {"snapd": store_at_rest(d, root), "peer_gc": peer_gc(gitdir)}  # restarts the daemon
+        os.sync()
         st0 = d.call("status")
         w0 = workspace_of(st0, root)
-        du0 = {"snapd": du_bytes(d.home), "peer_gc": peer_gc(gitdir)}
 
         from snapd.ipc.client import Client
 
@@ -167,7 +165,9 @@ def main() -> None:
         st1 = d.call("status")
         w1 = workspace_of(st1, root)
         mem = proc_mem(d.pid)
-        du1 = {"snapd": du_bytes(d.home), "peer_gc": peer_gc(gitdir)}
+        client.close()
+        du1 = {"snapd": store_at_rest(d, root), "peer_gc": peer_gc(gitdir)}  # restarts the daemon
+        client = Client(d.endpoint, timeout_s=600)
 
         res.figure("peer_snap_s", spread(times["peer"]), "peer snap after 10 changed files", unit="ms")
         res.figure("cli_mark_s", spread(times["snapd"]), "snapctl mark after 10 changed files", unit="ms")
@@ -185,12 +185,11 @@ def main() -> None:
                    "Client.call mark p99 (client-side), s")
         res.figure("mem_after_marks", mem)
         res.figure("rss_watching_MB", round(mem["VmRSS"] / MB, 1), "daemon VmRSS after the marks, MB")
-        per_mark = {k: round((counters(w1).get(k, 0) - v) / n, 3) for k, v in counters(w0).items()
-                    if counters(w1).get(k, 0) != v}
-        res.figure("counters_per_mark", per_mark, "workspace counters that moved, per mark")
+        res.figure("counters_per_mark", counters_per(w0, w1, n), "workspace counters that moved, per mark")
         res.figure("counters_available", sorted(counters(w1)))
         growth_s, growth_p = du1["snapd"] - du0["snapd"], du1["peer_gc"] - du0["peer_gc"]
-        res.figure("disk", {"before": du0, "after": du1}, "disk bytes before/after the micro-releases")
+        res.figure("disk", {"before": du0, "after": du1},
+                   "disk bytes before/after the micro-releases (snapd at rest)")
         versions = args.reps * 2 + args.marks
         res.figure("micro_release_growth", {"snapd": growth_s, "peer_gc": growth_p, "versions": versions},
                    "growth over the micro-releases (snapd; peer after git gc)")

@@ -11,7 +11,8 @@ Setup (untimed): a private copy of the corpus tree (warm page cache), a real ``s
 2. ``--rollbacks`` more rollbacks through ``Client.call("rollback_apply", to="base",
    token=None)`` on one open connection (plan and apply in one request, the pre-rollback mark
    included), each after 10 changed files. The daemon's share is its own receipt-to-reply
-   histogram of ``rollback_apply`` over this phase alone.
+   histogram of ``rollback_apply`` over this phase alone, and the workspace's counters (full
+scans, paths ``lstat``ed, files read) per rollback over the same phase.
 
 Every rollback is checked: the 10 files hold the corpus tree's bytes again; for snapd the
 reply is ``ok`` with exactly 10 ``write`` ops, all applied. The whole workspace is compared
@@ -37,6 +38,7 @@ from common import (
     Results,
     capture_pool,
     common_args,
+    counters_per,
     daemon_run,
     interleave,
     peer_baseline,
@@ -45,6 +47,7 @@ from common import (
     spread,
     start_watching,
     tree_path,
+    workspace_of,
 )
 from peer import Changes, count, peer_reset, peer_snap, warm
 
@@ -162,6 +165,8 @@ def main() -> None:
         res.figure("daemon_rollback_count", n, "rollbacks in the daemon's histogram window")
         res.figure("daemon_rollback_p50_ms", p50, "daemon's share p50 (bucket bound), ms")
         res.figure("daemon_rollback_p99_ms", p99, "daemon's share p99 (bucket bound), ms")
+        res.figure("counters_per_rollback", counters_per(workspace_of(st0, root), workspace_of(st1, root), n),
+                   "workspace counters that moved, per rollback")
         res.figure("check_failures", misses, f"rollback checks failed ({len(misses)})")
         if args.size == "100k":
             res.verdict("daemon's share of a rollback, 10 files, including the pre-rollback mark", "<= 20 ms",

@@ -35,7 +35,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from peer import copy_tree, peer_init, peer_snap, remove
+from peer import copy_tree, du_bytes, peer_init, peer_snap, remove
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
@@ -363,6 +363,20 @@ def start_watching(d: Daemon, root: str) -> None:
     run_timed([str(SNAPCTL), "watch", root, "--json"], d.env)
 
 
+def store_at_rest(d: Daemon, root: str) -> int:
+    """``du`` of ``d``'s SNAPD_HOME at rest, then ``d`` serving again with ``root`` ready.
+
+    Stopped, the daemon's SQLite checkpoints its WAL into the catalog and deletes it as it
+    closes, so no log is counted: a running daemon's keeps a length of its own between
+    checkpoints (a transaction's, or the length kept for reuse), which made a growth measured
+    across two running moments meaningless (``bench_mark.py`` once printed a negative one).
+    ``snapctl watch`` of the live workspace returns once its reconcile is done."""
+    d.stop()
+    size = du_bytes(d.home)
+    start_watching(d, root)
+    return size
+
+
 def peer_baseline(ws: Path, scratch: Path) -> Path:
     """The peer's repository (``scratch/sidegit``), with the whole workspace snapped as "baseline"."""
     gitdir = scratch / "sidegit"
@@ -373,6 +387,19 @@ def peer_baseline(ws: Path, scratch: Path) -> Path:
 
 def workspace_of(status: dict[str, Any], root: str) -> dict[str, Any]:
     return next((w for w in status["workspaces"] if w["root"] == root), {})
+
+
+def counters(w: dict[str, Any]) -> dict[str, int]:
+    """The workspace's numeric status fields and its ``counters`` (full scans, lstats, files
+    read, where the measured commit has them)."""
+    flat = {**w, **{f"counters.{k}": v for k, v in (w.get("counters") or {}).items()}}
+    return {k: v for k, v in flat.items() if isinstance(v, int) and not isinstance(v, bool)}
+
+
+def counters_per(before: dict[str, Any], after: dict[str, Any], n: int) -> dict[str, float]:
+    """The workspace counters that moved between two ``status`` snapshots, per operation."""
+    a = counters(after)
+    return {k: round((a.get(k, 0) - v) / n, 3) for k, v in counters(before).items() if a.get(k, 0) != v}
 
 
 def tree_path(corpus: str, size: str) -> Path:

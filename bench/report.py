@@ -82,7 +82,7 @@ def main() -> None:
         for key in ("ratio_peer_over_snapd", "ratio_peer_fsync_over_snapd", "ratio_peer_over_cli",
                     "disk_ratio_vs_gc", "disk_ratio_vs_loose", "above_floor_ms", "daemon_mark_p50_ms",
                     "daemon_mark_p99_ms", "daemon_rollback_p50_ms", "daemon_rollback_p99_ms",
-                    "counters_per_mark", "micro_release_growth", "fsyncs_per_mark",
+                    "counters_per_mark", "counters_per_rollback", "micro_release_growth", "fsyncs_per_mark",
                     "peer_fsync_calls_one_snap", "peer_fsync_all_calls_one_snap", "reads", "rss_watching_MB"):
             if key in r["figures"]:
                 print(f"\n- {key}: {r['figures'][key]}", end="")

@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
@@ -35,6 +35,7 @@ EXAMPLES = 10
 WORKERS = 2  # more only adds GIL contention: the main thread is the bottleneck
 WINDOW = 16  # chunks in flight
 CHUNK = 64  # paths per chunk
+T = TypeVar("T")
 
 
 @dataclass
@@ -112,8 +113,8 @@ class _Preparer:
         return r
 
 
-def _chunks(items: Iterable[bytes], size: int) -> Iterator[list[bytes]]:
-    chunk: list[bytes] = []
+def _chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    chunk: list[T] = []
     for item in items:
         chunk.append(item)
         if len(chunk) >= size:
@@ -193,7 +194,8 @@ def capture(
     now = time.time_ns()
     prepare = _Preparer(root, size_cap, batch.store.hasher, from_walk, counters)
     with contextlib.ExitStack() as stack:
-        chunks: Iterable[list[Read]] = ([prepare(p)] for p in paths)
+        # Read in chunks, so each chunk's contents are looked up in one query, not one each.
+        chunks: Iterable[list[Read]] = _chunks(map(prepare, paths), CHUNK)
         if parallel and processes and batch.store.hasher is objects.xxh3_hex:
             procs = stack.enter_context(readers.ReaderProcesses(root, size_cap, from_walk, prepare, counters))
             stack.callback(_log_failures, procs)

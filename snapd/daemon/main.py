@@ -30,6 +30,7 @@ import structlog
 
 from snapd import __version__
 from snapd.config import Config, load_config
+from snapd.daemon import heap
 from snapd.daemon.lock import acquire_instance_lock, acquire_socket_guard
 from snapd.daemon.logs import configure_logging
 from snapd.daemon.notify import Notifier
@@ -89,6 +90,7 @@ class Daemon:
             server.start()
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
+            heap.manage()  # long-lived workspace state kept out of the collector's walks
             service.start()
             self.notifier.ready(f"serving at {self.config.endpoint}")
             log.info(

@@ -24,6 +24,7 @@ import structlog
 from snapd.capture import git, ignore, roots
 from snapd.capture.workspace import Workspace
 from snapd.config import CaptureSettings
+from snapd.daemon import heap
 from snapd.daemon.events import EventSink, emit, workspace_notifier
 from snapd.daemon.wire import event_fields, mark_json
 from snapd.errors import Busy, NotFound, SnapdError, UsageError, WorkspaceRefused
@@ -95,6 +96,7 @@ class Registry:
         try:
             self._recheck_place(ws_id, root)
             workspace.start()
+            heap.settle()
             emit(self.events, "workspace.watched", root, {"resumed": True, "baseline": None})
             return workspace
         except SnapdError as exc:
@@ -133,6 +135,7 @@ class Registry:
             if existing is not None and (existing.lost is not None or existing.id in self._errors):
                 existing.stop()
                 restart = self._add_live(existing.id, existing.root)
+                existing = None  # stopped for good: _restart lets the collector reclaim it
             elif existing is None:
                 ws_id = self.store.add_workspace(os.fsencode(root))
                 workspace = self._workspace(ws_id, root)
@@ -155,6 +158,7 @@ class Registry:
             raise
         finally:
             ready.set()
+        heap.settle()
         log.info("workspace.watched", workspace=str(root), baseline=baseline.id if baseline else None)
         emit(self.events, "workspace.watched", root,
              {"resumed": False, "baseline": mark_json(baseline) if baseline else None})
@@ -165,6 +169,7 @@ class Registry:
         while watched, or it failed to start), already swapped for a fresh one: start it, as a
         restart of the daemon would. The same directory back (moved back, remounted) resumes
         with a reconcile scan; another one is refused as at start-up, and stays in error."""
+        heap.release()  # the workspace this one replaces
         try:
             workspace.start()
         except SnapdError as exc:
@@ -173,6 +178,7 @@ class Registry:
             raise
         finally:
             ready.set()
+        heap.settle()
         log.info("workspace.resumed", workspace=str(workspace.root))
         emit(self.events, "workspace.watched", workspace.root, {"resumed": True, "baseline": None})
         return workspace, None
@@ -189,6 +195,8 @@ class Registry:
             self._ready.pop(ws_id, None)
         if ws is not None:
             ws.stop()
+        del ws  # held here, it would survive the collection that reclaims it
+        heap.release()
         self.store.set_watching(ws_id, False)
 
     # -- which workspace a request means ----------------------------------------------------------

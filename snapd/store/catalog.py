@@ -30,7 +30,7 @@ from typing import Any
 
 from snapd.errors import DiskFull, StoreError, StoreFormatError
 from snapd.store import safeio
-from snapd.store.checkpoint import BACKSTOP_PAGES, Checkpointer
+from snapd.store.checkpoint import BACKSTOP_PAGES, Checkpointer, log_limit
 
 FORMAT_VERSION = 5
 # Each entry upgrades a store of that format to the next one; they run in order on open.
@@ -243,8 +243,9 @@ class Catalog:
         self._init_schema()
         # Checkpoints run on their own thread (snapd.store.checkpoint), not in a mark's COMMIT.
         self._w.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_PAGES}")
-        self._w.execute("PRAGMA journal_size_limit=0")  # the log's length is its content's
         page_size = int(self._w.execute("PRAGMA page_size").fetchone()[0])
+        # The log keeps its length when started over: commits overwrite, not extend, the file.
+        self._w.execute(f"PRAGMA journal_size_limit={log_limit(page_size)}")
         self._checkpointer = Checkpointer(path, _connect, page_size)
         self._lock = threading.RLock()
         self._local = threading.local()
