@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import random
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -171,11 +172,16 @@ def test_gc_on_a_full_store_fails_cleanly_then_reclaims(store: FullStore, tmp_pa
         for i in range(10):
             (ws / f"g{i}.bin").write_bytes(rng.randbytes(100_000))
         store.d.ctl("mark", f"m{k}", "-w", str(ws))
+    # The superseded versions age out 2 s after the last mark: only then may their content go.
+    aged_out = time.monotonic() + 2.5
     newest = store.d.ctl_json("log", "-w", str(ws))["marks"][0]["id"]
     store.restart()  # GC's deletions need new space in the catalog's log
     store.fill()
     store.fails_full("gc")
     store.free()
+    # A condition of the test, not a wait for a result: the start-up and the CLI got fast
+    # enough for all of the above to fit in 2 s, and nothing had aged out yet (CI, session 5).
+    time.sleep(max(0.0, aged_out - time.monotonic()))
     out = store.d.ctl_json("gc")
     assert out["evicted"] and out["objects_deleted"] > 0, out
     for i in range(10):
