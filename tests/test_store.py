@@ -531,16 +531,23 @@ def test_gc_keeps_a_workspaces_head_and_every_marks_rule_inputs(store: Store) ->
     assert rep.objects_deleted == 1 and verify(store).ok
 
 
-def test_the_budget_evicts_no_more_marks_than_it_needs(store: Store, tmp_path: Path) -> None:
-    """8 marks of 10 KB each (their own content), a budget of 45 KB: the 4 oldest must go and
-    no more (the doubling batches this replaced evicted 7 of them: history lost for nothing)."""
+def _marks_of_fresh_content(store: Store, tmp_path: Path, n: int, size: int) -> tuple[int, list[str], int]:
+    """``n`` marks of one file, each time ``size`` new random bytes, dated 10 days after now:
+    the workspace, the marks' ids (oldest first) and now."""
     root = make_ws(tmp_path, {})
     ws = store.add_workspace(os.fsencode(root))
     t0 = time.time_ns()
     ids = []
-    for i in range(8):
-        (root / "f").write_bytes(os.urandom(10_000))
+    for i in range(n):
+        (root / "f").write_bytes(os.urandom(size))
         ids.append(capture_paths(store, ws, root, [b"f"], f"m{i}", created=t0 + 10 * DAY_NS + i).id)
+    return ws, ids, t0
+
+
+def test_the_budget_evicts_no_more_marks_than_it_needs(store: Store, tmp_path: Path) -> None:
+    """8 marks of 10 KB each (their own content), a budget of 45 KB: the 4 oldest must go and
+    no more (the doubling batches this replaced evicted 7 of them: history lost for nothing)."""
+    ws, ids, t0 = _marks_of_fresh_content(store, tmp_path, 8, 10_000)
     # 15 days on: the versions are past the 14-day window, the marks (dated 10 days on) are not
     rep = gc.run(store, Retention(budget_bytes=45_000, grace_s=0), now=t0 + 15 * DAY_NS)
     assert rep.evicted == [(i, "budget") for i in ids[:4]], rep.evicted
@@ -552,13 +559,7 @@ def test_budget_evicts_the_oldest_marks_until_the_store_fits(store: Store, tmp_p
     """The budget's own evictions (the other tests reach only age, count and the warning): marks
     inside the age window whose content no recent version holds; every mark but the newest must
     go here (the next test: no more than needed)."""
-    root = make_ws(tmp_path, {})
-    ws = store.add_workspace(os.fsencode(root))
-    t0 = time.time_ns()
-    ids = []
-    for i in range(5):
-        (root / "f").write_bytes(os.urandom(20_000))
-        ids.append(capture_paths(store, ws, root, [b"f"], f"m{i}", created=t0 + 10 * DAY_NS + i).id)
+    ws, ids, t0 = _marks_of_fresh_content(store, tmp_path, 5, 20_000)
     # 15 days on: the versions are past the 14-day window, the marks (dated 10 days on) are not
     rep = gc.run(store, Retention(max_marks=4, budget_bytes=25_000, grace_s=0), now=t0 + 15 * DAY_NS)
     assert rep.evicted == [(ids[0], "count"), (ids[1], "budget"), (ids[2], "budget"), (ids[3], "budget")]
