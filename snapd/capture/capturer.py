@@ -74,6 +74,10 @@ class Capturer:
             self.ignored = tally
         return found
 
+    def recheck_files(self) -> set[bytes]:
+        """Captured files whose ``lstat`` differs from the stat cache (a rollback's re-check)."""
+        return scan.recheck_files(self.rootb, self.stats, self.counters)
+
     def wanted(self, rel: bytes) -> bool:
         """Capture ``rel``: not ignored, or ignored now but still in the tree (to drop it)."""
         try:  # lstat: a symlink named like an ignored directory ("build/") is not a directory

@@ -102,6 +102,35 @@ def scan(
     return dirty
 
 
+def recheck_files(root: bytes, cache: StatCache, counters: Counters | None = None) -> set[bytes]:
+    """Captured regular files whose ``lstat`` differs from ``cache``, or that vanished: the
+    changes no event reports, before a rollback plans (docs/rollback.md, "Hard links").
+
+    Only regular files can change without an event to a watched directory: their content can
+    be written through another hard link, outside the root or under an ignored directory, and
+    linking them there changes only the inode, which inotify reports to no watched directory.
+    A directory has one name, so every entry made or removed in it, and every change of its
+    mode, is reported to its own watch; a symlink's target never changes. So no directory is
+    listed or stat'ed here and no ignore rule judged: one ``lstat`` per captured file, about
+    two thirds of a full :func:`scan`'s at 10^5 paths and none of its listing and judging."""
+    now = time.time_ns()
+    found: set[bytes] = set()
+    files = cache.regular_files()
+    seen = cache.seen
+    prefix = root + b"/"
+    for rel in files:
+        try:
+            st = os.lstat(prefix + rel)
+        except OSError:
+            found.add(rel)
+            continue
+        if not seen(rel, st, now)[0]:
+            found.add(rel)
+    if counters is not None:
+        counters.stat(len(files))
+    return found
+
+
 _UNLISTABLE: list[bytes] = []
 
 

@@ -153,6 +153,10 @@ class StatCache:
                 yield p
             stack.extend(self._children.get(p, ()))
 
+    def regular_files(self) -> list[bytes]:
+        """Every cached regular file: what :func:`snapd.capture.scan.recheck_files` stats."""
+        return [p for p, v in self._entries.items() if _type(v) == stat.S_IFREG]
+
     def directories(self) -> list[bytes]:
         return [p for p, v in self._entries.items() if _type(v) == stat.S_IFDIR]
 

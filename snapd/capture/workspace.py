@@ -240,14 +240,15 @@ class Workspace:
     def capture_to_now_under_lock(self, *, rescan: bool = False) -> str:
         """:meth:`capture_to_now` for a caller that holds :attr:`lock` (a rollback).
 
-        ``rescan``: also compare every captured path with the stat cache (one ``lstat`` each),
+        ``rescan``: also compare every captured file with the stat cache (one ``lstat`` each),
         for changes no event reports: a file written through a hard link whose other name is
         ignored or outside the root, linked there since the last read (the link count changes
-        on the inode, and inotify reports that to no watched directory)."""
+        on the inode, and inotify reports that to no watched directory). Files only: no other
+        change escapes the watches (:func:`snapd.capture.scan.recheck_files`)."""
         self.finish_rollback()
         self._barrier()  # after: what finishing it wrote is in this capture
         if rescan:
-            self.dirty.request_full()
+            self.dirty.add_paths(self.capturer.recheck_files())
         self.recorder.capture_dirty()
         assert self.tree is not None
         return self.tree
