@@ -558,3 +558,22 @@ def test_a_request_before_start_up_lists_the_workspaces_waits_for_them(tmp_path:
     finally:
         service.stop()
         store.close()
+
+
+def test_rollback_plan_sees_a_file_made_in_an_unwatched_directory(tmp_path: Path) -> None:
+    """With a watch shortfall no event reports a file made in an unwatched directory: the
+    rollback's re-check of the captured files cannot see a new one, so its plan (shown, and
+    applied) must come from a scan of everything, as a mark's does."""
+    home = tmp_path / "home-snapd"
+    root = _ws(tmp_path)
+    env = base_env(home)
+    env["SNAPD_WATCH_LIMIT"] = "1"  # the root only
+    d = start_daemon(home, env)
+    try:
+        d.ctl("watch", str(root))
+        m = d.ctl_json("mark", "m", "-w", str(root))["id"]
+        (root / "deep" / "a" / "b" / "new.txt").write_text("unwatched dir\n")
+        out = d.ctl("rollback", "--to", m, "--dry-run", "-w", str(root)).stdout.decode()
+        assert "  delete deep/a/b/new.txt\n" in out, out
+    finally:
+        assert d.stop() == 0
