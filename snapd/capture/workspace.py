@@ -155,7 +155,7 @@ class Workspace:
 
         with self.lock:
             baseline = self.recorder.catch_up(note)
-        if watcher.limit_failures:
+        if watcher.untrusted:
             self._watch_shortfall()
         self.progress = None
         if baseline is not None:
@@ -230,7 +230,7 @@ class Workspace:
             raise WorkspaceRefused(
                 f"snapd stopped capturing {self.root} ({self.lost}); `snapctl watch {self.root}` resumes it"
             )
-        if self.watcher is not None and self.watcher.limit_failures and not self.recorder.scan_every_mark:
+        if self.watcher is not None and self.watcher.untrusted and not self.recorder.scan_every_mark:
             self._watch_shortfall()
         ok = self.watcher is not None and self.watcher.barrier(self.settings.barrier_timeout_s)
         with self.lock:  # the stat cache is the capture thread's
