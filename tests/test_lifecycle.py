@@ -585,10 +585,11 @@ def with_bind_mount(src: Path, dst: Path) -> tuple[str, ...]:
     if shutil.which("unshare") is None:
         unavailable("needs unshare (util-linux)")
     bind = f"mount --bind {src} {dst}"
-    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", bind], capture_output=True)
+    ns = ("unshare", "-m", "--propagation", "private", "sh", "-c")
+    probe = subprocess.run([*ns, bind], capture_output=True)
     if probe.returncode != 0:
         unavailable(f"cannot bind-mount in a mount namespace: {probe.stderr.decode()[-300:]}")
-    return ("unshare", "-m", "--propagation", "private", "sh", "-c", bind + ' && exec "$0" "$@"', sys.executable)
+    return (*ns, bind + ' && exec "$0" "$@"', sys.executable)
 
 
 def test_a_directory_mounted_twice_in_the_workspace_scans_every_mark(tmp_path: Path) -> None:
@@ -610,7 +611,8 @@ def test_a_directory_mounted_twice_in_the_workspace_scans_every_mark(tmp_path: P
         (root / "a" / "g.txt").write_text("new\n")
         m1 = d.ctl_json("mark", "m1", "-w", str(root))
         got = _paths(d.ctl_json("show", m1["id"], "-w", str(root)))
-        assert got == {"a/f.txt": "modified", "b/f.txt": "modified", "a/g.txt": "added", "b/g.txt": "added"}, got
+        want = {"a/f.txt": "modified", "b/f.txt": "modified", "a/g.txt": "added", "b/g.txt": "added"}
+        assert got == want, got
         out = d.ctl("rollback", "--to", m0, "--dry-run", "-w", str(root)).stdout.decode()
         assert "  delete a/g.txt\n" in out and "  delete b/g.txt\n" in out, out
     finally:

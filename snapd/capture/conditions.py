@@ -45,7 +45,8 @@ class Conditions:
         for rel, other in sorted(watcher.aliased.items())[:1]:
             self.warn(
                 f"{os.fsdecode(rel) or '.'} is also mounted at {os.fsdecode(other) or '.'} in {self.root}: "
-                "inotify reports its changes under one of the two names only, so every mark scans the workspace"
+                "inotify reports its changes under one of the two names only, "
+                "so every mark scans the workspace"
             )
         if not watcher.limit_failures:
             return
