@@ -30,6 +30,14 @@ from snapd.store.records import MARK_COLUMNS, Mark, Version, WorkspaceRecord, ma
 from snapd.store.refs import FULL_ID, parse_ref
 
 NODE_CACHE = 4096
+# An object's row and, for a delta, its base's, down the chain to an object stored whole.
+_CHAIN = f"""WITH RECURSIVE chain(n, key, codec, external, data, base) AS (
+    SELECT 0, key, codec, external, data, base FROM objects WHERE key=?
+    UNION ALL
+    SELECT c.n + 1, o.key, o.codec, o.external, o.data, o.base FROM chain c JOIN objects o ON o.key = c.base
+    WHERE c.codec = {objects.CODEC_DELTA} AND c.n < {objects.MAX_DEPTH})
+SELECT key, codec, external, data, base FROM chain ORDER BY n"""
+NODE_BYTES = 1024  # the encodings of the nodes read or written last (the next deltas' bases)
 
 
 class Store:
@@ -43,6 +51,7 @@ class Store:
         safeio.ensure_dir(directory / "objects")
         self.catalog = Catalog(directory / "catalog.sqlite")
         self._nodes: OrderedDict[str, trees.Node] = OrderedDict()
+        self._node_bytes: OrderedDict[str, bytes] = OrderedDict()  # verified encodings
         self._nodes_lock = threading.Lock()
         self.holds = GcHolds()  # keys write batches rely on, spared by the GC sweep
         self.recent = deltas.Recent()  # objects batches committed lately (the next deltas' bases)
@@ -68,42 +77,53 @@ class Store:
         objects.parse_key(key)
         return self.dir / "objects" / key[:2] / key
 
-    def payload(self, key: str) -> tuple[int, bytes, str | None]:
-        """(codec, stored bytes, delta base key) of ``key``, not verified: :meth:`get` is what
-        readers want."""
-        row = (
-            self.catalog.read()
-            .execute("SELECT codec, external, data, base FROM objects WHERE key=?", (key,))
-            .fetchone()
-        )
-        if row is None:
-            raise MissingObject(f"object {key} is missing from the store", key=key)
-        codec, external, data, base = row
-        if external:
-            path = self.object_path(key)
-            try:
-                data = path.read_bytes()
-            except FileNotFoundError as exc:
-                raise MissingObject(f"object file for {key} is missing", key=key) from exc
-            except OSError as exc:
-                raise safeio.os_error(exc, "read", path) from exc
-        return codec, data, base
+    def _payload(self, key: str, external: int, data: bytes | None) -> bytes:
+        """An object's stored bytes, from its row or, for an external one, its file."""
+        if not external:
+            assert data is not None
+            return data
+        path = self.object_path(key)
+        try:
+            return path.read_bytes()
+        except FileNotFoundError as exc:
+            raise MissingObject(f"object file for {key} is missing", key=key) from exc
+        except OSError as exc:
+            raise safeio.os_error(exc, "read", path) from exc
 
-    def get(self, key: str, _links: int = 0) -> bytes:
+    def get(self, key: str) -> bytes:
         """The content named ``key``, verified against it (CorruptObject otherwise).
 
-        A delta reads its base first (verified the same way): at most ``MAX_DEPTH`` more reads."""
-        codec, payload, base = self.payload(key)
-        content = None
-        if codec == objects.CODEC_DELTA:
-            if base is None or _links >= objects.MAX_DEPTH:
-                raise CorruptObject(f"object {key} is a delta with no base, or a chain too long", key=key)
+        A delta needs its base first (verified the same way), at most ``MAX_DEPTH`` links down:
+        the chain's rows come in one query, and a base whose encoding the node cache holds
+        ends it early."""
+        rows = self.catalog.read().execute(_CHAIN, (key,)).fetchall()
+        if not rows:
+            raise MissingObject(f"object {key} is missing from the store", key=key)
+        content: bytes | None = None
+        depth = 0
+        missing = f"object {key} is a delta against {rows[0][4]}, which is missing"
+        for depth, (k, codec, _, _, base) in enumerate(rows):
+            if codec != objects.CODEC_DELTA:
+                break
+            if base is None or depth >= objects.MAX_DEPTH:
+                raise CorruptObject(f"object {k} is a delta with no base, or a chain too long", key=k)
+            content = self.node_bytes(base)
+            if content is not None:
+                break
+            if depth + 1 == len(rows):
+                raise MissingObject(missing, key=key)
+        for i in range(depth, -1, -1):
+            k, codec, external, data, _ = rows[i]
             try:
-                content = self.get(base, _links + 1)
+                payload = self._payload(k, external, data)
             except MissingObject as exc:
-                why = f"object {key} is a delta against {base}, which is missing"
-                raise MissingObject(why, key=key) from exc
-        return objects.decode(key, codec, payload, self.hasher, content)
+                if i == 0:
+                    raise
+                raise MissingObject(missing, key=key) from exc
+            base_content = content if codec == objects.CODEC_DELTA else None
+            content = objects.decode(k, codec, payload, self.hasher, base_content)
+        assert content is not None
+        return content
 
     def delta_link(self, key: str) -> tuple[str | None, int] | None:
         """(delta base, depth) of ``key``: (None, 0) for an object stored whole; None if absent."""
@@ -113,6 +133,12 @@ class Store:
     def cached_node(self, key: str) -> trees.Node | None:
         with self._nodes_lock:
             return self._nodes.get(key)
+
+    def node_bytes(self, key: str) -> bytes | None:
+        """The encoding of node ``key`` if read or written lately (checked against the key
+        when it was cached: a read verified it, a batch hashed it to make the key)."""
+        with self._nodes_lock:
+            return self._node_bytes.get(key)
 
     def has(self, key: str) -> bool:
         row = self.catalog.read().execute("SELECT 1 FROM objects WHERE key=?", (key,)).fetchone()
@@ -124,15 +150,21 @@ class Store:
             if node is not None:
                 self._nodes.move_to_end(key)
                 return node
-        node = trees.decode_node(self.get(key))
-        self.cache_node(key, node)
+        data = self.get(key)
+        node = trees.decode_node(data)
+        self.cache_node(key, node, data)
         return node
 
-    def cache_node(self, key: str, node: trees.Node) -> None:
+    def cache_node(self, key: str, node: trees.Node, data: bytes | None = None) -> None:
+        """Cache ``node``, and ``data``, its encoding, which must be ``key``'s content."""
         with self._nodes_lock:
             self._nodes[key] = node
             while len(self._nodes) > NODE_CACHE:
                 self._nodes.popitem(last=False)
+            if data is not None:
+                self._node_bytes[key] = data
+                while len(self._node_bytes) > NODE_BYTES:
+                    self._node_bytes.popitem(last=False)
 
     @property
     def cached_nodes(self) -> int:
@@ -145,6 +177,7 @@ class Store:
         they pin that heap (~15 MB at 100k files); marks reload the few nodes they need."""
         with self._nodes_lock:
             self._nodes = OrderedDict()
+            self._node_bytes = OrderedDict()
 
     def batch(self) -> Batch:
         return Batch(self)
