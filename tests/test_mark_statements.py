@@ -31,6 +31,8 @@ def test_a_mark_looks_its_new_contents_up_in_one_query(tmp_path: Path) -> None:
         capture_paths(store, ws, root, changed, "turn")
         one_by_one = [s for s in seen if s.startswith("SELECT 1 FROM objects WHERE key=")]
         assert one_by_one == [], f"{len(one_by_one)} single-key lookups for 10 new contents"
+        previous = [s for s in seen if "FROM versions" in s]  # the delta bases: their last versions
+        assert len(previous) == 1, f"10 files' previous versions looked up with {len(previous)} queries"
 
 
 def test_a_mark_in_a_reopened_store_looks_its_node_bases_up_together(tmp_path: Path) -> None:

@@ -373,18 +373,21 @@ class Store:
         )
         return [version_from_row(path, t, kind, mode, key) for t, kind, mode, key in rows]
 
-    def last_object(self, ws: int, path: bytes) -> str | None:
-        """The object of ``path``'s newest recorded version (None: none, or not a content)."""
-        row = (
-            self.catalog.read()
-            .execute(
-                "SELECT object, kind FROM versions WHERE workspace=? AND path=?"
-                " ORDER BY time DESC, id DESC LIMIT 1",
-                (ws, path),
+    def last_objects(self, ws: int, paths: list[bytes]) -> dict[bytes, str]:
+        """The object of each path's newest recorded version, for the paths whose newest
+        version holds a content (a file or symlink), in one query (per 400 paths)."""
+        out: dict[bytes, str] = {}
+        for i in range(0, len(paths), 400):
+            chunk = paths[i : i + 400]
+            sql = (
+                f"WITH p(path) AS (VALUES {','.join(['(?)'] * len(chunk))})"
+                " SELECT p.path, v.object, v.kind FROM p JOIN versions v ON v.id = (SELECT id FROM versions"
+                " WHERE workspace=? AND path=p.path ORDER BY time DESC, id DESC LIMIT 1)"
             )
-            .fetchone()
-        )
-        return row[0] if row and row[1] in ("file", "symlink") else None
+            for path, key, kind in self.catalog.read().execute(sql, (*chunk, ws)):
+                if kind in ("file", "symlink"):
+                    out[bytes(path)] = key
+        return out
 
     def stored_bytes(self) -> int:
         return self.catalog.stored_bytes()
