@@ -61,3 +61,25 @@ def test_a_mark_in_a_reopened_store_looks_its_node_bases_up_together(tmp_path: P
         capture_paths(store, ws, root, [b"a/b/c/d/f.txt"], "turn")
         one_by_one = [s for s in seen if s.startswith("SELECT base, depth FROM objects WHERE key=")]
         assert len(one_by_one) <= 1, f"{len(one_by_one)} single-key link lookups (the file's is one)"
+
+
+def test_a_mark_in_a_reopened_store_reads_its_nodes_a_level_at_a_time(tmp_path: Path) -> None:
+    """Four files in four directories: the 10 nodes above them (the root, a, a/b0..b3,
+    a/b0/c..a/b3/c) are read with one query per level of the tree (4), not one per node;
+    each file's previous version (its delta base) is one more read."""
+    root = tmp_path / "ws"
+    files = [f"a/b{i}/c/f.txt" for i in range(4)]
+    for rel in files:
+        (root / rel).parent.mkdir(parents=True)
+        (root / rel).write_bytes(b"first %s\n" % rel.encode() * 20)
+    with Store.open(tmp_path / "store") as store:
+        ws = store.add_workspace(bytes(root))
+        ingest_tree(store, ws, root)
+    for rel in files:
+        (root / rel).write_bytes(b"second %s\n" % rel.encode() * 20)
+    with Store.open(tmp_path / "store") as store:
+        seen: list[str] = []
+        store.catalog.read().set_trace_callback(seen.append)
+        capture_paths(store, ws, root, [f.encode() for f in files], "turn")
+        reads = [s for s in seen if s.startswith("WITH RECURSIVE chain")]
+        assert len(reads) == 4 + 4, f"{len(reads)} object reads for 10 nodes on 4 levels and 4 files"

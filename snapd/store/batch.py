@@ -40,8 +40,9 @@ class ObjectStore(Protocol):
     def get(self, key: str) -> bytes: ...
     def has(self, key: str) -> bool: ...
     def load_node(self, key: str) -> trees.Node: ...
+    def load_nodes(self, keys: Iterable[str]) -> None: ...
+    def cached_node(self, key: str) -> trees.Node | None: ...
     def cache_node(self, key: str, node: trees.Node, data: bytes | None = None) -> None: ...
-    def node_bytes(self, key: str) -> bytes | None: ...
     def last_objects(self, ws: int, paths: list[bytes]) -> dict[bytes, str]: ...  # and deltas.Chooser's
 
 
@@ -184,22 +185,17 @@ class Batch(deltas.Chooser):
     def save_node(self, node: trees.Node, base: str | None = None) -> str:
         data = trees.encode_node(node)
         key = self.put(data, base=base)
-        self._keep_node(key, node, data)
+        self._nodes[key], self._encoded[key] = node, data  # for this batch's reads and deltas
         return key
-
-    def _keep_node(self, key: str, node: trees.Node, data: bytes) -> None:
-        """Node ``key``, put with the content ``data``, for this batch's reads and deltas."""
-        self._nodes[key] = node
-        self._encoded[key] = data
 
     def apply(self, root: str | None, changes: Mapping[bytes, trees.Change]) -> str:
         """A new tree: ``root`` with ``changes`` applied (only the changed paths are touched).
 
-        The nodes it writes are new contents almost always (a mark of 10 files at 100k writes
-        ~50): they are encoded first and their keys looked up in one query (:meth:`prefetch`),
-        not one each, then stored. Should one be taken by other bytes (a collision: the node
-        gets a variant key), the tree is built again, each node stored as it is made. A tree
-        built from nothing (a baseline: every node new, tens of thousands) is stored as built."""
+        The nodes it reads are read a tree level at a time; those it writes (~50 for a mark of
+        10 files at 100k), new contents almost always, are encoded first, their keys and their
+        bases' links looked up in one query each, then stored. Should one be taken by other
+        bytes (a collision: a variant key), the tree is built again, each node stored as made.
+        A tree built from nothing (a baseline) is stored as built."""
         if root is None:
             return trees.apply_changes(self.load_node, self.save_node, root, changes)
         staged: list[tuple[str, str, trees.Node, bytes, str | None]] = []
@@ -211,13 +207,14 @@ class Batch(deltas.Chooser):
             staged.append((key, digest, node, data, base))
             return key
 
+        trees.load_levels(self.store.load_nodes, self.store.cached_node, root, changes)
         tree = trees.apply_changes(self.load_node, stage, root, changes)
         self.prefetch(key for key, _, _, _, _ in staged)
         self.prefetch_links(base for _, _, _, _, base in staged if base is not None)
         for key, digest, node, data, base in staged:
             if self.put(data, digest, base) != key:
                 return trees.apply_changes(self.load_node, self.save_node, root, changes)
-            self._keep_node(key, node, data)
+            self._nodes[key], self._encoded[key] = node, data
         return tree
 
     # -- catalog rows ------------------------------------------------------------------------

@@ -178,3 +178,59 @@ def against(host: Host, base: str, data: bytes, whole: tuple[int, bytes] | None)
 def stored_whole(data: bytes, whole: tuple[int, bytes] | None) -> tuple[int, bytes, None, int]:
     codec, payload = whole or objects.encode(data)
     return codec, payload, None, 0
+
+
+def chains_sql(count: int) -> str:
+    """The rows (top key, key, codec, external, data, base) of ``count`` objects and, for each
+    delta, of its base, down its chain to an object stored whole: one query for them all,
+    ordered by top key, then link."""
+    return f"""WITH RECURSIVE chain(top, n, key, codec, external, data, base) AS (
+    SELECT key, 0, key, codec, external, data, base FROM objects WHERE key IN ({",".join("?" * count)})
+    UNION ALL
+    SELECT c.top, c.n + 1, o.key, o.codec, o.external, o.data, o.base FROM chain c
+    JOIN objects o ON o.key = c.base WHERE c.codec = {objects.CODEC_DELTA} AND c.n < {objects.MAX_DEPTH})
+SELECT top, key, codec, external, data, base FROM chain ORDER BY top, n"""
+
+
+Row = tuple[str, int, int, bytes | None, str | None]
+"""An object's (key, codec, external, data, base) row."""
+
+
+def decode_chain(
+    key: str,
+    rows: list[Row],
+    payload: Callable[[str, int, bytes | None], bytes],
+    known: Callable[[str], bytes | None],
+    hasher: objects.Hasher,
+) -> bytes:
+    """The verified content of ``key`` from its chain's ``rows`` (``key``'s own first, then
+    each base's): a delta is decoded against its base's content, or against ``known(base)``
+    (a verified encoding a cache holds), which ends the chain early. ``payload`` gives a row's
+    stored bytes (an external object's from its file)."""
+    if not rows:
+        raise MissingObject(f"object {key} is missing from the store", key=key)
+    content: bytes | None = None
+    depth = 0
+    missing = f"object {key} is a delta against {rows[0][4]}, which is missing"
+    for depth, (k, codec, _, _, base) in enumerate(rows):
+        if codec != objects.CODEC_DELTA:
+            break
+        if base is None or depth >= objects.MAX_DEPTH:
+            raise CorruptObject(f"object {k} is a delta with no base, or a chain too long", key=k)
+        content = known(base)
+        if content is not None:
+            break
+        if depth + 1 == len(rows):
+            raise MissingObject(missing, key=key)
+    for i in range(depth, -1, -1):
+        k, codec, external, data, _ = rows[i]
+        try:
+            stored = payload(k, external, data)
+        except MissingObject as exc:
+            if i == 0:
+                raise
+            raise MissingObject(missing, key=key) from exc
+        base_content = content if codec == objects.CODEC_DELTA else None
+        content = objects.decode(k, codec, stored, hasher, base_content)
+    assert content is not None
+    return content

@@ -14,10 +14,12 @@ GC from deleting an object a capture is about to reference.
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +32,6 @@ from snapd.store.records import MARK_COLUMNS, Mark, Version, WorkspaceRecord, ma
 from snapd.store.refs import FULL_ID, parse_ref
 
 NODE_CACHE = 4096
-# An object's row and, for a delta, its base's, down the chain to an object stored whole.
-_CHAIN = f"""WITH RECURSIVE chain(n, key, codec, external, data, base) AS (
-    SELECT 0, key, codec, external, data, base FROM objects WHERE key=?
-    UNION ALL
-    SELECT c.n + 1, o.key, o.codec, o.external, o.data, o.base FROM chain c JOIN objects o ON o.key = c.base
-    WHERE c.codec = {objects.CODEC_DELTA} AND c.n < {objects.MAX_DEPTH})
-SELECT key, codec, external, data, base FROM chain ORDER BY n"""
 NODE_BYTES = 1024  # the encodings of the nodes read or written last (the next deltas' bases)
 
 
@@ -96,34 +91,23 @@ class Store:
         A delta needs its base first (verified the same way), at most ``MAX_DEPTH`` links down:
         the chain's rows come in one query, and a base whose encoding the node cache holds
         ends it early."""
-        rows = self.catalog.read().execute(_CHAIN, (key,)).fetchall()
-        if not rows:
-            raise MissingObject(f"object {key} is missing from the store", key=key)
-        content: bytes | None = None
-        depth = 0
-        missing = f"object {key} is a delta against {rows[0][4]}, which is missing"
-        for depth, (k, codec, _, _, base) in enumerate(rows):
-            if codec != objects.CODEC_DELTA:
-                break
-            if base is None or depth >= objects.MAX_DEPTH:
-                raise CorruptObject(f"object {k} is a delta with no base, or a chain too long", key=k)
-            content = self.node_bytes(base)
-            if content is not None:
-                break
-            if depth + 1 == len(rows):
-                raise MissingObject(missing, key=key)
-        for i in range(depth, -1, -1):
-            k, codec, external, data, _ = rows[i]
-            try:
-                payload = self._payload(k, external, data)
-            except MissingObject as exc:
-                if i == 0:
-                    raise
-                raise MissingObject(missing, key=key) from exc
-            base_content = content if codec == objects.CODEC_DELTA else None
-            content = objects.decode(k, codec, payload, self.hasher, base_content)
-        assert content is not None
-        return content
+        rows = self.catalog.read().execute(deltas.chains_sql(1), (key,)).fetchall()
+        return deltas.decode_chain(key, [r[1:] for r in rows], self._payload, self.node_bytes, self.hasher)
+
+    def load_nodes(self, keys: Iterable[str]) -> None:
+        """Cache the nodes among ``keys`` that the cache lacks, their chains read with one query
+        (per 500 nodes); one that cannot be read is left for :meth:`load_node` to report."""
+        wanted = sorted({k for k in keys if self.cached_node(k) is None})
+        for i in range(0, len(wanted), 500):
+            chunk = wanted[i : i + 500]
+            rows = self.catalog.read().execute(deltas.chains_sql(len(chunk)), chunk).fetchall()
+            for top, group in itertools.groupby(rows, key=lambda r: str(r[0])):
+                chain = [r[1:] for r in group]
+                try:
+                    data = deltas.decode_chain(top, chain, self._payload, self.node_bytes, self.hasher)
+                    self.cache_node(top, trees.decode_node(data), data)
+                except (CorruptObject, MissingObject):
+                    continue
 
     def delta_link(self, key: str) -> tuple[str | None, int] | None:
         """(delta base, depth) of ``key``: (None, 0) for an object stored whole; None if absent."""
