@@ -122,6 +122,19 @@ def test_a_delta_whose_base_is_corrupt_or_missing_is_an_error(store: Store, tmp_
         store.get(key)
 
 
+def test_a_damaged_base_node_is_found_though_its_encoding_is_kept(store: Store, tmp_path: Path) -> None:
+    """The encodings the store keeps of recent nodes serve new deltas only: a read through a
+    chain verifies every base in the catalog, so it still finds a damaged one."""
+    _, taken = edit_series(store, tmp_path / "ws", 2)
+    objs = rows(store)
+    key = trees.lookup(store.load_node, store.mark(taken[-1][0]).tree, b"src/pkg").key  # type: ignore[union-attr]
+    base = objs[key][1]
+    assert objs[key][0] == objects.CODEC_DELTA and base is not None and store.node_bytes(base) is not None
+    damage(store, base)
+    with pytest.raises(CorruptObject):
+        store.get(key)
+
+
 def test_a_damaged_previous_version_does_not_stop_the_next_one(store: Store, tmp_path: Path) -> None:
     """The base a new version would be stored against is corrupt: the new version is stored
     whole, and reads back exactly."""

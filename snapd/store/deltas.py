@@ -197,16 +197,12 @@ Row = tuple[str, int, int, bytes | None, str | None]
 
 
 def decode_chain(
-    key: str,
-    rows: list[Row],
-    payload: Callable[[str, int, bytes | None], bytes],
-    known: Callable[[str], bytes | None],
-    hasher: objects.Hasher,
+    key: str, rows: list[Row], payload: Callable[[str, int, bytes | None], bytes], hasher: objects.Hasher
 ) -> bytes:
     """The verified content of ``key`` from its chain's ``rows`` (``key``'s own first, then
-    each base's): a delta is decoded against its base's content, or against ``known(base)``
-    (a verified encoding a cache holds), which ends the chain early. ``payload`` gives a row's
-    stored bytes (an external object's from its file)."""
+    each base's, each verified in turn: a damaged base is found by every read through it,
+    never masked by a cache). ``payload`` gives a row's stored bytes (an external object's
+    from its file)."""
     if not rows:
         raise MissingObject(f"object {key} is missing from the store", key=key)
     content: bytes | None = None
@@ -217,9 +213,6 @@ def decode_chain(
             break
         if base is None or depth >= objects.MAX_DEPTH:
             raise CorruptObject(f"object {k} is a delta with no base, or a chain too long", key=k)
-        content = known(base)
-        if content is not None:
-            break
         if depth + 1 == len(rows):
             raise MissingObject(missing, key=key)
     for i in range(depth, -1, -1):

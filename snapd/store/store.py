@@ -89,10 +89,9 @@ class Store:
         """The content named ``key``, verified against it (CorruptObject otherwise).
 
         A delta needs its base first (verified the same way), at most ``MAX_DEPTH`` links down:
-        the chain's rows come in one query, and a base whose encoding the node cache holds
-        ends it early."""
+        the chain's rows come in one query."""
         rows = self.catalog.read().execute(deltas.chains_sql(1), (key,)).fetchall()
-        return deltas.decode_chain(key, [r[1:] for r in rows], self._payload, self.node_bytes, self.hasher)
+        return deltas.decode_chain(key, [r[1:] for r in rows], self._payload, self.hasher)
 
     def load_nodes(self, keys: Iterable[str]) -> None:
         """Cache the nodes among ``keys`` that the cache lacks, their chains read with one query
@@ -104,7 +103,7 @@ class Store:
             for top, group in itertools.groupby(rows, key=lambda r: str(r[0])):
                 chain = [r[1:] for r in group]
                 try:
-                    data = deltas.decode_chain(top, chain, self._payload, self.node_bytes, self.hasher)
+                    data = deltas.decode_chain(top, chain, self._payload, self.hasher)
                     self.cache_node(top, trees.decode_node(data), data)
                 except (CorruptObject, MissingObject):
                     continue
