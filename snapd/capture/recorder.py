@@ -57,6 +57,11 @@ class Recorder:
         """Queue what differs from the stat cache under ``top`` (b"" = all), reading no file."""
         self._queue_found(self._capturer.scan(top, progress, trust_listings=trust_listings))
 
+    def recheck(self) -> None:
+        """Queue every captured file whose ``lstat`` differs with no event (a rollback's
+        re-check), as a scan's finds are queued: a rule file among them rebuilds the rules."""
+        self._queue_found(self._capturer.recheck_files())
+
     def _queue_found(self, found: set[bytes]) -> None:
         # A rule file changed while unobserved: the rules are rebuilt at the next settle.
         self._dirty.add_paths(found, rules=any(self._rules.current.is_rule_file(p) for p in found))

@@ -261,7 +261,7 @@ class Workspace:
         if rescan and self.recorder.scan_every_mark:  # no event reports a new path either
             self.recorder.scan(b"")
         elif rescan:
-            self.dirty.add_paths(self.capturer.recheck_files())
+            self.recorder.recheck()
         self.recorder.capture_dirty()
         assert self.tree is not None
         return self.tree
