@@ -46,12 +46,12 @@ class ObjectStore(Protocol):
 
 LARGE_OBJECT = 1 << 20
 FLUSH_BYTES = 32 << 20  # new content held in memory before it is flushed (bounds RSS)
+_NO_ENTRY = (None, None, None)  # a deletion's kind, mode, object
 
 
 class StatChanges(Protocol):
-    """Stat-cache rows to write at commit (``capture.statcache.StatCache.take_changes``):
-    the paths dropped (each with everything below it), then the rows of the paths set, made
-    as SQLite takes them (a baseline's 10^5 rows are never all alive at once)."""
+    """Stat-cache rows to write (``StatCache.take_changes``): the paths dropped with all below
+    them, then the rows set, made as SQLite takes them (never 10^5 tuples at once)."""
 
     def removed(self) -> list[bytes]: ...
     def rows(self) -> Iterable[tuple[bytes, int, int, int, int, int, int]]: ...  # path, stat, read ns
@@ -372,7 +372,7 @@ class Batch(deltas.Chooser):
             written = self._write_objects(c, remember=False)
             # In the index's order (workspace, path, time): SQLite appends, no random page splits
             rows = (
-                (ws, paths[i], when, *_version_fields(entries[i]))
+                (ws, paths[i], when, *((e.kind, e.mode, e.key or None) if (e := entries[i]) else _NO_ENTRY))
                 for ws, when, paths, entries in self._versions
                 for i in sorted(range(len(paths)), key=paths.__getitem__)
             )
@@ -398,8 +398,3 @@ class Batch(deltas.Chooser):
         self._marks.clear()
         self._heads.clear()
         return committed
-
-
-def _version_fields(e: trees.Entry | None) -> tuple[str | None, int | None, str | None]:
-    """A version row's (kind, mode, object); all None for a deletion."""
-    return (e.kind, e.mode, e.key or None) if e else (None, None, None)
