@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from ingest_helpers import capture_paths, ingest_tree
 
+from snapd.store import trees
 from snapd.store.store import Store
 
 pytestmark = pytest.mark.timeout(60)
@@ -30,3 +31,55 @@ def test_a_mark_looks_its_new_contents_up_in_one_query(tmp_path: Path) -> None:
         capture_paths(store, ws, root, changed, "turn")
         one_by_one = [s for s in seen if s.startswith("SELECT 1 FROM objects WHERE key=")]
         assert one_by_one == [], f"{len(one_by_one)} single-key lookups for 10 new contents"
+        previous = [s for s in seen if "FROM versions" in s]  # the delta bases: their last versions
+        assert len(previous) == 1, f"10 files' previous versions looked up with {len(previous)} queries"
+
+
+def test_a_mark_in_a_reopened_store_looks_its_node_bases_up_together(tmp_path: Path) -> None:
+    """A reopened store knows no chain links: the directory nodes a mark rewrites above one
+    deep file get their bases' links in one query, and a node stored as a delta is read with
+    its whole chain in one query, not one per link."""
+    root = tmp_path / "ws"
+    deep = root / "a" / "b" / "c" / "d"
+    deep.mkdir(parents=True)
+    (deep / "f.txt").write_bytes(b"first\n" * 50)
+    with Store.open(tmp_path / "store") as store:
+        ws = store.add_workspace(bytes(root))
+        ingest_tree(store, ws, root)
+        for turn in range(3):  # the nodes above f.txt become deltas three links deep
+            (deep / "f.txt").write_bytes(b"turn %d\n" % turn * 50)
+            tree = capture_paths(store, ws, root, [b"a/b/c/d/f.txt"], "turn").tree
+    with Store.open(tmp_path / "store") as store:
+        seen: list[str] = []
+        store.catalog.read().set_trace_callback(seen.append)
+        assert trees.lookup(store.load_node, tree, b"a/b/c/d/f.txt") is not None
+        assert len(seen) == 5, f"5 nodes read with {len(seen)} statements"
+    with Store.open(tmp_path / "store") as store:
+        (deep / "f.txt").write_bytes(b"last\n" * 50)
+        seen = []
+        store.catalog.read().set_trace_callback(seen.append)
+        capture_paths(store, ws, root, [b"a/b/c/d/f.txt"], "turn")
+        one_by_one = [s for s in seen if s.startswith("SELECT base, depth FROM objects WHERE key=")]
+        assert len(one_by_one) <= 1, f"{len(one_by_one)} single-key link lookups (the file's is one)"
+
+
+def test_a_mark_in_a_reopened_store_reads_its_nodes_a_level_at_a_time(tmp_path: Path) -> None:
+    """Four files in four directories: the 10 nodes above them (the root, a, a/b0..b3,
+    a/b0/c..a/b3/c) are read with one query per level of the tree (4), not one per node;
+    each file's previous version (its delta base) is one more read."""
+    root = tmp_path / "ws"
+    files = [f"a/b{i}/c/f.txt" for i in range(4)]
+    for rel in files:
+        (root / rel).parent.mkdir(parents=True)
+        (root / rel).write_bytes(b"first %s\n" % rel.encode() * 20)
+    with Store.open(tmp_path / "store") as store:
+        ws = store.add_workspace(bytes(root))
+        ingest_tree(store, ws, root)
+    for rel in files:
+        (root / rel).write_bytes(b"second %s\n" % rel.encode() * 20)
+    with Store.open(tmp_path / "store") as store:
+        seen: list[str] = []
+        store.catalog.read().set_trace_callback(seen.append)
+        capture_paths(store, ws, root, [f.encode() for f in files], "turn")
+        reads = [s for s in seen if s.startswith("WITH RECURSIVE chain")]
+        assert len(reads) == 4 + 4, f"{len(reads)} object reads for 10 nodes on 4 levels and 4 files"

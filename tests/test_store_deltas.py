@@ -122,6 +122,19 @@ def test_a_delta_whose_base_is_corrupt_or_missing_is_an_error(store: Store, tmp_
         store.get(key)
 
 
+def test_a_damaged_base_node_is_found_though_its_encoding_is_kept(store: Store, tmp_path: Path) -> None:
+    """The encodings the store keeps of recent nodes serve new deltas only: a read through a
+    chain verifies every base in the catalog, so it still finds a damaged one."""
+    _, taken = edit_series(store, tmp_path / "ws", 2)
+    objs = rows(store)
+    key = trees.lookup(store.load_node, store.mark(taken[-1][0]).tree, b"src/pkg").key  # type: ignore[union-attr]
+    base = objs[key][1]
+    assert objs[key][0] == objects.CODEC_DELTA and base is not None and store.node_bytes(base) is not None
+    damage(store, base)
+    with pytest.raises(CorruptObject):
+        store.get(key)
+
+
 def test_a_damaged_previous_version_does_not_stop_the_next_one(store: Store, tmp_path: Path) -> None:
     """The base a new version would be stored against is corrupt: the new version is stored
     whole, and reads back exactly."""
@@ -222,3 +235,25 @@ def test_a_store_written_by_the_previous_release_reads_every_mark(tmp_path: Path
         assert store.get(entry.key) == (root / "src" / "pkg" / "mod0.py").read_bytes()
         for mark_id, expected in manifest.items():
             assert stored_state(store, marks[mark_id].tree) == expected, mark_id
+
+
+def test_the_node_encodings_the_store_keeps_are_their_keys_contents(tmp_path: Path) -> None:
+    """The store keeps the encodings of the nodes read and written last, for the next deltas'
+    bases and chain reads. With every content forced onto one digest, a node whose key is taken
+    gets a variant key: what the store keeps under each key must be that key's stored content
+    (a fresh store reads it), or the next delta would be made against other bytes."""
+    constant = "0" * 32
+    entry = trees.Entry("file", 0o644, 1, "1" * 32 + "-1")
+    with Store.open(tmp_path / "s", hasher=lambda data: constant) as s:
+        with s.batch() as b:
+            b.put(b"x" * len(trees.encode_node({b"f": entry})))  # takes the next node's key
+            tree = b.apply(None, {b"d/g": entry})
+        for name in (b"f", b"h", b"f"):  # each edit a delta against the node before
+            with s.batch() as b:
+                tree = b.apply(tree, {b"d/g": None, b"d/h": None, b"d/f": None, b"d/" + name: entry})
+        kept = {k: s.node_bytes(k) for k in rows(s)}
+        kept_keys = sorted(k for k, v in kept.items() if v is not None)
+        assert len(kept_keys) >= 4
+        with Store.open(tmp_path / "s", hasher=lambda data: constant) as fresh:
+            assert {k: kept[k] for k in kept_keys} == {k: fresh.get(k) for k in kept_keys}
+            assert trees.lookup(fresh.load_node, tree, b"d/f") == entry

@@ -206,6 +206,13 @@ def capture(
         for chunk in chunks:
             if len(chunk) > 1:  # one existence query for the whole chunk
                 batch.prefetch(objects.base_key(r.digest, r.size) for r in chunk if r.digest is not None)
+            # A mark's few files are stored as deltas against their previous versions, looked
+            # up (with those versions' chain links) in one query each for the chunk; a
+            # baseline's have none.
+            bases: dict[bytes, str] = {}
+            if ws is not None and not parallel:
+                bases = batch.store.last_objects(ws, [r.rel for r in chunk if r.digest is not None])
+                batch.prefetch_links(bases.values())
             for r in chunk:
                 change: trees.Change
                 if on_read is not None:
@@ -226,9 +233,7 @@ def capture(
                         report.skip(r.rel, r.reason)
                 else:
                     assert r.digest is not None and r.sha is not None
-                    # A mark's few files are stored as deltas against their previous versions
-                    # (one indexed query each); a baseline's have none.
-                    base = batch.store.last_object(ws, r.rel) if ws is not None and not parallel else None
+                    base = bases.get(r.rel)
                     data = r.data if base is not None else None
                     key = batch.put_digested(r.digest, r.size, r.sha, _payload(r), base, data)
                     change = trees.Entry(r.kind, r.mode, r.size, key)

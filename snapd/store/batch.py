@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from snapd.errors import StoreError
 from snapd.store import deltas, objects, safeio, trees
-from snapd.store.catalog import Catalog
+from snapd.store.catalog import Catalog, objects_by_key
 from snapd.store.holds import GcHolds
 from snapd.store.objects import fingerprint
 from snapd.store.records import MARK_COLUMNS, Mark, mark_row
@@ -40,8 +40,10 @@ class ObjectStore(Protocol):
     def get(self, key: str) -> bytes: ...
     def has(self, key: str) -> bool: ...
     def load_node(self, key: str) -> trees.Node: ...
-    def cache_node(self, key: str, node: trees.Node) -> None: ...
-    def last_object(self, ws: int, path: bytes) -> str | None: ...  # and deltas.Chooser's needs
+    def load_nodes(self, keys: Iterable[str]) -> None: ...
+    def cached_node(self, key: str) -> trees.Node | None: ...
+    def cache_node(self, key: str, node: trees.Node, data: bytes | None = None) -> None: ...
+    def last_objects(self, ws: int, paths: list[bytes]) -> dict[bytes, str]: ...  # and deltas.Chooser's
 
 
 LARGE_OBJECT = 1 << 20
@@ -66,6 +68,8 @@ class Batch(deltas.Chooser):
         self._pending: dict[str, deltas.Pending] = {}  # no raw bytes: see put_digested
         self._pending_bytes = 0
         self._nodes: dict[str, trees.Node] = {}
+        self._encoded: dict[str, bytes] = {}  # each node's bytes, as hashed for its key
+        self._links: dict[str, tuple[str | None, int]] = {}  # see deltas.Chooser.prefetch_links
         self._held: set[str] = set()
         self._shards: set[Path] = set()
         # (workspace, time, paths, entries): one run per capture, rows made at commit (a
@@ -106,19 +110,13 @@ class Batch(deltas.Chooser):
     # -- objects -----------------------------------------------------------------------------
 
     def prefetch(self, keys: Iterable[str]) -> None:
-        """Look up many keys in one query (per 500), so ``put`` skips a query for each missing one.
-
-        Keys found present are held against GC right away, as ``put`` would hold them.
-        """
+        """Look up many keys at once, so ``put`` skips a query for each missing one. Keys found
+        present are held against GC right away, as ``put`` would hold them."""
         wanted = [k for k in set(keys) if k not in self._pending and k not in self._held]
         if not wanted:
             return
-        found: set[str] = set()
         with self.store.holds.lock:
-            for i in range(0, len(wanted), 500):  # SQLite caps the parameters of a statement
-                chunk = wanted[i : i + 500]
-                sql = f"SELECT key FROM objects WHERE key IN ({','.join('?' * len(chunk))})"
-                found.update(k for (k,) in self.store.catalog.read().execute(sql, chunk))
+            found = {k for k, _ in objects_by_key(self.store.catalog.read(), "1", wanted)}
             for k in found:
                 self._hold(k)
         self._absent.update(k for k in wanted if k not in found)
@@ -193,18 +191,19 @@ class Batch(deltas.Chooser):
         return node if node is not None else self.store.load_node(key)
 
     def save_node(self, node: trees.Node, base: str | None = None) -> str:
-        key = self.put(trees.encode_node(node), base=base)
-        self._nodes[key] = node
+        data = trees.encode_node(node)
+        key = self.put(data, base=base)
+        self._nodes[key], self._encoded[key] = node, data  # for this batch's reads and deltas
         return key
 
     def apply(self, root: str | None, changes: Mapping[bytes, trees.Change]) -> str:
         """A new tree: ``root`` with ``changes`` applied (only the changed paths are touched).
 
-        The nodes it writes are new contents almost always (a mark of 10 files at 100k writes
-        ~50): they are encoded first and their keys looked up in one query (:meth:`prefetch`),
-        not one each, then stored. Should one be taken by other bytes (a collision: the node
-        gets a variant key), the tree is built again, each node stored as it is made. A tree
-        built from nothing (a baseline: every node new, tens of thousands) is stored as built."""
+        The nodes it reads are read a tree level at a time; those it writes (~50 for a mark of
+        10 files at 100k), new contents almost always, are encoded first, their keys and their
+        bases' links looked up in one query each, then stored. Should one be taken by other
+        bytes (a collision: a variant key), the tree is built again, each node stored as made.
+        A tree built from nothing (a baseline) is stored as built."""
         if root is None:
             return trees.apply_changes(self.load_node, self.save_node, root, changes)
         staged: list[tuple[str, str, trees.Node, bytes, str | None]] = []
@@ -216,12 +215,14 @@ class Batch(deltas.Chooser):
             staged.append((key, digest, node, data, base))
             return key
 
+        trees.load_levels(self.store.load_nodes, self.store.cached_node, root, changes)
         tree = trees.apply_changes(self.load_node, stage, root, changes)
         self.prefetch(key for key, _, _, _, _ in staged)
+        self.prefetch_links(base for _, _, _, _, base in staged if base is not None)
         for key, digest, node, data, base in staged:
             if self.put(data, digest, base) != key:
                 return trees.apply_changes(self.load_node, self.save_node, root, changes)
-            self._nodes[key] = node
+            self._nodes[key], self._encoded[key] = node, data
         return tree
 
     # -- catalog rows ------------------------------------------------------------------------
@@ -296,12 +297,7 @@ class Batch(deltas.Chooser):
         now = time.time_ns()
         rows = []
         keys = list(self._pending)
-        present: dict[str, tuple[int, int, bytes | None]] = {}
-        for i in range(0, len(keys), 500):  # one query per 500 keys, not one per key
-            chunk = keys[i : i + 500]
-            marks = ",".join("?" * len(chunk))
-            sql = f"SELECT key, codec, external, data FROM objects WHERE key IN ({marks})"
-            present.update((r[0], (r[1], r[2], r[3])) for r in c.execute(sql, chunk))
+        present = {r[0]: r[1:] for r in objects_by_key(c, "codec, external, data", keys)}
         for key, (codec, payload, sha, size, external, base, depth) in self._pending.items():
             row = present.get(key)
             if row is not None:
@@ -392,8 +388,9 @@ class Batch(deltas.Chooser):
             self._write_stats(c)
         self.store.recent.add_all(written)
         for key, node in self._nodes.items():
-            self.store.cache_node(key, node)
+            self.store.cache_node(key, node, self._encoded.get(key))
         self._nodes.clear()
+        self._encoded.clear()
         self._versions.clear()
         self._marks.clear()
         self._heads.clear()

@@ -209,6 +209,15 @@ class _Connection(sqlite3.Connection):
         return _Cursor(self).executemany(sql, seq_of_parameters)
 
 
+def objects_by_key(conn: sqlite3.Connection, columns: str, keys: list[str]) -> Iterator[Any]:
+    """``SELECT key, columns FROM objects`` for ``keys``: one query per 500 keys (SQLite caps
+    the parameters of a statement), not one per key."""
+    for i in range(0, len(keys), 500):
+        chunk = keys[i : i + 500]
+        marks = ",".join("?" * len(chunk))
+        yield from conn.execute(f"SELECT key, {columns} FROM objects WHERE key IN ({marks})", chunk)
+
+
 def _connect(path: Path) -> _Connection:
     try:
         conn = sqlite3.connect(

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, Protocol
 
 from snapd.errors import CorruptObject, MissingObject
 from snapd.store import objects, trees
+from snapd.store.catalog import objects_by_key
 
 
 class Pending(NamedTuple):
@@ -87,6 +88,8 @@ class Chooser:
     store: Any  # batch.ObjectStore
     _pending: dict[str, Pending]
     _nodes: dict[str, trees.Node]
+    _encoded: dict[str, bytes]  # the bytes of the nodes in _nodes
+    _links: dict[str, tuple[str | None, int]]  # stored objects' links found by prefetch_links
 
     def _hold(self, key: str) -> None:
         raise NotImplementedError
@@ -104,17 +107,35 @@ class Chooser:
         pending = self._pending.get(key)
         if pending is not None:
             return pending.base, pending.depth
+        known = self._links.get(key)
+        if known is not None:  # looked up (and held) by prefetch_links
+            return known
         with self.store.holds.lock:
             found: tuple[str | None, int] | None = self.store.recent.get(key) or self.store.delta_link(key)
             if found is not None:
                 self._hold(key)
         return found
 
+    def prefetch_links(self, keys: Iterable[str]) -> None:
+        """Look up the chain links of many likely bases at once, holding each one found
+        against GC, so :meth:`link` asks the catalog nothing for them."""
+        wanted = [k for k in set(keys) if k not in self._pending and k not in self._links]
+        with self.store.holds.lock:
+            wanted = [k for k in wanted if self.store.recent.get(k) is None]
+            for key, base, depth in objects_by_key(self.store.catalog.read(), "base, depth", wanted):
+                self._links[key] = (base, int(depth))
+                self._hold(key)
+
     def content(self, key: str) -> bytes:
-        """:meth:`Host.content`: a node in a cache encoded again, or a verified read."""
-        node = self._nodes.get(key) or self.store.cached_node(key)
-        data = node_bytes(key, node, self.store.hasher)
-        stored: bytes = data if data is not None else self.store.get(key)
+        """:meth:`Host.content`: a node's bytes as a cache holds them (checked against the
+        key), or a verified read."""
+        data = self._encoded.get(key) or self.store.node_bytes(key)
+        if data is None:
+            node = self._nodes.get(key) or self.store.cached_node(key)
+            data = None if node is None else trees.encode_node(node)
+        if data is not None and objects.matches(key, data, self.store.hasher):
+            return data
+        stored: bytes = self.store.get(key)
         return stored
 
 
@@ -129,15 +150,6 @@ class Host(Protocol):
     def content(self, key: str) -> bytes:
         """The verified content of a pending or stored object."""
         ...
-
-
-def node_bytes(key: str, node: trees.Node | None, hasher: objects.Hasher) -> bytes | None:
-    """A cached tree node's content without a read: its encoding is canonical, and the digest
-    check proves it is ``key``'s (None if not, or no node)."""
-    if node is None:
-        return None
-    data = trees.encode_node(node)
-    return data if objects.matches(key, data, hasher) else None
 
 
 def against(host: Host, base: str, data: bytes, whole: tuple[int, bytes] | None) -> Encoded:
@@ -171,3 +183,52 @@ def against(host: Host, base: str, data: bytes, whole: tuple[int, bytes] | None)
 def stored_whole(data: bytes, whole: tuple[int, bytes] | None) -> tuple[int, bytes, None, int]:
     codec, payload = whole or objects.encode(data)
     return codec, payload, None, 0
+
+
+def chains_sql(count: int) -> str:
+    """The rows (top key, key, codec, external, data, base) of ``count`` objects and, for each
+    delta, of its base, down its chain to an object stored whole: one query for them all,
+    ordered by top key, then link."""
+    return f"""WITH RECURSIVE chain(top, n, key, codec, external, data, base) AS (
+    SELECT key, 0, key, codec, external, data, base FROM objects WHERE key IN ({",".join("?" * count)})
+    UNION ALL
+    SELECT c.top, c.n + 1, o.key, o.codec, o.external, o.data, o.base FROM chain c
+    JOIN objects o ON o.key = c.base WHERE c.codec = {objects.CODEC_DELTA} AND c.n < {objects.MAX_DEPTH})
+SELECT top, key, codec, external, data, base FROM chain ORDER BY top, n"""
+
+
+Row = tuple[str, int, int, bytes | None, str | None]
+"""An object's (key, codec, external, data, base) row."""
+
+
+def decode_chain(
+    key: str, rows: list[Row], payload: Callable[[str, int, bytes | None], bytes], hasher: objects.Hasher
+) -> bytes:
+    """The verified content of ``key`` from its chain's ``rows`` (``key``'s own first, then
+    each base's, each verified in turn: a damaged base is found by every read through it,
+    never masked by a cache). ``payload`` gives a row's stored bytes (an external object's
+    from its file)."""
+    if not rows:
+        raise MissingObject(f"object {key} is missing from the store", key=key)
+    content: bytes | None = None
+    depth = 0
+    missing = f"object {key} is a delta against {rows[0][4]}, which is missing"
+    for depth, (k, codec, _, _, base) in enumerate(rows):
+        if codec != objects.CODEC_DELTA:
+            break
+        if base is None or depth >= objects.MAX_DEPTH:
+            raise CorruptObject(f"object {k} is a delta with no base, or a chain too long", key=k)
+        if depth + 1 == len(rows):
+            raise MissingObject(missing, key=key)
+    for i in range(depth, -1, -1):
+        k, codec, external, data, _ = rows[i]
+        try:
+            stored = payload(k, external, data)
+        except MissingObject as exc:
+            if i == 0:
+                raise
+            raise MissingObject(missing, key=key) from exc
+        base_content = content if codec == objects.CODEC_DELTA else None
+        content = objects.decode(k, codec, stored, hasher, base_content)
+    assert content is not None
+    return content

@@ -14,10 +14,12 @@ GC from deleting an object a capture is about to reference.
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ from snapd.store.records import MARK_COLUMNS, Mark, Version, WorkspaceRecord, ma
 from snapd.store.refs import FULL_ID, parse_ref
 
 NODE_CACHE = 4096
+NODE_BYTES = 1024  # the encodings of the nodes read or written last (the next deltas' bases)
 
 
 class Store:
@@ -43,6 +46,7 @@ class Store:
         safeio.ensure_dir(directory / "objects")
         self.catalog = Catalog(directory / "catalog.sqlite")
         self._nodes: OrderedDict[str, trees.Node] = OrderedDict()
+        self._node_bytes: OrderedDict[str, bytes] = OrderedDict()  # verified encodings
         self._nodes_lock = threading.Lock()
         self.holds = GcHolds()  # keys write batches rely on, spared by the GC sweep
         self.recent = deltas.Recent()  # objects batches committed lately (the next deltas' bases)
@@ -68,42 +72,41 @@ class Store:
         objects.parse_key(key)
         return self.dir / "objects" / key[:2] / key
 
-    def payload(self, key: str) -> tuple[int, bytes, str | None]:
-        """(codec, stored bytes, delta base key) of ``key``, not verified: :meth:`get` is what
-        readers want."""
-        row = (
-            self.catalog.read()
-            .execute("SELECT codec, external, data, base FROM objects WHERE key=?", (key,))
-            .fetchone()
-        )
-        if row is None:
-            raise MissingObject(f"object {key} is missing from the store", key=key)
-        codec, external, data, base = row
-        if external:
-            path = self.object_path(key)
-            try:
-                data = path.read_bytes()
-            except FileNotFoundError as exc:
-                raise MissingObject(f"object file for {key} is missing", key=key) from exc
-            except OSError as exc:
-                raise safeio.os_error(exc, "read", path) from exc
-        return codec, data, base
+    def _payload(self, key: str, external: int, data: bytes | None) -> bytes:
+        """An object's stored bytes, from its row or, for an external one, its file."""
+        if not external:
+            assert data is not None
+            return data
+        path = self.object_path(key)
+        try:
+            return path.read_bytes()
+        except FileNotFoundError as exc:
+            raise MissingObject(f"object file for {key} is missing", key=key) from exc
+        except OSError as exc:
+            raise safeio.os_error(exc, "read", path) from exc
 
-    def get(self, key: str, _links: int = 0) -> bytes:
+    def get(self, key: str) -> bytes:
         """The content named ``key``, verified against it (CorruptObject otherwise).
 
-        A delta reads its base first (verified the same way): at most ``MAX_DEPTH`` more reads."""
-        codec, payload, base = self.payload(key)
-        content = None
-        if codec == objects.CODEC_DELTA:
-            if base is None or _links >= objects.MAX_DEPTH:
-                raise CorruptObject(f"object {key} is a delta with no base, or a chain too long", key=key)
-            try:
-                content = self.get(base, _links + 1)
-            except MissingObject as exc:
-                why = f"object {key} is a delta against {base}, which is missing"
-                raise MissingObject(why, key=key) from exc
-        return objects.decode(key, codec, payload, self.hasher, content)
+        A delta needs its base first (verified the same way), at most ``MAX_DEPTH`` links down:
+        the chain's rows come in one query."""
+        rows = self.catalog.read().execute(deltas.chains_sql(1), (key,)).fetchall()
+        return deltas.decode_chain(key, [r[1:] for r in rows], self._payload, self.hasher)
+
+    def load_nodes(self, keys: Iterable[str]) -> None:
+        """Cache the nodes among ``keys`` that the cache lacks, their chains read with one query
+        (per 500 nodes); one that cannot be read is left for :meth:`load_node` to report."""
+        wanted = sorted({k for k in keys if self.cached_node(k) is None})
+        for i in range(0, len(wanted), 500):
+            chunk = wanted[i : i + 500]
+            rows = self.catalog.read().execute(deltas.chains_sql(len(chunk)), chunk).fetchall()
+            for top, group in itertools.groupby(rows, key=lambda r: str(r[0])):
+                chain = [r[1:] for r in group]
+                try:
+                    data = deltas.decode_chain(top, chain, self._payload, self.hasher)
+                    self.cache_node(top, trees.decode_node(data), data)
+                except (CorruptObject, MissingObject):
+                    continue
 
     def delta_link(self, key: str) -> tuple[str | None, int] | None:
         """(delta base, depth) of ``key``: (None, 0) for an object stored whole; None if absent."""
@@ -113,6 +116,12 @@ class Store:
     def cached_node(self, key: str) -> trees.Node | None:
         with self._nodes_lock:
             return self._nodes.get(key)
+
+    def node_bytes(self, key: str) -> bytes | None:
+        """The encoding of node ``key`` if read or written lately (checked against the key
+        when it was cached: a read verified it, a batch hashed it to make the key)."""
+        with self._nodes_lock:
+            return self._node_bytes.get(key)
 
     def has(self, key: str) -> bool:
         row = self.catalog.read().execute("SELECT 1 FROM objects WHERE key=?", (key,)).fetchone()
@@ -124,15 +133,21 @@ class Store:
             if node is not None:
                 self._nodes.move_to_end(key)
                 return node
-        node = trees.decode_node(self.get(key))
-        self.cache_node(key, node)
+        data = self.get(key)
+        node = trees.decode_node(data)
+        self.cache_node(key, node, data)
         return node
 
-    def cache_node(self, key: str, node: trees.Node) -> None:
+    def cache_node(self, key: str, node: trees.Node, data: bytes | None = None) -> None:
+        """Cache ``node``, and ``data``, its encoding, which must be ``key``'s content."""
         with self._nodes_lock:
             self._nodes[key] = node
             while len(self._nodes) > NODE_CACHE:
                 self._nodes.popitem(last=False)
+            if data is not None:
+                self._node_bytes[key] = data
+                while len(self._node_bytes) > NODE_BYTES:
+                    self._node_bytes.popitem(last=False)
 
     @property
     def cached_nodes(self) -> int:
@@ -147,6 +162,7 @@ class Store:
         nodes and links they need (a link: one indexed query)."""
         with self._nodes_lock:
             self._nodes = OrderedDict()
+            self._node_bytes = OrderedDict()
         self.recent.clear()
 
     def batch(self) -> Batch:
@@ -357,18 +373,21 @@ class Store:
         )
         return [version_from_row(path, t, kind, mode, key) for t, kind, mode, key in rows]
 
-    def last_object(self, ws: int, path: bytes) -> str | None:
-        """The object of ``path``'s newest recorded version (None: none, or not a content)."""
-        row = (
-            self.catalog.read()
-            .execute(
-                "SELECT object, kind FROM versions WHERE workspace=? AND path=?"
-                " ORDER BY time DESC, id DESC LIMIT 1",
-                (ws, path),
+    def last_objects(self, ws: int, paths: list[bytes]) -> dict[bytes, str]:
+        """The object of each path's newest recorded version, for the paths whose newest
+        version holds a content (a file or symlink), in one query (per 400 paths)."""
+        out: dict[bytes, str] = {}
+        for i in range(0, len(paths), 400):
+            chunk = paths[i : i + 400]
+            sql = (
+                f"WITH p(path) AS (VALUES {','.join(['(?)'] * len(chunk))})"
+                " SELECT p.path, v.object, v.kind FROM p JOIN versions v ON v.id = (SELECT id FROM versions"
+                " WHERE workspace=? AND path=p.path ORDER BY time DESC, id DESC LIMIT 1)"
             )
-            .fetchone()
-        )
-        return row[0] if row and row[1] in ("file", "symlink") else None
+            for path, key, kind in self.catalog.read().execute(sql, (*chunk, ws)):
+                if kind in ("file", "symlink"):
+                    out[bytes(path)] = key
+        return out
 
     def stored_bytes(self) -> int:
         return self.catalog.stored_bytes()

@@ -16,7 +16,7 @@ paths without a leading slash.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal, Protocol, TypeGuard
 
@@ -255,6 +255,30 @@ def _apply(load: Load, save: Save, key: str | None, pending: _Pending) -> str:
     if key is not None and node == original:
         return key  # nothing changed here: no node to write (scans re-assert every directory)
     return save(node, key)
+
+
+def load_levels(
+    load_many: Callable[[list[str]], None],
+    cached: Callable[[str], Node | None],
+    root: str,
+    paths: Iterable[bytes],
+) -> None:
+    """Have ``load_many`` read the nodes of the directories above ``paths`` under ``root``
+    (those :func:`apply_changes` loads), one call per level of the tree instead of one read
+    per node; ``cached`` gives a node it read (or None)."""
+    split = [split_path(p) for p in paths]
+    depth = 0
+    level: dict[tuple[bytes, ...], str] = {(): root}
+    while level:
+        load_many(list(level.values()))
+        below: dict[tuple[bytes, ...], str] = {}
+        for parts in split:
+            above = level.get(tuple(parts[:depth])) if len(parts) > depth + 1 else None
+            node = cached(above) if above is not None else None
+            entry = node.get(parts[depth]) if node is not None else None
+            if entry is not None and entry.kind == "dir" and entry.key:
+                below[tuple(parts[: depth + 1])] = entry.key
+        depth, level = depth + 1, below
 
 
 def lookup(load: Load, root: str, path: bytes) -> Entry | None:
