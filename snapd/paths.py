@@ -30,6 +30,8 @@ from snapd.errors import BadRequest
 
 SNAPD_PREFIX: Final = ".snapd-"
 SNAPD_SUFFIX: Final = "~"
+_SNAPD_PREFIX_B: Final = SNAPD_PREFIX.encode()  # asked of every name a walk meets
+_SNAPD_SUFFIX_B: Final = SNAPD_SUFFIX.encode()
 _COOKIE_RE: Final = re.compile(rb"\.snapd-[0-9]+-[0-9]+~")
 #: Workspace-relative paths of the files snapd's agent integrations write (see the docstring).
 INTEGRATION_FILES: Final = frozenset(
@@ -84,7 +86,7 @@ def is_snapd_name(name: str | bytes) -> bool:
     """Any of snapd's own names, ``.snapd-*~`` (temps and cookies): never captured or shown."""
     if isinstance(name, str):
         return name.startswith(SNAPD_PREFIX) and name.endswith(SNAPD_SUFFIX)
-    return name.startswith(SNAPD_PREFIX.encode()) and name.endswith(SNAPD_SUFFIX.encode())
+    return name.startswith(_SNAPD_PREFIX_B) and name.endswith(_SNAPD_SUFFIX_B)
 
 
 def is_integration_file(rel: bytes) -> bool:

@@ -41,6 +41,23 @@ def test_nested_gitignore_and_negation() -> None:
     assert not r.is_ignored(b"sub/x.txt")
 
 
+def test_a_directory_is_judged_against_the_patterns_once() -> None:
+    """Placing the watches judges every directory; the walk that follows asks again for each
+    one (10^4-10^5 at a baseline) and gets the cached verdict, the same as a fresh one."""
+    r = rules({b"": b"build/\n*.log\n", b"src": b"!keep/\n"})
+    fresh = rules({b"": b"build/\n*.log\n", b"src": b"!keep/\n"})
+    dirs = [b"src", b"src/keep", b"build", b"src/build", b"a", b"a/b.log"]
+    for d in dirs:
+        r.dir_may_contain_captured(d)
+    judged: list[bytes] = []
+    inner = r._pattern_reason
+    r._pattern_reason = lambda rel, is_dir: judged.append(rel) or inner(rel, is_dir)  # type: ignore[method-assign]
+    assert [r.reason(d, True) for d in dirs] == [fresh.reason(d, True) for d in dirs]
+    assert [r.reason(d, True) for d in dirs] == [None, None, "gitignore", "gitignore", None, "gitignore"]
+    assert judged == [], "judged again"
+    assert r.reason(b"src/x.log") == "gitignore" and judged == [b"src/x.log"]  # files: as before
+
+
 def test_last_match_wins_within_a_file() -> None:
     r = rules({b"": b"*.o\n!important.o\nimportant.o\n!a/*.o\n"})
     assert r.is_ignored(b"important.o")

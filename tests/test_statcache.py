@@ -154,6 +154,22 @@ def test_children_of_small_and_big_directories() -> None:
     assert cache.children(b"big") == set() and len(cache) == 2 and cache.files() == 1
 
 
+def test_changes_are_written_in_path_order_and_unpacked_as_read() -> None:
+    """A baseline's 10^5 stat rows go to SQLite in key order (appended, not split into its
+    pages at random), each unpacked as SQLite takes it: the changes hold packed bytes, never a
+    tuple per path."""
+    cache = StatCache()
+    names = [b"z", b"a/c", b"m", b"a", b"a/b", b"b"]
+    for i, p in enumerate(names):
+        cache.set(p, (FILE, i, i, i, i), 10 + i)
+    cache.remove(b"m")
+    changes = cache.take_changes()
+    assert [r[0] for r in changes.rows()] == sorted(set(names) - {b"m"})
+    assert next(iter(changes.rows())) == (b"a", FILE, 3, 3, 3, 3, 13)
+    assert changes.removed() == [b"m"] and changes[b"m"] is None
+    assert all(type(v) is bytes or v is None for v in changes._packed.values())
+
+
 def test_a_baseline_leaves_no_tree_nodes_cached(tmp_path: Path) -> None:
     """The nodes a baseline wrote are not kept (they pinned its fragmented heap); a mark after
     it reloads what it needs and holds the change."""
@@ -170,6 +186,8 @@ def test_a_baseline_leaves_no_tree_nodes_cached(tmp_path: Path) -> None:
     try:
         assert ws.start() is not None  # the baseline
         assert store.cached_nodes == 0
+        (tree,) = store.catalog.read().execute("SELECT tree FROM marks WHERE kind='baseline'").fetchone()
+        assert store.recent.get(tree) is None, "nor the chain links of the objects it wrote"
         (root / "d3" / "e" / "f").write_text("changed")
         mark = ws.mark("after")
         assert mark.summary.get("changed") == 1

@@ -612,3 +612,21 @@ def test_the_budget_counts_only_objects_past_the_grace_period_and_says_when_it_c
         "and versions that must be kept (newest, pinned, recent pre-rollback, versions inside the age "
         "window): raise the budget or unpin marks"
     ]
+
+
+def test_a_commit_writes_version_rows_in_path_order_and_holds_no_emptied_table(store: Store) -> None:
+    """A capture's version rows go to SQLite in the order of their index (workspace, path,
+    time), whatever order they were read in: SQLite then appends to the index's pages instead
+    of splitting them at random (a 100k-file baseline's commit took twice the CPU). And once
+    the batch ends, the GC holds table is a new one: a dict keeps its size as keys go (a
+    baseline held 10^4 keys at once)."""
+    ws = store.add_workspace(b"/nowhere")
+    names = [b"z", b"a/c", b"m", b"a", b"a/b", b"b"]
+    with store.batch() as b:
+        for i, p in enumerate(names):
+            b.add_version(ws, p, 5, trees.Entry("file", 0o644, 1, b.put(b"%d" % i)))
+        holds = store.holds._held
+        assert len(holds) == len(names)
+    rows = store.catalog.read().execute("SELECT path FROM versions ORDER BY id").fetchall()
+    assert [p for (p,) in rows] == sorted(names)
+    assert store.holds._held is not holds and len(store.holds._held) == 0

@@ -217,7 +217,7 @@ class IgnoreRules:
     def reason(self, rel: bytes, is_dir: bool = False) -> Reason | None:
         """Why ``rel`` is not captured, or None when it is captured."""
         parts = rel.split(b"/")
-        if any(p in VCS_NAMES for p in parts):
+        if not VCS_NAMES.isdisjoint(parts):
             return "vcs"
         name = parts[-1]
         if is_snapd_name(name) or is_integration_file(rel):
@@ -235,12 +235,14 @@ class IgnoreRules:
             # directory's own .gitignore): a mark's rules are rebuilt from its tree, and a rule
             # file missing there would let a rollback treat what it hid as never existing.
             return None
-        return self._pattern_reason(rel, is_dir)
+        # A directory's verdict is its cached one (placing the watches judged every directory
+        # already): its parent's is None here, so the two agree.
+        return self._dir_reason(rel) if is_dir else self._pattern_reason(rel, False)
 
     def dir_may_contain_captured(self, rel_dir: bytes) -> bool:
         """Whether a walker or watcher must descend into ``rel_dir``: it is not excluded, or
         git tracks something below it (a tracked file inside an ignored directory)."""
-        if any(p in VCS_NAMES for p in rel_dir.split(b"/")):
+        if not VCS_NAMES.isdisjoint(rel_dir.split(b"/")):
             return False
         if rel_dir in self._tracked_dirs:
             return True

@@ -159,7 +159,7 @@ class Workspace:
             self._watch_shortfall()
         self.progress = None
         if baseline is not None:
-            self.store.forget_nodes()
+            self.store.forget_caches()
         trim_memory()
         self._thread.start()
         watches = watcher.watch_count

@@ -48,7 +48,15 @@ class ObjectStore(Protocol):
 
 LARGE_OBJECT = 1 << 20
 FLUSH_BYTES = 32 << 20  # new content held in memory before it is flushed (bounds RSS)
-StatRow = tuple[tuple[int, int, int, int, int], int]  # (st_mode, size, mtime, ctime, ino), read ns
+_NO_ENTRY = (None, None, None)  # a deletion's kind, mode, object
+
+
+class StatChanges(Protocol):
+    """Stat-cache rows to write (``StatCache.take_changes``): the paths dropped with all below
+    them, then the rows set, made as SQLite takes them (never 10^5 tuples at once)."""
+
+    def removed(self) -> list[bytes]: ...
+    def rows(self) -> Iterable[tuple[bytes, int, int, int, int, int, int]]: ...  # path, stat, read ns
 
 
 class Batch(deltas.Chooser):
@@ -70,7 +78,7 @@ class Batch(deltas.Chooser):
         self._marks: list[Mark] = []
         self._heads: dict[int, str] = {}
         self._absent: set[str] = set()  # keys a prefetch found missing (see prefetch)
-        self._stats: dict[int, dict[bytes, StatRow | None]] = {}  # workspace -> path -> row
+        self._stats: list[tuple[int, StatChanges]] = []  # written in order at commit
         # Objects this batch already flushed: key -> SHA-256 of the bytes we read. A repeat of
         # such a content is compared by this cryptographic fingerprint instead of reading the
         # object back (a baseline repeats most contents many times).
@@ -225,13 +233,10 @@ class Batch(deltas.Chooser):
         self._versions[-1][2].append(path)
         self._versions[-1][3].append(entry)
 
-    def set_stats(self, ws: int, rows: dict[bytes, StatRow | None]) -> None:
-        """Record stat-cache rows at commit: path -> row, or None to drop the path and its
-        subtree. The batch takes ``rows`` over (a baseline's 10^5 rows are not copied)."""
-        if ws in self._stats:
-            self._stats[ws].update(rows)
-        else:
-            self._stats[ws] = rows
+    def set_stats(self, ws: int, changes: StatChanges) -> None:
+        """Record stat-cache rows at commit, after those recorded before. The batch takes
+        ``changes`` over (a baseline's 10^5 rows are not copied)."""
+        self._stats.append((ws, changes))
 
     def set_head(self, ws: int, tree: str) -> None:
         """Record ``tree`` as the workspace's captured state when the batch commits."""
@@ -316,21 +321,15 @@ class Batch(deltas.Chooser):
         return [(r[0], (r[7], r[8])) for r in rows]  # chain links, for Store.recent once committed
 
     def _write_stats(self, c: Any) -> None:
-        for ws, rows in self._stats.items():
-            for path in [p for p, value in rows.items() if value is None]:
+        for ws, changes in self._stats:
+            for path in changes.removed():
                 # The path and everything below it ("/" is 0x2f, "0" the next byte).
                 # Two statements: with an OR, SQLite scans the whole workspace for each one.
                 c.execute("DELETE FROM stats WHERE workspace=? AND path=?", (ws, path))
                 below = (ws, path + b"/", path + b"0")
                 c.execute("DELETE FROM stats WHERE workspace=? AND path>? AND path<?", below)
-        # The rows as SQLite takes them, not as a list: a baseline's would be 100k more tuples.
-        upserts = (
-            (ws, path, *value[0], value[1])
-            for ws, rows in self._stats.items()
-            for path, value in rows.items()
-            if value is not None
-        )
-        c.executemany("INSERT OR REPLACE INTO stats VALUES (?,?,?,?,?,?,?,?)", upserts)
+            upserts = ((ws, *row) for row in changes.rows())
+            c.executemany("INSERT OR REPLACE INTO stats VALUES (?,?,?,?,?,?,?,?)", upserts)
         self._stats.clear()
 
     def _file_size(self, key: str) -> int:
@@ -367,10 +366,11 @@ class Batch(deltas.Chooser):
         committed: list[Mark] = []
         with self.store.catalog.write() as c:
             written = self._write_objects(c, remember=False)
+            # In the index's order (workspace, path, time): SQLite appends, no random page splits
             rows = (
-                (ws, path, when, *((e.kind, e.mode, e.key or None) if e else (None, None, None)))
+                (ws, paths[i], when, *((e.kind, e.mode, e.key or None) if (e := entries[i]) else _NO_ENTRY))
                 for ws, when, paths, entries in self._versions
-                for path, e in zip(paths, entries, strict=True)
+                for i in sorted(range(len(paths)), key=paths.__getitem__)
             )
             c.executemany(
                 "INSERT INTO versions (workspace, path, time, kind, mode, object) VALUES (?,?,?,?,?,?)", rows

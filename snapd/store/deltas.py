@@ -76,6 +76,11 @@ class Recent:
         with self._lock:
             self._items.pop(key, None)
 
+    def clear(self) -> None:
+        """Forget every link (a new, empty dict: a cleared one keeps its size)."""
+        with self._lock:
+            self._items = OrderedDict()
+
 
 class Chooser:
     """The batch's side of choosing a base (:class:`snapd.store.batch.Batch` is one)."""

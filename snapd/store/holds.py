@@ -39,7 +39,9 @@ class GcHolds:
         """One holder fewer for each of ``keys``."""
         with self.lock:
             self._held.subtract(keys)
-            self._held += Counter()  # drop zero counts
+            # Only positive counts kept, in a new Counter: a dict never shrinks as keys go,
+            # and a baseline held 10^4 keys at once (1 MB at django-100k).
+            self._held = +self._held
 
     def spared(self, key: str) -> bool:
         """A sweep must not delete ``key`` (the caller holds :attr:`lock`)."""

@@ -154,13 +154,16 @@ class Store:
         """How many tree nodes the cache holds now."""
         return len(self._nodes)
 
-    def forget_nodes(self) -> None:
-        """Empty the tree-node cache. After a baseline it holds the last of 10^4-10^5 nodes
-        written, scattered through a heap the baseline's short-lived objects fragmented: kept,
-        they pin that heap (~15 MB at 100k files); marks reload the few nodes they need."""
+    def forget_caches(self) -> None:
+        """Empty the tree-node cache and the chain links of recent objects. After a baseline
+        they hold the last of 10^4-10^5 nodes written and a link for each of its 10^4 objects
+        (5 MB at django-100k), scattered through a heap the baseline's short-lived objects
+        fragmented: kept, they pin that heap (~15 MB at 100k files); marks reload the few
+        nodes and links they need (a link: one indexed query)."""
         with self._nodes_lock:
             self._nodes = OrderedDict()
             self._node_bytes = OrderedDict()
+        self.recent.clear()
 
     def batch(self) -> Batch:
         return Batch(self)
