@@ -190,7 +190,7 @@ def stored_state(store: Store, tree: str) -> dict[str, list[str]]:
 
 def test_a_store_written_by_the_previous_release_reads_every_mark(tmp_path: Path) -> None:
     """tests/fixtures/store-format4 was written by commit 8d903f1 (format 4; see
-    make_format4_store.py). It opens as format 5, every mark reads back as the workspace was
+    make_store_fixture.py). It opens as format 5, every mark reads back as the workspace was
     on disk, and a new version of an old file is stored as a delta against the old object."""
     assert sqlite3.connect(FIXTURE / "store" / "catalog.sqlite").execute(
         "SELECT value FROM meta WHERE key='format'"
