@@ -27,6 +27,11 @@ from snapd.store.records import MARK_COLUMNS, Mark, mark_row
 from snapd.store.refs import new_mark_id, validate_label
 
 
+def _db_object(key: str) -> bytes | str | None:
+    """A version row's ``object``: a directory's entry has no key (NULL)."""
+    return objects.db_key(key) if key else None
+
+
 class ObjectStore(Protocol):
     """What a batch needs of the store it writes to (:class:`snapd.store.store.Store`)."""
 
@@ -51,6 +56,7 @@ StatRow = tuple[tuple[int, int, int, int, int], int]  # (st_mode, size, mtime, c
 
 class Batch(deltas.Chooser):
     """A group of object and catalog writes that become durable together in ``commit``."""
+
     store: ObjectStore  # (deltas.Chooser types it loosely)
 
     def __init__(self, store: ObjectStore) -> None:
@@ -110,7 +116,8 @@ class Batch(deltas.Chooser):
             for i in range(0, len(wanted), 500):  # SQLite caps the parameters of a statement
                 chunk = wanted[i : i + 500]
                 sql = f"SELECT key FROM objects WHERE key IN ({','.join('?' * len(chunk))})"
-                found.update(k for (k,) in self.store.catalog.read().execute(sql, chunk))
+                rows = self.store.catalog.read().execute(sql, [objects.db_key(k) for k in chunk])
+                found.update(objects.py_key(k) for (k,) in rows)
             for k in found:
                 self._hold(k)
         self._absent.update(k for k in wanted if k not in found)
@@ -120,8 +127,15 @@ class Batch(deltas.Chooser):
         sha, encode = fingerprint(data), lambda: objects.encode(data)
         return self.put_digested(digest or self.store.hasher(data), len(data), sha, encode, base, data)
 
-    def put_digested(self, digest: str, size: int, sha: bytes, encode: Callable[[], tuple[int, bytes]],
-                     base: str | None = None, data: bytes | None = None) -> str:
+    def put_digested(
+        self,
+        digest: str,
+        size: int,
+        sha: bytes,
+        encode: Callable[[], tuple[int, bytes]],
+        base: str | None = None,
+        data: bytes | None = None,
+    ) -> str:
         """Store a content known by its digest, size and :func:`fingerprint`, without its bytes
         (a reader process read them); ``encode`` gives its payload, asked only when it is new.
         A key already pending, flushed or stored is trusted only when the fingerprints agree.
@@ -296,7 +310,8 @@ class Batch(deltas.Chooser):
             chunk = keys[i : i + 500]
             marks = ",".join("?" * len(chunk))
             sql = f"SELECT key, codec, external, data FROM objects WHERE key IN ({marks})"
-            present.update((r[0], (r[1], r[2], r[3])) for r in c.execute(sql, chunk))
+            found = c.execute(sql, [objects.db_key(k) for k in chunk])
+            present.update((objects.py_key(r[0]), (r[1], r[2], r[3])) for r in found)
         for key, (codec, payload, sha, size, external, base, depth) in self._pending.items():
             row = present.get(key)
             if row is not None:
@@ -309,10 +324,13 @@ class Batch(deltas.Chooser):
             rows.append((key, size, codec, stored_len, int(external), now, data, base, depth))
             if remember:
                 self._flushed[key] = sha
+        as_stored = (
+            (objects.db_key(k), *rest, None if b is None else objects.db_key(b), d) for k, *rest, b, d in rows
+        )
         c.executemany(
             "INSERT INTO objects (key, size, codec, stored, external, created, data, base, depth)"
             " VALUES (?,?,?,?,?,?,?,?,?)",
-            rows,
+            as_stored,
         )
         self.store.catalog.stored_changed(sum(r[3] for r in rows))
         self._pending.clear()
@@ -372,7 +390,7 @@ class Batch(deltas.Chooser):
         with self.store.catalog.write() as c:
             written = self._write_objects(c, remember=False)
             rows = (
-                (ws, path, when, *((e.kind, e.mode, e.key or None) if e else (None, None, None)))
+                (ws, path, when, *((e.kind, e.mode, _db_object(e.key)) if e else (None, None, None)))
                 for ws, when, paths, entries in self._versions
                 for path, e in zip(paths, entries, strict=True)
             )

@@ -73,7 +73,7 @@ class Store:
         readers want."""
         row = (
             self.catalog.read()
-            .execute("SELECT codec, external, data, base FROM objects WHERE key=?", (key,))
+            .execute("SELECT codec, external, data, base FROM objects WHERE key=?", (objects.db_key(key),))
             .fetchone()
         )
         if row is None:
@@ -87,7 +87,7 @@ class Store:
                 raise MissingObject(f"object file for {key} is missing", key=key) from exc
             except OSError as exc:
                 raise safeio.os_error(exc, "read", path) from exc
-        return codec, data, base
+        return codec, data, None if base is None else objects.py_key(base)
 
     def get(self, key: str, _links: int = 0) -> bytes:
         """The content named ``key``, verified against it (CorruptObject otherwise).
@@ -107,16 +107,17 @@ class Store:
 
     def delta_link(self, key: str) -> tuple[str | None, int] | None:
         """(delta base, depth) of ``key``: (None, 0) for an object stored whole; None if absent."""
-        row = self.catalog.read().execute("SELECT base, depth FROM objects WHERE key=?", (key,)).fetchone()
-        return None if row is None else (row[0], int(row[1]))
+        db = self.catalog.read()
+        row = db.execute("SELECT base, depth FROM objects WHERE key=?", (objects.db_key(key),)).fetchone()
+        return None if row is None else (None if row[0] is None else objects.py_key(row[0]), int(row[1]))
 
     def cached_node(self, key: str) -> trees.Node | None:
         with self._nodes_lock:
             return self._nodes.get(key)
 
     def has(self, key: str) -> bool:
-        row = self.catalog.read().execute("SELECT 1 FROM objects WHERE key=?", (key,)).fetchone()
-        return row is not None
+        db = self.catalog.read()
+        return db.execute("SELECT 1 FROM objects WHERE key=?", (objects.db_key(key),)).fetchone() is not None
 
     def load_node(self, key: str) -> trees.Node:
         with self._nodes_lock:
@@ -351,7 +352,7 @@ class Store:
             )
             .fetchone()
         )
-        return row[0] if row and row[1] in ("file", "symlink") else None
+        return objects.py_key(row[0]) if row and row[1] in ("file", "symlink") else None
 
     def stored_bytes(self) -> int:
         return self.catalog.stored_bytes()
