@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from snapd.config import Retention
 from snapd.store import objects, safeio, trees
 from snapd.store.records import Mark
+from snapd.store.repack import repack
 from snapd.store.retention import budget_candidates, newest_ids, plan_evictions, protected
 from snapd.store.store import Store
 
@@ -33,6 +34,8 @@ class GcReport:
     objects_deleted: int = 0
     bytes_freed: int = 0
     versions_deleted: int = 0
+    repacked: int = 0  # objects stored whole converted to deltas (snapd.store.repack)
+    repack_saved: int = 0  # payload bytes that saved
     stored_bytes: int = 0
     warnings: list[str] = field(default_factory=list)
 
@@ -232,7 +235,11 @@ def run(store: Store, policy: Retention, now: int | None = None) -> GcReport:
             "remains is held by marks and versions that must be kept (newest, pinned, recent "
             "pre-rollback, versions inside the age window): raise the budget or unpin marks"
         )
+    report.repacked, report.repack_saved = repack(store)
     with store.catalog.write() as c:
-        c.execute("PRAGMA incremental_vacuum")
+        # Python's sqlite3 steps a statement that returns no columns once, and each step of
+        # incremental_vacuum frees one page: one call per free page gives them all back.
+        for _ in range(c.execute("PRAGMA freelist_count").fetchone()[0]):
+            c.execute("PRAGMA incremental_vacuum")
     report.stored_bytes = store.stored_bytes()
     return report
