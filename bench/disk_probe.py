@@ -10,6 +10,10 @@ comparing formats and storage changes between commits; the verdicts are ``bench_
 and ``bench_baseline.py``'s.
 
     python bench/disk_probe.py --corpus django --size 100k --versions 214 [--gc [--vacuum]]
+
+``--pairs`` prints instead what pairing by file name would give on the corpus itself: each
+distinct content, in walk order, whole (zstd) or as a delta against the two earlier contents
+of the same base name closest in size (kept at <= 1/2 and depth <= 8, as GC's repack does).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from peer import Changes, copy_tree, du_bytes, remove
 
 from snapd.capture.workspace import Workspace
 from snapd.config import CaptureSettings, Retention
-from snapd.store import gc
+from snapd.store import gc, objects
 from snapd.store.store import Store
 
 
@@ -42,6 +46,38 @@ def breakdown(store_dir: Path) -> dict[str, int]:
         db.close()
     out["du store"] = du_bytes(store_dir)
     return out
+
+
+def pairs(tree: Path) -> None:
+    """The payload of the corpus's distinct contents whole, and paired by base name."""
+    seen: set[bytes] = set()
+    by_name: dict[str, list[tuple[bytes, int]]] = {}
+    whole_total = paired_total = deltas = 0
+    for dirpath, dirs, files in os.walk(tree):
+        dirs.sort()
+        for name in sorted(files):
+            p = Path(dirpath, name)
+            if p.is_symlink() or not p.is_file():
+                continue
+            data = p.read_bytes()
+            fp = objects.fingerprint(data)
+            if fp in seen:
+                continue
+            seen.add(fp)
+            whole = len(objects.encode(data)[1])
+            cands = sorted(by_name.get(name, []), key=lambda c: abs(len(c[0]) - len(data)))[:2]
+            best, depth = whole, 0
+            for base, base_depth in cands:
+                delta = len(objects.encode_delta(base, data))
+                if base_depth < objects.MAX_DEPTH and delta * objects.DELTA_GAIN <= whole and delta < best:
+                    best, depth = delta, base_depth + 1
+            deltas += best < whole
+            whole_total, paired_total = whole_total + whole, paired_total + best
+            by_name.setdefault(name, []).append((data, depth))
+    print(
+        f"{len(seen)} distinct contents: {whole_total:,} bytes whole, {paired_total:,} paired by "
+        f"base name ({deltas} deltas)"
+    )
 
 
 def show(title: str, before: dict[str, int], after: dict[str, int]) -> None:
@@ -63,7 +99,11 @@ def main() -> None:
     ap.add_argument("--versions", type=int, default=214)
     ap.add_argument("--gc", action="store_true", help="gc.run after the baseline")
     ap.add_argument("--vacuum", action="store_true", help="and a full VACUUM after it")
+    ap.add_argument("--pairs", action="store_true", help="only the payload paired by base name")
     args = ap.parse_args()
+    if args.pairs:
+        pairs(tree_path(args.corpus, args.size))
+        return
     root = copy_tree(tree_path(args.corpus, args.size), f"probe-{args.corpus}-{args.size}")
     store_dir = root.parent / "store"
     try:
