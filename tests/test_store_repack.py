@@ -146,3 +146,28 @@ def test_gc_gives_the_freed_pages_back(tmp_path: Path) -> None:
         assert report.objects_deleted >= 40
         assert db.execute("PRAGMA freelist_count").fetchone() == (0,)
         assert db.execute("PRAGMA page_count").fetchone()[0] < pages - 150  # 40 x 20 kB freed
+
+
+def test_a_key_that_became_a_base_after_the_plan_stays_whole(tmp_path: Path) -> None:
+    """Between the plan and its transaction a mark stored the next version of a planned
+    object as a delta against it (at depth 1, counting it whole): it must stay whole."""
+    root = tmp_path / "ws"
+    with Store.open(tmp_path / "s") as store:
+        ws, _, _ = baseline(store, root)
+        start = time.time_ns()
+        plan = repack._plan(store, 0)
+        rel = b"proj-1.3/pkg/mod0.py"
+        planned = trees.lookup(store.load_node, store.head(ws) or "", rel)
+        assert planned is not None and planned.key in {k for k, *_ in plan}
+        with open(root / os.fsdecode(rel), "ab") as f:
+            f.write(b"# one more line\n")
+        mark = capture_paths(store, ws, root, [rel], "next")
+        newest = trees.lookup(store.load_node, mark.tree, rel)
+        assert newest is not None and links(store)[newest.key][1] == planned.key
+        converted, _ = repack._convert(store, plan, start)
+        assert converted == len(plan) - 1
+        assert links(store)[planned.key] == (objects.CODEC_ZSTD, None, 0)
+        rows = links(store)
+        assert all(rows[k][2] == rows[b][2] + 1 for k, (_, b, _) in rows.items() if b)
+        assert store.get(newest.key) == (root / os.fsdecode(rel)).read_bytes()
+        assert verify(store).ok

@@ -102,25 +102,29 @@ def _best_delta(store: Store, key: str, cands: list[str], stored: int) -> tuple[
 _CONVERT = "UPDATE objects SET codec=?, data=?, stored=?, base=?, depth=? WHERE key=? AND base IS NULL"
 
 
-def _convert(store: Store, chunk: list[tuple[str, str, bytes, int, int]]) -> tuple[int, int]:
+def _convert(store: Store, chunk: list[tuple[str, str, bytes, int, int]], planned: int) -> tuple[int, int]:
     """One transaction of conversions; (converted, saved). The links batches choose bases by
-    (``deltas.Recent``) change under the same lock as the rows, after the commit."""
+    (``deltas.Recent``) change under the same lock as the rows, after the commit.
+
+    What changed since the plan (``planned``, ns) is checked here, under the lock and inside
+    the transaction: a key a batch holds, or that an object committed since has as its base,
+    stays whole (that object's depth counts it as whole); the depth is the base's as it is
+    now, plus one."""
     done: list[tuple[str, tuple[str | None, int]]] = []
     saved = 0
     with store.holds.lock:
         with store.catalog.write() as c:
-            for key, base, delta, depth, old in chunk:
-                if store.holds.spared(key):
-                    continue  # a batch in flight may have chosen it as a base at its old depth
-                args = (
-                    objects.CODEC_DELTA,
-                    delta,
-                    len(delta),
-                    objects.db_key(base),
-                    depth,
-                    objects.db_key(key),
-                )
-                if c.execute(_CONVERT, args).rowcount:
+            rows = c.execute("SELECT base FROM objects WHERE base IS NOT NULL AND created >= ?", (planned,))
+            new_bases = {objects.py_key(b) for (b,) in rows}
+            for key, base, delta, _, old in chunk:
+                if store.holds.spared(key) or key in new_bases:
+                    continue
+                row = c.execute("SELECT depth FROM objects WHERE key=?", (objects.db_key(base),)).fetchone()
+                if row is None or row[0] >= objects.MAX_DEPTH:
+                    continue
+                depth = int(row[0]) + 1
+                link = (objects.db_key(base), depth, objects.db_key(key))
+                if c.execute(_CONVERT, (objects.CODEC_DELTA, delta, len(delta), *link)).rowcount:
                     store.catalog.stored_changed(len(delta) - old)
                     done.append((key, (base, depth)))
                     saved += old - len(delta)
@@ -135,7 +139,7 @@ def repack(store: Store) -> tuple[int, int]:
     plan = _plan(store, int(row[0]) if row else 0)
     converted = saved = 0
     for i in range(0, len(plan), CHUNK):
-        n, b = _convert(store, plan[i : i + CHUNK])
+        n, b = _convert(store, plan[i : i + CHUNK], start)
         converted, saved = converted + n, saved + b
     with store.catalog.write() as c:
         c.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (META_KEY, str(start)))
