@@ -18,8 +18,8 @@ included), the peak of the daemon with its reader processes (their summed VmRSS 
 50 ms during the watch; the verdict uses it), and VmRSS (watching, idle). Disk (the last
 repetition of each side): snapd's whole SNAPD_HOME (objects, catalog, WAL) as the baseline
 wrote it and after ``snapctl gc`` (which repacks), against the peer's gitdir as written (loose)
-and after ``git gc``; the verdict compares the two after their gc. ``--profile``: one more snapd baseline, untimed,
-under py-spy; its summary is printed.
+and after ``git gc``; the verdict compares the two after their gc (``common.gc_at_rest``).
+``--profile``: one more snapd baseline, untimed, under py-spy; its summary is printed.
 
     python bench/bench_baseline.py --corpus django --size 100k
 """
@@ -41,6 +41,7 @@ from common import (
     Results,
     capture_pool,
     common_args,
+    gc_at_rest,
     interleave,
     proc_mem,
     run_timed,
@@ -133,8 +134,7 @@ def main() -> None:
         """``snapctl gc`` on a baseline's store (default retention: it repacks, docs/storage.md),
         as the peer gets ``git gc``; the du of SNAPD_HOME with the daemon stopped again."""
         with started(home, scratch) as d:
-            run_timed([str(SNAPCTL), "gc"], d.env)
-        return du_bytes(home)
+            return gc_at_rest(d)
 
     def snapd_side(i: int) -> float:
         home = scratch / f"home-{i}"
