@@ -1,19 +1,21 @@
 """Object keys as the catalog stores them (format 6): binary, 17-21 bytes instead of 34-40
 characters, in ``objects.key``, ``objects.base`` and ``versions.object`` (docs/storage.md,
-"Catalog"). The conversion is exact both ways, a damaged blob is an error and not a key, and
-a text that is not an object key stays text.
+"Catalog"), and in tree nodes (``snapd-tree-2``; nodes with text keys still read). The
+conversion is exact both ways, a damaged blob is an error and not a key, and a text that is
+not an object key stays text.
 """
 
 from __future__ import annotations
 
 import os
+import struct
 from pathlib import Path
 
 import pytest
 from ingest_helpers import capture_paths, ingest_tree
 
 from snapd.errors import CorruptObject
-from snapd.store import objects
+from snapd.store import objects, trees
 from snapd.store.store import Store
 
 DIGEST = "f4d0497cf9394caab34d1a3ab2bece70"
@@ -71,3 +73,29 @@ def test_a_new_store_keeps_its_keys_as_short_blobs(tmp_path: Path) -> None:
         first, second = (v.entry for v in store.versions(ws, b"d/a.py"))
         assert first and second and store.last_object(ws, b"d/a.py") == second.key
         assert store.get(second.key) == store.get(first.key) + b"# edited\n"
+
+
+def text_key_node(node: dict[bytes, trees.Entry]) -> bytes:
+    """A node as formats 1-5 wrote it (``snapd-tree-1``: every key as ASCII text)."""
+    head = struct.Struct(">BIQHB")
+    parts = [trees.MAGIC_TEXT_KEYS]
+    for name in sorted(node):
+        e, key = node[name], node[name].key.encode("ascii")
+        parts += [head.pack(trees.KIND_CODES[e.kind], e.mode, e.size, len(name), len(key)), name, key]
+    return b"".join(parts)
+
+
+def test_a_node_holds_keys_as_blobs_and_nodes_with_text_keys_still_read() -> None:
+    file_key, node_key = objects.base_key(DIGEST, 3), objects.variant_key(objects.base_key("ab" * 16, 90), 2)
+    node = {
+        b"a.py": trees.Entry("file", 0o644, 3, file_key),
+        b"sub": trees.Entry("dir", 0o755, 0, node_key),
+        b"huge": trees.uncaptured("over the size cap", 0o600, 10**10, (7, 8)),
+    }
+    data = trees.encode_node(node)
+    assert data.startswith(b"snapd-tree-2\n") and bytes.fromhex(DIGEST) in data
+    assert file_key.encode() not in data and b"over the size cap" in data
+    assert trees.decode_node(data) == node
+    old = text_key_node(node)
+    assert trees.decode_node(old) == node
+    assert len(data) <= len(old) - 2 * 16  # two keys, 16+ bytes shorter each
