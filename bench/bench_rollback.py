@@ -7,12 +7,13 @@ Setup (untimed): a private copy of the corpus tree (warm page cache), a real ``s
 1. interleaved, ``--reps`` times: peer (10 files changed, an untimed peer snap and snapd mark,
    then ``sidegit reset WS GITDIR BASE`` timed: ``git read-tree --reset -u``) then snapd (10
    other files changed, an untimed peer snap, then ``snapctl rollback --to base --yes -w WS
-   --json`` timed: start-up, ``rollback_plan`` and ``rollback_apply`` round trips).
+   --json`` timed: start-up and one ``rollback_apply`` round trip).
 2. ``--rollbacks`` more rollbacks through ``Client.call("rollback_apply", to="base",
    token=None)`` on one open connection (plan and apply in one request, the pre-rollback mark
    included), each after 10 changed files. The daemon's share is its own receipt-to-reply
    histogram of ``rollback_apply`` over this phase alone, and the workspace's counters (full
-scans, paths ``lstat``ed, files read) per rollback over the same phase.
+scans, paths ``lstat``ed, files read) per rollback over the same phase. After each of the
+   first ``--reps`` of them, the floor: one ``os.lstat`` of every file of the workspace.
 
 Every rollback is checked: the 10 files hold the corpus tree's bytes again; for snapd the
 reply is ``ok`` with exactly 10 ``write`` ops, all applied. The whole workspace is compared
@@ -80,6 +81,15 @@ def reply_problem(reply: dict[str, Any], picked: list[bytes]) -> str | None:
     return None
 
 
+def lstat_all(paths: list[bytes]) -> float:
+    """Seconds to ``lstat`` every path once: the floor under a rollback's re-check of every
+    captured file (docs/rollback.md, "Hard links"), on this machine at this moment."""
+    t0 = time.perf_counter()
+    for p in paths:
+        os.lstat(p)
+    return time.perf_counter() - t0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     common_args(ap)
@@ -139,12 +149,16 @@ def main() -> None:
         times = interleave(args.reps, {"peer": peer_side, "snapd": snapd_side})
         st0 = client.call("status")
         lib: list[float] = []
+        floor: list[float] = []
+        every_file = [os.path.join(top, f) for top, _, names in os.walk(root_b) for f in names]
         for i in range(args.rollbacks):
             picked = changed()
             t0 = time.perf_counter()
             reply = client.call("rollback_apply", to="base", workspace=root_b, token=None)
             lib.append(time.perf_counter() - t0)
             verify(f"in-process {i}", picked, reply)
+            if i < args.reps:  # between rollbacks, never inside one: the histogram is the daemon's
+                floor.append(lstat_all(every_file))
         st1 = client.call("status")
         diff = subprocess.run(["diff", "-rq", "--no-dereference", str(tree), root],
                               capture_output=True, text=True)
@@ -158,6 +172,9 @@ def main() -> None:
         res.figure("ratio_peer_over_cli", round(ratio, 2), "peer / snapctl rollback (medians)")
         res.figure("inproc_rollback_s", spread(lib), "Client.call rollback_apply, client-side wall",
                    unit="ms")
+        res.figure("lstat_floor_s", spread(floor),
+                   f"one os.lstat of each of the workspace's {len(every_file)} files in a Python loop "
+                   "(what a rollback's re-check must do at least)", unit="ms")
         window = difference(st1["requests"], st0["requests"], "rollback_apply")
         n = sum(window)
         p50, p99 = quantile_bound(window, 0.5), quantile_bound(window, 0.99)

@@ -178,6 +178,30 @@ MUTANTS = [
         _t("tests/test_powercut.py", "-k", "power_cuts"),
         "an acknowledged mark's catalog rows are lost on power loss",
     ),
+    Mutant(
+        "rollback-without-recheck",
+        "snapd/capture/workspace.py",
+        "            self.dirty.add_paths(self.capturer.recheck_files())\n",
+        "            pass\n",
+        _t("tests/test_counters.py", "tests/test_model_rollback.py::test_scenario"),
+        "a rollback plans from stale bytes after a write through a hard link made outside the watches",
+    ),
+    Mutant(
+        "rollback-recheck-skips-files",
+        "snapd/capture/scan.py",
+        "        if not seen(rel, st, now)[0]:\n            found.add(rel)\n",
+        "",
+        _t("tests/test_model_rollback.py::test_scenario"),
+        "the re-check stats every file but never reports one that changed",
+    ),
+    Mutant(
+        "rollback-yes-plans-apart",
+        "snapd/cli/rollback.py",
+        "        if args.yes and not args.dry_run:\n",
+        "        if False:\n",
+        _t("tests/test_counters.py"),
+        "rollback --yes plans in a request of its own: the whole workspace is re-stat'ed twice",
+    ),
 ]
 
 

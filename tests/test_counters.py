@@ -114,3 +114,27 @@ def test_scan_and_read_count_where_they_work(tmp_path: Path) -> None:
     r = read_path(rootb, b"a/x", CaptureSettings().size_cap, counters=c)
     assert r.data == b"x"
     assert c.files_read == 1 and c.lstats == 6 + 3  # the path, and its parent before and after
+
+
+def test_a_rollback_restats_every_captured_file_once_and_lists_no_directory(tmp_path: Path) -> None:
+    """A rollback looks for changes no event reports (a file written through a hard link made
+    outside the watches: docs/rollback.md, "Hard links") with one ``lstat`` per captured file:
+    no full scan (no listing, no ignore rule judged, no directory stat'ed), and once per
+    ``rollback --yes``, not once for the plan and again for the apply."""
+    root = (tmp_path / "ws").resolve()
+    _tree(root)
+    d = start_daemon(tmp_path / "snapd-home")
+    try:
+        d.ctl("watch", root)
+        d.ctl("mark", "m1", "-w", root)
+        (root / "d07" / "f042.txt").write_text("changed\n")
+        d.ctl("mark", "m2", "-w", root)
+        before = _counters(d, root)
+        out = d.ctl_json("rollback", "--to", "m1", "--yes", "-w", root)
+        assert out["applied"] == 1 and (root / "d07" / "f042.txt").read_text() == "file 7/42\n", out
+        got = _delta(_counters(d, root), before)
+        assert got["full_scans"] == 0, got
+        # every file once (the re-check), plus the few paths the rollback itself touches
+        assert DIRS * PER_DIR <= got["lstats"] < DIRS * PER_DIR + DIRS, got
+    finally:
+        assert d.stop() == 0

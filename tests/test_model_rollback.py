@@ -324,6 +324,19 @@ SCENARIOS["hard-link-written-through-an-ignored-name"] = (
     ],
     "",
 )
+# The same, but linked after the mark and the ignored name removed before the rollback: README's
+# link count is 1 again, so no record of links can point at it; only its changed ctime and bytes
+# tell (the rollback re-stats every captured file, not only those known to be linked).
+SCENARIOS["hard-link-made-written-and-removed-after-the-mark"] = (
+    [
+        MARK,
+        Step("hardlink", ("README", "src/__pycache__/n.o")),
+        write("src/__pycache__/n.o", "v6*3", 0o444),
+        Step("unlink", ("src/__pycache__/n.o",)),
+        BACK,
+    ],
+    "",
+)
 # Only the root's mode changes between two rollbacks to the same mark: that is a change, so the
 # second takes its own pre-rollback mark and undo returns to the root's 0750 (they once shared one).
 SCENARIOS["root-mode-change-between-two-rollbacks"] = (

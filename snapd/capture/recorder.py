@@ -55,7 +55,9 @@ class Recorder:
 
     def scan(self, top: bytes, progress: CountCallback | None = None, *, trust_listings: bool = True) -> None:
         """Queue what differs from the stat cache under ``top`` (b"" = all), reading no file."""
-        found = self._capturer.scan(top, progress, trust_listings=trust_listings)
+        self._queue_found(self._capturer.scan(top, progress, trust_listings=trust_listings))
+
+    def _queue_found(self, found: set[bytes]) -> None:
         # A rule file changed while unobserved: the rules are rebuilt at the next settle.
         self._dirty.add_paths(found, rules=any(self._rules.current.is_rule_file(p) for p in found))
 
@@ -160,14 +162,15 @@ class Recorder:
         return None
 
     def catch_up(self, progress: CountCallback | None) -> Mark | None:
-        """At start, watches in place: the baseline of a new workspace (returned), or a known
-        one reconciled with the disk (what changed while snapd was down is captured)."""
+        """At start: the baseline of a new workspace (returned; every watch in place), or a
+        known one reconciled with the disk while its known directories' watches are placed
+        (what changed while snapd was down is captured; :mod:`snapd.capture.placement`)."""
         self.tree = self._store.head(self._id)
         if self.tree is None:
             return self.baseline(progress)
-        self.scan(b"", progress)
-        self._announce("workspace.rescanned", {"reason": "startup"})
         assert self.watcher is not None
+        self._queue_found(self._capturer.catch_up_scan(self.watcher.placement, progress))
+        self._announce("workspace.rescanned", {"reason": "startup"})
         stats = self._capturer.stats
         found = [p for p in self._dirty.paths() if p not in stats]
         # Directories that appeared while snapd was down: watch them, then list them (what

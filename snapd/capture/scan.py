@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 
 from snapd.capture.counters import Counters
+from snapd.capture.placement import Placement
 from snapd.capture.reader import Ignored, list_dir, lstat
 from snapd.capture.statcache import StatCache
 
@@ -99,6 +100,113 @@ def scan(
                 stack.append((rel, trust_listings and same_listing))
         if counters is not None and checked:
             counters.stat(checked)  # once per directory: a lock per lstat is felt at 10^5 paths
+    return dirty
+
+
+def recheck_files(root: bytes, cache: StatCache, counters: Counters | None = None) -> set[bytes]:
+    """Captured regular files whose ``lstat`` differs from ``cache``, or that vanished: the
+    changes no event reports, before a rollback plans (docs/rollback.md, "Hard links").
+
+    Only regular files can change without an event to a watched directory: their content can
+    be written through another hard link, outside the root or under an ignored directory, and
+    linking them there changes only the inode, which inotify reports to no watched directory.
+    A directory has one name, so every entry made or removed in it, and every change of its
+    mode, is reported to its own watch; a symlink's target never changes. So no directory is
+    listed or stat'ed here and no ignore rule judged: one ``lstat`` per captured file, about
+    two thirds of a full :func:`scan`'s at 10^5 paths and none of its listing and judging."""
+    now = time.time_ns()
+    found: set[bytes] = set()
+    files = cache.regular_files()
+    seen = cache.seen
+    prefix = root + b"/"
+    for rel in files:
+        try:
+            st = os.lstat(prefix + rel)
+        except OSError:
+            found.add(rel)
+            continue
+        if not seen(rel, st, now)[0]:
+            found.add(rel)
+    if counters is not None:
+        counters.stat(len(files))
+    return found
+
+
+def catch_up(
+    root: bytes,
+    cache: StatCache,
+    ignored: Ignored,
+    descend: Callable[[bytes], bool],
+    watches: Placement,
+    *,
+    progress: CountCallback | None = None,
+    counters: Counters | None = None,
+) -> set[bytes]:
+    """:func:`scan` of everything at start-up, while the known directories' watches are
+    being placed: what differs from ``cache`` or vanished.
+
+    The cached paths are visited in sorted order, not directory by directory: no index of
+    each directory's children is needed when nothing changed. A path is looked at (its
+    ``lstat``) once the watch of every known directory sorting up to it was attempted
+    (``watches``; why that keeps the catch-up exact: :mod:`snapd.capture.placement`). Then
+    the root and every directory whose listing cannot be trusted are listed: names not cached
+    are new (scanned whole), cached names missing from the listing are dirty. Below a path
+    that vanished every cached path is dirty; below one that is no longer a directory
+    nothing is looked at (not through a symlink)."""
+    now = time.time_ns()
+    if counters is not None:
+        counters.scanned_all()
+    seen = cache.seen
+    dirty: set[bytes] = set()
+    # Directories to list, with their cached children (collected as the pass meets them).
+    relist: dict[bytes, list[bytes]] = {b"": []}
+    cut: dict[bytes, bool] = {}  # path -> True: vanished (below: dirty); False: not a directory
+    paths = sorted(cache.paths())
+    total = checked = len(paths)
+    waiting = not watches.complete
+    for done, rel in enumerate(paths, 1):
+        parent = rel.rpartition(b"/")[0]
+        if cut:
+            below = cut.get(parent)
+            if below is not None:
+                cut[rel] = below
+                checked -= 1
+                if below:
+                    dirty.add(rel)
+                continue
+        kids = relist.get(parent)
+        if kids is not None:
+            kids.append(rel)
+        if progress is not None and done % 5000 == 0:
+            progress(done, total)
+        if waiting:
+            watches.wait_for(rel)
+            waiting = not watches.complete
+        try:
+            st = os.lstat(root + b"/" + rel)
+        except OSError:
+            dirty.add(rel)
+            cut[rel] = True
+            continue
+        same, same_listing = seen(rel, st, now)
+        if not same:
+            dirty.add(rel)
+        if not stat.S_ISDIR(st.st_mode):
+            if not same:
+                cut[rel] = False
+        elif not same_listing:
+            relist[rel] = []
+    if counters is not None:
+        counters.stat(checked)
+    for d, known in relist.items():
+        listed = _list(root, d, ignored, descend)
+        if listed is None:
+            dirty.add(d)
+        elif listed is not _UNLISTABLE:  # else its cached children were checked by name
+            dirty.update(set(known) - set(listed))  # vanished, or ignored now
+            for rel in listed:
+                if rel not in cache:
+                    dirty.update(scan(root, rel, cache, ignored, descend, counters=counters))
     return dirty
 
 

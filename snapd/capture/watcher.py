@@ -28,11 +28,14 @@ from snapd.capture import inotify
 from snapd.capture.cookies import Cookies
 from snapd.capture.events import OnEvents, WatchEvent
 from snapd.capture.moves import MovePairing
+from snapd.capture.placement import DONE, Placement
 from snapd.capture.translator import Translator, created
 from snapd.capture.watches import Found, WatchTable
 from snapd.errors import NotFound
 
 log = structlog.get_logger(__name__)
+
+_CHUNK = 256  # known directories watched per turn of the lock
 
 
 class Watcher:
@@ -66,6 +69,8 @@ class Watcher:
         self._stopping = False
         self._stop_requested = False
         self._pipe_lock = threading.Lock()  # the kill pipe is closed by stop() only
+        # The known directories' watches, placed by the reader thread before it reads.
+        self.placement: Placement = DONE
 
     # -- public ---------------------------------------------------------------------------
 
@@ -110,19 +115,24 @@ class Watcher:
         return thread is not None and thread.is_alive() and not self._stopping
 
     def start(self, known_dirs: Iterable[bytes] | None = None) -> None:
-        """Place the watches and start reading; returns once every watch is in place.
+        """Place the watches and start reading.
 
-        ``known_dirs``: the directories a previous run captured (parents before children are
-        not required). They are watched without listing any directory — at start-up, listing
-        tens of thousands of unchanged directories dominates — and directories that appeared
-        since are for the caller to find (its reconcile scan) and hand to :meth:`watch_new`.
+        ``known_dirs`` None: every directory is watched (then listed) before this returns.
+        Else they are the directories a previous run captured, watched without listing any
+        (at start-up, listing tens of thousands of unchanged directories dominates), by the
+        reader thread before it starts reading, in sorted order: :attr:`placement` tells how
+        far it got, for the reconcile scan that runs meanwhile (:mod:`snapd.capture.placement`
+        argues why that keeps the catch-up exact). Directories that appeared since are for the
+        caller to find (its reconcile scan) and hand to :meth:`watch_new`.
         """
         if self._thread is not None:
             raise RuntimeError("watcher already started")
         if not os.path.isdir(self._root_b):
             raise NotFound(f"workspace root {self.root} does not exist or is not a directory")
         with self._lock:
-            self._watches.open(known_dirs)
+            self._watches.open(whole_tree=known_dirs is None)
+        if known_dirs is not None:
+            self.placement = Placement(sorted(known_dirs))
         self._kill_r, self._kill_w = os.pipe2(os.O_CLOEXEC)
         self._thread = threading.Thread(target=self._run, name=f"snapd-watch:{self.root}", daemon=True)
         self._thread.start()
@@ -164,6 +174,7 @@ class Watcher:
         ``created`` event for every entry found in them once watched, so nothing created
         between their creation and their watch is missed."""
         found: Found = []
+        self.placement.wait_all()  # a new directory's parent may be a known one
         with self._lock:
             if self.running:
                 self._watches.watch_found(dirs, found)
@@ -173,6 +184,7 @@ class Watcher:
         """Re-apply ``should_watch_dir`` (a new one if given, e.g. after the ignore rules
         changed) to the whole tree: add missing watches, drop watches of directories that
         should no longer be watched. Events are not synthesised: the caller rescans."""
+        self.placement.wait_all()
         with self._lock:
             if should_watch_dir is not None:
                 self._watches.should_watch_dir = should_watch_dir
@@ -181,12 +193,25 @@ class Watcher:
 
     # -- reading --------------------------------------------------------------------------
 
+    def _place(self) -> None:
+        """Watch the known directories, a chunk at a time under the lock (``status`` asks for
+        the table meanwhile), telling :attr:`placement` after each chunk."""
+        placement = self.placement
+        dirs = placement.dirs
+        for start in range(0, len(dirs), _CHUNK):
+            if self._stopping:
+                return
+            with self._lock:
+                self._watches.place(dirs[start : start + _CHUNK])
+            placement.advance(min(start + _CHUNK, len(dirs)))
+
     def _run(self) -> None:
         fd = self._watches.fd
         poller = select.poll()
         poller.register(fd, select.POLLIN)
         poller.register(self._kill_r, select.POLLIN)
         try:
+            self._place()
             while not self._stopping:
                 ready = {f for f, _ in poller.poll(self._moves.timeout_ms())}
                 if self._kill_r in ready or self._stopping:
@@ -204,6 +229,8 @@ class Watcher:
             log.exception("watcher.reader_crashed", workspace=str(self.root))
         finally:
             self._stopping = True
+            if not self.placement.complete:
+                self.placement.fail("the watcher stopped")
             with self._lock:
                 self._watches.close()  # drops every watch
             self._cookies.release_all()

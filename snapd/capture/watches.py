@@ -78,25 +78,32 @@ class WatchTable:
         """The directory ``wd`` watches, None for a removed or detached watch."""
         return self._wd_path.get(wd)
 
-    def open(self, known_dirs: Iterable[bytes] | None) -> None:
-        """A new inotify instance with the root watched, and below it every directory
-        (``known_dirs`` None) or those of ``known_dirs`` whose parent is watched, unlisted."""
+    def open(self, *, whole_tree: bool) -> None:
+        """A new inotify instance with the root watched and, with ``whole_tree``, every
+        directory below it (watched, then listed); else the caller places the directories a
+        previous run captured (:meth:`place`)."""
         self.fd = inotify.open_instance(self.root)
         try:
             self.root_wd = self.add(b"", root=True)
-            if known_dirs is None:
+            if whole_tree:
                 self.add_tree(b"", None)
-            else:
-                for rel in sorted(known_dirs, key=lambda p: p.count(b"/")):
-                    parent = rel.rpartition(b"/")[0]
-                    if (parent == b"" or parent in self._path_wd) and self.should_watch(rel):
-                        self.add(rel)
         except BaseException:
             os.close(self.fd)
             self.fd = -1
             self._path_wd.clear()
             self._wd_path.clear()
             raise
+
+    def place(self, dirs: Iterable[bytes]) -> None:
+        """Watch, unlisted, each of ``dirs`` (parents before children) whose parent is
+        watched: directories a previous run captured, whose listing the reconcile scan
+        checks (:mod:`snapd.capture.placement`). They are not judged again: they were when
+        captured, and if the rules changed since, the reconcile scan finds the changed rule
+        file and the watches are re-judged (:meth:`resync`)."""
+        for rel in dirs:
+            parent = rel.rpartition(b"/")[0]
+            if parent == b"" or parent in self._path_wd:
+                self.add(rel)
 
     def close(self) -> None:
         """Forget every watch and close the instance (which drops them in the kernel)."""
@@ -129,7 +136,7 @@ class WatchTable:
 
     def add(self, rel: bytes, *, root: bool = False) -> int:
         """Watch directory ``rel``; returns its wd, or -1 after counting a failure."""
-        full = os.path.join(self._root_b, rel) if rel else self._root_b
+        full = self._root_b + b"/" + rel if rel else self._root_b
         if (
             self._max_watches is not None
             and rel not in self._path_wd

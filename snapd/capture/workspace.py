@@ -109,6 +109,7 @@ class Workspace:
         self.root_id = ""
         self.recovered: dict[str, Any] | None = None  # what start-up recovery of a rollback did
         self.lost: str | None = None  # the root vanished or was replaced: capture stopped (why)
+        self._loaded = threading.Event()  # the stat cache is loaded (or start failed before)
 
     def _announce(self, kind: str, fields: dict[str, Any]) -> None:
         self.notify(kind, fields)  # looked up at each call: the daemon sets it after __init__
@@ -130,21 +131,21 @@ class Workspace:
                 f"{self.root} is on a {kind} file system, which delivers no change events: "
                 "every mark scans the workspace"
             )
-        stats = self.capturer.stats = StatCache.from_rows(self.store.load_stats(self.id))
-
-        def watch_dir(rel: bytes) -> bool:
-            # A directory captured last time was judged then: skip re-judging 10^4-10^5 names
-            # at start-up. If the rules changed meanwhile, the reconcile scan finds the changed
-            # rule file and re-applies them to the watches.
-            return rel in stats or self.rules.dir_may_contain_captured(rel)
-
-        watcher = Watcher(self.root, self.on_events, watch_dir, max_watches=self.settings.watch_limit)
+        known = self.store.stat_directories(self.id) if self.store.head(self.id) is not None else None
+        watcher = Watcher(self.root, self.on_events, self._watch_dir, max_watches=self.settings.watch_limit)
         self.watcher = self.recorder.watcher = watcher
-        # A known workspace: watch the directories captured last time without listing them
-        # (the reconcile scan finds new ones, watched below); a new one: list everything.
-        watcher.start(stats.directories() if len(stats) else None)
+        # A known workspace: the directories captured last time are watched without listing
+        # them, on the watcher's thread while the stat cache loads and the reconcile scan
+        # runs (which finds new ones, watched then); a new one: watched and listed first.
+        watcher.start(known)
+        try:
+            stats = self.capturer.stats = StatCache.from_rows(self.store.load_stats(self.id))
+        finally:
+            self._loaded.set()
 
         if self._recover is not None:
+            if safeio.exists(self.journal):  # it writes: with every watch in place
+                watcher.placement.wait_all()
             self._recover(self)
 
         def note(done: int, total: int) -> None:
@@ -165,6 +166,11 @@ class Workspace:
         log.info("workspace.started", workspace=str(self.root), files=stats.files(), watches=watches)
         return baseline
 
+    def _watch_dir(self, rel: bytes) -> bool:
+        # A directory captured before was judged then: if the rules changed meanwhile, the
+        # reconcile scan finds the changed rule file and re-applies them to the watches.
+        return rel in self.capturer.stats or self.rules.dir_may_contain_captured(rel)
+
     def _watch_shortfall(self) -> None:
         assert self.watcher is not None
         self.recorder.scan_every_mark = True
@@ -179,6 +185,9 @@ class Workspace:
     # -- events (watcher thread: keep it quick) -----------------------------------------------
 
     def on_events(self, events: list[WatchEvent]) -> None:
+        # The reader thread may finish placing watches before the stat cache is loaded: the
+        # cache tells a directory created over a captured one (its old children must go).
+        self._loaded.wait()
         self.dirty.add_events(events, self.rules.is_rule_file, self.capturer.stats.__contains__)
 
     def pending(self) -> int:
@@ -240,14 +249,15 @@ class Workspace:
     def capture_to_now_under_lock(self, *, rescan: bool = False) -> str:
         """:meth:`capture_to_now` for a caller that holds :attr:`lock` (a rollback).
 
-        ``rescan``: also compare every captured path with the stat cache (one ``lstat`` each),
+        ``rescan``: also compare every captured file with the stat cache (one ``lstat`` each),
         for changes no event reports: a file written through a hard link whose other name is
         ignored or outside the root, linked there since the last read (the link count changes
-        on the inode, and inotify reports that to no watched directory)."""
+        on the inode, and inotify reports that to no watched directory). Files only: no other
+        change escapes the watches (:func:`snapd.capture.scan.recheck_files`)."""
         self.finish_rollback()
         self._barrier()  # after: what finishing it wrote is in this capture
         if rescan:
-            self.dirty.request_full()
+            self.dirty.add_paths(self.capturer.recheck_files())
         self.recorder.capture_dirty()
         assert self.tree is not None
         return self.tree

@@ -18,6 +18,7 @@ from snapd.cli.prompt import confirm
 from snapd.cli.request import Env, client, human, ref_fields, show_warnings
 from snapd.display import count
 from snapd.errors import Conflict, PlanChanged
+from snapd.ipc.client import Client
 
 
 def _rollback_fields(args: argparse.Namespace, undo: bool) -> dict[str, Any]:
@@ -71,6 +72,8 @@ def _rollback(args: argparse.Namespace, env: Env, undo: bool) -> int:
     fields = _rollback_fields(args, undo)
     what = "undo the last rollback" if undo else "roll the workspace back"
     with client(args, env) as c:
+        if args.yes and not args.dry_run:
+            return _apply_unseen(args, c, fields)
         r = c.call("rollback_plan", force=args.force, **fields)
         # Kept paths are listed once: in the plan when it is confirmed or only shown, else
         # (--yes) in the result, which also names any the apply itself had to leave.
@@ -110,6 +113,25 @@ def _rollback(args: argparse.Namespace, env: Env, undo: bool) -> int:
                     emit("nothing changed", err=args.json)
                     return 1
                 r, token = new, new["plan"]["token"]
+    listed = {path_text(k["path"]) for k in r["plan"]["kept"]} if plan_lists_kept else set()
+    return _result(args, res, listed)
+
+
+def _apply_unseen(args: argparse.Namespace, c: Client, fields: dict[str, Any]) -> int:
+    """``--yes``: nothing is shown before, so nothing is planned apart: one request, which
+    plans, marks and applies under the workspace's lock (one re-stat of the workspace, not
+    two), and whose reply describes the plan it applied — printed after, kept paths with the
+    result. With ``--plan-token`` a plan that changed is refused (its client asks again)."""
+    res = c.call("rollback_apply", force=args.force, token=args.plan_token, **fields)
+    if not args.json:
+        for line in _plan_lines(res, kept=False):
+            emit(line)
+    show_warnings(res.get("warnings", []))
+    return _result(args, res, set())
+
+
+def _result(args: argparse.Namespace, res: dict[str, Any], listed: set[str]) -> int:
+    """What the apply did; ``listed``: kept paths the confirmed plan already named."""
     if not human(args, res):
         return 0 if res["ok"] else Conflict.exit_code
     if res["pre_rollback"] is None:
@@ -118,7 +140,6 @@ def _rollback(args: argparse.Namespace, env: Env, undo: bool) -> int:
         emit(f"rolled back: {count(res['applied'], 'path')}; `snapctl undo` returns to {res['pre_rollback']}")
     for x in res["conflicts"]:
         emit(f"  conflict: {path_text(x['path'])}: {x['reason']} (left as it is)", err=True)
-    listed = {path_text(k["path"]) for k in r["plan"]["kept"]} if plan_lists_kept else set()
     for x in res["kept"]:
         if (p := path_text(x["path"])) not in listed:
             listed.add(p)

@@ -1,0 +1,168 @@
+"""A restarted workspace's catch-up: its watches placed while the reconcile scan runs.
+
+The scan visits the cached paths in sorted order and looks at each only once the watch of its
+directory (and, for a directory, its own) was attempted (snapd/capture/placement.py argues
+why that is exact). These tests restart a real workspace (real store, real inotify) with the
+watch placement slowed down, and change the tree at chosen moments of the scan: each change
+must be in the first mark. Without the wait for the watches, the scan runs ahead of them and a
+file changed right after its ``lstat``, in a directory not watched yet, is lost.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from snapd.capture import watcher as watcher_mod
+from snapd.capture import watches as watches_mod
+from snapd.capture.statcache import StatCache
+from snapd.capture.workspace import Workspace
+from snapd.config import CaptureSettings
+from snapd.store import trees
+from snapd.store.store import Store
+
+pytestmark = pytest.mark.timeout(60)
+
+DIRS = 40  # enough directories that a slowed placement is still going when the scan starts
+
+
+def _tree(root: Path) -> None:
+    for i in range(DIRS):
+        d = root / f"d{i:02}" / "sub"
+        d.mkdir(parents=True)
+        (d.parent / "f.txt").write_text(f"old {i}\n")
+        (d / "g.txt").write_text(f"old sub {i}\n")
+    old = time.time() - 3600  # outside the racy window: an unchanged file is not re-read
+    for p in [root, *root.rglob("*")]:
+        os.utime(p, (old, old))
+
+
+def _files(store: Store, ws: Workspace, tree: str | None = None) -> dict[bytes, bytes]:
+    root = tree or ws.tree
+    assert root is not None
+    return {p: store.get(e.key) for p, e in trees.walk(store.load_node, root) if e.kind == "file"}
+
+
+@contextmanager
+def _restarted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, on_seen: Callable[[bytes], None]
+) -> Iterator[tuple[Store, Workspace]]:
+    """A workspace watched, stopped, and started again with its watches placed one at a time,
+    slowly, and ``on_seen(rel)`` called right after the scan's ``lstat`` of each path."""
+    root = tmp_path / "ws"
+    _tree(root)
+    store = Store.open(tmp_path / "store")
+    first = Workspace(store, store.add_workspace(os.fsencode(root)), root, CaptureSettings())
+    first.start()
+    ws_id = first.id
+    first.stop()
+
+    real_add = watches_mod.WatchTable.add
+
+    def slow_add(self: watches_mod.WatchTable, rel: bytes, *, root: bool = False) -> int:
+        time.sleep(0.005)
+        return real_add(self, rel, root=root)
+
+    real_seen = StatCache.seen
+
+    def seen_then(self: StatCache, rel: bytes, st: os.stat_result, now: int) -> tuple[bool, bool]:
+        result = real_seen(self, rel, st, now)
+        on_seen(rel)
+        return result
+
+    monkeypatch.setattr(watcher_mod, "_CHUNK", 1)
+    monkeypatch.setattr(watches_mod.WatchTable, "add", slow_add)
+    monkeypatch.setattr(StatCache, "seen", seen_then)
+    ws = Workspace(store, ws_id, root, CaptureSettings())
+    try:
+        ws.start()
+        monkeypatch.setattr(StatCache, "seen", real_seen)
+        yield store, ws
+    finally:
+        ws.stop()
+        store.close()
+
+
+def test_changes_made_during_the_catch_up_are_in_the_first_mark(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "ws"
+    done: list[bytes] = []
+
+    def change(rel: bytes) -> None:
+        # Right after the scan looked at each of these paths: a change its stat cannot show,
+        # so only an event of a watch already in place reports it.
+        if rel in (b"d30/f.txt", b"d35/sub/g.txt") and rel not in done:
+            (root / os.fsdecode(rel)).write_text("changed after its lstat\n")
+            done.append(rel)
+        elif rel == b"d33/sub" and rel not in done:  # after a directory's lstat: a new entry
+            (root / "d33" / "sub" / "new.txt").write_text("new after the listing's check\n")
+            done.append(rel)
+        elif rel == b"d01/f.txt" and rel not in done:  # before the scan gets there
+            (root / "d38" / "f.txt").write_text("changed ahead of the scan\n")
+            done.append(rel)
+
+    with _restarted(tmp_path, monkeypatch, change) as (store, ws):
+        assert len(done) == 4
+        mark = ws.mark("first")
+        files = _files(store, ws, mark.tree)
+    assert files[b"d30/f.txt"] == b"changed after its lstat\n"
+    assert files[b"d35/sub/g.txt"] == b"changed after its lstat\n"
+    assert files[b"d33/sub/new.txt"] == b"new after the listing's check\n"
+    assert files[b"d38/f.txt"] == b"changed ahead of the scan\n"
+    assert files[b"d02/f.txt"] == b"old 2\n"
+
+
+def test_changes_made_while_down_are_in_the_first_mark(tmp_path: Path) -> None:
+    """What the sorted pass has to get right besides the race: a vanished subtree, a directory
+    turned into a file or into a symlink (nothing read through it), a new subtree inside a
+    known directory, a new entry at the root, and a file changed deep in an unchanged one."""
+    root = tmp_path / "ws"
+    _tree(root)
+    outside = tmp_path / "outside"
+    (outside / "sub").mkdir(parents=True)
+    (outside / "f.txt").write_text("outside\n")
+    (outside / "sub" / "g.txt").write_text("outside\n")
+    store = Store.open(tmp_path / "store")
+    first = Workspace(store, store.add_workspace(os.fsencode(root)), root, CaptureSettings())
+    first.start()
+    ws_id = first.id
+    first.stop()
+    try:
+        (root / "d05" / "sub" / "g.txt").unlink()
+        (root / "d05" / "sub").rmdir()
+        (root / "d05" / "f.txt").unlink()
+        (root / "d05").rmdir()
+        for name in ("d06", "d07"):
+            (root / name / "sub" / "g.txt").unlink()
+            (root / name / "sub").rmdir()
+            (root / name / "f.txt").unlink()
+            (root / name).rmdir()
+        (root / "d06").write_text("a file now\n")
+        (root / "d07").symlink_to(outside)
+        (root / "d08" / "new" / "deeper").mkdir(parents=True)
+        (root / "d08" / "new" / "deeper" / "h.txt").write_text("new deep\n")
+        (root / "top.txt").write_text("new at the root\n")
+        (root / "d09" / "sub" / "g.txt").write_text("changed while down\n")
+        ws = Workspace(store, ws_id, root, CaptureSettings())
+        ws.start()
+        try:
+            files = _files(store, ws, ws.mark("first").tree)
+            kinds = {p: e.kind for p, e in trees.walk(store.load_node, ws.mark("second").tree)}
+        finally:
+            ws.stop()
+    finally:
+        store.close()
+    assert not any(p.startswith(b"d05") for p in files)
+    assert files[b"d06"] == b"a file now\n"
+    assert kinds[b"d07"] == "symlink"
+    assert not any(p.startswith(b"d07/") for p in kinds)
+    assert files[b"d08/new/deeper/h.txt"] == b"new deep\n"
+    assert files[b"top.txt"] == b"new at the root\n"
+    assert files[b"d09/sub/g.txt"] == b"changed while down\n"
+    assert files[b"d10/sub/g.txt"] == b"old sub 10\n"
