@@ -6,7 +6,8 @@ rounds, alternating which side goes first (peer, snapd, then snapd, peer…): 10
 (``peer.Changes``), a snapd mark (``Client.call("mark")``) and a peer snap of the same state,
 so both hold every version.
 
-The store is measured **at rest**: the daemon is stopped (SQLite checkpoints its WAL into the
+The store is measured after ``snapctl gc`` and **at rest** (``common.gc_at_rest``: GC repacks,
+as the peer gets ``git gc``; then the daemon is stopped: SQLite checkpoints its WAL into the
 catalog and deletes it on close), then ``du`` of SNAPD_HOME; before the series and after it.
 A running daemon's WAL keeps the length of its largest transaction (the baseline's), which is
 what made ``bench_mark.py``'s growth figure void. The peer: ``du`` of its gitdir after ``git
@@ -23,7 +24,16 @@ import sqlite3
 import time
 from pathlib import Path
 
-from common import Results, common_args, daemon_run, peer_baseline, scratch_copy, start_watching, tree_path
+from common import (
+    Results,
+    common_args,
+    daemon_run,
+    gc_at_rest,
+    peer_baseline,
+    scratch_copy,
+    start_watching,
+    tree_path,
+)
 from peer import Changes, du_bytes, peer_gc, peer_snap
 
 MB = 1e6
@@ -54,7 +64,7 @@ def main() -> None:
     tree = tree_path(args.corpus, args.size)
     res = Results("disk", args.corpus, args.size, {
         "versions": args.versions, "changed_per_mark": args.changed,
-        "snapd": "Client.call mark; SNAPD_HOME measured with the daemon stopped (no WAL)",
+        "snapd": "Client.call mark; SNAPD_HOME measured after snapctl gc, with the daemon stopped (no WAL)",
         "peer": "sidegit snap; gitdir measured after git gc",
     })
     ws, scratch, root = scratch_copy(tree, f"disk-{args.corpus}-{args.size}")
@@ -65,8 +75,7 @@ def main() -> None:
     with daemon_run(res, scratch) as d:
         start_watching(d, root)
         gitdir = peer_baseline(ws, scratch)
-        d.stop()
-        before = {"snapd": du_bytes(d.home), "peer_gc": peer_gc(gitdir)}
+        before = {"snapd": gc_at_rest(d), "peer_gc": peer_gc(gitdir)}
         res.figure("snapd_before", breakdown(d.home), "SNAPD_HOME before, at rest")
         d.start()
         from snapd.ipc.client import Client
@@ -84,8 +93,7 @@ def main() -> None:
             if (i + 1) % 50 == 0:
                 print(f"    {i + 1}/{args.versions} versions, {time.perf_counter() - t0:.0f} s", flush=True)
         client.close()
-        d.stop()
-        after = {"snapd": du_bytes(d.home), "peer_gc": peer_gc(gitdir)}
+        after = {"snapd": gc_at_rest(d), "peer_gc": peer_gc(gitdir)}
         res.figure("snapd_after", breakdown(d.home), "SNAPD_HOME after, at rest")
         b0, b1 = res.data["figures"]["snapd_before"], res.data["figures"]["snapd_after"]
         res.figure("snapd_growth", {k: v - b0.get(k, 0) for k, v in b1.items() if v != b0.get(k, 0)},

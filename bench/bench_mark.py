@@ -16,9 +16,9 @@ The daemon's share of a mark is the daemon's own receipt-to-reply histogram (``s
 --json`` ``requests.ops.mark``), over every mark of 1 and 2 (all of 10 changed files); p50 and
 p99 are bucket bounds (the bounds include 10 and 20 ms, so the verdicts are exact). Disk:
 snapd's SNAPD_HOME against the peer's gitdir after ``git gc``, before and after 1+2: the growth
-is what the micro-releases cost each side. snapd's store is measured at rest
-(``common.store_at_rest``: the daemon stopped, so its WAL is checkpointed and gone; started
-again before the next step), so no WAL is counted on either side. Counters: the workspace's
+is what the micro-releases cost each side. snapd's store is measured after ``snapctl gc`` and
+at rest (``common.store_at_rest``: the daemon stopped, so its WAL is checkpointed and gone;
+started again before the next step), so no WAL is counted on either side. Counters: the workspace's
 numeric ``status`` fields before and after, per mark (``reads``: files read). The daemon's
 fsync calls for one mark are counted with strace (untimed, after the rest).
 

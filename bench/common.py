@@ -363,16 +363,27 @@ def start_watching(d: Daemon, root: str) -> None:
     run_timed([str(SNAPCTL), "watch", root, "--json"], d.env)
 
 
-def store_at_rest(d: Daemon, root: str) -> int:
-    """``du`` of ``d``'s SNAPD_HOME at rest, then ``d`` serving again with ``root`` ready.
+def gc_at_rest(d: Daemon) -> int:
+    """``du`` of running ``d``'s SNAPD_HOME after ``snapctl gc`` and at rest (``d`` stopped).
 
-    Stopped, the daemon's SQLite checkpoints its WAL into the catalog and deletes it as it
-    closes, so no log is counted: a running daemon's keeps a length of its own between
-    checkpoints (a transaction's, or the length kept for reuse), which made a growth measured
-    across two running moments meaningless (``bench_mark.py`` once printed a negative one).
-    ``snapctl watch`` of the live workspace returns once its reconcile is done."""
+    ``snapctl gc`` with the default retention evicts nothing young, and repacks (whole objects
+    become deltas against contents of the same file name, docs/storage.md): the peer's figure
+    is after ``git gc``, and the daemon's own periodic GC (its first one a tenth of the
+    interval after start) would otherwise repack the baseline in the middle of a series and
+    count that as the series' doing. Stopped, the daemon's SQLite checkpoints its WAL into the
+    catalog and deletes it as it closes, so no log is counted: a running daemon's keeps a
+    length of its own between checkpoints (a transaction's, or the length kept for reuse),
+    which made a growth measured across two running moments meaningless (``bench_mark.py``
+    once printed a negative one)."""
+    run_timed([str(SNAPCTL), "gc"], d.env)
     d.stop()
-    size = du_bytes(d.home)
+    return du_bytes(d.home)
+
+
+def store_at_rest(d: Daemon, root: str) -> int:
+    """:func:`gc_at_rest`, then ``d`` serving again with ``root`` ready (``snapctl watch`` of
+    the live workspace returns once its reconcile is done)."""
+    size = gc_at_rest(d)
     start_watching(d, root)
     return size
 

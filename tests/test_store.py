@@ -42,7 +42,7 @@ def test_roundtrip_compression_and_raw(store: Store) -> None:
     noise = os.urandom(5000)
     k1, k2 = put(store, text), put(store, noise)
     assert store.get(k1) == text and store.get(k2) == noise
-    rows = dict(store.catalog.read().execute("SELECT key, codec FROM objects").fetchall())
+    rows = {objects.py_key(k): c for k, c in store.catalog.read().execute("SELECT key, codec FROM objects")}
     assert rows[k1] == objects.CODEC_ZSTD and rows[k2] == objects.CODEC_RAW
     assert put(store, text) == k1  # dedup
     assert store.catalog.read().execute("SELECT COUNT(*) FROM objects").fetchone()[0] == 2
@@ -59,9 +59,11 @@ def test_corruption_is_detected_never_returned(store: Store) -> None:
     key = put(store, b"important " * 100)
     big = put(store, os.urandom(LARGE_OBJECT + 1))
     with store.catalog.write() as c:
-        data = bytearray(c.execute("SELECT data FROM objects WHERE key=?", (key,)).fetchone()[0])
+        data = bytearray(
+            c.execute("SELECT data FROM objects WHERE key=?", (objects.db_key(key),)).fetchone()[0]
+        )
         data[len(data) // 2] ^= 0xFF
-        c.execute("UPDATE objects SET data=? WHERE key=?", (bytes(data), key))
+        c.execute("UPDATE objects SET data=? WHERE key=?", (bytes(data), objects.db_key(key)))
     p = store.object_path(big)
     raw = bytearray(p.read_bytes())
     raw[100] ^= 1
@@ -137,8 +139,13 @@ def test_a_format_1_store_is_upgraded_in_place(tmp_path: Path) -> None:
         old = ingest_tree(store, ws, root).mark_id
     db = sqlite3.connect(tmp_path / "s" / "catalog.sqlite")
     for table, column in (
-        ("marks", "rules"), ("marks", "root_mode"), ("workspaces", "last_rollback"),
-        ("workspaces", "pruned_before"), ("marks", "absent"), ("objects", "base"), ("objects", "depth"),
+        ("marks", "rules"),
+        ("marks", "root_mode"),
+        ("workspaces", "last_rollback"),
+        ("workspaces", "pruned_before"),
+        ("marks", "absent"),
+        ("objects", "base"),
+        ("objects", "depth"),
     ):
         db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
     db.execute("UPDATE meta SET value='1' WHERE key='format'")
@@ -377,8 +384,8 @@ def test_verify_reports_affected_marks(store: Store, tmp_path: Path) -> None:
     xkey = trees.lookup(store.load_node, res.tree, b"a/x").key
     ykey = trees.lookup(store.load_node, res.tree, b"y").key
     with store.catalog.write() as c:
-        c.execute("UPDATE objects SET data=zeroblob(length(data)) WHERE key=?", (xkey,))
-        c.execute("DELETE FROM objects WHERE key=?", (ykey,))
+        c.execute("UPDATE objects SET data=zeroblob(length(data)) WHERE key=?", (objects.db_key(xkey),))
+        c.execute("DELETE FROM objects WHERE key=?", (objects.db_key(ykey),))
     rep = verify(store)
     assert not rep.ok
     assert rep.corrupt == {xkey: [res.mark_id]} and rep.missing == {ykey: [res.mark_id]}
@@ -427,7 +434,7 @@ def test_a_batch_whose_directory_fsync_fails_commits_nothing_and_a_retry_writes_
 
 
 def _object_rows(store: Store) -> dict[str, int]:
-    return dict(store.catalog.read().execute("SELECT key, stored FROM objects").fetchall())
+    return {objects.py_key(k): s for k, s in store.catalog.read().execute("SELECT key, stored FROM objects")}
 
 
 def test_stored_bytes_is_counted_once_then_kept_by_every_commit(store: Store, tmp_path: Path) -> None:
@@ -573,7 +580,7 @@ def test_an_object_is_swept_only_once_older_than_the_grace_period(store: Store) 
     loose = put(store, b"unreferenced " * 10)
     t = 1_000_000 * 10**9
     with store.catalog.write() as c:
-        c.execute("UPDATE objects SET created=? WHERE key=?", (t, loose))
+        c.execute("UPDATE objects SET created=? WHERE key=?", (t, objects.db_key(loose)))
     rep = gc.run(store, Retention(grace_s=1), now=t + 10**9)  # exactly the grace period
     assert store.has(loose) and rep.objects_deleted == 0
     rep = gc.run(store, Retention(grace_s=1), now=t + 10**9 + 1)
@@ -597,16 +604,22 @@ def test_the_budget_counts_only_objects_past_the_grace_period_and_says_when_it_c
     ws = store.add_workspace(os.fsencode(root))
     capture_paths(store, ws, root, [b"f"], "only")
     fresh = put(store, os.urandom(50_000))  # not referenced, but younger than the grace period
-    created = store.catalog.read().execute("SELECT created FROM objects WHERE key=?", (fresh,)).fetchone()[0]
+    by_key = "SELECT created FROM objects WHERE key=?"
+    created = store.catalog.read().execute(by_key, (objects.db_key(fresh),)).fetchone()[0]
     with store.catalog.write() as c:  # the mark's objects are an hour old
-        c.execute("UPDATE objects SET created=? WHERE key<>?", (created - 3600 * 10**9, fresh))
+        c.execute(
+            "UPDATE objects SET created=? WHERE key<>?", (created - 3600 * 10**9, objects.db_key(fresh))
+        )
     now = created + 10**9
     rep = gc.run(store, Retention(budget_bytes=20_000, grace_s=600), now=now)
     assert rep.warnings == [] and rep.evicted == [] and store.has(fresh)
     rep = gc.run(store, Retention(budget_bytes=50, grace_s=600), now=now)
-    settled = store.stored_bytes() - store.catalog.read().execute(
-        "SELECT stored FROM objects WHERE key=?", (fresh,)
-    ).fetchone()[0]
+    settled = (
+        store.stored_bytes()
+        - store.catalog.read()
+        .execute("SELECT stored FROM objects WHERE key=?", (objects.db_key(fresh),))
+        .fetchone()[0]
+    )
     assert rep.evicted == [] and rep.warnings == [
         f"the store holds {settled} bytes, over its budget of 50, and what remains is held by marks "
         "and versions that must be kept (newest, pinned, recent pre-rollback, versions inside the age "

@@ -62,14 +62,16 @@ def gc_workload(store_dir: Path, ws: Path, ack: Callable[[str], None]) -> None:
         gc.run(s, Retention(max_marks=2, grace_s=0, max_age_days=0))
 
 
-FORMAT4 = Path(__file__).parent / "fixtures" / "store-format4"
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def migration_workload(store_dir: Path, ws: Path, ack: Callable[[str], None]) -> None:
-    """Open a store written by the release before format 5 (tests/fixtures/store-format4: its
-    marks were acknowledged then), then store an edit of one of its files as a delta."""
-    shutil.copytree(FORMAT4 / "store", store_dir)
-    for mark_id in json.loads((FORMAT4 / "manifest.json").read_text()):
+def migration_workload(store_dir: Path, ws: Path, ack: Callable[[str], None], fmt: int = 4) -> None:
+    """Open a store written by an earlier release (tests/fixtures/store-format{fmt}: its marks
+    were acknowledged then), which upgrades it, then store an edit of one of its files as a
+    delta."""
+    fixture = FIXTURES / f"store-format{fmt}"
+    shutil.copytree(fixture / "store", store_dir)
+    for mark_id in json.loads((fixture / "manifest.json").read_text()):
         ack(mark_id)
     with Store.open(store_dir) as s:
         (wid,) = [w.id for w in s.workspaces()]
@@ -136,12 +138,19 @@ def _check(store_dir: Path, acked: list[str]) -> None:
         assert verify(s).ok
 
 
+def migration5_workload(store_dir: Path, ws: Path, ack: Callable[[str], None]) -> None:
+    """The 5 -> 6 upgrade (keys to blobs): a crash between its two statements is one point."""
+    migration_workload(store_dir, ws, ack, fmt=5)
+
+
 @pytest.mark.parametrize(
-    "workload", [capture_workload, gc_workload, migration_workload], ids=["capture", "gc", "migration"]
+    "workload",
+    [capture_workload, gc_workload, migration_workload, migration5_workload],
+    ids=["capture", "gc", "migration", "migration-5-6"],
 )
 def test_crash_after_every_operation(tmp_path: Path, workload: Workload) -> None:
     total = _count_ops(tmp_path, workload)
-    assert total > (3 if workload is migration_workload else 10)
+    assert total > (3 if workload in (migration_workload, migration5_workload) else 10)
     for n in range(1, total + 1):
         tmp = tmp_path / f"n{n}"
         store_dir, acked, code = _run_crashing(tmp, workload, n)

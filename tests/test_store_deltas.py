@@ -4,7 +4,8 @@ What is promised (docs/storage.md, "Objects"): a mark's edited file and its rewr
 directory nodes are stored as deltas against their previous versions; a chain is never longer
 than ``objects.MAX_DEPTH``; a read verifies the decoded bytes, and a delta whose base is
 missing or corrupt is an error, never content; GC never deletes a base a kept object needs;
-a store written by the release before format 5 opens and reads every mark.
+a store written by the release before format 5, or before format 6 (binary keys), opens
+and reads every mark.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from snapd.store.store import Store
 from snapd.store.verify import verify
 
 pytestmark = pytest.mark.timeout(60)
-FIXTURE = Path(__file__).parent / "fixtures" / "store-format4"
+FIXTURES = Path(__file__).parent / "fixtures"
 SOURCE = "".join(f"def f{j}(x):\n    return x * {j} + {j * j}\n" for j in range(300)).encode()
 
 
@@ -42,7 +43,10 @@ def store(tmp_path: Path) -> Iterator[Store]:
 def rows(store: Store) -> dict[str, tuple[int, str | None, int, int]]:
     """key -> (codec, base, depth, stored bytes) of every object."""
     sql = "SELECT key, codec, base, depth, stored FROM objects"
-    return {k: (c, b, d, s) for k, c, b, d, s in store.catalog.read().execute(sql)}
+    return {
+        objects.py_key(k): (c, None if b is None else objects.py_key(b), d, s)
+        for k, c, b, d, s in store.catalog.read().execute(sql)
+    }
 
 
 def contents(store: Store, tree: str) -> dict[bytes, bytes]:
@@ -69,9 +73,11 @@ def edit_series(store: Store, root: Path, turns: int) -> tuple[int, list[tuple[s
 def damage(store: Store, key: str) -> None:
     """Change one byte of an inline object's stored payload."""
     with store.catalog.write() as c:
-        data = bytearray(c.execute("SELECT data FROM objects WHERE key=?", (key,)).fetchone()[0])
+        data = bytearray(
+            c.execute("SELECT data FROM objects WHERE key=?", (objects.db_key(key),)).fetchone()[0]
+        )
         data[len(data) // 2] ^= 0xFF
-        c.execute("UPDATE objects SET data=? WHERE key=?", (bytes(data), key))
+        c.execute("UPDATE objects SET data=? WHERE key=?", (bytes(data), objects.db_key(key)))
 
 
 def on_disk(root: Path) -> dict[bytes, bytes]:
@@ -117,7 +123,7 @@ def test_a_delta_whose_base_is_corrupt_or_missing_is_an_error(store: Store, tmp_
     report = verify(store)
     assert key in report.corrupt and taken[-1][0] in report.corrupt[key]
     with store.catalog.write() as c:
-        c.execute("DELETE FROM objects WHERE key=?", (base,))
+        c.execute("DELETE FROM objects WHERE key=?", (objects.db_key(base),))
     with pytest.raises(MissingObject, match=f"delta against {base}"):
         store.get(key)
 
@@ -186,9 +192,9 @@ def test_gc_never_deletes_a_base_that_a_kept_object_needs(
     assert newest is not None and rows(store)[newest.key][2] > 1  # it is a chain, and it was kept
 
 
-def open_fixture(tmp_path: Path) -> tuple[Store, dict[str, dict[str, list[str]]]]:
-    shutil.copytree(FIXTURE / "store", tmp_path / "store")
-    manifest = json.loads((FIXTURE / "manifest.json").read_text())
+def open_fixture(tmp_path: Path, fixture: Path) -> tuple[Store, dict[str, dict[str, list[str]]]]:
+    shutil.copytree(fixture / "store", tmp_path / "store")
+    manifest = json.loads((fixture / "manifest.json").read_text())
     return Store.open(tmp_path / "store"), manifest
 
 
@@ -201,18 +207,26 @@ def stored_state(store: Store, tree: str) -> dict[str, list[str]]:
     return out
 
 
-def test_a_store_written_by_the_previous_release_reads_every_mark(tmp_path: Path) -> None:
-    """tests/fixtures/store-format4 was written by commit 8d903f1 (format 4; see
-    make_format4_store.py). It opens as format 5, every mark reads back as the workspace was
-    on disk, and a new version of an old file is stored as a delta against the old object."""
-    assert sqlite3.connect(FIXTURE / "store" / "catalog.sqlite").execute(
-        "SELECT value FROM meta WHERE key='format'"
-    ).fetchone() == ("4",)
-    store, manifest = open_fixture(tmp_path)
+@pytest.mark.parametrize("fmt", [4, 5])
+def test_a_store_written_by_the_previous_release_reads_every_mark(tmp_path: Path, fmt: int) -> None:
+    """tests/fixtures/store-format4 was written by commit 8d903f1 (format 4), store-format5 by
+    c8109a5 (format 5, with deltas; see make_store_fixture.py). Each opens as today's format
+    with every key converted to a blob, every mark reads back as the workspace was on disk, and
+    a new version of an old file is stored as a delta against an object the old release wrote."""
+    fixture = FIXTURES / f"store-format{fmt}"
+    old = sqlite3.connect(fixture / "store" / "catalog.sqlite")
+    assert old.execute("SELECT value FROM meta WHERE key='format'").fetchone() == (str(fmt),)
+    old_keys = {k for (k,) in old.execute("SELECT key FROM objects")}
+    old.close()
+    store, manifest = open_fixture(tmp_path, fixture)
     with store:
-        assert store.catalog.read().execute("SELECT value FROM meta WHERE key='format'").fetchone() == (
-            str(FORMAT_VERSION),
-        )
+        db = store.catalog.read()
+        assert db.execute("SELECT value FROM meta WHERE key='format'").fetchone() == (str(FORMAT_VERSION),)
+        assert db.execute(
+            "SELECT COUNT(*) FROM objects WHERE typeof(key)!='blob' OR typeof(base) NOT IN ('blob','null')"
+        ).fetchone() == (0,)
+        assert db.execute("SELECT COUNT(*) FROM versions WHERE typeof(object)='text'").fetchone() == (0,)
+        assert set(rows(store)) == old_keys
         marks = {m.id: m for m in store.marks()}
         assert set(marks) == set(manifest)
         for mark_id, expected in manifest.items():
@@ -231,7 +245,7 @@ def test_a_store_written_by_the_previous_release_reads_every_mark(tmp_path: Path
         assert entry is not None
         codec, base, _, _ = rows(store)[entry.key]
         assert codec == objects.CODEC_DELTA and base is not None
-        assert rows(store)[base][0] == objects.CODEC_ZSTD  # an object the old release wrote
+        assert base in old_keys
         assert store.get(entry.key) == (root / "src" / "pkg" / "mod0.py").read_bytes()
         for mark_id, expected in manifest.items():
             assert stored_state(store, marks[mark_id].tree) == expected, mark_id

@@ -27,6 +27,11 @@ from snapd.store.records import MARK_COLUMNS, Mark, mark_row
 from snapd.store.refs import new_mark_id, validate_label
 
 
+def _row(e: trees.Entry) -> tuple[str, int, bytes | str | None]:
+    """A version row's (kind, mode, object): a directory's entry has no key (NULL)."""
+    return e.kind, e.mode, objects.db_key(e.key) if e.key else None
+
+
 class ObjectStore(Protocol):
     """What a batch needs of the store it writes to (:class:`snapd.store.store.Store`)."""
 
@@ -61,6 +66,7 @@ class StatChanges(Protocol):
 
 class Batch(deltas.Chooser):
     """A group of object and catalog writes that become durable together in ``commit``."""
+
     store: ObjectStore  # (deltas.Chooser types it loosely)
 
     def __init__(self, store: ObjectStore) -> None:
@@ -126,8 +132,15 @@ class Batch(deltas.Chooser):
         sha, encode = fingerprint(data), lambda: objects.encode(data)
         return self.put_digested(digest or self.store.hasher(data), len(data), sha, encode, base, data)
 
-    def put_digested(self, digest: str, size: int, sha: bytes, encode: Callable[[], tuple[int, bytes]],
-                     base: str | None = None, data: bytes | None = None) -> str:
+    def put_digested(
+        self,
+        digest: str,
+        size: int,
+        sha: bytes,
+        encode: Callable[[], tuple[int, bytes]],
+        base: str | None = None,
+        data: bytes | None = None,
+    ) -> str:
         """Store a content known by its digest, size and :func:`fingerprint`, without its bytes
         (a reader process read them); ``encode`` gives its payload, asked only when it is new.
         A key already pending, flushed or stored is trusted only when the fingerprints agree.
@@ -310,10 +323,13 @@ class Batch(deltas.Chooser):
             rows.append((key, size, codec, stored_len, int(external), now, data, base, depth))
             if remember:
                 self._flushed[key] = sha
+        as_stored = (
+            (objects.db_key(k), *rest, None if b is None else objects.db_key(b), d) for k, *rest, b, d in rows
+        )
         c.executemany(
             "INSERT INTO objects (key, size, codec, stored, external, created, data, base, depth)"
             " VALUES (?,?,?,?,?,?,?,?,?)",
-            rows,
+            as_stored,
         )
         self.store.catalog.stored_changed(sum(r[3] for r in rows))
         self._pending.clear()
@@ -368,7 +384,7 @@ class Batch(deltas.Chooser):
             written = self._write_objects(c, remember=False)
             # In the index's order (workspace, path, time): SQLite appends, no random page splits
             rows = (
-                (ws, paths[i], when, *((e.kind, e.mode, e.key or None) if (e := entries[i]) else _NO_ENTRY))
+                (ws, paths[i], when, *(_row(e) if (e := entries[i]) else _NO_ENTRY))
                 for ws, when, paths, entries in self._versions
                 for i in sorted(range(len(paths)), key=paths.__getitem__)
             )

@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from snapd.errors import DiskFull, StoreError, StoreFormatError
-from snapd.store import safeio
+from snapd.store import objects, safeio
 from snapd.store.checkpoint import BACKSTOP_PAGES, Checkpointer, log_limit
 
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 # Each entry upgrades a store of that format to the next one; they run in order on open.
 # Format 1 lacked the marks' rule inputs and root mode, and the workspace's last rollback (such
 # marks are judged under today's outside rules, and their root mode is not restored).
@@ -45,6 +45,8 @@ FORMAT_VERSION = 5
 # Format 4 stored every object whole; format 5 adds ``objects.base`` and ``objects.depth`` for
 # deltas (codec 2: compressed against the base object's content). Existing objects stay whole
 # and read as before; older code cannot read a delta, hence the new format.
+# Format 5 stored object keys as text; format 6 stores ``objects.key``, ``objects.base`` and
+# ``versions.object`` as 18-20 byte blobs (``objects.db_key``), which older code cannot look up.
 _MIGRATIONS: dict[str, tuple[str, ...]] = {
     "1": (
         "ALTER TABLE marks ADD COLUMN rules TEXT",
@@ -57,8 +59,15 @@ _MIGRATIONS: dict[str, tuple[str, ...]] = {
         "ALTER TABLE objects ADD COLUMN base TEXT",
         "ALTER TABLE objects ADD COLUMN depth INTEGER NOT NULL DEFAULT 0",
     ),
+    "5": (
+        "UPDATE objects SET key = snapd_db_key(key), base = snapd_db_key(base)",
+        "UPDATE versions SET object = snapd_db_key(object) WHERE object IS NOT NULL",
+    ),
 }
 
+# Object keys (objects.key, objects.base, versions.object) are BLOBs from format 6 on
+# (objects.db_key); the columns keep the TEXT declaration format 5 gave them, which stores a
+# BLOB as it is, so a new store and an upgraded one have one schema.
 SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE objects (
@@ -211,11 +220,13 @@ class _Connection(sqlite3.Connection):
 
 def objects_by_key(conn: sqlite3.Connection, columns: str, keys: list[str]) -> Iterator[Any]:
     """``SELECT key, columns FROM objects`` for ``keys``: one query per 500 keys (SQLite caps
-    the parameters of a statement), not one per key."""
+    the parameters of a statement), not one per key. The key comes back as Python's (format
+    6 stores it as a blob: :func:`objects.db_key`); the other columns as stored."""
     for i in range(0, len(keys), 500):
-        chunk = keys[i : i + 500]
+        chunk = [objects.db_key(k) for k in keys[i : i + 500]]
         marks = ",".join("?" * len(chunk))
-        yield from conn.execute(f"SELECT key, {columns} FROM objects WHERE key IN ({marks})", chunk)
+        for key, *rest in conn.execute(f"SELECT key, {columns} FROM objects WHERE key IN ({marks})", chunk):
+            yield (objects.py_key(key), *rest)
 
 
 def _connect(path: Path) -> _Connection:
@@ -230,7 +241,13 @@ def _connect(path: Path) -> _Connection:
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("PRAGMA foreign_keys=ON")
+    conn.create_function("snapd_db_key", 1, _db_key, deterministic=True)  # the 5 -> 6 upgrade
     return conn
+
+
+def _db_key(value: str | bytes | None) -> str | bytes | None:
+    """A format 5 key (text) as format 6 stores it; a value already converted stays as it is."""
+    return objects.db_key(value) if isinstance(value, str) else value
 
 
 class Catalog:

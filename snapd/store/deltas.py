@@ -18,9 +18,11 @@ it ends, and once committed, GC keeps a base as long as any object stored agains
 
 from __future__ import annotations
 
+import itertools
+import sqlite3
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple, Protocol
 
 from snapd.errors import CorruptObject, MissingObject
@@ -123,7 +125,7 @@ class Chooser:
         with self.store.holds.lock:
             wanted = [k for k in wanted if self.store.recent.get(k) is None]
             for key, base, depth in objects_by_key(self.store.catalog.read(), "base, depth", wanted):
-                self._links[key] = (base, int(depth))
+                self._links[key] = (None if base is None else objects.py_key(base), int(depth))
                 self._hold(key)
 
     def content(self, key: str) -> bytes:
@@ -199,6 +201,18 @@ SELECT top, key, codec, external, data, base FROM chain ORDER BY top, n"""
 
 Row = tuple[str, int, int, bytes | None, str | None]
 """An object's (key, codec, external, data, base) row."""
+
+
+def read_chains(conn: sqlite3.Connection, keys: list[str]) -> Iterator[tuple[str, list[Row]]]:
+    """Each of ``keys`` found, with its chain's rows (:func:`chains_sql`, keys as Python's),
+    in the order of the keys as stored."""
+    rows = conn.execute(chains_sql(len(keys)), [objects.db_key(k) for k in keys]).fetchall()
+    for top, group in itertools.groupby(rows, key=lambda r: r[0]):
+        chain: list[Row] = [
+            (objects.py_key(k), codec, external, data, None if base is None else objects.py_key(base))
+            for _, k, codec, external, data, base in group
+        ]
+        yield objects.py_key(top), chain
 
 
 def decode_chain(

@@ -19,8 +19,9 @@ import time
 from dataclasses import dataclass, field
 
 from snapd.config import Retention
-from snapd.store import safeio, trees
+from snapd.store import objects, safeio, trees
 from snapd.store.records import Mark
+from snapd.store.repack import repack
 from snapd.store.retention import budget_candidates, newest_ids, plan_evictions, protected
 from snapd.store.store import Store
 
@@ -33,9 +34,10 @@ class GcReport:
     objects_deleted: int = 0
     bytes_freed: int = 0
     versions_deleted: int = 0
+    repacked: int = 0  # objects stored whole converted to deltas (snapd.store.repack)
+    repack_saved: int = 0  # payload bytes that saved
     stored_bytes: int = 0
     warnings: list[str] = field(default_factory=list)
-
 
 
 def evict(store: Store, doomed: list[tuple[Mark, str]], now: int) -> None:
@@ -51,7 +53,8 @@ def evict(store: Store, doomed: list[tuple[Mark, str]], now: int) -> None:
 
 def with_bases(store: Store, keys: set[str]) -> set[str]:
     """``keys`` and, transitively, the bases of those stored as deltas (in place; returned)."""
-    bases = dict(store.catalog.read().execute("SELECT key, base FROM objects WHERE base IS NOT NULL"))
+    rows = store.catalog.read().execute("SELECT key, base FROM objects WHERE base IS NOT NULL")
+    bases = {objects.py_key(k): objects.py_key(b) for k, b in rows}
     todo = [k for k in keys if k in bases]
     while todo:
         base = bases[todo.pop()]
@@ -77,7 +80,7 @@ def live_keys(store: Store, policy: Retention, now: int, without: frozenset[str]
     for (key,) in db.execute(
         "SELECT DISTINCT object FROM versions WHERE time >= ? AND object IS NOT NULL", (cutoff,)
     ):
-        live.add(key)
+        live.add(objects.py_key(key))
     return with_bases(store, live)
 
 
@@ -85,8 +88,9 @@ def sweep(store: Store, policy: Retention, now: int, report: GcReport) -> None:
     with store.holds.sweeping():  # from here on, every key a batch holds is spared
         live = live_keys(store, policy, now)
         young = now - int(policy.grace_s * 1e9)
-        rows = store.catalog.read().execute("SELECT key, stored, external, created FROM objects").fetchall()
-        dead = [(k, s, e) for k, s, e, created in rows if k not in live and created < young]
+        rows = store.catalog.read().execute("SELECT key, stored, external, created FROM objects")
+        every = [(objects.py_key(k), s, e, created) for k, s, e, created in rows]
+        dead = [(k, s, e) for k, s, e, created in every if k not in live and created < young]
         for i in range(0, len(dead), SWEEP_CHUNK):
             chunk = dead[i : i + SWEEP_CHUNK]
             files = []
@@ -94,7 +98,7 @@ def sweep(store: Store, policy: Retention, now: int, report: GcReport) -> None:
                 for key, stored, external in chunk:
                     if store.holds.spared(key):
                         continue
-                    c.execute("DELETE FROM objects WHERE key=?", (key,))
+                    c.execute("DELETE FROM objects WHERE key=?", (objects.db_key(key),))
                     store.recent.forget(key)  # under the holds lock: see deltas.Recent
                     store.catalog.stored_changed(-stored)
                     report.objects_deleted += 1
@@ -118,7 +122,9 @@ def remove_orphan_files(store: Store, older_than: int) -> int:
     try:
         for shard in sorted(top.glob("*")):
             for p in shard.iterdir():
-                if db.execute("SELECT 1 FROM objects WHERE key=? AND external=1", (p.name,)).fetchone():
+                if db.execute(
+                    "SELECT 1 FROM objects WHERE key=? AND external=1", (objects.db_key(p.name),)
+                ).fetchone():
                     continue
                 try:
                     if p.stat().st_mtime_ns < older_than and safeio.unlink(p):
@@ -145,13 +151,14 @@ def _kept_bytes(store: Store, policy: Retention, now: int) -> int:
     keep.update(k for (k,) in db.execute("SELECT DISTINCT rules FROM marks WHERE rules IS NOT NULL"))
     cutoff = now - policy.max_age_ns
     keep.update(
-        k
+        objects.py_key(k)
         for (k,) in db.execute(
             "SELECT object FROM versions WHERE time >= ? AND object IS NOT NULL", (cutoff,)
         )
     )
     with_bases(store, keep)
-    return sum(stored for key, stored in db.execute("SELECT key, stored FROM objects") if key in keep)
+    rows = db.execute("SELECT key, stored FROM objects")
+    return sum(stored for key, stored in rows if objects.py_key(key) in keep)
 
 
 def _fewest_to_fit(store: Store, policy: Retention, now: int, young: int, cands: list[Mark]) -> int:
@@ -163,7 +170,10 @@ def _fewest_to_fit(store: Store, policy: Retention, now: int, young: int, cands:
     binary search finds the least k (one reachability walk per step, no sweep). With every
     candidate gone only what must be kept remains, which the caller checked fits."""
     db = store.catalog.read()
-    rows = db.execute("SELECT key, stored FROM objects WHERE created < ?", (young,)).fetchall()
+    rows = [
+        (objects.py_key(k), stored)
+        for k, stored in db.execute("SELECT key, stored FROM objects WHERE created < ?", (young,))
+    ]
 
     def fits(k: int) -> bool:
         live = live_keys(store, policy, now, frozenset(m.id for m in cands[:k]))
@@ -225,7 +235,11 @@ def run(store: Store, policy: Retention, now: int | None = None) -> GcReport:
             "remains is held by marks and versions that must be kept (newest, pinned, recent "
             "pre-rollback, versions inside the age window): raise the budget or unpin marks"
         )
+    report.repacked, report.repack_saved = repack(store)
     with store.catalog.write() as c:
-        c.execute("PRAGMA incremental_vacuum")
+        # Python's sqlite3 steps a statement that returns no columns once, and each step of
+        # incremental_vacuum frees one page: one call per free page gives them all back.
+        for _ in range(c.execute("PRAGMA freelist_count").fetchone()[0]):
+            c.execute("PRAGMA incremental_vacuum")
     report.stored_bytes = store.stored_bytes()
     return report

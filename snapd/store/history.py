@@ -39,7 +39,7 @@ from typing import Any
 from snapd import timeref
 from snapd.errors import NotFound, UsageError
 from snapd.paths import ancestors, encode_path, strictly_below
-from snapd.store import trees
+from snapd.store import objects, trees
 from snapd.store.records import Mark, Version, version_from_row
 from snapd.store.store import Store
 
@@ -129,8 +129,10 @@ def at_time(store: Store, ws: int, instant: int, now: int | None = None) -> AtTi
     base = base_mark(marks, instant)
     pruned = pruned_before(store, ws)
     if base is None:
-        first = f"its oldest kept mark is {marks[-1].id} at {timeref.wire(marks[-1].created)}" if marks else (
-            "it has no marks"
+        first = (
+            f"its oldest kept mark is {marks[-1].id} at {timeref.wire(marks[-1].created)}"
+            if marks
+            else ("it has no marks")
         )
         evicted = " (older marks were pruned by retention)" if store.evictions(ws) else ""
         raise NotFound(f"nothing was captured in this workspace at or before {when}: {first}{evicted}")
@@ -274,7 +276,7 @@ def _moved(
     if new is None and prev is not None and prev.kind != "dir":
         for (other,) in db.execute(
             "SELECT path FROM versions WHERE workspace=? AND time=? AND object=? AND path!=?",
-            (ws, t, prev.key, path),
+            (ws, t, objects.db_key(prev.key), path),
         ):
             if _before(store, ws, bytes(other), t, None):
                 return bytes(other)
@@ -292,7 +294,7 @@ def _before(store: Store, ws: int, path: bytes, t: int, key: str | None) -> bool
         )
         .fetchone()
     )
-    return (row[0] if row else None) == key
+    return (objects.py_key(row[0]) if row and row[0] is not None else None) == key
 
 
 def _under_deleted(store: Store, ws: int, top: bytes, t: int, key: str) -> bool:
@@ -302,7 +304,7 @@ def _under_deleted(store: Store, ws: int, top: bytes, t: int, key: str) -> bool:
     below = (ws, top + b"/", top + b"0", t)  # "/" is 0x2f and "0" the next byte
     for (p,) in db.execute(
         "SELECT DISTINCT path FROM versions WHERE workspace=? AND path>? AND path<? AND time<? AND object=?",
-        (*below, key),
+        (*below, objects.db_key(key)),
     ):
         if _before(store, ws, bytes(p), t, key):
             return True
@@ -348,7 +350,6 @@ def marks_changing(load: trees.Load, marks: Sequence[Mark], path: bytes) -> list
         if changed:
             out.append(m)
     return out
-
 
 
 def entry_in(store: Store, mark: Mark, path: bytes) -> trees.Entry | None:

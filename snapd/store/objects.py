@@ -73,6 +73,42 @@ def parse_key(key: str) -> tuple[str, int]:
     return m.group(1), int(m.group(2))
 
 
+def db_key(key: str) -> bytes | str:
+    """``key`` as the catalog stores it (format 6): the digest's 16 bytes, then the size and
+    the variant (if any) as LEB128 varints: 18-20 bytes instead of 36-40 characters. A text that
+    is not an object key (an uncaptured entry's ``!INODE.MTIME_NS!REASON``) stays text: a BLOB
+    and a TEXT never compare equal in SQLite, so the two cannot be confused."""
+    m = KEY_RE.match(key)
+    if m is None:
+        return key
+    digest, size, variant = m.groups()
+    out = bytearray(bytes.fromhex(digest))
+    for n in (int(size), *((int(variant),) if variant else ())):
+        while n >= 0x80:
+            out.append(n & 0x7F | 0x80)
+            n >>= 7
+        out.append(n)
+    return bytes(out)
+
+
+def py_key(value: bytes | str) -> str:
+    """The key a catalog value stands for (the inverse of :func:`db_key`)."""
+    if isinstance(value, str):
+        return value
+    numbers: list[int] = []
+    n = shift = 0
+    for byte in value[16:]:
+        n |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            numbers.append(n)
+            n = shift = 0
+    if len(value) < 17 or shift or not 1 <= len(numbers) <= 2 or (len(numbers) == 2 and numbers[1] == 0):
+        raise CorruptObject(f"malformed object key in the catalog: {bytes(value).hex()}")
+    key = base_key(bytes(value[:16]).hex(), numbers[0])
+    return variant_key(key, numbers[1]) if len(numbers) == 2 else key
+
+
 _local = threading.local()
 
 

@@ -109,9 +109,12 @@ def mark_row(m: Mark, seq: int) -> tuple[Any, ...]:
     )
 
 
-def version_from_row(path: bytes, time: int, kind: str | None, mode: int | None, key: str | None) -> Version:
+def version_from_row(
+    path: bytes, time: int, kind: str | None, mode: int | None, value: bytes | str | None
+) -> Version:
     """A version from its row (``path, time, kind, mode, object``): all NULL is a deletion."""
     if kind is None:
         return Version(bytes(path), time, None)
+    key = None if value is None else objects.py_key(value)
     size = objects.parse_key(key)[1] if kind != "dir" and key else 0
     return Version(bytes(path), time, trees.Entry(kind, mode or 0, size, key or ""))  # type: ignore[arg-type]

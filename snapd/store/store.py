@@ -14,7 +14,6 @@ GC from deleting an object a capture is about to reference.
 
 from __future__ import annotations
 
-import itertools
 import json
 import threading
 import time
@@ -90,8 +89,8 @@ class Store:
 
         A delta needs its base first (verified the same way), at most ``MAX_DEPTH`` links down:
         the chain's rows come in one query."""
-        rows = self.catalog.read().execute(deltas.chains_sql(1), (key,)).fetchall()
-        return deltas.decode_chain(key, [r[1:] for r in rows], self._payload, self.hasher)
+        chains = dict(deltas.read_chains(self.catalog.read(), [key]))
+        return deltas.decode_chain(key, chains.get(key, []), self._payload, self.hasher)
 
     def load_nodes(self, keys: Iterable[str]) -> None:
         """Cache the nodes among ``keys`` that the cache lacks, their chains read with one query
@@ -99,9 +98,7 @@ class Store:
         wanted = sorted({k for k in keys if self.cached_node(k) is None})
         for i in range(0, len(wanted), 500):
             chunk = wanted[i : i + 500]
-            rows = self.catalog.read().execute(deltas.chains_sql(len(chunk)), chunk).fetchall()
-            for top, group in itertools.groupby(rows, key=lambda r: str(r[0])):
-                chain = [r[1:] for r in group]
+            for top, chain in deltas.read_chains(self.catalog.read(), chunk):
                 try:
                     data = deltas.decode_chain(top, chain, self._payload, self.hasher)
                     self.cache_node(top, trees.decode_node(data), data)
@@ -110,8 +107,9 @@ class Store:
 
     def delta_link(self, key: str) -> tuple[str | None, int] | None:
         """(delta base, depth) of ``key``: (None, 0) for an object stored whole; None if absent."""
-        row = self.catalog.read().execute("SELECT base, depth FROM objects WHERE key=?", (key,)).fetchone()
-        return None if row is None else (row[0], int(row[1]))
+        db = self.catalog.read()
+        row = db.execute("SELECT base, depth FROM objects WHERE key=?", (objects.db_key(key),)).fetchone()
+        return None if row is None else (None if row[0] is None else objects.py_key(row[0]), int(row[1]))
 
     def cached_node(self, key: str) -> trees.Node | None:
         with self._nodes_lock:
@@ -124,8 +122,8 @@ class Store:
             return self._node_bytes.get(key)
 
     def has(self, key: str) -> bool:
-        row = self.catalog.read().execute("SELECT 1 FROM objects WHERE key=?", (key,)).fetchone()
-        return row is not None
+        db = self.catalog.read()
+        return db.execute("SELECT 1 FROM objects WHERE key=?", (objects.db_key(key),)).fetchone() is not None
 
     def load_node(self, key: str) -> trees.Node:
         with self._nodes_lock:
@@ -386,7 +384,7 @@ class Store:
             )
             for path, key, kind in self.catalog.read().execute(sql, (*chunk, ws)):
                 if kind in ("file", "symlink"):
-                    out[bytes(path)] = key
+                    out[bytes(path)] = objects.py_key(key)
         return out
 
     def stored_bytes(self) -> int:

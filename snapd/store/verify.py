@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass, field
 
 from snapd.errors import CorruptObject, MissingObject
-from snapd.store import trees
+from snapd.store import objects, trees
 from snapd.store.store import Store
 
 
@@ -72,7 +72,8 @@ def verify(store: Store, sample: float | None = None, seed: int | None = None) -
         node_bad(head)
     for _, tree in marks:
         node_bad(tree)
-    contents.update(k for (k,) in db.execute("SELECT DISTINCT object FROM versions WHERE object IS NOT NULL"))
+    named = db.execute("SELECT DISTINCT object FROM versions WHERE object IS NOT NULL")
+    contents.update(objects.py_key(k) for (k,) in named)
     rules = dict(db.execute("SELECT id, rules FROM marks WHERE rules IS NOT NULL").fetchall())
     contents.update(rules.values())
     keys = sorted(contents - below.keys())

@@ -1,0 +1,146 @@
+"""Repack, GC's last step: store whole objects as deltas against a similar content of another path.
+
+A mark stores a file's new version against the path's previous version (``deltas.py``). A
+content that arrives under a new path has no previous version and is stored whole: a
+baseline of a tree that holds several releases of one project (``django-4.1/…/base.py`` beside
+``django-4.2/…/base.py``) stores every release's copy whole. Git's pack pairs objects by file
+name and size; repack does the same, after the fact: for each object stored whole (zstd, inline)
+that a version names, it tries the contents of the same base name closest in size as a base,
+and keeps the delta if it is at most ``1/DELTA_GAIN`` of the stored payload.
+
+Invariants (the same as a mark's deltas): the content of every key is unchanged (the delta is
+decoded and checked against the key on every read); a chain stays at most ``MAX_DEPTH`` long;
+no cycle: only an object that is nobody's base yet is converted, and its new base's chain was
+fixed before (an object with a dependent is never converted, so it cannot be in that chain). A
+key a batch in flight holds is left alone (the batch may have chosen it as a base with its
+depth as it was). GC keeps every base of a live delta (``gc.with_bases``), so a base that no
+mark names stays.
+
+Each object is tried once: the catalog's ``meta`` row ``repacked_before`` (ns) says that every
+object created before it has been tried, so a GC after a mark looks at that mark's objects
+only. Conversions commit in transactions of :data:`CHUNK` objects.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+from snapd.store import objects
+from snapd.store.store import Store
+
+CHUNK = 500
+NEIGHBOURS = 2  # candidates per object: the contents of the same name closest in size
+META_KEY = "repacked_before"
+
+
+@dataclass
+class _Row:
+    size: int
+    codec: int
+    external: int
+    whole: bool  # no base
+    depth: int
+    stored: int
+    created: int
+
+
+def _names(store: Store) -> dict[bytes, set[str]]:
+    """File base name -> the keys versions of that name hold."""
+    groups: dict[bytes, set[str]] = defaultdict(set)
+    rows = store.catalog.read().execute(
+        "SELECT path, object FROM versions WHERE kind='file' AND object IS NOT NULL"
+    )
+    for path, obj in rows:
+        groups[bytes(path).rsplit(b"/", 1)[-1]].add(objects.py_key(obj))
+    return groups
+
+
+def _plan(store: Store, since: int) -> list[tuple[str, str, bytes, int, int]]:
+    """(key, base, delta payload, depth, old stored size) for each object worth converting."""
+    db = store.catalog.read()
+    rows = {
+        objects.py_key(k): _Row(size, codec, external, base is None, depth, stored, created)
+        for k, size, codec, external, base, depth, stored, created in db.execute(
+            "SELECT key, size, codec, external, base, depth, stored, created FROM objects"
+        )
+    }
+    bases = {objects.py_key(b) for (b,) in db.execute("SELECT base FROM objects WHERE base IS NOT NULL")}
+    plan = []
+    for keys in _names(store).values():
+        known = sorted((k for k in keys if k in rows and not rows[k].external), key=lambda k: rows[k].size)
+        if len(known) < 2:
+            continue
+        for key in known:
+            row = rows[key]
+            if row.codec != objects.CODEC_ZSTD or not row.whole or key in bases or row.created < since:
+                continue
+            cands = [k for k in known if k != key and rows[k].depth < objects.MAX_DEPTH]
+            cands.sort(key=lambda k: abs(rows[k].size - row.size))
+            best = _best_delta(store, key, cands[:NEIGHBOURS], row.stored)
+            if best is not None:
+                base, delta = best
+                plan.append((key, base, delta, rows[base].depth + 1, row.stored))
+                bases.add(base)  # it has a dependent now: never converted after this
+                row.whole, row.depth = False, rows[base].depth + 1
+    return plan
+
+
+def _best_delta(store: Store, key: str, cands: list[str], stored: int) -> tuple[str, bytes] | None:
+    if not cands:
+        return None
+    content = store.get(key)
+    best: tuple[str, bytes] | None = None
+    for base in cands:
+        delta = objects.encode_delta(store.get(base), content)
+        if len(delta) * objects.DELTA_GAIN <= stored and (best is None or len(delta) < len(best[1])):
+            best = (base, delta)
+    return best
+
+
+_CONVERT = "UPDATE objects SET codec=?, data=?, stored=?, base=?, depth=? WHERE key=? AND base IS NULL"
+
+
+def _convert(store: Store, chunk: list[tuple[str, str, bytes, int, int]], planned: int) -> tuple[int, int]:
+    """One transaction of conversions; (converted, saved). The links batches choose bases by
+    (``deltas.Recent``) change under the same lock as the rows, after the commit.
+
+    What changed since the plan (``planned``, ns) is checked here, under the lock and inside
+    the transaction: a key a batch holds, or that an object committed since has as its base,
+    stays whole (that object's depth counts it as whole); the depth is the base's as it is
+    now, plus one."""
+    done: list[tuple[str, tuple[str | None, int]]] = []
+    saved = 0
+    with store.holds.lock:
+        with store.catalog.write() as c:
+            rows = c.execute("SELECT base FROM objects WHERE base IS NOT NULL AND created >= ?", (planned,))
+            new_bases = {objects.py_key(b) for (b,) in rows}
+            for key, base, delta, _, old in chunk:
+                if store.holds.spared(key) or key in new_bases:
+                    continue
+                row = c.execute("SELECT depth FROM objects WHERE key=?", (objects.db_key(base),)).fetchone()
+                if row is None or row[0] >= objects.MAX_DEPTH:
+                    continue
+                depth = int(row[0]) + 1
+                link = (objects.db_key(base), depth, objects.db_key(key))
+                if c.execute(_CONVERT, (objects.CODEC_DELTA, delta, len(delta), *link)).rowcount:
+                    store.catalog.stored_changed(len(delta) - old)
+                    done.append((key, (base, depth)))
+                    saved += old - len(delta)
+        store.recent.add_all(done)
+    return len(done), saved
+
+
+def repack(store: Store) -> tuple[int, int]:
+    """Convert what is worth it; (objects converted, payload bytes saved)."""
+    start = time.time_ns()
+    row = store.catalog.read().execute("SELECT value FROM meta WHERE key=?", (META_KEY,)).fetchone()
+    plan = _plan(store, int(row[0]) if row else 0)
+    converted = saved = 0
+    for i in range(0, len(plan), CHUNK):
+        n, b = _convert(store, plan[i : i + CHUNK], start)
+        converted, saved = converted + n, saved + b
+    with store.catalog.write() as c:
+        c.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (META_KEY, str(start)))
+    return converted, saved
