@@ -166,3 +166,33 @@ def test_changes_made_while_down_are_in_the_first_mark(tmp_path: Path) -> None:
     assert files[b"top.txt"] == b"new at the root\n"
     assert files[b"d09/sub/g.txt"] == b"changed while down\n"
     assert files[b"d10/sub/g.txt"] == b"old sub 10\n"
+
+
+def test_a_file_turned_directory_while_down_is_watched_after_the_restart(tmp_path: Path) -> None:
+    """A captured file replaced by a directory (with a subdirectory) while snapd was down: the
+    catch-up captures what it holds, and it is watched from then on, so a file made in it after
+    the restart is in the next mark (it is a cached path, but no longer the file it was)."""
+    root = tmp_path / "ws"
+    _tree(root)
+    store = Store.open(tmp_path / "store")
+    first = Workspace(store, store.add_workspace(os.fsencode(root)), root, CaptureSettings())
+    first.start()
+    ws_id = first.id
+    first.stop()
+    try:
+        (root / "d04" / "f.txt").unlink()
+        (root / "d04" / "f.txt" / "sub").mkdir(parents=True)
+        (root / "d04" / "f.txt" / "a.txt").write_text("made while down\n")
+        ws = Workspace(store, ws_id, root, CaptureSettings())
+        ws.start()
+        try:
+            (root / "d04" / "f.txt" / "later.txt").write_text("after the restart\n")
+            (root / "d04" / "f.txt" / "sub" / "later.txt").write_text("after the restart, deeper\n")
+            files = _files(store, ws, ws.mark("first").tree)
+        finally:
+            ws.stop()
+    finally:
+        store.close()
+    assert files[b"d04/f.txt/a.txt"] == b"made while down\n"
+    assert files[b"d04/f.txt/later.txt"] == b"after the restart\n"
+    assert files[b"d04/f.txt/sub/later.txt"] == b"after the restart, deeper\n"

@@ -558,3 +558,62 @@ def test_a_request_before_start_up_lists_the_workspaces_waits_for_them(tmp_path:
     finally:
         service.stop()
         store.close()
+
+
+def test_rollback_plan_sees_a_file_made_in_an_unwatched_directory(tmp_path: Path) -> None:
+    """With a watch shortfall no event reports a file made in an unwatched directory: the
+    rollback's re-check of the captured files cannot see a new one, so its plan (shown, and
+    applied) must come from a scan of everything, as a mark's does."""
+    home = tmp_path / "home-snapd"
+    root = _ws(tmp_path)
+    env = base_env(home)
+    env["SNAPD_WATCH_LIMIT"] = "1"  # the root only
+    d = start_daemon(home, env)
+    try:
+        d.ctl("watch", str(root))
+        m = d.ctl_json("mark", "m", "-w", str(root))["id"]
+        (root / "deep" / "a" / "b" / "new.txt").write_text("unwatched dir\n")
+        out = d.ctl("rollback", "--to", m, "--dry-run", "-w", str(root)).stdout.decode()
+        assert "  delete deep/a/b/new.txt\n" in out, out
+    finally:
+        assert d.stop() == 0
+
+
+def with_bind_mount(src: Path, dst: Path) -> tuple[str, ...]:
+    """A command prefix that runs its program in a new mount namespace where ``src`` is also
+    mounted at ``dst`` (only that program sees the second path's contents)."""
+    if shutil.which("unshare") is None:
+        unavailable("needs unshare (util-linux)")
+    bind = f"mount --bind {src} {dst}"
+    ns = ("unshare", "-m", "--propagation", "private", "sh", "-c")
+    probe = subprocess.run([*ns, bind], capture_output=True)
+    if probe.returncode != 0:
+        unavailable(f"cannot bind-mount in a mount namespace: {probe.stderr.decode()[-300:]}")
+    return (*ns, bind + ' && exec "$0" "$@"', sys.executable)
+
+
+def test_a_directory_mounted_twice_in_the_workspace_scans_every_mark(tmp_path: Path) -> None:
+    """inotify has one watch per directory: a directory bind-mounted at a second path in the
+    workspace gets its events under one name only, so changes made through the other were
+    marked under the wrong name (and a rollback's per-file re-check missed new ones)."""
+    home = tmp_path / "home-snapd"
+    root = _ws(tmp_path)
+    (root / "a").mkdir()
+    (root / "b").mkdir()
+    (root / "a" / "f.txt").write_text("one\n")
+    d = start_daemon(home, python=with_bind_mount(root / "a", root / "b"))
+    try:
+        d.ctl("watch", str(root))
+        w = _status_ws(d, root)
+        assert w["scan_every_mark"] and any("also mounted" in x for x in w["warnings"]), w
+        m0 = d.ctl_json("mark", "m0", "-w", str(root))["id"]
+        (root / "a" / "f.txt").write_text("two\n")  # both names show it (one inode)
+        (root / "a" / "g.txt").write_text("new\n")
+        m1 = d.ctl_json("mark", "m1", "-w", str(root))
+        got = _paths(d.ctl_json("show", m1["id"], "-w", str(root)))
+        want = {"a/f.txt": "modified", "b/f.txt": "modified", "a/g.txt": "added", "b/g.txt": "added"}
+        assert got == want, got
+        out = d.ctl("rollback", "--to", m0, "--dry-run", "-w", str(root)).stdout.decode()
+        assert "  delete a/g.txt\n" in out and "  delete b/g.txt\n" in out, out
+    finally:
+        assert d.stop() == 0

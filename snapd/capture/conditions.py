@@ -40,7 +40,16 @@ class Conditions:
         self._announce("warning", {"message": message})
 
     def watch_shortfall(self, watcher: Watcher, limit: int | None) -> None:
-        """Directories went unwatched for lack of watches (every mark scans from now on)."""
+        """Directories went unwatched for lack of watches, or are mounted at two paths (every
+        mark scans from now on)."""
+        for rel, other in sorted(watcher.aliased.items())[:1]:
+            self.warn(
+                f"{os.fsdecode(rel) or '.'} is also mounted at {os.fsdecode(other) or '.'} in {self.root}: "
+                "inotify reports its changes under one of the two names only, "
+                "so every mark scans the workspace"
+            )
+        if not watcher.limit_failures:
+            return
         dirs = count(watcher.limit_failures, "directory", "directories")
         if limit is not None and watcher.watch_count >= limit:  # our own setting, not the kernel's
             self.warn(

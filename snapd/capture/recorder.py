@@ -172,9 +172,10 @@ class Recorder:
         self._queue_found(self._capturer.catch_up_scan(self.watcher.placement, progress))
         self._announce("workspace.rescanned", {"reason": "startup"})
         stats = self._capturer.stats
-        found = [p for p in self._dirty.paths() if p not in stats]
-        # Directories that appeared while snapd was down: watch them, then list them (what
-        # their listing finds is dirty too), so nothing slips between the two.
+        found = [p for p in self._dirty.paths() if not stats.is_directory(p)]
+        # Directories that appeared while snapd was down (new paths, or captured ones that
+        # were something else: no known directory, so not placed): watch them, then list
+        # them (what their listing finds is dirty too), so nothing slips between the two.
         new = self.watcher.watch_new(found)
         self._dirty.add_events(new, self._rules.current.is_rule_file, stats.__contains__)
         self.capture_dirty()

@@ -159,6 +159,11 @@ class StatCache:
         """Every cached regular file: what :func:`snapd.capture.scan.recheck_files` stats."""
         return [p for p, v in self._entries.items() if _type(v) == stat.S_IFREG]
 
+    def is_directory(self, path: bytes) -> bool:
+        """``path`` is cached as a directory."""
+        packed = self._entries.get(path)
+        return packed is not None and _type(packed) == stat.S_IFDIR
+
     def directories(self) -> list[bytes]:
         return [p for p, v in self._entries.items() if _type(v) == stat.S_IFDIR]
 

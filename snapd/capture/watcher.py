@@ -93,6 +93,19 @@ class Watcher:
         return self._watches.limit_failures
 
     @property
+    def aliased(self) -> dict[bytes, bytes]:
+        """Directories left unwatched because they are a watched directory mounted at a second
+        path (a bind mount) -> that directory: their changes come under its name only."""
+        with self._lock:
+            return dict(self._watches.aliased)
+
+    @property
+    def untrusted(self) -> bool:
+        """Some changes may reach no event or the wrong name: only a scan at every mark finds
+        them (:attr:`limit_failures`, :attr:`aliased`)."""
+        return bool(self._watches.limit_failures or self._watches.aliased)
+
+    @property
     def failed_dirs(self) -> list[tuple[bytes, int]]:
         """Recent (rel_dir, errno) watch failures, for status reports."""
         return list(self._watches.failed_dirs)

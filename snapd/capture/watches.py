@@ -67,6 +67,9 @@ class WatchTable:
         self.failed_dirs: deque[tuple[bytes, int]] = deque(maxlen=32)
         # Directories left unwatched for a reason of their own (EACCES...), until watched again.
         self.refused: dict[bytes, int] = {}
+        # Directories that are another watched directory, mounted there too (bind mounts) ->
+        # that directory: inotify has one watch per directory, so one name gets its events.
+        self.aliased: dict[bytes, bytes] = {}
 
     def __len__(self) -> int:
         return len(self._path_wd)
@@ -165,8 +168,11 @@ class WatchTable:
                 )
             return -1
         old = self._wd_path.get(wd)
-        if old is not None and old != rel:  # same directory under a stale name
-            self._path_wd.pop(old, None)
+        if old is not None and old != rel:
+            if _same_directory(self._root_b, old, full):  # at both paths now: a bind mount
+                self.aliased.setdefault(rel, old)
+                return -1  # its events come under ``old`` only; nothing below it is walked
+            self._path_wd.pop(old, None)  # same directory under a stale name (renamed)
         self._wd_path[wd] = rel
         self._path_wd[rel] = wd
         self.refused.pop(rel, None)
@@ -264,3 +270,12 @@ class WatchTable:
             wd = self._path_wd.pop(path)
             self._wd_path.pop(wd, None)
             inotify.rm_watch(self.fd, wd)
+
+
+def _same_directory(root: bytes, old: bytes, full: bytes) -> bool:
+    """Whether the directory at ``full`` is still at ``old`` too (a bind mount, not a rename)."""
+    try:
+        a, b = os.lstat(root + b"/" + old if old else root), os.lstat(full)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)

@@ -155,7 +155,7 @@ class Workspace:
 
         with self.lock:
             baseline = self.recorder.catch_up(note)
-        if watcher.limit_failures:
+        if watcher.untrusted:
             self._watch_shortfall()
         self.progress = None
         if baseline is not None:
@@ -230,7 +230,7 @@ class Workspace:
             raise WorkspaceRefused(
                 f"snapd stopped capturing {self.root} ({self.lost}); `snapctl watch {self.root}` resumes it"
             )
-        if self.watcher is not None and self.watcher.limit_failures and not self.recorder.scan_every_mark:
+        if self.watcher is not None and self.watcher.untrusted and not self.recorder.scan_every_mark:
             self._watch_shortfall()
         ok = self.watcher is not None and self.watcher.barrier(self.settings.barrier_timeout_s)
         with self.lock:  # the stat cache is the capture thread's
@@ -253,10 +253,14 @@ class Workspace:
         for changes no event reports: a file written through a hard link whose other name is
         ignored or outside the root, linked there since the last read (the link count changes
         on the inode, and inotify reports that to no watched directory). Files only: no other
-        change escapes the watches (:func:`snapd.capture.scan.recheck_files`)."""
+        change escapes the watches (:func:`snapd.capture.scan.recheck_files`) — unless the
+        watches cannot be trusted (:attr:`Recorder.scan_every_mark`): then everything is
+        scanned, as for a mark, since a path made in an unwatched directory reaches no event."""
         self.finish_rollback()
         self._barrier()  # after: what finishing it wrote is in this capture
-        if rescan:
+        if rescan and self.recorder.scan_every_mark:  # no event reports a new path either
+            self.recorder.scan(b"")
+        elif rescan:
             self.dirty.add_paths(self.capturer.recheck_files())
         self.recorder.capture_dirty()
         assert self.tree is not None
