@@ -95,7 +95,7 @@ class Chooser:
         """How to store a new content: whole (``encode``), or as a delta near ``base``."""
         if base is None or data is None or base == key:
             return (*encode(), None, 0)
-        return against(self, base, data, encode)
+        return against(self, base, data, encode())
 
     def link(self, key: str) -> tuple[str | None, int] | None:
         """:meth:`Host.link`; a stored object is held against GC, like any key a put meets."""
@@ -147,14 +147,13 @@ class Host(Protocol):
         ...
 
 
-def against(host: Host, base: str, data: bytes, whole: Callable[[], tuple[int, bytes]]) -> Encoded:
+def against(host: Host, base: str, data: bytes, whole: tuple[int, bytes] | None) -> Encoded:
     """(codec, payload, base used, depth) to store ``data`` with: a delta near ``base``, or
-    its whole encoding (``whole()``, asked only when it is needed: a rewritten tree node's
-    delta wins without it) when there is no such base or the delta saves too little
-    (then base None, depth 0)."""
+    the whole encoding (``whole`` if given) when there is no such base or the delta saves too
+    little (then base None, depth 0)."""
     link = host.link(base)
     if link is None:
-        return stored_whole(whole)
+        return stored_whole(data, whole)
     depth = link[1]
     if depth >= objects.MAX_DEPTH:
         for _ in range(objects.MAX_DEPTH):  # to the chain's first object
@@ -163,21 +162,21 @@ def against(host: Host, base: str, data: bytes, whole: Callable[[], tuple[int, b
             base = link[0]
             link = host.link(base)
             if link is None:
-                return stored_whole(whole)
+                return stored_whole(data, whole)
         if link[1] != 0:
-            return stored_whole(whole)
+            return stored_whole(data, whole)
         depth = 0
     try:
         content = host.content(base)
     except (CorruptObject, MissingObject):  # a damaged old version must not stop a new one
-        return stored_whole(whole)
+        return stored_whole(data, whole)
     delta = objects.encode_delta(content, data)
     instead = objects.worth_delta(delta, data, whole)
-    return (objects.CODEC_DELTA, delta, base, depth + 1) if instead is None else (*instead, None, 0)
+    return (objects.CODEC_DELTA, delta, base, depth + 1) if instead is None else stored_whole(data, instead)
 
 
-def stored_whole(whole: Callable[[], tuple[int, bytes]]) -> tuple[int, bytes, None, int]:
-    codec, payload = whole()
+def stored_whole(data: bytes, whole: tuple[int, bytes] | None) -> tuple[int, bytes, None, int]:
+    codec, payload = whole or objects.encode(data)
     return codec, payload, None, 0
 
 

@@ -118,19 +118,16 @@ def encode_delta(base: bytes, data: bytes) -> bytes:
     return zstandard.ZstdCompressor(compression_params=params, dict_data=_raw_dict(base)).compress(data)
 
 
-def worth_delta(
-    delta: bytes, data: bytes, whole: Callable[[], tuple[int, bytes]]
-) -> tuple[int, bytes] | None:
-    """None when a delta of ``data`` saves enough over its whole encoding (``whole()``) to be
-    worth its extra read; else the whole encoding, to store instead.
+def worth_delta(delta: bytes, data: bytes, whole: tuple[int, bytes] | None) -> tuple[int, bytes] | None:
+    """None when a delta of ``data`` saves enough over its whole encoding (``whole``, or
+    computed here) to be worth its extra read; else the whole encoding, to store instead.
 
     A delta under 1/16 of the content is worth it whatever the whole encoding (zstd does not
-    shrink source text or tree nodes 8-fold): ``whole`` is then never called, so a mark's
-    rewritten tree nodes are compressed once, as deltas."""
-    if len(delta) * 8 * DELTA_GAIN <= len(data):
+    shrink source text or tree nodes 8-fold): that encoding is then never computed."""
+    if whole is None and len(delta) * 8 * DELTA_GAIN <= len(data):
         return None
-    encoded = whole()
-    return None if len(delta) * DELTA_GAIN <= len(encoded[1]) else encoded
+    whole = whole or encode(data)
+    return None if len(delta) * DELTA_GAIN <= len(whole[1]) else whole
 
 
 def matches(key: str, data: bytes, hasher: Hasher = xxh3_hex) -> bool:
