@@ -130,7 +130,8 @@ class Batch(deltas.Chooser):
     def put(self, data: bytes, digest: str | None = None, base: str | None = None) -> str:
         """Store ``data`` (deduplicated, collision-checked); return its key."""
         sha, encode = fingerprint(data), lambda: objects.encode(data)
-        return self.put_digested(digest or self.store.hasher(data), len(data), sha, encode, base, data)
+        digest = digest or self.store.hasher(data)
+        return self.put_digested(digest, len(data), sha, encode, base, data, lazy=True)
 
     def put_digested(
         self,
@@ -140,13 +141,14 @@ class Batch(deltas.Chooser):
         encode: Callable[[], tuple[int, bytes]],
         base: str | None = None,
         data: bytes | None = None,
+        lazy: bool = False,
     ) -> str:
         """Store a content known by its digest, size and :func:`fingerprint`, without its bytes
         (a reader process read them); ``encode`` gives its payload, asked only when it is new.
         A key already pending, flushed or stored is trusted only when the fingerprints agree.
         Every put of one content returns the same ``str`` (10^5 tree entries share ~10^4).
         With ``base`` and ``data`` (a mark's few contents): maybe a delta near ``base``."""
-        key = self._put(digest, size, sha, lambda k: self._encode(k, encode, base, data))
+        key = self._put(digest, size, sha, lambda k: self._encode(k, encode, base, data, lazy))
         return self._keys.setdefault(key, key)
 
     def _put(self, digest: str, size: int, sha: bytes, encode: Callable[[str], deltas.Encoded]) -> str:

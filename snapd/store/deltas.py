@@ -97,12 +97,22 @@ class Chooser:
         raise NotImplementedError
 
     def _encode(
-        self, key: str, encode: Callable[[], tuple[int, bytes]], base: str | None, data: bytes | None
+        self,
+        key: str,
+        encode: Callable[[], tuple[int, bytes]],
+        base: str | None,
+        data: bytes | None,
+        lazy: bool = False,
     ) -> Encoded:
-        """How to store a new content: whole (``encode``), or as a delta near ``base``."""
+        """How to store a new content: whole (``encode``), or as a delta near ``base``.
+
+        ``lazy`` (a tree node: ``encode`` only compresses ``data``): the whole encoding is
+        computed only if the delta is not small enough to win without it, so a mark's
+        rewritten nodes are compressed once. A file's whole encoding was computed by its
+        reader, and is compared with its delta (repetitive contents compress beyond 16-fold)."""
         if base is None or data is None or base == key:
             return (*encode(), None, 0)
-        return against(self, base, data, encode())
+        return against(self, base, data, None if lazy else encode())
 
     def link(self, key: str) -> tuple[str | None, int] | None:
         """:meth:`Host.link`; a stored object is held against GC, like any key a put meets."""
