@@ -48,19 +48,24 @@ def _files(store: Store, ws: Workspace, tree: str | None = None) -> dict[bytes, 
     return {p: store.get(e.key) for p, e in trees.walk(store.load_node, root) if e.kind == "file"}
 
 
+def _watched_then_stopped(tmp_path: Path) -> tuple[Path, Store, int]:
+    """A workspace over :func:`_tree` watched once (its baseline stored), then stopped."""
+    root = tmp_path / "ws"
+    _tree(root)
+    store = Store.open(tmp_path / "store")
+    first = Workspace(store, store.add_workspace(os.fsencode(root)), root, CaptureSettings())
+    first.start()
+    first.stop()
+    return root, store, first.id
+
+
 @contextmanager
 def _restarted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, on_seen: Callable[[bytes], None]
 ) -> Iterator[tuple[Store, Workspace]]:
     """A workspace watched, stopped, and started again with its watches placed one at a time,
     slowly, and ``on_seen(rel)`` called right after the scan's ``lstat`` of each path."""
-    root = tmp_path / "ws"
-    _tree(root)
-    store = Store.open(tmp_path / "store")
-    first = Workspace(store, store.add_workspace(os.fsencode(root)), root, CaptureSettings())
-    first.start()
-    ws_id = first.id
-    first.stop()
+    root, store, ws_id = _watched_then_stopped(tmp_path)
 
     real_add = watches_mod.WatchTable.add
 
@@ -172,13 +177,7 @@ def test_a_file_turned_directory_while_down_is_watched_after_the_restart(tmp_pat
     """A captured file replaced by a directory (with a subdirectory) while snapd was down: the
     catch-up captures what it holds, and it is watched from then on, so a file made in it after
     the restart is in the next mark (it is a cached path, but no longer the file it was)."""
-    root = tmp_path / "ws"
-    _tree(root)
-    store = Store.open(tmp_path / "store")
-    first = Workspace(store, store.add_workspace(os.fsencode(root)), root, CaptureSettings())
-    first.start()
-    ws_id = first.id
-    first.stop()
+    root, store, ws_id = _watched_then_stopped(tmp_path)
     try:
         (root / "d04" / "f.txt").unlink()
         (root / "d04" / "f.txt" / "sub").mkdir(parents=True)
