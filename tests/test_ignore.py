@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from snapd.capture.git import git_head, git_toplevel, git_tracked_files
+from snapd.capture.git import HeadCache, find_repo, git_head, git_toplevel, git_tracked_files
 from snapd.capture.ignore import IgnoreRules, RuleInputs
 
 pytestmark = pytest.mark.timeout(120)
@@ -283,6 +283,81 @@ def test_git_helpers_outside_a_repo_and_unborn(tmp_path: Path, git_env: None) ->
     git(fresh, "init", "-q")
     assert git_tracked_files(fresh) == frozenset()
     assert git_head(fresh) is None
+
+
+@needs_git
+def test_head_cache_follows_every_way_head_moves_and_runs_git_only_then(
+    tmp_path: Path, git_env: None
+) -> None:
+    """A mark records HEAD without a git process while nothing that decides it changed; every
+    way HEAD moves is seen: a commit, a ref rewritten within the same instant with a
+    same-size value, refs packed, a branch switch, a detached HEAD, a linked worktree."""
+    top = tmp_path / "repo"
+    top.mkdir()
+    git(top, "init", "-q", "-b", "main")
+
+    def cache_for(where: Path) -> HeadCache:
+        repo = find_repo(os.fsencode(where))
+        assert repo is not None
+        return HeadCache(where, repo)
+
+    def truth(where: Path) -> str | None:
+        done = subprocess.run(["git", "-C", str(where), "rev-parse", "--verify", "--quiet", "HEAD"],
+                              capture_output=True, check=False)
+        return done.stdout.decode().strip() or None
+
+    head = cache_for(top)
+    checked = 0
+
+    def agrees(cache: HeadCache, where: Path) -> None:
+        nonlocal checked
+        checked += 1
+        want = truth(where)
+        assert cache.get() == want, f"step {checked}"
+        runs = cache.runs
+        for _ in range(3):  # unchanged since: no git process
+            assert cache.get() == want, f"step {checked}"
+        assert cache.runs == runs, f"step {checked}: git ran again with nothing changed"
+
+    agrees(head, top)  # unborn branch
+    for n in range(3):
+        write(top / "f", b"%d" % n)
+        git(top, "add", "f")
+        git(top, "commit", "-q", "-m", f"c{n}")
+        agrees(head, top)
+    commits = [truth(top)]
+    git(top, "pack-refs", "--all")  # the loose ref goes into packed-refs
+    agrees(head, top)
+    write(top / "f", b"after pack")
+    git(top, "commit", "-q", "-am", "after pack")  # a loose ref again, shadowing the packed one
+    agrees(head, top)
+    commits.append(truth(top))
+    for c in (commits[0], commits[1], commits[0]):  # same-size values, back to back
+        git(top, "update-ref", "refs/heads/main", c or "")
+        agrees(head, top)
+    git(top, "pack-refs", "--all")
+    agrees(head, top)
+    write(top / "f", b"packed again")
+    git(top, "commit", "-q", "-am", "packed again")
+    git(top, "pack-refs", "--all")  # between two looks: only packed-refs tells
+    agrees(head, top)
+    git(top, "reset", "-q", "--hard")  # the work tree as main's commit now is
+    git(top, "checkout", "-q", "--detach", "HEAD~1")
+    agrees(head, top)
+    git(top, "checkout", "-q", "-b", "other")
+    agrees(head, top)
+    git(top, "checkout", "-q", "main")
+    agrees(head, top)
+    wt = tmp_path / "wt"
+    git(top, "worktree", "add", "-q", str(wt), "-b", "side")
+    side = cache_for(wt)
+    agrees(side, wt)
+    write(wt / "f", b"in the worktree")
+    git(wt, "commit", "-q", "-am", "side")
+    agrees(side, wt)
+    agrees(head, top)  # the main work tree's HEAD did not move
+    git(top, "update-ref", "refs/heads/side", "main")  # the worktree's branch moved from elsewhere
+    agrees(side, wt)
 
 
 @needs_git

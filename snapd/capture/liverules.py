@@ -27,6 +27,7 @@ class LiveRules:
         self._extra = tuple(extra)
         self.current = ignore.IgnoreRules.load(root, self._extra)
         self.git_top: Path | None = None
+        self._head: git.HeadCache | None = None
         self._index: Path | None = None
         self._outside: list[Path] = []  # ignore.outside_rule_files, stat'ed with the index
         self._sig: tuple[int, ...] | None = None
@@ -37,6 +38,7 @@ class LiveRules:
         self.git_top = git.git_toplevel(self.root)
         repo = git.find_repo(os.fsencode(self.root)) if self.git_top is not None else None
         self._index = Path(os.fsdecode(repo.gitdir)) / "index" if repo is not None else None
+        self._head = git.HeadCache(self.root, repo) if repo is not None else None
         self._outside = [Path(os.fsdecode(p)) for p in ignore.outside_rule_files(self.root)]
         self._sig = self._outside_sig()
         self._rebuild()
@@ -71,7 +73,9 @@ class LiveRules:
         return True
 
     def git_head(self) -> str | None:
-        return git.git_head(self.root) if self.git_top is not None else None
+        if self.git_top is None:
+            return None
+        return self._head.get() if self._head is not None else git.git_head(self.root)
 
     def is_ignored(self, rel: bytes, is_dir: bool) -> bool:
         return self.current.is_ignored(rel, is_dir)
