@@ -75,7 +75,7 @@ MUTANTS = [
     ),
     Mutant(
         "no-early-flush",
-        "snapd/store/batch.py",
+        "snapd/store/objwrite.py",
         "if self._pending_bytes >= self.store.flush_bytes:",
         "if False:",
         _t("tests/test_guarantees.py", "-k", "flush_size"),
@@ -83,7 +83,7 @@ MUTANTS = [
     ),
     Mutant(
         "flushed-content-trusted-by-key",
-        "snapd/store/batch.py",
+        "snapd/store/objwrite.py",
         "if seen == sha:",
         "if True:",
         _t("tests/test_guarantees.py", "-k", "flush_size"),

@@ -19,7 +19,7 @@ from snapd.capture.counters import Counters
 from snapd.capture.ingest import Report, capture
 from snapd.capture.reader import Read, read_path, walk
 from snapd.ipc.client import Client
-from snapd.store.batch import LARGE_OBJECT
+from snapd.store.objwrite import LARGE_OBJECT
 from snapd.store.store import Store
 from snapd.store.verify import verify
 

@@ -16,8 +16,8 @@ from snapd import paths
 from snapd.config import DAY_NS, Retention
 from snapd.errors import Ambiguous, CorruptObject, NotFound, StoreError, StoreFormatError, UsageError
 from snapd.store import gc, history, objects, refs, safeio, trees
-from snapd.store.batch import LARGE_OBJECT
 from snapd.store.catalog import FORMAT_VERSION
+from snapd.store.objwrite import LARGE_OBJECT
 from snapd.store.store import Store
 from snapd.store.verify import verify
 

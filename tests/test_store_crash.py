@@ -21,7 +21,7 @@ from ingest_helpers import capture_paths, ingest_tree
 
 from snapd.config import Retention
 from snapd.store import gc, safeio, trees
-from snapd.store.batch import LARGE_OBJECT
+from snapd.store.objwrite import LARGE_OBJECT
 from snapd.store.store import Store
 from snapd.store.verify import verify
 

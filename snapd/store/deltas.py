@@ -31,7 +31,7 @@ from snapd.store.catalog import objects_by_key
 
 
 class Pending(NamedTuple):
-    """An object a batch has encoded and not yet committed (no raw bytes: see ``Batch``)."""
+    """An object a batch has encoded and not yet committed (no raw bytes: see ``objwrite``)."""
 
     codec: int
     payload: bytes  # empty for an external object (its payload is in its file)

@@ -24,9 +24,10 @@ from typing import Any
 
 from snapd.errors import Ambiguous, CorruptObject, MissingObject, NotFound
 from snapd.store import deltas, objects, safeio, trees
-from snapd.store.batch import FLUSH_BYTES, Batch
+from snapd.store.batch import Batch
 from snapd.store.catalog import Catalog
 from snapd.store.holds import GcHolds
+from snapd.store.objwrite import FLUSH_BYTES
 from snapd.store.records import MARK_COLUMNS, Mark, Version, WorkspaceRecord, mark_from_row, version_from_row
 from snapd.store.refs import FULL_ID, parse_ref
 
