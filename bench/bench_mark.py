@@ -11,6 +11,8 @@ then record **every** version, so their stores hold the same history:
    exactly the 10 changed files.
 2. ``--marks`` (>= 200) more marks of 10 changed files each, through ``Client.call("mark")``
    on one open connection, each followed by an untimed peer snap.
+3. After the disk figures, ``--settled`` marks sent ``SETTLE_S`` after their changes, as an
+   agent's hook sends one (:func:`settled_marks`): a figure beside the verdict, which is on 1+2.
 
 The daemon's share of a mark is the daemon's own receipt-to-reply histogram (``status
 --json`` ``requests.ops.mark``), over every mark of 1 and 2 (all of 10 changed files); p50 and
@@ -33,6 +35,7 @@ import os
 import statistics
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +65,7 @@ from peer import Changes, change_files, count, peer_gc, peer_snap, warm
 from snapd.ipc.timing import difference, quantile_bound
 
 MB = 1e6
+SETTLE_S = 0.3  # between a settled mark's changes and the mark (settled_marks)
 
 
 def check_mark(summary: dict[str, Any], picked: list[bytes]) -> str | None:
@@ -91,12 +95,41 @@ def fsyncs_of_one_mark(d: Daemon, ws: Path, pool: list[bytes], root_b: bytes) ->
     return sum(1 for ln in trace.read_text().splitlines() if "sync(" in ln and "resumed" not in ln)
 
 
+def settled_marks(
+    res: Results, d: Daemon, client: Any, changed: Changes, root_b: bytes, n: int,
+    check: Callable[[str, dict[str, Any], list[bytes]], None],
+) -> None:
+    """Marks sent ``SETTLE_S`` after their 10 changes, as an agent's hook sends one: its turn's
+    edits are seconds old when the next prompt comes, and the daemon's capture thread has
+    taken them as they settled (a 50 ms debounce). A figure beside the verdict, not instead
+    of it: the verdict's marks come right after their changes, so the mark does the capture.
+    The daemon's share is the histogram's window over these marks only."""
+    for _ in range(5):  # after store_at_rest's restart: the caches warm first
+        changed()
+        client.call("mark", label="turn", workspace=root_b)
+    before = d.call("status")
+    wall: list[float] = []
+    for _ in range(n):
+        picked = changed()
+        time.sleep(SETTLE_S)
+        t0 = time.perf_counter()
+        reply = client.call("mark", label="turn", workspace=root_b)
+        wall.append(time.perf_counter() - t0)
+        check("settled", reply, picked)
+    window = difference(d.call("status")["requests"], before["requests"], "mark")
+    res.figure("settled_inproc_mark_s", spread(wall), f"Client.call mark {SETTLE_S} s after the changes",
+               unit="ms")
+    res.figure("settled_daemon_mark_p50_ms", quantile_bound(window, 0.5),
+               f"daemon's share p50 (bucket bound), {sum(window)} marks {SETTLE_S} s after their changes")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     common_args(ap)
     ap.add_argument("--marks", type=int, default=200, help="in-process marks (>= 200 for p99)")
     ap.add_argument("--changed", type=int, default=10)
     ap.add_argument("--profile", action="store_true", help="py-spy over 50 more in-process marks")
+    ap.add_argument("--settled", type=int, default=50, help="marks sent SETTLE_S after their changes")
     args = ap.parse_args()
     if args.marks < 200:
         raise SystemExit("--marks: p99 needs at least 200 marks")
@@ -168,6 +201,7 @@ def main() -> None:
         client.close()
         du1 = {"snapd": store_at_rest(d, root), "peer_gc": peer_gc(gitdir)}  # restarts the daemon
         client = Client(d.endpoint, timeout_s=600)
+        settled_marks(res, d, client, changed, root_b, args.settled, check)
 
         res.figure("peer_snap_s", spread(times["peer"]), "peer snap after 10 changed files", unit="ms")
         res.figure("cli_mark_s", spread(times["snapd"]), "snapctl mark after 10 changed files", unit="ms")
