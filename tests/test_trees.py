@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -18,8 +20,11 @@ class Mem:
         self.nodes: dict[str, bytes] = {}
         self.saves = 0
 
-    def save(self, node: trees.Node, base: str | None = None) -> str:
+    def save(self, node: trees.Node, base: str | None = None, changed: Iterable[bytes] | None = None) -> str:
         data = trees.encode_node(node)
+        if base is not None and changed is not None:  # a store splices this edit: the same bytes
+            was = trees.decode_records(self.nodes[base])[1]
+            assert was is not None and trees.joined(trees.splice(was, node, changed)) == data
         key = f"{xxh3_hex(data)}-{len(data)}"
         self.nodes[key] = data
         self.saves += 1
@@ -146,6 +151,48 @@ def test_apply_matches_model(ops: list[tuple[bytes, str | None]]) -> None:
         empty = trees.apply_changes(m.load, m.save, None, {})
         added = {d.path for d in trees.diff(m.load, empty, root) if d.status == "added"}
         assert set(flat(m, root)) == added
+
+
+entries = st.one_of(
+    st.builds(f, st.text(max_size=3), st.integers(0, 0o7777)),
+    st.builds(lambda n: Entry("dir", 0o755, n, f"{xxh3_hex(b'%d' % n)}-{n}"), st.integers(0, 1)),
+    st.builds(lambda r: trees.uncaptured(r, 0o644, 5, None), st.text(max_size=5)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(names, entries, max_size=12),
+    st.dictionaries(names, st.one_of(st.none(), entries), max_size=6),
+)
+def test_a_spliced_encoding_is_the_encoding(
+    before: dict[bytes, Entry], edits: dict[bytes, Entry | None]
+) -> None:
+    """A node edited at a few names, spliced from its previous records (a mark's nodes), is
+    byte for byte the node encoded whole: its key, and so every deduplication, is unchanged.
+    Names edited to what they were, and removals of absent names, included."""
+    after = {**before, **{n: e for n, e in edits.items() if e is not None}}
+    for n, e in edits.items():
+        if e is None:
+            after.pop(n, None)
+    node, records = trees.decode_records(trees.encode_node(before))
+    assert node == before and records == trees.encode_records(before)
+    changed = [*edits, *list(before)[:1]]  # an unchanged name may be listed too
+    assert trees.splice(records, after, changed) == trees.encode_records(after)
+
+
+def test_a_node_not_written_in_order_or_in_the_old_format_is_never_spliced() -> None:
+    """Splicing copies the records between edits: from an encoding :func:`encode_node` would
+    not write so, it would give bytes no whole encoding gives (another key for one node)."""
+    node = {b"a": f("1"), b"b": f("2")}
+    names, records = trees.encode_records(node)
+    backwards = trees.MAGIC + b"".join(reversed(records))
+    assert trees.decode_records(backwards) == (node, None)
+    old = trees.MAGIC_TEXT_KEYS + b"".join(
+        trees._HEAD.pack(1, e.mode, e.size, len(n), len(e.key)) + n + e.key.encode() for n, e in node.items()
+    )
+    assert trees.decode_records(old) == (node, None)
+    assert trees.decode_records(trees.joined((names, records))) == (node, (names, records))
 
 
 @settings(max_examples=150, deadline=None)

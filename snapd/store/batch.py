@@ -37,7 +37,8 @@ class ObjectStore(Destination, Protocol):
     def load_node(self, key: str) -> trees.Node: ...
     def load_nodes(self, keys: Iterable[str]) -> None: ...
     def cached_node(self, key: str) -> trees.Node | None: ...
-    def cache_node(self, key: str, node: trees.Node, data: bytes | None = None) -> None: ...
+    def cache_node(self, key: str, node: trees.Node, records: trees.Records | None = None) -> None: ...
+    def node_records(self, key: str) -> trees.Records | None: ...
     def last_objects(self, ws: int, paths: list[bytes]) -> dict[bytes, str]: ...  # and deltas.Chooser's
 
 
@@ -63,6 +64,7 @@ class Batch(deltas.Chooser):
         self._pending = self._writer.pending  # the same dict: deltas.Chooser reads it
         self._nodes: dict[str, trees.Node] = {}
         self._encoded: dict[str, bytes] = {}  # each node's bytes, as hashed for its key
+        self._records: dict[str, trees.Records] = {}  # a mark's nodes' records (see trees.splice)
         self._links: dict[str, tuple[str | None, int]] = {}  # see deltas.Chooser.prefetch_links
         # (workspace, time, paths, entries): one run per capture, rows made at commit (a
         # baseline's 10^5 rows as tuples would be ~15 MB more at the commit's peak)
@@ -123,10 +125,17 @@ class Batch(deltas.Chooser):
         node = self._nodes.get(key)
         return node if node is not None else self.store.load_node(key)
 
-    def save_node(self, node: trees.Node, base: str | None = None) -> str:
-        data = trees.encode_node(node)
+    def save_node(
+        self, node: trees.Node, base: str | None = None, changed: Iterable[bytes] | None = None
+    ) -> str:
+        """Store a node as made: a baseline's (built bottom-up: ``changed`` None), or a mark's
+        again after a collision (its records kept, as :meth:`apply` keeps them)."""
+        records = trees.encode_records(node)
+        data = trees.joined(records)
         key = self.put(data, base=base)
         self._nodes[key], self._encoded[key] = node, data  # for this batch's reads and deltas
+        if changed is not None:
+            self._records[key] = records
         return key
 
     def apply(self, root: str | None, changes: Mapping[bytes, trees.Change]) -> str:
@@ -141,11 +150,18 @@ class Batch(deltas.Chooser):
             return trees.apply_changes(self.load_node, self.save_node, root, changes)
         staged: list[tuple[str, str, trees.Node, bytes, str | None]] = []
 
-        def stage(node: trees.Node, base: str | None = None) -> str:
-            data = trees.encode_node(node)
+        def stage(node: trees.Node, base: str | None = None, changed: Iterable[bytes] | None = None) -> str:
+            was = None
+            if base is not None and changed is not None:
+                was = self._records.get(base) or self.store.node_records(base)
+                if was is None:  # the base is cached as a node only: encoded once, for its delta too
+                    was = self._records[base] = trees.encode_records(self.load_node(base))
+            records = trees.encode_records(node) if was is None else trees.splice(was, node, changed or ())
+            data = trees.joined(records)
             digest = self.store.hasher(data)
             key = objects.base_key(digest, len(data))
             staged.append((key, digest, node, data, base))
+            self._records[key] = records
             return key
 
         trees.load_levels(self.store.load_nodes, self.store.cached_node, root, changes)
@@ -267,9 +283,10 @@ class Batch(deltas.Chooser):
             self._write_stats(c)
         self.store.recent.add_all(written)
         for key, node in self._nodes.items():
-            self.store.cache_node(key, node, self._encoded.get(key))
+            self.store.cache_node(key, node, self._records.get(key))
         self._nodes.clear()
         self._encoded.clear()
+        self._records.clear()
         self._versions.clear()
         self._marks.clear()
         self._heads.clear()

@@ -91,6 +91,7 @@ class Chooser:
     _pending: dict[str, Pending]
     _nodes: dict[str, trees.Node]
     _encoded: dict[str, bytes]  # the bytes of the nodes in _nodes
+    _records: dict[str, trees.Records]  # the encodings of the nodes a mark edits, and of its new ones
     _links: dict[str, tuple[str | None, int]]  # stored objects' links found by prefetch_links
 
     def _hold(self, key: str) -> None:
@@ -141,7 +142,8 @@ class Chooser:
     def content(self, key: str) -> bytes:
         """:meth:`Host.content`: a node's bytes as a cache holds them (checked against the
         key), or a verified read."""
-        data = self._encoded.get(key) or self.store.node_bytes(key)
+        records = self._records.get(key)
+        data = trees.joined(records) if records else self._encoded.get(key) or self.store.node_bytes(key)
         if data is None:
             node = self._nodes.get(key) or self.store.cached_node(key)
             data = None if node is None else trees.encode_node(node)

@@ -46,7 +46,7 @@ class Store:
         safeio.ensure_dir(directory / "objects")
         self.catalog = Catalog(directory / "catalog.sqlite")
         self._nodes: OrderedDict[str, trees.Node] = OrderedDict()
-        self._node_bytes: OrderedDict[str, bytes] = OrderedDict()  # verified encodings
+        self._node_records: OrderedDict[str, trees.Records] = OrderedDict()  # verified encodings
         self._nodes_lock = threading.Lock()
         self.holds = GcHolds()  # keys write batches rely on, spared by the GC sweep
         self.recent = deltas.Recent()  # objects batches committed lately (the next deltas' bases)
@@ -102,7 +102,7 @@ class Store:
             for top, chain in deltas.read_chains(self.catalog.read(), chunk):
                 try:
                     data = deltas.decode_chain(top, chain, self._payload, self.hasher)
-                    self.cache_node(top, trees.decode_node(data), data)
+                    self.cache_node(top, *trees.decode_records(data))
                 except (CorruptObject, MissingObject):
                     continue
 
@@ -119,8 +119,13 @@ class Store:
     def node_bytes(self, key: str) -> bytes | None:
         """The encoding of node ``key`` if read or written lately (checked against the key
         when it was cached: a read verified it, a batch hashed it to make the key)."""
+        records = self.node_records(key)
+        return None if records is None else trees.joined(records)
+
+    def node_records(self, key: str) -> trees.Records | None:
+        """:meth:`node_bytes` as :data:`trees.Records`, for a batch to splice an edit into."""
         with self._nodes_lock:
-            return self._node_bytes.get(key)
+            return self._node_records.get(key)
 
     def has(self, key: str) -> bool:
         db = self.catalog.read()
@@ -132,21 +137,20 @@ class Store:
             if node is not None:
                 self._nodes.move_to_end(key)
                 return node
-        data = self.get(key)
-        node = trees.decode_node(data)
-        self.cache_node(key, node, data)
+        node, records = trees.decode_records(self.get(key))
+        self.cache_node(key, node, records)
         return node
 
-    def cache_node(self, key: str, node: trees.Node, data: bytes | None = None) -> None:
-        """Cache ``node``, and ``data``, its encoding, which must be ``key``'s content."""
+    def cache_node(self, key: str, node: trees.Node, records: trees.Records | None = None) -> None:
+        """Cache ``node``, and ``records``, its encoding, which must make up ``key``'s content."""
         with self._nodes_lock:
             self._nodes[key] = node
             while len(self._nodes) > NODE_CACHE:
                 self._nodes.popitem(last=False)
-            if data is not None:
-                self._node_bytes[key] = data
-                while len(self._node_bytes) > NODE_BYTES:
-                    self._node_bytes.popitem(last=False)
+            if records is not None:
+                self._node_records[key] = records
+                while len(self._node_records) > NODE_BYTES:
+                    self._node_records.popitem(last=False)
 
     @property
     def cached_nodes(self) -> int:
@@ -161,7 +165,7 @@ class Store:
         nodes and links they need (a link: one indexed query)."""
         with self._nodes_lock:
             self._nodes = OrderedDict()
-            self._node_bytes = OrderedDict()
+            self._node_records = OrderedDict()
         self.recent.clear()
 
     def batch(self) -> Batch:

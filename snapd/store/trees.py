@@ -16,6 +16,7 @@ paths without a leading slash.
 from __future__ import annotations
 
 import struct
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -102,9 +103,12 @@ Load = Callable[[str], Node]
 
 class Save(Protocol):
     """Store a node; return its key. ``base``: the node it replaces (the same directory's
-    previous node), which the store may encode it against."""
+    previous node), which the store may encode it against; ``changed``: the only names at
+    which ``node`` may differ from ``base`` (None: unknown), so its encoding can be spliced
+    from the base's (:func:`splice`)."""
 
-    def __call__(self, node: Node, base: str | None = None, /) -> str: ...
+    def __call__(self, node: Node, base: str | None = None, changed: Iterable[bytes] | None = None, /) -> str:
+        ...
 
 
 DEFAULT_DIR_MODE = 0o755
@@ -123,26 +127,66 @@ def _node_key(raw: bytes) -> str:
         raise CorruptObject("tree node is truncated or malformed") from exc
 
 
+Records = tuple[list[bytes], list[bytes]]
+"""A node's encoding split up: its names in byte order, and each one's encoded entry (the
+encoding is :data:`MAGIC` then the entries, joined). A node edited at a few names (a mark's
+nodes) is encoded from its previous version's records by :func:`splice`: a copy of two lists
+and a record per changed name, not a record per entry (~2,000 entries a mark at 100k files)."""
+
+
+def _record(name: bytes, e: Entry) -> bytes:
+    """One entry as stored: an object key as its 17-21 byte blob; a key that is no object key
+    (an uncaptured entry's text) as ASCII, its kind code with :data:`TEXT_KEY` set."""
+    key = _key_bytes(e.key)
+    if isinstance(key, bytes):
+        return _HEAD.pack(KIND_CODES[e.kind], e.mode, e.size, len(name), len(key)) + name + key
+    text = key.encode("ascii")
+    return _HEAD.pack(KIND_CODES[e.kind] | TEXT_KEY, e.mode, e.size, len(name), len(text)) + name + text
+
+
+def encode_records(node: Mapping[bytes, Entry]) -> Records:
+    names = sorted(node)
+    return names, [_record(name, node[name]) for name in names]
+
+
+def joined(records: Records) -> bytes:
+    """The encoding the records make up."""
+    return MAGIC + b"".join(records[1])
+
+
 def encode_node(node: Mapping[bytes, Entry]) -> bytes:
-    """A node as stored (docs/storage.md, "Trees"): an object key as its 17-21 byte blob;
-    a key that is no object key (an uncaptured entry's text) as ASCII, its kind code with
-    :data:`TEXT_KEY` set. A key changed by an edit costs a delta its 16 digest bytes, not 32
-    hex digits (measured: node deltas a third smaller)."""
-    parts = [MAGIC]
-    add, pack, codes = parts.extend, _HEAD.pack, KIND_CODES
-    for name in sorted(node):
-        e = node[name]
-        key = _key_bytes(e.key)
-        if isinstance(key, bytes):
-            add((pack(codes[e.kind], e.mode, e.size, len(name), len(key)), name, key))
+    """A node as stored (docs/storage.md, "Trees"). A key changed by an edit costs a delta its
+    16 digest bytes, not 32 hex digits (measured: node deltas a third smaller)."""
+    return joined(encode_records(node))
+
+
+def splice(base: Records, node: Mapping[bytes, Entry], changed: Iterable[bytes]) -> Records:
+    """The records of ``node``, which differs from the node ``base`` encodes at most at the
+    names in ``changed``: equal to :func:`encode_records` of ``node``, in O(changed) records."""
+    names, records = list(base[0]), list(base[1])
+    for name in sorted(set(changed)):
+        i = bisect_left(names, name)
+        present = i < len(names) and names[i] == name
+        entry = node.get(name)
+        if entry is None:
+            if present:
+                del names[i], records[i]
+        elif present:
+            records[i] = _record(name, entry)
         else:
-            text = key.encode("ascii")
-            add((pack(codes[e.kind] | TEXT_KEY, e.mode, e.size, len(name), len(text)), name, text))
-    return b"".join(parts)
+            names.insert(i, name)
+            records.insert(i, _record(name, entry))
+    return names, records
 
 
 def decode_node(data: bytes) -> Node:
     """A node of either format: keys as blobs (``snapd-tree-2``) or as text (``snapd-tree-1``)."""
+    return decode_records(data)[0]
+
+
+def decode_records(data: bytes) -> tuple[Node, Records | None]:
+    """:func:`decode_node`, and the encoding's records: None for a node :func:`encode_node`
+    would not write so (the text-key format, or names out of order), which is never spliced."""
     if data.startswith(MAGIC):
         text_keys = False
     elif data.startswith(MAGIC_TEXT_KEYS):
@@ -150,9 +194,13 @@ def decode_node(data: bytes) -> Node:
     else:
         raise CorruptObject("tree node has an unknown format")
     node: Node = {}
+    names: list[bytes] = []
+    records: list[bytes] = []
+    ordered = not text_keys
     pos = len(MAGIC)
     try:
         while pos < len(data):
+            start = pos
             code, mode, size, nlen, klen = _HEAD.unpack_from(data, pos)
             pos += _HEAD.size
             name = data[pos : pos + nlen]
@@ -166,9 +214,13 @@ def decode_node(data: bytes) -> Node:
             if not name or b"/" in name or name in (b".", b"..") or len(raw) != klen:
                 raise CorruptObject("tree node holds an invalid entry")
             node[name] = Entry(CODE_KINDS[code], mode, size, key)
+            if ordered:
+                ordered = not names or names[-1] < name
+                names.append(name)
+                records.append(data[start:pos])
     except (struct.error, KeyError, UnicodeDecodeError) as exc:
         raise CorruptObject("tree node is truncated or malformed") from exc
-    return node
+    return node, (names, records) if ordered else None
 
 
 def split_path(path: bytes) -> list[bytes]:
@@ -288,7 +340,7 @@ def _apply(load: Load, save: Save, key: str | None, pending: _Pending) -> str:
             node[name] = entry
     if key is not None and node == original:
         return key  # nothing changed here: no node to write (scans re-assert every directory)
-    return save(node, key)
+    return save(node, key, pending.children.keys())
 
 
 def load_levels(
