@@ -444,9 +444,10 @@ def test_a_batch_whose_early_flush_failed_commits_nothing_and_a_new_batch_writes
     tmp_path: Path, fsync_faults: FsyncFaults, cause: str
 ) -> None:
     """A put past ``flush_bytes`` flushes the batch's new objects early. Should that flush fail
-    (its directory fsync: EIO; or a real full tmpfs: ENOSPC), the batch is over: its commit
-    raises and writes nothing, even once the fsync would pass or space is free again (an fsync
-    that failed is never retried: what it covered may be lost). A new batch writes again."""
+    (its directory fsync: EIO; or a real full tmpfs: ENOSPC), the batch is over: a later put
+    and its commit raise and write nothing, even once the fsync would pass or space is free
+    again (an fsync that failed is never retried: what it covered may be lost). A new batch
+    writes again."""
     with contextlib.ExitStack() as stack:
         if cause == "fsync":
             top = tmp_path
@@ -475,6 +476,8 @@ def test_a_batch_whose_early_flush_failed_commits_nothing_and_a_new_batch_writes
                 assert fsync_faults.failed and fsync_faults.times == 0  # the next fsync would pass
             else:
                 (top / "filler").unlink()
+            with pytest.raises(StoreError, match="failed, already"):
+                b.put(b"a later content")  # it would flush again (the fsync that failed, retried)
             b.add_version(ws, b"f", time.time_ns(), entry)
             with pytest.raises(StoreError, match="failed, already"):
                 b.commit()
