@@ -202,6 +202,22 @@ MUTANTS = [
         _t("tests/test_counters.py"),
         "rollback --yes plans in a request of its own: the whole workspace is re-stat'ed twice",
     ),
+    Mutant(
+        "failed-flush-goes-on",
+        "snapd/store/objwrite.py",
+        "        except BaseException:\n            self.ended = True\n            raise\n",
+        "        except BaseException:\n            raise\n",
+        _t("tests/test_store.py", "-k", "early_flush"),
+        "a batch whose early flush failed is committed later: the fsync that failed is retried",
+    ),
+    Mutant(
+        "put-after-the-batch-ended",
+        "snapd/store/objwrite.py",
+        "        self.ensure_open()\n        base = objects.base_key(digest, size)\n",
+        "        base = objects.base_key(digest, size)\n",
+        _t("tests/test_store.py", "-k", "early_flush"),
+        "a put after a failed flush flushes again: the fsync that failed is retried, the rows written",
+    ),
 ]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import stat
@@ -10,11 +11,20 @@ from pathlib import Path
 
 import pytest
 from conftest import FsyncFaults
+from disks import fill, tmpfs
 from ingest_helpers import capture_paths, ingest_tree
 
 from snapd import paths
 from snapd.config import DAY_NS, Retention
-from snapd.errors import Ambiguous, CorruptObject, NotFound, StoreError, StoreFormatError, UsageError
+from snapd.errors import (
+    Ambiguous,
+    CorruptObject,
+    DiskFull,
+    NotFound,
+    StoreError,
+    StoreFormatError,
+    UsageError,
+)
 from snapd.store import gc, history, objects, refs, safeio, trees
 from snapd.store.catalog import FORMAT_VERSION
 from snapd.store.objwrite import LARGE_OBJECT
@@ -427,6 +437,61 @@ def test_a_batch_whose_directory_fsync_fails_commits_nothing_and_a_retry_writes_
         assert written, f"{attempt}: the object file was not written and fsynced: {fsync_faults.synced}"
     assert [m.label for m in store.marks(ws)] == ["second"]
     assert store.get(key) == data and verify(store).ok
+
+
+@pytest.mark.parametrize("cause", ["fsync", pytest.param("disk full", marks=pytest.mark.powercut)])
+def test_a_batch_whose_early_flush_failed_commits_nothing_and_a_new_batch_writes_again(
+    tmp_path: Path, fsync_faults: FsyncFaults, cause: str
+) -> None:
+    """A put past ``flush_bytes`` flushes the batch's new objects early. Should that flush fail
+    (its directory fsync: EIO; or a real full tmpfs: ENOSPC), the batch is over: a later put
+    and its commit raise and write nothing, even once the fsync would pass or space is free
+    again (an fsync that failed is never retried: what it covered may be lost). A new batch
+    writes again."""
+    with contextlib.ExitStack() as stack:
+        if cause == "fsync":
+            top = tmp_path
+            contents = [os.urandom(LARGE_OBJECT + 1000)]  # a file: the flush fsyncs its directory
+        else:
+            top = stack.enter_context(tmpfs(tmp_path / "fs", 16 << 20))
+            contents = [os.urandom(LARGE_OBJECT // 2) for _ in range(4)]  # inline: rows fill the disk
+        store = Store.open(top / "store", flush_bytes=sum(map(len, contents)))  # the last put flushes
+        stack.callback(store.close)
+        ws = store.add_workspace(b"/nowhere")
+        keys = [objects.variant_key(objects.base_key(store.hasher(c), len(c)), 0) for c in contents]
+        entry = trees.Entry("file", 0o644, len(contents[0]), keys[0])
+        shards = str(store.dir / "objects") + "/"
+        if cause == "fsync":
+            fsync_faults.fail_when = lambda path: path.startswith(shards) and os.path.isdir(path)
+            error, match = StoreError, "Input/output error"
+        else:
+            fill(top / "filler")
+            error, match = DiskFull, "disk full"
+        with store.batch() as b:
+            for c in contents[:-1]:
+                b.put(c)
+            with pytest.raises(error, match=match):
+                b.put(contents[-1])  # past flush_bytes: the early flush fails
+            if cause == "fsync":
+                assert fsync_faults.failed and fsync_faults.times == 0  # the next fsync would pass
+            else:
+                (top / "filler").unlink()
+            with pytest.raises(StoreError, match="failed, already"):
+                b.put(b"a later content")  # it would flush again (the fsync that failed, retried)
+            b.add_version(ws, b"f", time.time_ns(), entry)
+            with pytest.raises(StoreError, match="failed, already"):
+                b.commit()
+        # leaving the with block did not commit it either
+        assert set(keys).isdisjoint(_object_rows(store)) and not store.has(keys[0])
+        assert store.catalog.read().execute("SELECT COUNT(*) FROM versions").fetchone() == (0,)
+        fsync_faults.synced.clear()
+        with store.batch() as b:
+            assert [b.put(c) for c in contents] == keys
+            b.add_mark(ws, "again", b.apply(None, {b"f": entry}))
+        if cause == "fsync":  # the object file was written and fsynced afresh
+            assert [p for p in fsync_faults.synced if paths.SNAPD_PREFIX in p and p.startswith(shards)]
+        assert [m.label for m in store.marks(ws)] == ["again"]
+        assert [store.get(k) for k in keys] == contents and verify(store).ok
 
 
 # -- GC's report and live set, exactly (written to kill the mutants mutmut found surviving in

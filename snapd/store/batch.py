@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
-from snapd.errors import StoreError
 from snapd.store import deltas, objects, trees
 from snapd.store.objects import fingerprint
 from snapd.store.objwrite import Destination, ObjectWriter
@@ -254,8 +253,7 @@ class Batch(deltas.Chooser):
         fsync that failed must not be retried: a second fsync can succeed although the data
         the first one covered was dropped. The caller starts over with a new batch, which
         writes its object files afresh.)"""
-        if self._writer.ended:
-            raise StoreError("this batch was committed, or failed, already: start a new one")
+        self._writer.ensure_open()
         self._writer.ended = True
         self._writer.sync()
         committed: list[Mark] = []

@@ -61,6 +61,12 @@ class ObjectWriter:
         # object back (a baseline repeats most contents many times).
         self._flushed: dict[str, bytes] = {}
 
+    def ensure_open(self) -> None:
+        """Refuse a batch that ended: closed, committed, or failed (a flush that failed: what
+        its fsync covered may be lost, and a second fsync may pass all the same)."""
+        if self.ended:
+            raise StoreError("this batch was committed, or failed, already: start a new one")
+
     def close(self) -> None:
         """Release GC protection (after commit or abort)."""
         if self._held:
@@ -89,7 +95,9 @@ class ObjectWriter:
     def put(self, digest: str, size: int, sha: bytes, encode: Callable[[str], deltas.Encoded]) -> str:
         """The key of the content with ``digest``, ``size`` and fingerprint ``sha``: one already
         pending, flushed or stored whose fingerprint agrees, else the first free variant key,
-        under which ``encode(key)`` is stored."""
+        under which ``encode(key)`` is stored. Refused once the batch ended (a put after a
+        failed flush would flush again, retrying the fsync that failed)."""
+        self.ensure_open()
         base = objects.base_key(digest, size)
         n = 0
         while True:
