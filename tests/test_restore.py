@@ -26,7 +26,7 @@ class Mem:
     def __init__(self) -> None:
         self.nodes: dict[str, bytes] = {}
 
-    def save(self, node: trees.Node, base: str | None = None) -> str:
+    def save(self, node: trees.Node, base: str | None = None, changed: object = None) -> str:
         data = trees.encode_node(node)
         key = f"{xxh3_hex(data)}-{len(data)}"
         self.nodes[key] = data
