@@ -36,6 +36,7 @@ class Placement:
 
     def __init__(self, dirs: Sequence[bytes]) -> None:
         self.dirs = dirs
+        self.total = len(dirs)
         self._index = {d: i for i, d in enumerate(dirs)}
         self.done = 0  # dirs[:done] attempted; read without the lock (an int, set atomically)
         self._failed: str | None = None
@@ -43,12 +44,17 @@ class Placement:
 
     @property
     def complete(self) -> bool:
-        return self.done >= len(self.dirs)
+        return self.done >= self.total
 
     def advance(self, done: int) -> None:
-        """The placing thread: ``dirs[:done]`` were attempted."""
+        """The placing thread: ``dirs[:done]`` were attempted. Once all were, the list and
+        its index are let go (~10 MB at 48k directories, for the daemon's lifetime else):
+        every wait returns at once from then on."""
         with self._cond:
             self.done = done
+            if done >= self.total:
+                self.dirs = ()
+                self._index = {}
             self._cond.notify_all()
 
     def fail(self, why: str) -> None:
@@ -67,7 +73,7 @@ class Placement:
 
     def wait_all(self) -> None:
         if not self.complete:
-            self._wait(len(self.dirs))
+            self._wait(self.total)
 
     def _wait(self, n: int) -> None:
         with self._cond:

@@ -205,6 +205,10 @@ class _Cursor(sqlite3.Cursor):
         rows: list[Any] = self._guard(super().fetchall)
         return rows
 
+    def fetchmany(self, size: int | None = 1) -> list[Any]:
+        rows: list[Any] = self._guard(super().fetchmany, size)
+        return rows
+
 
 class _Connection(sqlite3.Connection):
     """A connection whose statements run on :class:`_Cursor`."""
