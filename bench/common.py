@@ -55,6 +55,24 @@ def loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+def cpu_times() -> list[int]:
+    """The machine's CPU time so far, in clock ticks: user nice system idle iowait irq softirq
+    steal (``/proc/stat``)."""
+    with open("/proc/stat") as f:
+        return [int(x) for x in f.readline().split()[1:9]]
+
+
+def cpu_shares(start: list[int], end: list[int]) -> dict[str, float]:
+    """Each kind's share of the machine's CPU time between two :func:`cpu_times`, in percent.
+    ``steal`` is time the hypervisor gave this virtual machine's CPUs to someone else: on a
+    shared host it slows both sides of a run alike, but makes runs of different days
+    incomparable."""
+    d = [b - a for a, b in zip(start, end, strict=True)]
+    total = sum(d) or 1
+    names = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+    return {n: round(100 * x / total, 1) for n, x in zip(names, d, strict=True)}
+
+
 def spread(xs: list[float]) -> dict[str, float | int]:
     """n, min, median, max: what every figure reports."""
     return {"n": len(xs), "min": min(xs), "median": statistics.median(xs), "max": max(xs)}
@@ -109,6 +127,7 @@ class Results:
             "source": source_state(), "machine": machine(), "load_start": loadavg(),
             "method": method, "figures": {}, "verdicts": [], "notes": [],
         }
+        self._cpu_start = cpu_times()
         self.lines: list[str] = []
         src = self.data["source"]
         self(f"# {script} on {corpus}-{size}; commit {src['commit'][:12]}"
@@ -138,6 +157,9 @@ class Results:
 
     def write(self) -> Path:
         self.data["load_end"] = loadavg()
+        self.data["cpu_shares"] = shares = cpu_shares(self._cpu_start, cpu_times())
+        self(f"# cpu over the run: {shares['user']}% user, {shares['system']}% system, "
+             f"{shares['iowait']}% iowait, {shares['idle']}% idle, {shares['steal']}% stolen by the host")
         self.data["finished_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         self.data["printed"] = self.lines
         RESULTS.mkdir(parents=True, exist_ok=True)

@@ -36,7 +36,8 @@ def cell(v: dict[str, Any], unit: str) -> str:
 def run_line(r: dict[str, Any]) -> str:
     src = r["source"]
     return (f"`{r['file']}`: commit `{src['commit'][:10]}`{' (dirty)' if src['dirty'] else ''}, "
-            f"{r['started_utc']}, load {r['load_start'][0]} -> {r.get('load_end', ['?'])[0]}")
+            f"{r['started_utc']}, load {r['load_start'][0]} -> {r.get('load_end', ['?'])[0]}"
+            + (f", CPU stolen by the host {r['cpu_shares']['steal']}%" if "cpu_shares" in r else ""))
 
 
 def spreads(r: dict[str, Any]) -> list[str]:
