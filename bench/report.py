@@ -84,7 +84,8 @@ def main() -> None:
                     "disk_ratio_vs_gc", "disk_ratio_vs_loose", "above_floor_ms", "daemon_mark_p50_ms",
                     "daemon_mark_p99_ms", "daemon_rollback_p50_ms", "daemon_rollback_p99_ms",
                     "counters_per_mark", "counters_per_rollback", "micro_release_growth", "fsyncs_per_mark",
-                    "peer_fsync_calls_one_snap", "peer_fsync_all_calls_one_snap", "reads", "rss_watching_MB"):
+                    "peer_fsync_calls_one_snap", "peer_fsync_all_calls_one_snap", "reads", "rss_watching_MB",
+                    "new_over_old"):
             if key in r["figures"]:
                 print(f"\n- {key}: {r['figures'][key]}", end="")
         print("\n")
