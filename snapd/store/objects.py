@@ -144,13 +144,39 @@ def _raw_dict(base: bytes) -> zstandard.ZstdCompressionDict:
     return zstandard.ZstdCompressionDict(base, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
 
 
+MAX_DELTA_WINDOW_LOG: Final = 27  # what a decompressor accepts without being told (128 MiB)
+MAX_DELTA_HASH_LOG: Final = 24  # a 64 MiB match table, for bases of 128 MiB and more
+
+
+def delta_params(base_size: int, size: int) -> zstandard.ZstdCompressionParameters:
+    """The compression parameters of a delta of ``size`` bytes against a base of ``base_size``.
+
+    The level's own parameters are sized for the input, not for a large dictionary: zstd
+    matches only the part of a dictionary inside its window, and its fast strategy only the
+    positions its hash table still holds. So the window covers base and data, and the table
+    has a slot per 8 bytes of base. Measured on the npm corpus (an edit in the middle of a
+    15.6 MB source map): 3,228,298 bytes with the level's parameters, 1,508 with these; a line
+    appended to a 522 KB file: 33,390 against 71. Bases under ~128 KiB keep the level's."""
+    level = zstandard.ZstdCompressionParameters.from_level
+    params = level(DELTA_LEVEL, source_size=size, dict_size=base_size)
+    window_log = max(params.window_log, min(MAX_DELTA_WINDOW_LOG, (base_size + size).bit_length()))
+    hash_log = max(params.hash_log, min(MAX_DELTA_HASH_LOG, base_size.bit_length() - 3))
+    return level(
+        DELTA_LEVEL,
+        source_size=size,
+        dict_size=base_size,
+        window_log=window_log,
+        hash_log=hash_log,
+        write_dict_id=False,
+        format=_DELTA_FORMAT,
+    )
+
+
 def encode_delta(base: bytes, data: bytes) -> bytes:
     """``data`` as one zstd frame compressed with ``base`` as a raw-content dictionary.
 
     The frame has no magic number (codec 2 says what it is: 4 bytes of a ~50-byte delta)."""
-    params = zstandard.ZstdCompressionParameters.from_level(
-        DELTA_LEVEL, source_size=len(data), dict_size=len(base), write_dict_id=False, format=_DELTA_FORMAT
-    )
+    params = delta_params(len(base), len(data))
     return zstandard.ZstdCompressor(compression_params=params, dict_data=_raw_dict(base)).compress(data)
 
 
