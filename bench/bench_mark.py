@@ -200,6 +200,8 @@ def main() -> None:
         mem = proc_mem(d.pid)
         client.close()
         du1 = {"snapd": store_at_rest(d, root), "peer_gc": peer_gc(gitdir)}  # restarts the daemon
+        res.figure("gc_at_rest_s", [round(t, 2) for t in d.gc_s],
+                   "snapctl gc wall time at rest, before and after the series, s")
         client = Client(d.endpoint, timeout_s=600)
         settled_marks(res, d, client, changed, root_b, args.settled, check)
 

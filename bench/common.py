@@ -273,6 +273,7 @@ class Daemon:
     def __init__(self, home: Path, ceiling: Path) -> None:
         self.home = home
         self.env = snapd_env(home, ceiling)
+        self.gc_s: list[float] = []  # wall time of each `snapctl gc` of gc_at_rest
         self.log_path = home.parent / f"{home.name}-daemon.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.endpoint = ""
@@ -397,7 +398,7 @@ def gc_at_rest(d: Daemon) -> int:
     length of its own between checkpoints (a transaction's, or the length kept for reuse),
     which made a growth measured across two running moments meaningless (``bench_mark.py``
     once printed a negative one)."""
-    run_timed([str(SNAPCTL), "gc"], d.env)
+    d.gc_s.append(run_timed([str(SNAPCTL), "gc"], d.env)[0])
     d.stop()
     return du_bytes(d.home)
 
