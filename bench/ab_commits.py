@@ -43,6 +43,7 @@ from common import (
     SNAPCTL,
     Daemon,
     Results,
+    age_tree,
     capture_pool,
     daemon_run,
     git_out,
@@ -77,14 +78,6 @@ def worktree(rev: str) -> tuple[str, Path]:
 
 def use(d: Daemon, base_env: dict[str, str], path: Path) -> None:
     d.env = {**base_env, "PYTHONPATH": str(path)}
-
-
-def age_tree(ws: Path) -> None:
-    """Every mtime an hour back: nothing in the racy window, so a restart re-reads nothing."""
-    old = time.time() - 3600
-    for dirpath, dirnames, filenames in os.walk(ws):
-        for name in filenames + dirnames:
-            os.utime(os.path.join(dirpath, name), (old, old), follow_symlinks=False)
 
 
 def main() -> None:

@@ -24,6 +24,7 @@ from common import (
     RESULTS,
     Daemon,
     Results,
+    age_tree,
     common_args,
     compile_bytecode,
     daemon_run,
@@ -77,10 +78,7 @@ def main() -> None:
         "bytecode": "compiled, as pip installs it"})
     compile_bytecode()  # a restart is timed from process start: its imports are in it
     ws, scratch, root = scratch_copy(tree, f"restart-{args.corpus}-{args.size}")
-    old = time.time() - 3600
-    for dirpath, dirnames, filenames in os.walk(ws):
-        for name in filenames + dirnames:
-            os.utime(os.path.join(dirpath, name), (old, old), follow_symlinks=False)
+    age_tree(ws)
     warm(ws)
     with daemon_run(res, scratch) as d:
         start_watching(d, root)
