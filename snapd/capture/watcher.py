@@ -216,11 +216,7 @@ class Watcher:
                 return
             with self._lock:
                 self._watches.place(dirs[start : start + _CHUNK])
-            if start + _CHUNK >= len(dirs):
-                del dirs  # the last reference but placement's, which lets go of it now
-                placement.advance(placement.total)
-                return
-            placement.advance(start + _CHUNK)
+            placement.advance(min(start + _CHUNK, len(dirs)))  # lets go of the list once all are
 
     def _run(self) -> None:
         fd = self._watches.fd

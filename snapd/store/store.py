@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from snapd.store import deltas, objects, safeio, trees
 from snapd.store.batch import Batch
 from snapd.store.catalog import Catalog
 from snapd.store.holds import GcHolds
+from snapd.store.lru import BoundedLru
 from snapd.store.objwrite import FLUSH_BYTES
 from snapd.store.records import MARK_COLUMNS, Mark, Version, WorkspaceRecord, mark_from_row, version_from_row
 from snapd.store.refs import FULL_ID, parse_ref
@@ -40,6 +40,14 @@ NODE_BYTES = 1024  # the encodings of the nodes read or written last (the next d
 NODE_ENTRIES = 1 << 18
 
 
+def _node_caches() -> tuple[BoundedLru[trees.Node], BoundedLru[trees.Records]]:
+    """The decoded-node cache and the encodings cache, each bounded by count and by entries."""
+    return (
+        BoundedLru(NODE_CACHE, NODE_ENTRIES, len),
+        BoundedLru(NODE_BYTES, NODE_ENTRIES, lambda records: len(records[0])),
+    )
+
+
 class Store:
     def __init__(
         self, directory: Path, hasher: objects.Hasher = objects.xxh3_hex, flush_bytes: int = FLUSH_BYTES
@@ -50,9 +58,7 @@ class Store:
         safeio.ensure_dir(directory)
         safeio.ensure_dir(directory / "objects")
         self.catalog = Catalog(directory / "catalog.sqlite")
-        self._nodes: OrderedDict[str, trees.Node] = OrderedDict()
-        self._node_records: OrderedDict[str, trees.Records] = OrderedDict()  # verified encodings
-        self._node_entries = self._record_entries = 0  # entries held by each cache
+        self._nodes, self._node_records = _node_caches()  # decoded nodes; verified encodings
         self._nodes_lock = threading.Lock()
         self.holds = GcHolds()  # keys write batches rely on, spared by the GC sweep
         self.recent = deltas.Recent()  # objects batches committed lately (the next deltas' bases)
@@ -139,9 +145,8 @@ class Store:
 
     def load_node(self, key: str) -> trees.Node:
         with self._nodes_lock:
-            node = self._nodes.get(key)
+            node = self._nodes.touch(key)
             if node is not None:
-                self._nodes.move_to_end(key)
                 return node
         node, records = trees.decode_records(self.get(key))
         self.cache_node(key, node, records)
@@ -150,21 +155,9 @@ class Store:
     def cache_node(self, key: str, node: trees.Node, records: trees.Records | None = None) -> None:
         """Cache ``node``, and ``records``, its encoding, which must make up ``key``'s content."""
         with self._nodes_lock:
-            old = self._nodes.pop(key, None)
-            self._nodes[key] = node
-            self._node_entries += len(node) - (0 if old is None else len(old))
-            while len(self._nodes) > 1 and (
-                len(self._nodes) > NODE_CACHE or self._node_entries > NODE_ENTRIES
-            ):
-                self._node_entries -= len(self._nodes.popitem(last=False)[1])
+            self._nodes.put(key, node)
             if records is not None:
-                old_records = self._node_records.pop(key, None)
-                self._node_records[key] = records
-                self._record_entries += len(records[0]) - (0 if old_records is None else len(old_records[0]))
-                while len(self._node_records) > 1 and (
-                    len(self._node_records) > NODE_BYTES or self._record_entries > NODE_ENTRIES
-                ):
-                    self._record_entries -= len(self._node_records.popitem(last=False)[1][0])
+                self._node_records.put(key, records)
 
     @property
     def cached_nodes(self) -> int:
@@ -178,9 +171,7 @@ class Store:
         fragmented: kept, they pin that heap (~15 MB at 100k files); marks reload the few
         nodes and links they need (a link: one indexed query)."""
         with self._nodes_lock:
-            self._nodes = OrderedDict()
-            self._node_records = OrderedDict()
-            self._node_entries = self._record_entries = 0
+            self._nodes, self._node_records = _node_caches()
         self.recent.clear()
 
     def batch(self) -> Batch:
