@@ -93,6 +93,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.rounds < 2:
         raise SystemExit("--rounds: at least 2, so each side goes first once")
+    if args.marks < 1:
+        raise SystemExit("--marks: at least 1")
     sides = {"old": worktree(args.old), "new": worktree(args.new)}
     res = Results(f"ab-{args.what}", args.corpus, args.size, {
         "what": args.what, "rounds": args.rounds, "order": "alternated per round",
