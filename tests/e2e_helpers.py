@@ -220,6 +220,32 @@ def listed(entries: list[dict[str, Any]]) -> set[str]:
     return {e["path"] for e in entries}
 
 
+def summary_mismatches(store_dir: Path) -> list[str]:
+    """Every mark whose summary's counts differ from a whole diff of its tree against the mark
+    before it (the daemon diffs only the paths captured since: this is the check that it saw
+    all). Workspaces that lost marks to eviction are skipped (their marks' predecessors are
+    gone); so is each first mark (a baseline counts its walk, not a diff). Open after the
+    daemon stopped."""
+    from snapd.store import trees
+    from snapd.store.store import Store
+
+    wrong = []
+    with Store.open(store_dir) as store:
+        evicted = {w for (w,) in store.catalog.read().execute("SELECT DISTINCT workspace FROM evictions")}
+        for ws in store.workspaces():
+            if ws.id in evicted:
+                continue
+            marks = sorted(store.marks(ws.id), key=lambda m: m.seq)
+            for prev, mark in zip(marks, marks[1:], strict=False):
+                counts: dict[str, int] = {}
+                for d in trees.diff(store.load_node, prev.tree, mark.tree):
+                    counts[d.status] = counts.get(d.status, 0) + 1
+                if counts != mark.summary.get("counts"):
+                    said = mark.summary.get("counts")
+                    wrong.append(f"{mark.label} ({mark.id}): summary {said}, trees {counts}")
+    return wrong
+
+
 def start_daemon(
     snapd_home: Path,
     env: dict[str, str] | None = None,

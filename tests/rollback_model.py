@@ -271,6 +271,7 @@ class Lab:
         self.top, self.who = top, who
         self.uid = who.uid if who else os.getuid()
         home = top / "home" / "snapd"
+        self.store_dir = home / "store"
         self.must(os.makedirs, home, 0o700)
         self.must((home / "config.toml").write_text, f"size_cap = {SIZE_CAP}\n")
         if who is not None:

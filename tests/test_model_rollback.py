@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_helpers import OtherUser, unavailable
+from e2e_helpers import OtherUser, summary_mismatches, unavailable
 from model_steps import Step
 from rollback_model import Lab, Settings, Tally, run_round
 
@@ -56,6 +56,7 @@ def test_rollback_is_exact_or_loud_against_the_model(lab: Lab) -> None:
             failures.append(f)
             print(f"\nFAILURE in round {r}:\n{f.report()}", file=sys.stderr)
     code = lab.close()
+    wrong = summary_mismatches(lab.store_dir)
     took = time.monotonic() - t0
     counts = dict(sorted(tally.counts.items()))
     summary = f"{cfg.rounds} rounds x {cfg.steps} steps as uid {lab.uid} in {took:.1f}s: {counts}"
@@ -65,6 +66,7 @@ def test_rollback_is_exact_or_loud_against_the_model(lab: Lab) -> None:
         + "\n\n".join(f.report() for f in failures)
     )
     assert code == 0, "the daemon did not exit cleanly"
+    assert not wrong, "marks whose summaries miss changes:\n" + "\n".join(wrong)
     assert tally.counts.get("rollbacks that changed something", 0) > 0, summary
     assert tally.counts.get("undos that changed something", 0) > 0, summary
 
@@ -99,6 +101,20 @@ SCENARIOS: dict[str, tuple[list[Step], str]] = {
     # mark holds it, whatever today's rules), and undo returns the newer content.
     "ignored-now-captured-at-m": (
         [gi(), write("b.log", "v1*1"), MARK, gi("*.log"), write("b.log", "v2*2"), BACK, UNDO, UNDO],
+        "",
+    ),
+    # The pre-rollback mark holds b.log, ignored now; the next mark's summary must count it as
+    # gone (that mark diffs only what changed since the last one: a held path is such a change).
+    "mark-after-a-mark-holding-ignored": (
+        [
+            gi(),
+            write("b.log", "v1*1"),
+            MARK,
+            gi("*.log"),
+            write("b.log", "v2*2"),
+            BACK,
+            Step("mark", ("m2",)),
+        ],
         "",
     ),
     # Ignored at M, captured now: it existed at M, so it is never deleted.
@@ -433,6 +449,8 @@ def test_scenario(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> 
     with lab_for("uid65534" if name in AS_NOBODY else "self", request, tmp_path) as lab:
         f = lab.replay(steps, tally)
         assert lab.close() == 0, "the daemon did not exit cleanly"
+        wrong = summary_mismatches(lab.store_dir)
+        assert not wrong, "summaries miss changes:\n" + "\n".join(wrong)
     assert "failed user commands" not in tally.counts, f"a step of the scenario itself failed: {tally.counts}"
     if f is not None:
         raise ContractBroken(f.report())

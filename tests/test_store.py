@@ -20,6 +20,7 @@ from snapd.errors import (
     Ambiguous,
     CorruptObject,
     DiskFull,
+    MissingObject,
     NotFound,
     StoreError,
     StoreFormatError,
@@ -581,12 +582,29 @@ def test_gc_keeps_what_marks_and_recent_versions_hold_and_prunes_the_rest(
     assert (rep.objects_deleted, rep.bytes_freed) == (len(gone), sum(rows[k] for k in gone))
     assert not store.has(key[contents[0]]) and not store.has(key[contents[1]])
     assert store.has(key[contents[2]]) and store.has(deep.key)
-    live: set[str] = set()
-    trees.reachable(store.load_node, store.resolve(ws, ids[2]).tree, live)
-    assert live <= _object_rows(store).keys()
+    live: set[bytes | str] = set()
+    trees.reachable(store.get_many, [store.resolve(ws, ids[2]).tree], live)
+    assert {objects.py_key(k) for k in live} <= _object_rows(store).keys()
     pruned = store.catalog.read().execute("SELECT pruned_before FROM workspaces WHERE id=?", (ws,)).fetchone()
     assert pruned == (later - DAY_NS,)
     assert verify(store).ok
+
+
+def test_gc_stops_at_a_node_it_cannot_read_and_deletes_nothing(store: Store) -> None:
+    """What lies below a missing or damaged node is unknown, not dead: the sweep must not run."""
+    ws = store.add_workspace(b"/nowhere")
+    with store.batch() as b:
+        below = b.put(b"only the lost directory holds this " * 10)
+        loose = b.put(b"nobody holds this " * 10)
+        tree = b.apply(None, {b"d/e/x": trees.Entry("file", 0o644, 350, below)})
+        b.add_mark(ws, "m", tree)
+    lost = trees.lookup(store.load_node, tree, b"d")
+    assert lost is not None
+    with store.catalog.write() as c:
+        c.execute("DELETE FROM objects WHERE key=?", (objects.db_key(lost.key),))
+    with pytest.raises(MissingObject):
+        gc.run(store, Retention(grace_s=0))
+    assert store.has(below) and store.has(loose)
 
 
 def test_gc_keeps_a_workspaces_head_and_every_marks_rule_inputs(store: Store) -> None:

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from snapd.store import trees
+from snapd.errors import CorruptObject
+from snapd.store import objects, trees
 from snapd.store.objects import xxh3_hex
 from snapd.store.trees import Dir, Entry
 
@@ -210,7 +211,68 @@ def test_bottom_up_build_equals_general_edit(spec: dict[bytes, str | int | None]
     assert fast == general
 
 
+few = st.lists(st.sampled_from([b"a", b"b", b"c"]), min_size=1, max_size=3).map(b"/".join)
+edits = st.dictionaries(
+    few, st.one_of(st.none(), st.sampled_from(["1", "2"]), st.sampled_from([0o700, 0o755])), max_size=8
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(edits, edits)
+def test_a_diff_looking_only_where_changes_were_made_sees_every_difference(
+    first: dict[bytes, str | int | None], then: dict[bytes, str | int | None]
+) -> None:
+    """A mark's summary diffs only the paths captured since the last mark: it must find all a
+    whole diff finds, in the same order (removed and added subtrees, type and mode changes,
+    directories made or dropped above a changed path)."""
+
+    def changes(spec: dict[bytes, str | int | None]) -> dict[bytes, trees.Change]:
+        return {p: None if v is None else (Dir(v) if isinstance(v, int) else f(v)) for p, v in spec.items()}
+
+    m = Mem()
+    old = trees.apply_changes(m.load, m.save, None, changes(first))
+    new = trees.apply_changes(m.load, m.save, old, changes(then))
+    whole = list(trees.diff(m.load, old, new))
+    assert list(trees.diff(m.load, old, new, where=trees.only(then))) == whole
+    assert list(trees.diff(m.load, new, old, where=trees.only(then))) == list(trees.diff(m.load, new, old))
+
+
+def test_a_diff_looking_only_somewhere_reads_no_other_name() -> None:
+    """The point of ``where``: a mark's cost does not grow with the width of the directories
+    its changes are in."""
+    looked: set[bytes] = set()
+
+    class Watched(dict[bytes, Entry]):
+        def get(self, name: bytes, default: object = None) -> Entry | None:  # type: ignore[override]
+            looked.add(name)
+            return super().get(name)
+
+    m = Mem()
+    wide = {b"d/%03d" % i: f(str(i)) for i in range(100)}
+    old = trees.apply_changes(m.load, m.save, None, wide)
+    new = trees.apply_changes(m.load, m.save, old, {b"d/007": f("edited"), b"d/new": f("new")})
+    got = list(trees.diff(lambda k: Watched(m.load(k)), old, new, where=trees.only([b"d/007", b"d/new"])))
+    assert [(d.path, d.status) for d in got] == [(b"d/007", "modified"), (b"d/new", "added")]
+    assert looked == {b"d", b"007", b"new"}
+
+
+def test_only_stops_at_a_path_listed_whole() -> None:
+    assert trees.only([b"a/b/c", b"a/b", b"a/d", b"e"]) == {b"a": {b"b": None, b"d": None}, b"e": None}
+    assert trees.only([b"a", b"a/b"]) == trees.only([b"a", b"a/b/c"]) == {b"a": None}
+
+
 # The tests below were written to kill mutants mutmut found surviving here (docs/reliability.md).
+
+
+class Reads:
+    """:data:`trees.Read` over a :class:`Mem`, counting the nodes read."""
+
+    def __init__(self, m: Mem) -> None:
+        self.m, self.count = m, 0
+
+    def __call__(self, keys: list[str]) -> list[tuple[str, bytes]]:
+        self.count += len(keys)
+        return [(k, self.m.nodes[k]) for k in keys]
 
 
 def test_reachable_holds_every_node_and_content_below_the_root() -> None:
@@ -221,14 +283,50 @@ def test_reachable_holds_every_node_and_content_below_the_root() -> None:
     root = trees.apply_changes(
         m.load, m.save, None, {b"top": f("top"), b"a/b/deep": f("deep"), b"a/ln": link, b"a/big": gone}
     )
-    seen: set[str] = set()
-    trees.reachable(m.load, root, seen)
+    seen: set[bytes | str] = set()
+    trees.reachable(Reads(m), [root], seen)
     nodes = {root} | {e.key for _, e in trees.walk(m.load, root) if e.kind == "dir"}
-    assert seen == nodes | {f("top").key, f("deep").key, link.key}  # an uncaptured key is no object
+    expected = nodes | {f("top").key, f("deep").key, link.key}  # an uncaptured key is no object
+    assert seen == {objects.db_key(k) for k in expected}  # as the catalog stores them
     assert len(nodes) == 3
-    before = set(seen)
-    trees.reachable(m.load, root, seen)  # a root seen already adds nothing
-    assert seen == before
+
+
+def test_reachable_reads_each_shared_node_once_and_walks_one_a_file_duplicates() -> None:
+    m = Mem()
+    one = trees.apply_changes(m.load, m.save, None, {b"a/b/x": f("x"), b"c/y": f("y")})
+    two = trees.apply_changes(m.load, m.save, one, {b"c/y": f("y2")})  # shares a and a/b
+    reads = Reads(m)
+    seen: set[bytes | str] = set()
+    trees.reachable(reads, [one, two], seen)
+    dirs = {e.key for r in (one, two) for _, e in trees.walk(m.load, r) if e.kind == "dir"}
+    nodes = {one, two} | dirs
+    assert reads.count == len(nodes) == 6  # two roots, a, a/b, and c twice
+    assert {objects.db_key(k) for k in nodes} <= seen
+    # a file whose bytes are exactly a node's (its key is that node's key): the node's children
+    # are still live, however the walk met the key first
+    b_node = trees.lookup(m.load, one, b"a/b")
+    assert b_node is not None
+    seen = {objects.db_key(b_node.key)}
+    trees.reachable(Reads(m), [one], seen)
+    assert objects.db_key(f("x").key) in seen
+
+
+def test_reachable_reads_nodes_of_the_old_format_and_refuses_damaged_ones() -> None:
+    m = Mem()
+    node = {b"a": f("1"), b"gone": trees.uncaptured("a FIFO", 0o600, 0, None)}
+    old = trees.MAGIC_TEXT_KEYS + b"".join(
+        trees._HEAD.pack(trees.KIND_CODES[e.kind], e.mode, e.size, len(n), len(e.key)) + n + e.key.encode()
+        for n, e in node.items()
+    )
+    m.nodes["old"] = old
+    seen: set[bytes | str] = set()
+    trees.reachable(Reads(m), ["old"], seen)
+    assert seen == {"old", objects.db_key(f("1").key)}
+    whole = trees.encode_node({b"a": f("1"), b"d": Entry("dir", 0o755, 0, f("2").key)})
+    assert trees.node_keys(whole) == ([objects.db_key(f("1").key)], [objects.db_key(f("2").key)])
+    for damaged in (whole[:-1], whole + b"\x01", b"snapd-tree-9\n", trees.MAGIC + b"\x09" + whole[14:]):
+        with pytest.raises(CorruptObject):
+            trees.node_keys(damaged)
 
 
 def test_uncaptured_entry_names_its_stamp_and_reason() -> None:

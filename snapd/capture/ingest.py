@@ -143,14 +143,16 @@ def summarize(
     new: str,
     report: Report,
     added: Iterable[bytes] | None = None,
+    where: trees.Only | None = None,
 ) -> dict[str, Any]:
     """Counts and examples of what changed from tree ``old`` to ``new``.
 
     ``added``: with ``old=None``, the paths that make up ``new`` (saves re-reading the tree).
+    ``where``: the trees differ nowhere else (see :func:`trees.diff`).
     """
     counts: dict[str, int] = {}
     examples: dict[str, list[str]] = {}
-    diffs: Iterable[trees.Difference] = trees.diff(store.load_node, old, new)
+    diffs: Iterable[trees.Difference] = trees.diff(store.load_node, old, new, where=where)
     if old is None and added is not None:
         diffs = (trees.Difference(p, "added", None, None) for p in added)
     for d in diffs:

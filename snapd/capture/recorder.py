@@ -27,9 +27,14 @@ from snapd.capture.events import Notify
 from snapd.capture.liverules import LiveRules
 from snapd.capture.scan import CountCallback
 from snapd.capture.watcher import Watcher
+from snapd.store import trees
 from snapd.store.batch import Batch
 from snapd.store.records import Mark
 from snapd.store.store import Store
+
+SINCE_MARK_PATHS = 1 << 14
+"""Past this many paths changed since the last mark, the next mark's summary diffs the whole
+tree (as cheap by then) and the set is dropped (~100 bytes a path)."""
 
 
 class Recorder:
@@ -50,6 +55,9 @@ class Recorder:
         self._rules, self._capturer, self._conditions = rules, capturer, conditions
         self._announce = announce
         self.tree: str | None = None
+        # (the latest mark's id, every path at which the head may differ from its tree since):
+        # a mark's summary diffs only those (None: unknown, after a restart: the whole tree)
+        self._since_mark: tuple[str, set[bytes]] | None = None
         self.watcher: Watcher | None = None
         self.scan_every_mark = False  # events cannot be trusted: every mark scans everything
 
@@ -135,14 +143,27 @@ class Recorder:
             assert tree is not None
             mark = None
             told = self._conditions.told
+            since = self._since_mark
+            held: dict[bytes, trees.Change] = {}
+            if since is not None:
+                since[1].update(changes)
+                if len(since[1]) > SINCE_MARK_PATHS:
+                    since = self._since_mark = None
             if label is None:
                 batch.set_head(self._id, tree)
             else:
                 head = tree
-                if hold:  # the mark also holds these, whatever today's rules (a pre-rollback mark)
-                    tree = batch.apply(tree, capturer.read_held(batch, hold)[0])
+                if hold:
+                    held = capturer.read_held(batch, hold)[0]
+                if held:  # the mark also holds these, whatever today's rules (a pre-rollback mark)
+                    tree = batch.apply(tree, held)
                 prev = self._store.latest_mark(self._id)
-                summary = ingest.summarize(batch, prev.tree if prev else None, tree, capturer.since_mark)
+                where = None
+                if since is not None and prev is not None and prev.id == since[0]:
+                    where = trees.only(since[1].union(held))
+                summary = ingest.summarize(
+                    batch, prev.tree if prev else None, tree, capturer.since_mark, where=where
+                )
                 summary["warnings"], told = self._conditions.for_mark(self.watcher)
                 summary["ignored"] = capturer.ignored.to_json()
                 summary.update(note)
@@ -163,6 +184,7 @@ class Recorder:
         self._conditions.told = told
         if mark is not None:
             capturer.since_mark = ingest.Report()
+            self._since_mark = (committed[0].id, set(held))
             return committed[0]
         return None
 
@@ -212,6 +234,7 @@ class Recorder:
             progress(len(walk.rels), len(walk.rels))
         self._conditions.told = told
         self.tree = tree
+        self._since_mark = (mark.id, set())
         return mark
 
     def hold(self, tree: str, paths: Sequence[bytes]) -> tuple[str, dict[bytes, str]]:

@@ -51,10 +51,16 @@ def evict(store: Store, doomed: list[tuple[Mark, str]], now: int) -> None:
             )
 
 
-def with_bases(store: Store, keys: set[str]) -> set[str]:
+Keys = set[bytes | str]
+"""Object keys as the catalog stores them (:func:`objects.db_key`): GC compares every object
+row's key with the live set, and converting 10^5-10^6 keys to text and back cost more than
+the comparisons."""
+
+
+def with_bases(store: Store, keys: Keys) -> Keys:
     """``keys`` and, transitively, the bases of those stored as deltas (in place; returned)."""
     rows = store.catalog.read().execute("SELECT key, base FROM objects WHERE base IS NOT NULL")
-    bases = {objects.py_key(k): objects.py_key(b) for k, b in rows}
+    bases: dict[bytes | str, bytes | str] = dict(rows)
     todo = [k for k in keys if k in bases]
     while todo:
         base = bases[todo.pop()]
@@ -65,22 +71,22 @@ def with_bases(store: Store, keys: set[str]) -> set[str]:
     return keys
 
 
-def live_keys(store: Store, policy: Retention, now: int, without: frozenset[str] = frozenset()) -> set[str]:
+def live_keys(store: Store, policy: Retention, now: int, without: frozenset[str] = frozenset()) -> Keys:
     """Every key something kept references; ``without``: as if those marks were evicted."""
     db = store.catalog.read()
-    live: set[str] = set()
+    live: Keys = set()
     roots = {t for i, t in db.execute("SELECT id, tree FROM marks") if i not in without}
     roots.update(h for (h,) in db.execute("SELECT head FROM workspaces"))
-    for tree in roots:
-        if tree:
-            trees.reachable(store.load_node, tree, live)
+    trees.reachable(store.get_many, sorted(r for r in roots if r), live)
     for (key,) in db.execute("SELECT DISTINCT rules FROM marks WHERE rules IS NOT NULL"):
-        live.add(key)
+        live.add(objects.db_key(key))
     cutoff = now - policy.max_age_ns
-    for (key,) in db.execute(
-        "SELECT DISTINCT object FROM versions WHERE time >= ? AND object IS NOT NULL", (cutoff,)
-    ):
-        live.add(objects.py_key(key))
+    live.update(
+        key
+        for (key,) in db.execute(
+            "SELECT DISTINCT object FROM versions WHERE time >= ? AND object IS NOT NULL", (cutoff,)
+        )
+    )
     return with_bases(store, live)
 
 
@@ -89,16 +95,16 @@ def sweep(store: Store, policy: Retention, now: int, report: GcReport) -> None:
         live = live_keys(store, policy, now)
         young = now - int(policy.grace_s * 1e9)
         rows = store.catalog.read().execute("SELECT key, stored, external, created FROM objects")
-        every = [(objects.py_key(k), s, e, created) for k, s, e, created in rows]
-        dead = [(k, s, e) for k, s, e, created in every if k not in live and created < young]
+        dead = [(k, s, e) for k, s, e, created in rows if k not in live and created < young]
         for i in range(0, len(dead), SWEEP_CHUNK):
             chunk = dead[i : i + SWEEP_CHUNK]
             files = []
             with store.holds.lock, store.catalog.write() as c:
-                for key, stored, external in chunk:
+                for db_key, stored, external in chunk:
+                    key = objects.py_key(db_key)
                     if store.holds.spared(key):
                         continue
-                    c.execute("DELETE FROM objects WHERE key=?", (objects.db_key(key),))
+                    c.execute("DELETE FROM objects WHERE key=?", (db_key,))
                     store.recent.forget(key)  # under the holds lock: see deltas.Recent
                     store.catalog.stored_changed(-stored)
                     report.objects_deleted += 1
@@ -145,20 +151,17 @@ def _kept_bytes(store: Store, policy: Retention, now: int) -> int:
     db = store.catalog.read()
     roots = [m.tree for m in marks if protected(m, ids, policy, now)]
     roots += [h for (h,) in db.execute("SELECT head FROM workspaces WHERE head IS NOT NULL")]
-    keep: set[str] = set()
-    for root in roots:
-        trees.reachable(store.load_node, root, keep)
-    keep.update(k for (k,) in db.execute("SELECT DISTINCT rules FROM marks WHERE rules IS NOT NULL"))
-    cutoff = now - policy.max_age_ns
+    keep: Keys = set()
+    trees.reachable(store.get_many, roots, keep)
     keep.update(
-        objects.py_key(k)
-        for (k,) in db.execute(
-            "SELECT object FROM versions WHERE time >= ? AND object IS NOT NULL", (cutoff,)
-        )
+        objects.db_key(k) for (k,) in db.execute("SELECT DISTINCT rules FROM marks WHERE rules IS NOT NULL")
     )
+    cutoff = now - policy.max_age_ns
+    versions = db.execute("SELECT object FROM versions WHERE time >= ? AND object IS NOT NULL", (cutoff,))
+    keep.update(k for (k,) in versions)
     with_bases(store, keep)
     rows = db.execute("SELECT key, stored FROM objects")
-    return sum(stored for key, stored in rows if objects.py_key(key) in keep)
+    return sum(stored for key, stored in rows if key in keep)
 
 
 def _fewest_to_fit(store: Store, policy: Retention, now: int, young: int, cands: list[Mark]) -> int:
@@ -170,10 +173,7 @@ def _fewest_to_fit(store: Store, policy: Retention, now: int, young: int, cands:
     binary search finds the least k (one reachability walk per step, no sweep). With every
     candidate gone only what must be kept remains, which the caller checked fits."""
     db = store.catalog.read()
-    rows = [
-        (objects.py_key(k), stored)
-        for k, stored in db.execute("SELECT key, stored FROM objects WHERE created < ?", (young,))
-    ]
+    rows = db.execute("SELECT key, stored FROM objects WHERE created < ?", (young,)).fetchall()
 
     def fits(k: int) -> bool:
         live = live_keys(store, policy, now, frozenset(m.id for m in cands[:k]))

@@ -105,18 +105,31 @@ class Store:
         chains = dict(deltas.read_chains(self.catalog.read(), [key]))
         return deltas.decode_chain(key, chains.get(key, []), self._payload, self.hasher)
 
+    def get_many(self, keys: Iterable[str], chunk: int = 64) -> Iterator[tuple[str, bytes]]:
+        """(key, :meth:`get`) for each of ``keys``: the chains of ``chunk`` keys read with one
+        query (a chunk's rows are in memory at once: 64 keeps that small even for nodes of
+        megabytes). Raises as :meth:`get` does for a key that cannot be read."""
+        for key, chain in self._chains(keys, chunk):
+            yield key, deltas.decode_chain(key, chain, self._payload, self.hasher)
+
+    def _chains(self, keys: Iterable[str], chunk: int) -> Iterator[tuple[str, list[deltas.Row]]]:
+        """Each of ``keys`` once, with its chain's rows (none for a key not stored)."""
+        wanted = sorted(set(keys))
+        for i in range(0, len(wanted), chunk):
+            part = wanted[i : i + chunk]
+            chains = dict(deltas.read_chains(self.catalog.read(), part))
+            for key in part:
+                yield key, chains.get(key, [])
+
     def load_nodes(self, keys: Iterable[str]) -> None:
         """Cache the nodes among ``keys`` that the cache lacks, their chains read with one query
         (per 500 nodes); one that cannot be read is left for :meth:`load_node` to report."""
-        wanted = sorted({k for k in keys if self.cached_node(k) is None})
-        for i in range(0, len(wanted), 500):
-            chunk = wanted[i : i + 500]
-            for top, chain in deltas.read_chains(self.catalog.read(), chunk):
-                try:
-                    data = deltas.decode_chain(top, chain, self._payload, self.hasher)
-                    self.cache_node(top, *trees.decode_records(data))
-                except (CorruptObject, MissingObject):
-                    continue
+        for key, chain in self._chains((k for k in keys if self.cached_node(k) is None), 500):
+            try:
+                data = deltas.decode_chain(key, chain, self._payload, self.hasher)
+                self.cache_node(key, *trees.decode_records(data))
+            except (CorruptObject, MissingObject):
+                continue
 
     def delta_link(self, key: str) -> tuple[str | None, int] | None:
         """(delta base, depth) of ``key``: (None, 0) for an object stored whole; None if absent."""
