@@ -8,6 +8,7 @@ import os
 import signal
 import stat
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -196,6 +197,51 @@ def test_a_daemon_stopped_during_a_baseline_exits_with_its_readers(tmp_path: Pat
     finally:
         assert d.stop() == 0
     assert stat.S_ISDIR(root.stat().st_mode)
+
+
+@pytest.mark.timeout(120)
+def test_reader_processes_stopped_and_continued_lose_no_byte(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader stopped while it writes its answer (^Z, a freezer, a profiler: SIGSTOP, then
+    SIGCONT) must send it whole. Under PYTHONUNBUFFERED (the service unit sets it) its stdout
+    was a raw file: the interrupted write(2) took part of the bytes, pickle dropped the rest, and
+    the daemon met a corrupt stream (the paths were read again in the daemon: slow, not lost)."""
+    monkeypatch.setenv("PYTHONUNBUFFERED", "1")  # the readers inherit it, as from the service
+    root = tmp_path / "ws"
+    for i in range(600):  # incompressible payloads: answers of ~64 KiB fill the pipe
+        d = root / f"d{i % 10}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"f{i}").write_bytes(os.urandom(16 << 10))
+    rootb = os.fsencode(root)
+    rels = [rel for rel, _ in walk(rootb, vcs_only)]
+    chunks = [rels[i : i + 4] for i in range(0, len(rels), 4)]
+    with readers.ReaderProcesses(rootb, CAP, True, lambda rel: read_path(rootb, rel, CAP), None) as rp:
+        pids, done = rp.pids, threading.Event()
+
+        def pester() -> None:  # every stop is followed by a continue
+            while not done.is_set():
+                for p in pids:
+                    os.kill(p, signal.SIGSTOP)
+                time.sleep(0.005)
+                for p in pids:
+                    os.kill(p, signal.SIGCONT)
+                time.sleep(0.002)
+
+        t = threading.Thread(target=pester, daemon=True)
+        t.start()
+        try:
+            got = []
+            for chunk in rp.map(chunks):
+                got.extend(chunk)
+                time.sleep(0.002)  # a slow consumer: the readers block writing into full pipes
+        finally:
+            done.set()
+            t.join(5)
+            for p in pids:
+                os.kill(p, signal.SIGCONT)
+    assert [r.rel for r in got] == rels
+    assert rp.failures == [], rp.failures
 
 
 def test_a_read_crosses_the_pipe_whole() -> None:

@@ -181,7 +181,14 @@ class ReaderProcesses:
 def serve(root: bytes, size_cap: int, trusted: bool) -> None:
     """The process side: read chunks of paths from stdin until EOF, answer each on stdout."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C: the daemon decides
-    inp, out = sys.stdin.buffer, sys.stdout.buffer
+    # Buffered files of our own, not sys.stdin.buffer / sys.stdout.buffer: under
+    # PYTHONUNBUFFERED=1 (the service unit sets it; we inherit the daemon's environment) or -u,
+    # sys.stdout.buffer is a raw FileIO, whose write() is one write(2). A pipe write that a stop
+    # (SIGSTOP/SIGCONT, ^Z, a cgroup freezer, a profiler) interrupts returns part of the bytes,
+    # and pickle.dump ignores write()'s count: the rest was lost and the stream corrupted. A
+    # BufferedWriter writes everything or raises.
+    inp = open(0, "rb", closefd=False)
+    out = open(1, "wb", closefd=False)
     sys.stdout = sys.stderr  # stdout carries results only
     claimed: set[bytes] = set()
     while True:
