@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import io
 import os
 import sys
 import time
@@ -263,7 +264,20 @@ def _check_text(args: argparse.Namespace) -> None:
             raise UsageError(f"{option} must be UTF-8 text; got {shown(value)!r}", arg=name) from None
 
 
+def _whole_stdout() -> None:
+    """Under PYTHONUNBUFFERED or ``-u``, stdout's byte layer is a raw file: each write is one
+    ``write(2)``, which a stop (^Z, a cgroup freezer) may cut short, and the text layer drops
+    the rest: the output ends early with exit 0. A buffered layer under it writes every byte or
+    raises; line buffering keeps what a terminal shows as it was."""
+    out = sys.stdout
+    if isinstance(out, io.TextIOWrapper) and isinstance(out.buffer, io.FileIO):
+        sys.stdout = io.TextIOWrapper(
+            io.BufferedWriter(out.buffer), encoding=out.encoding, errors=out.errors, line_buffering=True
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _whole_stdout()
     argv = list(sys.argv[1:] if argv is None else argv)
     paths: list[str] = []
     if "--" in argv:  # paths after "--" limit rollback and diff; they are never options
