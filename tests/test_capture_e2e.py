@@ -443,50 +443,18 @@ def test_tmpfs_is_accepted_and_a_pseudo_fs_mounted_inside_refused(daemon: Daemon
         _umount(mnt)
 
 
-def test_cat_sends_every_byte_through_a_pipe_while_the_cli_is_stopped_and_continued(
-    daemon: Daemon, ws: Path
-) -> None:
-    """``snapctl cat M FILE > out`` is how a user takes a file back: every byte must come out,
-    even when the CLI is stopped and continued (^Z, a freezer) while the pipe is full. Under
-    PYTHONUNBUFFERED (set for the service, and often in shells) its stdout was a raw file: the
-    interrupted write(2) took part of the bytes and the rest was dropped, exit 0."""
-    data = os.urandom(3 << 20)
+
+def _cat_stopped_and_continued(daemon: Daemon, ws: Path, data: bytes, *extra: str) -> bytes:
+    """``snapctl cat m big.bin EXTRA`` under PYTHONUNBUFFERED, its output read through a pipe
+    16 KiB at a time, the CLI stopped and continued after each read (while it writes into the
+    room just made); its stdout, after a clean exit."""
     (ws / "big.bin").write_bytes(data)
     daemon.ctl_json("watch", ws)
     daemon.ctl_json("mark", "m", "-w", ws)
     env = dict(daemon.env, PYTHONUNBUFFERED="1")
-    argv = [*daemon.python, "-m", "snapd", "cat", "m", "big.bin", "-w", str(ws)]
+    argv = [*daemon.python, "-m", "snapd", "cat", "m", "big.bin", "-w", str(ws), *extra]
     p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert p.stdout is not None
-    got = bytearray()
-    try:
-        while chunk := os.read(p.stdout.fileno(), 16 << 10):
-            got += chunk
-            if p.poll() is None:  # stop it while it writes into the pipe we just made room in
-                os.kill(p.pid, signal.SIGSTOP)
-                time.sleep(0.002)
-                os.kill(p.pid, signal.SIGCONT)
-    finally:
-        if p.poll() is None:
-            os.kill(p.pid, signal.SIGCONT)
-    err = p.stderr.read() if p.stderr else b""
-    assert p.wait(30) == 0, err
-    assert len(got) == len(data) and bytes(got) == data
-
-
-def test_json_output_arrives_whole_through_a_pipe_while_the_cli_is_stopped_and_continued(
-    daemon: Daemon, ws: Path
-) -> None:
-    """The same for text: ``snapctl cat --json`` prints 4 MiB of JSON with print(), whose text
-    layer dropped what an interrupted raw write did not take (under PYTHONUNBUFFERED)."""
-    data = os.urandom(3 << 20)
-    (ws / "big.bin").write_bytes(data)
-    daemon.ctl_json("watch", ws)
-    daemon.ctl_json("mark", "m", "-w", ws)
-    env = dict(daemon.env, PYTHONUNBUFFERED="1")
-    argv = [*daemon.python, "-m", "snapd", "cat", "m", "big.bin", "-w", str(ws), "--json"]
-    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert p.stdout is not None
+    assert p.stdout is not None and p.stderr is not None
     got = bytearray()
     try:
         while chunk := os.read(p.stdout.fileno(), 16 << 10):
@@ -498,6 +466,28 @@ def test_json_output_arrives_whole_through_a_pipe_while_the_cli_is_stopped_and_c
     finally:
         if p.poll() is None:
             os.kill(p.pid, signal.SIGCONT)
-    err = p.stderr.read() if p.stderr else b""
+    err = p.stderr.read()
     assert p.wait(30) == 0, err
+    return bytes(got)
+
+
+def test_cat_sends_every_byte_through_a_pipe_while_the_cli_is_stopped_and_continued(
+    daemon: Daemon, ws: Path
+) -> None:
+    """``snapctl cat M FILE > out`` is how a user takes a file back: every byte must come out,
+    even when the CLI is stopped and continued (^Z, a freezer) while the pipe is full. Under
+    PYTHONUNBUFFERED (set for the service, and often in shells) its stdout was a raw file: the
+    interrupted write(2) took part of the bytes and the rest was dropped, exit 0."""
+    data = os.urandom(3 << 20)
+    got = _cat_stopped_and_continued(daemon, ws, data)
+    assert len(got) == len(data) and got == data
+
+
+def test_json_output_arrives_whole_through_a_pipe_while_the_cli_is_stopped_and_continued(
+    daemon: Daemon, ws: Path
+) -> None:
+    """The same for text: ``snapctl cat --json`` prints 4 MiB of JSON with print(), whose text
+    layer dropped what an interrupted raw write did not take (under PYTHONUNBUFFERED)."""
+    data = os.urandom(3 << 20)
+    got = _cat_stopped_and_continued(daemon, ws, data, "--json")
     assert base64.b64decode(json.loads(got)["data_b64"]) == data
