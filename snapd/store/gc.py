@@ -16,6 +16,7 @@ deleted while a kept object is stored against it (:func:`with_bases`).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from snapd.config import Retention
@@ -74,20 +75,25 @@ def with_bases(store: Store, keys: Keys) -> Keys:
 def live_keys(store: Store, policy: Retention, now: int, without: frozenset[str] = frozenset()) -> Keys:
     """Every key something kept references; ``without``: as if those marks were evicted."""
     db = store.catalog.read()
-    live: Keys = set()
     roots = {t for i, t in db.execute("SELECT id, tree FROM marks") if i not in without}
     roots.update(h for (h,) in db.execute("SELECT head FROM workspaces"))
-    trees.reachable(store.get_many, sorted(r for r in roots if r), live)
-    for (key,) in db.execute("SELECT DISTINCT rules FROM marks WHERE rules IS NOT NULL"):
-        live.add(objects.db_key(key))
+    return _held_by(store, roots, policy, now)
+
+
+def _held_by(store: Store, roots: Iterable[str | None], policy: Retention, now: int) -> Keys:
+    """What the trees ``roots`` reach, every mark's rule inputs and every object a version
+    inside the age window names, with the bases of all of those."""
+    db = store.catalog.read()
+    held: Keys = set()
+    trees.reachable(store.get_many, sorted({r for r in roots if r}), held)
+    rules = db.execute("SELECT DISTINCT rules FROM marks WHERE rules IS NOT NULL")
+    held.update(objects.db_key(key) for (key,) in rules)
     cutoff = now - policy.max_age_ns
-    live.update(
-        key
-        for (key,) in db.execute(
-            "SELECT DISTINCT object FROM versions WHERE time >= ? AND object IS NOT NULL", (cutoff,)
-        )
+    versions = db.execute(
+        "SELECT DISTINCT object FROM versions WHERE time >= ? AND object IS NOT NULL", (cutoff,)
     )
-    return with_bases(store, live)
+    held.update(key for (key,) in versions)
+    return with_bases(store, held)
 
 
 def sweep(store: Store, policy: Retention, now: int, report: GcReport) -> None:
@@ -151,15 +157,7 @@ def _kept_bytes(store: Store, policy: Retention, now: int) -> int:
     db = store.catalog.read()
     roots = [m.tree for m in marks if protected(m, ids, policy, now)]
     roots += [h for (h,) in db.execute("SELECT head FROM workspaces WHERE head IS NOT NULL")]
-    keep: Keys = set()
-    trees.reachable(store.get_many, roots, keep)
-    keep.update(
-        objects.db_key(k) for (k,) in db.execute("SELECT DISTINCT rules FROM marks WHERE rules IS NOT NULL")
-    )
-    cutoff = now - policy.max_age_ns
-    versions = db.execute("SELECT object FROM versions WHERE time >= ? AND object IS NOT NULL", (cutoff,))
-    keep.update(k for (k,) in versions)
-    with_bases(store, keep)
+    keep = _held_by(store, roots, policy, now)
     rows = db.execute("SELECT key, stored FROM objects")
     return sum(stored for key, stored in rows if key in keep)
 

@@ -476,7 +476,7 @@ def node_keys(data: bytes) -> tuple[list[bytes | str], list[bytes | str]]:
     """The keys node encoding ``data`` names, as the catalog stores them (:func:`objects.db_key`):
     its contents' objects, and its subdirectories' nodes. Read straight out of the records, no
     entry built and no key converted: GC reads every node of every mark, and building entries
-    was 90% of its walk (30 s at 214 marks of a 10,000-name directory)."""
+    was most of its walk (docs/benchmarks.md, session 10)."""
     if data.startswith(MAGIC_TEXT_KEYS):
         node = decode_node(data)
         keys = [(e.kind, objects.db_key(e.key)) for e in node.values() if holds_object(e)]
