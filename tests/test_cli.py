@@ -558,3 +558,19 @@ def test_mark_summary_lists_a_skipped_path_once(capped: tuple[Daemon, Path]) -> 
     summary = d.ctl_json("mark", "m", cwd=root)["summary"]
     assert summary["skipped"] == {"over size cap": ["big.bin"]}, summary
     assert summary["skipped_count"] == 1, summary
+
+
+def test_a_reader_that_went_away_ends_the_output_quietly(daemon: Daemon, ws: Path) -> None:
+    """``snapctl status --json | head -c 5``: the pipe breaks; the CLI exits 0 and says nothing
+    (under PYTHONUNBUFFERED its stdout is buffered by the CLI, whose closing flush printed
+    "Exception ignored ... BrokenPipeError")."""
+    daemon.ctl("watch", ws)
+    r, w = os.pipe()
+    os.close(r)  # every write now fails with EPIPE
+    try:
+        env = dict(daemon.env, PYTHONUNBUFFERED="1")
+        argv = [*daemon.python, "-m", "snapd", "status", "--json"]
+        cp = subprocess.run(argv, env=env, stdout=w, stderr=subprocess.PIPE, timeout=30)
+    finally:
+        os.close(w)
+    assert cp.returncode == 0 and cp.stderr == b"", cp.stderr

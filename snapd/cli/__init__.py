@@ -299,6 +299,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
+        # the reader went away (`| head`): what is still buffered can never be written, so the
+        # interpreter's closing flush must not try (it would print "Exception ignored")
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 
 
