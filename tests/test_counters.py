@@ -1,9 +1,9 @@
 """O(changes), counted: a mark costs what changed, not the workspace (docs/architecture.md).
 
 Timing cannot prove that on a shared machine; the daemon's counters can (``status --json``:
-``counters.full_scans``, ``lstats``, ``files_read`` per workspace, counted by the scanner and
-the reader themselves). Each test also shows the counters move when the work is really done,
-so a counter stuck at zero cannot pass them.
+``counters.full_scans``, ``listings``, ``lstats``, ``files_read`` per workspace, counted by
+the scanner, the reader and the watcher themselves). Each test also shows the counters move
+when the work is really done, so a counter stuck at zero cannot pass them.
 """
 
 from __future__ import annotations
@@ -56,8 +56,11 @@ def test_a_mark_of_one_changed_file_in_2000_does_no_full_scan_and_reads_one_file
     try:
         d.ctl("watch", root)
         base = _counters(d, root)
-        # The baseline walked and read everything: the counters count real work.
+        # The baseline walked and read everything: the counters count real work. It listed
+        # each directory once: the watcher's listing, made as it placed the directory's watch,
+        # is the walk's (not a second listing of the whole tree).
         assert base["full_scans"] == 1 and base["files_read"] == DIRS * PER_DIR, base
+        assert base["listings"] == DIRS + 1, base
         assert d.ctl_json("mark", "m1", "-w", root)["summary"]["changed"] == 0
         before = _counters(d, root)  # the capture thread may read the change before the mark
         (root / "d07" / "f042.txt").write_text("changed\n")
@@ -67,8 +70,9 @@ def test_a_mark_of_one_changed_file_in_2000_does_no_full_scan_and_reads_one_file
         assert got["full_scans"] == 0, got
         assert got["files_read"] == 1, got
         assert got["lstats"] <= 10, got  # the path, its parents: never one per workspace file
+        assert got["listings"] <= 2, got  # nothing was created: no directory needs listing
         st = d.ctl("status").stdout.decode()
-        assert "since start: 1 full scan," in st and "files read" in st, st
+        assert "since start: 1 full scan, 21 directories listed," in st and "files read" in st, st
     finally:
         assert d.stop() == 0
 
@@ -108,9 +112,10 @@ def test_scan_and_read_count_where_they_work(tmp_path: Path) -> None:
     c = Counters()
     dirty = scan.scan(rootb, b"", StatCache(), lambda rel, is_dir: False, lambda rel: True, counters=c)
     assert dirty == {b"a", b"a/x", b"a/y"}
-    assert c.to_json() == {"full_scans": 1, "lstats": 3, "files_read": 0}
+    assert c.to_json() == {"full_scans": 1, "lstats": 3, "files_read": 0, "listings": 2}
     scan.scan(rootb, b"a", StatCache(), lambda rel, is_dir: False, lambda rel: True, counters=c)
     assert c.full_scans == 1 and c.lstats == 3 + 3  # a subtree: not a full scan
+    assert c.listings == 2 + 1
     r = read_path(rootb, b"a/x", CaptureSettings().size_cap, counters=c)
     assert r.data == b"x"
     assert c.files_read == 1 and c.lstats == 6 + 3  # the path, and its parent before and after
@@ -133,7 +138,7 @@ def test_a_rollback_restats_every_captured_file_once_and_lists_no_directory(tmp_
         out = d.ctl_json("rollback", "--to", "m1", "--yes", "-w", root)
         assert out["applied"] == 1 and (root / "d07" / "f042.txt").read_text() == "file 7/42\n", out
         got = _delta(_counters(d, root), before)
-        assert got["full_scans"] == 0, got
+        assert got["full_scans"] == 0 and got["listings"] == 0, got
         # every file once (the re-check), plus the few paths the rollback itself touches
         assert DIRS * PER_DIR <= got["lstats"] < DIRS * PER_DIR + DIRS, got
     finally:

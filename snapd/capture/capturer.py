@@ -162,9 +162,10 @@ class Capturer:
         )
         return changes, skipped
 
-    def walk_all(self) -> Walk:
+    def walk_all(self, listings: dict[bytes, reader.Listing] | None = None) -> Walk:
         """Walk the whole root (a baseline): every path captured, and the directories whose
-        listing failed. Counts what the rules leave out."""
+        listing failed. Counts what the rules leave out. ``listings`` are directories'
+        listings made already (:func:`reader.walk`'s ``listed``)."""
         tally = ingest.IgnoredTally()
         unlistable: dict[bytes, str] = {}
 
@@ -177,6 +178,7 @@ class Capturer:
             descend=self._rules.current.dir_may_contain_captured,
             unreadable=unreadable,
             counters=self.counters,
+            listed=listings,
         )
         rels = [rel for rel, _ in walked]
         self.ignored = tally

@@ -198,6 +198,10 @@ def _listable(path: bytes) -> bool:
     return _ROOT or os.access(path, os.R_OK | os.X_OK, follow_symlinks=False)
 
 
+Listing = list[tuple[bytes, bool]]
+"""A directory's entries as listed, every name: (relative path, is_dir)."""
+
+
 def walk(
     root: bytes,
     ignored: Ignored,
@@ -205,6 +209,7 @@ def walk(
     descend: Callable[[bytes], bool] | None = None,
     unreadable: Callable[[bytes, str], None] | None = None,
     counters: Counters | None = None,
+    listed: dict[bytes, Listing] | None = None,
 ) -> Iterator[tuple[bytes, bool]]:
     """(relative path, is_dir) for every non-ignored path under ``rel_dir``, parents first.
 
@@ -213,14 +218,22 @@ def walk(
     cannot be listed is reported to ``unreadable``, never skipped in silence. Iterative and
     unsorted: on a 100k-file tree a recursive, sorted walk costs several times the syscalls.
     A walk of the whole workspace counts as a full scan in ``counters``.
+
+    ``listed`` holds listings made already (the watcher lists each directory right after
+    watching it): each is judged like a fresh one, used once and dropped; a directory not in
+    it is listed here.
     """
     if counters is not None and not rel_dir:
         counters.scanned_all()
     stack = [rel_dir]
     while stack:
         d = stack.pop()
+        made = listed.pop(d, None) if listed is not None else None
         try:
-            entries = list_dir(root, d, ignored, descend)
+            if made is None:
+                entries = list_dir(root, d, ignored, descend, counters)
+            else:
+                entries = [e for e in made if not _left_out(e[0], e[1], ignored, descend)]
         except (FileNotFoundError, NotADirectoryError):
             continue
         except OSError as exc:
@@ -234,11 +247,17 @@ def walk(
 
 
 def list_dir(
-    root: bytes, d: bytes, ignored: Ignored, descend: Callable[[bytes], bool] | None = None
+    root: bytes,
+    d: bytes,
+    ignored: Ignored,
+    descend: Callable[[bytes], bool] | None = None,
+    counters: Counters | None = None,
 ) -> list[tuple[bytes, bool]]:
     """One directory's captured entries as (relative path, is_dir): ignored names dropped,
     unless a directory may hold captured paths (``descend``). Raises OSError."""
     out: list[tuple[bytes, bool]] = []
+    if counters is not None:
+        counters.listed()
     with os.scandir(root + b"/" + d if d else root) as it:
         for e in it:
             rel = d + b"/" + e.name if d else e.name
@@ -246,7 +265,12 @@ def list_dir(
                 is_dir = e.is_dir(follow_symlinks=False)
             except OSError:
                 is_dir = False
-            if ignored(rel, is_dir) and not (is_dir and descend is not None and descend(rel)):
-                continue
-            out.append((rel, is_dir))
+            if not _left_out(rel, is_dir, ignored, descend):
+                out.append((rel, is_dir))
     return out
+
+
+def _left_out(rel: bytes, is_dir: bool, ignored: Ignored, descend: Callable[[bytes], bool] | None) -> bool:
+    """Whether a walk leaves a listed entry out: ignored, and not a directory that may hold
+    captured paths."""
+    return ignored(rel, is_dir) and not (is_dir and descend is not None and descend(rel))

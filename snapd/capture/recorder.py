@@ -19,7 +19,7 @@ import stat
 from collections.abc import Sequence
 from typing import Any
 
-from snapd.capture import ingest
+from snapd.capture import ingest, reader
 from snapd.capture.capturer import Capturer
 from snapd.capture.conditions import Conditions
 from snapd.capture.dirty import DirtySet
@@ -188,13 +188,16 @@ class Recorder:
             return committed[0]
         return None
 
-    def catch_up(self, progress: CountCallback | None) -> Mark | None:
-        """At start: the baseline of a new workspace (returned; every watch in place), or a
-        known one reconciled with the disk while its known directories' watches are placed
-        (what changed while snapd was down is captured; :mod:`snapd.capture.placement`)."""
+    def catch_up(
+        self, progress: CountCallback | None, listings: dict[bytes, reader.Listing] | None = None
+    ) -> Mark | None:
+        """At start: the baseline of a new workspace (returned; every watch in place, and
+        ``listings`` the listings the watcher made as it placed them), or a known one
+        reconciled with the disk while its known directories' watches are placed (what
+        changed while snapd was down is captured; :mod:`snapd.capture.placement`)."""
         self.tree = self._store.head(self._id)
         if self.tree is None:
-            return self.baseline(progress)
+            return self.baseline(progress, listings)
         assert self.watcher is not None
         self._queue_found(self._capturer.catch_up_scan(self.watcher.placement, progress))
         self._announce("workspace.rescanned", {"reason": "startup"})
@@ -208,10 +211,13 @@ class Recorder:
         self.capture_dirty()
         return None
 
-    def baseline(self, progress: CountCallback | None) -> Mark:
-        """Read the whole root and commit it as the ``baseline`` mark (a new workspace)."""
+    def baseline(
+        self, progress: CountCallback | None, listings: dict[bytes, reader.Listing] | None = None
+    ) -> Mark:
+        """Read the whole root and commit it as the ``baseline`` mark (a new workspace);
+        ``listings``, the watcher's, spare the walk a second listing of each directory."""
         report = ingest.Report()
-        walk = self._capturer.walk_all()
+        walk = self._capturer.walk_all(listings)
         with self._store.batch() as batch:
             changes = self._capturer.read_walk(batch, walk, report, progress)
             tree = batch.apply(None, changes)

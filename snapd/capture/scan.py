@@ -70,7 +70,7 @@ def scan(
         if trusted:
             names: list[bytes] = list(known)
         else:
-            listed = _list(root, d, ignored, descend)
+            listed = _list(root, d, ignored, descend, counters)
             if listed is None:
                 dirty.add(d)
                 continue
@@ -199,7 +199,7 @@ def catch_up(
     if counters is not None:
         counters.stat(checked)
     for d, known in relist.items():
-        listed = _list(root, d, ignored, descend)
+        listed = _list(root, d, ignored, descend, counters)
         if listed is None:
             dirty.add(d)
         elif listed is not _UNLISTABLE:  # else its cached children were checked by name
@@ -213,11 +213,13 @@ def catch_up(
 _UNLISTABLE: list[bytes] = []
 
 
-def _list(root: bytes, d: bytes, ignored: Ignored, descend: Callable[[bytes], bool]) -> list[bytes] | None:
+def _list(
+    root: bytes, d: bytes, ignored: Ignored, descend: Callable[[bytes], bool], counters: Counters | None
+) -> list[bytes] | None:
     """One directory's captured names; None when it is gone, :data:`_UNLISTABLE` (compare with
     ``is``) when it cannot be listed."""
     try:
-        return [rel for rel, _ in list_dir(root, d, ignored, descend)]
+        return [rel for rel, _ in list_dir(root, d, ignored, descend, counters)]
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError:

@@ -26,6 +26,7 @@ import structlog
 
 from snapd.capture import inotify
 from snapd.capture.cookies import Cookies
+from snapd.capture.counters import Counters
 from snapd.capture.events import OnEvents, WatchEvent
 from snapd.capture.moves import MovePairing
 from snapd.capture.placement import DONE, Placement
@@ -46,7 +47,8 @@ class Watcher:
     watched directories are reported whatever their name, except barrier cookies, which are
     never delivered. ``max_watches`` is snapd's ``watch_limit`` setting: past it a directory
     fails as at the kernel's limit (``ENOSPC``, counted in ``limit_failures``); the caller tells
-    the two causes apart by ``watch_count`` reaching it.
+    the two causes apart by ``watch_count`` reaching it. ``counters`` counts the directories
+    listed as their watches are placed.
     """
 
     def __init__(
@@ -56,11 +58,12 @@ class Watcher:
         should_watch_dir: Callable[[bytes], bool],
         *,
         max_watches: int | None = None,
+        counters: Counters | None = None,
     ) -> None:
         self.root = root
         self._root_b = os.fsencode(root)
         self._lock = threading.RLock()  # the watch table and the moves; reader and rescan_watches
-        self._watches = WatchTable(root, should_watch_dir, max_watches)
+        self._watches = WatchTable(root, should_watch_dir, max_watches, counters)
         self._moves = MovePairing(str(root))
         self._cookies = Cookies(root)
         self._translator = Translator(root, self._watches, self._moves, self._cookies, on_events)
@@ -127,10 +130,14 @@ class Watcher:
         thread = self._thread
         return thread is not None and thread.is_alive() and not self._stopping
 
-    def start(self, known_dirs: Iterable[bytes] | None = None) -> None:
+    def start(
+        self, known_dirs: Iterable[bytes] | None = None, listings: dict[bytes, Found] | None = None
+    ) -> None:
         """Place the watches and start reading.
 
-        ``known_dirs`` None: every directory is watched (then listed) before this returns.
+        ``known_dirs`` None: every directory is watched (then listed) before this returns;
+        each listing is kept in ``listings`` if given (a baseline walks them: the tree is
+        listed once, and whatever changes in a directory after its listing reaches its watch).
         Else they are the directories a previous run captured, watched without listing any
         (at start-up, listing tens of thousands of unchanged directories dominates), by the
         reader thread before it starts reading, in sorted order: :attr:`placement` tells how
@@ -143,7 +150,7 @@ class Watcher:
         if not os.path.isdir(self._root_b):
             raise NotFound(f"workspace root {self.root} does not exist or is not a directory")
         with self._lock:
-            self._watches.open(whole_tree=known_dirs is None)
+            self._watches.open(whole_tree=known_dirs is None, listings=listings)
         if known_dirs is not None:
             self.placement = Placement(sorted(known_dirs))
         self._kill_r, self._kill_w = os.pipe2(os.O_CLOEXEC)

@@ -26,6 +26,7 @@ from typing import Final
 import structlog
 
 from snapd.capture import inotify
+from snapd.capture.counters import Counters
 from snapd.errors import WorkspaceRefused
 from snapd.paths import at_or_below, is_cookie_name, join
 
@@ -45,13 +46,19 @@ class WatchTable:
 
     ``should_watch_dir(rel_dir)`` is asked before a directory below the root gets a watch
     (the root is always watched). ``max_watches`` is snapd's ``watch_limit`` setting: past
-    it a directory is refused as at the kernel's limit (``ENOSPC``).
+    it a directory is refused as at the kernel's limit (``ENOSPC``). ``counters`` counts the
+    directories listed.
     """
 
     def __init__(
-        self, root: Path, should_watch_dir: Callable[[bytes], bool], max_watches: int | None
+        self,
+        root: Path,
+        should_watch_dir: Callable[[bytes], bool],
+        max_watches: int | None,
+        counters: Counters | None = None,
     ) -> None:
         self.root = root
+        self._counters = counters
         self._root_b = os.fsencode(root)
         self.should_watch_dir = should_watch_dir
         self._max_watches = max_watches
@@ -81,15 +88,15 @@ class WatchTable:
         """The directory ``wd`` watches, None for a removed or detached watch."""
         return self._wd_path.get(wd)
 
-    def open(self, *, whole_tree: bool) -> None:
+    def open(self, *, whole_tree: bool, listings: dict[bytes, Found] | None = None) -> None:
         """A new inotify instance with the root watched and, with ``whole_tree``, every
-        directory below it (watched, then listed); else the caller places the directories a
-        previous run captured (:meth:`place`)."""
+        directory below it (watched, then listed: each listing kept in ``listings`` if given);
+        else the caller places the directories a previous run captured (:meth:`place`)."""
         self.fd = inotify.open_instance(self.root)
         try:
             self.root_wd = self.add(b"", root=True)
             if whole_tree:
-                self.add_tree(b"", None)
+                self.add_tree(b"", None, listings)
         except BaseException:
             os.close(self.fd)
             self.fd = -1
@@ -234,10 +241,14 @@ class WatchTable:
                 self.drop(path)
         self.add_tree(dest, None)
 
-    def add_tree(self, top: bytes, found: Found | None) -> set[bytes]:
+    def add_tree(
+        self, top: bytes, found: Found | None, listings: dict[bytes, Found] | None = None
+    ) -> set[bytes]:
         """Watch ``top`` and the directories below it that ``should_watch_dir`` allows,
         watch first and list second, so nothing created in between is missed. With ``found``,
-        append every entry listed (cookies aside). Returns the directories watched."""
+        append every entry listed (cookies aside); with ``listings``, keep each watched
+        directory's listing under its path (a new workspace's baseline walks these instead of
+        listing every directory a second time). Returns the directories watched."""
         watched: set[bytes] = set()
         stack = [top]
         while stack:
@@ -247,19 +258,21 @@ class WatchTable:
             if self.add(rel) < 0:
                 continue
             watched.add(rel)
+            if self._counters is not None:
+                self._counters.listed()
             try:
                 with os.scandir(os.path.join(self._root_b, rel) if rel else self._root_b) as it:
-                    entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+                    entries = [(e.name, _is_dir(e)) for e in it]
             except OSError:
-                continue
-            for name, is_dir in entries:
-                if rel == b"" and is_cookie_name(name):
-                    continue
-                child = join(rel, name)
-                if found is not None:
-                    found.append((child, is_dir))
-                if is_dir:
-                    stack.append(child)
+                continue  # a walker lists it again, and reports why it cannot
+            children = [
+                (join(rel, name), is_dir) for name, is_dir in entries if rel or not is_cookie_name(name)
+            ]
+            if found is not None:
+                found.extend(children)
+            if listings is not None:
+                listings[rel] = children
+            stack.extend(child for child, is_dir in children if is_dir)
         return watched
 
     def resync(self) -> None:
@@ -270,6 +283,14 @@ class WatchTable:
             wd = self._path_wd.pop(path)
             self._wd_path.pop(wd, None)
             inotify.rm_watch(self.fd, wd)
+
+
+def _is_dir(entry: os.DirEntry[bytes]) -> bool:
+    """Whether a listed entry is a directory (not a symlink to one); False if it went."""
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
 
 
 def _same_directory(root: bytes, old: bytes, full: bytes) -> bool:

@@ -31,7 +31,7 @@ from typing import Any
 
 import structlog
 
-from snapd.capture import ignore, roots
+from snapd.capture import ignore, reader, roots
 from snapd.capture.capture_thread import CaptureThread
 from snapd.capture.capturer import Capturer
 from snapd.capture.conditions import Conditions
@@ -132,12 +132,19 @@ class Workspace:
                 "every mark scans the workspace"
             )
         known = self.store.stat_directories(self.id) if self.store.head(self.id) is not None else None
-        watcher = Watcher(self.root, self.on_events, self._watch_dir, max_watches=self.settings.watch_limit)
+        watcher = Watcher(
+            self.root,
+            self.on_events,
+            self._watch_dir,
+            max_watches=self.settings.watch_limit,
+            counters=self.capturer.counters,
+        )
         self.watcher = self.recorder.watcher = watcher
         # A known workspace: the directories captured last time are watched without listing
         # them, on the watcher's thread while the stat cache loads and the reconcile scan
         # runs (which finds new ones, watched then); a new one: watched and listed first.
-        watcher.start(known)
+        listings: dict[bytes, reader.Listing] | None = {} if known is None else None
+        watcher.start(known, listings)
         try:
             stats = self.capturer.stats = StatCache.from_rows(self.store.load_stats(self.id))
         finally:
@@ -154,7 +161,8 @@ class Workspace:
                 progress(done, total)
 
         with self.lock:
-            baseline = self.recorder.catch_up(note)
+            baseline = self.recorder.catch_up(note, listings)
+        listings = None
         if watcher.untrusted:
             self._watch_shortfall()
         self.progress = None

@@ -45,8 +45,10 @@ def cmd_status(args: argparse.Namespace, env: Env) -> int:
         if line := ignored_line(w):
             emit(f"      ignored: {line}")
         if work := w.get("counters"):
+            listings = work.get("listings")  # a daemon older than the CLI has no such counter
+            listed = "" if listings is None else f"{count(listings, 'directory', 'directories')} listed, "
             emit(
-                f"      since start: {count(work['full_scans'], 'full scan')}, "
+                f"      since start: {count(work['full_scans'], 'full scan')}, {listed}"
                 f"{count(work['lstats'], 'path')} lstat'ed, {count(work['files_read'], 'file')} read"
             )
     _integration_lines(env, st["integrations"])
