@@ -226,7 +226,7 @@ def summary_mismatches(store_dir: Path) -> list[str]:
     all). Workspaces that lost marks to eviction are skipped (their marks' predecessors are
     gone); so is each first mark (a baseline counts its walk, not a diff). Open after the
     daemon stopped."""
-    from snapd.store import trees
+    from snapd.store import treediff
     from snapd.store.store import Store
 
     wrong = []
@@ -238,7 +238,7 @@ def summary_mismatches(store_dir: Path) -> list[str]:
             marks = sorted(store.marks(ws.id), key=lambda m: m.seq)
             for prev, mark in zip(marks, marks[1:], strict=False):
                 counts: dict[str, int] = {}
-                for d in trees.diff(store.load_node, prev.tree, mark.tree):
+                for d in treediff.diff(store.load_node, prev.tree, mark.tree):
                     counts[d.status] = counts.get(d.status, 0) + 1
                 if counts != mark.summary.get("counts"):
                     said = mark.summary.get("counts")

@@ -15,7 +15,7 @@ from plan_difference import difference
 from snapd.errors import NotFound, UsageError
 from snapd.rollback.ops import MKDIR_MODE, Op, Plan
 from snapd.rollback.plan import plan
-from snapd.store import trees
+from snapd.store import nodes, trees
 from snapd.store.objects import xxh3_hex
 from snapd.store.trees import Dir, Entry
 
@@ -27,13 +27,13 @@ class Mem:
         self.nodes: dict[str, bytes] = {}
 
     def save(self, node: trees.Node, base: str | None = None, changed: object = None) -> str:
-        data = trees.encode_node(node)
+        data = nodes.encode_node(node)
         key = f"{xxh3_hex(data)}-{len(data)}"
         self.nodes[key] = data
         return key
 
     def load(self, key: str) -> trees.Node:
-        return trees.decode_node(self.nodes[key])
+        return nodes.decode_node(self.nodes[key])
 
     def tree(self, changes: dict[bytes, trees.Change]) -> str:
         return trees.apply_changes(self.load, self.save, None, changes)

@@ -26,7 +26,7 @@ from snapd.errors import (
     StoreFormatError,
     UsageError,
 )
-from snapd.store import gc, history, objects, refs, safeio, trees
+from snapd.store import gc, history, nodes, objects, refs, safeio, trees
 from snapd.store.catalog import FORMAT_VERSION
 from snapd.store.objwrite import LARGE_OBJECT
 from snapd.store.store import Store
@@ -107,14 +107,14 @@ def test_a_tree_node_whose_key_collides_gets_its_own_key(tmp_path: Path) -> None
     constant = "0" * 32
     s = Store.open(tmp_path / "s", hasher=lambda data: constant)
     entry = trees.Entry("file", 0o644, 1, "1" * 32 + "-1")
-    node_bytes = trees.encode_node({b"f": entry})
+    node_bytes = nodes.encode_node({b"f": entry})
     with s.batch() as b:
         taken = b.put(b"x" * len(node_bytes))  # same size, same (forced) digest as the node
         before = b.apply(None, {b"g": entry})
     with s.batch() as b:
         tree = b.apply(before, {b"g": None, b"f": entry})  # an edit: the node is {f: entry}
     assert tree not in (taken, before)  # each of the three contents has a key of its own
-    assert trees.decode_node(s.get(tree)) == {b"f": entry}  # the stored bytes, not the cache
+    assert nodes.decode_node(s.get(tree)) == {b"f": entry}  # the stored bytes, not the cache
     s.close()
 
 
@@ -583,7 +583,7 @@ def test_gc_keeps_what_marks_and_recent_versions_hold_and_prunes_the_rest(
     assert not store.has(key[contents[0]]) and not store.has(key[contents[1]])
     assert store.has(key[contents[2]]) and store.has(deep.key)
     live: set[bytes | str] = set()
-    trees.reachable(store.get_many, [store.resolve(ws, ids[2]).tree], live)
+    nodes.reachable(store.get_many, [store.resolve(ws, ids[2]).tree], live)
     assert {objects.py_key(k) for k in live} <= _object_rows(store).keys()
     pruned = store.catalog.read().execute("SELECT pruned_before FROM workspaces WHERE id=?", (ws,)).fetchone()
     assert pruned == (later - DAY_NS,)

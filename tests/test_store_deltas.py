@@ -25,7 +25,7 @@ from ingest_helpers import capture_paths, ingest_tree
 
 from snapd.config import DAY_NS, Retention
 from snapd.errors import CorruptObject, MissingObject
-from snapd.store import gc, objects, trees
+from snapd.store import gc, nodes, objects, trees
 from snapd.store import store as store_module
 from snapd.store.catalog import FORMAT_VERSION
 from snapd.store.store import Store
@@ -262,7 +262,7 @@ def test_the_node_encodings_the_store_keeps_are_their_keys_contents(tmp_path: Pa
     entry = trees.Entry("file", 0o644, 1, "1" * 32 + "-1")
     with Store.open(tmp_path / "s", hasher=lambda data: constant) as s:
         with s.batch() as b:
-            b.put(b"x" * len(trees.encode_node({b"f": entry})))  # takes the next node's key
+            b.put(b"x" * len(nodes.encode_node({b"f": entry})))  # takes the next node's key
             tree = b.apply(None, {b"d/g": entry})
         for name in (b"f", b"h", b"f"):  # each edit a delta against the node before
             with s.batch() as b:
@@ -292,7 +292,7 @@ def test_a_small_delta_is_stored_without_compressing_its_content_whole(
     mark = capture_paths(store, ws, tmp_path / "ws", [b"src/pkg/a.py"], "again")
     node = trees.lookup(store.load_node, mark.tree, b"src/pkg")
     assert node is not None and rows(store)[node.key][0] == objects.CODEC_DELTA
-    encoded = trees.encode_node(store.load_node(node.key))
+    encoded = nodes.encode_node(store.load_node(node.key))
     assert len(encoded) >= 8 * objects.DELTA_GAIN * rows(store)[node.key][3]
     assert encoded not in whole, "a node stored as a small delta was compressed whole too"
     assert contents(store, mark.tree)[b"src/pkg/a.py"].endswith(b"# one more turn\n")
@@ -340,10 +340,10 @@ def test_the_node_caches_are_bounded_by_the_entries_they_hold(
         keys = [f"{i:032x}-9" for i in range(5)]
         for k in keys:
             node = {b"f%04d" % j: entry for j in range(400)}
-            s.cache_node(k, node, trees.encode_records(node))
+            s.cache_node(k, node, nodes.encode_records(node))
         assert [s.cached_node(k) is not None for k in keys] == [False, False, False, True, True]
         assert [s.node_records(k) is not None for k in keys] == [False, False, False, True, True]
         huge = {b"g%05d" % j: entry for j in range(5_000)}
-        s.cache_node("f" * 32 + "-9", huge, trees.encode_records(huge))
+        s.cache_node("f" * 32 + "-9", huge, nodes.encode_records(huge))
         assert s.cached_node("f" * 32 + "-9") == huge and s.cached_nodes == 1
         assert s.node_records("f" * 32 + "-9") is not None

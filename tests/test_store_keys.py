@@ -15,7 +15,7 @@ import pytest
 from ingest_helpers import capture_paths, ingest_tree
 
 from snapd.errors import CorruptObject
-from snapd.store import objects, trees
+from snapd.store import nodes, objects, trees
 from snapd.store.store import Store
 
 DIGEST = "f4d0497cf9394caab34d1a3ab2bece70"
@@ -78,10 +78,10 @@ def test_a_new_store_keeps_its_keys_as_short_blobs(tmp_path: Path) -> None:
 def text_key_node(node: dict[bytes, trees.Entry]) -> bytes:
     """A node as formats 1-5 wrote it (``snapd-tree-1``: every key as ASCII text)."""
     head = struct.Struct(">BIQHB")
-    parts = [trees.MAGIC_TEXT_KEYS]
+    parts = [nodes.MAGIC_TEXT_KEYS]
     for name in sorted(node):
         e, key = node[name], node[name].key.encode("ascii")
-        parts += [head.pack(trees.KIND_CODES[e.kind], e.mode, e.size, len(name), len(key)), name, key]
+        parts += [head.pack(nodes.KIND_CODES[e.kind], e.mode, e.size, len(name), len(key)), name, key]
     return b"".join(parts)
 
 
@@ -92,10 +92,10 @@ def test_a_node_holds_keys_as_blobs_and_nodes_with_text_keys_still_read() -> Non
         b"sub": trees.Entry("dir", 0o755, 0, node_key),
         b"huge": trees.uncaptured("over the size cap", 0o600, 10**10, (7, 8)),
     }
-    data = trees.encode_node(node)
+    data = nodes.encode_node(node)
     assert data.startswith(b"snapd-tree-2\n") and bytes.fromhex(DIGEST) in data
     assert file_key.encode() not in data and b"over the size cap" in data
-    assert trees.decode_node(data) == node
+    assert nodes.decode_node(data) == node
     old = text_key_node(node)
-    assert trees.decode_node(old) == node
+    assert nodes.decode_node(old) == node
     assert len(data) <= len(old) - 2 * 16  # two keys, 16+ bytes shorter each

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, precondition, rule
 
 from snapd.config import Retention
-from snapd.store import gc, trees
+from snapd.store import gc, treediff, trees
 from snapd.store.store import Store
 from snapd.store.verify import verify
 
@@ -71,7 +71,7 @@ class StoreMachine(RuleBasedStateMachine):
         if a not in self.snapshots or b not in self.snapshots:
             return
         ta, tb = self.store.mark(a).tree, self.store.mark(b).tree
-        got = {d.path for d in trees.diff(self.store.load_node, ta, tb) if (d.old or d.new).kind == "file"}  # type: ignore[union-attr]
+        got = {d.path for d in treediff.diff(self.store.load_node, ta, tb) if (d.old or d.new).kind == "file"}  # type: ignore[union-attr]
         sa, sb = self.snapshots[a], self.snapshots[b]
         want = {p for p in set(sa) | set(sb) if sa.get(p) != sb.get(p)}
         assert got == want

@@ -25,7 +25,7 @@ import structlog
 from snapd.capture import readers
 from snapd.capture.counters import Counters
 from snapd.capture.reader import Read, read_path
-from snapd.store import objects, trees
+from snapd.store import objects, treediff, trees
 from snapd.store.batch import Batch
 from snapd.store.store import Store
 
@@ -143,18 +143,18 @@ def summarize(
     new: str,
     report: Report,
     added: Iterable[bytes] | None = None,
-    where: trees.Only | None = None,
+    where: treediff.Only | None = None,
 ) -> dict[str, Any]:
     """Counts and examples of what changed from tree ``old`` to ``new``.
 
     ``added``: with ``old=None``, the paths that make up ``new`` (saves re-reading the tree).
-    ``where``: the trees differ nowhere else (see :func:`trees.diff`).
+    ``where``: the trees differ nowhere else (see :func:`treediff.diff`).
     """
     counts: dict[str, int] = {}
     examples: dict[str, list[str]] = {}
-    diffs: Iterable[trees.Difference] = trees.diff(store.load_node, old, new, where=where)
+    diffs: Iterable[treediff.Difference] = treediff.diff(store.load_node, old, new, where=where)
     if old is None and added is not None:
-        diffs = (trees.Difference(p, "added", None, None) for p in added)
+        diffs = (treediff.Difference(p, "added", None, None) for p in added)
     for d in diffs:
         counts[d.status] = counts.get(d.status, 0) + 1
         ex = examples.setdefault(d.status, [])

@@ -27,7 +27,7 @@ from snapd.capture.events import Notify
 from snapd.capture.liverules import LiveRules
 from snapd.capture.scan import CountCallback
 from snapd.capture.watcher import Watcher
-from snapd.store import trees
+from snapd.store import treediff, trees
 from snapd.store.batch import Batch
 from snapd.store.records import Mark
 from snapd.store.store import Store
@@ -160,7 +160,7 @@ class Recorder:
                 prev = self._store.latest_mark(self._id)
                 where = None
                 if since is not None and prev is not None and prev.id == since[0]:
-                    where = trees.only(since[1].union(held))
+                    where = treediff.only(since[1].union(held))
                 summary = ingest.summarize(
                     batch, prev.tree if prev else None, tree, capturer.since_mark, where=where
                 )

@@ -21,8 +21,9 @@ from typing import Any, Literal
 
 from snapd.display import shown
 from snapd.paths import decode_path, encode_path
-from snapd.store import trees
-from snapd.store.trees import Difference, Entry
+from snapd.store import nodes, trees
+from snapd.store.treediff import Difference
+from snapd.store.trees import Entry
 
 OpKind = Literal["mkdir", "write", "symlink", "chmod", "remove", "rmdir"]
 MKDIR_MODE = 0o700
@@ -39,7 +40,7 @@ def _entry_from(v: Any) -> Entry | None:
     if v is None:
         return None
     kind, mode, size, key = v
-    if kind not in trees.KIND_CODES:
+    if kind not in nodes.KIND_CODES:
         raise ValueError(f"bad entry kind {kind!r}")
     return Entry(kind, int(mode), int(size), str(key))
 

@@ -10,7 +10,7 @@ from typing import Any
 from snapd.capture.workspace import Workspace
 from snapd.paths import encode_path
 from snapd.rollback.ops import Plan
-from snapd.store import trees
+from snapd.store import treediff
 from snapd.store.records import Mark
 
 Owner = tuple[str, str | None]  # (session, agent)
@@ -33,7 +33,7 @@ def owners(ws: Workspace, target: Mark, current: str, paths: set[bytes]) -> dict
         owners = list(owners)
         if not owners or old == new:
             return
-        for d in trees.diff(load, old, new):
+        for d in treediff.diff(load, old, new):
             if d.path in paths:
                 for o in owners:
                     found.setdefault(o, set()).add(d.path)

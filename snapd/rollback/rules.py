@@ -15,7 +15,7 @@ from snapd.capture import ignore, reader
 from snapd.capture.workspace import Workspace
 from snapd.paths import is_integration_file
 from snapd.rollback import plan
-from snapd.store import trees
+from snapd.store import treediff, trees
 from snapd.store.records import Mark
 
 
@@ -48,7 +48,7 @@ def left_out(ws: Workspace, current: str, target: Mark, m_rules: ignore.IgnoreRu
     load = ws.store.load_node
     found: dict[bytes, None] = {}
     rule_files_differ = False
-    for d in trees.diff(load, current, target.tree):  # one pass: held paths and changed rule files
+    for d in treediff.diff(load, current, target.tree):  # one pass: held paths and changed rule files
         rule_files_differ = rule_files_differ or now.is_rule_file(d.path)
         if d.old is None and d.new is not None and _on_disk(ws.rootb, d.path):
             found[d.path] = None

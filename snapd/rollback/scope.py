@@ -12,12 +12,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from snapd.errors import UsageError
 from snapd.paths import ancestors, at_or_below, strictly_below
 from snapd.rollback.ops import Op, parts, show
-from snapd.store import trees
-from snapd.store.trees import Difference, Entry
+from snapd.store import treediff, trees
+from snapd.store.treediff import Difference
+from snapd.store.trees import Entry
 
 
-def _status(old: Entry | None, new: Entry | None) -> trees.Status | None:
-    """trees.diff's judgement for one path (a directory's own key is not a change)."""
+def _status(old: Entry | None, new: Entry | None) -> treediff.Status | None:
+    """treediff.diff's judgement for one path (a directory's own key is not a change)."""
     if old == new:
         return None
     if old is None:
@@ -37,7 +38,7 @@ def differences(
     """What differs from ``current`` to ``target``: everywhere, or within ``only`` (tops, see
     :func:`normalize_only`) plus the parent directories those need, as they are at M."""
     if not only:
-        return list(trees.diff(load, current, target))
+        return list(treediff.diff(load, current, target))
 
     def at(root: str | None, path: bytes) -> Entry | None:
         return trees.lookup(load, root, path) if root is not None else None
@@ -56,7 +57,7 @@ def differences(
         sub_old = cur.key if cur is not None and cur.kind == "dir" else None
         sub_new = tgt.key if tgt is not None and tgt.kind == "dir" else None
         if sub_old is not None or sub_new is not None:
-            for d in trees.diff(load, sub_old, sub_new, top + b"/"):
+            for d in treediff.diff(load, sub_old, sub_new, top + b"/"):
                 found[d.path] = d
     return sorted(found.values(), key=lambda d: parts(d.path))
 

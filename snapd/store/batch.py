@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
-from snapd.store import deltas, objects, trees
+from snapd.store import deltas, nodes, objects, trees
 from snapd.store.objects import fingerprint
 from snapd.store.objwrite import Destination, ObjectWriter
 from snapd.store.records import MARK_COLUMNS, Mark, mark_row
@@ -36,8 +36,8 @@ class ObjectStore(Destination, Protocol):
     def load_node(self, key: str) -> trees.Node: ...
     def load_nodes(self, keys: Iterable[str]) -> None: ...
     def cached_node(self, key: str) -> trees.Node | None: ...
-    def cache_node(self, key: str, node: trees.Node, records: trees.Records | None = None) -> None: ...
-    def node_records(self, key: str) -> trees.Records | None: ...
+    def cache_node(self, key: str, node: trees.Node, records: nodes.Records | None = None) -> None: ...
+    def node_records(self, key: str) -> nodes.Records | None: ...
     def last_objects(self, ws: int, paths: list[bytes]) -> dict[bytes, str]: ...  # and deltas.Chooser's
 
 
@@ -63,7 +63,7 @@ class Batch(deltas.Chooser):
         self._pending = self._writer.pending  # the same dict: deltas.Chooser reads it
         self._nodes: dict[str, trees.Node] = {}
         self._encoded: dict[str, bytes] = {}  # each node's bytes, as hashed for its key
-        self._records: dict[str, trees.Records] = {}  # a mark's nodes' records (see trees.splice)
+        self._records: dict[str, nodes.Records] = {}  # a mark's nodes' records (see nodes.splice)
         self._links: dict[str, tuple[str | None, int]] = {}  # see deltas.Chooser.prefetch_links
         # (workspace, time, paths, entries): one run per capture, rows made at commit (a
         # baseline's 10^5 rows as tuples would be ~15 MB more at the commit's peak)
@@ -129,8 +129,8 @@ class Batch(deltas.Chooser):
     ) -> str:
         """Store a node as made: a baseline's (built bottom-up: ``changed`` None), or a mark's
         again after a collision (its records kept, as :meth:`apply` keeps them)."""
-        records = trees.encode_records(node)
-        data = trees.joined(records)
+        records = nodes.encode_records(node)
+        data = nodes.joined(records)
         key = self.put(data, base=base)
         self._nodes[key], self._encoded[key] = node, data  # for this batch's reads and deltas
         if changed is not None:
@@ -154,9 +154,9 @@ class Batch(deltas.Chooser):
             if base is not None and changed is not None:
                 was = self._records.get(base) or self.store.node_records(base)
                 if was is None:  # the base is cached as a node only: encoded once, for its delta too
-                    was = self._records[base] = trees.encode_records(self.load_node(base))
-            records = trees.encode_records(node) if was is None else trees.splice(was, node, changed or ())
-            data = trees.joined(records)
+                    was = self._records[base] = nodes.encode_records(self.load_node(base))
+            records = nodes.encode_records(node) if was is None else nodes.splice(was, node, changed or ())
+            data = nodes.joined(records)
             digest = self.store.hasher(data)
             key = objects.base_key(digest, len(data))
             staged.append((key, digest, node, data, base))

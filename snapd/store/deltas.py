@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple, Protocol
 
 from snapd.errors import CorruptObject, MissingObject
-from snapd.store import objects, trees
+from snapd.store import nodes, objects, trees
 from snapd.store.catalog import objects_by_key
 
 
@@ -91,7 +91,7 @@ class Chooser:
     _pending: dict[str, Pending]
     _nodes: dict[str, trees.Node]
     _encoded: dict[str, bytes]  # the bytes of the nodes in _nodes
-    _records: dict[str, trees.Records]  # the encodings of the nodes a mark edits, and of its new ones
+    _records: dict[str, nodes.Records]  # the encodings of the nodes a mark edits, and of its new ones
     _links: dict[str, tuple[str | None, int]]  # stored objects' links found by prefetch_links
 
     def _hold(self, key: str) -> None:
@@ -143,10 +143,10 @@ class Chooser:
         """:meth:`Host.content`: a node's bytes as a cache holds them (checked against the
         key), or a verified read."""
         records = self._records.get(key)
-        data = trees.joined(records) if records else self._encoded.get(key) or self.store.node_bytes(key)
+        data = nodes.joined(records) if records else self._encoded.get(key) or self.store.node_bytes(key)
         if data is None:
             node = self._nodes.get(key) or self.store.cached_node(key)
-            data = None if node is None else trees.encode_node(node)
+            data = None if node is None else nodes.encode_node(node)
         if data is not None and objects.matches(key, data, self.store.hasher):
             return data
         stored: bytes = self.store.get(key)

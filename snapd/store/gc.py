@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from snapd.config import Retention
-from snapd.store import objects, safeio, trees
+from snapd.store import nodes, objects, safeio
 from snapd.store.records import Mark
 from snapd.store.repack import repack
 from snapd.store.retention import budget_candidates, newest_ids, plan_evictions, protected
@@ -85,7 +85,7 @@ def _held_by(store: Store, roots: Iterable[str | None], policy: Retention, now: 
     inside the age window names, with the bases of all of those."""
     db = store.catalog.read()
     held: Keys = set()
-    trees.reachable(store.get_many, sorted({r for r in roots if r}), held)
+    nodes.reachable(store.get_many, sorted({r for r in roots if r}), held)
     rules = db.execute("SELECT DISTINCT rules FROM marks WHERE rules IS NOT NULL")
     held.update(objects.db_key(key) for (key,) in rules)
     cutoff = now - policy.max_age_ns

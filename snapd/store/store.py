@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from snapd.errors import Ambiguous, CorruptObject, MissingObject, NotFound
-from snapd.store import deltas, objects, safeio, trees
+from snapd.store import deltas, nodes, objects, safeio, trees
 from snapd.store.batch import Batch
 from snapd.store.catalog import Catalog
 from snapd.store.holds import GcHolds
@@ -40,7 +40,7 @@ NODE_BYTES = 1024  # the encodings of the nodes read or written last (the next d
 NODE_ENTRIES = 1 << 18
 
 
-def _node_caches() -> tuple[BoundedLru[trees.Node], BoundedLru[trees.Records]]:
+def _node_caches() -> tuple[BoundedLru[trees.Node], BoundedLru[nodes.Records]]:
     """The decoded-node cache and the encodings cache, each bounded by count and by entries."""
     return (
         BoundedLru(NODE_CACHE, NODE_ENTRIES, len),
@@ -127,7 +127,7 @@ class Store:
         for key, chain in self._chains((k for k in keys if self.cached_node(k) is None), 500):
             try:
                 data = deltas.decode_chain(key, chain, self._payload, self.hasher)
-                self.cache_node(key, *trees.decode_records(data))
+                self.cache_node(key, *nodes.decode_records(data))
             except (CorruptObject, MissingObject):
                 continue
 
@@ -145,10 +145,10 @@ class Store:
         """The encoding of node ``key`` if read or written lately (checked against the key
         when it was cached: a read verified it, a batch hashed it to make the key)."""
         records = self.node_records(key)
-        return None if records is None else trees.joined(records)
+        return None if records is None else nodes.joined(records)
 
-    def node_records(self, key: str) -> trees.Records | None:
-        """:meth:`node_bytes` as :data:`trees.Records`, for a batch to splice an edit into."""
+    def node_records(self, key: str) -> nodes.Records | None:
+        """:meth:`node_bytes` as :data:`nodes.Records`, for a batch to splice an edit into."""
         with self._nodes_lock:
             return self._node_records.get(key)
 
@@ -161,11 +161,11 @@ class Store:
             node = self._nodes.touch(key)
             if node is not None:
                 return node
-        node, records = trees.decode_records(self.get(key))
+        node, records = nodes.decode_records(self.get(key))
         self.cache_node(key, node, records)
         return node
 
-    def cache_node(self, key: str, node: trees.Node, records: trees.Records | None = None) -> None:
+    def cache_node(self, key: str, node: trees.Node, records: nodes.Records | None = None) -> None:
         """Cache ``node``, and ``records``, its encoding, which must make up ``key``'s content."""
         with self._nodes_lock:
             self._nodes.put(key, node)

@@ -17,7 +17,7 @@ from snapd.daemon.registry import Registry, relative_path
 from snapd.display import shown
 from snapd.errors import NotFound, UsageError
 from snapd.paths import at_or_below, encode_path
-from snapd.store import history, trees
+from snapd.store import history, treediff, trees
 from snapd.store.store import Store
 
 
@@ -51,7 +51,7 @@ class FileOps:
         only = [relative_path(root, p, cwd) for p in paths or []]
         files = [
             self._file_diff(d, stat)
-            for d in trees.diff(self.store.load_node, old.tree, new_tree)
+            for d in treediff.diff(self.store.load_node, old.tree, new_tree)
             if not only or any(at_or_below(d.path, p) for p in only)
         ]
         out: dict[str, Any] = {
@@ -65,7 +65,7 @@ class FileOps:
                 out[key] = history.describe(at)
         return out
 
-    def _file_diff(self, d: trees.Difference, stat: bool) -> dict[str, Any]:
+    def _file_diff(self, d: treediff.Difference, stat: bool) -> dict[str, Any]:
         """One changed path of a diff: status, modes, and the text diff (``stat``: line counts
         only) or why there are no bytes to compare."""
         record: dict[str, Any] = {"path": encode_path(d.path), "status": d.status}

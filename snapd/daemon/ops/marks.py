@@ -10,7 +10,7 @@ from snapd.daemon.registry import Registry, relative_path
 from snapd.daemon.wire import mark_json, wire_paths
 from snapd.errors import UsageError
 from snapd.paths import encode_path
-from snapd.store import history, trees
+from snapd.store import history, treediff
 from snapd.store.refs import validate_label
 from snapd.store.store import Store
 
@@ -105,7 +105,7 @@ class MarkOps:
         base = older[0].tree if older else None
         changes = [
             {"path": encode_path(d.path), "status": d.status}
-            for d in trees.diff(self.store.load_node, base, m.tree)
+            for d in treediff.diff(self.store.load_node, base, m.tree)
         ]
         return {**mark_json(m, root), "changes": changes[:1000], "changes_total": len(changes)}
 

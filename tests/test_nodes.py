@@ -1,0 +1,158 @@
+"""Node encoding tests: the one encoding a node's key is the hash of (spliced or whole), the old
+format still read, damage refused, and GC's walk over encoded nodes."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tree_helpers import Mem, f, names
+
+from snapd.errors import CorruptObject
+from snapd.store import nodes, objects, trees
+from snapd.store.objects import xxh3_hex
+from snapd.store.trees import Entry
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_decode_rejects_garbage() -> None:
+    from snapd.errors import CorruptObject
+
+    with pytest.raises(CorruptObject):
+        nodes.decode_node(b"nope")
+    good = nodes.encode_node({b"a": f("a")})
+    with pytest.raises(CorruptObject):
+        nodes.decode_node(good[:-3])
+
+
+entries = st.one_of(
+    st.builds(f, st.text(max_size=3), st.integers(0, 0o7777)),
+    st.builds(lambda n: Entry("dir", 0o755, n, f"{xxh3_hex(b'%d' % n)}-{n}"), st.integers(0, 1)),
+    st.builds(lambda r: trees.uncaptured(r, 0o644, 5, None), st.text(max_size=5)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(names, entries, max_size=12),
+    st.dictionaries(names, st.one_of(st.none(), entries), max_size=6),
+)
+def test_a_spliced_encoding_is_the_encoding(
+    before: dict[bytes, Entry], edits: dict[bytes, Entry | None]
+) -> None:
+    """A node edited at a few names, spliced from its previous records (a mark's nodes), is
+    byte for byte the node encoded whole: its key, and so every deduplication, is unchanged.
+    Names edited to what they were, and removals of absent names, included."""
+    after = {**before, **{n: e for n, e in edits.items() if e is not None}}
+    for n, e in edits.items():
+        if e is None:
+            after.pop(n, None)
+    node, records = nodes.decode_records(nodes.encode_node(before))
+    assert node == before and records == nodes.encode_records(before)
+    changed = [*edits, *list(before)[:1]]  # an unchanged name may be listed too
+    assert nodes.splice(records, after, changed) == nodes.encode_records(after)
+
+
+def test_a_node_not_written_in_order_or_in_the_old_format_is_never_spliced() -> None:
+    """Splicing copies the records between edits: from an encoding :func:`encode_node` would
+    not write so, it would give bytes no whole encoding gives (another key for one node)."""
+    node = {b"a": f("1"), b"b": f("2")}
+    names, records = nodes.encode_records(node)
+    backwards = nodes.MAGIC + b"".join(reversed(records))
+    assert nodes.decode_records(backwards) == (node, None)
+    old = nodes.MAGIC_TEXT_KEYS + b"".join(
+        nodes._HEAD.pack(1, e.mode, e.size, len(n), len(e.key)) + n + e.key.encode() for n, e in node.items()
+    )
+    assert nodes.decode_records(old) == (node, None)
+    assert nodes.decode_records(nodes.joined((names, records))) == (node, (names, records))
+
+
+# The tests below were written to kill mutants mutmut found surviving here (docs/reliability.md).
+
+
+class Reads:
+    """:data:`nodes.Read` over a :class:`Mem`, counting the nodes read."""
+
+    def __init__(self, m: Mem) -> None:
+        self.m, self.count = m, 0
+
+    def __call__(self, keys: list[str]) -> list[tuple[str, bytes]]:
+        self.count += len(keys)
+        return [(k, self.m.nodes[k]) for k in keys]
+
+
+def test_reachable_holds_every_node_and_content_below_the_root() -> None:
+    """GC keeps exactly what ``reachable`` returns: a key it misses is a live object deleted."""
+    m = Mem()
+    link = Entry("symlink", 0o777, 3, f("t").key)
+    gone = trees.uncaptured("over the size cap", 0o644, 1 << 40, (7, 9))
+    root = trees.apply_changes(
+        m.load, m.save, None, {b"top": f("top"), b"a/b/deep": f("deep"), b"a/ln": link, b"a/big": gone}
+    )
+    seen: set[bytes | str] = set()
+    nodes.reachable(Reads(m), [root], seen)
+    tree_nodes = {root} | {e.key for _, e in trees.walk(m.load, root) if e.kind == "dir"}
+    expected = tree_nodes | {f("top").key, f("deep").key, link.key}  # an uncaptured key is no object
+    assert seen == {objects.db_key(k) for k in expected}  # as the catalog stores them
+    assert len(tree_nodes) == 3
+
+
+def test_reachable_reads_each_shared_node_once_and_walks_one_a_file_duplicates() -> None:
+    m = Mem()
+    one = trees.apply_changes(m.load, m.save, None, {b"a/b/x": f("x"), b"c/y": f("y")})
+    two = trees.apply_changes(m.load, m.save, one, {b"c/y": f("y2")})  # shares a and a/b
+    reads = Reads(m)
+    seen: set[bytes | str] = set()
+    nodes.reachable(reads, [one, two], seen)
+    dirs = {e.key for r in (one, two) for _, e in trees.walk(m.load, r) if e.kind == "dir"}
+    tree_nodes = {one, two} | dirs
+    assert reads.count == len(tree_nodes) == 6  # two roots, a, a/b, and c twice
+    assert {objects.db_key(k) for k in tree_nodes} <= seen
+    # a file whose bytes are exactly a node's (its key is that node's key): the node's children
+    # are still live, however the walk met the key first
+    b_node = trees.lookup(m.load, one, b"a/b")
+    assert b_node is not None
+    seen = {objects.db_key(b_node.key)}
+    nodes.reachable(Reads(m), [one], seen)
+    assert objects.db_key(f("x").key) in seen
+
+
+def test_reachable_reads_nodes_of_the_old_format_and_refuses_damaged_ones() -> None:
+    m = Mem()
+    node = {b"a": f("1"), b"gone": trees.uncaptured("a FIFO", 0o600, 0, None)}
+    old = nodes.MAGIC_TEXT_KEYS + b"".join(
+        nodes._HEAD.pack(nodes.KIND_CODES[e.kind], e.mode, e.size, len(n), len(e.key)) + n + e.key.encode()
+        for n, e in node.items()
+    )
+    m.nodes["old"] = old
+    seen: set[bytes | str] = set()
+    nodes.reachable(Reads(m), ["old"], seen)
+    assert seen == {"old", objects.db_key(f("1").key)}
+    whole = nodes.encode_node({b"a": f("1"), b"d": Entry("dir", 0o755, 0, f("2").key)})
+    assert nodes.node_keys(whole) == ([objects.db_key(f("1").key)], [objects.db_key(f("2").key)])
+    for damaged in (whole[:-1], whole + b"\x01", b"snapd-tree-9\n", nodes.MAGIC + b"\x09" + whole[14:]):
+        with pytest.raises(CorruptObject):
+            nodes.node_keys(damaged)
+
+
+@pytest.mark.parametrize("name", [b"a/b", b".", b"..", b""])
+def test_decode_refuses_names_that_are_not_one_component(name: bytes) -> None:
+    """A node naming ``..`` or ``a/b`` would let a rollback write outside its directory."""
+    from snapd.errors import CorruptObject
+
+    data = nodes.encode_node({name: f("x")})
+    with pytest.raises(CorruptObject, match="^tree node holds an invalid entry$"):
+        nodes.decode_node(data)
+
+
+def test_decode_says_which_way_a_node_is_damaged() -> None:
+    from snapd.errors import CorruptObject
+
+    with pytest.raises(CorruptObject, match="^tree node has an unknown format$"):
+        nodes.decode_node(b"snapd-tree-0\n")
+    with pytest.raises(CorruptObject, match="^tree node is truncated or malformed$"):
+        nodes.decode_node(nodes.encode_node({b"a": f("a")})[:-10])  # into the key (17 bytes)
+    not_ascii = nodes.encode_node({b"a": Entry("file", 0o644, 1, "kxy")}).replace(b"kxy", b"k\xe9y")
+    with pytest.raises(CorruptObject, match="^tree node is truncated or malformed$"):
+        nodes.decode_node(not_ascii)
