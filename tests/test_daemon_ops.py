@@ -83,6 +83,20 @@ def test_a_vanished_root_stops_capture_and_stays_in_error(daemon: Daemon, ws: Pa
     assert w["state"] == "error" and "replaced" in w["error"], w
 
 
+def test_watch_of_a_root_replaced_a_moment_ago_is_refused(daemon: Daemon, ws: Path) -> None:
+    """`snapctl watch` right after the root was replaced, before the capture thread has looked:
+    the registry checks the root itself, so the answer is the refusal, not "already watched"
+    (found under load: the kernel drops a deleted tree's watches before snapd notices)."""
+    (ws / "a.txt").write_text("x\n")
+    daemon.ctl("mark", "m", cwd=ws)
+    shutil.rmtree(ws)
+    ws.mkdir()
+    cp = daemon.ctl("watch", ws, check=False)
+    assert cp.returncode == 7 and b"replaced" in cp.stderr, describe(cp)
+    w = _status_ws(daemon, ws)
+    assert w["state"] == "error" and "replaced" in w["error"], w
+
+
 def test_watch_resumes_a_workspace_whose_root_was_away_at_start_up(tmp_path: Path) -> None:
     d = start_daemon(tmp_path / "snapd-home")
     root = tmp_path / "ws"

@@ -132,7 +132,11 @@ class Registry:
             root = roots.validate(path, self.homes, self.own_dirs, others)
             existing = next((ws for ws in self._live.values() if ws.root == root), None)
             restart = None
-            if existing is not None and (existing.lost is not None or existing.id in self._errors):
+            # Its root is checked here too, not only by its capture thread: a root replaced a
+            # moment ago (its watches already dropped by the kernel) is not "already watched".
+            if existing is not None and (
+                existing.id in self._errors or existing.root_problem() is not None
+            ):
                 existing.stop()
                 restart = self._add_live(existing.id, existing.root)
                 existing = None  # stopped for good: _restart lets the collector reclaim it
