@@ -15,7 +15,7 @@ runs), its bytecode compiled, and its daemon and client run from this repository
 - ``marks``: one baseline; per round and side a daemon started on that store, ``--marks`` marks
   of 10 changed files sent right after their changes through ``Client.call`` (client-side wall),
   each followed by ``--gap``: ``peer`` (the peer's snap, as in ``bench_mark.py``), ``sleep``
-  (1.5 s idle) or ``none``.
+  (1.5 s idle) or ``none``; and the daemon's VmRSS after each side's marks of a round.
 - ``baseline``: per round, the peer's first snap, then ``snapctl watch`` on a fresh SNAPD_HOME
   for each side (as ``bench_baseline.py``; peer without fsync).
 
@@ -47,6 +47,7 @@ from common import (
     capture_pool,
     daemon_run,
     git_out,
+    proc_mem,
     run_timed,
     scratch_copy,
     spread,
@@ -163,6 +164,7 @@ def main() -> None:
                                 peer_snap(ws, gitdir, f"{name}-{r}-{i}")
                             elif args.gap == "sleep":
                                 time.sleep(1.5)
+                    out.setdefault(f"{name}_rss", []).append(proc_mem(d.pid)["VmRSS"] / 1e6)
                     d.stop()
                 if args.what == "restart":
                     res(f"    round {r + 1}/{args.rounds}: first mark old {out['old'][-1]:.3f} s, "
@@ -178,6 +180,9 @@ def main() -> None:
             if args.what == "restart":
                 res.figure(f"{name}_status_s", spread(out[f"{name}_status"]),
                            f"{name} {sides[name][0][:10]}: process start -> answers status")
+            if args.what == "marks":
+                res.figure(f"{name}_rss_MB", spread(out[f"{name}_rss"]),
+                           f"{name} {sides[name][0][:10]}: daemon VmRSS after the round's marks", unit="MB")
         if out["peer"]:
             res.figure("peer_s", spread(out["peer"]), "peer's first snap, between the rounds")
         ratio = statistics.median(out["new"]) / statistics.median(out["old"])
