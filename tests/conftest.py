@@ -1,20 +1,61 @@
 """Shared fixtures: every test gets its own HOME / XDG dirs / SNAPD_HOME under tmp_path; a
 running daemon (`daemon`) and a workspace it watches (`ws`); one whose home another uid may
 reach up to its private directories (`root_daemon`); acting as uid 65534 (`nobody`);
-fsync failures (`fsync_faults`)."""
+fsync failures (`fsync_faults`). No process a test started outlives the session
+(`pytest_sessionfinish`, and the reaper for a pytest that dies: tests/leftovers.py)."""
 
 from __future__ import annotations
 
 import errno
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import leftovers
 import pytest
 from e2e_helpers import NOBODY, Daemon, OtherUser, other_user, start_daemon
+
+_SWEPT = pytest.StashKey[Path]()  # the session's temporary root, once a test has run
+_REAPER = pytest.StashKey[tuple[subprocess.Popen[bytes], int]]()  # and its reaper, and pipe
+LEFT_GRACE_S = 5.0  # for a daemon still finishing a stop it was asked for at the very end
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _reaper(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> None:
+    """The reaper of this session's temporary root (tests/leftovers.py): it ends what the tests
+    started if pytest dies without running their ``finally`` blocks. Its pipe's write end stays
+    open, in the stash, for as long as this process lives."""
+    root = tmp_path_factory.getbasetemp()
+    pytestconfig.stash[_SWEPT] = root
+    pytestconfig.stash[_REAPER] = leftovers.start_reaper(root)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A process still running with its SNAPD_HOME under this session's temporary root once
+    every test is done was left behind by one of them (its SNAPD_HOME names the test): it
+    would run on after pytest with ppid 1. It is reported, ended, and fails the run."""
+    root = session.config.stash.get(_SWEPT, None)
+    if root is None:
+        return
+    left = leftovers.reap(root, LEFT_GRACE_S)
+    if not left:
+        return
+    if session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    lines = [f"{len(left)} process(es) started by the tests outlived them (now ended):", *map(str, left)]
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        print("\n".join(lines), file=sys.stderr)
+        return
+    reporter.ensure_newline()
+    reporter.write_sep("=", "left behind", red=True)
+    for line in lines:
+        reporter.write_line(line, red=True)
 
 
 @pytest.fixture(autouse=True)

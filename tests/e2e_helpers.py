@@ -172,15 +172,21 @@ class Daemon:
             return None
 
     def stop(self) -> int:
-        """``snapctl stop``, then wait; SIGKILL (and fail) if it does not exit. Returns its code."""
+        """``snapctl stop``, then wait; SIGKILL (and fail) if it does not exit. Returns its code.
+        Stopping that fails on the way (a ``snapctl stop`` past its timeout) kills it too: the
+        caller is usually a ``finally``, the last chance before the daemon outlives the test."""
         self.close_clients()
         if self.proc.poll() is None:
-            os.kill(self.pid, signal.SIGCONT)  # a test that failed mid-SIGSTOP must not hang us
-            run_ctl(self.env, "stop", timeout=20, python=self.python)
-            code = self.wait_exit(15)
-            if code is None:
-                self.proc.kill()
-                self.proc.wait(10)
+            try:
+                os.kill(self.pid, signal.SIGCONT)  # a test that failed mid-SIGSTOP must not hang us
+                run_ctl(self.env, "stop", timeout=20, python=self.python)
+                self.wait_exit(15)
+            finally:
+                running = self.proc.poll() is None
+                if running:
+                    self.proc.kill()
+                    self.proc.wait(10)
+            if running:
                 raise AssertionError(
                     "snapd did not exit after `snapctl stop`; killed it\n" + self.log()[-4000:]
                 )
