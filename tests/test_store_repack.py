@@ -13,12 +13,15 @@ import os
 import random
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from ingest_helpers import capture_paths, ingest_tree
 
 from snapd.config import DAY_NS, Retention
-from snapd.store import gc, objects, repack, trees
+from snapd.store import deltas, gc, objects, repack, trees
 from snapd.store.store import Store
 from snapd.store.verify import verify
 
@@ -171,3 +174,50 @@ def test_a_key_that_became_a_base_after_the_plan_stays_whole(tmp_path: Path) -> 
         assert all(rows[k][2] == rows[b][2] + 1 for k, (_, b, _) in rows.items() if b)
         assert store.get(newest.key) == (root / os.fsdecode(rel)).read_bytes()
         assert verify(store).ok
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 50), st.integers(0, objects.MAX_DEPTH)), min_size=1, max_size=40),
+    st.data(),
+)
+def test_the_candidates_are_the_nearest_in_size_that_may_be_bases(
+    items: list[tuple[int, int]], data: st.DataObject
+) -> None:
+    """The walk outwards from an object finds what sorting the whole name group by distance
+    found: the ``NEIGHBOURS`` nearest sizes among the others whose chain is below the limit
+    (ties may go either way: the distances are compared)."""
+    items.sort()
+    known = [f"k{j}" for j in range(len(items))]
+    sizes = [s for s, _ in items]
+    rows = {
+        k: repack._Row(size, objects.CODEC_ZSTD, 0, depth == 0, depth, size, 0)
+        for k, (size, depth) in zip(known, items, strict=True)
+    }
+    i = data.draw(st.integers(0, len(known) - 1))
+    got = repack._nearest(known, sizes, i, rows)
+    others = [j for j in range(len(known)) if j != i and items[j][1] < objects.MAX_DEPTH]
+    want = sorted(abs(sizes[j] - sizes[i]) for j in others)[: repack.NEIGHBOURS]
+    assert len(set(got)) == len(got) and known[i] not in got
+    assert all(rows[k].depth < objects.MAX_DEPTH for k in got)
+    assert sorted(abs(rows[k].size - sizes[i]) for k in got) == want
+
+
+def test_a_repack_reads_contents_a_window_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each object and its candidates are read together with the rest of their window: one
+    chain query per name group here, not one per read (three per object tried)."""
+    with Store.open(tmp_path / "s") as store:
+        _, mark_id, files = baseline(store, tmp_path / "ws")
+        queries = []
+        real = deltas.read_chains
+
+        def counted(conn: Any, keys: list[str]) -> Any:
+            queries.append(len(keys))
+            return real(conn, keys)
+
+        monkeypatch.setattr(deltas, "read_chains", counted)
+        converted, _ = repack.repack(store)
+        monkeypatch.undo()
+        assert converted >= (RELEASES - 1) * MODULES
+        assert len(queries) <= MODULES, queries  # one window per module name
+        assert read_back(store, mark_id) == files

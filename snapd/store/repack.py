@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from snapd.store import objects
@@ -32,6 +33,8 @@ from snapd.store.store import Store
 
 CHUNK = 500
 NEIGHBOURS = 2  # candidates per object: the contents of the same name closest in size
+WINDOW = 64  # objects whose contents (and their candidates') are read together
+WINDOW_BYTES = 32 << 20  # ... unless that would hold more than this in memory
 META_KEY = "repacked_before"
 
 
@@ -67,33 +70,97 @@ def _plan(store: Store, since: int) -> list[tuple[str, str, bytes, int, int]]:
         )
     }
     bases = {objects.py_key(b) for (b,) in db.execute("SELECT base FROM objects WHERE base IS NOT NULL")}
+
+    def convertible(key: str) -> bool:
+        row = rows[key]
+        return row.codec == objects.CODEC_ZSTD and row.whole and key not in bases and row.created >= since
+
     plan = []
+    contents = _Contents(store)
     for keys in _names(store).values():
         known = sorted((k for k in keys if k in rows and not rows[k].external), key=lambda k: rows[k].size)
         if len(known) < 2:
             continue
-        for key in known:
-            row = rows[key]
-            if row.codec != objects.CODEC_ZSTD or not row.whole or key in bases or row.created < since:
-                continue
-            cands = [k for k in known if k != key and rows[k].depth < objects.MAX_DEPTH]
-            cands.sort(key=lambda k: abs(rows[k].size - row.size))
-            best = _best_delta(store, key, cands[:NEIGHBOURS], row.stored)
-            if best is not None:
-                base, delta = best
-                plan.append((key, base, delta, rows[base].depth + 1, row.stored))
-                bases.add(base)  # it has a dependent now: never converted after this
-                row.whole, row.depth = False, rows[base].depth + 1
+        sizes = [rows[k].size for k in known]
+        todo = [i for i, k in enumerate(known) if convertible(k)]
+        for window in _windows(todo, known, sizes, rows):
+            contents.ahead([k for i in window for k in (known[i], *_nearest(known, sizes, i, rows))])
+            for i in window:
+                key = known[i]
+                if not convertible(key):  # it became a base in this plan
+                    continue
+                row = rows[key]
+                best = _best_delta(contents, key, _nearest(known, sizes, i, rows), row.stored)
+                if best is not None:
+                    base, delta = best
+                    plan.append((key, base, delta, rows[base].depth + 1, row.stored))
+                    bases.add(base)  # it has a dependent now: never converted after this
+                    row.whole, row.depth = False, rows[base].depth + 1
     return plan
 
 
-def _best_delta(store: Store, key: str, cands: list[str], stored: int) -> tuple[str, bytes] | None:
+def _nearest(known: list[str], sizes: list[int], i: int, rows: dict[str, _Row]) -> list[str]:
+    """The :data:`NEIGHBOURS` keys of ``known`` (sorted by size) closest in size to
+    ``known[i]`` that may still be a base (their chain below the limit), nearest first: a
+    walk outwards from ``i``, not a sort of the whole name group per object (which made the
+    plan quadratic in a group's size)."""
+    out: list[str] = []
+    lo, hi, size = i - 1, i + 1, sizes[i]
+    while len(out) < NEIGHBOURS and (lo >= 0 or hi < len(known)):
+        if hi >= len(known) or (lo >= 0 and size - sizes[lo] <= sizes[hi] - size):
+            k, lo = known[lo], lo - 1
+        else:
+            k, hi = known[hi], hi + 1
+        if rows[k].depth < objects.MAX_DEPTH:
+            out.append(k)
+    return out
+
+
+def _windows(
+    todo: list[int], known: list[str], sizes: list[int], rows: dict[str, _Row]
+) -> Iterator[list[int]]:
+    """``todo`` in runs of at most :data:`WINDOW` objects whose contents and candidates' sum
+    to at most :data:`WINDOW_BYTES` (one object and its candidates at least)."""
+    window: list[int] = []
+    held = 0
+    for i in todo:
+        size = sum(rows[k].size for k in (known[i], *_nearest(known, sizes, i, rows)))
+        if window and (len(window) == WINDOW or held + size > WINDOW_BYTES):
+            yield window
+            window, held = [], 0
+        window.append(i)
+        held += size
+    if window:
+        yield window
+
+
+class _Contents:
+    """The contents a window of conversions reads, fetched together (one chain query per 64
+    keys, each content decoded once) instead of a query per read and up to three reads of
+    each content; what the next window does not need is let go."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._held: dict[str, bytes] = {}
+
+    def ahead(self, keys: list[str]) -> None:
+        """Hold exactly ``keys``' contents, fetching those not held yet."""
+        keep = dict.fromkeys(keys)
+        self._held = {k: v for k, v in self._held.items() if k in keep}
+        self._held.update(self._store.get_many([k for k in keep if k not in self._held]))
+
+    def __getitem__(self, key: str) -> bytes:
+        data = self._held.get(key)
+        return self._store.get(key) if data is None else data
+
+
+def _best_delta(contents: _Contents, key: str, cands: list[str], stored: int) -> tuple[str, bytes] | None:
     if not cands:
         return None
-    content = store.get(key)
+    content = contents[key]
     best: tuple[str, bytes] | None = None
     for base in cands:
-        delta = objects.encode_delta(store.get(base), content)
+        delta = objects.encode_delta(contents[base], content)
         if len(delta) * objects.DELTA_GAIN <= stored and (best is None or len(delta) < len(best[1])):
             best = (base, delta)
     return best
