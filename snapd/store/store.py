@@ -35,10 +35,11 @@ NODE_CACHE = 4096
 NODE_BYTES = 1024  # the encodings of the nodes read or written last (the next deltas' bases)
 # Both node caches are also bounded by the entries they hold: a directory of 21,231 entries (the
 # npm corpus) decodes to megabytes, and a mark rewrites it, so 4,096 of its versions held the
-# daemon at 848 MB after 214 marks (bench_mark.py, npm-100k); with 2^18 entries (up to 12 of
-# its versions) it was 200 MB. A mark needs the newest version of each directory it changes
-# and, for its summary, the one before: 2^16 entries holds three versions of that directory.
-NODE_ENTRIES = 1 << 16
+# daemon at 848 MB after 214 marks (bench_mark.py, npm-100k); with 2^18 entries it is 200 MB.
+# Not fewer: npm-100k has several such directories (one per release side by side), and marks
+# of files spread over the tree need each one's newest version and the one before; with 2^16
+# they evicted each other and a mark took 533 ms instead of 36 (ab_commits.py, the same run).
+NODE_ENTRIES = 1 << 18
 
 
 def _node_caches() -> tuple[BoundedLru[trees.Node], BoundedLru[nodes.Records]]:
