@@ -18,6 +18,9 @@ runs), its bytecode compiled, and its daemon and client run from this repository
   (1.5 s idle) or ``none``; and the daemon's VmRSS after each side's marks of a round.
 - ``baseline``: per round, the peer's first snap, then ``snapctl watch`` on a fresh SNAPD_HOME
   for each side (as ``bench_baseline.py``; peer without fsync).
+- ``gc``: one baseline (old side), its SNAPD_HOME kept at rest; per round and side a copy of
+  it, a daemon started on the copy and ``snapctl gc`` timed (at rest: the repack of the whole
+  baseline, as ``common.gc_at_rest`` runs it).
 
 No target is judged here; it prints min / median / max per side and the ratio of medians, and
 writes ``docs/bench-results/ab-<what>-<corpus>-<size>.json`` with both commits.
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import time
@@ -85,7 +89,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--old", required=True, help="commit A (any git revision)")
     ap.add_argument("--new", default="HEAD", help="commit B")
-    ap.add_argument("--what", choices=["restart", "marks", "baseline"], required=True)
+    ap.add_argument("--what", choices=["restart", "marks", "baseline", "gc"], required=True)
     ap.add_argument("--corpus", choices=["django", "npm"], default="django")
     ap.add_argument("--size", choices=["1k", "10k", "100k"], default="100k")
     ap.add_argument("--rounds", type=int, default=8, help="rounds; each runs both sides once")
@@ -114,7 +118,23 @@ def main() -> None:
 
     with daemon_run(res, scratch) as d:
         base_env = dict(d.env)
-        if args.what == "baseline":
+        if args.what == "gc":
+            use(d, base_env, sides["old"][1])
+            start_watching(d, root)
+            d.stop()
+            for r in range(args.rounds):
+                for name in order(r):
+                    home = scratch / f"home-{name}-{r}"
+                    shutil.copytree(d.home, home, symlinks=True)
+                    one = Daemon(home, scratch)
+                    use(one, one.env, sides[name][1])
+                    one.start()
+                    out[name].append(run_timed([str(SNAPCTL), "gc"], one.env)[0])
+                    one.stop()
+                    remove(home)
+                old_s, new_s = out["old"][-1], out["new"][-1]
+                res(f"    round {r + 1}/{args.rounds}: old {old_s:.2f} s, new {new_s:.2f} s")
+        elif args.what == "baseline":
             for r in range(args.rounds):
                 gitdir = scratch / f"peer-{r}"
                 peer_init(ws, gitdir)
@@ -174,7 +194,7 @@ def main() -> None:
                     res(f"    round {r + 1}/{args.rounds}: median old {old_ms:.1f} ms, new {new_ms:.1f} ms")
         unit = "ms" if args.what == "marks" else "s"
         label = {"restart": "process start -> first mark done", "marks": "Client.call mark, client-side wall",
-                 "baseline": "snapctl watch (baseline)"}[args.what]
+                 "baseline": "snapctl watch (baseline)", "gc": "snapctl gc, the baseline at rest"}[args.what]
         for name in ("old", "new"):
             res.figure(f"{name}_s", spread(out[name]), f"{name} {sides[name][0][:10]}: {label}", unit=unit)
             if args.what == "restart":
