@@ -83,6 +83,18 @@ def test_excluded_parent_cannot_be_reincluded_but_star_star_can() -> None:
     assert not r.is_ignored(b"foo/keep")
 
 
+def test_a_directory_known_to_lack_a_gitignore_is_not_searched() -> None:
+    """A listing that shows no ``.gitignore`` spares the loader; its parent's rules apply."""
+    asked: list[bytes] = []
+    files = {b"": b"*.log\n", b"a/b": b"!keep.log\n"}
+    r = IgnoreRules(gitignore=lambda d: asked.append(d) or files.get(d))
+    r.lacks_rule_file(b"a")
+    assert asked == [b""]  # its parent's rules, loaded once
+    assert r.is_ignored(b"a/x.log") and not r.is_ignored(b"a/x.txt")
+    assert not r.is_ignored(b"a/b/keep.log") and r.is_ignored(b"a/b/y.log")
+    assert asked == [b"", b"a/b"]  # a/b was not known to lack one: read
+
+
 def test_gitignore_inside_an_ignored_directory_is_never_read() -> None:
     asked: list[bytes] = []
 

@@ -446,6 +446,37 @@ def test_ignored_paths_are_counted_not_hidden(tmp_path: Path) -> None:
         assert d.stop() == 0
 
 
+def test_a_baseline_follows_the_gitignore_files_of_every_depth(tmp_path: Path) -> None:
+    """The baseline's rules learn from the watcher's listings which directories hold no
+    ``.gitignore`` (and do not look for one there); those that hold one still count, at any
+    depth, with negations below and nothing of theirs applied to siblings."""
+    home = tmp_path / "home-snapd"
+    root = _ws(tmp_path)
+    files = {
+        "a/.gitignore": "*.log\nbuild/\n",
+        "a/x.log": "ignored by a/",
+        "a/b/c/.gitignore": "!keep.log\n",
+        "a/b/c/keep.log": "re-included below",
+        "a/b/c/y.log": "ignored by a/",
+        "a/b/build/o.txt": "ignored directory",
+        "d/x.log": "a sibling: a/'s rules do not reach it",
+        "d/e/f/g.txt": "deep",
+    }
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    d = start_daemon(home)
+    try:
+        r = d.ctl_json("watch", str(root))
+        ignored = r["ignored"]
+        assert ignored["counts"] == {"gitignore": 3}, ignored
+        assert sorted(ignored["examples"]["gitignore"]) == ["a/b/build", "a/b/c/y.log", "a/x.log"], ignored
+        for rel in ("a/b/c/keep.log", "d/x.log", "d/e/f/g.txt", "a/.gitignore"):
+            assert d.ctl("cat", "baseline", rel, "-w", str(root)).stdout.decode() == files[rel]
+    finally:
+        assert d.stop() == 0
+
+
 def test_claude_code_hook_marks_turns_with_the_session(tmp_path: Path) -> None:
     home = tmp_path / "home-snapd"
     root = _ws(tmp_path, files=2)

@@ -248,6 +248,13 @@ class IgnoreRules:
             return True
         return self._dir_reason(rel_dir) is None and not is_snapd_name(rel_dir.rpartition(b"/")[2])
 
+    def lacks_rule_file(self, rel_dir: bytes) -> None:
+        """``rel_dir`` holds no ``.gitignore``, as a listing made after its watch was placed
+        shows: its entries get its parent's rules without trying to open one. A file made
+        there since is a rule-file change, which builds new rules. Parents first."""
+        if rel_dir not in self._chains:
+            self._chains[rel_dir] = self._outer if not rel_dir else self._chain(rel_dir.rpartition(b"/")[0])
+
     def is_rule_file(self, rel: bytes) -> bool:
         """Whether a change to ``rel`` changes these rules (then build a new object)."""
         return rel == SNAPDIGNORE or rel == INFO_EXCLUDE or rel.rpartition(b"/")[2] == RULE_FILE_NAME

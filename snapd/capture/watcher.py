@@ -31,7 +31,7 @@ from snapd.capture.events import OnEvents, WatchEvent
 from snapd.capture.moves import MovePairing
 from snapd.capture.placement import DONE, Placement
 from snapd.capture.translator import Translator, created
-from snapd.capture.watches import Found, WatchTable
+from snapd.capture.watches import Found, OnListing, WatchTable
 from snapd.errors import NotFound
 
 log = structlog.get_logger(__name__)
@@ -131,12 +131,12 @@ class Watcher:
         return thread is not None and thread.is_alive() and not self._stopping
 
     def start(
-        self, known_dirs: Iterable[bytes] | None = None, listings: dict[bytes, Found] | None = None
+        self, known_dirs: Iterable[bytes] | None = None, on_listing: OnListing | None = None
     ) -> None:
         """Place the watches and start reading.
 
         ``known_dirs`` None: every directory is watched (then listed) before this returns;
-        each listing is kept in ``listings`` if given (a baseline walks them: the tree is
+        ``on_listing`` is told each listing as it is made (a baseline walks them: the tree is
         listed once, and whatever changes in a directory after its listing reaches its watch).
         Else they are the directories a previous run captured, watched without listing any
         (at start-up, listing tens of thousands of unchanged directories dominates), by the
@@ -150,7 +150,7 @@ class Watcher:
         if not os.path.isdir(self._root_b):
             raise NotFound(f"workspace root {self.root} does not exist or is not a directory")
         with self._lock:
-            self._watches.open(whole_tree=known_dirs is None, listings=listings)
+            self._watches.open(whole_tree=known_dirs is None, on_listing=on_listing)
         if known_dirs is not None:
             self.placement = Placement(sorted(known_dirs))
         self._kill_r, self._kill_w = os.pipe2(os.O_CLOEXEC)

@@ -39,6 +39,8 @@ LIMITS: Final = frozenset({errno.ENOSPC, errno.ENOMEM})
 
 #: (path relative to the root, is a directory) of each entry a listing found.
 Found = list[tuple[bytes, bool]]
+#: Told each directory's listing (its path, what it found) as the watches are placed.
+OnListing = Callable[[bytes, Found], None]
 
 
 class WatchTable:
@@ -88,15 +90,15 @@ class WatchTable:
         """The directory ``wd`` watches, None for a removed or detached watch."""
         return self._wd_path.get(wd)
 
-    def open(self, *, whole_tree: bool, listings: dict[bytes, Found] | None = None) -> None:
+    def open(self, *, whole_tree: bool, on_listing: OnListing | None = None) -> None:
         """A new inotify instance with the root watched and, with ``whole_tree``, every
-        directory below it (watched, then listed: each listing kept in ``listings`` if given);
-        else the caller places the directories a previous run captured (:meth:`place`)."""
+        directory below it (watched, then listed: each listing handed to ``on_listing`` if
+        given); else the caller places the directories a previous run captured (:meth:`place`)."""
         self.fd = inotify.open_instance(self.root)
         try:
             self.root_wd = self.add(b"", root=True)
             if whole_tree:
-                self.add_tree(b"", None, listings)
+                self.add_tree(b"", None, on_listing)
         except BaseException:
             os.close(self.fd)
             self.fd = -1
@@ -242,13 +244,15 @@ class WatchTable:
         self.add_tree(dest, None)
 
     def add_tree(
-        self, top: bytes, found: Found | None, listings: dict[bytes, Found] | None = None
+        self, top: bytes, found: Found | None, on_listing: OnListing | None = None
     ) -> set[bytes]:
         """Watch ``top`` and the directories below it that ``should_watch_dir`` allows,
         watch first and list second, so nothing created in between is missed. With ``found``,
-        append every entry listed (cookies aside); with ``listings``, keep each watched
-        directory's listing under its path (a new workspace's baseline walks these instead of
-        listing every directory a second time). Returns the directories watched."""
+        append every entry listed (cookies aside); ``on_listing`` gets each watched
+        directory's listing as it is made, before anything below it is judged (a new
+        workspace's baseline walks these instead of listing every directory a second time, and
+        its ignore rules learn which directories hold no ``.gitignore``). Returns the
+        directories watched."""
         watched: set[bytes] = set()
         stack = [top]
         while stack:
@@ -270,8 +274,8 @@ class WatchTable:
             ]
             if found is not None:
                 found.extend(children)
-            if listings is not None:
-                listings[rel] = children
+            if on_listing is not None:
+                on_listing(rel, children)
             stack.extend(child for child, is_dir in children if is_dir)
         return watched
 
