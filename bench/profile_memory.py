@@ -8,8 +8,9 @@ of live objects in them and the empty 16 KiB pools among them; and the heaviest 
 sites still alive (tracemalloc, with ``--tracemalloc``: several times slower).
 
 Restart: the workspace stopped and started again on the same store, nothing changed on disk,
-three times; each start split into its phases (loading the stat cache, placing the watches,
-the reconcile scan) by timing those calls. The page cache is warm; the process is this one
+three times; each start split into its phases (loading the stat cache, starting the watcher,
+the reconcile scan) by timing those calls; then the stat cache's load alone, three times,
+with no watcher placing watches beside it. The page cache is warm; the process is this one
 (the baseline's heap included), so only the times are read from this part.
 
     python bench/profile_memory.py --corpus django --size 100k
@@ -126,6 +127,7 @@ def main() -> None:
         timed(StatCache, "from_rows", phases, "load_stats")  # Store.load_stats's rows, as they come
         timed(Watcher, "start", phases, "watches")
         timed(scan_module, "scan", phases, "scan")
+        timed(scan_module, "catch_up", phases, "catch_up")  # a restart's reconcile scan
         runs = []
         for _ in range(3):
             phases.clear()
@@ -137,6 +139,13 @@ def main() -> None:
         for key in runs[0]:
             values = sorted(r[key] for r in runs)
             res.figure(f"restart_{key}_s", values[1], f"restart in-process, {key} (median of 3)")
+        alone = []
+        for _ in range(3):  # the same load with no watcher placing watches beside it
+            phases.clear()
+            StatCache.from_rows(store.load_stats(ws_id))
+            alone.append(phases["load_stats"])
+        res.figure("stat_cache_load_alone_s", sorted(alone)[1],
+                   "stat cache load alone, no placement beside it (median of 3)")
         store.close()
     finally:
         remove(scratch)
