@@ -22,7 +22,7 @@ from typing import Any
 from snapd.capture import ingest, reader
 from snapd.capture.capturer import Capturer
 from snapd.capture.conditions import Conditions
-from snapd.capture.dirty import DirtySet
+from snapd.capture.dirty import Dirty, DirtySet
 from snapd.capture.events import Notify
 from snapd.capture.liverules import LiveRules
 from snapd.capture.scan import CountCallback
@@ -93,14 +93,7 @@ class Recorder:
         d = self._dirty.take()
         refreshed = self._rules.reload_if_changed(d.rules)
         if refreshed:
-            if self.watcher is not None:
-                self.watcher.rescan_watches(self._rules.current.dir_may_contain_captured)
-            self.scan(b"", trust_listings=False)  # judge every name again under the new rules
-            self._announce("workspace.rescanned", {"reason": "rules_changed"})
-            new = self._dirty.take()
-            d = d | new
-            d.full = new.full  # this scan covered any earlier overflow, not one reported since
-            d.why = new.why
+            d, _ = self._rejudge(d)
         # Scan until a pass brings in nothing more to scan. What the reader thread delivers
         # meanwhile is merged in, and may ask for scans of its own: a directory replaced while
         # we scanned (its old children go only by a scan), an overflow or a barrier timeout
@@ -119,10 +112,33 @@ class Recorder:
             new = self._dirty.take()
             full, reasons, tops = new.full, sorted(new.why), new.scan_dirs
             d = d | new
+            if new.rules and not refreshed:
+                # The scans found a rule file no event told of: a directory moved within the
+                # tree brings its .gitignore along (its own path gets no event). The rules in
+                # force judged what it holds without it (they may even know its new path as
+                # holding none: IgnoreRules.lacks_rule_file), so rebuild them and judge every
+                # name again now, before this capture reads (a mark must hold what its own
+                # rules capture: a rollback deletes what they capture and it lacks).
+                refreshed = self._rules.reload_if_changed(True)
+                d, new = self._rejudge(d)
+                full, reasons, tops = new.full, sorted(new.why), new.scan_dirs
         if d.rules and not refreshed:  # a rule file changed during the scans: next capture
             self._dirty.request_full("rules_changed", rules=True)
             self._dirty.wake()
         return sorted(p for p in d.paths if self._capturer.wanted(p))
+
+    def _rejudge(self, d: Dirty) -> tuple[Dirty, Dirty]:
+        """After a rebuild of the rules: re-apply them to the watches and scan everything
+        again; ``d`` merged with what that queued, and what it queued."""
+        if self.watcher is not None:
+            self.watcher.rescan_watches(self._rules.current.dir_may_contain_captured)
+        self.scan(b"", trust_listings=False)  # judge every name again under the new rules
+        self._announce("workspace.rescanned", {"reason": "rules_changed"})
+        new = self._dirty.take()
+        d = d | new
+        d.full = new.full  # this scan covered any earlier overflow, not one reported since
+        d.why = new.why
+        return d, new
 
     def _commit_or_requeue(self, paths: list[bytes], label: str | None, meta: dict[str, Any]) -> Mark | None:
         try:
