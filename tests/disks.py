@@ -122,9 +122,42 @@ class XfsDisk(LoopDisk):
         _run("xfs_io", "-x", "-c", "shutdown", self.mount)
 
     def remount(self) -> None:
-        """Unmount the cut file system and mount it again: XFS replays its on-disk log."""
+        """Unmount the cut file system and mount it again: XFS replays its on-disk log. If the
+        cut superblock is still alive (another mount namespace holds a copy of the mount,
+        e.g. a test run elsewhere that called ``unshare -m`` while it was mounted), ``mount``
+        attaches that one again and every access fails with EIO: say so, not what the daemon
+        meets next."""
         self.unmount()
         self.mount_again()
+        try:
+            os.listdir(self.mount)
+        except OSError as exc:
+            if exc.errno != errno.EIO:
+                raise
+            raise AssertionError(
+                f"{self.mount} is still cut after mount: its superblock outlived the unmount; "
+                f"mount namespaces that still hold it: {_holders(self.loop) or 'none found'}"
+            ) from exc
+
+
+def _holders(device: str) -> list[str]:
+    """Processes whose mount namespace has ``device`` mounted (pid and command), one per
+    namespace, this process's namespace left out."""
+    mine = os.readlink("/proc/self/ns/mnt")
+    seen: dict[str, str] = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            ns = os.readlink(f"/proc/{pid}/ns/mnt")
+            if ns == mine or ns in seen:
+                continue
+            with open(f"/proc/{pid}/mounts", encoding="utf-8") as f:
+                if any(line.split()[0] == device for line in f):
+                    with open(f"/proc/{pid}/cmdline", "rb") as c:
+                        argv = c.read().replace(b"\0", b" ").decode(errors="replace")
+                    seen[ns] = f"pid {pid}: {argv}"
+        except OSError:
+            continue
+    return list(seen.values())
 
 
 @contextmanager
