@@ -199,7 +199,7 @@ def _listable(path: bytes) -> bool:
 
 
 Listing = list[tuple[bytes, bool]]
-"""A directory's entries as listed, every name: (relative path, is_dir)."""
+"""Entries of a listing, every name: (path relative to the root, is_dir)."""
 
 
 def walk(
@@ -261,13 +261,18 @@ def list_dir(
     with os.scandir(root + b"/" + d if d else root) as it:
         for e in it:
             rel = d + b"/" + e.name if d else e.name
-            try:
-                is_dir = e.is_dir(follow_symlinks=False)
-            except OSError:
-                is_dir = False
+            is_dir = entry_is_dir(e)
             if not _left_out(rel, is_dir, ignored, descend):
                 out.append((rel, is_dir))
     return out
+
+
+def entry_is_dir(entry: os.DirEntry[bytes]) -> bool:
+    """Whether a listed entry is a directory (not a symlink to one); False if it went."""
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
 
 
 def _left_out(rel: bytes, is_dir: bool, ignored: Ignored, descend: Callable[[bytes], bool] | None) -> bool:

@@ -122,9 +122,6 @@ class Recorder:
                 refreshed = self._rules.reload_if_changed(True)
                 d, new = self._rejudge(d)
                 full, reasons, tops = new.full, sorted(new.why), new.scan_dirs
-        if d.rules and not refreshed:  # a rule file changed during the scans: next capture
-            self._dirty.request_full("rules_changed", rules=True)
-            self._dirty.wake()
         return sorted(p for p in d.paths if self._capturer.wanted(p))
 
     def _rejudge(self, d: Dirty) -> tuple[Dirty, Dirty]:

@@ -19,7 +19,8 @@ from snapd.capture.cookies import Cookies
 from snapd.capture.events import OVERFLOW, OnEvents, WatchEvent
 from snapd.capture.inotify import CHANGE_MASK, Mask
 from snapd.capture.moves import MovePairing
-from snapd.capture.watches import Found, WatchTable
+from snapd.capture.reader import Listing
+from snapd.capture.watches import WatchTable
 from snapd.paths import is_cookie_name, join
 
 log = structlog.get_logger(__name__)
@@ -56,7 +57,7 @@ class Translator:
 
     def _created_below(self, rel: bytes) -> None:
         """Watch new directory ``rel`` and below; report what the listings find as created."""
-        found: Found = []
+        found: Listing = []
         self._watches.add_tree(rel, found)
         self._moves.add(created(found))
 
@@ -120,6 +121,6 @@ class Translator:
         return False
 
 
-def created(found: Found) -> list[WatchEvent]:
+def created(found: Listing) -> list[WatchEvent]:
     """``created`` events for what listings found."""
     return [WatchEvent("created", rel, None, is_dir) for rel, is_dir in found]

@@ -30,8 +30,9 @@ from snapd.capture.counters import Counters
 from snapd.capture.events import OnEvents, WatchEvent
 from snapd.capture.moves import MovePairing
 from snapd.capture.placement import DONE, Placement
+from snapd.capture.reader import Listing
 from snapd.capture.translator import Translator, created
-from snapd.capture.watches import Found, OnListing, WatchTable
+from snapd.capture.watches import OnListing, WatchTable
 from snapd.errors import NotFound
 
 log = structlog.get_logger(__name__)
@@ -193,7 +194,7 @@ class Watcher:
         """Watch directories found after :meth:`start` (and everything below them); returns a
         ``created`` event for every entry found in them once watched, so nothing created
         between their creation and their watch is missed."""
-        found: Found = []
+        found: Listing = []
         self.placement.wait_all()  # a new directory's parent may be a known one
         with self._lock:
             if self.running:

@@ -27,6 +27,7 @@ import structlog
 
 from snapd.capture import inotify
 from snapd.capture.counters import Counters
+from snapd.capture.reader import Listing, entry_is_dir
 from snapd.errors import WorkspaceRefused
 from snapd.paths import at_or_below, is_cookie_name, join
 
@@ -37,10 +38,8 @@ _RACES: Final = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP})
 # ... that are the kernel's limits (fs.inotify.max_user_watches, memory), not the directory's.
 LIMITS: Final = frozenset({errno.ENOSPC, errno.ENOMEM})
 
-#: (path relative to the root, is a directory) of each entry a listing found.
-Found = list[tuple[bytes, bool]]
 #: Told each directory's listing (its path, what it found) as the watches are placed.
-OnListing = Callable[[bytes, Found], None]
+OnListing = Callable[[bytes, Listing], None]
 
 
 class WatchTable:
@@ -126,7 +125,7 @@ class WatchTable:
         os.close(self.fd)
         self.fd = -1
 
-    def watch_found(self, dirs: Iterable[bytes], found: Found) -> None:
+    def watch_found(self, dirs: Iterable[bytes], found: Listing) -> None:
         """Watch directories found after :meth:`open` (and everything below them) whose parent
         is watched; append what their listings find."""
         for rel in sorted(dirs, key=lambda p: p.count(b"/")):
@@ -244,7 +243,7 @@ class WatchTable:
         self.add_tree(dest, None)
 
     def add_tree(
-        self, top: bytes, found: Found | None, on_listing: OnListing | None = None
+        self, top: bytes, found: Listing | None, on_listing: OnListing | None = None
     ) -> set[bytes]:
         """Watch ``top`` and the directories below it that ``should_watch_dir`` allows,
         watch first and list second, so nothing created in between is missed. With ``found``,
@@ -266,7 +265,7 @@ class WatchTable:
                 self._counters.listed()
             try:
                 with os.scandir(os.path.join(self._root_b, rel) if rel else self._root_b) as it:
-                    entries = [(e.name, _is_dir(e)) for e in it]
+                    entries = [(e.name, entry_is_dir(e)) for e in it]
             except OSError:
                 continue  # a walker lists it again, and reports why it cannot
             children = [
@@ -287,14 +286,6 @@ class WatchTable:
             wd = self._path_wd.pop(path)
             self._wd_path.pop(wd, None)
             inotify.rm_watch(self.fd, wd)
-
-
-def _is_dir(entry: os.DirEntry[bytes]) -> bool:
-    """Whether a listed entry is a directory (not a symlink to one); False if it went."""
-    try:
-        return entry.is_dir(follow_symlinks=False)
-    except OSError:
-        return False
 
 
 def _same_directory(root: bytes, old: bytes, full: bytes) -> bool:

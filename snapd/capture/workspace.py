@@ -163,7 +163,6 @@ class Workspace:
 
         with self.lock:
             baseline = self.recorder.catch_up(note, listings)
-        listings = None
         if watcher.untrusted:
             self._watch_shortfall()
         self.progress = None

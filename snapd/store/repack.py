@@ -83,8 +83,8 @@ def _plan(store: Store, since: int) -> list[tuple[str, str, bytes, int, int]]:
             continue
         sizes = [rows[k].size for k in known]
         todo = [i for i, k in enumerate(known) if convertible(k)]
-        for window in _windows(todo, known, sizes, rows):
-            contents.ahead([k for i in window for k in (known[i], *_nearest(known, sizes, i, rows))])
+        for window, needed in _windows(todo, known, sizes, rows):
+            contents.ahead(needed)
             for i in window:
                 key = known[i]
                 if not convertible(key):  # it became a base in this plan
@@ -118,20 +118,24 @@ def _nearest(known: list[str], sizes: list[int], i: int, rows: dict[str, _Row]) 
 
 def _windows(
     todo: list[int], known: list[str], sizes: list[int], rows: dict[str, _Row]
-) -> Iterator[list[int]]:
+) -> Iterator[tuple[list[int], list[str]]]:
     """``todo`` in runs of at most :data:`WINDOW` objects whose contents and candidates' sum
-    to at most :data:`WINDOW_BYTES` (one object and its candidates at least)."""
+    to at most :data:`WINDOW_BYTES` (one object and its candidates at least), each with the
+    keys whose contents it reads."""
     window: list[int] = []
+    needed: list[str] = []
     held = 0
     for i in todo:
-        size = sum(rows[k].size for k in (known[i], *_nearest(known, sizes, i, rows)))
+        keys = [known[i], *_nearest(known, sizes, i, rows)]
+        size = sum(rows[k].size for k in keys)
         if window and (len(window) == WINDOW or held + size > WINDOW_BYTES):
-            yield window
-            window, held = [], 0
+            yield window, needed
+            window, needed, held = [], [], 0
         window.append(i)
+        needed.extend(keys)
         held += size
     if window:
-        yield window
+        yield window, needed
 
 
 class _Contents:
