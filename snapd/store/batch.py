@@ -132,7 +132,8 @@ class Batch(deltas.Chooser):
         records = nodes.encode_records(node)
         data = nodes.joined(records)
         key = self.put(data, base=base)
-        self._nodes[key], self._encoded[key] = node, data  # for this batch's reads and deltas
+        # For this batch's reads and deltas:
+        self._nodes[key], self._encoded[key] = nodes.PackedNode(*records), data
         if changed is not None:
             self._records[key] = records
         return key
@@ -159,7 +160,7 @@ class Batch(deltas.Chooser):
             data = nodes.joined(records)
             digest = self.store.hasher(data)
             key = objects.base_key(digest, len(data))
-            staged.append((key, digest, node, data, base))
+            staged.append((key, digest, nodes.PackedNode(*records), data, base))
             self._records[key] = records
             return key
 

@@ -32,22 +32,20 @@ from snapd.store.records import MARK_COLUMNS, Mark, Version, WorkspaceRecord, ma
 from snapd.store.refs import FULL_ID, parse_ref
 
 NODE_CACHE = 4096
-NODE_BYTES = 1024  # the encodings of the nodes read or written last (the next deltas' bases)
-# Both node caches are also bounded by the entries they hold: a directory of 21,231 entries (the
-# npm corpus) decodes to megabytes, and a mark rewrites it, so 4,096 of its versions held the
-# daemon at 848 MB after 214 marks (bench_mark.py, npm-100k); with 2^18 entries it is 200 MB.
+# The node cache is also bounded by the entries it holds: a directory of 21,231 entries (the
+# npm corpus) is megabytes, and a mark rewrites it, so 4,096 of its versions held the daemon
+# at 848 MB after 214 marks (bench_mark.py, npm-100k); with 2^18 entries it was 200 MB, and
+# 139 MB with the nodes held packed (nodes.PackedNode) instead of decoded beside their records.
 # Not fewer: npm-100k has several such directories (one per release side by side), and marks
 # of files spread over the tree need each one's newest version and the one before; with 2^16
 # they evicted each other and a mark took 533 ms instead of 36 (ab_commits.py, the same run).
 NODE_ENTRIES = 1 << 18
 
 
-def _node_caches() -> tuple[BoundedLru[trees.Node], BoundedLru[nodes.Records]]:
-    """The decoded-node cache and the encodings cache, each bounded by count and by entries."""
-    return (
-        BoundedLru(NODE_CACHE, NODE_ENTRIES, len),
-        BoundedLru(NODE_BYTES, NODE_ENTRIES, lambda records: len(records[0])),
-    )
+def _node_cache() -> BoundedLru[trees.Node]:
+    """The node cache, bounded by count and by entries: nodes read or written lately, packed
+    (their records verified against their keys: the next deltas' bases too)."""
+    return BoundedLru(NODE_CACHE, NODE_ENTRIES, len)
 
 
 class Store:
@@ -60,7 +58,7 @@ class Store:
         safeio.ensure_dir(directory)
         safeio.ensure_dir(directory / "objects")
         self.catalog = Catalog(directory / "catalog.sqlite")
-        self._nodes, self._node_records = _node_caches()  # decoded nodes; verified encodings
+        self._nodes = _node_cache()
         self._nodes_lock = threading.Lock()
         self.holds = GcHolds()  # keys write batches rely on, spared by the GC sweep
         self.recent = deltas.Recent()  # objects batches committed lately (the next deltas' bases)
@@ -152,7 +150,7 @@ class Store:
     def node_records(self, key: str) -> nodes.Records | None:
         """:meth:`node_bytes` as :data:`nodes.Records`, for a batch to splice an edit into."""
         with self._nodes_lock:
-            return self._node_records.get(key)
+            return nodes.records_of(self._nodes.get(key))
 
     def has(self, key: str) -> bool:
         db = self.catalog.read()
@@ -168,11 +166,12 @@ class Store:
         return node
 
     def cache_node(self, key: str, node: trees.Node, records: nodes.Records | None = None) -> None:
-        """Cache ``node``, and ``records``, its encoding, which must make up ``key``'s content."""
+        """Cache ``node``; with ``records``, its encoding, which must make up ``key``'s content,
+        it is held as them (packed)."""
+        if records is not None and not isinstance(node, nodes.PackedNode):
+            node = nodes.PackedNode(*records)
         with self._nodes_lock:
             self._nodes.put(key, node)
-            if records is not None:
-                self._node_records.put(key, records)
 
     @property
     def cached_nodes(self) -> int:
@@ -186,7 +185,7 @@ class Store:
         fragmented: kept, they pin that heap (~15 MB at 100k files); marks reload the few
         nodes and links they need (a link: one indexed query)."""
         with self._nodes_lock:
-            self._nodes, self._node_records = _node_caches()
+            self._nodes = _node_cache()
         self.recent.clear()
 
     def batch(self) -> Batch:

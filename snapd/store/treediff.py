@@ -19,7 +19,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from snapd.store.trees import Entry, Load, split_path
+from snapd.store.nodes import PackedNode
+from snapd.store.trees import Entry, Load, Node, split_path
 
 Status = Literal["added", "removed", "modified", "mode", "type"]
 
@@ -70,10 +71,7 @@ def diff(
         return
     a = load(old) if old is not None else {}
     b = load(new) if new is not None else {}
-    # An edited node is a copy of its old one (apply_changes), so unchanged entries are the
-    # same objects: the identity test skips them without comparing fields.
-    names = a.keys() | b.keys() if where is None else where.keys()
-    for name in sorted(n for n in names if a.get(n) is not b.get(n)):
+    for name in _candidates(a, b, where):
         ea, eb = a.get(name), b.get(name)
         path = prefix + name
         if ea == eb:
@@ -93,3 +91,15 @@ def diff(
         if sub_old is not None or sub_new is not None:
             below = where.get(name) if where is not None else None
             yield from diff(load, sub_old, sub_new, path + b"/", below)
+
+
+def _candidates(a: Node, b: Node, where: Only | None) -> list[bytes]:
+    """The names that may differ between two nodes, in byte order: for two packed nodes (the
+    store's), those whose records differ, no entry decoded; else those whose entries are not
+    the same object (an edited node shares its unchanged entries with its base)."""
+    if isinstance(a, PackedNode) and isinstance(b, PackedNode):
+        if where is None:
+            return a.changed_names(b)
+        return sorted(n for n in where if a.record(n) != b.record(n))
+    names = a.keys() | b.keys() if where is None else where.keys()
+    return sorted(n for n in names if a.get(n) is not b.get(n))

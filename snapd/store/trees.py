@@ -87,7 +87,9 @@ def holds_object(e: Entry) -> bool:
 
 
 Change = Entry | Dir | None  # None removes the path (and everything under it)
-Node = dict[bytes, Entry]
+Node = Mapping[bytes, Entry]
+"""A directory's entries by name. Read-only: the store's nodes are packed
+(:class:`snapd.store.nodes.PackedNode`), decoded an entry at a time; an edit is a new node."""
 Load = Callable[[str], Node]
 
 
@@ -154,7 +156,7 @@ def _build(save: Save, changes: Mapping[bytes, Change]) -> str | None:
     None when a path is given both as a file and as a directory's ancestor (the general
     algorithm resolves that); a walk of a real tree never produces it.
     """
-    dirs: dict[bytes, Node] = {b"": {}}
+    dirs: dict[bytes, dict[bytes, Entry]] = {b"": {}}
     modes: dict[bytes, int] = {}
     flags: dict[bytes, int] = {}
     for path, change in changes.items():
@@ -195,11 +197,37 @@ def _build(save: Save, changes: Mapping[bytes, Change]) -> str | None:
     return save(dirs[b""])
 
 
+class _Edited(Mapping[bytes, Entry]):
+    """A node with a few names set or removed (None), over the node it edits: what
+    :func:`_apply` saves. A node of 20,000 names edited at one is not copied; the store
+    encodes it from its base's records at the edited names (:func:`snapd.store.nodes.splice`)."""
+
+    def __init__(self, base: Node, edits: dict[bytes, Entry | None]) -> None:
+        self._base, self._edits = base, edits
+
+    def __getitem__(self, name: bytes) -> Entry:
+        if name in self._edits:
+            entry = self._edits[name]
+            if entry is None:
+                raise KeyError(name)
+            return entry
+        return self._base[name]
+
+    def __iter__(self) -> Iterator[bytes]:
+        edits = self._edits
+        kept = (n for n in self._base if n not in edits)
+        return iter(sorted([*kept, *(n for n, e in edits.items() if e is not None)]))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
 def _apply(load: Load, save: Save, key: str | None, pending: _Pending) -> str:
-    original = load(key) if key is not None else None
-    node = dict(original) if original is not None else {}
+    original: Node = load(key) if key is not None else {}
+    edits: dict[bytes, Entry | None] = {}
     for name, sub in pending.children.items():
-        entry: Entry | None = node.get(name)
+        was: Entry | None = original.get(name)
+        entry = was
         if sub.has_change:
             ch = sub.change
             if ch is None:
@@ -215,13 +243,11 @@ def _apply(load: Load, save: Save, key: str | None, pending: _Pending) -> str:
             entry = Entry("dir", entry.mode, entry.size, _apply(load, save, entry.key or None, sub))
         elif entry is not None and entry.kind == "dir" and not entry.key:
             entry = Entry("dir", entry.mode, entry.size, save({}))
-        if entry is None:
-            node.pop(name, None)
-        else:
-            node[name] = entry
-    if key is not None and node == original:
+        if entry != was:
+            edits[name] = entry
+    if key is not None and not edits:
         return key  # nothing changed here: no node to write (scans re-assert every directory)
-    return save(node, key, pending.children.keys())
+    return save(_Edited(original, edits), key, edits.keys())
 
 
 def load_levels(
@@ -263,11 +289,13 @@ def lookup(load: Load, root: str, path: bytes) -> Entry | None:
     return None
 
 
+def _by_name(item: tuple[bytes, Entry]) -> bytes:
+    return item[0]
+
+
 def walk(load: Load, root: str, prefix: bytes = b"") -> Iterator[tuple[bytes, Entry]]:
     """Every (path, entry) under ``root``, parents before children, names in byte order."""
-    node = load(root)
-    for name in sorted(node):
-        entry = node[name]
+    for name, entry in sorted(load(root).items(), key=_by_name):
         path = prefix + name
         yield path, entry
         if entry.kind == "dir":
