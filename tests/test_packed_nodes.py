@@ -37,6 +37,8 @@ def test_a_packed_node_answers_as_the_dict_it_encodes(node: dict[bytes, Entry], 
     p = packed(node)
     assert p == node and node == p and dict(p) == node
     assert list(p) == sorted(node) and list(p.items()) == sorted(node.items()) and len(p) == len(node)
+    assert list(p.values()) == [node[n] for n in sorted(node)]
+    assert p.get("not bytes") is None and "not bytes" not in p and 7 not in p  # as a dict answers
     for name in [*node, probe]:
         assert (name in p) == (name in node)
         assert p.get(name) == node.get(name)
@@ -45,6 +47,22 @@ def test_a_packed_node_answers_as_the_dict_it_encodes(node: dict[bytes, Entry], 
         else:
             with pytest.raises(KeyError):
                 p[name]
+
+
+@settings(max_examples=300, deadline=None)
+@given(node_dicts, st.dictionaries(names, st.one_of(st.none(), entries), max_size=6))
+def test_an_edit_of_a_packed_node_reads_as_the_edited_dict(
+    before: dict[bytes, Entry], edits: dict[bytes, Entry | None]
+) -> None:
+    """What a mark saves is an overlay of its edits over the packed node it edits
+    (trees._Edited): it must read, iterate, count and encode as the dict edited in place."""
+    after = {**before, **{n: e for n, e in edits.items() if e is not None}}
+    for n, e in edits.items():
+        if e is None:
+            after.pop(n, None)
+    edited = trees._Edited(packed(before), edits)
+    assert len(edited) == len(after) and list(edited) == sorted(after) and dict(edited) == after
+    assert nodes.encode_node(edited) == nodes.encode_node(after)
 
 
 @settings(max_examples=300, deadline=None)

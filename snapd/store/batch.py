@@ -128,8 +128,12 @@ class Batch(deltas.Chooser):
         self, node: trees.Node, base: str | None = None, changed: Iterable[bytes] | None = None
     ) -> str:
         """Store a node as made: a baseline's (built bottom-up: ``changed`` None), or a mark's
-        again after a collision (its records kept, as :meth:`apply` keeps them)."""
-        records = nodes.encode_records(node)
+        again after a collision or a replay's (its records kept, as :meth:`apply` keeps them;
+        spliced from its base's when those are known, as :meth:`apply` splices)."""
+        was = None
+        if base is not None and changed is not None:
+            was = self._records.get(base) or self.store.node_records(base)
+        records = nodes.encode_records(node) if was is None else nodes.splice(was, node, changed or ())
         data = nodes.joined(records)
         key = self.put(data, base=base)
         # For this batch's reads and deltas:
@@ -148,7 +152,7 @@ class Batch(deltas.Chooser):
         A tree built from nothing (a baseline) is stored as built."""
         if root is None:
             return trees.apply_changes(self.load_node, self.save_node, root, changes)
-        staged: list[tuple[str, str, trees.Node, bytes, str | None]] = []
+        staged: list[tuple[str, str, trees.Node, bytes, str | None, nodes.Records]] = []
 
         def stage(node: trees.Node, base: str | None = None, changed: Iterable[bytes] | None = None) -> str:
             was = None
@@ -160,18 +164,19 @@ class Batch(deltas.Chooser):
             data = nodes.joined(records)
             digest = self.store.hasher(data)
             key = objects.base_key(digest, len(data))
-            staged.append((key, digest, nodes.PackedNode(*records), data, base))
-            self._records[key] = records
+            # Recorded as key's records only once the put gives key (below): a key taken by other
+            # bytes (a collision, perhaps with this node's own base) must not name these.
+            staged.append((key, digest, nodes.PackedNode(*records), data, base, records))
             return key
 
         trees.load_levels(self.store.load_nodes, self.store.cached_node, root, changes)
         tree = trees.apply_changes(self.load_node, stage, root, changes)
-        self.prefetch(key for key, _, _, _, _ in staged)
-        self.prefetch_links(base for _, _, _, _, base in staged if base is not None)
-        for key, digest, node, data, base in staged:
+        self.prefetch(key for key, *_ in staged)
+        self.prefetch_links(base for _, _, _, _, base, _ in staged if base is not None)
+        for key, digest, node, data, base, records in staged:
             if self.put(data, digest, base) != key:
                 return trees.apply_changes(self.load_node, self.save_node, root, changes)
-            self._nodes[key], self._encoded[key] = node, data
+            self._nodes[key], self._encoded[key], self._records[key] = node, data, records
         return tree
 
     # -- catalog rows ------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_left
-from collections.abc import Callable, ItemsView, Iterable, Iterator, Mapping
+from collections.abc import Callable, ItemsView, Iterable, Iterator, Mapping, ValuesView
 from functools import lru_cache
 from typing import Any
 
@@ -80,10 +80,10 @@ def _entry(record: bytes) -> Entry:
 class PackedNode(Mapping[bytes, Entry]):
     """A node held as its records (:data:`Records`): each entry decoded only when asked for.
 
-    The node caches hold nodes so. Decoded into a dict of entries, a node takes about twice
-    the memory of its records, and both were cached: at npm-100k, whose marks rewrite
-    directories of up to 21,231 names, the decoded copies of a few dozen wide nodes were
-    66 MB of a 206 MB daemon after 214 marks (measured in process). A lookup is a bisection of
+    The node cache holds nodes so. Decoded into a dict of entries, a node takes about twice
+    the memory of its records again, and both used to be cached: at npm-100k, whose marks
+    rewrite directories of up to 21,231 names, that was tens of MB of the daemon (the A/B in
+    docs/benchmarks.md, session 12). A lookup is a bisection of
     the sorted names; two packed nodes are compared record by record (:meth:`changed_names`),
     never entry by entry. Immutable: an edit makes a new node (:func:`splice`)."""
 
@@ -92,7 +92,9 @@ class PackedNode(Mapping[bytes, Entry]):
     def __init__(self, names: list[bytes], records: list[bytes]) -> None:
         self.names, self.records = names, records
 
-    def _at(self, name: bytes) -> int:
+    def _at(self, name: object) -> int:
+        if not isinstance(name, bytes):
+            return -1  # as a dict of bytes names answers: absent
         names = self.names
         i = bisect_left(names, name)
         return i if i < len(names) and names[i] == name else -1
@@ -108,12 +110,12 @@ class PackedNode(Mapping[bytes, Entry]):
             raise KeyError(name)
         return _entry(self.records[i])
 
-    def get(self, name: bytes, default: Any = None) -> Any:
+    def get(self, name: object, default: Any = None) -> Any:
         i = self._at(name)
         return default if i < 0 else _entry(self.records[i])
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, bytes) and self._at(name) >= 0
+        return self._at(name) >= 0
 
     def __iter__(self) -> Iterator[bytes]:
         return iter(self.names)  # in byte order
@@ -123,6 +125,9 @@ class PackedNode(Mapping[bytes, Entry]):
 
     def items(self) -> ItemsView[bytes, Entry]:
         return _PackedItems(self)
+
+    def values(self) -> ValuesView[Entry]:
+        return _PackedValues(self)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, PackedNode):
@@ -164,6 +169,15 @@ class _PackedItems(ItemsView[bytes, Entry]):
     def __iter__(self) -> Iterator[tuple[bytes, Entry]]:
         node = self._mapping
         return zip(node.names, map(_entry, node.records), strict=True)
+
+
+class _PackedValues(ValuesView[Entry]):
+    """A packed node's entries in one pass over its records."""
+
+    _mapping: PackedNode
+
+    def __iter__(self) -> Iterator[Entry]:
+        return map(_entry, self._mapping.records)
 
 
 def records_of(node: Mapping[bytes, Entry] | None) -> Records | None:

@@ -35,7 +35,7 @@ NODE_CACHE = 4096
 # The node cache is also bounded by the entries it holds: a directory of 21,231 entries (the
 # npm corpus) is megabytes, and a mark rewrites it, so 4,096 of its versions held the daemon
 # at 848 MB after 214 marks (bench_mark.py, npm-100k); with 2^18 entries it was 200 MB, and
-# 139 MB with the nodes held packed (nodes.PackedNode) instead of decoded beside their records.
+# less with the nodes held packed (nodes.PackedNode) instead of decoded beside their records.
 # Not fewer: npm-100k has several such directories (one per release side by side), and marks
 # of files spread over the tree need each one's newest version and the one before; with 2^16
 # they evicted each other and a mark took 533 ms instead of 36 (ab_commits.py, the same run).

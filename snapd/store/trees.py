@@ -219,7 +219,10 @@ class _Edited(Mapping[bytes, Entry]):
         return iter(sorted([*kept, *(n for n, e in edits.items() if e is not None)]))
 
     def __len__(self) -> int:
-        return sum(1 for _ in self)
+        base = self._base
+        added = sum(1 for n, e in self._edits.items() if e is not None and n not in base)
+        removed = sum(1 for n, e in self._edits.items() if e is None and n in base)
+        return len(base) + added - removed
 
 
 def _apply(load: Load, save: Save, key: str | None, pending: _Pending) -> str:
