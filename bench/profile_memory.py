@@ -7,6 +7,10 @@ goes back to the system only when every object in it is freed) — the arenas he
 of live objects in them and the empty 16 KiB pools among them; and the heaviest allocation
 sites still alive (tracemalloc, with ``--tracemalloc``: several times slower).
 
+``--marks N``: then N marks of 10 changed files sent right after their changes (as
+``bench_mark.py``'s, in process), VmRSS, what the node cache holds, and one heap trim
+(``snapd.memtrim``) timed, with VmRSS after it: what the daemon's idle trim gives back.
+
 Restart: the workspace stopped and started again on the same store, nothing changed on disk,
 three times; each start split into its phases (loading the stat cache, starting the watcher,
 the reconcile scan) by timing those calls; then the stat cache's load alone, three times,
@@ -28,8 +32,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from common import Results, proc_mem, scratch_copy, tree_path
-from peer import remove, warm
+from common import Results, capture_pool, proc_mem, scratch_copy, spread, tree_path
+from peer import Changes, remove, warm
 
 MB = 1e6
 
@@ -73,11 +77,39 @@ def timed(owner: Any, name: str, phases: dict[str, float], label: str) -> None:
     setattr(owner, name, call)
 
 
+def after_marks(res: Results, ws: Any, store: Any, root: str, n: int) -> None:
+    """``n`` marks of 10 changed files (``peer.Changes``), sent right after their changes, in
+    process; then VmRSS, what the node cache holds, and one ``memtrim.trim`` timed with the
+    VmRSS after it (what the daemon's idle trim gives back)."""
+    from snapd import memtrim
+
+    pool = capture_pool(Path(root))
+    changes = Changes(root, 10, pool)
+    times = []
+    for _ in range(n):
+        changes()
+        t = time.perf_counter()
+        ws.mark("turn")
+        times.append(time.perf_counter() - t)
+    res.figure("marks_inproc_s", spread(times), f"{n} marks of 10 changed files, in process", unit="ms")
+    busy = proc_mem(os.getpid())["VmRSS"]
+    res.figure("rss_after_marks_MB", round(busy / MB, 1), "VmRSS right after the marks", unit="MB")
+    res.figure("node_cache", {"nodes": store.cached_nodes, "entries": store._nodes._held},
+               "node cache: nodes and entries held")
+    t = time.perf_counter()
+    memtrim.trim()
+    res.figure("trim_ms", round((time.perf_counter() - t) * 1000, 2), "malloc_trim, ms")
+    trimmed = proc_mem(os.getpid())["VmRSS"]
+    res.figure("rss_after_trim_MB", round(trimmed / MB, 1), "VmRSS after it", unit="MB")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--corpus", default="django")
     ap.add_argument("--size", default="1k")
     ap.add_argument("--tracemalloc", action="store_true", help="allocation sites (slow)")
+    ap.add_argument("--marks", type=int, default=0,
+                    help="after the baseline: this many marks of 10 changed files, then the heap trim")
     args = ap.parse_args()
     tree = tree_path(args.corpus, args.size)
     res = Results("memory", args.corpus, args.size, {
@@ -121,6 +153,8 @@ def main() -> None:
                 where = f"{Path(frame.filename).name}:{frame.lineno}"
                 res(f"    {s.size / MB:7.1f} MB {s.count:8d} objects  {where}")
             tracemalloc.stop()
+        if args.marks:
+            after_marks(res, ws, store, root, args.marks)
         ws.stop()
 
         phases: dict[str, float] = {}

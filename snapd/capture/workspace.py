@@ -22,7 +22,6 @@ the skipped list), :class:`~snapd.capture.recorder.Recorder` (settle and commit)
 
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -31,6 +30,7 @@ from typing import Any
 
 import structlog
 
+from snapd import memtrim
 from snapd.capture import ignore, reader, roots
 from snapd.capture.capture_thread import CaptureThread
 from snapd.capture.capturer import Capturer
@@ -56,15 +56,6 @@ log = structlog.get_logger(__name__)
 
 def _no_events(kind: str, fields: dict[str, Any]) -> None:
     pass
-
-
-def trim_memory() -> None:
-    """Give freed heap back to the system after a big capture (glibc keeps it otherwise:
-    a 100k-file baseline leaves ~250 MB of free heap in the process)."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass  # not glibc: nothing to do
 
 
 def _claim_root(store: Store, ws_id: int, root: Path) -> str:
@@ -168,7 +159,7 @@ class Workspace:
         self.progress = None
         if baseline is not None:
             self.store.forget_caches()
-        trim_memory()
+        memtrim.trim()  # the free heap a baseline or a reconcile left
         self._thread.start()
         watches = watcher.watch_count
         log.info("workspace.started", workspace=str(self.root), files=stats.files(), watches=watches)

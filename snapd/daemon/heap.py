@@ -13,6 +13,9 @@ since. Frozen objects are still freed by reference counting when dropped; only r
 cycles among them wait. So when a workspace stops for good (unwatch, forget, a re-register),
 everything is unfrozen, collected once (its cycles go), and frozen again.
 
+Giving freed memory back to the system (glibc keeps it) is :mod:`snapd.memtrim`'s, below the
+store, which tells it of every commit.
+
 The policy is the daemon process's, chosen by its ``main`` (:func:`manage`): in any other
 process (tests that run the service in-process) :func:`settle` and :func:`release` do nothing.
 """

@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from snapd import memtrim
 from snapd.errors import DiskFull, StoreError, StoreFormatError
 from snapd.store import objects, safeio
 from snapd.store.checkpoint import BACKSTOP_PAGES, Checkpointer, log_limit
@@ -347,6 +348,7 @@ class Catalog:
                 raise
             safeio.step("catalog.commit")
         self._checkpointer.poke()
+        memtrim.after_writes.wrote()
 
     def stored_changed(self, delta: int) -> None:
         """Inside :meth:`write`: objects taking ``delta`` bytes were inserted (deleted when

@@ -1,0 +1,63 @@
+"""Freed heap given back to the system: after a big capture, and once the daemon is quiet.
+
+glibc keeps what a process frees: a 100k-file baseline leaves ~250 MB of free heap behind,
+and marks of wide directories (whose nodes are encoded and hashed whole, a megabyte or two
+each) leave tens of MB more, so the resident set of a daemon that has gone idle stays at its
+high-water mark. ``malloc_trim`` hands the free pages back. It costs milliseconds
+(``bench/profile_memory.py --marks``) and holds malloc's lock meanwhile, so it runs
+neither inside a mark nor after each one: :class:`IdleTrim`, told of every commit, trims
+once the commits have stopped for :data:`IDLE_S`.
+
+Trimming is only about memory: nothing that is kept depends on it, and on a C library other
+than glibc it does nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Callable
+
+IDLE_S = 1.0  # quiet this long after a commit: trim
+
+
+def trim() -> None:
+    """Give the free heap back to the system now (glibc's ``malloc_trim``; elsewhere nothing)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass  # not glibc: nothing to do
+
+
+class IdleTrim:
+    """Trims (``trim``) once :meth:`wrote` has not been called for ``idle_s``; a daemon
+    thread, started by the first call."""
+
+    def __init__(self, idle_s: float = IDLE_S, trim: Callable[[], None] = trim) -> None:
+        self._idle_s, self._trim = idle_s, trim
+        self._wrote = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self.trims = 0  # trims done (tests)
+
+    def wrote(self) -> None:
+        """Something was committed: trim after the next quiet spell."""
+        self._wrote.set()
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, name="snapd-heap-trim", daemon=True)
+                    self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            self._wrote.wait()
+            self._wrote.clear()
+            while self._wrote.wait(self._idle_s):  # written again meanwhile: wait on
+                self._wrote.clear()
+            self._trim()
+            self.trims += 1
+
+
+after_writes = IdleTrim()
+"""The process's one: memory is per process, whichever store or workspace freed it."""
