@@ -38,7 +38,6 @@ class IdleTrim:
         self._wrote = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self.trims = 0  # trims done (tests)
 
     def wrote(self) -> None:
         """Something was committed: trim after the next quiet spell."""
@@ -56,7 +55,6 @@ class IdleTrim:
             while self._wrote.wait(self._idle_s):  # written again meanwhile: wait on
                 self._wrote.clear()
             self._trim()
-            self.trims += 1
 
 
 after_writes = IdleTrim()

@@ -124,16 +124,25 @@ class Batch(deltas.Chooser):
         node = self._nodes.get(key)
         return node if node is not None else self.store.load_node(key)
 
+    def _records_of(
+        self, node: trees.Node, base: str | None, changed: Iterable[bytes] | None
+    ) -> nodes.Records:
+        """``node``'s records: spliced from its ``base``'s at the ``changed`` names when both are
+        given (:func:`nodes.splice`), else encoded whole."""
+        if base is None or changed is None:
+            return nodes.encode_records(node)
+        was = self._records.get(base) or self.store.node_records(base)
+        if was is None:  # the base is cached as a node only: encoded once, for its delta too
+            was = self._records[base] = nodes.encode_records(self.load_node(base))
+        return nodes.splice(was, node, changed)
+
     def save_node(
         self, node: trees.Node, base: str | None = None, changed: Iterable[bytes] | None = None
     ) -> str:
         """Store a node as made: a baseline's (built bottom-up: ``changed`` None), or a mark's
         again after a collision or a replay's (its records kept, as :meth:`apply` keeps them;
         spliced from its base's when those are known, as :meth:`apply` splices)."""
-        was = None
-        if base is not None and changed is not None:
-            was = self._records.get(base) or self.store.node_records(base)
-        records = nodes.encode_records(node) if was is None else nodes.splice(was, node, changed or ())
+        records = self._records_of(node, base, changed)
         data = nodes.joined(records)
         key = self.put(data, base=base)
         # For this batch's reads and deltas:
@@ -155,12 +164,7 @@ class Batch(deltas.Chooser):
         staged: list[tuple[str, str, trees.Node, bytes, str | None, nodes.Records]] = []
 
         def stage(node: trees.Node, base: str | None = None, changed: Iterable[bytes] | None = None) -> str:
-            was = None
-            if base is not None and changed is not None:
-                was = self._records.get(base) or self.store.node_records(base)
-                if was is None:  # the base is cached as a node only: encoded once, for its delta too
-                    was = self._records[base] = nodes.encode_records(self.load_node(base))
-            records = nodes.encode_records(node) if was is None else nodes.splice(was, node, changed or ())
+            records = self._records_of(node, base, changed)
             data = nodes.joined(records)
             digest = self.store.hasher(data)
             key = objects.base_key(digest, len(data))

@@ -134,8 +134,6 @@ class PackedNode(Mapping[bytes, Entry]):
             return self.names == other.names and self.records == other.records
         return Mapping.__eq__(self, other)
 
-    __hash__ = None  # type: ignore[assignment]
-
     def changed_names(self, other: PackedNode) -> list[bytes]:
         """The names whose record differs between the two nodes (or that only one holds), in
         byte order: one merge of the sorted names, records compared as bytes (an edited node
