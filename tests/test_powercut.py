@@ -302,7 +302,8 @@ def check_after_restart(run: Run, roots: list[Path]) -> None:
             got = snapshot(run.pending.root)
             assert got in (run.pending.before, run.pending.target), (
                 f"a rollback cut half-way was left half done {why}: "
-                f"{snap_diff(got, run.pending.target, 5)}"
+                f"{snap_diff(got, run.pending.target, 5)}\nagainst the state before it: "
+                f"{snap_diff(got, run.pending.before, 5)}\n{rollback_story(run, c)}"
             )
             run.rollbacks_cut["finished" if got == run.pending.target else "not begun"] += 1
             run.pending = None
@@ -326,6 +327,16 @@ def check_after_restart(run: Run, roots: list[Path]) -> None:
         )
         if r["pre_rollback"]:
             run.ack(str(r["pre_rollback"]), root, before)
+
+
+def rollback_story(run: Run, c: Client) -> str:
+    """What the daemons said about rollbacks around the cut: for a failure's message."""
+    st = c.call("status")
+    lines = [f"status warnings: {st['warnings']}"]
+    for path in sorted(run.home.parent.glob(f"{run.home.name}-daemon-*.log"), key=os.path.getmtime)[-2:]:
+        text = path.read_text(errors="replace")
+        lines += [f"{path.name}: {ln[:400]}" for ln in text.splitlines() if "rollback" in ln][-12:]
+    return "\n".join(lines)
 
 
 def freeze(pid: int) -> None:

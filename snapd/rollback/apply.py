@@ -11,10 +11,11 @@ hold (``entry``). Invariants:
 
 - **Write-ahead journal**: before the workspace is touched, the journal (root, token, ops, and
   the temp name each write will use) is published with :func:`safeio.write_atomic`, rewritten
-  at phase boundaries, deleted at the end. :func:`recover` rolls forward: an op whose path
-  already holds its result (or a later op's on the same path) is recognised *by content* and
-  skipped, the others are re-checked and applied. The journal stays until recovery has
-  finished, so a crash during recovery is recovered again.
+  at phase boundaries, deleted at the end, durably (a deletion a power cut undoes would bring
+  back the journal of a finished rollback, and start-up would run it again). :func:`recover`
+  rolls forward: an op whose path already holds its result (or a later op's on the same path)
+  is recognised *by content* and skipped, the others are re-checked and applied. The journal
+  stays until recovery has finished, so a crash during recovery is recovered again.
 - **Re-check**: right before a path changes it must still hold ``expect`` (kind, mode, size
   and content hash; link text; "a directory"; absent), else it is left as it is: a conflict.
 - **Containment**: every change is an ``*at`` call on directory descriptors opened
@@ -103,7 +104,7 @@ def apply(
         writer.record(0)
         engine = _engine(root_fd, get, hasher, force)
         engine.run(plan.ops, temps, writer.record)
-        safeio.unlink(journal)
+        journals.remove(journal)
     finally:
         os.close(root_fd)
     return ApplyResult(**engine.outcome.result(plan.kept, plan.left))
@@ -119,7 +120,7 @@ def recover(root: Path, journal: Path, get: Get, hasher: Hasher) -> RecoveryResu
         engine = _engine(root_fd, get, hasher, found.force)
         engine.dirs.remove_temps(found.ops, found.temps)
         engine.run(found.ops, found.temps, lambda phase: None)
-        safeio.unlink(journal)
+        journals.remove(journal)
     finally:
         os.close(root_fd)
     return RecoveryResult(**engine.outcome.result(found.kept, found.left), root=root, token=found.token)

@@ -3,7 +3,7 @@
 One JSON document (``FORMAT``): the workspace root, the plan's token, ``force``, the ops each
 with the temp name its write uses, the plan's kept and left paths, and the phase reached.
 It is published with :func:`safeio.write_atomic` before the workspace is touched and at every
-phase boundary, and deleted at the end (:mod:`snapd.rollback.apply`). Reading it back refuses
+phase boundary, and deleted at the end, durably (:func:`remove`). Reading it back refuses
 anything that is not exactly what was written: an unknown format, a bad op, a temp name that
 is not one of snapd's, a journal of another root; the journal then stays where it is.
 """
@@ -55,6 +55,14 @@ class Writer:
     def record(self, phase: int) -> None:
         text = json.dumps(dict(self.doc, phase=phase), separators=(",", ":"))
         safeio.write_atomic(self.path, text.encode())
+
+
+def remove(journal: Path) -> None:
+    """Delete the journal of a finished apply, durably: a deletion still in the file system's
+    memory is undone by a power cut, and the journal it brings back would have start-up
+    finish that rollback again, long after, over the work done since."""
+    safeio.unlink(journal)
+    safeio.fsync_dir(journal.parent)
 
 
 def read(journal: Path, root: Path) -> Journal | None:

@@ -76,6 +76,9 @@ def execute(
         if pre is None:
             pre, prep = _mark_before(ws, target, prep, token)
             plan = prep.plan
+        log.info(
+            "rollback.applying", workspace=str(ws.root), target=target.id, token=plan.token, ops=len(plan.ops)
+        )
         try:
             result = apply.apply(ws.root, plan, ws.store.get, ws.store.hasher, ws.journal, force=force)
         except SnapdError as exc:

@@ -45,4 +45,10 @@ def finish_interrupted(ws: Workspace) -> None:
         "conflicts": [[os.fsdecode(p), reason] for p, reason in result.conflicts],
         "temps_removed": result.temps_removed,
     }
-    log.warning("rollback.recovered", workspace=str(ws.root), applied=len(result.applied))
+    log.warning(
+        "rollback.recovered",
+        workspace=str(ws.root),
+        token=result.token,
+        applied=len(result.applied),
+        conflicts=[[os.fsdecode(p), reason] for p, reason in result.conflicts[:10]],
+    )
