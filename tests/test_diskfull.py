@@ -14,6 +14,7 @@ daemon first (a clean stop checkpoints and removes the log).
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import time
@@ -225,6 +226,46 @@ def test_rollback_that_fills_the_workspace_disk_is_finished_once_space_is_freed(
             assert any("was finished" in w for w in m2["summary"]["warnings"]), m2["summary"]
             d.ctl("undo", "-y", "-w", str(ws))
             assert snapshot(ws) == before, snap_diff(snapshot(ws), before)
+            assert d.stop() == 0
+    finally:
+        if d.alive():
+            d.stop()
+
+
+def test_forget_abandons_an_unfinished_rollback_and_a_new_workspace_never_finishes_it(tmp_path: Path) -> None:
+    """Found by a review: `forget` deleted the workspace's rows and kept its rollback journal.
+    Workspace ids are reused once the highest is forgotten, so watching again (here: the same
+    directory) handed the new workspace the old journal, and its start rolled that rollback
+    forward over files the user had since let be. Now forget says it abandons the rollback,
+    deletes the journal durably, and a new workspace deletes any journal under its id."""
+    rng = random.Random(7)
+    d = start_daemon(tmp_path / "snapd-home")
+    try:
+        with tmpfs(tmp_path / "wsfs", 16 << 20) as fs:
+            ws = workspace(fs / "ws", rng)
+            for i in range(3):
+                (ws / f"big{i}.bin").write_bytes(rng.randbytes(BIG))
+            d.ctl("watch", str(ws))
+            m = d.ctl_json("mark", "m", "-w", str(ws))["id"]
+            for i in range(3):
+                (ws / f"big{i}.bin").write_bytes(rng.randbytes(BIG))
+            fill(fs / "filler", leave=3 << 20)  # room for one restored big file, not three
+            cp = d.ctl("rollback", "--to", m, "-y", "-w", str(ws), check=False, timeout=60)
+            assert cp.returncode == 8 and b"stopped part-way" in cp.stderr, describe(cp)
+            journals = list((tmp_path / "snapd-home").rglob("workspace-*.json"))
+            assert len(journals) == 1, journals
+            (fs / "filler").unlink()
+            half = snapshot(ws)
+            info = d.call("forget", workspace=os.fsencode(ws), dry_run=True)
+            assert info["unfinished_rollback"] is True, info
+            out = d.ctl("forget", "--yes", "-w", str(ws)).stdout.decode()
+            assert "abandoned an unfinished rollback" in out, out
+            assert not journals[0].exists(), "forget kept the journal of the abandoned rollback"
+            assert snapshot(ws) == half
+            d.ctl("watch", str(ws))  # a new workspace, given the forgotten one's id
+            assert snapshot(ws) == half, "the new workspace finished the forgotten rollback"
+            st = d.ctl_json("status")
+            assert not any("rollback" in w for w in st["warnings"]), st["warnings"]
             assert d.stop() == 0
     finally:
         if d.alive():

@@ -747,3 +747,19 @@ def test_a_commit_writes_version_rows_in_path_order_and_holds_no_emptied_table(s
     rows = store.catalog.read().execute("SELECT path FROM versions ORDER BY id").fetchall()
     assert [p for (p,) in rows] == sorted(names)
     assert store.holds._held is not holds and len(store.holds._held) == 0
+
+
+def test_a_new_workspace_deletes_a_journal_left_under_its_id(store: Store, tmp_path: Path) -> None:
+    """Ids are reused once the highest is forgotten; a rollback journal under the new id (left
+    by a version that kept it at forget) is another workspace's, and must never be rolled
+    forward over this one."""
+    ws = store.add_workspace(os.fsencode(tmp_path / "one"))
+    store.forget_workspace(ws)
+    stale = store.journal_path(ws)
+    stale.parent.mkdir(parents=True, exist_ok=True)
+    stale.write_text("{}")
+    again = store.add_workspace(os.fsencode(tmp_path / "two"))
+    assert again == ws and not stale.exists()
+    store.journal_path(again).write_text("{}")  # a known workspace keeps its own journal
+    assert store.add_workspace(os.fsencode(tmp_path / "two")) == again
+    assert store.journal_path(again).exists()

@@ -319,7 +319,7 @@ class Workspace:
     @property
     def journal(self) -> Path:
         """Where a rollback of this workspace keeps its write-ahead journal."""
-        return self.store.dir / "journal" / f"workspace-{self.id}.json"
+        return self.store.journal_path(self.id)
 
     def finish_rollback(self) -> None:
         """Finish a rollback that stopped part-way (its journal is still there), before a

@@ -81,6 +81,12 @@ def cmd_unwatch(args: argparse.Namespace, env: Env) -> int:
     return 0
 
 
+ABANDONED = (
+    "a rollback of it stopped part-way and is not finished: forgetting abandons it, and the "
+    "files stay as it left them (`snapctl status` says why it stopped)"
+)
+
+
 def cmd_forget(args: argparse.Namespace, env: Env) -> int:
     named = where(args)
     with client(args, env) as c:
@@ -91,6 +97,8 @@ def cmd_forget(args: argparse.Namespace, env: Env) -> int:
                 f"{count(info['marks'], 'mark')} and {count(info['versions'], 'file version')} "
                 f"({size(info['bytes'])} of file contents)"
             ]
+            if info.get("unfinished_rollback"):
+                what.append(ABANDONED)
             if not args.json:
                 for line in what:
                     emit(line)
@@ -104,5 +112,7 @@ def cmd_forget(args: argparse.Namespace, env: Env) -> int:
             f"forgot {r['workspace']}: {count(r['forgotten_marks'], 'mark')} deleted, with "
             f"{count(r['versions'], 'file version')} ({size(r['bytes'])}); `snapctl gc` reclaims the space"
         )
+        if r.get("unfinished_rollback"):
+            emit("abandoned an unfinished rollback of it: the files stay as it left them")
     return 0
 

@@ -61,8 +61,7 @@ def remove(journal: Path) -> None:
     """Delete the journal of a finished apply, durably: a deletion still in the file system's
     memory is undone by a power cut, and the journal it brings back would have start-up
     finish that rollback again, long after, over the work done since."""
-    safeio.unlink(journal)
-    safeio.fsync_dir(journal.parent)
+    safeio.remove_durably(journal)
 
 
 def read(journal: Path, root: Path) -> Journal | None:

@@ -191,6 +191,16 @@ def unlink(path: Path) -> bool:
 # so no path can escape it. The caller reports its own steps where it changes something.
 
 
+def remove_durably(path: Path) -> bool:
+    """Delete ``path`` and fsync its directory, for a file whose return after a power cut
+    would be acted on (a rollback journal): a deletion still in the file system's memory is
+    undone by the cut. True if it existed."""
+    existed = unlink(path)
+    if existed or path.parent.is_dir():
+        fsync_dir(path.parent)
+    return existed
+
+
 def lstat_at(dir_fd: int, name: bytes | str) -> os.stat_result | None:
     """``lstat`` of ``name`` in ``dir_fd``; None when it does not exist."""
     try:

@@ -200,7 +200,15 @@ class Store:
                 c.execute("UPDATE workspaces SET watching=1 WHERE id=?", (row[0],))
                 return int(row[0])
             cur = c.execute("INSERT INTO workspaces (root, created) VALUES (?, ?)", (root, time.time_ns()))
-            return int(cur.lastrowid or 0)
+            ws = int(cur.lastrowid or 0)
+            # Ids are reused once the highest is forgotten: a journal under this id is another
+            # workspace's (left by a version that kept it at forget), never this new one's.
+            safeio.remove_durably(self.journal_path(ws))
+            return ws
+
+    def journal_path(self, ws: int) -> Path:
+        """Where a rollback of workspace ``ws`` keeps its write-ahead journal (snapd.rollback)."""
+        return self.dir / "journal" / f"workspace-{ws}.json"
 
     def workspaces(self) -> list[WorkspaceRecord]:
         rows = (
@@ -275,10 +283,18 @@ class Store:
             " (SELECT object FROM versions WHERE workspace=?)) FROM versions WHERE workspace=?",
             (ws, ws),
         ).fetchone()
-        return {"marks": int(marks), "versions": int(versions), "bytes": int(size)}
+        return {
+            "marks": int(marks),
+            "versions": int(versions),
+            "bytes": int(size),
+            "unfinished_rollback": safeio.exists(self.journal_path(ws)),
+        }
 
     def forget_workspace(self, ws: int) -> int:
-        """Delete a workspace's marks, versions and eviction records; GC reclaims the objects."""
+        """Delete a workspace's marks, versions and eviction records (GC reclaims the objects),
+        and first the journal of a rollback of it that never finished: the id is reused, and
+        the next workspace given it would find the journal and roll it forward."""
+        safeio.remove_durably(self.journal_path(ws))
         with self.catalog.write() as c:
             n = c.execute("DELETE FROM marks WHERE workspace=?", (ws,)).rowcount
             c.execute("DELETE FROM versions WHERE workspace=?", (ws,))
