@@ -6,6 +6,7 @@ import contextlib
 import os
 import sqlite3
 import stat
+import threading
 import time
 from pathlib import Path
 
@@ -763,3 +764,72 @@ def test_a_new_workspace_deletes_a_journal_left_under_its_id(store: Store, tmp_p
     store.journal_path(again).write_text("{}")  # a known workspace keeps its own journal
     assert store.add_workspace(os.fsencode(tmp_path / "two")) == again
     assert store.journal_path(again).exists()
+
+
+def _stored_again_meanwhile(
+    store: Store, data: bytes, path: Path, monkeypatch: pytest.MonkeyPatch
+) -> list[str]:
+    """When GC is about to delete ``path``, a capture stores ``data`` (whose file it is) again
+    on another thread; GC waits up to 1 s for it, then deletes. The keys the capture got."""
+    real, got = safeio.unlink, []
+    threads: list[threading.Thread] = []
+
+    def store_again() -> None:
+        with store.batch() as b:
+            got.append(b.put(data))
+
+    def unlink(p: Path) -> bool:
+        if p == path and not threads:
+            threads.append(threading.Thread(target=store_again))
+            threads[0].start()
+            threads[0].join(1.0)  # blocked by GC's holds lock, or done: either way, go on
+        return real(p)
+
+    monkeypatch.setattr(safeio, "unlink", unlink)
+    return got
+
+
+def test_a_large_object_stored_again_while_the_sweep_deletes_it_keeps_its_file(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by a review: the sweep committed the deletion of a dead object's row, then deleted
+    its file outside the holds lock; a capture that stored the same content in between (no
+    row: a new file at the same path, and a new row) lost its file, and its mark read back as
+    missing. The sweep now deletes each file under the holds lock, unless a batch holds it."""
+    data = os.urandom(LARGE_OBJECT + 100)
+    key = put(store, data)  # referenced by nothing: dead once past the grace period
+    got = _stored_again_meanwhile(store, data, store.object_path(key), monkeypatch)
+    rep = gc.run(store, Retention(grace_s=0))
+    deadline = time.monotonic() + 10
+    while not got and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert got == [key] and rep.objects_deleted == 1
+    assert store.get(key) == data and verify(store).ok
+
+
+def test_an_orphan_file_a_batch_is_storing_again_is_spared(store: Store) -> None:
+    """A batch holds a key before it writes the key's file (and until its row is committed):
+    the orphan sweep, which deletes files no row names, never deletes the file of a content a
+    capture is storing right now."""
+    data = os.urandom(LARGE_OBJECT + 100)
+    with store.batch() as b:
+        key = b.put(data)
+        assert store.object_path(key).exists() and not store.has(key)  # written, not committed
+        removed = gc.remove_orphan_files(store, time.time_ns() + 3600 * 10**9)  # any age
+    assert removed == 0 and store.get(key) == data and verify(store).ok
+
+
+def test_a_batch_holds_a_key_before_it_writes_the_file(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The orphan sweep, run right after a batch wrote an object's file (before its row), finds
+    the key held: the hold is taken before the file exists, not after."""
+    data = os.urandom(LARGE_OBJECT + 100)
+    real, swept = safeio.write_atomic, []
+
+    def write_atomic(path: Path, payload: bytes, **kw: bool) -> None:
+        real(path, payload, **kw)
+        swept.append(gc.remove_orphan_files(store, time.time_ns() + 3600 * 10**9))
+
+    monkeypatch.setattr(safeio, "write_atomic", write_atomic)
+    with store.batch() as b:
+        key = b.put(data)
+    assert swept == [0] and store.get(key) == data

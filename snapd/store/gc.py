@@ -116,9 +116,14 @@ def sweep(store: Store, policy: Retention, now: int, report: GcReport) -> None:
                     report.objects_deleted += 1
                     report.bytes_freed += stored
                     if external:
-                        files.append(store.object_path(key))
-            for p in files:  # after the commit: a crash before this leaves only orphan files
-                safeio.unlink(p)
+                        files.append((key, store.object_path(key)))
+            # After the commit (a crash before this leaves only orphan files), each under the
+            # holds lock and only if no batch holds its key: a batch that found the row gone
+            # stores the content again at the same path, holding the key before it writes.
+            for key, p in files:
+                with store.holds.lock:
+                    if not store.holds.spared(key):
+                        safeio.unlink(p)
     remove_orphan_files(store, young)
 
 
@@ -126,7 +131,9 @@ def remove_orphan_files(store: Store, older_than: int) -> int:
     """Object and temp files no catalog row names (a crash before a commit, or after a sweep).
 
     Only files older than the grace period go: a batch in flight may be between writing a
-    file and committing its row.
+    file and committing its row. Each file is judged and removed under the holds lock, and
+    spared while a batch holds its key: a batch storing that content again holds the key
+    before it writes the file, and until its row is committed.
     """
     removed = 0
     db = store.catalog.read()
@@ -134,15 +141,16 @@ def remove_orphan_files(store: Store, older_than: int) -> int:
     try:
         for shard in sorted(top.glob("*")):
             for p in shard.iterdir():
-                if db.execute(
-                    "SELECT 1 FROM objects WHERE key=? AND external=1", (objects.db_key(p.name),)
-                ).fetchone():
-                    continue
-                try:
-                    if p.stat().st_mtime_ns < older_than and safeio.unlink(p):
-                        removed += 1
-                except FileNotFoundError:
-                    continue
+                with store.holds.lock:
+                    if store.holds.spared(p.name) or db.execute(
+                        "SELECT 1 FROM objects WHERE key=? AND external=1", (objects.db_key(p.name),)
+                    ).fetchone():
+                        continue
+                    try:
+                        if p.stat().st_mtime_ns < older_than and safeio.unlink(p):
+                            removed += 1
+                    except FileNotFoundError:
+                        continue
     except OSError as exc:
         raise safeio.os_error(exc, "list object files in", top) from exc
     return removed

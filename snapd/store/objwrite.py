@@ -133,6 +133,8 @@ class ObjectWriter:
     def _add(self, key: str, size: int, sha: bytes, encoded: deltas.Encoded) -> None:
         codec, payload, base, depth = encoded
         external = len(payload) >= LARGE_OBJECT
+        with self.store.holds.lock:  # before its file exists: a sweep never deletes it
+            self.hold(key)
         if external:
             path = self.store.object_path(key)
             safeio.ensure_dir(path.parent)
@@ -141,8 +143,6 @@ class ObjectWriter:
             self.pending[key] = deltas.Pending(codec, b"", sha, size, True, base, depth)
         else:
             self.pending[key] = deltas.Pending(codec, payload, sha, size, False, base, depth)
-        with self.store.holds.lock:
-            self.hold(key)
         self._pending_bytes += size
         if self._pending_bytes >= self.store.flush_bytes:
             self.flush()
