@@ -721,3 +721,30 @@ def test_recorded_real_events_parse_to_turns_with_their_session(name: str) -> No
     assert event.kind == EXPECTED_KINDS[name], event
     if event.kind != "other":
         assert event.session and event.cwd == "/SANDBOX/ws", event
+
+
+@pytest.mark.powercut
+def test_a_settings_file_snapd_rewrites_survives_a_power_cut_whole(tmp_path: Path) -> None:
+    """Found by a review: snapd replaced an agent's settings file (the user's own, with snapd's
+    hooks merged in) through a temp file it never fsynced. A power cut after the rename had
+    reached the disk (here: forced by another file's fsync) left the file empty, and the next
+    `integrate` read it as {} and wrote back only snapd's hooks."""
+    from disks import xfs_disk
+
+    from snapd.integrations import jsonfile
+
+    with xfs_disk(tmp_path) as disk:
+        settings = disk.mount / ".claude" / "settings.json"
+        jsonfile.save(settings, {"theme": "dark", "permissions": {"allow": ["Bash(ls)"]}})
+        doc = jsonfile.load(settings, "Claude Code")
+        doc["hooks"] = {"UserPromptSubmit": [{"hooks": [{"type": "command", "command": "snapctl hook"}]}]}
+        jsonfile.save(settings, doc)
+        other = disk.mount / "other"
+        fd = os.open(other, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.fsync(fd)  # something else on the disk forces its log, with the rename in it
+        finally:
+            os.close(fd)
+        disk.cut()
+        disk.remount()
+        assert json.loads(settings.read_text()) == doc

@@ -59,7 +59,10 @@ def save(path: Path, doc: Doc) -> None:
 
 
 def write_text(path: Path, text: str, mode: int | None = None) -> None:
-    """Replace ``path`` with ``text`` through a temp file beside it (parents created)."""
+    """Replace ``path`` with ``text`` through a temp file beside it (parents created), durably:
+    the temp is fsynced before the rename, the directory after it. Without the first fsync a
+    power cut can leave the user's settings file empty (the rename reached the disk, the
+    bytes had not)."""
     import tempfile  # deferred: the hook imports this module but never writes settings
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -71,8 +74,15 @@ def write_text(path: Path, text: str, mode: int | None = None) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
         os.chmod(tmp, keep if mode is None else mode)
         os.replace(tmp, path)
+        dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
     except BaseException:
         try:
             os.unlink(tmp)
