@@ -768,9 +768,10 @@ def test_a_new_workspace_deletes_a_journal_left_under_its_id(store: Store, tmp_p
 
 def _stored_again_meanwhile(
     store: Store, data: bytes, path: Path, monkeypatch: pytest.MonkeyPatch
-) -> list[str]:
+) -> tuple[list[str], list[threading.Thread]]:
     """When GC is about to delete ``path``, a capture stores ``data`` (whose file it is) again
-    on another thread; GC waits up to 1 s for it, then deletes. The keys the capture got."""
+    on another thread; GC waits up to 1 s for it, then deletes. The keys the capture got, and
+    its thread (join it: the key is reported before the batch commits)."""
     real, got = safeio.unlink, []
     threads: list[threading.Thread] = []
 
@@ -786,7 +787,7 @@ def _stored_again_meanwhile(
         return real(p)
 
     monkeypatch.setattr(safeio, "unlink", unlink)
-    return got
+    return got, threads
 
 
 def test_a_large_object_stored_again_while_the_sweep_deletes_it_keeps_its_file(
@@ -798,12 +799,11 @@ def test_a_large_object_stored_again_while_the_sweep_deletes_it_keeps_its_file(
     missing. The sweep now deletes each file under the holds lock, unless a batch holds it."""
     data = os.urandom(LARGE_OBJECT + 100)
     key = put(store, data)  # referenced by nothing: dead once past the grace period
-    got = _stored_again_meanwhile(store, data, store.object_path(key), monkeypatch)
+    got, threads = _stored_again_meanwhile(store, data, store.object_path(key), monkeypatch)
     rep = gc.run(store, Retention(grace_s=0))
-    deadline = time.monotonic() + 10
-    while not got and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert got == [key] and rep.objects_deleted == 1
+    assert len(threads) == 1
+    threads[0].join(10)
+    assert not threads[0].is_alive() and got == [key] and rep.objects_deleted == 1
     assert store.get(key) == data and verify(store).ok
 
 
