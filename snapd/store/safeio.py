@@ -196,7 +196,7 @@ def remove_durably(path: Path) -> bool:
     would be acted on (a rollback journal): a deletion still in the file system's memory is
     undone by the cut. True if it existed."""
     existed = unlink(path)
-    if existed or path.parent.is_dir():
+    if existed:
         fsync_dir(path.parent)
     return existed
 
