@@ -480,7 +480,7 @@ def test_a_directory_fsync_on_a_shut_down_file_system_is_an_error(tmp_path: Path
                 safeio.fsync(fd)
             assert err.value.errno == errno.EIO
             with pytest.raises(OSError) as err:  # a rollback's directory fsync
-                safeio.fsync_dir_at(fd)
+                safeio.fsync_at(fd)
             assert err.value.errno == errno.EIO
         finally:
             os.close(fd)

@@ -120,8 +120,8 @@ class Dirs:
             fd = self.open(path, replace=False)
             if isinstance(fd, int):
                 try:
-                    if safeio.fsync_dir_at(fd):  # an unreadable directory cannot be: its renames stand
-                        safeio.step("apply.fsync_dir")
+                    safeio.fsync_at(fd)
+                    safeio.step("apply.fsync_dir")
                 except OSError as exc:
                     raise stopped(exc, f"making {show(path) if path else 'the root'} durable") from exc
                 finally:

@@ -4,8 +4,9 @@ each path right before it changes (the invariants: :mod:`snapd.rollback.apply`).
 Phases follow the plan's order (:mod:`snapd.rollback.modes`); writes go in batches of
 ``BATCH``: temps staged, fsynced, then renamed, only those whose fsync succeeded; each
 directory touched (or found done) in a phase is fsynced once at its end, and the journal
-records the phase. An OS error leaves its path as it is (a conflict); a full disk stops the
-apply (:func:`snapd.rollback.dirs.stopped`).
+records the phase. A chmod is synced on its own inode (a directory's with the phase, a file's
+at once), done or found done: no fsync of a parent carries it. An OS error leaves its path
+as it is (a conflict); a full disk stops the apply (:func:`snapd.rollback.dirs.stopped`).
 """
 
 from __future__ import annotations
@@ -75,7 +76,10 @@ class Engine:
             st = safeio.lstat_at(fd, name)
             if self.contents.done(fd, name, st, follow):
                 self.outcome.applied[op.path] = None
-                self.outcome.settled.add(op.path.rpartition(b"/")[0])  # done before: durable only once synced
+                if op.kind == "chmod":  # done before: durable only once synced
+                    self.mode_durable(op, fd, name, self.outcome.settled)
+                else:
+                    self.outcome.settled.add(op.path.rpartition(b"/")[0])
                 yield None
             else:
                 yield (fd, name, st) if self.admit(op, fd, name, st) else None
@@ -147,8 +151,23 @@ class Engine:
                 assert op.entry is not None
                 safeio.chmod_at(fd, name, op.entry.mode)
                 safeio.step("apply.chmod")
+                self.outcome.applied[op.path] = None
+                self.mode_durable(op, fd, name, touched)
+                return
             self.outcome.applied[op.path] = None
             touched.add(op.path.rpartition(b"/")[0])
+
+    def mode_durable(self, op: Op, fd: int, name: bytes, dirs: set[bytes]) -> None:
+        """A chmod is in its own inode only, which no fsync of the parent carries: a directory
+        joins the phase's directory syncs (``dirs``), a file is fsynced now."""
+        if _dir_chmod(op):
+            dirs.add(op.path)
+            return
+        try:
+            safeio.fsync_at(fd, name)
+        except OSError as exc:
+            raise stopped(exc, f"making the mode of {show(op.path)} durable") from exc
+        safeio.step("apply.fsync_mode")
 
     def writes(self, batch: Sequence[tuple[Op, str | None, Sequence[Op]]], touched: set[bytes]) -> None:
         """Temp files for the whole batch, one fsync each, then the renames, then directory syncs.

@@ -220,18 +220,23 @@ def chmod_at(dir_fd: int, name: bytes | str, mode: int) -> None:
         os.close(fd)
 
 
-def fsync_dir_at(dir_fd: int) -> bool:
-    """fsync the directory behind ``dir_fd`` (which may be O_PATH); False if we may not read
-    it (a read-only directory of the user's: its renames stand). Any other error raises."""
-    try:
-        fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
-    except PermissionError:
-        return False
-    try:
-        fsync(fd)
-    finally:
-        os.close(fd)
-    return True
+def fsync_at(dir_fd: int, name: bytes | str = ".") -> None:
+    """Make the inode ``name`` in ``dir_fd`` durable (``dir_fd`` may be O_PATH; ``"."`` is the
+    directory itself): its entries for a directory, its metadata (a chmod) for a file. What we
+    may neither read nor write (a directory of mode 0300, a file of mode 0100: the user's own,
+    as they want it) cannot be fsynced; every file system is synced instead (``sync``, rare).
+    Any other error raises, and is final (see :func:`fsync`)."""
+    for access in (os.O_RDONLY, os.O_WRONLY):
+        try:
+            fd = os.open(name, access | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+        except (PermissionError, IsADirectoryError):  # a directory is never opened for writing
+            continue
+        try:
+            fsync(fd)
+        finally:
+            os.close(fd)
+        return
+    os.sync()
 
 
 def remove_tree_at(dir_fd: int, name: bytes | str, step_prefix: str) -> None:
