@@ -270,3 +270,40 @@ def test_forget_abandons_an_unfinished_rollback_and_a_new_workspace_never_finish
     finally:
         if d.alive():
             d.stop()
+
+
+def test_gc_keeps_what_an_unfinished_rollback_still_has_to_write(tmp_path: Path) -> None:
+    """Found by a review: a rollback stopped by a full disk waits in its journal for space,
+    and GC did not count the journal as a reference. Once retention evicted the target mark
+    (here: its age) the sweep deleted the contents the journal still had to write, and the
+    rollback could never finish ("object … is missing" at every request). GC now keeps every
+    object a journal names."""
+    rng = random.Random(11)
+    home = tmp_path / "snapd-home"
+    home.mkdir()
+    (home / "config.toml").write_text("[retention]\nmax_age_days = 0.00002\ngrace_s = 0.001\n")  # 1.7 s
+    d = start_daemon(home)
+    try:
+        with tmpfs(tmp_path / "wsfs", 16 << 20) as fs:
+            ws = workspace(fs / "ws", rng)
+            for i in range(3):
+                (ws / f"big{i}.bin").write_bytes(rng.randbytes(BIG))
+            d.ctl("watch", str(ws))
+            at_m = snapshot(ws)
+            m = d.ctl_json("mark", "m", "-w", str(ws))["id"]
+            for i in range(3):
+                (ws / f"big{i}.bin").write_bytes(rng.randbytes(BIG))
+            fill(fs / "filler", leave=3 << 20)  # room for one restored big file, not three
+            cp = d.ctl("rollback", "--to", m, "-y", "-w", str(ws), check=False, timeout=60)
+            assert cp.returncode == 8 and b"stopped part-way" in cp.stderr, describe(cp)
+            time.sleep(2)  # every mark but the pre-rollback one (the newest) is past the age window
+            gc = d.ctl_json("gc")
+            assert {"id": m, "reason": "age"} in gc["evicted"], f"the mark stayed: nothing tested ({gc})"
+            (fs / "filler").unlink()
+            cp = d.ctl("mark", "after", "-w", str(ws), check=False)
+            assert cp.returncode == 0 and b"not finished" not in cp.stderr, describe(cp)
+            assert snapshot(ws) == at_m, snap_diff(snapshot(ws), at_m)
+            assert d.stop() == 0
+    finally:
+        if d.alive():
+            d.stop()

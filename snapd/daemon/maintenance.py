@@ -17,6 +17,7 @@ import structlog
 from snapd.config import Retention
 from snapd.daemon.events import EventSink, emit
 from snapd.errors import SnapdError
+from snapd.rollback import journal
 from snapd.store import gc, retention
 from snapd.store.records import Mark
 from snapd.store.store import Store
@@ -39,7 +40,9 @@ class Maintenance:
     def collect(self) -> gc.GcReport:
         """Apply retention and GC now (`snapctl gc`, and each periodic run); its warnings
         replace the ones `status` shows."""
-        rep = gc.run(self.store, self.policy)
+        store = self.store
+        unfinished = {k for w in store.workspaces() for k in journal.needs(store.journal_path(w.id))}
+        rep = gc.run(self.store, self.policy, unfinished=unfinished)
         for warning in set(rep.warnings) - set(self.warnings):
             emit(self.events, "warning", None, {"message": warning})
         self.warnings = list(rep.warnings)

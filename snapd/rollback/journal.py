@@ -64,6 +64,23 @@ def remove(journal: Path) -> None:
     safeio.remove_durably(journal)
 
 
+def needs(journal: Path) -> set[str]:
+    """The objects the journal at ``journal`` writes (none when there is none). GC keeps them:
+    a rollback stopped part-way (a full disk) waits in its journal, maybe past its target
+    mark's eviction. A journal that cannot be parsed needs nothing: :func:`read` refuses it."""
+    try:
+        raw = journal.read_bytes()
+    except FileNotFoundError:
+        return set()
+    except OSError as exc:
+        raise safeio.os_error(exc, "read the rollback journal", journal) from exc
+    try:
+        ops = [Op.from_json(o) for o in json.loads(raw)["ops"]]
+    except (ValueError, KeyError, TypeError):
+        return set()
+    return {op.entry.key for op in ops if op.kind in ("write", "symlink") and op.entry is not None}
+
+
 def read(journal: Path, root: Path) -> Journal | None:
     """The journal of ``root`` at ``journal`` (None when there is none); StoreError when it
     cannot be read, is not a journal snapd wrote, or belongs to another root."""

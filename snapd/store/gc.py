@@ -72,19 +72,28 @@ def with_bases(store: Store, keys: Keys) -> Keys:
     return keys
 
 
-def live_keys(store: Store, policy: Retention, now: int, without: frozenset[str] = frozenset()) -> Keys:
-    """Every key something kept references; ``without``: as if those marks were evicted."""
+def live_keys(
+    store: Store,
+    policy: Retention,
+    now: int,
+    without: frozenset[str] = frozenset(),
+    extra: Iterable[bytes | str] = (),
+) -> Keys:
+    """Every key something kept references; ``without``: as if those marks were evicted;
+    ``extra``: keys kept besides (what unfinished rollbacks still have to write)."""
     db = store.catalog.read()
     roots = {t for i, t in db.execute("SELECT id, tree FROM marks") if i not in without}
     roots.update(h for (h,) in db.execute("SELECT head FROM workspaces"))
-    return _held_by(store, roots, policy, now)
+    return _held_by(store, roots, policy, now, extra)
 
 
-def _held_by(store: Store, roots: Iterable[str | None], policy: Retention, now: int) -> Keys:
-    """What the trees ``roots`` reach, every mark's rule inputs and every object a version
-    inside the age window names, with the bases of all of those."""
+def _held_by(
+    store: Store, roots: Iterable[str | None], policy: Retention, now: int, extra: Iterable[bytes | str] = ()
+) -> Keys:
+    """What the trees ``roots`` reach, every mark's rule inputs, every object a version
+    inside the age window names and ``extra``, with the bases of all of those."""
     db = store.catalog.read()
-    held: Keys = set()
+    held: Keys = set(extra)
     nodes.reachable(store.get_many, sorted({r for r in roots if r}), held)
     rules = db.execute("SELECT DISTINCT rules FROM marks WHERE rules IS NOT NULL")
     held.update(objects.db_key(key) for (key,) in rules)
@@ -96,9 +105,11 @@ def _held_by(store: Store, roots: Iterable[str | None], policy: Retention, now: 
     return with_bases(store, held)
 
 
-def sweep(store: Store, policy: Retention, now: int, report: GcReport) -> None:
+def sweep(
+    store: Store, policy: Retention, now: int, report: GcReport, extra: Iterable[bytes | str] = ()
+) -> None:
     with store.holds.sweeping():  # from here on, every key a batch holds is spared
-        live = live_keys(store, policy, now)
+        live = live_keys(store, policy, now, extra=extra)
         young = now - int(policy.grace_s * 1e9)
         rows = store.catalog.read().execute("SELECT key, stored, external, created FROM objects")
         dead = [(k, s, e) for k, s, e, created in rows if k not in live and created < young]
@@ -156,7 +167,7 @@ def remove_orphan_files(store: Store, older_than: int) -> int:
     return removed
 
 
-def _kept_bytes(store: Store, policy: Retention, now: int) -> int:
+def _kept_bytes(store: Store, policy: Retention, now: int, extra: Keys) -> int:
     """Bytes no budget eviction can free: what protected marks, workspace heads and versions
     inside the age window reference. If that alone exceeds the budget, evicting the other
     marks would empty the history and still not meet it."""
@@ -165,12 +176,14 @@ def _kept_bytes(store: Store, policy: Retention, now: int) -> int:
     db = store.catalog.read()
     roots = [m.tree for m in marks if protected(m, ids, policy, now)]
     roots += [h for (h,) in db.execute("SELECT head FROM workspaces WHERE head IS NOT NULL")]
-    keep = _held_by(store, roots, policy, now)
+    keep = _held_by(store, roots, policy, now, extra)
     rows = db.execute("SELECT key, stored FROM objects")
     return sum(stored for key, stored in rows if key in keep)
 
 
-def _fewest_to_fit(store: Store, policy: Retention, now: int, young: int, cands: list[Mark]) -> int:
+def _fewest_to_fit(
+    store: Store, policy: Retention, now: int, young: int, cands: list[Mark], extra: Keys
+) -> int:
     """How many of ``cands`` (oldest first) must go for the settled objects still referenced to
     fit the budget: the fewest, so no mark is evicted that the budget did not need gone.
 
@@ -182,7 +195,7 @@ def _fewest_to_fit(store: Store, policy: Retention, now: int, young: int, cands:
     rows = db.execute("SELECT key, stored FROM objects WHERE created < ?", (young,)).fetchall()
 
     def fits(k: int) -> bool:
-        live = live_keys(store, policy, now, frozenset(m.id for m in cands[:k]))
+        live = live_keys(store, policy, now, frozenset(m.id for m in cands[:k]), extra)
         return int(sum(stored for key, stored in rows if key in live)) <= policy.budget_bytes
 
     lo, hi = 1, len(cands)
@@ -205,9 +218,14 @@ def _settled_bytes(store: Store, young: int) -> int:
     return int(row[0])
 
 
-def run(store: Store, policy: Retention, now: int | None = None) -> GcReport:
-    """Apply the retention policy, then reclaim unreachable objects."""
+def run(
+    store: Store, policy: Retention, now: int | None = None, unfinished: Iterable[str] = ()
+) -> GcReport:
+    """Apply the retention policy, then reclaim unreachable objects. ``unfinished``: what
+    rollbacks stopped part-way still have to write (their journals; the store cannot read
+    them), kept whatever mark was evicted."""
     now = time.time_ns() if now is None else now
+    extra: Keys = {objects.db_key(k) for k in unfinished}
     report = GcReport()
     doomed = plan_evictions(store.marks(), policy, now)
     if doomed:
@@ -222,16 +240,16 @@ def run(store: Store, policy: Retention, now: int | None = None) -> GcReport:
             (cutoff, cutoff),
         )
         report.versions_deleted = c.execute("DELETE FROM versions WHERE time < ?", (cutoff,)).rowcount
-    sweep(store, policy, now, report)
+    sweep(store, policy, now, report, extra)
     young = now - int(policy.grace_s * 1e9)
     settled = _settled_bytes(store, young)
     if settled > policy.budget_bytes:
         cands = budget_candidates(store.marks(), policy, now)
-        if cands and _kept_bytes(store, policy, now) <= policy.budget_bytes:
-            batch = [(m, "budget") for m in cands[: _fewest_to_fit(store, policy, now, young, cands)]]
+        if cands and _kept_bytes(store, policy, now, extra) <= policy.budget_bytes:
+            batch = [(m, "budget") for m in cands[: _fewest_to_fit(store, policy, now, young, cands, extra)]]
             evict(store, batch, now)
             report.evicted += [(m.id, r) for m, r in batch]
-            sweep(store, policy, now, report)
+            sweep(store, policy, now, report, extra)
             settled = _settled_bytes(store, young)
     if settled > policy.budget_bytes:
         # Nothing left to evict, or what is left is held by marks and versions that must be
