@@ -176,3 +176,30 @@ def test_install_service_writes_the_unit_where_the_manager_reads_it(
     hooked = manager.run(sys.executable, "-m", "snapd", "hook", "claude-code", input=payload, env=env)
     assert hooked.returncode == 0, describe(hooked)
     assert b"started one (systemctl --user start snapd.service)" in hooked.stderr, describe(hooked)
+
+
+@pytest.mark.powercut
+def test_the_unit_file_survives_a_power_cut_whole(tmp_path: Path) -> None:
+    """install-service wrote the unit with a plain write: a power cut once something else on the
+    disk forced its log (here: another file's fsync) left an empty unit, which systemd
+    rejects. It is written like every file snapd replaces: a temp file fsynced, renamed,
+    its directory fsynced."""
+    from disks import xfs_disk
+
+    from snapd.daemon import service_unit
+
+    with xfs_disk(tmp_path) as disk:
+        home = disk.mount / "home"
+        env = {"HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"), "PATH": os.environ["PATH"]}
+        service_unit.install_service(env, start=False)
+        unit = home / ".config" / "systemd" / "user" / service_unit.UNIT_NAME
+        wrote = unit.read_text()
+        assert "ExecStart=" in wrote
+        fd = os.open(disk.mount / "other", os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.fsync(fd)  # something else on the disk forces its log
+        finally:
+            os.close(fd)
+        disk.cut()
+        disk.remount()
+        assert unit.read_text() == wrote, "the unit file did not survive the power cut whole"

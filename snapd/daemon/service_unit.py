@@ -27,6 +27,7 @@ from pathlib import Path
 
 from snapd.config import SERVICE_UNIT, service_environment, user_unit_dirs
 from snapd.errors import ConfigError
+from snapd.integrations import jsonfile
 
 UNIT_NAME = SERVICE_UNIT
 REPO_EXEC = "/usr/bin/env python3 -m snapd"
@@ -134,7 +135,7 @@ def install_service(env: dict[str, str], *, start: bool = True) -> int:
     unit = unit_dir / UNIT_NAME
     exec_command = f"{shlex.quote(sys.executable)} -m snapd"
     carried = service_environment(env)
-    unit.write_text(render(exec_command, carried))
+    jsonfile.write_text(unit, render(exec_command, carried))  # durable: an empty unit fails to load
     print(f"wrote {unit} (ExecStart={exec_command} start)")
     if why:
         print(f"  note: {why}")
