@@ -16,14 +16,16 @@ RESULTS = Path(__file__).resolve().parent.parent / "docs" / "bench-results"
 SIZES = ("1k", "10k", "100k")
 
 
-def load() -> dict[tuple[str, str, str], dict[str, Any]]:
+def load() -> dict[tuple[str, str, str, str], dict[str, Any]]:
+    """Every result file, keyed (script, corpus, size, file name): several runs of one script
+    on one tree (an A/B of other commits, say) each keep their own rows."""
     out = {}
     for p in sorted(RESULTS.glob("*.json")):
         if p.name == "corpora.json":
             continue
         r = json.loads(p.read_text())
         r["file"] = p.name
-        out[(r["script"], r["corpus"], r["size"])] = r
+        out[(r["script"], r["corpus"], r["size"], p.name)] = r
     return out
 
 
@@ -68,12 +70,12 @@ def main() -> None:
     corpora()
     print("## Verdicts\n")
     print("| target | wanted | verdict | figure | run |\n|---|---|---|---|---|")
-    for (script, corpus, size), r in sorted(res.items()):
+    for (script, corpus, size, _), r in sorted(res.items()):
         for v in r["verdicts"]:
             print(f"| {v['target']} | {v['wanted']} | **{v['verdict']}** | {v['figure']} | "
                   f"{script} {corpus}-{size} |")
     print("\n## Every timed figure (min / **median** / max)\n")
-    for (script, corpus, size), r in sorted(res.items()):
+    for (script, corpus, size, _), r in sorted(res.items()):
         rows = spreads(r)
         if not rows:
             continue
@@ -90,7 +92,7 @@ def main() -> None:
                 print(f"\n- {key}: {r['figures'][key]}", end="")
         print("\n")
     print("## Profiles (py-spy, all threads; shares of the samples)\n")
-    for (_script, corpus, size), r in sorted(res.items()):
+    for (_script, corpus, size, _), r in sorted(res.items()):
         for key, prof in r["figures"].items():
             if key.startswith("profile_") and prof.get("samples"):
                 total = prof["samples"][0][1]
@@ -111,7 +113,7 @@ def main() -> None:
           "snapctl mark median | peer snap median |\n|---|---|---|---|---|---|---|")
     for corpus in ("django", "npm"):
         for size in SIZES:
-            r = res.get(("mark", corpus, size))
+            r = res.get(("mark", corpus, size, f"mark-{corpus}-{size}.json"))
             if r is None:
                 continue
             f = r["figures"]
