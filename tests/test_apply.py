@@ -316,6 +316,22 @@ def _converged(case: Case, ws: Path, journal: Path) -> None:
     assert no_temps(ws) and not journal.exists()
 
 
+def _as_nobody(action: Callable[[], bool]) -> int:
+    """Run ``action`` in a child as uid/gid 65534 (root ignores modes); its exit code: 0 when it
+    returned True, 2 when False, 1 when it raised."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            code = 0 if action() else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
 def test_crash_at_every_apply_step_then_recover(tmp_path: Path) -> None:
     case = Case(tmp_path, current_tree, target_tree)
     ws, journal = case.fresh()
@@ -387,17 +403,42 @@ def test_read_only_directories_as_an_unprivileged_user(tmp_path: Path) -> None:
         (base / "state").mkdir()
         for path in [base, *base.rglob("*")]:
             os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                os.setgid(NOBODY)
-                os.setuid(NOBODY)
-                code = 0 if case.apply(ws, journal).ok else 2
-            finally:
-                os._exit(code)
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0
+        assert _as_nobody(lambda: case.apply(ws, journal).ok) == 0
+        assert listing(ws) == case.want and not journal.exists()
+    finally:
+        for path in [base, *base.rglob("*")]:
+            if path.is_dir() and not path.is_symlink():
+                path.chmod(0o755)
+        shutil.rmtree(base)
+
+
+def test_a_directory_whose_parent_loses_search_permission_gets_its_mode(tmp_path: Path) -> None:
+    """Found by a review: directory modes are set deepest first, and syncing a directory's new
+    mode at the end of the phase opened it through its parent, which by then had lost the
+    owner's search permission to its own chmod (``x`` 0755 -> 0600): the apply failed with a
+    bare PermissionError (recovery too, at every start). Each inode is opened for its sync
+    right after its chmod. Run as ``nobody``: root ignores modes."""
+
+    def target(ws: Path) -> None:
+        (ws / "x/y").mkdir(parents=True)
+        (ws / "x/y").chmod(0o700)
+        (ws / "x").chmod(0o600)
+
+    def current(ws: Path) -> None:
+        (ws / "x/y").mkdir(parents=True)
+
+    if os.geteuid() != 0:
+        pytest.fail("needs root: to run the apply as another user")
+    case = Case(tmp_path, current, target)
+    base = Path(tempfile.mkdtemp(dir="/tmp"))  # pytest's own directories are private to root
+    try:
+        base.chmod(0o755)
+        ws, journal = base / "ws", base / "state" / "journal.json"
+        current(ws)
+        (base / "state").mkdir()
+        for path in [base, *base.rglob("*")]:
+            os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
+        assert _as_nobody(lambda: case.apply(ws, journal).ok) == 0
         assert listing(ws) == case.want and not journal.exists()
     finally:
         for path in [base, *base.rglob("*")]:
@@ -551,23 +592,27 @@ def test_a_rollback_s_modes_survive_a_power_cut_on_the_workspace_s_disk(tmp_path
 
 
 @pytest.mark.powercut
-def test_a_rename_in_a_directory_its_owner_may_not_read_survives_a_power_cut(tmp_path: Path) -> None:
+@pytest.mark.parametrize("what", ["a rename in a 0300 directory", "a file's mode 0100"])
+def test_what_its_owner_may_not_open_is_still_made_durable(tmp_path: Path, what: str) -> None:
     """A directory of mode 0300 (write and search, no read) cannot be opened to fsync it; the
     apply once took that as "nothing to do" and acknowledged a rename a power cut then undid.
-    Run as ``nobody`` (root reads anything), with the workspace on its own disk."""
+    A file of mode 0100 cannot be opened either, to fsync its new mode: its file system is
+    synced (``syncfs``). Run as ``nobody`` (root opens anything), the workspace on its own disk."""
 
     def target(ws: Path) -> None:
         write(ws / "w/f", "f at M")
+        write(ws / "x", "x", 0o100 if what == "a file's mode 0100" else 0o644)
         (ws / "w").chmod(0o300)
 
     def current(ws: Path) -> None:
-        write(ws / "w/f", "f now")
+        write(ws / "w/f", "f now" if what == "a rename in a 0300 directory" else "f at M")
+        write(ws / "x", "x")
         (ws / "w").chmod(0o300)
 
     if os.geteuid() != 0:
         pytest.fail("needs root: to mount a disk and to run the apply as another user")
     case = Case(tmp_path, current, target)
-    assert [op.path for op in case.plan.ops] == [b"w/f"]
+    assert len(case.plan.ops) == 1
     base = Path(tempfile.mkdtemp(dir="/tmp"))  # pytest's own directories are private to root
     try:
         base.chmod(0o755)
@@ -578,21 +623,11 @@ def test_a_rename_in_a_directory_its_owner_may_not_read_survives_a_power_cut(tmp
             for path in [base / "state", ws, *ws.rglob("*")]:
                 os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
             os.sync()
-            pid = os.fork()
-            if pid == 0:
-                code = 1
-                try:
-                    os.setgid(NOBODY)
-                    os.setuid(NOBODY)
-                    code = 0 if case.apply(ws, journal).ok else 2
-                finally:
-                    os._exit(code)
-            _, status = os.waitpid(pid, 0)
-            assert os.waitstatus_to_exitcode(status) == 0
+            assert _as_nobody(lambda: case.apply(ws, journal).ok) == 0
             disk.cut()
             disk.remount()
-            assert (ws / "w/f").read_bytes() == b"f at M", "the rollback's rename was lost to a power cut"
-            assert listing(ws) == case.want
+            got = listing(ws)
+            assert got == case.want, {k: (got.get(k), v) for k, v in case.want.items() if got.get(k) != v}
     finally:
         shutil.rmtree(base)
 
@@ -638,3 +673,30 @@ def test_a_mode_found_done_by_recovery_is_made_durable(tmp_path: Path, crash_aft
         disk.remount()
         got = listing(ws)
         assert got == case.want, {k: (got.get(k), v) for k, v in case.want.items() if got.get(k) != v}
+
+
+def test_gc_keeps_every_object_an_unfinished_rollback_reads(tmp_path: Path) -> None:
+    """``journal.needs`` (what GC keeps for a rollback stopped part-way): the contents its writes
+    write, and the objects its checks compare by content: a symlink's text (its target's and the
+    one it expects to replace) and a file whose key is a collision variant, which is compared
+    byte for byte; a plain file's expected content is compared by hash and needs no object."""
+    from snapd.rollback import journal as journals
+    from snapd.rollback.ops import Op
+    from snapd.store.objects import variant_key
+    from snapd.store.trees import Entry
+
+    written, link_now, link_then = "a" * 32 + "-5", "b" * 32 + "-3", "c" * 32 + "-4"
+    plain, collided = "d" * 32 + "-7", variant_key("e" * 32 + "-9", 1)
+    ops = (
+        Op("write", b"f", Entry("file", 0o644, 5, written), Entry("file", 0o644, 7, plain)),
+        Op("symlink", b"l", Entry("symlink", 0o777, 4, link_then), Entry("symlink", 0o777, 3, link_now)),
+        Op("chmod", b"g", Entry("file", 0o755, 9, collided), Entry("file", 0o644, 9, collided)),
+        Op("remove", b"h", None, Entry("file", 0o644, 7, plain)),
+    )
+    p = Plan(ops, (), {}, "token")
+    path = tmp_path / "journal.json"
+    journals.Writer(path, tmp_path, p, [None] * len(ops), False).record(0)
+    assert journals.needs(path) == {written, link_then, link_now, collided}
+    assert journals.needs(tmp_path / "none.json") == set()
+    path.write_text("{not json")
+    assert journals.needs(path) == set()  # read() refuses it: recovery never runs it

@@ -179,12 +179,16 @@ def test_gc_on_a_full_store_fails_cleanly_then_reclaims(store: FullStore, tmp_pa
     store.restart()  # GC's deletions need new space in the catalog's log
     store.fill()
     store.fails_full("gc")
+    warnings = store.d.ctl_json("status")["warnings"]
+    assert any("the last GC failed" in w and "disk" in w for w in warnings), warnings
     store.free()
     # A condition of the test, not a wait for a result: the start-up and the CLI got fast
     # enough for all of the above to fit in 2 s, and nothing had aged out yet (CI, session 5).
     time.sleep(max(0.0, aged_out - time.monotonic()))
     out = store.d.ctl_json("gc")
     assert out["evicted"] and out["objects_deleted"] > 0, out
+    warnings = store.d.ctl_json("status")["warnings"]
+    assert not any("the last GC failed" in w for w in warnings), warnings
     for i in range(10):
         assert cat(store.d, newest, ws, f"g{i}.bin") == (ws / f"g{i}.bin").read_bytes()
     store.serving()

@@ -748,3 +748,23 @@ def test_a_settings_file_snapd_rewrites_survives_a_power_cut_whole(tmp_path: Pat
         disk.cut()
         disk.remount()
         assert json.loads(settings.read_text()) == doc
+
+
+def test_a_symlinked_settings_file_is_written_through_its_link(tmp_path: Path) -> None:
+    """Found by a review: a settings file that is a symlink into the user's dotfiles repository
+    (stow, chezmoi, home-manager) was replaced by a regular file, cutting it off from the
+    repository. The file the link points to is rewritten; the link stays."""
+    from snapd.integrations import jsonfile
+
+    real = tmp_path / "dotfiles" / "claude" / "settings.json"
+    real.parent.mkdir(parents=True)
+    real.write_text('{"theme": "dark"}\n')
+    real.chmod(0o600)
+    link = tmp_path / "home" / ".claude" / "settings.json"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(real)
+    jsonfile.save(link, {"theme": "dark", "hooks": {}})
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    assert json.loads(real.read_text()) == {"theme": "dark", "hooks": {}}
+    assert stat.S_IMODE(real.stat().st_mode) == 0o600
+    assert sorted(p.name for p in real.parent.iterdir()) == ["settings.json"]

@@ -79,8 +79,8 @@ def test_gc_spares_an_old_object_a_concurrent_mark_reuses(
         b.add_mark(ws, "new", t1)
     real_live = gc.live_keys
 
-    def live_then_a_mark_reusing_the_old_content(*args: object) -> set[str]:
-        live = real_live(*args)  # type: ignore[arg-type]
+    def live_then_a_mark_reusing_the_old_content(*args: object, **kwargs: object) -> set[str]:
+        live = real_live(*args, **kwargs)  # type: ignore[arg-type]
         with s.batch() as b:  # the user reverts f while GC runs: the mark reuses a dead object
             key = b.put(old)
             b.add_mark(ws, "revert", b.apply(t1, {b"f": trees.Entry("file", 0o644, len(old), key)}))

@@ -39,14 +39,23 @@ class Maintenance:
 
     def collect(self) -> gc.GcReport:
         """Apply retention and GC now (`snapctl gc`, and each periodic run); its warnings
-        replace the ones `status` shows."""
+        replace the ones `status` shows. A run that fails says so there until one succeeds:
+        a store that cannot be collected (a rollback journal it cannot read, a full disk)
+        grows, and the periodic run's error would be in the log alone."""
         store = self.store
-        unfinished = {k for w in store.workspaces() for k in journal.needs(store.journal_path(w.id))}
-        rep = gc.run(self.store, self.policy, unfinished=unfinished)
-        for warning in set(rep.warnings) - set(self.warnings):
-            emit(self.events, "warning", None, {"message": warning})
-        self.warnings = list(rep.warnings)
+        try:
+            unfinished = {k for w in store.workspaces() for k in journal.needs(store.journal_path(w.id))}
+            rep = gc.run(self.store, self.policy, unfinished=unfinished)
+        except SnapdError as exc:
+            self._show([f"the last GC failed, and nothing was collected: {exc.message}"])
+            raise
+        self._show(rep.warnings)
         return rep
+
+    def _show(self, warnings: list[str]) -> None:
+        for warning in set(warnings) - set(self.warnings):
+            emit(self.events, "warning", None, {"message": warning})
+        self.warnings = list(warnings)
 
     def would_evict(self) -> list[tuple[Mark, str]]:
         """The marks retention would evict now, with the reason (`snapctl gc --dry-run`)."""

@@ -65,6 +65,7 @@ def write_text(path: Path, text: str, mode: int | None = None) -> None:
     bytes had not)."""
     import tempfile  # deferred: the hook imports this module but never writes settings
 
+    path = Path(os.path.realpath(path))  # a symlink (a dotfiles manager's) stays: its file is written
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         keep = os.stat(path).st_mode & 0o7777
@@ -75,8 +76,8 @@ def write_text(path: Path, text: str, mode: int | None = None) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
+            os.fchmod(f.fileno(), keep if mode is None else mode)  # before the fsync, which carries it
             os.fsync(f.fileno())
-        os.chmod(tmp, keep if mode is None else mode)
         os.replace(tmp, path)
         dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
         try:

@@ -114,7 +114,8 @@ class Dirs:
 
     def sync(self, paths: set[bytes]) -> None:
         """fsync each directory changed (or found done) in this phase; an error stops the apply."""
-        paths = paths | self.outcome.settled
+        # A symlink replaced by a directory (:meth:`open`) changed the directory around it.
+        paths = paths | self.outcome.settled | {p.rpartition(b"/")[0] for p in self.outcome.replaced}
         self.outcome.settled = set()
         for path in sorted(paths):
             fd = self.open(path, replace=False)

@@ -4,8 +4,8 @@ each path right before it changes (the invariants: :mod:`snapd.rollback.apply`).
 Phases follow the plan's order (:mod:`snapd.rollback.modes`); writes go in batches of
 ``BATCH``: temps staged, fsynced, then renamed, only those whose fsync succeeded; each
 directory touched (or found done) in a phase is fsynced once at its end, and the journal
-records the phase. A chmod is synced on its own inode (a directory's with the phase, a file's
-at once), done or found done: no fsync of a parent carries it. An OS error leaves its path
+records the phase. A chmod is synced on its own inode, done or found done: no fsync of a
+parent carries it (:meth:`Engine.mode_durable`). An OS error leaves its path
 as it is (a conflict); a full disk stops the apply (:func:`snapd.rollback.dirs.stopped`).
 """
 
@@ -42,6 +42,7 @@ class Engine:
     def __init__(self, dirs: Dirs, contents: Contents, force: bool) -> None:
         self.dirs, self.contents, self.force = dirs, contents, force
         self.outcome = dirs.outcome
+        self.modes: list[tuple[bytes, int]] = []  # (path, open descriptor): chmodded, not yet fsynced
 
     def admit(self, op: Op, fd: int, name: bytes, st: os.stat_result | None) -> bool:
         """May ``op`` change the path? Records a conflict when not."""
@@ -77,7 +78,7 @@ class Engine:
             if self.contents.done(fd, name, st, follow):
                 self.outcome.applied[op.path] = None
                 if op.kind == "chmod":  # done before: durable only once synced
-                    self.mode_durable(op, fd, name, self.outcome.settled)
+                    self.mode_durable(op, fd, name)
                 else:
                     self.outcome.settled.add(op.path.rpartition(b"/")[0])
                 yield None
@@ -107,23 +108,29 @@ class Engine:
             for k, op in enumerate(ops)
         ]
         k, phase = 0, 0
-        while k < len(ops):
-            end = k
-            while end < len(ops) and _phase_of(ops[end]) == _phase_of(ops[k]):
-                end += 1
-            touched: set[bytes] = set()
-            for start in range(k, end, BATCH):
-                batch = range(start, min(end, start + BATCH))
-                if _phase_of(ops[k]) == "write":
-                    self.writes([(ops[i], temps[i], follow[i]) for i in batch], touched)
-                else:
-                    for i in batch:
-                        with self.guarded(ops[i]):
-                            self.one(ops[i], follow[i], touched)
-            self.dirs.sync(touched)
-            phase += 1
-            on_phase(phase)
-            k = end
+        try:
+            while k < len(ops):
+                end = k
+                while end < len(ops) and _phase_of(ops[end]) == _phase_of(ops[k]):
+                    end += 1
+                touched: set[bytes] = set()
+                for start in range(k, end, BATCH):
+                    batch = range(start, min(end, start + BATCH))
+                    if _phase_of(ops[k]) == "write":
+                        self.writes([(ops[i], temps[i], follow[i]) for i in batch], touched)
+                    else:
+                        for i in batch:
+                            with self.guarded(ops[i]):
+                                self.one(ops[i], follow[i], touched)
+                self.sync_modes()
+                self.dirs.sync(touched)
+                phase += 1
+                on_phase(phase)
+                k = end
+        finally:
+            for _, ifd in self.modes:  # stopped part-way: the journal stays, nothing to sync
+                os.close(ifd)
+            self.modes = []
 
     def one(self, op: Op, follow: Sequence[Op], touched: set[bytes]) -> None:
         with self.at(op, follow) as where:
@@ -152,22 +159,41 @@ class Engine:
                 safeio.chmod_at(fd, name, op.entry.mode)
                 safeio.step("apply.chmod")
                 self.outcome.applied[op.path] = None
-                self.mode_durable(op, fd, name, touched)
+                self.mode_durable(op, fd, name)
                 return
             self.outcome.applied[op.path] = None
             touched.add(op.path.rpartition(b"/")[0])
 
-    def mode_durable(self, op: Op, fd: int, name: bytes, dirs: set[bytes]) -> None:
-        """A chmod is in its own inode only, which no fsync of the parent carries: a directory
-        joins the phase's directory syncs (``dirs``), a file is fsynced now."""
-        if _dir_chmod(op):
-            dirs.add(op.path)
-            return
+    def mode_durable(self, op: Op, fd: int, name: bytes) -> None:
+        """A chmod is in its own inode only, which no fsync of the parent carries. The inode is
+        opened now (later, a directory's parent may have lost the owner's search permission
+        to its own chmod) and fsynced with the others at the end of the phase, or of
+        ``BATCH`` of them (:meth:`sync_modes`): the first fsync carries most of the rest."""
         try:
-            safeio.fsync_at(fd, name)
+            ifd = safeio.open_for_sync(fd, name)
+            if ifd is None:  # the user's own unreadable, unwritable inode: its file system
+                safeio.sync_fs_at(fd)
+                safeio.step("apply.fsync_mode")
+                return
         except OSError as exc:
             raise stopped(exc, f"making the mode of {show(op.path)} durable") from exc
-        safeio.step("apply.fsync_mode")
+        self.modes.append((op.path, ifd))
+        if len(self.modes) >= BATCH:
+            self.sync_modes()
+
+    def sync_modes(self) -> None:
+        """fsync the inodes whose mode changed (:meth:`mode_durable`); an error stops the apply."""
+        modes, self.modes = self.modes, []
+        try:
+            for path, ifd in modes:
+                try:
+                    safeio.fsync(ifd)
+                except OSError as exc:
+                    raise stopped(exc, f"making the mode of {show(path)} durable") from exc
+                safeio.step("apply.fsync_mode")
+        finally:
+            for _, ifd in modes:
+                os.close(ifd)
 
     def writes(self, batch: Sequence[tuple[Op, str | None, Sequence[Op]]], touched: set[bytes]) -> None:
         """Temp files for the whole batch, one fsync each, then the renames, then directory syncs.

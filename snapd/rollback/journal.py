@@ -65,9 +65,12 @@ def remove(journal: Path) -> None:
 
 
 def needs(journal: Path) -> set[str]:
-    """The objects the journal at ``journal`` writes (none when there is none). GC keeps them:
-    a rollback stopped part-way (a full disk) waits in its journal, maybe past its target
-    mark's eviction. A journal that cannot be parsed needs nothing: :func:`read` refuses it."""
+    """The objects the journal at ``journal`` reads (none when there is none): what its writes
+    write, and what its checks compare by content (a symlink's text, a file whose key is a
+    collision variant: :class:`snapd.rollback.checks.Contents`). GC keeps them: a rollback
+    stopped part-way (a full disk) waits in its journal, maybe past its target mark's and its
+    pre-rollback mark's eviction. A journal that cannot be parsed needs nothing: :func:`read`
+    refuses it."""
     try:
         raw = journal.read_bytes()
     except FileNotFoundError:
@@ -78,7 +81,14 @@ def needs(journal: Path) -> set[str]:
         ops = [Op.from_json(o) for o in json.loads(raw)["ops"]]
     except (ValueError, KeyError, TypeError):
         return set()
-    return {op.entry.key for op in ops if op.kind in ("write", "symlink") and op.entry is not None}
+    written = {op.entry.key for op in ops if op.kind in ("write", "symlink") and op.entry is not None}
+    compared = {
+        e.key
+        for op in ops
+        for e in (op.entry, op.expect)
+        if e is not None and (e.kind == "symlink" or (e.kind == "file" and "." in e.key))
+    }
+    return written | compared
 
 
 def read(journal: Path, root: Path) -> Journal | None:

@@ -14,7 +14,9 @@ Invariants:
 
 from __future__ import annotations
 
+import ctypes
 import errno
+import functools
 import os
 import stat
 from pathlib import Path
@@ -220,23 +222,60 @@ def chmod_at(dir_fd: int, name: bytes | str, mode: int) -> None:
         os.close(fd)
 
 
-def fsync_at(dir_fd: int, name: bytes | str = ".") -> None:
-    """Make the inode ``name`` in ``dir_fd`` durable (``dir_fd`` may be O_PATH; ``"."`` is the
-    directory itself): its entries for a directory, its metadata (a chmod) for a file. What we
-    may neither read nor write (a directory of mode 0300, a file of mode 0100: the user's own,
-    as they want it) cannot be fsynced; every file system is synced instead (``sync``, rare).
-    Any other error raises, and is final (see :func:`fsync`)."""
+def open_for_sync(dir_fd: int, name: bytes | str = ".") -> int | None:
+    """A descriptor of the inode ``name`` in ``dir_fd`` (which may be O_PATH; ``"."`` is the
+    directory itself) that fsync accepts, or None when the user may neither read nor write it
+    (a directory of mode 0300, a file of mode 0100 or one being executed: the user's own, as
+    they want it). Never follows a symlink, never blocks on a FIFO. Any other error raises."""
+    flags = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
     for access in (os.O_RDONLY, os.O_WRONLY):
         try:
-            fd = os.open(name, access | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+            return os.open(name, access | flags, dir_fd=dir_fd)
         except (PermissionError, IsADirectoryError):  # a directory is never opened for writing
             continue
-        try:
-            fsync(fd)
-        finally:
-            os.close(fd)
+        except OSError as exc:
+            if exc.errno != errno.ETXTBSY:
+                raise
+    return None
+
+
+def sync_fs_at(dir_fd: int) -> None:
+    """Flush the whole file system of directory ``dir_fd``: ``syncfs``, which reports the
+    file system's write errors (Linux >= 5.8), through a descriptor of the directory; where
+    the directory may not be read either, every file system (``sync``, which reports
+    nothing). For the inodes :func:`open_for_sync` cannot open: rare."""
+    try:
+        fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
+    except PermissionError:
+        os.sync()
         return
-    os.sync()
+    try:
+        if _libc().syncfs(fd) != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, os.strerror(code))
+        os.fstat(fd)  # alive afterwards: see fsync
+    finally:
+        os.close(fd)
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def fsync_at(dir_fd: int, name: bytes | str = ".") -> None:
+    """Make the inode ``name`` in ``dir_fd`` durable: its entries for a directory, its metadata
+    (a chmod) for a file; its whole file system where it cannot be opened (see
+    :func:`open_for_sync`, :func:`sync_fs_at`). Any error raises, and is final (see
+    :func:`fsync`)."""
+    fd = open_for_sync(dir_fd, name)
+    if fd is None:
+        sync_fs_at(dir_fd)
+        return
+    try:
+        fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def remove_tree_at(dir_fd: int, name: bytes | str, step_prefix: str) -> None:
