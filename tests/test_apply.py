@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -700,3 +701,97 @@ def test_gc_keeps_every_object_an_unfinished_rollback_reads(tmp_path: Path) -> N
     assert journals.needs(tmp_path / "none.json") == set()
     path.write_text("{not json")
     assert journals.needs(path) == set()  # read() refuses it: recovery never runs it
+
+
+class _NobodyWorkspace:
+    """A workspace laid out by ``build`` in a directory ``nobody`` can reach, owned by it."""
+
+    def __init__(self, build: Builder) -> None:
+        self.base = Path(tempfile.mkdtemp(dir="/tmp"))  # pytest's own directories are private to root
+        self.base.chmod(0o755)
+        self.ws, self.journal = self.base / "ws", self.base / "state" / "journal.json"
+        build(self.ws)
+        (self.base / "state").mkdir()
+
+    def own(self) -> None:
+        for path in [self.base, *self.base.rglob("*")]:
+            os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
+
+    def close(self) -> None:
+        subprocess.run(["chmod", "-R", "u+rwx", str(self.base)], check=True)
+        shutil.rmtree(self.base)
+
+
+def test_a_recovery_reopens_the_directories_its_apply_closed(tmp_path: Path) -> None:
+    """Found by a review: the apply died after its last phase set ``p`` to 0600 (no search for
+    the owner), with ``p/q/f`` written below it. Recovery opened ``p/q`` to remove the journaled
+    temps and failed with a bare PermissionError at every start, the journal left for good.
+    It now gives the owner write and search back on what the apply's own chmods closed,
+    parents first, and sets their modes again at the end. As ``nobody``: root ignores modes."""
+
+    def target(ws: Path) -> None:
+        write(ws / "p/q/f", "f at M")
+        (ws / "p").chmod(0o600)
+
+    def current(ws: Path) -> None:
+        write(ws / "p/q/f", "f now")
+
+    if os.geteuid() != 0:
+        pytest.fail("needs root: to run the apply as another user")
+    case = Case(tmp_path, current, target)
+    where = _NobodyWorkspace(current)
+    try:
+        where.own()
+        ws, journal = where.ws, where.journal
+
+        def crash_after_the_last_chmod() -> bool:
+            safeio.crash_after(1, only="apply.chmod")
+            case.apply(ws, journal)
+            return False
+
+        assert _as_nobody(crash_after_the_last_chmod) == safeio.CRASH_EXIT_CODE
+        assert journal.exists() and stat.S_IMODE((ws / "p").stat().st_mode) == 0o600
+        assert _as_nobody(lambda: recover(ws, journal, case.get, xxh3_hex) is not None) == 0
+        assert listing(ws) == case.want and not journal.exists() and no_temps(ws)
+    finally:
+        where.close()
+
+
+def test_a_symlink_replaced_below_a_directory_closed_at_the_end_is_no_obstacle(tmp_path: Path) -> None:
+    """Found by a review: the parent of a symlink the apply replaced by a directory was synced
+    again at the end of every phase, the last one too, when ``p`` above it had lost the owner's
+    search permission to its own chmod: the apply failed with a bare PermissionError. It is
+    synced once, at the end of the phase that replaced it. (``p/q/d/f`` is a conflict: the
+    symlink's directory is never followed, so the file it expected is gone.) As ``nobody``."""
+
+    def target(ws: Path) -> None:
+        write(ws / "p/q/d/f", "f at M")
+        write(ws / "p/q/d/g", "g at M")
+        (ws / "p").chmod(0o600)
+
+    def current(ws: Path) -> None:
+        write(ws / "p/q/d/f", "f now")
+
+    if os.geteuid() != 0:
+        pytest.fail("needs root: to run the apply as another user")
+    case = Case(tmp_path, current, target)
+    where = _NobodyWorkspace(current)
+    try:
+        outside = where.base / "outside"
+        write(outside / "f", "outside f")
+        shutil.rmtree(where.ws / "p/q/d")
+        (where.ws / "p/q/d").symlink_to(outside, target_is_directory=True)
+        where.own()
+
+        def applied() -> bool:
+            result = case.apply(where.ws, where.journal)
+            return result.replaced == (b"p/q/d",) and dict(result.conflicts).keys() == {b"p/q/d/f"}
+
+        assert _as_nobody(applied) == 0  # 1: it raised
+        got = listing(where.ws)
+        assert {k: v for k, v in got.items() if k != "p/q/d/f"} == {
+            k: v for k, v in case.want.items() if k != "p/q/d/f"
+        }, got
+        assert not where.journal.exists() and (outside / "f").read_bytes() == b"outside f"
+    finally:
+        where.close()

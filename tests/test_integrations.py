@@ -768,3 +768,26 @@ def test_a_symlinked_settings_file_is_written_through_its_link(tmp_path: Path) -
     assert json.loads(real.read_text()) == {"theme": "dark", "hooks": {}}
     assert stat.S_IMODE(real.stat().st_mode) == 0o600
     assert sorted(p.name for p in real.parent.iterdir()) == ["settings.json"]
+
+
+def test_a_settings_file_linked_into_a_read_only_place_is_refused_clearly(tmp_path: Path) -> None:
+    """Found by a review: a settings file linked into a place nobody may write (home-manager's
+    /nix/store; here a read-only mount, which even root cannot write) made `integrate` fail
+    with a traceback once the link was written through. It is refused, saying why, and the
+    link and its file are left as they were."""
+    import subprocess
+
+    from disks import tmpfs
+
+    from snapd.errors import IntegrationRefused
+    from snapd.integrations import jsonfile
+
+    link = tmp_path / "home" / ".claude" / "settings.json"
+    link.parent.mkdir(parents=True)
+    with tmpfs(tmp_path / "store", 1 << 20) as ro:
+        (ro / "settings.json").write_text('{"theme": "dark"}\n')
+        subprocess.run(["mount", "-o", "remount,ro", str(ro)], check=True)
+        link.symlink_to(ro / "settings.json")
+        with pytest.raises(IntegrationRefused, match="cannot write .*a link to .*Read-only file system"):
+            jsonfile.save(link, {"theme": "dark", "hooks": {}})
+        assert link.is_symlink() and json.loads(link.read_text()) == {"theme": "dark"}

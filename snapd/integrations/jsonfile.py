@@ -60,26 +60,35 @@ def save(path: Path, doc: Doc) -> None:
 
 def write_text(path: Path, text: str, mode: int | None = None) -> None:
     """Replace ``path`` with ``text`` through a temp file beside it (parents created), durably:
-    the temp is fsynced before the rename, the directory after it. Without the first fsync a
-    power cut can leave the user's settings file empty (the rename reached the disk, the
-    bytes had not)."""
+    the temp is fsynced (its mode set first) before the rename, the directory after it.
+    Without the first fsync a power cut can leave the user's settings file empty (the rename
+    reached the disk, the bytes had not). A symlink (a dotfiles manager's) stays: the file it
+    points to is replaced. IntegrationRefused, saying why, when it cannot be written."""
     import tempfile  # deferred: the hook imports this module but never writes settings
 
-    path = Path(os.path.realpath(path))  # a symlink (a dotfiles manager's) stays: its file is written
-    path.parent.mkdir(parents=True, exist_ok=True)
+    real = Path(os.path.realpath(path))
     try:
-        keep = os.stat(path).st_mode & 0o7777
-    except FileNotFoundError:
-        keep = 0o644
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".snapd-tmp", dir=path.parent)
+        real.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            keep = os.stat(real).st_mode & 0o7777
+        except FileNotFoundError:
+            keep = 0o644
+        fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".snapd-tmp", dir=real.parent)
+    except OSError as exc:
+        through = f" (a link to {real})" if real != path.absolute() else ""
+        raise IntegrationRefused(
+            f"cannot write {path}{through}: {exc.strerror or exc}; nothing was changed. Make it "
+            "writable, or, for a file your dotfiles manager keeps, add snapd's settings there",
+            path=str(path),
+        ) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fchmod(f.fileno(), keep if mode is None else mode)  # before the fsync, which carries it
             os.fsync(f.fileno())
-        os.replace(tmp, path)
-        dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        os.replace(tmp, real)
+        dfd = os.open(real.parent, os.O_RDONLY | os.O_DIRECTORY)
         try:
             os.fsync(dfd)
         finally:

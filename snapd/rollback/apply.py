@@ -118,6 +118,7 @@ def recover(root: Path, journal: Path, get: Get, hasher: Hasher) -> RecoveryResu
     root_fd = _open_root(root)
     try:
         engine = _engine(root_fd, get, hasher, found.force)
+        engine.dirs.reopen(found.ops)
         engine.dirs.remove_temps(found.ops, found.temps)
         engine.run(found.ops, found.temps, lambda phase: None)
         journals.remove(journal)

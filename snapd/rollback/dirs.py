@@ -22,6 +22,7 @@ from snapd.rollback.ops import Op, show
 from snapd.store import safeio
 
 REPLACED_DIR_MODE = 0o755
+_OWNER_WX = stat.S_IWUSR | stat.S_IXUSR
 DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -76,6 +77,7 @@ class Dirs:
 
     def __init__(self, root_fd: int, outcome: Outcome) -> None:
         self.root_fd, self.outcome = root_fd, outcome
+        self._replaced_synced = 0  # outcome.replaced[:this] have had their parents synced
 
     def open(self, path: bytes, *, replace: bool = True) -> int | str:
         """A descriptor of directory ``path`` (b"" is the root), or why there is none."""
@@ -113,25 +115,68 @@ class Dirs:
             self.outcome.temps_removed += 1
 
     def sync(self, paths: set[bytes]) -> None:
-        """fsync each directory changed (or found done) in this phase; an error stops the apply."""
-        # A symlink replaced by a directory (:meth:`open`) changed the directory around it.
-        paths = paths | self.outcome.settled | {p.rpartition(b"/")[0] for p in self.outcome.replaced}
+        """fsync each directory changed (or found done) in this phase, through its parent (a
+        directory its owner may not read has its file system synced: ``safeio.fsync_at``);
+        an error stops the apply."""
+        # A symlink replaced by a directory in this phase (:meth:`open`) changed its parent.
+        replaced = self.outcome.replaced[self._replaced_synced :]
+        self._replaced_synced = len(self.outcome.replaced)
+        paths = paths | self.outcome.settled | {p.rpartition(b"/")[0] for p in replaced}
         self.outcome.settled = set()
         for path in sorted(paths):
-            fd = self.open(path, replace=False)
-            if isinstance(fd, int):
+            parent, _, name = path.rpartition(b"/")
+            try:
+                fd = self.open(parent if path else b"", replace=False)
+                if isinstance(fd, str):
+                    continue
                 try:
-                    safeio.fsync_at(fd)
+                    safeio.fsync_at(fd, name if path else ".")
                     safeio.step("apply.fsync_dir")
-                except OSError as exc:
-                    raise stopped(exc, f"making {show(path) if path else 'the root'} durable") from exc
                 finally:
                     os.close(fd)
+            except OSError as exc:
+                if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                    continue  # removed later in the phase (its parent is synced), or no directory now
+                raise stopped(exc, f"making {show(path) if path else 'the root'} durable") from exc
+
+    def reopen(self, ops: Sequence[Op]) -> None:
+        """Before a recovery: give the owner write and search permission back on the directories
+        the apply's own last-phase chmods closed (``p`` 0755 -> 0600 above ``p/q/f``), parents
+        first, or nothing below them could be reached again. Their chmods run again at the end
+        (the mode is not the mark's any more), and set the mark's mode."""
+        closed = [
+            op.path
+            for op in ops
+            if op.kind == "chmod"
+            and op.entry is not None
+            and op.entry.kind == "dir"
+            and op.entry.mode & _OWNER_WX != _OWNER_WX
+        ]
+        for path in sorted(closed, key=lambda p: (p.count(b"/") if p else -1, p)):
+            parent, _, name = path.rpartition(b"/")
+            try:
+                fd = self.open(parent if path else b"", replace=False)
+                if isinstance(fd, str):
+                    continue  # gone: its ops say so when they run
+                try:
+                    st = safeio.lstat_at(fd, name if path else ".")
+                    if st is not None and stat.S_ISDIR(st.st_mode) and st.st_mode & _OWNER_WX != _OWNER_WX:
+                        safeio.chmod_at(fd, name if path else ".", stat.S_IMODE(st.st_mode) | _OWNER_WX)
+                        safeio.step("apply.reopen")
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                raise stopped(exc, f"opening {show(path) if path else 'the root'} again") from exc
 
     def remove_temps(self, ops: Sequence[Op], temps: Sequence[str | None]) -> None:
         """Remove the journaled temps a crash left (recovery, before the ops run again)."""
         for op, temp in zip(ops, temps, strict=True):
-            fd = self.open(op.path.rpartition(b"/")[0], replace=False) if temp else None
-            if isinstance(fd, int) and temp:
-                self.drop_temp(fd, temp)
-                os.close(fd)
+            parent = op.path.rpartition(b"/")[0]
+            try:
+                fd = self.open(parent, replace=False) if temp else None
+                if isinstance(fd, int) and temp:
+                    self.drop_temp(fd, temp)
+                    os.close(fd)
+            except OSError as exc:
+                where = show(parent) if parent else "the root"
+                raise stopped(exc, f"removing the temp files in {where}") from exc
