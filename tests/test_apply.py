@@ -795,3 +795,101 @@ def test_a_symlink_replaced_below_a_directory_closed_at_the_end_is_no_obstacle(t
         assert not where.journal.exists() and (outside / "f").read_bytes() == b"outside f"
     finally:
         where.close()
+
+
+def _root_owned_r(ws: Path) -> None:
+    os.chown(ws / "R", 0, 0)
+
+
+@pytest.mark.parametrize(
+    "shape",
+    ["another user's read-only directory", "directories without search now", "a root closed at the mark"],
+)
+def test_every_crash_of_an_apply_as_its_user_is_recovered(tmp_path: Path, shape: str) -> None:
+    """Found by a fourth review: directories recovery must open again, or must leave alone.
+    ``R`` (0555) belongs to root: the apply reports it and ``R/f`` as conflicts, and recovery
+    once stopped for good on chmodding it (EPERM). ``a`` and ``p`` lack search now and have
+    it at the mark: a crash before phase 0 opened them left a recovery that could not reach
+    ``p/f``. The root's mode at the mark lacks search: recovery could not stat ``.`` through
+    it. For every crash point of the apply (as ``nobody``), recovery finishes: the journal
+    goes, no temp is left, and the tree is the mark's except the conflicts."""
+    plan_args: dict[str, object] = {}
+    post: Callable[[Path], None] = lambda ws: None  # noqa: E731
+    if shape == "another user's read-only directory":
+
+        def target(ws: Path) -> None:
+            write(ws / "R/f", "f at M")
+            (ws / "R").chmod(0o555)
+            write(ws / "g", "g at M")
+
+        def current(ws: Path) -> None:
+            write(ws / "R/f", "f now")
+            (ws / "R").chmod(0o555)
+            write(ws / "g", "g now")
+
+        post, conflicts = _root_owned_r, {b"R", b"R/f"}
+    elif shape == "directories without search now":
+
+        def target(ws: Path) -> None:
+            write(ws / "a/x", "x")
+            write(ws / "p/f", "f at M")
+
+        def current(ws: Path) -> None:
+            write(ws / "a/x", "x")
+            write(ws / "p/f", "f now")
+            (ws / "a").chmod(0o600)
+            (ws / "p").chmod(0o600)
+
+        conflicts = set()
+    else:
+
+        def target(ws: Path) -> None:
+            write(ws / "f", "f at M")
+
+        def current(ws: Path) -> None:
+            write(ws / "f", "f now")
+
+        plan_args, conflicts = {"root_modes": (0o755, 0o600)}, set()
+
+    if os.geteuid() != 0:
+        pytest.fail("needs root: to run the apply as another user")
+    case = Case(tmp_path, current, target, **plan_args)
+    want = dict(case.want, **({"": ("dir", 0o600, b"")} if plan_args else {}))
+
+    def tree(ws: Path) -> Listing:
+        got = listing(ws)
+        if plan_args:
+            got[""] = ("dir", stat.S_IMODE(ws.stat().st_mode), b"")
+        return {k: v for k, v in got.items() if os.fsencode(k) not in conflicts}
+
+    finished = False
+    for n in range(1, 40):
+        where = _NobodyWorkspace(current)
+        try:
+            where.own()
+            post(where.ws)
+            ws, journal = where.ws, where.journal
+
+            def crash_at_n(n: int = n) -> bool:
+                safeio.crash_after(n, only="apply.")
+                case.apply(ws, journal)
+                return True
+
+            code = _as_nobody(crash_at_n)
+            if code == 0:  # no n-th step: every crash point is done
+                finished = True
+            else:
+                assert code == safeio.CRASH_EXIT_CODE, f"the apply raised (crash after step {n})"
+
+                def recovered() -> bool:
+                    result = recover(ws, journal, case.get, xxh3_hex)
+                    return result is not None and {p for p, _ in result.conflicts} == conflicts
+
+                assert _as_nobody(recovered) == 0, f"recovery failed after a crash at step {n}"
+            assert not journal.exists() and no_temps(ws), n
+            assert tree(ws) == {k: v for k, v in want.items() if os.fsencode(k) not in conflicts}, n
+        finally:
+            where.close()
+        if finished:
+            break
+    assert finished, "the apply had more steps than the test crashes at"

@@ -75,11 +75,10 @@ def write_text(path: Path, text: str, mode: int | None = None) -> None:
             keep = 0o644
         fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".snapd-tmp", dir=real.parent)
     except OSError as exc:
-        through = f" (a link to {real})" if real != path.absolute() else ""
+        linked = real != path.absolute()
+        hint = f" (a link to {real}: for a file a dotfiles manager keeps, change it there)" if linked else ""
         raise IntegrationRefused(
-            f"cannot write {path}{through}: {exc.strerror or exc}; nothing was changed. Make it "
-            "writable, or, for a file your dotfiles manager keeps, add snapd's settings there",
-            path=str(path),
+            f"cannot write {path}: {exc.strerror or exc}; nothing was changed{hint}", path=str(path)
         ) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:

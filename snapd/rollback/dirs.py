@@ -140,33 +140,39 @@ class Dirs:
                 raise stopped(exc, f"making {show(path) if path else 'the root'} durable") from exc
 
     def reopen(self, ops: Sequence[Op]) -> None:
-        """Before a recovery: give the owner write and search permission back on the directories
-        the apply's own last-phase chmods closed (``p`` 0755 -> 0600 above ``p/q/f``), parents
-        first, or nothing below them could be reached again. Their chmods run again at the end
-        (the mode is not the mark's any more), and set the mark's mode."""
-        closed = [
-            op.path
-            for op in ops
-            if op.kind == "chmod"
-            and op.entry is not None
-            and op.entry.kind == "dir"
-            and op.entry.mode & _OWNER_WX != _OWNER_WX
-        ]
-        for path in sorted(closed, key=lambda p: (p.count(b"/") if p else -1, p)):
+        """Before a recovery: give the owner write and search permission back on every directory
+        the journal chmods that lacks them now (``p`` set to 0600 above ``p/q/f`` by the last
+        phase; or 0600 at the plan, to be opened by phase 0), parents first, or nothing below
+        it could be reached again. Its chmods run again and set its mode (the mode is not the
+        one they set any more). One that cannot be changed so (not the user's, or out of
+        reach) is left as it is: its ops report it."""
+        dirs = {op.path for op in ops if op.kind == "chmod" and op.entry and op.entry.kind == "dir"}
+        for path in sorted(dirs, key=lambda p: (p.count(b"/") if p else -1, p)):
             parent, _, name = path.rpartition(b"/")
             try:
                 fd = self.open(parent if path else b"", replace=False)
-                if isinstance(fd, str):
-                    continue  # gone: its ops say so when they run
-                try:
-                    st = safeio.lstat_at(fd, name if path else ".")
-                    if st is not None and stat.S_ISDIR(st.st_mode) and st.st_mode & _OWNER_WX != _OWNER_WX:
-                        safeio.chmod_at(fd, name if path else ".", stat.S_IMODE(st.st_mode) | _OWNER_WX)
-                        safeio.step("apply.reopen")
-                finally:
-                    os.close(fd)
+            except PermissionError:
+                continue
+            except OSError as exc:
+                raise stopped(exc, f"opening {show(parent) if parent else 'the root'}") from exc
+            if isinstance(fd, str):
+                continue  # gone: its ops say so when they run
+            try:
+                # The root through its own descriptor: "." would need the search permission.
+                st = safeio.lstat_at(fd, name) if path else os.fstat(fd)
+                if st is not None and stat.S_ISDIR(st.st_mode) and st.st_mode & _OWNER_WX != _OWNER_WX:
+                    mode = stat.S_IMODE(st.st_mode) | _OWNER_WX
+                    if path:
+                        safeio.chmod_at(fd, name, mode)
+                    else:
+                        os.chmod(f"/proc/self/fd/{fd}", mode)
+                    safeio.step("apply.reopen")
+            except PermissionError:
+                continue  # EPERM: another user's directory; EACCES: out of reach
             except OSError as exc:
                 raise stopped(exc, f"opening {show(path) if path else 'the root'} again") from exc
+            finally:
+                os.close(fd)
 
     def remove_temps(self, ops: Sequence[Op], temps: Sequence[str | None]) -> None:
         """Remove the journaled temps a crash left (recovery, before the ops run again)."""
