@@ -870,7 +870,7 @@ def test_every_crash_of_an_apply_as_its_user_is_recovered(tmp_path: Path, shape:
             post(where.ws)
             ws, journal = where.ws, where.journal
 
-            def crash_at_n(n: int = n) -> bool:
+            def crash_at_n(n: int = n, ws: Path = ws, journal: Path = journal) -> bool:
                 safeio.crash_after(n, only="apply.")
                 case.apply(ws, journal)
                 return True
@@ -881,7 +881,7 @@ def test_every_crash_of_an_apply_as_its_user_is_recovered(tmp_path: Path, shape:
             else:
                 assert code == safeio.CRASH_EXIT_CODE, f"the apply raised (crash after step {n})"
 
-                def recovered() -> bool:
+                def recovered(ws: Path = ws, journal: Path = journal) -> bool:
                     result = recover(ws, journal, case.get, xxh3_hex)
                     return result is not None and {p for p, _ in result.conflicts} == conflicts
 
