@@ -333,6 +333,36 @@ def _as_nobody(action: Callable[[], bool]) -> int:
     return os.waitstatus_to_exitcode(status)
 
 
+class _NobodyWorkspace:
+    """A workspace laid out by ``build`` in a directory ``nobody`` can reach, owned by it."""
+
+    def __init__(self, build: Builder) -> None:
+        self.base = Path(tempfile.mkdtemp(dir="/tmp"))  # pytest's own directories are private to root
+        self.base.chmod(0o755)
+        self.ws, self.journal = self.base / "ws", self.base / "state" / "journal.json"
+        build(self.ws)
+        (self.base / "state").mkdir()
+
+    def own(self) -> None:
+        for path in [self.base, *self.base.rglob("*")]:
+            os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
+
+    def close(self) -> None:
+        subprocess.run(["chmod", "-R", "u+rwx", str(self.base)], check=True)
+        shutil.rmtree(self.base)
+
+
+def _apply_as_nobody(case: Case) -> None:
+    """Lay out ``case.current`` for ``nobody`` and apply the plan as ``nobody``: exactly."""
+    where = _NobodyWorkspace(case.current)
+    try:
+        where.own()
+        assert _as_nobody(lambda: case.apply(where.ws, where.journal).ok) == 0
+        assert listing(where.ws) == case.want and not where.journal.exists()
+    finally:
+        where.close()
+
+
 def test_crash_at_every_apply_step_then_recover(tmp_path: Path) -> None:
     case = Case(tmp_path, current_tree, target_tree)
     ws, journal = case.fresh()
@@ -395,22 +425,7 @@ def test_read_only_directories_as_an_unprivileged_user(tmp_path: Path) -> None:
         write(ws / "ro_at_m/g", "g now")
         (ws / "ro_now").chmod(0o555)
 
-    case = Case(tmp_path, current, target)
-    base = Path(tempfile.mkdtemp(dir="/tmp"))
-    try:
-        base.chmod(0o755)
-        ws, journal = base / "ws", base / "state" / "journal.json"
-        current(ws)
-        (base / "state").mkdir()
-        for path in [base, *base.rglob("*")]:
-            os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
-        assert _as_nobody(lambda: case.apply(ws, journal).ok) == 0
-        assert listing(ws) == case.want and not journal.exists()
-    finally:
-        for path in [base, *base.rglob("*")]:
-            if path.is_dir() and not path.is_symlink():
-                path.chmod(0o755)
-        shutil.rmtree(base)
+    _apply_as_nobody(Case(tmp_path, current, target))
 
 
 def test_a_directory_whose_parent_loses_search_permission_gets_its_mode(tmp_path: Path) -> None:
@@ -430,22 +445,7 @@ def test_a_directory_whose_parent_loses_search_permission_gets_its_mode(tmp_path
 
     if os.geteuid() != 0:
         pytest.fail("needs root: to run the apply as another user")
-    case = Case(tmp_path, current, target)
-    base = Path(tempfile.mkdtemp(dir="/tmp"))  # pytest's own directories are private to root
-    try:
-        base.chmod(0o755)
-        ws, journal = base / "ws", base / "state" / "journal.json"
-        current(ws)
-        (base / "state").mkdir()
-        for path in [base, *base.rglob("*")]:
-            os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
-        assert _as_nobody(lambda: case.apply(ws, journal).ok) == 0
-        assert listing(ws) == case.want and not journal.exists()
-    finally:
-        for path in [base, *base.rglob("*")]:
-            if path.is_dir() and not path.is_symlink():
-                path.chmod(0o755)
-        shutil.rmtree(base)
+    _apply_as_nobody(Case(tmp_path, current, target))
 
 
 def test_a_temp_whose_fsync_fails_is_never_renamed_into_place(
@@ -701,25 +701,6 @@ def test_gc_keeps_every_object_an_unfinished_rollback_reads(tmp_path: Path) -> N
     assert journals.needs(tmp_path / "none.json") == set()
     path.write_text("{not json")
     assert journals.needs(path) == set()  # read() refuses it: recovery never runs it
-
-
-class _NobodyWorkspace:
-    """A workspace laid out by ``build`` in a directory ``nobody`` can reach, owned by it."""
-
-    def __init__(self, build: Builder) -> None:
-        self.base = Path(tempfile.mkdtemp(dir="/tmp"))  # pytest's own directories are private to root
-        self.base.chmod(0o755)
-        self.ws, self.journal = self.base / "ws", self.base / "state" / "journal.json"
-        build(self.ws)
-        (self.base / "state").mkdir()
-
-    def own(self) -> None:
-        for path in [self.base, *self.base.rglob("*")]:
-            os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
-
-    def close(self) -> None:
-        subprocess.run(["chmod", "-R", "u+rwx", str(self.base)], check=True)
-        shutil.rmtree(self.base)
 
 
 def test_a_recovery_reopens_the_directories_its_apply_closed(tmp_path: Path) -> None:

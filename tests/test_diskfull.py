@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from disks import fill, tmpfs
-from e2e_helpers import Daemon, base_env, describe, no_cookies, snap_diff, snapshot, start_daemon
+from e2e_helpers import Daemon, Snap, base_env, describe, no_cookies, snap_diff, snapshot, start_daemon
 
 pytestmark = [pytest.mark.powercut, pytest.mark.timeout(300)]
 
@@ -99,6 +99,24 @@ def workspace(root: Path, rng: random.Random, files: int = 8) -> Path:
 
 def cat(d: Daemon, mark: str, ws: Path, rel: str) -> bytes:
     return d.ctl("cat", mark, str(ws / rel), "-w", str(ws)).stdout
+
+
+def rollback_stopped_by_a_full_disk(d: Daemon, fs: Path, rng: random.Random) -> tuple[Path, str, Snap]:
+    """A workspace on the tmpfs ``fs`` whose rollback to its mark ``m`` stopped part-way: the
+    disk holds one restored big file, not three (``fs/filler``: unlink it to free the space).
+    The workspace, ``m``, and the workspace as it was at ``m``."""
+    ws = workspace(fs / "ws", rng)
+    for i in range(3):
+        (ws / f"big{i}.bin").write_bytes(rng.randbytes(BIG))
+    d.ctl("watch", str(ws))
+    at_m = snapshot(ws)
+    m = d.ctl_json("mark", "m", "-w", str(ws))["id"]
+    for i in range(3):
+        (ws / f"big{i}.bin").write_bytes(rng.randbytes(BIG))
+    fill(fs / "filler", leave=3 << 20)
+    cp = d.ctl("rollback", "--to", m, "-y", "-w", str(ws), check=False, timeout=60)
+    assert cp.returncode == 8 and b"stopped part-way" in cp.stderr, describe(cp)
+    return ws, m, at_m
 
 
 def test_baseline_on_a_full_store_fails_cleanly_then_succeeds(store: FullStore, tmp_path: Path) -> None:
@@ -246,16 +264,7 @@ def test_forget_abandons_an_unfinished_rollback_and_a_new_workspace_never_finish
     d = start_daemon(tmp_path / "snapd-home")
     try:
         with tmpfs(tmp_path / "wsfs", 16 << 20) as fs:
-            ws = workspace(fs / "ws", rng)
-            for i in range(3):
-                (ws / f"big{i}.bin").write_bytes(rng.randbytes(BIG))
-            d.ctl("watch", str(ws))
-            m = d.ctl_json("mark", "m", "-w", str(ws))["id"]
-            for i in range(3):
-                (ws / f"big{i}.bin").write_bytes(rng.randbytes(BIG))
-            fill(fs / "filler", leave=3 << 20)  # room for one restored big file, not three
-            cp = d.ctl("rollback", "--to", m, "-y", "-w", str(ws), check=False, timeout=60)
-            assert cp.returncode == 8 and b"stopped part-way" in cp.stderr, describe(cp)
+            ws, m, _ = rollback_stopped_by_a_full_disk(d, fs, rng)
             journals = list((tmp_path / "snapd-home").rglob("workspace-*.json"))
             assert len(journals) == 1, journals
             (fs / "filler").unlink()
@@ -289,17 +298,7 @@ def test_gc_keeps_what_an_unfinished_rollback_still_has_to_write(tmp_path: Path)
     d = start_daemon(home)
     try:
         with tmpfs(tmp_path / "wsfs", 16 << 20) as fs:
-            ws = workspace(fs / "ws", rng)
-            for i in range(3):
-                (ws / f"big{i}.bin").write_bytes(rng.randbytes(BIG))
-            d.ctl("watch", str(ws))
-            at_m = snapshot(ws)
-            m = d.ctl_json("mark", "m", "-w", str(ws))["id"]
-            for i in range(3):
-                (ws / f"big{i}.bin").write_bytes(rng.randbytes(BIG))
-            fill(fs / "filler", leave=3 << 20)  # room for one restored big file, not three
-            cp = d.ctl("rollback", "--to", m, "-y", "-w", str(ws), check=False, timeout=60)
-            assert cp.returncode == 8 and b"stopped part-way" in cp.stderr, describe(cp)
+            ws, m, at_m = rollback_stopped_by_a_full_disk(d, fs, rng)
             time.sleep(2)  # every mark but the pre-rollback one (the newest) is past the age window
             gc = d.ctl_json("gc")
             assert {"id": m, "reason": "age"} in gc["evicted"], f"the mark stayed: nothing tested ({gc})"

@@ -45,7 +45,7 @@ class Maintenance:
         store = self.store
         try:
             unfinished = {k for w in store.workspaces() for k in journal.needs(store.journal_path(w.id))}
-            rep = gc.run(self.store, self.policy, unfinished=unfinished)
+            rep = gc.run(store, self.policy, unfinished=unfinished)
         except SnapdError as exc:
             self._show([f"the last GC failed, and nothing was collected: {exc.message}"])
             raise

@@ -124,13 +124,13 @@ class Dirs:
         paths = paths | self.outcome.settled | {p.rpartition(b"/")[0] for p in replaced}
         self.outcome.settled = set()
         for path in sorted(paths):
-            parent, _, name = path.rpartition(b"/")
+            parent, _, name = path.rpartition(b"/")  # the root (b""): "." in itself
             try:
-                fd = self.open(parent if path else b"", replace=False)
+                fd = self.open(parent, replace=False)
                 if isinstance(fd, str):
                     continue
                 try:
-                    safeio.fsync_at(fd, name if path else ".")
+                    safeio.fsync_at(fd, name or b".")
                     safeio.step("apply.fsync_dir")
                 finally:
                     os.close(fd)
@@ -147,41 +147,37 @@ class Dirs:
         one they set any more). One that cannot be changed so (not the user's, or out of
         reach) is left as it is: its ops report it."""
         dirs = {op.path for op in ops if op.kind == "chmod" and op.entry and op.entry.kind == "dir"}
-        for path in sorted(dirs, key=lambda p: (p.count(b"/") if p else -1, p)):
-            parent, _, name = path.rpartition(b"/")
+        for path in sorted(dirs):  # a parent sorts before what is below it
+            where = show(path) if path else "the root"
             try:
-                fd = self.open(parent if path else b"", replace=False)
+                fd = self.open(path, replace=False)  # the directory itself: no permission on it needed
+                if isinstance(fd, str):
+                    continue  # gone, or no directory: its ops say so when they run
+                try:
+                    mode = stat.S_IMODE(os.fstat(fd).st_mode)
+                    if mode & _OWNER_WX != _OWNER_WX:
+                        safeio.chmod_fd(fd, mode | _OWNER_WX)
+                        safeio.step("apply.reopen")
+                finally:
+                    os.close(fd)
             except PermissionError:
-                continue
+                continue  # EPERM: another user's directory; EACCES: out of reach. Its ops report it
             except OSError as exc:
-                raise stopped(exc, f"opening {show(parent) if parent else 'the root'}") from exc
-            if isinstance(fd, str):
-                continue  # gone: its ops say so when they run
-            try:
-                # The root through its own descriptor: "." would need the search permission.
-                st = safeio.lstat_at(fd, name) if path else os.fstat(fd)
-                if st is not None and stat.S_ISDIR(st.st_mode) and st.st_mode & _OWNER_WX != _OWNER_WX:
-                    mode = stat.S_IMODE(st.st_mode) | _OWNER_WX
-                    if path:
-                        safeio.chmod_at(fd, name, mode)
-                    else:
-                        os.chmod(f"/proc/self/fd/{fd}", mode)
-                    safeio.step("apply.reopen")
-            except PermissionError:
-                continue  # EPERM: another user's directory; EACCES: out of reach
-            except OSError as exc:
-                raise stopped(exc, f"opening {show(path) if path else 'the root'} again") from exc
-            finally:
-                os.close(fd)
+                raise stopped(exc, f"opening {where} again") from exc
 
     def remove_temps(self, ops: Sequence[Op], temps: Sequence[str | None]) -> None:
         """Remove the journaled temps a crash left (recovery, before the ops run again)."""
         for op, temp in zip(ops, temps, strict=True):
+            if temp is None:
+                continue
             parent = op.path.rpartition(b"/")[0]
             try:
-                fd = self.open(parent, replace=False) if temp else None
-                if isinstance(fd, int) and temp:
+                fd = self.open(parent, replace=False)
+                if isinstance(fd, str):
+                    continue
+                try:
                     self.drop_temp(fd, temp)
+                finally:
                     os.close(fd)
             except OSError as exc:
                 where = show(parent) if parent else "the root"

@@ -217,9 +217,14 @@ def chmod_at(dir_fd: int, name: bytes | str, mode: int) -> None:
     try:
         if stat.S_ISLNK(os.fstat(fd).st_mode):
             raise OSError(errno.ELOOP, "refusing to chmod through a symlink")
-        os.chmod(f"/proc/self/fd/{fd}", mode)
+        chmod_fd(fd, mode)
     finally:
         os.close(fd)
+
+
+def chmod_fd(fd: int, mode: int) -> None:
+    """chmod the inode behind ``fd``, which may be O_PATH (no permission on it needed)."""
+    os.chmod(f"/proc/self/fd/{fd}", mode)
 
 
 def open_for_sync(dir_fd: int, name: bytes | str = ".") -> int | None:
