@@ -1,11 +1,11 @@
-"""A restarted workspace's catch-up: its watches placed while the reconcile scan runs.
+"""A restarted workspace's catch-up: the reconcile scan once its known directories are watched.
 
-The scan visits the cached paths in sorted order and looks at each only once the watch of its
-directory (and, for a directory, its own) was attempted (snapd/capture/placement.py argues
-why that is exact). These tests restart a real workspace (real store, real inotify) with the
-watch placement slowed down, and change the tree at chosen moments of the scan: each change
-must be in the first mark. Without the wait for the watches, the scan runs ahead of them and a
-file changed right after its ``lstat``, in a directory not watched yet, is lost.
+The scan visits the cached paths in sorted order and looks at any of them only once the watch
+of every known directory was attempted (snapd/capture/placement.py argues why that is exact).
+These tests restart a real workspace (real store, real inotify) with the watch placement
+slowed down, and change the tree at chosen moments of the scan: each change must be in the
+first mark. Without the wait for the watches, the scan runs ahead of them and a file changed
+right after its ``lstat``, in a directory not watched yet, is lost.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from snapd.store.store import Store
 
 pytestmark = pytest.mark.timeout(60)
 
-DIRS = 40  # enough directories that a slowed placement is still going when the scan starts
+DIRS = 40  # enough directories that a slowed placement would still be going when the scan starts
 
 
 def _tree(root: Path) -> None:

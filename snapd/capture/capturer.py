@@ -22,7 +22,6 @@ from snapd.capture import ingest, reader, readers, scan
 from snapd.capture.counters import Counters
 from snapd.capture.events import Notify
 from snapd.capture.liverules import LiveRules
-from snapd.capture.placement import Placement
 from snapd.capture.scan import CountCallback
 from snapd.capture.statcache import StatCache
 from snapd.store import trees
@@ -79,16 +78,15 @@ class Capturer:
         """Captured files whose ``lstat`` differs from the stat cache (a rollback's re-check)."""
         return scan.recheck_files(self.rootb, self.stats, self.counters)
 
-    def catch_up_scan(self, watches: Placement, progress: CountCallback | None) -> set[bytes]:
-        """:meth:`scan` of everything at start-up, while the known directories' ``watches``
-        are placed (:func:`snapd.capture.scan.catch_up`)."""
+    def catch_up_scan(self, progress: CountCallback | None) -> set[bytes]:
+        """:meth:`scan` of everything at start-up, the known directories watched
+        (:func:`snapd.capture.scan.catch_up`)."""
         rules = self._rules
         return scan.catch_up(
             self.rootb,
             self.stats,
             rules.is_ignored,
             rules.current.dir_may_contain_captured,
-            watches,
             progress=progress,
             counters=self.counters,
         )

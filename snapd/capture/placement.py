@@ -1,21 +1,23 @@
-"""Watches placed on a restart's known directories while the reconcile scan runs: the frontier.
+"""The watches a restart places on its known directories before the reconcile scan.
 
 A restarted workspace must watch every directory captured last time (~48k at django-100k)
-and ``lstat`` every captured path (~150k) before its first mark. Both are system calls that
-let go of the GIL (``inotify_add_watch`` through ctypes, ``lstat``), so the watcher's reader
-thread places the watches while the workspace's start thread scans, on two cores.
-
-The order that keeps the catch-up exact: the known directories are placed in sorted byte
-order, and the scan visits the cached paths in the same order. Before it calls ``lstat`` on a
-directory it waits until that directory's watch was attempted (:meth:`Placement.wait_for`);
-a directory's parent sorts before it (a prefix sorts first), so by the time any path is
-looked at, its parent's watch was attempted too. Hence, for every captured path:
+and ``lstat`` every captured path (~150k) before its first mark. The watcher's reader thread
+places the watches (parents first: sorted byte order) before it starts reading; the
+workspace's start thread waits until every one was attempted (:meth:`Placement.wait_all`),
+and only then does the scan look at any path. Hence, for every captured path:
 
 * a change made *before* its ``lstat`` shows in its signature (a file's size, mtime, ctime
   or inode; a directory's mtime/ctime when an entry came or went, so its listing is not
-  trusted and it is listed again) — the stat compare catches it;
-* a change made *after* its ``lstat`` happens while its directory (and, for a directory, its
-  own) watch is in place — inotify reports it, and the first mark's barrier collects it.
+  trusted and it is listed again) -- the stat compare catches it;
+* a change made *after* its ``lstat`` happens while its directory's (and, for a directory,
+  its own) watch is in place -- inotify reports it, and the first mark's barrier collects it.
+
+Placing the watches *while* the stat cache loaded and the scan ran was tried, on the grounds
+that both are system calls that let go of the GIL, so two cores could share them. Measured
+at django-100k (bench/bench_restart.py, with the phases timed in the daemon), it cost more
+than it saved: each thread gave up the GIL at every ``inotify_add_watch``, ``sqlite3_step``
+and ``lstat``, and waited for it back behind the other, so loading took 0.9 s instead of
+0.26 s, and the first mark came 0.3 s later than with the phases one after the other.
 
 A watch that could not be placed is a race with the tree (the directory went: its ``lstat``
 fails and the scan marks it dirty) or a failure counted by the watch table (the kernel's
@@ -37,7 +39,6 @@ class Placement:
     def __init__(self, dirs: Sequence[bytes]) -> None:
         self.dirs = dirs
         self.total = len(dirs)
-        self._index = {d: i for i, d in enumerate(dirs)}
         self.done = 0  # dirs[:done] attempted; read without the lock (an int, set atomically)
         self._failed: str | None = None
         self._cond = threading.Condition()
@@ -47,14 +48,12 @@ class Placement:
         return self.done >= self.total
 
     def advance(self, done: int) -> None:
-        """The placing thread: ``dirs[:done]`` were attempted. Once all were, the list and
-        its index are let go (~10 MB at 48k directories, for the daemon's lifetime else):
-        every wait returns at once from then on."""
+        """The placing thread: ``dirs[:done]`` were attempted. Once all were, the list is
+        let go (for the daemon's lifetime else): every wait returns at once from then on."""
         with self._cond:
             self.done = done
             if done >= self.total:
                 self.dirs = ()
-                self._index = {}
             self._cond.notify_all()
 
     def fail(self, why: str) -> None:
@@ -63,13 +62,6 @@ class Placement:
         with self._cond:
             self._failed = why
             self._cond.notify_all()
-
-    def wait_for(self, rel: bytes) -> None:
-        """Return once the watch of ``rel`` (and of every directory sorting before it) was
-        attempted; at once for a directory that is not one of :attr:`dirs`."""
-        i = self._index.get(rel)
-        if i is not None and self.done <= i:
-            self._wait(i + 1)
 
     def wait_all(self) -> None:
         if not self.complete:

@@ -204,15 +204,15 @@ class Recorder:
     def catch_up(
         self, progress: CountCallback | None, listings: dict[bytes, reader.Listing] | None = None
     ) -> Mark | None:
-        """At start: the baseline of a new workspace (returned; every watch in place, and
+        """At start, every watch in place: the baseline of a new workspace (returned;
         ``listings`` the listings the watcher made as it placed them), or a known one
-        reconciled with the disk while its known directories' watches are placed (what
-        changed while snapd was down is captured; :mod:`snapd.capture.placement`)."""
+        reconciled with the disk (what changed while snapd was down is captured;
+        :mod:`snapd.capture.placement`)."""
         self.tree = self._store.head(self._id)
         if self.tree is None:
             return self.baseline(progress, listings)
         assert self.watcher is not None
-        self._queue_found(self._capturer.catch_up_scan(self.watcher.placement, progress))
+        self._queue_found(self._capturer.catch_up_scan(progress))
         self._announce("workspace.rescanned", {"reason": "startup"})
         stats = self._capturer.stats
         found = [p for p in self._dirty.paths() if not stats.is_directory(p)]

@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable
 
 from snapd.capture.counters import Counters
-from snapd.capture.placement import Placement
 from snapd.capture.reader import Ignored, list_dir, lstat
 from snapd.capture.statcache import StatCache
 
@@ -137,18 +136,16 @@ def catch_up(
     cache: StatCache,
     ignored: Ignored,
     descend: Callable[[bytes], bool],
-    watches: Placement,
     *,
     progress: CountCallback | None = None,
     counters: Counters | None = None,
 ) -> set[bytes]:
-    """:func:`scan` of everything at start-up, while the known directories' watches are
-    being placed: what differs from ``cache`` or vanished.
+    """:func:`scan` of everything at start-up, once every known directory's watch was
+    attempted (why that keeps the catch-up exact: :mod:`snapd.capture.placement`): what
+    differs from ``cache`` or vanished.
 
     The cached paths are visited in sorted order, not directory by directory: no index of
-    each directory's children is needed when nothing changed. A path is looked at (its
-    ``lstat``) once the watch of every known directory sorting up to it was attempted
-    (``watches``; why that keeps the catch-up exact: :mod:`snapd.capture.placement`). Then
+    each directory's children is needed when nothing changed. Then
     the root and every directory whose listing cannot be trusted are listed: names not cached
     are new (scanned whole), cached names missing from the listing are dirty. Below a path
     that vanished every cached path is dirty; below one that is no longer a directory
@@ -163,7 +160,6 @@ def catch_up(
     cut: dict[bytes, bool] = {}  # path -> True: vanished (below: dirty); False: not a directory
     paths = sorted(cache.paths())
     total = checked = len(paths)
-    waiting = not watches.complete
     for done, rel in enumerate(paths, 1):
         parent = rel.rpartition(b"/")[0]
         if cut:
@@ -179,9 +175,6 @@ def catch_up(
             kids.append(rel)
         if progress is not None and done % 5000 == 0:
             progress(done, total)
-        if waiting:
-            watches.wait_for(rel)
-            waiting = not watches.complete
         try:
             st = os.lstat(root + b"/" + rel)
         except OSError:

@@ -142,9 +142,9 @@ class Watcher:
         Else they are the directories a previous run captured, watched without listing any
         (at start-up, listing tens of thousands of unchanged directories dominates), by the
         reader thread before it starts reading, in sorted order: :attr:`placement` tells how
-        far it got, for the reconcile scan that runs meanwhile (:mod:`snapd.capture.placement`
-        argues why that keeps the catch-up exact). Directories that appeared since are for the
-        caller to find (its reconcile scan) and hand to :meth:`watch_new`.
+        far it got, and the reconcile scan waits until all were
+        (:mod:`snapd.capture.placement`). Directories that appeared since are for the caller
+        to find (its reconcile scan) and hand to :meth:`watch_new`.
         """
         if self._thread is not None:
             raise RuntimeError("watcher already started")

@@ -101,7 +101,6 @@ class Workspace:
         self.root_id = ""
         self.recovered: dict[str, Any] | None = None  # what start-up recovery of a rollback did
         self.lost: str | None = None  # the root vanished or was replaced: capture stopped (why)
-        self._loaded = threading.Event()  # the stat cache is loaded (or start failed before)
 
     def _announce(self, kind: str, fields: dict[str, Any]) -> None:
         self.notify(kind, fields)  # looked up at each call: the daemon sets it after __init__
@@ -123,7 +122,12 @@ class Workspace:
                 f"{self.root} is on a {kind} file system, which delivers no change events: "
                 "every mark scans the workspace"
             )
-        known = self.store.stat_directories(self.id) if self.store.head(self.id) is not None else None
+        known = self.store.head(self.id) is not None
+        # A known workspace: its stat cache first, then the directories it names are watched
+        # without listing them (on the watcher's thread, every one before the reconcile scan
+        # looks at any path: :mod:`snapd.capture.placement`); a new one: watched and listed.
+        stats = StatCache.from_rows(self.store.load_stats(self.id)) if known else StatCache()
+        self.capturer.stats = stats
         watcher = Watcher(
             self.root,
             self.on_events,
@@ -132,20 +136,16 @@ class Workspace:
             counters=self.capturer.counters,
         )
         self.watcher = self.recorder.watcher = watcher
-        # A known workspace: the directories captured last time are watched without listing
-        # them, on the watcher's thread while the stat cache loads and the reconcile scan
-        # runs (which finds new ones, watched then); a new one: watched and listed first.
-        listings: dict[bytes, reader.Listing] | None = {} if known is None else None
-        watcher.start(known, None if listings is None else self._listed(listings))
-        try:
-            stats = self.capturer.stats = StatCache.from_rows(self.store.load_stats(self.id))
-        finally:
-            self._loaded.set()
+        if known:
+            listings: dict[bytes, reader.Listing] | None = None
+            watcher.start(stats.directories())
+        else:
+            listings = {}
+            watcher.start(None, self._listed(listings))
+        watcher.placement.wait_all()
 
         if self._recover is not None:
-            if safeio.exists(self.journal):  # it writes: with every watch in place
-                watcher.placement.wait_all()
-            self._recover(self)
+            self._recover(self)  # it writes: with every watch in place
 
         def note(done: int, total: int) -> None:
             self.progress = (done, total)
@@ -197,9 +197,6 @@ class Workspace:
     # -- events (watcher thread: keep it quick) -----------------------------------------------
 
     def on_events(self, events: list[WatchEvent]) -> None:
-        # The reader thread may finish placing watches before the stat cache is loaded: the
-        # cache tells a directory created over a captured one (its old children must go).
-        self._loaded.wait()
         self.dirty.add_events(events, self.rules.is_rule_file, self.capturer.stats.__contains__)
 
     def pending(self) -> int:

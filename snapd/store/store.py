@@ -239,16 +239,6 @@ class Store:
         while rows := cur.fetchmany(4096):
             yield from rows  # BLOB paths come back as bytes
 
-    def stat_directories(self, ws: int) -> list[bytes]:
-        """The directories in the stat cache of ``ws``, in path order: what a restart starts
-        watching while the whole cache (:meth:`load_stats`) is still loading."""
-        rows = (
-            self.catalog.read()
-            .execute("SELECT path FROM stats WHERE workspace=? AND mode & 61440 = 16384 ORDER BY path", (ws,))
-            .fetchall()
-        )
-        return [row[0] for row in rows]
-
     def root_id(self, ws: int) -> str | None:
         """Identity (``dev:inode``) of the directory the workspace was created on."""
         row = self.catalog.read().execute("SELECT root_id FROM workspaces WHERE id=?", (ws,)).fetchone()
