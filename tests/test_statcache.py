@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from snapd.capture.statcache import RACY_NS, StatCache
+from snapd.statrow import ROW
 
 S = 10**9
 FILE, DIR, LINK = 0o100644, 0o040755, 0o120777
@@ -32,12 +33,7 @@ def test_entries_are_compact() -> None:
         rows = [
             (
                 f"d{i // 10}/f{i}".encode(),
-                FILE,
-                i + 1000,
-                1_700 * S + i,
-                1_700 * S + i,
-                10**6 + i,
-                1_800 * S + i,
+                ROW.pack(FILE, i + 1000, 1_700 * S + i, 1_700 * S + i, 10**6 + i, 1_800 * S + i),
             )
             for i in range(n)
         ]
@@ -66,7 +62,7 @@ def test_file_count_follows_every_change() -> None:
 def test_entries_round_trip_whatever_the_values() -> None:
     """Negative times (before 1970) and 64-bit inodes come back as stored."""
     sig = (FILE, 2**40, -5 * S, -4 * S, 2**63 - 1)
-    cache = StatCache.from_rows([(b"f", *sig, -3 * S)])
+    cache = StatCache.from_rows([(b"f", ROW.pack(*sig, -3 * S))])
     assert cache.get(b"f") == (sig, -3 * S)
     assert cache.take_changes() == {}  # loaded, not learnt: nothing to write back
     cache.set(b"g", sig, 7)
@@ -154,10 +150,10 @@ def test_children_of_small_and_big_directories() -> None:
     assert cache.children(b"big") == set() and len(cache) == 2 and cache.files() == 1
 
 
-def test_changes_are_written_in_path_order_and_unpacked_as_read() -> None:
+def test_changes_are_written_in_path_order_and_packed() -> None:
     """A baseline's 10^5 stat rows go to SQLite in key order (appended, not split into its
-    pages at random), each unpacked as SQLite takes it: the changes hold packed bytes, never a
-    tuple per path."""
+    pages at random), each as the packed bytes the catalog stores (format 7): the changes hold
+    packed bytes, never a tuple per path."""
     cache = StatCache()
     names = [b"z", b"a/c", b"m", b"a", b"a/b", b"b"]
     for i, p in enumerate(names):
@@ -165,7 +161,7 @@ def test_changes_are_written_in_path_order_and_unpacked_as_read() -> None:
     cache.remove(b"m")
     changes = cache.take_changes()
     assert [r[0] for r in changes.rows()] == sorted(set(names) - {b"m"})
-    assert next(iter(changes.rows())) == (b"a", FILE, 3, 3, 3, 3, 13)
+    assert next(iter(changes.rows())) == (b"a", ROW.pack(FILE, 3, 3, 3, 3, 13))
     assert changes.removed() == [b"m"] and changes[b"m"] is None
     assert all(type(v) is bytes or v is None for v in changes._packed.values())
 

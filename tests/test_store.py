@@ -27,6 +27,7 @@ from snapd.errors import (
     StoreFormatError,
     UsageError,
 )
+from snapd.statrow import ROW
 from snapd.store import gc, history, nodes, objects, refs, safeio, trees
 from snapd.store.catalog import FORMAT_VERSION
 from snapd.store.objwrite import LARGE_OBJECT
@@ -181,6 +182,7 @@ def test_a_format_1_store_is_upgraded_in_place(tmp_path: Path) -> None:
         ("objects", "depth"),
     ):
         db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+    unpack_stats(db)
     db.execute("UPDATE meta SET value='1' WHERE key='format'")
     db.commit()
     db.close()
@@ -208,6 +210,7 @@ def test_a_format_2_store_keeps_its_at_labels_reachable_by_id(tmp_path: Path) ->
     db.execute("ALTER TABLE marks DROP COLUMN absent")
     drop_delta_columns(db)
     db.execute("UPDATE marks SET label='@home' WHERE id=?", (old,))
+    unpack_stats(db)
     db.execute("UPDATE meta SET value='2' WHERE key='format'")
     db.commit()
     db.close()
@@ -227,6 +230,19 @@ def drop_delta_columns(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE objects DROP COLUMN depth")
 
 
+def unpack_stats(db: sqlite3.Connection) -> None:
+    """Make a catalog's stats table what formats 1 to 6 had: six columns of numbers a row."""
+    db.execute(
+        "CREATE TABLE stats_6 (workspace INTEGER NOT NULL, path BLOB NOT NULL, mode INTEGER NOT NULL,"
+        " size INTEGER NOT NULL, mtime INTEGER NOT NULL, ctime INTEGER NOT NULL, ino INTEGER NOT NULL,"
+        " read INTEGER NOT NULL, PRIMARY KEY (workspace, path)) WITHOUT ROWID"
+    )
+    rows = [(w, p, *ROW.unpack(sig)) for w, p, sig in db.execute("SELECT workspace, path, sig FROM stats")]
+    db.executemany("INSERT INTO stats_6 VALUES (?,?,?,?,?,?,?,?)", rows)
+    db.execute("DROP TABLE stats")
+    db.execute("ALTER TABLE stats_6 RENAME TO stats")
+
+
 def test_a_format_3_store_is_opened_as_format_4(tmp_path: Path) -> None:
     """Format 4 adds a kind of tree entry (uncaptured paths) and the paths a pre-rollback mark
     holds as absent: a format-3 store gets the column, its marks read as before."""
@@ -237,6 +253,7 @@ def test_a_format_3_store_is_opened_as_format_4(tmp_path: Path) -> None:
     db = sqlite3.connect(tmp_path / "s" / "catalog.sqlite")
     db.execute("ALTER TABLE marks DROP COLUMN absent")
     drop_delta_columns(db)
+    unpack_stats(db)
     db.execute("UPDATE meta SET value='3' WHERE key='format'")
     db.commit()
     db.close()

@@ -16,6 +16,7 @@ import os
 import random
 import shutil
 import sqlite3
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,7 @@ from pathlib import Path
 import pytest
 from ingest_helpers import capture_paths, ingest_tree
 
+from snapd.capture.statcache import StatCache
 from snapd.config import DAY_NS, Retention
 from snapd.errors import CorruptObject, MissingObject
 from snapd.store import gc, nodes, objects, trees
@@ -209,16 +211,19 @@ def stored_state(store: Store, tree: str) -> dict[str, list[str]]:
     return out
 
 
-@pytest.mark.parametrize("fmt", [4, 5])
+@pytest.mark.parametrize("fmt", [4, 5, 6])
 def test_a_store_written_by_the_previous_release_reads_every_mark(tmp_path: Path, fmt: int) -> None:
     """tests/fixtures/store-format4 was written by commit 8d903f1 (format 4), store-format5 by
-    c8109a5 (format 5, with deltas; see make_store_fixture.py). Each opens as today's format
+    c8109a5 (format 5, with deltas), store-format6 by 7938ed3 (format 6, with a stat cache; see
+    make_store_fixture.py). Each opens as today's format
     with every key converted to a blob, every mark reads back as the workspace was on disk, and
     a new version of an old file is stored as a delta against an object the old release wrote."""
     fixture = FIXTURES / f"store-format{fmt}"
     old = sqlite3.connect(fixture / "store" / "catalog.sqlite")
     assert old.execute("SELECT value FROM meta WHERE key='format'").fetchone() == (str(fmt),)
-    old_keys = {k for (k,) in old.execute("SELECT key FROM objects")}
+    # text up to format 5, a blob from format 6 on
+    old_keys = {k if isinstance(k, str) else objects.py_key(k)
+                for (k,) in old.execute("SELECT key FROM objects")}
     old.close()
     store, manifest = open_fixture(tmp_path, fixture)
     with store:
@@ -251,6 +256,37 @@ def test_a_store_written_by_the_previous_release_reads_every_mark(tmp_path: Path
         assert store.get(entry.key) == (root / "src" / "pkg" / "mod0.py").read_bytes()
         for mark_id, expected in manifest.items():
             assert stored_state(store, marks[mark_id].tree) == expected, mark_id
+
+
+def test_a_format_6_stat_cache_comes_back_packed(tmp_path: Path) -> None:
+    """store-format6 holds the stat cache a workspace's catch-up stored, six numbers a row. It
+    opens as format 7 (each row one packed blob, snapd/statrow.py) and every entry loads as
+    the old release wrote it; a changed entry is written and read back in the new form."""
+    fixture = FIXTURES / "store-format6"
+    old = sqlite3.connect(fixture / "store" / "catalog.sqlite")
+    was = {
+        path: ((mode, size, mtime, ctime, ino), read)
+        for path, mode, size, mtime, ctime, ino, read in old.execute(
+            "SELECT path, mode, size, mtime, ctime, ino, read FROM stats WHERE workspace=1"
+        )
+    }
+    old.close()
+    assert len(was) > 5 and {stat.S_IFMT(sig[0]) for sig, _ in was.values()} >= {
+        stat.S_IFREG, stat.S_IFDIR, stat.S_IFLNK
+    }
+    store, _ = open_fixture(tmp_path, fixture)
+    with store:
+        db = store.catalog.read()
+        assert [r[1] for r in db.execute("PRAGMA table_info(stats)")] == ["workspace", "path", "sig"]
+        cache = StatCache.from_rows(store.load_stats(1))
+        assert {p: cache.get(p) for p in cache.paths()} == was
+        added = (stat.S_IFREG | 0o644, 7, 8, 9, 10)
+        cache.set(b"src/added.txt", added, 11)
+        with store.batch() as batch:
+            batch.set_stats(1, cache.take_changes())
+        again = StatCache.from_rows(store.load_stats(1))
+        assert again.get(b"src/added.txt") == (added, 11)
+        assert len(again) == len(was) + 1
 
 
 def test_the_node_encodings_the_store_keeps_are_their_keys_contents(tmp_path: Path) -> None:

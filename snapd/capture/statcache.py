@@ -20,8 +20,9 @@ number, over an index built only once a workspace has links), and :meth:`loose_l
 whose file has more links than names known here (another name outside the root, or ignored):
 those are re-checked at each mark, since nothing inside the root reports their changes.
 
-Memory: one entry is a path and 44 packed bytes (:data:`_ROW`), not a tuple of six ints —
-about a third of the size, which at 10^5 paths is tens of MB of the daemon's resident set.
+Memory: one entry is a path and 44 packed bytes (:data:`snapd.statrow.ROW`), not a tuple of
+six ints — about a third of the size, which at 10^5 paths is tens of MB of the daemon's
+resident set. The catalog stores the same bytes, so loading an entry builds nothing else.
 The regular-file count is kept as entries change, so ``status`` does not walk the cache.
 """
 
@@ -33,15 +34,17 @@ import struct
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Final
 
+from snapd import statrow
+
 Inode = tuple[int, int]  # (st_dev, st_ino)
 
 Sig = tuple[int, int, int, int, int]
 Entry = tuple[Sig, int]  # (signature, read time ns)
-Row = tuple[bytes, int, int, int, int, int, int]  # path, st_mode, size, mtime, ctime, ino, read ns
+Row = tuple[bytes, bytes]  # path, its entry packed (statrow.ROW), as the catalog stores it
 
 RACY_NS = 2_000_000_000
 
-_ROW: Final = struct.Struct("<I5q")  # st_mode, size, mtime_ns, ctime_ns, inode, read ns
+_ROW: Final = statrow.ROW  # st_mode, size, mtime_ns, ctime_ns, inode, read ns
 _SIG: Final = struct.Struct("<I4q")  # its first part: the signature
 _READ: Final = struct.Struct("<q")  # its last: the read time
 # What :meth:`StatCache.seen` tells a scan: whether the path is unchanged, and (a directory)
@@ -82,10 +85,10 @@ class StatCache:
 
     @classmethod
     def from_rows(cls, rows: Iterable[Row]) -> StatCache:
-        """A cache of stored rows (:meth:`Store.load_stats`), packed as they come."""
+        """A cache of stored rows (:meth:`Store.load_stats`): each entry as the catalog keeps
+        it, already packed."""
         cache = cls()
-        pack = _ROW.pack
-        cache._load({p: pack(m, s, mt, ct, i, r) for p, m, s, mt, ct, i, r in rows})
+        cache._load(dict(rows))
         return cache
 
     def _load(self, packed: dict[bytes, bytes]) -> None:
@@ -314,7 +317,7 @@ class StatCache:
 
 class Changes(Mapping[bytes, "Entry | None"]):
     """Paths -> entry or None (removed), each entry unpacked only as it is read; a batch
-    writes them as :meth:`removed` and :meth:`rows` (``store.batch.StatChanges``)."""
+    writes them as :meth:`removed` and :meth:`rows`, still packed (``store.batch.StatChanges``)."""
 
     def __init__(self, packed: dict[bytes, bytes | None]) -> None:
         self._packed = packed
@@ -323,10 +326,10 @@ class Changes(Mapping[bytes, "Entry | None"]):
         return [p for p, v in self._packed.items() if v is None]
 
     def rows(self) -> Iterator[Row]:
-        """(path, st_mode, size, mtime, ctime, inode, read ns) of each path set, as made, in
-        path order (the table's key: SQLite appends to its pages instead of splitting them)."""
-        unpack, packed = _ROW.unpack, self._packed
-        return ((p, *unpack(v)) for p in sorted(packed) if (v := packed[p]) is not None)
+        """(path, packed entry) of each path set, in path order (the table's key: SQLite
+        appends to its pages instead of splitting them)."""
+        packed = self._packed
+        return ((p, v) for p in sorted(packed) if (v := packed[p]) is not None)
 
     def __getitem__(self, path: bytes) -> Entry | None:
         packed = self._packed[path]

@@ -49,7 +49,7 @@ class StatChanges(Protocol):
     them, then the rows set, made as SQLite takes them (never 10^5 tuples at once)."""
 
     def removed(self) -> list[bytes]: ...
-    def rows(self) -> Iterable[tuple[bytes, int, int, int, int, int, int]]: ...  # path, stat, read ns
+    def rows(self) -> Iterable[tuple[bytes, bytes]]: ...  # path, entry packed (snapd.statrow.ROW)
 
 
 class Batch(deltas.Chooser):
@@ -253,7 +253,7 @@ class Batch(deltas.Chooser):
                 below = (ws, path + b"/", path + b"0")
                 c.execute("DELETE FROM stats WHERE workspace=? AND path>? AND path<?", below)
             upserts = ((ws, *row) for row in changes.rows())
-            c.executemany("INSERT OR REPLACE INTO stats VALUES (?,?,?,?,?,?,?,?)", upserts)
+            c.executemany("INSERT OR REPLACE INTO stats VALUES (?,?,?)", upserts)
         self._stats.clear()
 
     def commit(self) -> list[Mark]:

@@ -28,12 +28,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from snapd import memtrim
+from snapd import memtrim, statrow
 from snapd.errors import DiskFull, StoreError, StoreFormatError
 from snapd.store import objects, safeio
 from snapd.store.checkpoint import BACKSTOP_PAGES, Checkpointer, log_limit
 
-FORMAT_VERSION = 6
+FORMAT_VERSION = 7
 # Each entry upgrades a store of that format to the next one; they run in order on open.
 # Format 1 lacked the marks' rule inputs and root mode, and the workspace's last rollback (such
 # marks are judged under today's outside rules, and their root mode is not restored).
@@ -48,6 +48,10 @@ FORMAT_VERSION = 6
 # and read as before; older code cannot read a delta, hence the new format.
 # Format 5 stored object keys as text; format 6 stores ``objects.key``, ``objects.base`` and
 # ``versions.object`` as 18-20 byte blobs (``objects.db_key``), which older code cannot look up.
+# Format 6 stored a stat-cache entry as six columns; format 7 as one blob (``snapd.statrow``),
+# which a restart loads without building an int per field. Older code cannot read it.
+# The stat cache: each path's entry packed (snapd.statrow.ROW), format 7 on.
+_STATS = "workspace INTEGER NOT NULL, path BLOB NOT NULL, sig BLOB NOT NULL, PRIMARY KEY (workspace, path)"
 _MIGRATIONS: dict[str, tuple[str, ...]] = {
     "1": (
         "ALTER TABLE marks ADD COLUMN rules TEXT",
@@ -64,12 +68,19 @@ _MIGRATIONS: dict[str, tuple[str, ...]] = {
         "UPDATE objects SET key = snapd_db_key(key), base = snapd_db_key(base)",
         "UPDATE versions SET object = snapd_db_key(object) WHERE object IS NOT NULL",
     ),
+    "6": (
+        f"CREATE TABLE stats_7 ({_STATS}) WITHOUT ROWID",
+        "INSERT INTO stats_7 SELECT workspace, path, snapd_stat_row(mode, size, mtime, ctime, ino, read)"
+        " FROM stats ORDER BY workspace, path",
+        "DROP TABLE stats",
+        "ALTER TABLE stats_7 RENAME TO stats",
+    ),
 }
 
 # Object keys (objects.key, objects.base, versions.object) are BLOBs from format 6 on
 # (objects.db_key); the columns keep the TEXT declaration format 5 gave them, which stores a
 # BLOB as it is, so a new store and an upgraded one have one schema.
-SCHEMA = """
+SCHEMA = f"""
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE objects (
     key TEXT PRIMARY KEY,
@@ -123,17 +134,7 @@ CREATE TABLE versions (
 );
 CREATE INDEX versions_path ON versions (workspace, path, time);
 CREATE INDEX versions_time ON versions (time);
-CREATE TABLE stats (
-    workspace INTEGER NOT NULL,
-    path BLOB NOT NULL,
-    mode INTEGER NOT NULL,
-    size INTEGER NOT NULL,
-    mtime INTEGER NOT NULL,
-    ctime INTEGER NOT NULL,
-    ino INTEGER NOT NULL,
-    read INTEGER NOT NULL,
-    PRIMARY KEY (workspace, path)
-) WITHOUT ROWID;
+CREATE TABLE stats ({_STATS}) WITHOUT ROWID;
 CREATE TABLE evictions (
     id INTEGER PRIMARY KEY,
     workspace INTEGER NOT NULL,
@@ -247,6 +248,7 @@ def _connect(path: Path) -> _Connection:
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("PRAGMA foreign_keys=ON")
     conn.create_function("snapd_db_key", 1, _db_key, deterministic=True)  # the 5 -> 6 upgrade
+    conn.create_function("snapd_stat_row", 6, statrow.ROW.pack, deterministic=True)  # 6 -> 7
     return conn
 
 

@@ -223,21 +223,18 @@ class Store:
         row = self.catalog.read().execute("SELECT head FROM workspaces WHERE id=?", (ws,)).fetchone()
         return row[0] if row else None
 
-    def load_stats(self, ws: int) -> Iterator[tuple[bytes, int, int, int, int, int, int]]:
-        """The stat cache of ``ws``: rows of (path, st_mode, size, mtime_ns, ctime_ns, ino,
-        read ns), in path order (the primary key's: free), which the reconcile scan visits.
-        Fetched 4,096 rows per call: a Python step per row cost a restart ~0.2 s at 10^5, and
-        the whole result at once (~40 MB of tuples at 10^5, for a moment) left the daemon's
-        RSS that much higher for good (freed memory the allocator keeps).
+    def load_stats(self, ws: int) -> Iterator[tuple[bytes, bytes]]:
+        """The stat cache of ``ws``: rows of (path, entry packed as :data:`snapd.statrow.ROW`),
+        in path order (the primary key's: free), which the reconcile scan visits. Fetched
+        4,096 rows per call: the whole result at once (~30 MB at 10^5, for a moment) left the
+        daemon's RSS that much higher for good (freed memory the allocator keeps).
 
         It holds every captured path and is committed with the head tree it describes.
         """
-        cur = self.catalog.read().execute(
-            "SELECT path, mode, size, mtime, ctime, ino, read FROM stats WHERE workspace=? ORDER BY path",
-            (ws,),
-        )
+        sql = "SELECT path, sig FROM stats WHERE workspace=? ORDER BY path"
+        cur = self.catalog.read().execute(sql, (ws,))
         while rows := cur.fetchmany(4096):
-            yield from rows  # BLOB paths come back as bytes
+            yield from rows  # BLOBs come back as bytes
 
     def root_id(self, ws: int) -> str | None:
         """Identity (``dev:inode``) of the directory the workspace was created on."""
