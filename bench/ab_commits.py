@@ -8,10 +8,13 @@ run, alternated (A B, B A, A B ...), on the same tree and, where it can be, the 
 
 Each commit is checked out into a worktree of its own under ``bench/data/ab/`` (kept between
 runs), its bytecode compiled, and its daemon and client run from this repository's venv with
-``PYTHONPATH`` set to that worktree. Both commits must read and write the same store format.
+``PYTHONPATH`` set to that worktree. Both commits must read and write the same store format,
+but for ``restart --own-stores``.
 
 - ``restart``: one baseline, then ``--rounds`` restarts per side, timed from process start to
-  ``status`` answering and to the first mark's reply (as ``bench_restart.py``).
+  ``status`` answering and to the first mark's reply (as ``bench_restart.py``). With
+  ``--own-stores`` each side restarts its own copy of the baseline's SNAPD_HOME, after one
+  untimed restart (which upgrades the copy): commits of different store formats compare.
 - ``marks``: one baseline; per round and side a daemon started on that store, ``--marks`` marks
   of 10 changed files sent right after their changes through ``Client.call`` (client-side wall),
   each followed by ``--gap``: ``peer`` (the peer's snap, as in ``bench_mark.py``), ``sleep``
@@ -95,7 +98,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=8, help="rounds; each runs both sides once")
     ap.add_argument("--marks", type=int, default=30, help="marks per side and round (--what marks)")
     ap.add_argument("--gap", choices=["peer", "sleep", "none"], default="peer")
+    ap.add_argument("--own-stores", action="store_true",
+                    help="restart: each side on its own copy of the baseline's SNAPD_HOME")
     args = ap.parse_args()
+    if args.own_stores and args.what != "restart":
+        raise SystemExit("--own-stores: only with --what restart")
     if args.rounds < 2:
         raise SystemExit("--rounds: at least 2, so each side goes first once")
     if args.marks < 1:
@@ -105,6 +112,8 @@ def main() -> None:
         "what": args.what, "rounds": args.rounds, "order": "alternated per round",
         "old": sides["old"][0], "new": sides["new"][0],
         **({"marks_per_side_and_round": args.marks, "gap": args.gap} if args.what == "marks" else {}),
+        **({"stores": "one copy of the baseline's SNAPD_HOME per side, each restarted once untimed"}
+           if args.own_stores else {}),
     })
     res(f"  old {sides['old'][0][:12]} ({sides['old'][1]}), new {sides['new'][0][:12]} ({sides['new'][1]})")
     ws, scratch, root = scratch_copy(tree_path(args.corpus, args.size), f"ab-{args.what}")
@@ -161,14 +170,23 @@ def main() -> None:
                 peer_init(ws, gitdir)
                 peer_snap(ws, gitdir, "baseline")
             d.stop()
+            daemons = {"old": d, "new": d}
+            if args.own_stores:
+                daemons["new"] = Daemon(scratch / "home-new", scratch)
+                shutil.copytree(d.home, daemons["new"].home, symlinks=True)
+                for name in ("old", "new"):
+                    use(daemons[name], daemons[name].env if name == "new" else base_env, sides[name][1])
+                    daemons[name].endpoint = daemons[name].endpoint_now()
+                    restart_once(daemons[name], root)  # untimed: a new format's upgrade happens here
             changed = Changes(ws, 10, capture_pool(Path(root)))
             from snapd.ipc.client import Client
 
             for r in range(args.rounds):
                 for name in order(r):
-                    use(d, base_env, sides[name][1])
+                    if daemons[name] is d:
+                        use(d, base_env, sides[name][1])
                     if args.what == "restart":
-                        x = restart_once(d, root)
+                        x = restart_once(daemons[name], root)
                         out[name].append(x["mark_s"])
                         out.setdefault(f"{name}_status", []).append(x["status_s"])
                         continue
