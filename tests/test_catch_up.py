@@ -11,6 +11,7 @@ right after its ``lstat``, in a directory not watched yet, is lost.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,6 +24,7 @@ from snapd.capture import watches as watches_mod
 from snapd.capture.statcache import StatCache
 from snapd.capture.workspace import Workspace
 from snapd.config import CaptureSettings
+from snapd.errors import WorkspaceRefused
 from snapd.store import trees
 from snapd.store.store import Store
 
@@ -195,3 +197,46 @@ def test_a_file_turned_directory_while_down_is_watched_after_the_restart(tmp_pat
     assert files[b"d04/f.txt/a.txt"] == b"made while down\n"
     assert files[b"d04/f.txt/later.txt"] == b"after the restart\n"
     assert files[b"d04/f.txt/sub/later.txt"] == b"after the restart, deeper\n"
+
+
+def test_a_workspace_stopped_while_it_loads_its_stat_cache_leaves_nothing_watching(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The registry stops a workspace still starting when its root was replaced, and starts
+    another on the same id. A stop that comes while the stat cache loads (before any watch is
+    placed) must end that start: no watcher of it is left running, watching for nobody."""
+    root, store, ws_id = _watched_then_stopped(tmp_path)
+    loading, go_on = threading.Event(), threading.Event()
+    real_load = Store.load_stats
+
+    def slow_load(self: Store, ws: int) -> Iterator[tuple[bytes, bytes]]:
+        loading.set()
+        go_on.wait(10)
+        return real_load(self, ws)
+
+    monkeypatch.setattr(Store, "load_stats", slow_load)
+    ws = Workspace(store, ws_id, root, CaptureSettings())
+    errors: list[Exception] = []
+
+    def start() -> None:
+        try:
+            ws.start()
+        except WorkspaceRefused as exc:
+            errors.append(exc)
+
+    before = set(threading.enumerate())
+    starting = threading.Thread(target=start)
+    starting.start()
+    try:
+        assert loading.wait(10)
+        ws.stop()
+    finally:
+        go_on.set()
+        starting.join(30)
+    try:
+        assert len(errors) == 1 and "was stopped before it began" in str(errors[0]), errors
+        left = [t.name for t in set(threading.enumerate()) - before if t.name.startswith("snapd-watch:")]
+        assert not left, f"a watcher of the stopped start is still running: {left}"
+    finally:
+        ws.stop()
+        store.close()

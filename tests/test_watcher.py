@@ -15,6 +15,7 @@ from e2e_helpers import wait_for
 from snapd.capture.cookies import remove_stale_cookies
 from snapd.capture.events import WatchEvent
 from snapd.capture.watcher import Watcher
+from snapd.errors import WorkspaceRefused
 from snapd.paths import is_cookie_name
 
 pytestmark = pytest.mark.timeout(60)
@@ -439,3 +440,14 @@ def test_known_directories_are_watched_and_their_list_let_go_once_placed(root: P
         assert rec.has("modified", b"d0599/f") or rec.has("created", b"d0599/f")
     finally:
         w.stop()
+
+
+def test_a_watcher_stopped_before_it_starts_never_watches(root: Path) -> None:
+    """A workspace stopped while it loads its stat cache stops a watcher not started yet: its
+    start must then refuse, or a watcher nobody will stop keeps the tree watched for good."""
+    w = Watcher(root, Recorder(), default_should_watch)
+    w.stop()
+    with pytest.raises(WorkspaceRefused, match="stopped before it began"):
+        w.start()
+    assert not w.running
+    assert not [t for t in threading.enumerate() if t.name == f"snapd-watch:{root}"]

@@ -14,7 +14,8 @@ and only then does the scan look at any path. Hence, for every captured path:
 
 Placing the watches *while* the stat cache loaded and the scan ran was tried, on the grounds
 that both are system calls that let go of the GIL, so two cores could share them. Measured
-at django-100k (bench/bench_restart.py, with the phases timed in the daemon), it cost more
+at django-100k (restarts as bench/bench_restart.py makes them, the phases timed ad hoc inside
+the daemon), it cost more
 than it saved: each thread gave up the GIL at every ``inotify_add_watch``, ``sqlite3_step``
 and ``lstat``, and waited for it back behind the other, so loading took 0.9 s instead of
 0.26 s, and the first mark came 0.3 s later than with the phases one after the other.

@@ -33,7 +33,7 @@ from snapd.capture.placement import DONE, Placement
 from snapd.capture.reader import Listing
 from snapd.capture.translator import Translator, created
 from snapd.capture.watches import OnListing, WatchTable
-from snapd.errors import NotFound
+from snapd.errors import NotFound, WorkspaceRefused
 
 log = structlog.get_logger(__name__)
 
@@ -148,27 +148,38 @@ class Watcher:
         """
         if self._thread is not None:
             raise RuntimeError("watcher already started")
+        if self._stop_requested:
+            raise self._stopped_before_start()
         if not os.path.isdir(self._root_b):
             raise NotFound(f"workspace root {self.root} does not exist or is not a directory")
         with self._lock:
             self._watches.open(whole_tree=known_dirs is None, on_listing=on_listing)
         if known_dirs is not None:
             self.placement = Placement(sorted(known_dirs))
-        self._kill_r, self._kill_w = os.pipe2(os.O_CLOEXEC)
-        self._thread = threading.Thread(target=self._run, name=f"snapd-watch:{self.root}", daemon=True)
-        self._thread.start()
+        with self._pipe_lock:  # a stop() from now on either finds the thread or was first
+            if self._stop_requested:
+                with self._lock:
+                    self._watches.close()
+                raise self._stopped_before_start()
+            self._kill_r, self._kill_w = os.pipe2(os.O_CLOEXEC)
+            self._thread = threading.Thread(target=self._run, name=f"snapd-watch:{self.root}", daemon=True)
+            self._thread.start()
+
+    def _stopped_before_start(self) -> WorkspaceRefused:
+        return WorkspaceRefused(f"watching {self.root} was stopped before it began")
 
     def stop(self) -> None:
         """Stop reading and drop every watch; waiting barriers return False. Idempotent;
-        may be called from the callback."""
-        thread = self._thread
-        if thread is None:
-            return
+        may be called from the callback. Before :meth:`start` (a workspace stopped while it
+        loads its stat cache), start refuses from then on: nothing is left watching."""
         with self._pipe_lock:
             if self._stop_requested:
                 return
             self._stop_requested = True
             self._stopping = True
+            thread = self._thread
+            if thread is None:
+                return
             os.write(self._kill_w, b"x")
         if thread is not threading.current_thread():
             thread.join()

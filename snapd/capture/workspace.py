@@ -123,11 +123,6 @@ class Workspace:
                 "every mark scans the workspace"
             )
         known = self.store.head(self.id) is not None
-        # A known workspace: its stat cache first, then the directories it names are watched
-        # without listing them (on the watcher's thread, every one before the reconcile scan
-        # looks at any path: :mod:`snapd.capture.placement`); a new one: watched and listed.
-        stats = StatCache.from_rows(self.store.load_stats(self.id)) if known else StatCache()
-        self.capturer.stats = stats
         watcher = Watcher(
             self.root,
             self.on_events,
@@ -135,7 +130,12 @@ class Workspace:
             max_watches=self.settings.watch_limit,
             counters=self.capturer.counters,
         )
-        self.watcher = self.recorder.watcher = watcher
+        self.watcher = self.recorder.watcher = watcher  # a stop() during the load reaches it
+        # A known workspace: its stat cache first, then the directories it names are watched
+        # without listing them (on the watcher's thread, every one before the reconcile scan
+        # looks at any path: :mod:`snapd.capture.placement`); a new one: watched and listed.
+        stats = StatCache.from_rows(self.store.load_stats(self.id)) if known else StatCache()
+        self.capturer.stats = stats
         if known:
             listings: dict[bytes, reader.Listing] | None = None
             watcher.start(stats.directories())
