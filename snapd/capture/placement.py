@@ -65,12 +65,9 @@ class Placement:
             self._cond.notify_all()
 
     def wait_all(self) -> None:
-        if not self.complete:
-            self._wait(self.total)
-
-    def _wait(self, n: int) -> None:
+        """Return once every directory's watch was attempted; raise if placing stopped first."""
         with self._cond:
-            while self.done < n:
+            while not self.complete:
                 if self._failed is not None:
                     raise WorkspaceRefused(f"watches could not be placed: {self._failed}")
                 self._cond.wait()
