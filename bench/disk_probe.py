@@ -42,6 +42,9 @@ def breakdown(store_dir: Path) -> dict[str, int]:
             out[f"objects codec {codec}: payload"] = int(stored)
         for table in ("objects", "versions", "stats", "marks"):
             out[f"rows {table}"] = int(db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+        # what a mark's row holds, column by column (its text as stored)
+        for col in ("summary", "tree", "rules", "absent", "message", "label", "id"):
+            out[f"marks {col}: bytes"] = int(db.execute(f"SELECT TOTAL(length(CAST({col} AS BLOB))) FROM marks").fetchone()[0])
     finally:
         db.close()
     out["du store"] = du_bytes(store_dir)
