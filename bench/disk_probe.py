@@ -44,7 +44,8 @@ def breakdown(store_dir: Path) -> dict[str, int]:
             out[f"rows {table}"] = int(db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
         # what a mark's row holds, column by column (its text as stored)
         for col in ("summary", "tree", "rules", "absent", "message", "label", "id"):
-            out[f"marks {col}: bytes"] = int(db.execute(f"SELECT TOTAL(length(CAST({col} AS BLOB))) FROM marks").fetchone()[0])
+            sql = f"SELECT TOTAL(length(CAST({col} AS BLOB))) FROM marks"
+            out[f"marks {col}: bytes"] = int(db.execute(sql).fetchone()[0])
     finally:
         db.close()
     out["du store"] = du_bytes(store_dir)
