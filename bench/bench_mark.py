@@ -71,6 +71,10 @@ MB = 1e6
 SETTLE_S = 0.3  # between a settled mark's changes and the mark (settled_marks)
 
 
+# Where a mark's time goes (--profile): the commit and the three steps it spends most in.
+MARK_PHASES = ("Recorder._commit", "Capturer.capture", "Batch.apply", "Batch.commit")
+
+
 def check_mark(summary: dict[str, Any], picked: list[bytes]) -> str | None:
     """None when the mark holds exactly the modified files; else what is wrong."""
     want = sorted(os.fsdecode(p) for p in picked)
@@ -190,9 +194,11 @@ def main() -> None:
 
         times = interleave(args.reps, {"peer": peer_side, "snapd": snapd_side})
         lib: list[float] = []
+        picked_bytes: list[int] = []  # a mark's capture reads these: content size, not workspace size
         t_marks = time.perf_counter()
         for i in range(args.marks):
             picked = changed()
+            picked_bytes.append(sum(os.lstat(os.path.join(os.fsencode(ws), p)).st_size for p in picked))
             t0 = time.perf_counter()
             reply = client.call("mark", label="turn", workspace=root_b)
             lib.append(time.perf_counter() - t0)
@@ -220,6 +226,8 @@ def main() -> None:
         cli_ratio = statistics.median(times["peer"]) / statistics.median(times["snapd"])
         res.figure("ratio_peer_over_cli", round(cli_ratio, 2), "peer / snapctl mark (medians)")
         res.figure("inproc_mark_s", spread(lib), "Client.call mark, client-side wall", unit="ms")
+        res.figure("changed_kB_per_mark", spread([b / 1000 for b in picked_bytes]),
+                   "bytes of the 10 changed files per mark", unit="kB")
         window = difference(st1["requests"], st0["requests"], "mark")
         n = sum(window)
         p50, p99 = quantile_bound(window, 0.5), quantile_bound(window, 0.99)
@@ -262,7 +270,7 @@ def main() -> None:
         if misses:
             res.verdict("every mark holds exactly the changed files", "all", f"{len(misses)} failed", False)
         if args.profile:
-            from pyspy import Sampler, lines, summary
+            from pyspy import Sampler, lines, per_operation, per_operation_lines, summary
 
             out = RESULTS / f"mark-{args.corpus}-{args.size}.pyspy.txt"
             with Sampler(d.pid, out):
@@ -273,6 +281,11 @@ def main() -> None:
             res.figure("profile_snapd_marks", s)
             res("  py-spy profile of 50 more in-process marks:")
             for line in lines(s):
+                res(f"    {line}")
+            b = per_operation(out, 50, MARK_PHASES, "_Cursor._guard")
+            res.figure("profile_mark_ms", b)
+            res("  the same 50 marks, ms per mark (py-spy samples at 200 Hz):")
+            for line in per_operation_lines(b):
                 res(f"    {line}")
         client.close()
 

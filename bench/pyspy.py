@@ -17,6 +17,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 PY_SPY = shutil.which("py-spy") or str(Path(sys.prefix) / "bin" / "py-spy")
 
@@ -101,6 +102,59 @@ def summary(path: Path, top: int = 12) -> dict[str, list[tuple[str, float]]]:
         "self": [(f, round(100 * c / total, 1)) for f, c in own.most_common(top)],
         "inclusive": [(f, round(100 * c / total, 1)) for f, c in incl.most_common(top)],
     }
+
+
+def per_operation(
+    path: Path, ops: int, parents: tuple[str, ...], leaf: str, rate: int = 200, top: int = 8
+) -> dict[str, Any]:
+    """Where one operation's time goes on the threads serving requests, in ms per operation
+    (samples x 1/``rate`` s, over ``ops`` operations): each of ``parents``' direct callees,
+    and the samples inside ``leaf`` grouped by the nearest snapd function outside ``leaf``'s
+    module that called it (for ``_Cursor._guard``: which statements a mark waits on)."""
+    ms = 1000.0 / rate / max(ops, 1)
+    total = 0
+    callees: dict[str, Counter[str]] = {p: Counter() for p in parents}
+    sites: Counter[str] = Counter()
+    for line in path.read_text(errors="replace").splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not n.isdigit() or not stack:
+            continue
+        raw = [f for f in stack.split(";") if not f.startswith(("thread ", "process "))]
+        if not any(f.startswith("ControlServer._run ") for f in raw):
+            continue
+        count = int(n)
+        total += count
+        names = [f.partition(" (")[0] for f in raw]
+        for parent in parents:
+            if parent in names:
+                i = names.index(parent)
+                callees[parent][_frame(raw[i + 1]) if i + 1 < len(raw) else "(itself)"] += count
+        if leaf in names:
+            i = names.index(leaf)
+            module = raw[i].partition(" (")[2].rsplit(":", 1)[0]
+            callers = [f for f in raw[:i] if _ours(f) and module not in f]
+            sites[_frame(callers[-1]) if callers else "(no snapd caller)"] += count
+    return {
+        "ms_per_op": round(total * ms, 1),
+        "callees": {
+            p: {"ms": round(sum(c.values()) * ms, 1),
+                "top": [(f, round(v * ms, 2)) for f, v in c.most_common(top)]}
+            for p, c in callees.items()
+        },
+        "leaf": leaf,
+        "leaf_ms": round(sum(sites.values()) * ms, 2),
+        "sites": [(f, round(c * ms, 2)) for f, c in sites.most_common(top)],
+    }
+
+
+def per_operation_lines(b: dict[str, Any]) -> list[str]:
+    out = [f"request threads: {b['ms_per_op']} ms of samples per operation"]
+    for parent, c in b["callees"].items():
+        out.append(f"{parent}: {c['ms']} ms, of which its callees:")
+        out += [f"  {v:6.2f} ms  {f}" for f, v in c["top"]]
+    out.append(f"{b['leaf']}: {b['leaf_ms']} ms, by the snapd function that called it:")
+    out += [f"  {v:6.2f} ms  {f}" for f, v in b["sites"]]
+    return out
 
 
 def lines(s: dict[str, list[tuple[str, float]]]) -> list[str]:
