@@ -48,10 +48,10 @@ bench: install
 	@command -v strace >/dev/null || { echo "strace missing: apt-get install strace"; exit 1; }
 	$(BIN)/python bench/make_tree.py --corpus all --size all
 	for c in $(BENCH_CORPORA); do for s in $(BENCH_SIZES); do \
-		$(BIN)/python bench/bench_mark.py --corpus $$c --size $$s || exit 1; done; done
+		$(BIN)/python bench/bench_mark.py --corpus $$c --size $$s --profile || exit 1; done; done
 	for c in $(BENCH_CORPORA); do \
 		$(BIN)/python bench/bench_baseline.py --corpus $$c --size 100k --profile && \
-		$(BIN)/python bench/bench_rollback.py --corpus $$c --size 100k && \
+		$(BIN)/python bench/bench_rollback.py --corpus $$c --size 100k --profile && \
 		$(BIN)/python bench/bench_disk.py --corpus $$c --size 100k && \
 		$(BIN)/python bench/bench_restart.py --corpus $$c --size 100k --profile && \
 		$(BIN)/python bench/profile_memory.py --corpus $$c --size 100k && \

@@ -7,12 +7,15 @@ process doing a real call (a mark, a status) against a real daemon, then listing
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from e2e_helpers import Daemon
 
 #: Modules none of these commands may load: each cost milliseconds at import for nothing the
@@ -68,3 +71,27 @@ def test_the_process_ends_without_collecting_its_objects(ws: Path, daemon: Daemo
     a hook. The entry point freezes them out of the collector once the command is done."""
     assert probe(daemon, ws, "status")["frozen"] > 0
     assert probe(daemon, ws, "hook", "claude-code")["frozen"] > 0
+
+
+#: The daemon's entry point (the ``snapd`` console script's module), then whether rich is loaded
+#: and whether structlog found it.
+DAEMON_PROBE = """
+import json, sys
+import snapd.daemon.main
+import structlog.dev
+loaded = {"rich": sys.modules.get("rich") is not None, "structlog_rich": structlog.dev.rich is not None}
+print(json.dumps(loaded))
+"""
+
+
+def test_the_daemon_starts_without_rich(tmp_path: Path) -> None:
+    """structlog imports rich when it is installed, for its console tracebacks only: 60-80 ms of
+    every daemon start before it answers (docs/benchmarks.md, the restart's imports floor)."""
+    if importlib.util.find_spec("rich") is None:  # then this test could not fail
+        msg = "rich is not installed in this venv (import-linter brings it): nothing to keep out"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    cp = subprocess.run([sys.executable, "-c", DAEMON_PROBE], cwd=tmp_path, capture_output=True,
+                        timeout=60, check=True)
+    assert json.loads(cp.stdout) == {"rich": False, "structlog_rich": False}
