@@ -108,17 +108,37 @@ def main() -> None:
                     for a, b in zip(prof["request_self"][:10], prof["request_snapd"][:10], strict=False):
                         print(f"| `{a[0]}` | {a[1]} | `{b[0]}` | {b[1]} |")
                 print()
+    print("## Where a mark's time goes (py-spy over 50 marks, ms of request-thread samples per mark)\n")
+    for corpus in ("django", "npm"):
+        for size in SIZES:
+            r = res.get(("mark", corpus, size, f"mark-{corpus}-{size}.json"))
+            b = r["figures"].get("profile_mark_ms") if r else None
+            if not b:
+                continue
+            print(f"**{corpus}-{size}** (`{r['file']}`): {b['ms_per_op']} ms per mark.\n")
+            print("| step | ms | its largest callees (ms) |\n|---|---|---|")
+            for parent, c in b["callees"].items():
+                top = ", ".join(f"`{f}` {v:g}" for f, v in c["top"][:5])
+                print(f"| `{parent}` | {c['ms']:g} | {top} |")
+            sites = ", ".join(f"`{f}` {v:g}" for f, v in b["sites"][:6])
+            print(f"| SQLite (`{b['leaf']}`), by the caller | {b['leaf_ms']:g} | {sites} |\n")
     print("## Mark cost against workspace size\n")
-    print("| corpus | size | daemon p50 / p99 (ms, bucket bound) | marks | counters per mark | "
-          "snapctl mark median | peer snap median |\n|---|---|---|---|---|---|---|")
+    print("| corpus | size | daemon p50 / p99 (ms, bucket bound) | marks | full scans per mark | "
+          "counters that moved, per mark | changed bytes per mark (median) | snapctl mark median | "
+          "peer snap median |\n|---|---|---|---|---|---|---|---|---|")
     for corpus in ("django", "npm"):
         for size in SIZES:
             r = res.get(("mark", corpus, size, f"mark-{corpus}-{size}.json"))
             if r is None:
                 continue
             f = r["figures"]
+            kb = f.get("changed_kB_per_mark")
+            changed = f"{kb['median']:.1f} kB" if kb else "not recorded"
+            # status --json counters that did not move are left out of counters_per_mark
+            scans = (f["counters_per_mark"].get("counters.full_scans", 0)
+                     if "counters.full_scans" in f.get("counters_available", []) else "not recorded")
             print(f"| {corpus} | {size} | {f['daemon_mark_p50_ms']:g} / {f['daemon_mark_p99_ms']:g} | "
-                  f"{f['daemon_mark_count']} | {f['counters_per_mark']} | "
+                  f"{f['daemon_mark_count']} | {scans} | {f['counters_per_mark']} | {changed} | "
                   f"{f['cli_mark_s']['median'] * 1e3:.0f} ms | {f['peer_snap_s']['median'] * 1e3:.0f} ms |")
 
 
