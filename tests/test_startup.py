@@ -85,8 +85,8 @@ print(json.dumps(loaded))
 
 
 def test_the_daemon_starts_without_rich(tmp_path: Path) -> None:
-    """structlog imports rich when it is installed, for its console tracebacks only: 60-80 ms of
-    every daemon start before it answers (docs/benchmarks.md, the restart's imports floor)."""
+    """structlog imports rich when it is installed, for its console tracebacks only: time every
+    daemon start paid before it answered (docs/benchmarks.md, session 17's A/B)."""
     if importlib.util.find_spec("rich") is None:  # then this test could not fail
         msg = "rich is not installed in this venv (import-linter brings it): nothing to keep out"
         if os.environ.get("CI"):
