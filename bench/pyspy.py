@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -56,6 +57,23 @@ def _ours(frame: str) -> bool:
     return "<module>" not in frame and (where.startswith("snapd/") or "/snapd/" in where)
 
 
+def _stacks(path: Path) -> Iterator[tuple[list[str], int]]:
+    """Each recorded stack of a ``--format raw`` file (its frames, outermost first, threads'
+    and processes' names dropped) with its sample count."""
+    for line in path.read_text(errors="replace").splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not n.isdigit() or not stack:
+            continue
+        raw = [f for f in stack.split(";") if not f.startswith(("thread ", "process "))]
+        if raw:
+            yield raw, int(n)
+
+
+def _serves_request(raw: list[str]) -> bool:
+    """A sample of a request's own thread."""
+    return any(f.startswith("ControlServer._run ") for f in raw)
+
+
 def summary(path: Path, top: int = 12) -> dict[str, list[tuple[str, float]]]:
     """Top functions by self and inclusive share of the samples (threads' names dropped);
     ``snapd``: inclusive shares of snapd's own functions only; ``imports``: the share of
@@ -67,15 +85,8 @@ def summary(path: Path, top: int = 12) -> dict[str, list[tuple[str, float]]]:
     req_ours: Counter[str] = Counter()
     importing = req_total = 0
     total = 0
-    for line in path.read_text(errors="replace").splitlines():
-        stack, _, n = line.rpartition(" ")
-        if not n.isdigit() or not stack:
-            continue
-        count = int(n)
-        raw = [f for f in stack.split(";") if not f.startswith(("thread ", "process "))]
+    for raw, count in _stacks(path):
         frames = [_frame(f) for f in raw]
-        if not frames:
-            continue
         total += count
         own[frames[-1]] += count
         for f in set(frames):
@@ -84,7 +95,7 @@ def summary(path: Path, top: int = 12) -> dict[str, list[tuple[str, float]]]:
             ours[f] += count
         if any("_find_and_load" in f for f in raw):
             importing += count
-        if any(f.startswith("ControlServer._run ") for f in raw):  # a request's own thread
+        if _serves_request(raw):
             req_total += count
             req_own[frames[-1]] += count
             for f in {_frame(f) for f in raw if _ours(f)}:
@@ -115,14 +126,9 @@ def per_operation(
     total = 0
     callees: dict[str, Counter[str]] = {p: Counter() for p in parents}
     sites: Counter[str] = Counter()
-    for line in path.read_text(errors="replace").splitlines():
-        stack, _, n = line.rpartition(" ")
-        if not n.isdigit() or not stack:
+    for raw, count in _stacks(path):
+        if not _serves_request(raw):
             continue
-        raw = [f for f in stack.split(";") if not f.startswith(("thread ", "process "))]
-        if not any(f.startswith("ControlServer._run ") for f in raw):
-            continue
-        count = int(n)
         total += count
         names = [f.partition(" (")[0] for f in raw]
         for parent in parents:
