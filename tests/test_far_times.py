@@ -85,7 +85,7 @@ def far(root: Path) -> list[str]:
 def healthy(d: Daemon, root: Path) -> dict[str, object]:
     st = d.ctl_json("status")
     (ws,) = [w for w in st["workspaces"] if w["root"] == str(root)]
-    assert "error" not in ws and not st["warnings"], st
+    assert "error" not in ws and not st["warnings"], f"workspace {ws}; warnings {st['warnings']}"
     return dict(ws)
 
 
@@ -150,6 +150,8 @@ def test_far_dated_paths_are_captured_rolled_back_and_kept_across_a_restart(
 
             for tag, when in DATES.items():  # while it is down: the catch-up must find these
                 edit(root, f"-{tag}-new", f"new2 {tag}", when)
+            write(root / "plain", "PLAIN\n")  # a 44-byte row on record, a far date on disk
+            os.utime(root / "plain", ns=(DATES["2400"], DATES["2400"]))
             s3 = snapshot(root)
             d = start_daemon(tmp_path / "home")
             ready(d, root)  # it was stuck in [error]
