@@ -127,6 +127,7 @@ def test_far_dated_paths_are_captured_rolled_back_and_kept_across_a_restart(
         write(root / "plain", "plain\n")
         if first == "watch":
             make_old(root)
+            os.utime(root, ns=(DATES["2400"], DATES["2400"]))  # the root itself too
         d = start_daemon(tmp_path / "home")
         try:
             d.ctl("watch", str(root))
