@@ -40,6 +40,17 @@ DIR_MODES: Final = (0o755, 0o755, 0o700, 0o750, 0o555, 0o500)
 UNLISTABLE_DIR_MODES: Final = (0o311, 0o300, 0o000)
 ROOT_MODES: Final = (0o755, 0o700, 0o750)
 LINK_TARGETS: Final = ("f", "../f", "nowhere", ".", "src", "/etc/hostname", "a/f", "../../outside")
+# Times (ns) to date a path with: past either end of an int64 of nanoseconds (2262, 1677), far
+# past it (2400, 9999, 1600), and before 1970. A file system keeps what it can (ext4: 1901-2446).
+FAR_TIMES: Final = (
+    2**63,
+    13_569_465_600 * 10**9 + 1,  # 2400-01-01
+    253_402_300_799 * 10**9 + 999_999_999,  # 9999-12-31T23:59:59.999999999
+    -(2**63) - 1,
+    -11_676_096_000 * 10**9,  # 1600-01-01
+    -2_208_988_800 * 10**9,  # 1900-01-01
+    -1,
+)
 GIT_COMMANDS: Final = (
     ("checkout", "-q", "other"),
     ("checkout", "-q", "main"),
@@ -79,6 +90,7 @@ class Generator:
         "exclude": 1,
         "git": 4,
         "mkfifo": 1,
+        "far_time": 2,
         "big": 1,
         "pause": 2,
         "mark": 10,
@@ -191,6 +203,9 @@ class Generator:
                 return Step(op, (rng.choice(cmds),))
             case "mkfifo":
                 return Step(op, (new_path(FILE_NAMES),))
+            case "far_time":  # any path, the root included; a symlink itself
+                p = rng.choice([""] + sorted(q for q in disk if q != "."))
+                return Step("utime", (p, rng.choice(FAR_TIMES)))
             case "pause":
                 return Step(op, (rng.choice((20, 100, 200)),))
             case "big":

@@ -218,6 +218,34 @@ MUTANTS = [
         _t("tests/test_store.py", "-k", "early_flush"),
         "a put after a failed flush flushes again: the fsync that failed is retried, the rows written",
     ),
+    Mutant(
+        "stat-row-never-wide",
+        "snapd/statrow.py",
+        "    try:\n        return ROW.pack(mode, size, mtime, ctime, ino, read)\n"
+        "    except struct.error:\n        pass\n",
+        "    return ROW.pack(mode, size, mtime, ctime, ino, read)\n",
+        _t("tests/test_far_times.py", "tests/test_statrow.py"),
+        "a file dated 2400 (or an inode past 2^63) fails watch and mark with exit 70",
+    ),
+    Mutant(
+        "far-stat-against-a-44-byte-row",
+        "snapd/capture/statcache.py",
+        "            except struct.error:  # a value past the row's range now: not what a 44-byte row holds\n"
+        "                return CHANGED\n",
+        "            except struct.error:  # a value past the row's range now: not what a 44-byte row holds\n"
+        "                raise\n",
+        _t("tests/test_far_times.py"),
+        "a file dated 2400 while the daemon is down puts its workspace in [error] at the restart",
+    ),
+    Mutant(
+        "wide-row-taken-as-unchanged",
+        "snapd/capture/statcache.py",
+        "            if was != (mode, st.st_size, mtime, st.st_ctime_ns, st.st_ino):\n"
+        "                return CHANGED\n",
+        "",
+        _t("tests/test_far_times.py"),
+        "an edit of a far-dated path while the daemon is down is missed by the restart's catch-up",
+    ),
 ]
 
 

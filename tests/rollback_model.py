@@ -9,7 +9,8 @@ directory replaced by a moved one (``mv out /elsewhere && mv out.new out``), two
 swapped, a directory made elsewhere moved in, hard links, symlinks (dangling ones included), chmod
 of files and directories (read-only ones included), ``.gitignore`` and ``.git/info/exclude`` edits
 with ignored files around (``.env``, ``__pycache__/m.pyc``, ``*.log``), ``git checkout``, ``git
-stash``, ``git commit``. Between batches it takes marks (``snapctl mark``); at random it runs
+stash``, ``git commit``, dates far from now on any path (2400, 1600: past an int64 of
+nanoseconds). Between batches it takes marks (``snapctl mark``); at random it runs
 ``snapctl rollback --to M --yes`` and ``snapctl undo --yes``, and after each one it compares the
 WHOLE tree — kind, permission bits, bytes, link text, the root's own mode — with the model.
 

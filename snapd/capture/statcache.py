@@ -22,7 +22,9 @@ those are re-checked at each mark, since nothing inside the root reports their c
 
 Memory: one entry is a path and 44 packed bytes (:data:`snapd.statrow.ROW`), not a tuple of
 six ints — about a third of the size, which at 10^5 paths is tens of MB of the daemon's
-resident set. The catalog stores the same bytes, so loading an entry builds nothing else.
+resident set. The catalog stores the same bytes, so loading an entry builds nothing else. An
+entry with a value past that row's range (a file dated 2400, an inode number past 2^63) is 84
+bytes (:data:`snapd.statrow.WIDE`); the scan's byte comparison holds only for 44-byte rows.
 The regular-file count is kept as entries change, so ``status`` does not walk the cache.
 """
 
@@ -44,7 +46,7 @@ Row = tuple[bytes, bytes]  # path, its entry packed (statrow.ROW), as the catalo
 
 RACY_NS = 2_000_000_000
 
-_ROW: Final = statrow.ROW  # st_mode, size, mtime_ns, ctime_ns, inode, read ns
+_ROW: Final = statrow.ROW  # st_mode, size, mtime_ns, ctime_ns, inode, read ns (or statrow.WIDE)
 _SIG: Final = struct.Struct("<I4q")  # its first part: the signature
 _READ: Final = struct.Struct("<q")  # its last: the read time
 # What :meth:`StatCache.seen` tells a scan: whether the path is unchanged, and (a directory)
@@ -61,11 +63,11 @@ def _type(packed: bytes) -> int:
 
 
 def _pack(sig: Sig, read_ns: int) -> bytes:
-    return _ROW.pack(*sig, read_ns)
+    return statrow.pack(*sig, read_ns)
 
 
 def _unpack(packed: bytes) -> Entry:
-    mode, size, mtime, ctime, ino, read = _ROW.unpack(packed)
+    mode, size, mtime, ctime, ino, read = statrow.unpack(packed)
     return (mode, size, mtime, ctime, ino), read
 
 
@@ -295,10 +297,19 @@ class StatCache:
         if packed is None:
             return CHANGED
         mtime = st.st_mtime_ns
-        # Packed and compared as bytes: a tenth of a second less per 10^5 paths than unpacking.
-        if _SIG.pack(mode, st.st_size, mtime, st.st_ctime_ns, st.st_ino) != packed[: _SIG.size]:
-            return CHANGED
-        (read_ns,) = _READ.unpack_from(packed, _SIG.size)
+        if len(packed) == _ROW.size:
+            # Packed and compared as bytes: a tenth of a second less per 10^5 paths than unpacking.
+            try:
+                sig = _SIG.pack(mode, st.st_size, mtime, st.st_ctime_ns, st.st_ino)
+            except struct.error:  # a value past the row's range now: not what a 44-byte row holds
+                return CHANGED
+            if sig != packed[: _SIG.size]:
+                return CHANGED
+            (read_ns,) = _READ.unpack_from(packed, _SIG.size)
+        else:  # a wide row (statrow.WIDE): rare, compared unpacked
+            was, read_ns = _unpack(packed)
+            if was != (mode, st.st_size, mtime, st.st_ctime_ns, st.st_ino):
+                return CHANGED
         if stat.S_ISREG(mode):
             return CHANGED if _racy(mtime, read_ns, now_ns) else SAME
         if stat.S_ISDIR(mode) and not _racy(max(mtime, st.st_ctime_ns), read_ns, now_ns):

@@ -248,7 +248,7 @@ def _connect(path: Path) -> _Connection:
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("PRAGMA foreign_keys=ON")
     conn.create_function("snapd_db_key", 1, _db_key, deterministic=True)  # the 5 -> 6 upgrade
-    conn.create_function("snapd_stat_row", 6, statrow.ROW.pack, deterministic=True)  # 6 -> 7
+    conn.create_function("snapd_stat_row", 6, statrow.pack, deterministic=True)  # 6 -> 7
     return conn
 
 

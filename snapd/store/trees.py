@@ -66,8 +66,13 @@ _UNCAPTURED = "!"  # the first character of an uncaptured entry's key (object ke
 
 def uncaptured(reason: str, mode: int, size: int, stamp: tuple[int, int] | None) -> Entry:
     """The entry of a path whose content could not be captured, for ``reason``. ``stamp``:
-    (inode, mtime_ns) as a stat saw them (None: unknown)."""
+    (inode, mtime_ns) as a stat saw them (None: unknown), in decimal: any value a stat gives.
+
+    ``size`` is what the stat said, which a node holds as a u64: a negative one (a FUSE
+    mount's size past 2^63 reads so) is recorded as 0 with the real value in the stamp."""
     seen = "?" if stamp is None else f"{stamp[0]}.{stamp[1]}"
+    if not 0 <= size < 1 << 64:
+        seen, size = f"{seen}.{size}", 0
     text = reason.encode("ascii", "replace").decode("ascii")
     return Entry("uncaptured", mode, size, f"{_UNCAPTURED}{seen}!{text}"[:255])
 
