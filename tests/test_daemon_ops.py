@@ -75,7 +75,7 @@ def test_a_vanished_root_stops_capture_and_stays_in_error(daemon: Daemon, ws: Pa
     shutil.rmtree(ws)
     w = _stopped_capturing(daemon, ws)
     assert w["state"] == "error" and "no longer exists" in w["error"], w
-    assert "snapctl forget" in w["error"] and "recreate" not in w["error"], w
+    assert "forget" not in w["error"] and "rollback --to MARK" in w["error"], w  # brings it back
     ws.mkdir()  # a new directory at the path is not the one whose history this is
     cp = daemon.ctl("watch", ws, check=False)
     assert cp.returncode == 7 and b"replaced" in cp.stderr, describe(cp)

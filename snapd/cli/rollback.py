@@ -39,6 +39,8 @@ def _plan_lines(r: dict[str, Any], *, kept: bool, limit: int = 200) -> list[str]
         used = times.versions_used(r)
         paths = [path_text(op["path"]) for op in r["plan"]["ops"]]
         lines = [f"{line}  [{used[p]}]" if p in used else line for line, p in zip(lines, paths, strict=True)]
+    if "root_note" in r:  # the root is gone, or another directory: said before anything else
+        out.insert(1, f"  {r['root_note']}")
     out += [f"  {line}" for line in lines[:limit]]
     if len(lines) > limit:
         out.append(f"  … and {len(lines) - limit} more (--json lists them all)")

@@ -15,7 +15,7 @@ from snapd.daemon.events import EventSink, emit, rollback_fields
 from snapd.daemon.registry import Registry, relative_path
 from snapd.daemon.wire import wire_paths
 from snapd.errors import UsageError
-from snapd.rollback import live
+from snapd.rollback import live, report
 from snapd.store import history
 from snapd.store.history import AtTime
 from snapd.store.records import Mark
@@ -34,10 +34,14 @@ class RollbackOps:
         undo: bool,
         paths: list[bytes] | None,
         session: str | None,
-    ) -> tuple[Workspace, Mark, list[bytes], AtTime | None]:
+        *,
+        create: bool,
+    ) -> tuple[Workspace, Mark, list[bytes], AtTime | None, str | None]:
         """The live workspace, the mark to return to, the paths the rollback is limited to,
-        and the time the target was built from (a time reference)."""
-        ws, _ = self.registry.find(workspace, cwd)
+        the time the target was built from (a time reference), and what became of the root
+        (:meth:`Registry.for_rollback`: None, ``"new"``, ``"missing"``; ``create``: an apply,
+        which makes a missing root again)."""
+        ws, root = self.registry.for_rollback(workspace, cwd, create=create)
         at = None
         if undo:
             target = live.undo_target(ws)
@@ -46,7 +50,7 @@ class RollbackOps:
         else:
             target, at = history.resolve(self.store, ws.id, to, session)
         only = [relative_path(ws.root, p, cwd) for p in paths or []]
-        return ws, target, only, at
+        return ws, target, only, at, root
 
     def op_rollback_plan(
         self,
@@ -58,8 +62,12 @@ class RollbackOps:
         force: bool = False,
         session: str | None = None,
     ) -> dict[str, Any]:
-        ws, target, only, at = self._target(workspace, cwd, to, undo, paths, session)
-        return daemon_history.time_fields(at, wire_paths(live.propose(ws, target, only, force)))
+        ws, target, only, at, root = self._target(workspace, cwd, to, undo, paths, session, create=False)
+        if root == "missing":  # nothing on disk to capture or touch: the apply makes it again
+            proposed = live.propose_missing(ws, target, only, force)
+        else:
+            proposed = live.propose(ws, target, only, force)
+        return daemon_history.time_fields(at, wire_paths(report.root_fields(ws.root, root, proposed)))
 
     def op_rollback_apply(
         self,
@@ -72,9 +80,9 @@ class RollbackOps:
         token: str | None = None,
         session: str | None = None,
     ) -> dict[str, Any]:
-        ws, target, only, at = self._target(workspace, cwd, to, undo, paths, session)
+        ws, target, only, at, root = self._target(workspace, cwd, to, undo, paths, session, create=True)
         result: dict[str, Any] = daemon_history.time_fields(
-            at, wire_paths(live.execute(ws, target, only, force, token))
+            at, wire_paths(report.root_fields(ws.root, root, live.execute(ws, target, only, force, token)))
         )
         emit(self.events, "undo.applied" if undo else "rollback.applied", ws.root, rollback_fields(result))
         return result
