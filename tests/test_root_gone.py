@@ -140,7 +140,8 @@ def test_no_message_about_a_gone_root_suggests_forget(daemon: Daemon, ws: Path) 
     said.append(_out(daemon.ctl("mark", "x", "-w", ws, check=False)))
     # From inside the deleted directory: the shell's cwd is gone.
     cp = subprocess.run(
-        ["/bin/sh", "-c", f'mkdir -p "{inside}" && cd "{inside}" && rm -rf "{ws}" && "$0" -m snapd rollback --to m --yes',
+        ["/bin/sh", "-c",
+         f'mkdir -p "{inside}" && cd "{inside}" && rm -rf "{ws}" && "$0" -m snapd rollback --to m --yes',
          daemon.python[0]],
         env=daemon.env, capture_output=True, timeout=30, cwd="/",
     )

@@ -1,4 +1,5 @@
-"""``rollback`` and ``undo``: show the plan, ask (:mod:`.prompt`), apply exactly that plan.
+"""``rollback`` and ``undo``: show the plan, ask (:mod:`.prompt`), apply exactly that plan;
+``restore``: a mark written into another directory (nothing there is replaced: no question).
 
 The plan shown is the plan applied: its token goes with the apply, and if the workspace
 changed so that the daemon's plan differs, the difference is shown and asked about again.
@@ -12,8 +13,8 @@ import argparse
 import os
 from typing import Any
 
-from snapd.cli import times
-from snapd.cli.output import emit, path_text, print_json, when
+from snapd.cli import request, times
+from snapd.cli.output import emit, path_text, print_json, size, when
 from snapd.cli.prompt import confirm
 from snapd.cli.request import Env, client, human, ref_fields, show_warnings
 from snapd.display import count
@@ -157,3 +158,24 @@ def cmd_rollback(args: argparse.Namespace, env: Env) -> int:
 
 def cmd_undo(args: argparse.Namespace, env: Env) -> int:
     return _rollback(args, env, undo=True)
+
+
+def cmd_restore(args: argparse.Namespace, env: Env) -> int:
+    """``restore MARK --target DEST``: DEST (absolute here, relative to the current directory)
+    must be absent or empty; what was not captured at MARK is listed, and the exit is then 10."""
+    dest = request.absolute(args.target)
+    with client(args, env) as c:
+        res = c.call("restore", mark=args.mark, target=os.fsencode(dest), **ref_fields(args))
+    if not human(args, res):
+        return 0 if res["ok"] else Conflict.exit_code
+    n = res["counts"]
+    what = f"the workspace at {res['time']['ref']}" if res.get("time") else (
+        f"mark {res['mark']['id']} {res['mark']['label']}")
+    dirs = count(n["dirs"], "directory", "directories")
+    emit(f"restored {what} of {res['workspace']} into {res['target']}: {count(n['files'], 'file')}, "
+         f"{count(n['symlinks'], 'symlink')}, {dirs} ({size(n['bytes'])})")
+    for x in res["not_restored"]:
+        emit(f"  not restored: {path_text(x['path'])}: {x['reason']}", err=True)
+    for x in res["conflicts"]:
+        emit(f"  conflict: {path_text(x['path'])}: {x['reason']} (left as it is)", err=True)
+    return 0 if res["ok"] else Conflict.exit_code

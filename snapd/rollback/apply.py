@@ -130,6 +130,21 @@ def apply(
     return ApplyResult(**engine.outcome.result(plan.kept, plan.left))
 
 
+def fill(root: Path, plan: Plan, get: Get, hasher: Hasher) -> ApplyResult:
+    """Apply ``plan``, made from nothing (every op creates), into the empty directory ``root``:
+    the same engine, phases and writes as :func:`apply`, without a journal. Nothing there is
+    replaced, so a fill stopped part-way has nothing to roll forward; the caller says what is
+    left (:mod:`snapd.rollback.restore`)."""
+    root_fd = _open_root(root)
+    try:
+        engine = _engine(root_fd, get, hasher, False)
+        engine.run(plan.ops, [temp_name() if op.kind in ("write", "symlink") else None for op in plan.ops],
+                   lambda phase: None)
+    finally:
+        os.close(root_fd)
+    return ApplyResult(**engine.outcome.result(plan.kept, plan.left))
+
+
 def recover(root: Path, journal: Path, get: Get, hasher: Hasher) -> RecoveryResult | None:
     """Finish an apply interrupted by a crash (None when ``journal`` does not exist)."""
     found = journals.read(journal, root)

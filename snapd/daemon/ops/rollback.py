@@ -7,15 +7,18 @@ rollback and undo is announced as an event.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from snapd.capture.workspace import Workspace
 from snapd.daemon import history as daemon_history
 from snapd.daemon.events import EventSink, emit, rollback_fields
 from snapd.daemon.registry import Registry, relative_path
-from snapd.daemon.wire import wire_paths
+from snapd.daemon.wire import mark_json, wire_paths
 from snapd.errors import UsageError
-from snapd.rollback import live, report
+from snapd.paths import encode_path
+from snapd.rollback import live, report, restore
 from snapd.store import history
 from snapd.store.history import AtTime
 from snapd.store.records import Mark
@@ -86,6 +89,39 @@ class RollbackOps:
         )
         emit(self.events, "undo.applied" if undo else "rollback.applied", ws.root, rollback_fields(result))
         return result
+
+    def op_restore(
+        self,
+        mark: str,
+        target: bytes,
+        workspace: bytes | None = None,
+        cwd: bytes | None = None,
+        session: str | None = None,
+    ) -> dict[str, Any]:
+        """The workspace as at ``mark`` (a mark or a time) written into ``target``, an absent
+        or empty directory (:mod:`snapd.rollback.restore`). The workspace need not be watched,
+        nor its root exist: the history is all a restore reads."""
+        ws_id, root = self.registry.stored(workspace, cwd)
+        ref, at = history.resolve(self.store, ws_id, mark, session)
+        done = restore.write_tree(
+            Path(os.fsdecode(target)), ref.tree, ref.root_mode, self.store.load_node, self.store.get,
+            self.store.hasher, self.registry.own_dirs,
+        )
+        reply: dict[str, Any] = {
+            "workspace": str(root),
+            "target": str(done.target),
+            "made": done.made,
+            "mark": mark_json(ref) if at is None else None,
+            "counts": done.counts,
+            "written": done.counts["files"] + done.counts["symlinks"] + done.counts["dirs"],
+            "not_restored": [{"path": encode_path(p), "reason": why} for p, why in done.not_restored],
+            "conflicts": [{"path": encode_path(p), "reason": why} for p, why in done.conflicts],
+            "ok": done.ok,
+        }
+        if at is not None:
+            reply["time"] = history.describe(at)
+        out: dict[str, Any] = wire_paths(reply)
+        return out
 
     def op_undo(
         self,
