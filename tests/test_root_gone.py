@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from e2e_helpers import Daemon, describe, snap_diff, snapshot, wait_for, write
+import pytest
+from e2e_helpers import Daemon, describe, snap_diff, snapshot, start_daemon, wait_for, write
 
 from snapd import timeref
 
@@ -225,3 +226,66 @@ def test_restore_of_a_time_and_of_a_deleted_root(daemon: Daemon, ws: Path, tmp_p
     got = snapshot(target, with_root=True)
     assert got == at_t, snap_diff(got, at_t)
     assert not ws.exists(), "restore never makes the workspace"
+
+
+@pytest.mark.timeout(600)
+def test_a_crash_while_a_deleted_root_is_rolled_back_is_finished(tmp_path: Path) -> None:
+    """The daemon killed after every step of a rollback into a recreated root (making the root
+    included): the next start finishes it from the journal, or, when the crash came before
+    the root was adopted, the new directory is reported and a second rollback completes. Either
+    way the workspace ends exactly at the mark, with no temp file left."""
+    n = crashed = 0
+    while True:
+        n += 1
+        assert n < 80, "the rollback never completed: the crash seam is not counting apply steps"
+        base = tmp_path / f"n{n}"
+        root = base / "ws"
+        write(root / "src" / "a.txt", "a\n")
+        write(root / "src" / "b.txt", "b\n", 0o600)
+        (root / "link").symlink_to("src/a.txt")
+        root.chmod(0o750)
+        home = base / "snapd-home"
+        d = start_daemon(home)
+        d.ctl("watch", root)
+        d.ctl("mark", "a", "-w", root)
+        want = snapshot(root, with_root=True)
+        assert d.stop() == 0
+        _gone(root)
+        d = start_daemon(home, crash_after=f"apply.:{n}")
+        code, r = _yes(d, "rollback", "--to", "a", "-w", root)
+        if code == 0:
+            assert d.stop() == 0
+            assert snapshot(root, with_root=True) == want
+            break
+        crashed += 1
+        assert d.wait_exit(20) == 86, d.log()[-3000:]
+        d2 = start_daemon(home)
+        try:
+            def settled(d2: Daemon = d2, root: Path = root) -> dict[str, Any] | None:
+                w = _status_ws(d2, root)
+                return w if w.get("state") in ("ready", "error") else None
+
+            w = wait_for(settled, 30, what="the workspace settles")
+            if w["state"] == "ready":  # type: ignore[index]
+                got = snapshot(root, with_root=True)
+                assert got == want, f"crash at step {n}: recovered to\n{snap_diff(got, want)}"
+            code, r = _yes(d2, "rollback", "--to", "a", "-w", root)
+            assert code == 0, r
+            got = snapshot(root, with_root=True)
+            assert got == want, f"crash at step {n}:\n{snap_diff(got, want)}"
+            assert not list(root.rglob(".snapd-*~"))
+        finally:
+            assert d2.stop() == 0
+    assert crashed >= 5, f"only {crashed} crash points: the seam is not in the apply path"
+
+
+def test_restore_lists_what_the_mark_did_not_capture(daemon: Daemon, ws: Path, tmp_path: Path) -> None:
+    """A FIFO at the mark is recorded without content: a restore writes the rest and names it
+    as not restored, exit 10."""
+    write(ws / "a.txt", "a\n")
+    os.mkfifo(ws / "pipe")
+    daemon.ctl("mark", "m", cwd=ws)
+    dest = tmp_path / "copy"
+    cp = daemon.ctl("restore", "m", "--target", dest, cwd=ws, check=False)
+    assert cp.returncode == 10 and b"not restored: pipe" in cp.stderr, describe(cp)
+    assert (dest / "a.txt").read_text() == "a\n" and not (dest / "pipe").exists()
