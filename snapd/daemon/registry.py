@@ -240,26 +240,30 @@ class Registry:
             candidates = [ws for ws in self._live.values() if ws.root == real or ws.root in real.parents]
         return real, max(candidates, key=lambda w: len(str(w.root))) if candidates else None
 
-    def for_rollback(
-        self, workspace: bytes | None, cwd: bytes | None, *, create: bool
-    ) -> tuple[Workspace, str | None]:
-        """The live workspace a rollback means, and what became of its root (docs/rollback.md,
-        "A deleted or re-made root"): None when it is the directory the history belongs to;
-        ``"new"`` when another directory is at its path: that one is adopted (the history goes
-        on there, re-baselined: the reconcile scan captures what it holds, which the
-        pre-rollback mark then keeps); ``"missing"`` when nothing is there: with ``create`` (an
-        apply) the root is made again first and adopted the same way, else (a plan) it is left
-        alone. A root on a file system that is not mounted is refused (mount it back). A
-        workspace whose capture stopped while its own root was away is started again."""
+    def for_rollback(self, workspace: bytes | None, cwd: bytes | None) -> Workspace:
+        """The live workspace a rollback means, whatever became of its root (its capture may
+        have stopped: :meth:`adopt_root` brings the root back under it)."""
         _, ws = self._live_holding(workspace, cwd)
         if ws is None:
-            return self.find(workspace, cwd)[0], None  # says why it is not watched
+            return self.find(workspace, cwd)[0]  # says why it is not watched
         ready = self._ready.get(ws.id)
         if ready is not None and not ready.wait(READY_WAIT_S):
             self._wait_ready(ws.id)  # busy
+        return ws
+
+    def adopt_root(self, ws: Workspace, *, create: bool) -> tuple[Workspace, str | None]:
+        """``ws`` ready for a rollback, and what became of its root (docs/rollback.md, "A deleted
+        or re-made root"): None when it is the directory the history belongs to; ``"new"`` when
+        another directory is at its path: that one is adopted (the history goes on there,
+        re-baselined: the reconcile scan captures what it holds, which the pre-rollback mark
+        then keeps); ``"missing"`` when nothing is there: with ``create`` (an apply) the root is
+        made again first and adopted the same way, else (a plan) it is left alone. A root on a
+        file system that is not mounted is refused (mount it back). A workspace whose capture
+        stopped while its own root was away is started again."""
         with self._lock:
-            if self._live.get(ws.id) is not ws:  # swapped by a concurrent request: take that one
-                return self.for_rollback(workspace, cwd, create=create)
+            live = self._live.get(ws.id)
+            if live is not ws and live is not None:  # swapped by a concurrent request: that one
+                return self.adopt_root(live, create=create)
             state = roots.root_state(ws.root, self.store.root_id(ws.id))
             if state is None and ws.lost is None and ws.id not in self._errors:
                 return ws, None

@@ -44,7 +44,7 @@ class RollbackOps:
         the time the target was built from (a time reference), and what became of the root
         (:meth:`Registry.for_rollback`: None, ``"new"``, ``"missing"``; ``create``: an apply,
         which makes a missing root again)."""
-        ws, root = self.registry.for_rollback(workspace, cwd, create=create)
+        ws = self.registry.for_rollback(workspace, cwd)
         at = None
         if undo:
             target = live.undo_target(ws)
@@ -53,6 +53,7 @@ class RollbackOps:
         else:
             target, at = history.resolve(self.store, ws.id, to, session)
         only = [relative_path(ws.root, p, cwd) for p in paths or []]
+        ws, root = self.registry.adopt_root(ws, create=create)  # once the target is known
         return ws, target, only, at, root
 
     def op_rollback_plan(
