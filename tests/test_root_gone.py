@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_helpers import Daemon, describe, snap_diff, snapshot, start_daemon, wait_for, write
+from e2e_helpers import Daemon, Pty, describe, snap_diff, snapshot, start_daemon, wait_for, write
 
 from snapd import timeref
 
@@ -289,3 +289,18 @@ def test_restore_lists_what_the_mark_did_not_capture(daemon: Daemon, ws: Path, t
     cp = daemon.ctl("restore", "m", "--target", dest, cwd=ws, check=False)
     assert cp.returncode == 10 and b"not restored: pipe" in cp.stderr, describe(cp)
     assert (dest / "a.txt").read_text() == "a\n" and not (dest / "pipe").exists()
+
+
+@pytest.mark.timeout(300)
+def test_a_long_restore_shows_its_progress_on_a_terminal(daemon: Daemon, ws: Path, tmp_path: Path) -> None:
+    """The bar is drawn from ``status``'s ``restores`` while the daemon writes."""
+    for i in range(40):
+        for j in range(100):
+            write(ws / f"d{i}" / f"f{j}.txt", f"{i} {j}\n" * 20)
+    daemon.ctl("mark", "m", cwd=ws, timeout=120)
+    t0 = time.monotonic()
+    t = Pty(daemon.env, "restore", "m", "--target", tmp_path / "copy", cwd=ws)
+    t.read_until(b"/4000 files\r", timeout=120)  # the bar, drawn while the restore runs
+    assert t.finish(120) == 0, t.out
+    print(f"restore of 4000 files: {time.monotonic() - t0:.2f}s")
+    assert b"restored mark" in t.out and b"4000 files" in t.out, t.out

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+import threading
 from typing import Any
 
 from snapd.cli import request, times
-from snapd.cli.output import emit, path_text, print_json, size, when
+from snapd.cli.output import emit, path_text, print_json, progress_bar, size, when
 from snapd.cli.prompt import confirm
 from snapd.cli.request import Env, client, human, ref_fields, show_warnings
 from snapd.display import count
@@ -160,12 +162,41 @@ def cmd_undo(args: argparse.Namespace, env: Env) -> int:
     return _rollback(args, env, undo=True)
 
 
+def _restore_progress(args: argparse.Namespace, env: Env, dest: str, done: threading.Event) -> None:
+    """Draw a progress bar from ``status`` while the restore into ``dest`` runs (terminal only)."""
+    names = {dest, os.path.realpath(dest)}
+    drawn = False
+    with client(args, env, quiet=True) as c:
+        while not done.wait(0.25):
+            try:
+                st = c.call("status", timeout_s=2.0)
+            except Exception:
+                continue
+            for r in st.get("restores", []):
+                if r["target"] in names and r.get("total"):
+                    sys.stderr.write("\r" + progress_bar(r["done"], r["total"]))
+                    sys.stderr.flush()
+                    drawn = True
+    if drawn:
+        sys.stderr.write("\r" + " " * 60 + "\r")
+
+
 def cmd_restore(args: argparse.Namespace, env: Env) -> int:
     """``restore MARK --target DEST``: DEST (absolute here, relative to the current directory)
     must be absent or empty; what was not captured at MARK is listed, and the exit is then 10."""
     dest = request.absolute(args.target)
-    with client(args, env) as c:
-        res = c.call("restore", mark=args.mark, target=os.fsencode(dest), **ref_fields(args))
+    done = threading.Event()
+    bar = None
+    if sys.stderr.isatty() and not args.json:
+        bar = threading.Thread(target=_restore_progress, args=(args, env, dest, done), daemon=True)
+        bar.start()
+    try:
+        with client(args, env) as c:
+            res = c.call("restore", mark=args.mark, target=os.fsencode(dest), **ref_fields(args))
+    finally:
+        done.set()
+        if bar is not None:
+            bar.join(timeout=1)
     if not human(args, res):
         return 0 if res["ok"] else Conflict.exit_code
     n = res["counts"]

@@ -26,8 +26,12 @@ from snapd.store.store import Store
 
 
 class RollbackOps:
-    def __init__(self, store: Store, registry: Registry, events: EventSink) -> None:
+    def __init__(
+        self, store: Store, registry: Registry, events: EventSink, restores: restore.Running | None = None
+    ) -> None:
+        """``restores``: the table of restores in flight that ``status`` shows."""
         self.store, self.registry, self.events = store, registry, events
+        self.restores = restores or restore.Running()
 
     def _target(
         self,
@@ -104,10 +108,12 @@ class RollbackOps:
         nor its root exist: the history is all a restore reads."""
         ws_id, root = self.registry.stored(workspace, cwd)
         ref, at = history.resolve(self.store, ws_id, mark, session)
-        done = restore.write_tree(
-            Path(os.fsdecode(target)), ref.tree, ref.root_mode, self.store.load_node, self.store.get,
-            self.store.hasher, self.registry.own_dirs,
-        )
+        dest = Path(os.fsdecode(target))
+        with self.restores.one(root, dest) as progress:
+            done = restore.write_tree(
+                dest, ref.tree, ref.root_mode, self.store.load_node, self.store.get,
+                self.store.hasher, self.registry.own_dirs, progress,
+            )
         reply: dict[str, Any] = {
             "workspace": str(root),
             "target": str(done.target),
