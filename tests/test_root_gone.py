@@ -70,7 +70,8 @@ def test_rollback_recreates_a_deleted_root_exactly_and_undo_works(daemon: Daemon
     assert shown["root"] == "missing" and "does not exist" in shown["root_note"], shown
     assert not ws.exists(), "a dry run must not make the root"
 
-    code, r = _yes(daemon, "rollback", "--to", m, "-w", ws)
+    # The plan shown is the plan applied: made again, the empty root plans to the same token.
+    code, r = _yes(daemon, "rollback", "--to", m, "-w", ws, "--plan-token", shown["plan"]["token"])
     assert code == 0, r
     assert r["root"] == "missing" and r["pre_rollback"], r
     got = snapshot(ws, with_root=True)
