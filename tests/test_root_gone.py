@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from disks import tmpfs
 from e2e_helpers import Daemon, Pty, describe, snap_diff, snapshot, start_daemon, wait_for, write
 
 from snapd import timeref
@@ -305,3 +306,20 @@ def test_a_long_restore_shows_its_progress_on_a_terminal(daemon: Daemon, ws: Pat
     assert t.finish(120) == 0, t.out
     print(f"restore of 4000 files: {time.monotonic() - t0:.2f}s")
     assert b"restored mark" in t.out and b"4000 files" in t.out, t.out
+
+
+def test_a_restore_that_fills_its_disk_stops_and_says_what_is_left(
+    daemon: Daemon, ws: Path, tmp_path: Path
+) -> None:
+    """No journal to finish a restore: one stopped by a full disk says that DEST holds part of
+    the tree (and nothing about a rollback being finished later); the daemon serves on."""
+    for i in range(4):
+        write(ws / f"f{i}.bin", os.urandom(512 * 1024))
+    daemon.ctl("mark", "m", cwd=ws)
+    with tmpfs(tmp_path / "small", 1024 * 1024) as small:
+        code, r = _yes(daemon, "restore", "m", "--target", small / "copy", "-w", ws)
+        assert code == 8 and r["error"]["code"] == "disk_full", r
+        message = r["error"]["message"]
+        assert "holds part of the tree" in message and "journal" not in message, message
+        assert not list((small / "copy").rglob(".snapd-*~")), "staged temps removed"
+    assert daemon.call("ping")

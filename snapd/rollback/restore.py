@@ -39,6 +39,7 @@ from pathlib import Path
 from snapd.errors import NotFound, SnapdError, TargetRefused, UsageError
 from snapd.rollback import apply
 from snapd.rollback.checks import Get, Hasher
+from snapd.rollback.dirs import FINISHED_LATER
 from snapd.rollback.ops import MKDIR_MODE
 from snapd.rollback.plan import plan as plan_of
 from snapd.store import trees
@@ -161,9 +162,10 @@ def write_tree(
         apply.make_root(real)
     try:
         result = apply.fill(real, planned, counting, hasher)
-    except SnapdError as exc:
+    except SnapdError as exc:  # a full or failing disk: no journal to finish it, say what is left
+        cause = exc.message.replace(f": {FINISHED_LATER}", "").replace(f"; {FINISHED_LATER}", "")
         raise type(exc)(
-            f"the restore into {real} stopped part-way ({exc.message}); {real} holds part of the "
+            f"the restore into {real} stopped part-way ({cause}); {real} holds part of the "
             "tree: remove it and restore again",
             **exc.details,
         ) from exc
