@@ -164,6 +164,7 @@ def write_tree(
         result = apply.fill(real, planned, counting, hasher)
     except SnapdError as exc:  # a full or failing disk: no journal to finish it, say what is left
         cause = exc.message.replace(f": {FINISHED_LATER}", "").replace(f"; {FINISHED_LATER}", "")
+        cause = cause.replace("the workspace's disk", "the target's disk")
         raise type(exc)(
             f"the restore into {real} stopped part-way ({cause}); {real} holds part of the "
             "tree: remove it and restore again",
