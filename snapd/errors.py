@@ -118,6 +118,13 @@ class WorkspaceRefused(SnapdError):
     exit_code = 7
 
 
+class TargetRefused(SnapdError):
+    """A restore's target that may not be written: not empty, not a directory, snapd's own."""
+
+    code = "target_refused"
+    exit_code = 7
+
+
 class StoreError(SnapdError):
     """The store cannot do what was asked (I/O failure, bad state)."""
 

@@ -93,6 +93,8 @@ class Generator:
         "far_time": 2,
         "big": 1,
         "pause": 2,
+        "rmtree_root": 1,
+        "remake_root": 1,
         "mark": 10,
         "rollback": 7,
         "undo": 4,
@@ -208,6 +210,11 @@ class Generator:
                 return Step("utime", (p, rng.choice(FAR_TIMES)))
             case "pause":
                 return Step(op, (rng.choice((20, 100, 200)),))
+            case "rmtree_root" if len(disk) > 1:
+                return Step(op)
+            case "remake_root":
+                name = rng.choice(("", "", *FILE_NAMES))
+                return Step(op, (rng.choice(ROOT_MODES), name, self.data() if name else ""))
             case "big":
                 return Step("write", (any_file(), f"big*{SIZE_CAP + 1 + rng.randint(0, 99)}", 0o644))
             case "mark":

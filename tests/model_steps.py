@@ -103,6 +103,11 @@ class Step:
                 return f"touch -h -d @{seconds(a[1])} {a[0] or '.'}"
             case "pause":
                 return f"sleep {a[0] / 1000}"
+            case "rmtree_root":
+                return "rm -rf $WS"
+            case "remake_root":
+                fill = f"; printf {data(a[2])} > $WS/{a[1]}" if a[1] else ""
+                return f"rm -rf $WS; mkdir -m {a[0]:o} $WS{fill}"
             case "mark":
                 return f"snapctl mark {a[0]}"
             case "rollback":
@@ -151,6 +156,17 @@ def _fd_write(path: Path, data: bytes, flags: int, mode: int | None) -> None:
             os.fchmod(fd, mode)
     finally:
         os.close(fd)
+
+
+def _rm_rf(top: Path) -> None:
+    """``rm -rf``, as the owner: read-only and unlistable directories are opened first."""
+    if not top.is_symlink() and top.is_dir():
+        os.chmod(top, 0o700)
+        for name in os.listdir(top):
+            _rm_rf(top / name)
+        os.rmdir(top)
+    else:
+        os.unlink(top)
 
 
 def _git(root: Path, env: dict[str, str], args: Sequence[str]) -> None:
@@ -234,6 +250,14 @@ class World:
                 os.utime(r / a[0] if a[0] else r, ns=(a[1], a[1]), follow_symlinks=False)
             case "pause":  # lets the daemon's timers run (pending moves resolve after 50 ms)
                 time.sleep(a[0] / 1000)
+            case "rmtree_root":  # the workspace itself gone, .git with it
+                _rm_rf(r)
+            case "remake_root":  # ... and a new directory made at its path (with a file in it)
+                _rm_rf(r)
+                os.mkdir(r)
+                os.chmod(r, a[0])
+                if a[1]:
+                    _fd_write(r / a[1], content(a[2]), os.O_TRUNC, None)
             case _:
                 raise ValueError(f"unknown step {step.op}")
 

@@ -120,17 +120,28 @@ class Round:
         self.refs: dict[str, Ref] = {}
         self.last_pre: Ref | None = None  # the state before the last rollback that changed something
         self.last_changed: bool | None = None  # whether the last rollback or undo changed anything
+        self.lost = False  # the root was deleted (or re-made) and no rollback has adopted it yet
         self.disk = self.read()
         self.take_mark("m0")
 
     def read(self) -> Snap:
+        """The tree with the root's own entry; a root that is gone reads as nothing at all."""
+        if not os.path.lexists(self.root):
+            return {}
         return snapshot(self.root, with_root=True)
 
     def ctl(self, *args: str) -> subprocess.CompletedProcess[bytes]:
+        if not os.path.isdir(self.root):  # gone: named with -w, from elsewhere
+            return self.d.ctl(*args, "-w", self.root, "--json", cwd="/", timeout=120, check=False)
         return self.d.ctl(*args, "--json", cwd=self.root, timeout=120, check=False)
 
     def take_mark(self, label: str) -> str | None:
         cp = self.ctl("mark", label)
+        if self.lost:  # refused until a rollback brings the root back under the history
+            self.tally.add("marks refused: the root gone or re-made")
+            if cp.returncode == 0:
+                return f"snapctl mark {label} exited 0 on a root that is gone or re-made: {cp.stdout!r}"
+            return None
         if cp.returncode != 0:
             return f"snapctl mark {label} failed: rc={cp.returncode} {cp.stdout!r} {cp.stderr!r}"
         self.disk = self.read()
@@ -153,12 +164,22 @@ class Round:
                 return self.check(self.last_pre, self.ctl("undo", "--yes"), "undo")
         err = self.lab.act(self.world.apply, s)
         self.tally.add("failed user commands" if err else f"op {s.op}")
+        self.lost = self.lost or (err is None and s.op in ("rmtree_root", "remake_root"))
         self.disk = self.read()
         return None
+
+    def workspace_state(self) -> str:
+        st = json.loads(self.d.ctl("status", "--json", cwd="/").stdout)
+        return str(next(w for w in st["workspaces"] if w["root"] == str(self.root)).get("state"))
 
     def check(self, ref: Ref | None, cp: subprocess.CompletedProcess[bytes], what: str) -> str | None:
         before, after = self.disk, self.read()
         self.disk = after
+        if self.lost:
+            self.tally.add(f"{what}s of a root gone or re-made")
+            self.lost = self.workspace_state() == "error"  # adopted unless refused before it
+        if "." not in before and "." in after:  # the root was gone: made (0700) before the mark
+            before = {".": ("dir", 0o700)}
         reply = Reply.parse(cp.stdout)
         out = reply_summary(cp)
         if ref is None:  # nothing to undo: fails, changes nothing

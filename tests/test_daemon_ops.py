@@ -75,7 +75,7 @@ def test_a_vanished_root_stops_capture_and_stays_in_error(daemon: Daemon, ws: Pa
     shutil.rmtree(ws)
     w = _stopped_capturing(daemon, ws)
     assert w["state"] == "error" and "no longer exists" in w["error"], w
-    assert "snapctl forget" in w["error"] and "recreate" not in w["error"], w
+    assert "forget" not in w["error"] and "rollback --to MARK" in w["error"], w  # brings it back
     ws.mkdir()  # a new directory at the path is not the one whose history this is
     cp = daemon.ctl("watch", ws, check=False)
     assert cp.returncode == 7 and b"replaced" in cp.stderr, describe(cp)
@@ -141,6 +141,10 @@ def test_a_root_whose_file_system_is_unmounted_is_told_to_mount_it_back(tmp_path
                 _told_to_mount_it_back(_stopped_capturing(d, root), root)
                 cp = d.ctl("mark", "m", "-w", root, check=False)
                 assert cp.returncode in (6, 7) and b"Mount it back" in cp.stderr, describe(cp)
+                # A rollback neither makes the root again nor adopts the empty mount point.
+                cp = d.ctl("rollback", "--to", "before", "-w", root, "--yes", cwd="/", check=False)
+                assert cp.returncode == 7 and b"Mount it back" in cp.stderr, describe(cp)
+                assert not (root / "kept.txt").exists() and (root == roots[0]) == root.exists()
             assert d.stop() == 0
             d = start_daemon(tmp_path / "snapd-home")
             for root in roots:

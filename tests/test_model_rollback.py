@@ -451,6 +451,30 @@ SCENARIOS["readonly-parent-of-a-left-dir"] = (
 )
 
 
+# The workspace itself gone (issue 30, point 1): `rm -rf` of the root, then a rollback (the root made
+# again, with its mode at M) and an undo (an empty root); a new directory made at its path with a
+# file of its own, rolled back (the file held, undo brings it back), then a mark and a rollback to
+# it on the same history. Both exited 6 and 7 ("no longer exists", "replaced").
+SCENARIOS["root-deleted"] = (
+    [Step("chmod", ("", 0o750)), MARK, Step("rmtree_root"), MARK, BACK, UNDO, UNDO],
+    "",
+)
+SCENARIOS["root-remade"] = (
+    [
+        MARK,
+        Step("remake_root", (0o700, "m.py", "v7*2")),
+        Step("mark", ("m2",)),  # refused: a new directory, not yet adopted
+        BACK,
+        UNDO,
+        write("g.txt"),
+        Step("mark", ("m3",)),
+        write("g.txt", "v9*1"),
+        Step("rollback", ("m3",)),
+    ],
+    "",
+)
+
+
 class ContractBroken(Exception):
     """The model found a broken promise (anything else failing in a scenario is a plain failure)."""
 

@@ -89,7 +89,7 @@ def validate(
         if other != root and (other in root.parents or root in other.parents):
             raise WorkspaceRefused(
                 f"refusing to watch {root}: it overlaps the workspace {other}"
-                + ("" if watching else " (unwatched; `snapctl forget` it first)")
+                + ("" if watching else f" (unwatched, its history kept: `snapctl watch {other}` resumes it)")
             )
     check_place(root)
     return root
@@ -147,8 +147,9 @@ def identity(root: Path) -> str:
         fd = os.open(os.fsencode(root), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         raise NotFound(
-            f"workspace root {root} no longer exists: move it back (or remount it) and "
-            f"`snapctl watch {root}`, or `snapctl forget -w {root}` to delete its history"
+            f"workspace root {root} no longer exists: `snapctl rollback --to MARK -w {root}` "
+            f"recreates it as at a mark, `snapctl restore MARK --target DIR -w {root}` writes a "
+            f"mark elsewhere; or move it back (or remount it) and `snapctl watch {root}`"
         ) from None
     try:
         st = os.fstat(fd)
@@ -175,10 +176,43 @@ def check_root(root: Path, known_id: str | None) -> str:
         raise WorkspaceRefused(
             unmounted(root, known_id)
             or f"the directory {root} was replaced by another one since snapd captured it (its "
-            f"history belongs to the old one): `snapctl forget -w {root}`, then "
-            f"`snapctl watch {root}` to start a new history"
+            f"history belongs to the old one): `snapctl rollback --to MARK -w {root}` rolls the new "
+            f"one back and goes on with the history there (what it holds now is kept first: "
+            f"`snapctl undo` returns it), `snapctl restore MARK --target DIR -w {root}` writes a "
+            "mark elsewhere; or put the old directory back and `snapctl watch` it"
         )
     return now
+
+
+def root_state(root: Path, known_id: str | None) -> str | None:
+    """What became of the directory whose history this is: None when it is at ``root``,
+    ``"missing"`` when nothing is there, ``"new"`` when another directory is. A root on a file
+    system that is not mounted is not gone (WorkspaceRefused: mount it back), nor is a path that
+    holds something else than a directory, or one that cannot be opened (refused, saying why)."""
+    try:
+        check_root(root, known_id)
+        return None
+    except NotFound as exc:
+        if known_id and unmounted(root, known_id):
+            raise WorkspaceRefused(exc.message) from None
+        if os.path.lexists(root):
+            raise WorkspaceRefused(
+                f"{root} is not a directory snapd can open now ({_why_unopenable(root)}): "
+                "nothing was changed"
+            ) from None
+        return "missing"
+    except WorkspaceRefused:
+        if known_id and unmounted(root, known_id):
+            raise
+        return "new"
+
+
+def _why_unopenable(root: Path) -> str:
+    try:
+        os.close(os.open(os.fsencode(root), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return "it changed while looked at"
 
 
 def replaced(root: Path, known_id: str) -> str | None:

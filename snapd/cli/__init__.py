@@ -34,7 +34,7 @@ from snapd.display import shown
 from snapd.errors import SnapdError, UsageError
 
 #: Arguments that are paths: sent as bytes, any byte allowed. Every other string is text.
-_PATH_ARGS = frozenset({"workspace", "path", "file", "paths", "only_path"})
+_PATH_ARGS = frozenset({"workspace", "path", "file", "paths", "only_path", "target"})
 _TAKES_PATHS = frozenset({"rollback", "diff"})  # the commands that accept "-- PATH..."
 
 
@@ -121,7 +121,7 @@ COMMANDS: dict[str, str] = {
     "status": "status", "watch": "workspaces", "unwatch": "workspaces", "forget": "workspaces",
     "mark": "marks", "log": "marks", "history": "history", "show": "marks", "cat": "marks",
     "verify": "status", "gc": "status", "pin": "marks", "unpin": "marks", "rollback": "rollback",
-    "undo": "rollback", "diff": "marks", "stop": "status", "events": "events",
+    "undo": "rollback", "restore": "rollback", "diff": "marks", "stop": "status", "events": "events",
     "integrate": "integrate", "hook": "integrate",
 }
 
@@ -231,6 +231,16 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     if wanted("undo"):
         sp = add("undo", "return to the state before the last rollback (or undo); asks first")
         _rollback_flags(sp)
+    if wanted("restore"):
+        sp = add(
+            "restore",
+            "write the workspace as at MARK (or a time) into DEST, an absent or empty directory; the "
+            "workspace itself is not touched (its root may be gone)",
+            ref=True,
+        )
+        sp.add_argument("mark", metavar="MARK")
+        sp.add_argument("--target", required=True, metavar="DEST", help="where to write it (absent or empty)")
+        sp.add_argument("-y", "--yes", action="store_true", help="accepted for scripts: restore never asks")
     if wanted("diff"):
         sp = add(
             "diff", "unified diff between two marks, or a mark and the workspace now (paths after --)",

@@ -30,7 +30,7 @@ Env = dict[str, str]
 DEADLINES: dict[str, float] = {
     "status": 5, "watch": 3600, "unwatch": 10, "forget": 60, "mark": 120, "log": 10, "show": 10,
     "cat": 10, "verify": 3600, "gc": 3600, "pin": 10, "unpin": 10, "rollback": 3600,
-    "undo": 3600, "diff": 600, "stop": 10, "history": 30, "events": 5,
+    "undo": 3600, "restore": 3600, "diff": 600, "stop": 10, "history": 30, "events": 5,
 }
 
 
@@ -49,17 +49,40 @@ def client(args: argparse.Namespace, env: Env, *, quiet: bool = False) -> Client
 def named_workspace(args: argparse.Namespace) -> str | None:
     """The absolute path ``-w PATH`` gives, or the positional PATH of watch, unwatch and
     forget (the same thing, kept for those who type it); None when neither is given."""
-    named = {os.path.abspath(p) for p in (getattr(args, "workspace", None), getattr(args, "path", None)) if p}
+    named = {absolute(p) for p in (getattr(args, "workspace", None), getattr(args, "path", None)) if p}
     if len(named) > 1:
         raise UsageError("the workspace is named twice, differently: give either PATH or -w PATH")
     return named.pop() if named else None
 
 
+def absolute(path: str) -> str:
+    """``os.path.abspath``, which needs the current directory only for a relative path."""
+    if os.path.isabs(path):
+        return os.path.normpath(path)
+    try:
+        return os.path.abspath(path)
+    except FileNotFoundError:
+        raise UsageError(
+            f"{path} is relative, and the current directory no longer exists: give an absolute path"
+        ) from None
+
+
 def where(args: argparse.Namespace) -> dict[str, Any]:
-    """``cwd`` always; ``workspace`` when one is named (:func:`named_workspace`)."""
-    out: dict[str, Any] = {"cwd": os.fsencode(os.getcwd())}
-    if (named := named_workspace(args)) is not None:
+    """``cwd`` (unless the current directory was deleted: a workspace root that is gone must
+    still be named, with ``-w``); ``workspace`` when one is named (:func:`named_workspace`)."""
+    out: dict[str, Any] = {}
+    try:
+        out["cwd"] = os.fsencode(os.getcwd())
+    except FileNotFoundError:
+        pass
+    named = named_workspace(args)
+    if named is not None:
         out["workspace"] = os.fsencode(named)
+    elif "cwd" not in out:
+        raise UsageError(
+            "the current directory no longer exists (deleted?): name the workspace with -w PATH "
+            "(`snapctl rollback --to MARK -w PATH` recreates a deleted workspace)"
+        )
     return out
 
 

@@ -1,4 +1,5 @@
-"""``rollback`` and ``undo``: show the plan, ask (:mod:`.prompt`), apply exactly that plan.
+"""``rollback`` and ``undo``: show the plan, ask (:mod:`.prompt`), apply exactly that plan;
+``restore``: a mark written into another directory (nothing there is replaced: no question).
 
 The plan shown is the plan applied: its token goes with the apply, and if the workspace
 changed so that the daemon's plan differs, the difference is shown and asked about again.
@@ -10,10 +11,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+import threading
 from typing import Any
 
-from snapd.cli import times
-from snapd.cli.output import emit, path_text, print_json, when
+from snapd.cli import request, times
+from snapd.cli.output import emit, path_text, print_json, progress_bar, size, when
 from snapd.cli.prompt import confirm
 from snapd.cli.request import Env, client, human, ref_fields, show_warnings
 from snapd.display import count
@@ -39,6 +42,8 @@ def _plan_lines(r: dict[str, Any], *, kept: bool, limit: int = 200) -> list[str]
         used = times.versions_used(r)
         paths = [path_text(op["path"]) for op in r["plan"]["ops"]]
         lines = [f"{line}  [{used[p]}]" if p in used else line for line, p in zip(lines, paths, strict=True)]
+    if "root_note" in r:  # the root is gone, or another directory: said before anything else
+        out.insert(1, f"  {r['root_note']}")
     out += [f"  {line}" for line in lines[:limit]]
     if len(lines) > limit:
         out.append(f"  … and {len(lines) - limit} more (--json lists them all)")
@@ -155,3 +160,53 @@ def cmd_rollback(args: argparse.Namespace, env: Env) -> int:
 
 def cmd_undo(args: argparse.Namespace, env: Env) -> int:
     return _rollback(args, env, undo=True)
+
+
+def _restore_progress(args: argparse.Namespace, env: Env, dest: str, done: threading.Event) -> None:
+    """Draw a progress bar from ``status`` while the restore into ``dest`` runs (terminal only)."""
+    names = {dest, os.path.realpath(dest)}
+    drawn = False
+    with client(args, env, quiet=True) as c:
+        while not done.wait(0.25):
+            try:
+                st = c.call("status", timeout_s=2.0)
+            except Exception:
+                continue
+            for r in st.get("restores", []):
+                if r["target"] in names and r.get("total"):
+                    sys.stderr.write("\r" + progress_bar(r["done"], r["total"]))
+                    sys.stderr.flush()
+                    drawn = True
+    if drawn:
+        sys.stderr.write("\r" + " " * 60 + "\r")
+
+
+def cmd_restore(args: argparse.Namespace, env: Env) -> int:
+    """``restore MARK --target DEST``: DEST (absolute here, relative to the current directory)
+    must be absent or empty; what was not captured at MARK is listed, and the exit is then 10."""
+    dest = request.absolute(args.target)
+    done = threading.Event()
+    bar = None
+    if sys.stderr.isatty() and not args.json:
+        bar = threading.Thread(target=_restore_progress, args=(args, env, dest, done), daemon=True)
+        bar.start()
+    try:
+        with client(args, env) as c:
+            res = c.call("restore", mark=args.mark, target=os.fsencode(dest), **ref_fields(args))
+    finally:
+        done.set()
+        if bar is not None:
+            bar.join(timeout=1)
+    if not human(args, res):
+        return 0 if res["ok"] else Conflict.exit_code
+    n = res["counts"]
+    what = f"the workspace at {res['time']['ref']}" if res.get("time") else (
+        f"mark {res['mark']['id']} {res['mark']['label']}")
+    dirs = count(n["dirs"], "directory", "directories")
+    emit(f"restored {what} of {res['workspace']} into {res['target']}: {count(n['files'], 'file')}, "
+         f"{count(n['symlinks'], 'symlink')}, {dirs} ({size(n['bytes'])})")
+    for x in res["not_restored"]:
+        emit(f"  not restored: {path_text(x['path'])}: {x['reason']}", err=True)
+    for x in res["conflicts"]:
+        emit(f"  conflict: {path_text(x['path'])}: {x['reason']} (left as it is)", err=True)
+    return 0 if res["ok"] else Conflict.exit_code

@@ -95,7 +95,8 @@ def cmd_forget(args: argparse.Namespace, env: Env) -> int:
             what = [
                 f"forget {info['workspace']}: stop watching it and delete its history: "
                 f"{count(info['marks'], 'mark')} and {count(info['versions'], 'file version')} "
-                f"({size(info['bytes'])} of file contents)"
+                f"({size(info['bytes'])} of file contents)",
+                f"(`snapctl restore MARK --target DIR -w {info['workspace']}` keeps a copy of a mark first)",
             ]
             if info.get("unfinished_rollback"):
                 what.append(ABANDONED)

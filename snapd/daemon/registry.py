@@ -28,6 +28,7 @@ from snapd.daemon import heap
 from snapd.daemon.events import EventSink, emit, workspace_notifier
 from snapd.daemon.wire import event_fields, mark_json
 from snapd.errors import Busy, NotFound, SnapdError, UsageError, WorkspaceRefused
+from snapd.rollback.apply import make_root
 from snapd.rollback.recovery import finish_interrupted
 from snapd.store.records import Mark
 from snapd.store.store import Store
@@ -209,21 +210,8 @@ class Registry:
         self, workspace: bytes | None, cwd: bytes | None, *, register: bool = False
     ) -> tuple[Workspace, Mark | None]:
         """The live workspace a request means: ``workspace`` if given, else the one holding ``cwd``."""
-        where = workspace if workspace is not None else cwd
-        if where is None:
-            raise UsageError("no workspace given: pass -w PATH or run from inside a workspace")
-        path = Path(os.fsdecode(where))
-        # The server answers before start() has listed the stored workspaces as live: a
-        # request in that moment must find its workspace starting, not "not watched".
-        self._started.wait(30)
-        try:
-            real = path.resolve(strict=False)
-        except (OSError, RuntimeError) as exc:
-            raise NotFound(f"cannot resolve {path}: {exc}") from exc
-        with self._lock:
-            candidates = [ws for ws in self._live.values() if ws.root == real or ws.root in real.parents]
-        if candidates:
-            ws = max(candidates, key=lambda w: len(str(w.root)))
+        real, ws = self._live_holding(workspace, cwd)
+        if ws is not None:
             self._wait_ready(ws.id)
             return ws, None
         if workspace is not None and not register:
@@ -234,6 +222,62 @@ class Registry:
         if not register:
             raise NotFound(f"no watched workspace contains {real}: pass -w PATH, or `snapctl watch` it")
         return self.register(_auto_root(real))
+
+    def _live_holding(self, workspace: bytes | None, cwd: bytes | None) -> tuple[Path, Workspace | None]:
+        """The real path a request names, and the live workspace holding it (or None)."""
+        where = workspace if workspace is not None else cwd
+        if where is None:
+            raise UsageError("no workspace given: pass -w PATH or run from inside a workspace")
+        path = Path(os.fsdecode(where))
+        # The server answers before start() has listed the stored workspaces as live: a
+        # request in that moment must find its workspace starting, not "not watched".
+        self._started.wait(30)
+        try:
+            real = path.resolve(strict=False)  # a root that is gone resolves as written
+        except (OSError, RuntimeError) as exc:
+            raise NotFound(f"cannot resolve {path}: {exc}") from exc
+        with self._lock:
+            candidates = [ws for ws in self._live.values() if ws.root == real or ws.root in real.parents]
+        return real, max(candidates, key=lambda w: len(str(w.root))) if candidates else None
+
+    def for_rollback(self, workspace: bytes | None, cwd: bytes | None) -> Workspace:
+        """The live workspace a rollback means, whatever became of its root (its capture may
+        have stopped: :meth:`adopt_root` brings the root back under it)."""
+        _, ws = self._live_holding(workspace, cwd)
+        if ws is None:
+            return self.find(workspace, cwd)[0]  # says why it is not watched
+        ready = self._ready.get(ws.id)
+        if ready is not None and not ready.wait(READY_WAIT_S):
+            self._wait_ready(ws.id)  # busy
+        return ws
+
+    def adopt_root(self, ws: Workspace, *, create: bool) -> tuple[Workspace, str | None]:
+        """``ws`` ready for a rollback, and what became of its root (docs/rollback.md, "A deleted
+        or re-made root"): None when it is the directory the history belongs to; ``"new"`` when
+        another directory is at its path: that one is adopted (the history goes on there,
+        re-baselined: the reconcile scan captures what it holds, which the pre-rollback mark
+        then keeps); ``"missing"`` when nothing is there: with ``create`` (an apply) the root is
+        made again first and adopted the same way, else (a plan) it is left alone. A root on a
+        file system that is not mounted is refused (mount it back). A workspace whose capture
+        stopped while its own root was away is started again."""
+        with self._lock:
+            live = self._live.get(ws.id)
+            if live is not ws and live is not None:  # swapped by a concurrent request: that one
+                return self.adopt_root(live, create=create)
+            state = roots.root_state(ws.root, self.store.root_id(ws.id))
+            if state is None and ws.lost is None and ws.id not in self._errors:
+                return ws, None
+            if state == "missing" and not create:
+                return ws, state
+            if state == "missing":
+                make_root(ws.root)
+            ws.stop()
+            restart = self._add_live(ws.id, ws.root)
+            if state is not None:
+                self.store.set_root_id(ws.id, roots.identity(ws.root))
+                log.warning("workspace.adopted", workspace=str(ws.root), was=state)
+        del ws
+        return self._restart(*restart)[0], state
 
     def stored(self, workspace: bytes | None, cwd: bytes | None) -> tuple[int, Path]:
         """A workspace id for read-only ops: live or not, named or holding ``cwd``."""

@@ -32,7 +32,7 @@ NEWER_CLIENT = "if the client is newer than the daemon, restart the daemon: snap
 
 Op = Literal[
     "ping", "status", "stop", "watch", "unwatch", "forget", "mark", "log", "show", "verify",
-    "gc", "pin", "unpin", "rollback_plan", "rollback_apply", "undo", "diff", "cat", "history",
+    "gc", "pin", "unpin", "rollback_plan", "rollback_apply", "undo", "diff", "cat", "history", "restore",
 ]
 OPS: frozenset[str] = frozenset(get_args(Op))
 
@@ -73,6 +73,7 @@ OP_ARGS: dict[str, dict[str, Arg]] = {
     "gc": {"dry_run": Arg("bool")},
     "pin": {**_REF, "mark": Arg("str", required=True)},
     "unpin": {**_REF, "mark": Arg("str", required=True)},
+    "restore": {**_REF, "mark": Arg("str", required=True), "target": Arg("path", required=True)},
     "rollback_plan": {
         **_REF, "to": Arg("str"), "undo": Arg("bool"), "paths": Arg("paths"), "force": Arg("bool"),
     },

@@ -49,7 +49,7 @@ from snapd.rollback import journal as journals
 from snapd.rollback.checks import Contents, Get, Hasher
 from snapd.rollback.dirs import DIR_FLAGS, Dirs, Outcome
 from snapd.rollback.engine import Engine
-from snapd.rollback.ops import Plan
+from snapd.rollback.ops import MKDIR_MODE, Plan
 from snapd.store import safeio
 
 
@@ -82,6 +82,26 @@ def _open_root(root: Path) -> int:
         raise StoreError(f"cannot open workspace {root}: {exc.strerror}") from exc
 
 
+def make_root(root: Path) -> None:
+    """Make the directory a plan is applied into when it is not there (a workspace root that
+    was deleted, a restore's target): 0700 while it is filled (the plan's chmod of the root
+    gives it its mode at the mark last), durably (its parent fsynced). The parent must exist:
+    the tree is recreated, not the directories around it."""
+    parent = root.parent
+    if not parent.is_dir():
+        raise NotFound(
+            f"{root} cannot be made: the directory that holds it, {parent}, does not exist "
+            f"(make it, `mkdir -p {parent}`, then try again)"
+        )
+    try:
+        os.mkdir(root, MKDIR_MODE)
+        os.chmod(root, MKDIR_MODE)  # whatever the umask
+    except OSError as exc:
+        raise StoreError(f"cannot make {root}: {exc.strerror}") from exc
+    safeio.step("apply.make_root")
+    safeio.fsync_dir(parent)
+
+
 def _engine(root_fd: int, get: Get, hasher: Hasher, force: bool) -> Engine:
     return Engine(Dirs(root_fd, Outcome()), Contents(get, hasher), force)
 
@@ -105,6 +125,21 @@ def apply(
         engine = _engine(root_fd, get, hasher, force)
         engine.run(plan.ops, temps, writer.record)
         journals.remove(journal)
+    finally:
+        os.close(root_fd)
+    return ApplyResult(**engine.outcome.result(plan.kept, plan.left))
+
+
+def fill(root: Path, plan: Plan, get: Get, hasher: Hasher) -> ApplyResult:
+    """Apply ``plan``, made from nothing (every op creates), into the empty directory ``root``:
+    the same engine, phases and writes as :func:`apply`, without a journal. Nothing there is
+    replaced, so a fill stopped part-way has nothing to roll forward; the caller says what is
+    left (:mod:`snapd.rollback.restore`)."""
+    root_fd = _open_root(root)
+    try:
+        engine = _engine(root_fd, get, hasher, False)
+        engine.run(plan.ops, [temp_name() if op.kind in ("write", "symlink") else None for op in plan.ops],
+                   lambda phase: None)
     finally:
         os.close(root_fd)
     return ApplyResult(**engine.outcome.result(plan.kept, plan.left))

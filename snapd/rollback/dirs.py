@@ -26,12 +26,15 @@ _OWNER_WX = stat.S_IWUSR | stat.S_IXUSR
 DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
+FINISHED_LATER = (
+    "the rollback stopped part-way; snapd finishes it (its journal is kept) at the next "
+    "request for this workspace, or when it starts again"
+)
+
+
 def stopped(exc: OSError, what: str) -> StoreError:
     """The error that stops an apply part-way: its journal stays, and it is finished later."""
-    later = (
-        "the rollback stopped part-way; snapd finishes it (its journal is kept) at the next "
-        "request for this workspace, or when it starts again"
-    )
+    later = FINISHED_LATER
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return DiskFull(f"disk full while {what}: free some space on the workspace's disk; {later}")
     return StoreError(f"{exc.strerror or exc} while {what}: {later}", errno=exc.errno)

@@ -38,7 +38,8 @@ import structlog
 from snapd.capture.workspace import Workspace
 from snapd.errors import Conflict, NotFound, PlanChanged, SnapdError
 from snapd.rollback import apply, report
-from snapd.rollback.ops import Plan
+from snapd.rollback.ops import MKDIR_MODE, Plan
+from snapd.rollback.plan import plan as plan_of
 from snapd.rollback.prepare import Prepared, prepare, root_mode
 from snapd.store.records import Mark
 
@@ -58,6 +59,25 @@ def propose(ws: Workspace, target: Mark, only: Sequence[bytes] = (), force: bool
     with ws.lock:
         prep = prepare(ws, target, only, force, ws.capture_to_now_under_lock(rescan=True))
     return report.describe(ws, target, prep.plan, prep.held)
+
+
+def propose_missing(
+    ws: Workspace, target: Mark, only: Sequence[bytes] = (), force: bool = False
+) -> dict[str, Any]:
+    """The plan for a workspace whose root is gone: everything ``target`` holds is recreated.
+    Nothing is captured or touched: the apply makes the root again (0700 while filled), adopts
+    it and plans again from there, which gives this very plan (an empty directory of that
+    mode), so the token the user confirms is the one applied."""
+    planned = plan_of(
+        ws.store.load_node,
+        None,
+        target.tree,
+        only=only,
+        force=force,
+        root_modes=(MKDIR_MODE, target.root_mode),
+        absent=target.absent,
+    )
+    return report.describe(ws, target, planned)
 
 
 def execute(

@@ -6,6 +6,7 @@ pre-rollback mark records for people and agents who were not watching (:func:`ef
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from snapd.capture.workspace import Workspace
@@ -47,6 +48,23 @@ def describe(ws: Workspace, target: Mark, plan: Plan, current: str | None = None
     if warnings:
         out["warnings"] = warnings
     return out
+
+
+ROOT_NOTES = {
+    "missing": "{root} does not exist: the rollback makes it again and restores it as at the mark "
+    "(`snapctl undo` leaves it empty)",
+    "new": "{root} is a new directory (the one captured was deleted or moved away): its history "
+    "goes on here, and what it holds now is kept by the pre-rollback mark (`snapctl undo` returns it)",
+}
+
+
+def root_fields(root: Path, state: str | None, reply: dict[str, Any]) -> dict[str, Any]:
+    """``reply`` saying what became of the root, when it is not the directory captured: the
+    plan must say so before anything is confirmed (``root``: ``missing`` or ``new``, and a
+    ``root_note`` for people)."""
+    if state is None:
+        return reply
+    return {**reply, "root": state, "root_note": ROOT_NOTES[state].format(root=root)}
 
 
 EFFECT_EXAMPLES = 20  # paths per kind a pre-rollback mark names (the counts are exact)

@@ -7,15 +7,18 @@ rollback and undo is announced as an event.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from snapd.capture.workspace import Workspace
 from snapd.daemon import history as daemon_history
 from snapd.daemon.events import EventSink, emit, rollback_fields
 from snapd.daemon.registry import Registry, relative_path
-from snapd.daemon.wire import wire_paths
+from snapd.daemon.wire import mark_json, wire_paths
 from snapd.errors import UsageError
-from snapd.rollback import live
+from snapd.paths import encode_path
+from snapd.rollback import live, report, restore
 from snapd.store import history
 from snapd.store.history import AtTime
 from snapd.store.records import Mark
@@ -23,8 +26,12 @@ from snapd.store.store import Store
 
 
 class RollbackOps:
-    def __init__(self, store: Store, registry: Registry, events: EventSink) -> None:
+    def __init__(
+        self, store: Store, registry: Registry, events: EventSink, restores: restore.Running | None = None
+    ) -> None:
+        """``restores``: the table of restores in flight that ``status`` shows."""
         self.store, self.registry, self.events = store, registry, events
+        self.restores = restores or restore.Running()
 
     def _target(
         self,
@@ -34,10 +41,14 @@ class RollbackOps:
         undo: bool,
         paths: list[bytes] | None,
         session: str | None,
-    ) -> tuple[Workspace, Mark, list[bytes], AtTime | None]:
+        *,
+        create: bool,
+    ) -> tuple[Workspace, Mark, list[bytes], AtTime | None, str | None]:
         """The live workspace, the mark to return to, the paths the rollback is limited to,
-        and the time the target was built from (a time reference)."""
-        ws, _ = self.registry.find(workspace, cwd)
+        the time the target was built from (a time reference), and what became of the root
+        (:meth:`Registry.for_rollback`: None, ``"new"``, ``"missing"``; ``create``: an apply,
+        which makes a missing root again)."""
+        ws = self.registry.for_rollback(workspace, cwd)
         at = None
         if undo:
             target = live.undo_target(ws)
@@ -46,7 +57,8 @@ class RollbackOps:
         else:
             target, at = history.resolve(self.store, ws.id, to, session)
         only = [relative_path(ws.root, p, cwd) for p in paths or []]
-        return ws, target, only, at
+        ws, root = self.registry.adopt_root(ws, create=create)  # once the target is known
+        return ws, target, only, at, root
 
     def op_rollback_plan(
         self,
@@ -58,8 +70,12 @@ class RollbackOps:
         force: bool = False,
         session: str | None = None,
     ) -> dict[str, Any]:
-        ws, target, only, at = self._target(workspace, cwd, to, undo, paths, session)
-        return daemon_history.time_fields(at, wire_paths(live.propose(ws, target, only, force)))
+        ws, target, only, at, root = self._target(workspace, cwd, to, undo, paths, session, create=False)
+        if root == "missing":  # nothing on disk to capture or touch: the apply makes it again
+            proposed = live.propose_missing(ws, target, only, force)
+        else:
+            proposed = live.propose(ws, target, only, force)
+        return daemon_history.time_fields(at, wire_paths(report.root_fields(ws.root, root, proposed)))
 
     def op_rollback_apply(
         self,
@@ -72,12 +88,47 @@ class RollbackOps:
         token: str | None = None,
         session: str | None = None,
     ) -> dict[str, Any]:
-        ws, target, only, at = self._target(workspace, cwd, to, undo, paths, session)
+        ws, target, only, at, root = self._target(workspace, cwd, to, undo, paths, session, create=True)
         result: dict[str, Any] = daemon_history.time_fields(
-            at, wire_paths(live.execute(ws, target, only, force, token))
+            at, wire_paths(report.root_fields(ws.root, root, live.execute(ws, target, only, force, token)))
         )
         emit(self.events, "undo.applied" if undo else "rollback.applied", ws.root, rollback_fields(result))
         return result
+
+    def op_restore(
+        self,
+        mark: str,
+        target: bytes,
+        workspace: bytes | None = None,
+        cwd: bytes | None = None,
+        session: str | None = None,
+    ) -> dict[str, Any]:
+        """The workspace as at ``mark`` (a mark or a time) written into ``target``, an absent
+        or empty directory (:mod:`snapd.rollback.restore`). The workspace need not be watched,
+        nor its root exist: the history is all a restore reads."""
+        ws_id, root = self.registry.stored(workspace, cwd)
+        ref, at = history.resolve(self.store, ws_id, mark, session)
+        dest = Path(os.fsdecode(target))
+        with self.restores.one(root, dest) as progress:
+            done = restore.write_tree(
+                dest, ref.tree, ref.root_mode, self.store.load_node, self.store.get,
+                self.store.hasher, self.registry.own_dirs, progress,
+            )
+        reply: dict[str, Any] = {
+            "workspace": str(root),
+            "target": str(done.target),
+            "made": done.made,
+            "mark": mark_json(ref) if at is None else None,
+            "counts": done.counts,
+            "written": done.counts["files"] + done.counts["symlinks"] + done.counts["dirs"],
+            "not_restored": [{"path": encode_path(p), "reason": why} for p, why in done.not_restored],
+            "conflicts": [{"path": encode_path(p), "reason": why} for p, why in done.conflicts],
+            "ok": done.ok,
+        }
+        if at is not None:
+            reply["time"] = history.describe(at)
+        out: dict[str, Any] = wire_paths(reply)
+        return out
 
     def op_undo(
         self,
