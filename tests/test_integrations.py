@@ -629,6 +629,49 @@ def test_hook_starts_a_daemon_detached_without_the_agents_secrets(tmp_path: Path
     wait_for(lambda: _pid_gone(pid), 20, what="the started daemon exits")
 
 
+@pytest.mark.timeout(60)
+def test_a_daemon_that_cannot_start_is_noticed_at_once_and_its_error_said(tmp_path: Path) -> None:
+    """A config file the daemon refuses: the hook sees the started process exit (well inside the
+    10 s it would wait for a socket), says the daemon's own error, and the true wait."""
+    home = tmp_path / "snapd-home"
+    home.mkdir()
+    (home / "config.toml").write_text("max_marks = [unclosed\n")
+    env = base_env(home)
+    proj = repo(tmp_path)
+    for agent, event in (
+        ("claude-code", claude_event("UserPromptSubmit", "s", proj)),
+        ("codex", {**claude_event("Interrupt", "s", proj), "turn_id": "t1"}),
+    ):
+        started = time.monotonic()
+        cp = hook(env, agent, event, cwd=proj)
+        took = time.monotonic() - started
+        assert cp.returncode == 0, describe(cp)
+        err = cp.stderr.decode()
+        assert "no daemon was running: started one" in err, err
+        said = [line for line in err.splitlines() if "could not start" in line]
+        assert said and "not valid TOML" in said[0], err  # the daemon's own reason, not a timeout
+        assert "within 10 s" not in err, err
+        assert took < 8, (took, err)  # noticed when it exited, not at the end of the wait
+    rec = json.loads((home / "hooks" / "codex.json").read_text())
+    assert "TOML" in json.dumps(rec), rec  # and `snapctl status` shows it
+    assert run_ctl(env, "status").returncode != 0  # and no daemon was left behind
+
+
+@pytest.mark.timeout(60)
+def test_the_hook_says_the_wait_it_really_had(tmp_path: Path) -> None:
+    """Codex's Interrupt hook has 2 s: a daemon slower than that is reported with the 2 s."""
+    env = base_env(tmp_path / "snapd-home")
+    env["SNAPD_CLIENT_TIMEOUT_S"] = "0.5"  # a budget shorter than any daemon's start-up here
+    proj = repo(tmp_path)
+    try:
+        cp = hook(env, "codex", {**claude_event("Interrupt", "s", proj), "turn_id": "t1"}, cwd=proj)
+        err = cp.stderr.decode()
+        assert cp.returncode == 0 and "did not answer within 0." in err, describe(cp)
+    finally:
+        wait_for(lambda: run_ctl(env, "status").returncode == 0, 30, what="the started daemon answers")
+        run_ctl(env, "stop")
+
+
 @pytest.mark.timeout(180)
 def test_a_mark_behind_a_long_baseline_is_recorded_late(tmp_path: Path, daemon: Daemon) -> None:
     proj = repo(tmp_path)

@@ -89,15 +89,25 @@ class Run:
             )
         from snapd.integrations import autostart  # deferred: subprocess, only without a daemon
 
-        how = autostart.start(self.env, min(START_WAIT_S, max(self.remaining(), 0.1)))
-        self.warn(f"no daemon was running: started one ({how})", failure=False)
-        wait_until = min(self.deadline, time.monotonic() + START_WAIT_S)
-        while time.monotonic() < wait_until:
+        launch = autostart.start(self.env, min(START_WAIT_S, max(self.remaining(), 0.1)))
+        self.warn(f"no daemon was running: started one ({launch.how})", failure=False)
+        began = time.monotonic()
+        wait_until = min(self.deadline, began + START_WAIT_S)
+        while True:
             endpoint = resolve_endpoint(self.config)
             if probe_listener(endpoint):
                 return endpoint
+            failure = launch.failure()
+            if failure is not None:  # it exited without a daemon: say why now, not at the deadline
+                if probe_listener(endpoint):  # another hook's start won the race ("already running")
+                    return endpoint
+                raise DaemonUnavailable(f"started a daemon ({launch.how}) but it could not start: {failure}")
+            if time.monotonic() >= wait_until:
+                break
             time.sleep(0.05)
-        raise DaemonUnavailable(f"started a daemon ({how}) but it did not answer within {START_WAIT_S:g} s")
+        raise DaemonUnavailable(
+            f"started a daemon ({launch.how}) but it did not answer within {time.monotonic() - began:.1f} s"
+        )
 
     def mark(self, event: Event) -> dict[str, Any] | None:
         label = LABELS[event.kind]
