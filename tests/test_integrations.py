@@ -404,6 +404,42 @@ def test_hook_never_fails_the_agent(tmp_path: Path, daemon: Daemon) -> None:
     assert rec["last_call"]["outcome"] == "failed" and "auto_start is off" in rec["failures"][-1]["message"]
 
 
+def test_a_hook_at_a_repositorys_top_marks_its_watched_subdirectory(tmp_path: Path, daemon: Daemon) -> None:
+    """`snapctl watch src`, agent at the repository's top: the repository cannot be a workspace
+    (it overlaps src), so the turn is marked in src, and the way to mark it all is named; from a
+    sibling directory src is not below, so nothing is marked and the way forward is named."""
+    proj = repo(tmp_path)
+    src, docs = proj / "src", proj / "docs"
+    src.mkdir()
+    docs.mkdir()
+    write(src / "m.py", "x = 1\n")
+    daemon.ctl("watch", src)
+    for argv in ((), ("--project",)):
+        cp = hook(daemon.env, "claude-code", claude_event("UserPromptSubmit", "s", proj), *argv, cwd=proj)
+        assert cp.returncode == 0, describe(cp)
+        cp = hook(daemon.env, "claude-code", claude_event("Stop", "s", proj), *argv, cwd=proj)
+        assert cp.returncode == 0, describe(cp)
+    labels = [m["label"] for m in marks(daemon, src) if m["session"] == "s"]
+    assert labels == ["turn-end", "turn-start", "turn-end", "turn-start"], labels
+    rec = json.loads((Path(daemon.env["SNAPD_HOME"]) / "hooks" / "claude-code.json").read_text())
+    assert "in the watched workspaces below" in rec["last_call"]["outcome"], rec
+    cp = hook(daemon.env, "claude-code", claude_event("UserPromptSubmit", "t", docs), cwd=docs)
+    err = cp.stderr.decode()
+    assert cp.returncode == 0 and "overlaps the workspace" in err, describe(cp)
+    assert f"start the agent inside {src}" in err and f"snapctl forget {src}" in err, err
+    assert [w["root"] for w in daemon.ctl_json("status")["workspaces"]] == [str(src)]
+
+
+def test_a_numeric_session_id_is_kept_as_its_string(tmp_path: Path, daemon: Daemon) -> None:
+    proj = repo(tmp_path)
+    cp = hook(daemon.env, "claude-code", {**claude_event("UserPromptSubmit", "x", proj), "session_id": 42})
+    assert cp.returncode == 0, describe(cp)
+    notify = {"type": "agent-turn-complete", "thread-id": 7, "turn-id": "t", "cwd": str(proj)}
+    assert hook(daemon.env, "codex", None, json.dumps(notify)).returncode == 0
+    sessions = [(m["label"], m["session"]) for m in marks(daemon, proj)][:2]
+    assert sessions == [("turn-end", "7"), ("turn-start", "42")], sessions
+
+
 def test_user_wide_hook_does_not_register_a_plain_directory(tmp_path: Path, daemon: Daemon) -> None:
     plain = tmp_path / "downloads"
     plain.mkdir()

@@ -193,12 +193,24 @@ def text_field(obj: Mapping[str, Any], *names: str) -> str | None:
     return None
 
 
+def id_field(obj: Mapping[str, Any], *names: str) -> str | None:
+    """The first of ``names`` that holds an id: a non-empty string, or an integer as its decimal
+    string (an agent, or a wrapper around one, may number its sessions)."""
+    for name in names:
+        value = obj.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
 def named_event(stdin: bytes, events: Mapping[str, EventKind]) -> Event:
     """The event in a stdin JSON object that names itself in ``hook_event_name`` (Claude Code's
     shape, which Codex, Gemini CLI and snapd's own OpenCode plugin and Aider wrapper share)."""
     obj = json_event(stdin)
     name = text_field(obj, "hook_event_name") or ""
-    return Event(events.get(name, "other"), name, text_field(obj, "session_id"), text_field(obj, "cwd"), obj)
+    return Event(events.get(name, "other"), name, id_field(obj, "session_id"), text_field(obj, "cwd"), obj)
 
 
 def context_reply(event_name: str, notice: str) -> str:

@@ -36,6 +36,7 @@ from snapd.integrations.base import (
     Finding,
     Scope,
     context_reply,
+    id_field,
     json_event,
     text_field,
 )
@@ -227,7 +228,7 @@ class Codex(JsonHooksAgent):
             raise BadEvent("the notify event has no 'type'")
         return Event(
             "end" if kind == "agent-turn-complete" else "other", kind,
-            text_field(obj, "thread-id", "thread_id", "session_id"), text_field(obj, "cwd"), obj,
+            id_field(obj, "thread-id", "thread_id", "session_id"), text_field(obj, "cwd"), obj,
         )
 
     def reply(self, event: Event, notice: str) -> str:

@@ -35,7 +35,7 @@ from typing import Any, BinaryIO
 
 from snapd.config import Config, load_config, resolve_endpoint
 from snapd.display import shown
-from snapd.errors import DaemonUnavailable, NotFound, SnapdError, Timeout
+from snapd.errors import DaemonUnavailable, NotFound, SnapdError, Timeout, WorkspaceRefused
 from snapd.integrations import agent as find_agent
 from snapd.integrations import health, notice
 from snapd.integrations.base import Agent, BadEvent, Context, Event, Scope
@@ -109,12 +109,16 @@ class Run:
             f"started a daemon ({launch.how}) but it did not answer within {time.monotonic() - began:.1f} s"
         )
 
-    def mark(self, event: Event) -> dict[str, Any] | None:
+    def mark(self, event: Event) -> list[dict[str, Any]]:
+        """Mark the turn: in the workspace holding the event's directory, registered when need
+        be; or, when that directory's would-be workspace overlaps watched ones below it (``snapctl
+        watch src`` in a repository whose agent runs at its top), in those. The daemon's
+        replies, one per workspace marked."""
         label = LABELS[event.kind]
         cwd = event.cwd or os.getcwd()
         if self.scope.user and self.agent.project_hooked(Path(cwd), Context(self.env, ())):
             self.outcome = "left to the project's own integration"
-            return None
+            return []
         register = not self.scope.user or in_git_work_tree(Path(cwd))
         endpoint = self.connect()
         timeout = max(self.remaining(), 0.2)
@@ -127,12 +131,8 @@ class Run:
             try:
                 reply = client.call("mark", label=label, late_after_s=max(timeout - 1.5, 0.1), **fields)
             except Timeout:
-                self.warn(
-                    f"{label} in {cwd} did not finish within the hook's {timeout:.0f} s (a new workspace's "
-                    "first capture); snapd records it when that completes, flagged late"
-                )
-                self.outcome = f"{label} late"
-                return None
+                self.late(label, cwd, timeout)
+                return []
             except NotFound:
                 if register:
                     raise
@@ -143,9 +143,64 @@ class Run:
                         f"integration marks only those. To keep its history: snapctl watch {cwd}",
                         failure=False,
                     )
-                return None
+                return []
+            except WorkspaceRefused as exc:
+                return self.mark_below(client, label, cwd, fields, exc)
         self.outcome = f"{label} {reply.get('id')}"
-        return reply
+        return [reply]
+
+    def late(self, label: str, where: str, timeout: float) -> None:
+        self.warn(
+            f"{label} in {where} did not finish within the hook's {timeout:.0f} s (a new workspace's "
+            "first capture); snapd records it when that completes, flagged late"
+        )
+        self.outcome = f"{label} late"
+
+    def mark_below(
+        self, client: Client, label: str, cwd: str, fields: dict[str, Any], refused: WorkspaceRefused
+    ) -> list[dict[str, Any]]:
+        """``cwd``'s workspace was refused: mark the watched workspaces below ``cwd`` instead
+        (the user chose to keep those; the agent's edits there are theirs), and name the way
+        to mark the whole repository. None below: the refusal, with the way forward."""
+        here = Path(cwd).resolve()
+        top = git_top(here) or here
+        spaces = client.call("status", timeout_s=max(self.remaining(), 0.2)).get("workspaces", [])
+        known = [(Path(w["root"]), bool(w.get("watching"))) for w in spaces if isinstance(w.get("root"), str)]
+        inside = sorted(r for r, _ in known if r != top and top in r.parents)
+        below = sorted(r for r, watching in known if watching and r in inside and here in r.parents)
+        forward = (
+            f"to mark all of {top} instead: `snapctl forget {' '.join(map(str, inside))}` (their history "
+            f"goes) and the next turn registers {top}" if inside else ""
+        )
+        if not below:
+            where = f"start the agent inside {' or '.join(map(str, inside))}, or {forward}" if inside else ""
+            raise WorkspaceRefused(f"not marking {cwd}: {refused.message}" + (f"; {where}" if where else ""))
+        replies, ids = [], []
+        for root in below:
+            ask = {**fields, "workspace": os.fsencode(root), "register": False}
+            ask.pop("cwd")
+            try:
+                reply = client.call("mark", label=label, timeout_s=max(self.remaining(), 0.2),
+                                    late_after_s=max(self.remaining() - 1.5, 0.1), **ask)
+            except Timeout:
+                self.late(label, str(root), max(self.remaining(), 0.2))
+                continue
+            replies.append(reply)
+            ids.append(str(reply.get("id")))
+        self.outcome = f"{label} {' '.join(ids)} in the watched workspaces below {cwd}"
+        if health.first_warning(self.config.locations.hooks_dir, self.agent.name, cwd):
+            self.warn(
+                f"{cwd} is not a workspace of its own ({refused.message}): marking the watched "
+                f"workspace{'s' if len(below) > 1 else ''} below it, {', '.join(map(str, below))}; {forward}",
+                failure=False,
+            )
+        return replies
+
+
+def git_top(where: Path) -> Path | None:
+    """The directory holding the ``.git`` nearest above real path ``where`` (its work tree's
+    top, found by looking, as :func:`in_git_work_tree`)."""
+    return next((p for p in (where, *where.parents) if (p / ".git").exists()), None)
 
 
 def in_git_work_tree(where: Path) -> bool:
@@ -155,7 +210,7 @@ def in_git_work_tree(where: Path) -> bool:
         here = where.resolve()
     except OSError:
         return False
-    return any((p / ".git").exists() for p in (here, *here.parents))
+    return git_top(here) is not None
 
 
 def _payload(args: Sequence[str], stdin: BinaryIO) -> bytes:
@@ -193,9 +248,9 @@ def run(args: Sequence[str], env: Mapping[str, str], stdin: BinaryIO) -> tuple[s
         event = integration.parse(_payload(args[1:], stdin), args[1:])
         state.limit(integration.timeout_s(event.name))
         if event.kind in LABELS:
-            reply = state.mark(event)
-            if reply is not None and event.kind == "start":
-                text = notice.render(reply)
+            replies = state.mark(event)
+            if event.kind == "start":
+                text = "\n".join(t for t in map(notice.render, replies) if t)
     except BadEvent as exc:
         state.warn(str(exc))
     except SnapdError as exc:
