@@ -245,6 +245,18 @@ def test_codex_integrate_keeps_toml_comments_and_removes_exactly(tmp_path: Path)
     assert json.loads((codex_home / "hooks.json").read_text()) == other
 
 
+def test_codex_print_ends_a_turn_once_when_copied(tmp_path: Path) -> None:
+    """What `--print` shows to copy: notify *or* a Stop hook for turn-end, never both."""
+    env = base_env(tmp_path / "snapd-home")
+    env["CODEX_HOME"] = str(tmp_path / "codex-home")
+    text = integrate(env, "codex", "--print").stdout.decode()
+    copied = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
+    hooks_json, _, toml = copied.partition("notify = ")
+    assert sorted(json.loads(hooks_json)["hooks"]) == ["Interrupt", "UserPromptSubmit"], text
+    assert toml.strip().startswith("["), text
+    assert '#     "Stop": [' in text and "never both" in text  # the alternative, commented out
+
+
 def test_codex_with_a_notify_of_its_own_gets_a_stop_hook(tmp_path: Path) -> None:
     env = base_env(tmp_path / "snapd-home")
     codex_home = tmp_path / "codex-home"
@@ -266,7 +278,11 @@ def test_codex_check_tells_untrusted_hooks_from_trusted_ones(tmp_path: Path) -> 
     codex_home = tmp_path / "codex-home"
     env["CODEX_HOME"] = str(codex_home)
     cp = integrate(env, "codex")
-    assert cp.returncode == 0 and b"warning: " in cp.stderr and b"not trusted" in cp.stderr, describe(cp)
+    # written, but not claimed to work: what stands in the way, and what to run about it
+    assert cp.returncode == 0 and b"marks its turns" not in cp.stdout, describe(cp)
+    assert b"will not all run yet" in cp.stdout and b"not trusted" in cp.stdout, describe(cp)
+    assert b"start `codex`, open /hooks" in cp.stdout, describe(cp)
+    assert json.loads(integrate(env, "codex", "--json").stdout)["ok"] is False
     cp = integrate(env, "codex", "--check")
     assert cp.returncode == 1, describe(cp)
     assert b"not trusted" in cp.stdout and b"/hooks" in cp.stdout
@@ -765,16 +781,28 @@ def test_the_user_wide_hook_stands_down_where_the_project_has_its_own(tmp_path: 
     assert marks(daemon, proj)[0]["label"] == "turn-end"
 
 
-def test_a_project_integrated_on_top_of_the_user_wide_one_is_flagged(tmp_path: Path) -> None:
+@pytest.mark.parametrize("agent", ["claude-code", "gemini", "codex", "opencode"])
+def test_a_project_integrated_on_top_of_the_user_wide_one_is_flagged(tmp_path: Path, agent: str) -> None:
+    """One rule for every agent: the pair is a warning (one is redundant), not a failure (both
+    run, the user-wide one stands down, each turn is marked once)."""
     env = base_env(tmp_path / "snapd-home")
+    env["CODEX_HOME"] = str(tmp_path / "codex-home")
     proj = repo(tmp_path)
-    assert integrate(env, "claude-code").returncode == 0
-    cp = integrate(env, "claude-code", "--project", str(proj))
-    assert cp.returncode == 0 and b"marked twice" in cp.stderr, describe(cp)
-    cp = integrate(env, "claude-code", "--project", str(proj), "--check")
-    assert cp.returncode == 1 and b"marked twice" in cp.stdout, describe(cp)
-    assert integrate(env, "claude-code", "--remove").returncode == 0
-    assert integrate(env, "claude-code", "--project", str(proj), "--check").returncode == 0
+    for where in (), ("--project", str(proj)):
+        cp = integrate(env, agent, *where)
+        assert cp.returncode == 0, describe(cp)
+    assert b"warning: snapd's hooks are also in" in cp.stderr and b"marked twice" in cp.stderr, describe(cp)
+    cp = integrate(env, agent, "--project", str(proj), "--check", "--json")
+    found = json.loads(cp.stdout)["findings"]
+    twice = [f for f in found if "marked twice" in f["text"]]
+    assert twice and twice[0]["warning"] and twice[0]["ok"], found
+    alone = [f for f in found if f is not twice[0]]
+    assert (cp.returncode == 0) == all(f["ok"] for f in alone), found  # the pair alone never fails it
+    if agent != "codex":  # (Codex's project hooks also wait for trust)
+        assert cp.returncode == 0, found
+    assert integrate(env, agent, "--remove").returncode == 0
+    cp = integrate(env, agent, "--project", str(proj), "--check")
+    assert b"marked twice" not in cp.stdout, describe(cp)
 
 
 # -- the events the real agents sent (recorded by the agents tier: tests/agents/events) ----------

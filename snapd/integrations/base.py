@@ -67,10 +67,15 @@ class Change(NamedTuple):
 
 
 class Finding(NamedTuple):
-    """One line of ``integrate --check``: ``ok`` False means the hooks will not (all) run."""
+    """One line of ``integrate --check``: ``ok`` False means the hooks will not (all) run; a
+    ``warning`` (``ok`` True) is worth fixing but does not stop them."""
 
     ok: bool
     text: str
+    warning: bool = False
+
+    def label(self) -> str:
+        return "warning" if self.warning else ("ok" if self.ok else "NOT OK")
 
 
 class Event(NamedTuple):
@@ -113,6 +118,23 @@ class Agent:
 
     def check(self, scope: Scope, ctx: Context) -> list[Finding]:
         raise NotImplementedError
+
+    def findings(self, scope: Scope, ctx: Context) -> list[Finding]:
+        """What ``--check`` reports: the agent's own :meth:`check`, then the rules every agent
+        shares (:meth:`twice`)."""
+        return self.check(scope, ctx) + self.twice(scope, ctx)
+
+    def twice(self, scope: Scope, ctx: Context) -> list[Finding]:
+        """A project integrated while the user-wide hooks are there too: the agent runs both,
+        and the user-wide hook stands down there (:meth:`project_hooked`), so every turn is
+        marked once and both run — but one of the two is redundant: a warning, for every agent
+        alike, never a failure."""
+        if scope.project is None or not self.supports_project or not self.has_hooks(Scope(), ctx):
+            return []
+        user = self.files(Scope(), ctx)[0]
+        return [Finding(True, f"snapd's hooks are also in {user} (user-wide): the agent runs both, and the "
+                              "user-wide one stands down here so that no turn is marked twice; keep one "
+                              f"(`snapctl integrate {self.name} --remove`)", warning=True)]
 
     def show(self, scope: Scope, ctx: Context) -> str:
         raise NotImplementedError

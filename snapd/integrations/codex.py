@@ -207,14 +207,32 @@ class Codex(JsonHooksAgent):
         return out
 
     def show(self, scope: Scope, ctx: Context) -> str:
-        text = super().show(scope, ctx)
-        if scope.user:
-            import tomlkit
+        """What to add by hand. User-wide, ``turn-end`` comes from ``notify`` *or* a ``Stop``
+        hook, never both (copied together, every turn would end twice): the Stop hook is shown
+        apart, as the alternative for a user whose ``notify`` is their own."""
+        if scope.project is not None:
+            return super().show(scope, ctx)
+        import json
 
-            text += f"# and in {self.config_toml(ctx)} (turn-end; needs no trust):\n"
-            text += tomlkit.dumps({"notify": self.notify_argv(ctx)})
-            text += "# (with a notify program of your own, add a Stop hook like the one above instead)\n"
-        return text
+        import tomlkit
+
+        hooks_json = self.settings(scope, ctx)
+
+        def block(events: list[str]) -> str:
+            doc: dict[str, Any] = {}
+            for ev in events:
+                jsonfile.put_hook(doc, ev, self.entry(scope, ctx, ev), self.is_ours, Path("-"))
+            return json.dumps(doc, indent=2) + "\n"
+
+        return (
+            f"# merge into {hooks_json}\n" + block([PROMPT, INTERRUPT])
+            + f"# and in {self.config_toml(ctx)} (turn-end; needs no trust):\n"
+            + tomlkit.dumps({"notify": self.notify_argv(ctx)})
+            + "# only if notify is already a program of your own: leave it, skip the notify line above,\n"
+            f"# and merge this Stop hook into {hooks_json} instead\n"
+            "# (one of the two, never both: each ends the turn)\n"
+            + "".join(f"# {line}\n" for line in block([STOP]).splitlines())
+        )
 
     # -- the hook -------------------------------------------------------------------------------
 

@@ -71,7 +71,7 @@ class JsonHooksAgent(Agent):
     def check(self, scope: Scope, ctx: Context) -> list[Finding]:
         path = self.settings(scope, ctx)
         doc = jsonfile.load(path, self.name)
-        return self.hook_findings(doc, path) + self.runs(doc, path) + self.twice(scope, ctx)
+        return self.hook_findings(doc, path) + self.runs(doc, path)
 
     def hook_findings(self, doc: dict[str, Any], path: Path) -> list[Finding]:
         """Whether ``doc`` (read from ``path``) holds snapd's hook for each event, and whether
@@ -93,23 +93,6 @@ class JsonHooksAgent(Agent):
         except IntegrationRefused:
             return False
         return any(jsonfile.our_hooks(doc, ev, self.is_ours) for ev in self.events)
-
-    def twice(self, scope: Scope, ctx: Context) -> list[Finding]:
-        """A project integrated while the user-wide hooks are there too: the agent runs both.
-        The user-wide hook stands down there (:meth:`Agent.project_hooked`), but one of the two
-        is redundant."""
-        if scope.project is None:
-            return []
-        user = self.settings(Scope(), ctx)
-        try:
-            doc = jsonfile.load(user, self.name)
-        except IntegrationRefused:
-            return []
-        if any(jsonfile.our_hooks(doc, ev, self.is_ours) for ev in self.events):
-            return [Finding(False, f"snapd's hooks are also in {user} (user-wide): the agent runs both, and "
-                                   "the user-wide one stands down here so that no turn is marked twice; "
-                                   f"keep one (`snapctl integrate {self.name} --remove`)")]
-        return []
 
     def runs(self, doc: dict[str, Any], path: Path) -> list[Finding]:
         """Agent-specific reasons the hooks would not run (a switch that disables them)."""
