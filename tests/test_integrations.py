@@ -178,6 +178,65 @@ def test_claude_code_project_writes_the_personal_settings_file(tmp_path: Path) -
     assert not (proj / ".claude" / "settings.local.json").exists()  # it held only snapd's hooks
 
 
+def _snapshot(top: Path) -> dict[str, bytes | None]:
+    """Every path under ``top`` with its bytes (None: a directory)."""
+    return {str(p.relative_to(top)): (None if p.is_dir() else p.read_bytes()) for p in sorted(top.rglob("*"))}
+
+
+@pytest.mark.parametrize("agent", ["claude-code", "gemini", "codex", "opencode"])
+def test_remove_gives_back_every_file_byte_for_byte(tmp_path: Path, agent: str) -> None:
+    """integrate then --remove, user-wide and per project, over files written the user's way
+    (compact, tabs, odd spacing, an empty `"hooks": {}`) and over none: every byte, every
+    directory as found — nothing re-indented, no key dropped, no directory or empty file left."""
+    env = base_env(tmp_path / "snapd-home")
+    home = Path(env["HOME"])
+    env["CODEX_HOME"] = str(home / ".codex")
+    proj = repo(tmp_path)
+    own = {
+        "claude-code": [(home / ".claude" / "settings.json", '{"model":"opus","hooks":{}}'),
+                        (proj / ".claude" / "settings.local.json", '{\n\t"permissions": {"allow": []}\n}\n')],
+        "gemini": [
+            (home / ".gemini" / "settings.json", '{ "hooks" : {},\n  "general": {"vimMode": true} }\n'),
+            (proj / ".gemini" / "settings.json", '{"ui":{"theme":"Dracula"},"hooks":{"BeforeAgent":[]}}'),
+        ],
+        "codex": [(home / ".codex" / "hooks.json", '{"hooks": {"PreToolUse": []}}'),
+                  (home / ".codex" / "config.toml", 'model = "o3"   # mine\n'),
+                  (proj / ".codex" / "hooks.json", '{"hooks":{}}\n')],
+        "opencode": [],
+    }[agent]
+    for with_files in (False, True):
+        for made in (".claude", ".gemini", ".codex", ".opencode", ".config/opencode"):
+            for top in (home, proj):
+                subprocess.run(["rm", "-rf", str(top / made)], check=True)
+        if with_files:
+            for path, text in own:
+                write(path, text)
+        before = (_snapshot(home), _snapshot(proj))
+        for where in ((), ("--project", str(proj))):
+            cp = integrate(env, agent, *where)
+            assert cp.returncode == 0 and b"added" in cp.stdout, describe(cp)
+        assert (_snapshot(home), _snapshot(proj)) != before
+        for where in ((), ("--project", str(proj))):
+            cp = integrate(env, agent, *where, "--remove")
+            assert cp.returncode == 0 and b"removed" in cp.stdout, describe(cp)
+        assert (_snapshot(home), _snapshot(proj)) == before, (with_files, _snapshot(home), _snapshot(proj))
+
+
+def test_remove_after_the_user_edited_the_file_keeps_their_formatting_and_keys(tmp_path: Path) -> None:
+    """The file changed since integrate wrote it (the user added a setting): the original bytes
+    cannot simply come back, so snapd's hooks are taken out of the current file, written in
+    its own formatting, and the user's own empty `"hooks": {}` stays."""
+    env = base_env(tmp_path / "snapd-home")
+    settings = Path(env["HOME"]) / ".gemini" / "settings.json"
+    write(settings, '{"hooks":{},"general":{"vimMode":true}}')
+    assert integrate(env, "gemini").returncode == 0
+    written = settings.read_text()
+    assert "\n" not in written.strip() and '"general":{"vimMode":true}' in written  # compact stays compact
+    settings.write_text(written.replace('"vimMode":true', '"vimMode":false'))
+    assert integrate(env, "gemini", "--remove").returncode == 0
+    assert settings.read_text() == '{"hooks":{},"general":{"vimMode":false}}'
+
+
 def test_json_with_comments_is_refused_and_left_alone(tmp_path: Path) -> None:
     env = base_env(tmp_path / "snapd-home")
     settings = Path(env["HOME"]) / ".claude" / "settings.json"
@@ -545,6 +604,8 @@ def test_opencode_plugin_is_written_refused_over_a_foreign_file_and_removed(tmp_
     assert b"unchanged" in cp.stdout and plugin.read_text() == text
     assert integrate(env, "opencode", "--check").returncode == 0
     assert integrate(env, "opencode", "--remove").returncode == 0 and not plugin.exists()
+    assert not (Path(env["HOME"]) / ".config" / "opencode").exists()  # the directories it made went too
+    plugin.parent.mkdir(parents=True)
     plugin.write_text("export const Mine = async () => ({})\n")
     cp = integrate(env, "opencode")
     assert cp.returncode == 11 and b"not snapd's plugin" in cp.stderr, describe(cp)

@@ -19,9 +19,12 @@ import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple
 
-from snapd.errors import UsageError
+from snapd.errors import SnapdError, UsageError
+
+if TYPE_CHECKING:
+    from snapd.integrations.originals import Originals
 
 EventKind = Literal["start", "end", "interrupt", "other"]
 
@@ -49,6 +52,16 @@ class Context(NamedTuple):
     @property
     def home(self) -> Path:
         return Path(self.env.get("HOME") or os.path.expanduser("~"))
+
+    def originals(self) -> Originals:
+        """Where integrate records the files it found (:mod:`.originals`): the state directory."""
+        from snapd.config import load_config
+        from snapd.integrations.originals import Originals
+
+        try:
+            return Originals(load_config(self.env, lenient=True).locations.state_dir / "integrations")
+        except SnapdError:
+            return Originals(None)
 
     def config_home(self) -> Path:
         value = self.env.get("XDG_CONFIG_HOME", "")
