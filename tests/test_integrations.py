@@ -5,6 +5,7 @@ never a non-zero exit)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import stat
@@ -554,6 +555,49 @@ def test_rollback_never_touches_integration_files(tmp_path: Path, daemon: Daemon
     local.write_bytes(written)
     code, res = cli_rollback(daemon, proj, "--to", "edited")
     assert local.read_bytes() == written, res
+
+
+def test_git_tracked_agent_settings_are_captured_and_rollback_keeps_snapds_hooks(
+    tmp_path: Path, daemon: Daemon
+) -> None:
+    """README: what git tracks is always captured — agent settings files too. A rollback restores
+    the user's content of a tracked `.gemini/settings.json`; where snapd's project hooks lived
+    in it, they are merged back in afterwards, and the reply says so."""
+    proj = repo(tmp_path)
+    gemini, codex = proj / ".gemini" / "settings.json", proj / ".codex" / "hooks.json"
+    write(gemini, '{"general": {"vimMode": true}}\n')
+    write(codex, '{"hooks": {}}\n')
+    git(proj, "add", "-A")
+    daemon.ctl("watch", proj)
+    first = cli_mark(daemon, proj, "first")
+    for path in (gemini, codex):  # captured: in the history, and readable at a mark
+        got = daemon.ctl_json("cat", first, str(path.relative_to(proj)), cwd=proj)
+        assert base64.b64decode(got["data_b64"]) == path.read_bytes(), got
+    write(gemini, '{"general": {"vimMode": false}}\n')
+    write(codex, '{"hooks": {"Stop": []}}\n')
+    cli_mark(daemon, proj, "edited")
+    code, res = cli_rollback(daemon, proj, "--to", first)
+    assert code == 0, res
+    assert gemini.read_text() == '{"general": {"vimMode": true}}\n' and codex.read_text() == '{"hooks": {}}\n'
+    assert res["hooks_merged_back"] == [], res
+
+    # snapd's project integration lives in both files: a rollback keeps it
+    for agent in ("gemini", "codex"):
+        assert integrate(daemon.env, agent, "--project", str(proj)).returncode == 0
+    gemini.write_text(gemini.read_text().replace('"vimMode": true', '"vimMode": false'))
+    cli_mark(daemon, proj, "hooked")
+    cp = daemon.ctl("rollback", "--yes", "--to", first, cwd=proj)
+    out = cp.stdout.decode()
+    for agent, path in (("gemini", gemini), ("codex", codex)):
+        assert f"kept snapd's {agent} hooks in {path}" in out, out
+    doc = json.loads(gemini.read_text())
+    assert doc["general"] == {"vimMode": True}  # the user's content as at the mark
+    assert integrate(daemon.env, "gemini", "--project", str(proj), "--check").returncode == 0
+    assert json.loads(codex.read_text())["hooks"]["UserPromptSubmit"], codex.read_text()
+    # and the next turn is marked by those hooks
+    cp = hook(daemon.env, "gemini", {"hook_event_name": "BeforeAgent", "session_id": "g", "cwd": str(proj)},
+              "--project", cwd=proj)
+    assert cp.returncode == 0 and marks(daemon, proj)[0]["label"] == "turn-start", describe(cp)
 
 
 # -- Gemini CLI, OpenCode, Aider ------------------------------------------------------------------

@@ -188,6 +188,11 @@ class Agent:
         """Whether snapd's hooks are in ``scope``'s configuration (cheap: runs on every prompt)."""
         return False
 
+    def holds_hooks(self, data: bytes) -> bool:
+        """Whether a project settings file holding ``data`` holds snapd's hooks (an earlier
+        version of it: :mod:`.remerge`)."""
+        return False
+
     def scope_check(self, scope: Scope) -> None:
         if scope.project is not None and not self.supports_project:
             raise UsageError(f"{self.title} has no per-project hook configuration: integrate it with --user")

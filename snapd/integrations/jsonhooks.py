@@ -57,6 +57,13 @@ class JsonHooksAgent(Agent):
     def holds_ours(self, doc: dict[str, Any]) -> bool:
         return any(jsonfile.our_hooks(doc, ev, self.is_ours) for ev in self.events)
 
+    def holds_hooks(self, data: bytes) -> bool:
+        try:
+            doc = json.loads(data)
+        except ValueError:
+            return False
+        return isinstance(doc, dict) and self.holds_ours(doc)
+
     def remove(self, scope: Scope, ctx: Context) -> list[Change]:
         path = self.settings(scope, ctx)
         if not path.exists():

@@ -72,6 +72,9 @@ class OwnFileAgent(Agent):
             out.append(Finding(False, f"{path} was written by another snapd or changed: re-run integrate"))
         return out + command_findings(self.command(scope, ctx))
 
+    def holds_hooks(self, data: bytes) -> bool:
+        return self.marker.encode("utf-8") in data
+
     def has_hooks(self, scope: Scope, ctx: Context) -> bool:
         try:
             return self.current(self.path(scope, ctx)) is not None
