@@ -787,12 +787,19 @@ def test_hook_starts_a_daemon_detached_without_the_agents_secrets(tmp_path: Path
 
 
 @pytest.mark.timeout(60)
-def test_a_daemon_that_cannot_start_is_noticed_at_once_and_its_error_said(tmp_path: Path) -> None:
-    """A config file the daemon refuses: the hook sees the started process exit (well inside the
-    10 s it would wait for a socket), says the daemon's own error, and the true wait."""
+@pytest.mark.parametrize("broken", ["config", "store"])
+def test_a_daemon_that_cannot_start_is_noticed_at_once_with_its_error(tmp_path: Path, broken: str) -> None:
+    """A config file the daemon refuses, or a store it cannot make: the hook sees the started
+    process exit (well inside the 10 s it would wait for a socket), and says the daemon's own
+    error, not a timeout."""
     home = tmp_path / "snapd-home"
     home.mkdir()
-    (home / "config.toml").write_text("max_marks = [unclosed\n")
+    if broken == "config":
+        (home / "config.toml").write_text("max_marks = [unclosed\n")
+        reason = "not valid TOML"
+    else:  # (as root no directory is read-only: a file where the store directory goes)
+        (home / "store").write_text("")
+        reason = f"{home / 'store'} exists and is not a directory"
     env = base_env(home)
     proj = repo(tmp_path)
     for agent, event in (
@@ -806,11 +813,11 @@ def test_a_daemon_that_cannot_start_is_noticed_at_once_and_its_error_said(tmp_pa
         err = cp.stderr.decode()
         assert "no daemon was running: started one" in err, err
         said = [line for line in err.splitlines() if "could not start" in line]
-        assert said and "not valid TOML" in said[0], err  # the daemon's own reason, not a timeout
+        assert said and reason in said[0], err  # the daemon's own reason, not a timeout
         assert "within 10 s" not in err, err
         assert took < 8, (took, err)  # noticed when it exited, not at the end of the wait
     rec = json.loads((home / "hooks" / "codex.json").read_text())
-    assert "TOML" in json.dumps(rec), rec  # and `snapctl status` shows it
+    assert reason in json.dumps(rec), rec  # and `snapctl status` shows it
     assert run_ctl(env, "status").returncode != 0  # and no daemon was left behind
 
 

@@ -98,8 +98,8 @@ def first_error(text: str) -> str:
     out), else the last line (a traceback's exception)."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     for line in lines:
-        if line.startswith("snapd: "):
-            return line.removeprefix("snapd: ").removeprefix("warning: ")[:500]
+        if line.startswith("snapd: "):  # (the starter quotes its daemon's line, prefix and all)
+            return line.removeprefix("snapd: ").replace(": snapd: ", ": ")[:500]
     return lines[-1][:500] if lines else ""
 
 

@@ -16,7 +16,12 @@ Promises:
   that is smaller), shared by its phases — connect, start the daemon, mark. A mark that cannot
   finish in time (a new workspace's first mark is its whole baseline) is left to the daemon,
   which records it when the baseline completes, flagged ``late``; the hook returns.
-- With no daemon running it starts one (:mod:`.autostart`) unless ``auto_start = false``.
+- With no daemon running it starts one (:mod:`.autostart`) unless ``auto_start = false``,
+  and watches the process it started: one that exits without a daemon is reported at once,
+  with its own error, not after the whole wait; a wait that runs out says how long it was.
+- Where the directory's workspace would overlap watched workspaces below it (``snapctl watch
+  src``, the agent at the repository's top), it marks those, and says once how to mark the
+  whole repository instead; with none below, the refusal names the ways forward.
 - Where a project has its own integration (``--project``), the user-wide hook stands down: the
   agent runs both, and each turn must be marked once.
 - A user-wide integration marks only a git work tree or a directory already watched: an agent
