@@ -594,6 +594,13 @@ def test_git_tracked_agent_settings_are_captured_and_rollback_keeps_snapds_hooks
     assert doc["general"] == {"vimMode": True}  # the user's content as at the mark
     assert integrate(daemon.env, "gemini", "--project", str(proj), "--check").returncode == 0
     assert json.loads(codex.read_text())["hooks"]["UserPromptSubmit"], codex.read_text()
+    # undo returns to the state before the rollback, whose hooks were there: nothing to merge
+    code, res = cli_rollback(daemon, proj, command="undo")
+    assert code == 0 and res["hooks_merged_back"] == [], res
+    assert json.loads(gemini.read_text())["general"] == {"vimMode": False}
+    code, res = cli_rollback(daemon, proj, command="undo")  # and again (a redo): kept again
+    assert code == 0 and json.loads(gemini.read_text())["general"] == {"vimMode": True}, res
+    assert integrate(daemon.env, "gemini", "--project", str(proj), "--check").returncode == 0
     # and the next turn is marked by those hooks
     cp = hook(daemon.env, "gemini", {"hook_event_name": "BeforeAgent", "session_id": "g", "cwd": str(proj)},
               "--project", cwd=proj)
