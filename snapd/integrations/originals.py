@@ -14,9 +14,9 @@ that were there before (:meth:`Originals.before`).
 
 A record never holds snapd's own entries: a file that already held them when first seen (an
 older snapd wrote them) gets no record, and is edited as above. Records live in the state
-directory (``STATE/integrations``, one JSON file per settings file, named by a hash of its real
-path). Keeping them is best effort: a state directory that cannot be written costs only the
-byte-for-byte restore, never the integration.
+directory (``STATE/integrations``, private like it: one JSON file per settings file, mode 0600,
+named by a hash of its real path). Keeping them is best effort: a state directory that cannot
+be written costs only the byte-for-byte restore, never the integration.
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ import json
 import os
 from pathlib import Path
 from typing import Any
+
+from snapd.config import ensure_private_dir
+from snapd.errors import SnapdError
 
 
 def _sha(data: bytes) -> str:
@@ -76,11 +79,15 @@ class Originals:
     def _save(self, real: Path, rec: dict[str, Any]) -> None:
         try:
             target = self._file(real)
-            target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            ensure_private_dir(target.parent.parent)  # the state directory: integrate may be first
+            ensure_private_dir(target.parent)
             tmp = target.with_suffix(".tmp")
-            tmp.write_text(json.dumps(rec), encoding="utf-8")
+            # 0600: a settings file may hold a token of the user's
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(json.dumps(rec))
             os.replace(tmp, target)
-        except OSError:
+        except (OSError, SnapdError):
             pass  # best effort (module docstring)
 
     def forget(self, path: Path) -> None:
