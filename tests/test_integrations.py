@@ -586,6 +586,8 @@ def test_git_tracked_agent_settings_are_captured_and_rollback_keeps_snapds_hooks
         assert integrate(daemon.env, agent, "--project", str(proj)).returncode == 0
     gemini.write_text(gemini.read_text().replace('"vimMode": true', '"vimMode": false'))
     cli_mark(daemon, proj, "hooked")
+    plan = daemon.ctl("rollback", "--dry-run", "--to", first, cwd=proj).stdout.decode()
+    assert f"snapd's gemini hooks in {gemini} stay: merged back in after the rollback" in plan, plan
     cp = daemon.ctl("rollback", "--yes", "--to", first, cwd=proj)
     out = cp.stdout.decode()
     for agent, path in (("gemini", gemini), ("codex", codex)):

@@ -79,7 +79,7 @@ def _rollback(args: argparse.Namespace, env: Env, undo: bool) -> int:
         # Kept paths are listed once: in the plan when it is confirmed or only shown, else
         # (--yes) in the result, which also names any the apply itself had to leave.
         plan_lists_kept = args.dry_run or not args.yes
-        shown_plan = _plan_lines(r, kept=plan_lists_kept)
+        shown_plan = _plan_lines(r, kept=plan_lists_kept) + _hooks_kept_lines(r, env)
         if args.json and args.dry_run:
             print_json(r)
         elif not args.json:
@@ -131,6 +131,14 @@ def _apply_unseen(args: argparse.Namespace, c: Client, fields: dict[str, Any], e
             emit(line)
     show_warnings(res.get("warnings", []))
     return _result(args, res, set())
+
+
+def _hooks_kept_lines(r: dict[str, Any], env: Env) -> list[str]:
+    """The plan's word that snapd's project hooks in a settings file it restores stay."""
+    from snapd.integrations import remerge
+
+    return [f"  snapd's {x['agent']} hooks in {x['path']} stay: merged back in after the rollback"
+            for x in remerge.to_keep(r, env)]
 
 
 def _keep_hooks(c: Client, res: dict[str, Any], env: Env) -> None:

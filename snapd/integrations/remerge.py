@@ -28,7 +28,7 @@ merges nothing back; ``integrate --check`` then reports the hooks missing.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,17 +53,14 @@ def project_files(ctx: Context) -> list[tuple[Agent, bytes]]:
     return out
 
 
-def after_rollback(reply: dict[str, Any], env: dict[str, str], cat: Cat) -> list[dict[str, str]]:
-    """Merge snapd's hooks back where the rollback in ``reply`` took them out of a project's
-    agent settings; what was merged back (``agent``, ``path``) or could not be (``error``)."""
-    pre = reply.get("pre_rollback")
+def touched(reply: dict[str, Any], ctx: Context) -> Iterator[tuple[Agent, Path, bytes]]:
+    """The agent settings files a rollback plan (or its result) ``reply`` changes: (agent,
+    project directory, the file's workspace path)."""
     plan = reply.get("plan")
-    if not isinstance(pre, str) or not isinstance(plan, dict) or not isinstance(reply.get("workspace"), str):
-        return []
+    if not isinstance(plan, dict) or not isinstance(reply.get("workspace"), str):
+        return
     root = Path(reply["workspace"])
-    ctx = Context(env, snapctl_argv())
     shapes = project_files(ctx)
-    out: list[dict[str, str]] = []
     for op in plan.get("ops", []):
         try:
             rel = decode_path(op.get("path") if isinstance(op, dict) else None)
@@ -71,21 +68,44 @@ def after_rollback(reply: dict[str, Any], env: dict[str, str], cat: Cat) -> list
             continue
         for a, f in shapes:
             if rel == f:
-                project = root
+                yield a, root, rel
             elif rel.endswith(b"/" + f):
-                project = root / os.fsdecode(rel[: -len(f) - 1])
-            else:
+                yield a, root / os.fsdecode(rel[: -len(f) - 1]), rel
+
+
+def to_keep(plan: dict[str, Any], env: dict[str, str]) -> list[dict[str, str]]:
+    """Before a rollback: the settings files in ``plan`` that hold snapd's hooks now, which
+    :func:`after_rollback` will keep (for the plan shown)."""
+    ctx = Context(env, snapctl_argv())
+    out = []
+    for a, project, rel in touched(plan, ctx):
+        try:
+            if a.has_hooks(Scope(project), ctx):
+                out.append({"agent": a.name, "path": str(Path(plan["workspace"]) / os.fsdecode(rel))})
+        except SnapdError:
+            continue
+    return out
+
+
+def after_rollback(reply: dict[str, Any], env: dict[str, str], cat: Cat) -> list[dict[str, str]]:
+    """Merge snapd's hooks back where the rollback in ``reply`` took them out of a project's
+    agent settings; what was merged back (``agent``, ``path``) or could not be (``error``)."""
+    pre = reply.get("pre_rollback")
+    if not isinstance(pre, str):
+        return []
+    ctx = Context(env, snapctl_argv())
+    out: list[dict[str, str]] = []
+    for a, project, rel in touched(reply, ctx):
+        path = str(Path(reply["workspace"]) / os.fsdecode(rel))
+        try:
+            if a.has_hooks(Scope(project), ctx):
                 continue
-            path = str(project / os.fsdecode(f))
-            try:
-                if a.has_hooks(Scope(project), ctx):
-                    continue
-                before = cat(rel, pre)
-                if before is None or not a.holds_hooks(before):
-                    continue
-                a.install(Scope(project), ctx)
-            except SnapdError as exc:
-                out.append({"agent": a.name, "path": path, "error": exc.message})
+            before = cat(rel, pre)
+            if before is None or not a.holds_hooks(before):
                 continue
-            out.append({"agent": a.name, "path": path})
+            a.install(Scope(project), ctx)
+        except SnapdError as exc:
+            out.append({"agent": a.name, "path": path, "error": exc.message})
+            continue
+        out.append({"agent": a.name, "path": path})
     return out
