@@ -506,6 +506,22 @@ def test_a_hook_at_a_repositorys_top_marks_its_watched_subdirectory(tmp_path: Pa
     assert [w["root"] for w in daemon.ctl_json("status")["workspaces"]] == [str(src)]
 
 
+def test_an_agent_in_a_home_under_git_marks_no_watched_project_below(tmp_path: Path, daemon: Daemon) -> None:
+    """A home directory kept in git (dotfiles) is refused for itself, not for overlapping: an
+    agent started there must not mark every project the user watches below it."""
+    home = Path(daemon.env["HOME"]).resolve()
+    git(home, "init", "-q")
+    proj = home / "proj"
+    proj.mkdir()
+    write(proj / "m.py", "x = 1\n")
+    daemon.ctl("watch", proj)
+    cp = hook(daemon.env, "claude-code", claude_event("UserPromptSubmit", "s", home), "--project", cwd=home)
+    err = cp.stderr.decode()
+    assert cp.returncode == 0 and "home directory" in err and f"start the agent inside {proj}" in err, err
+    assert "snapctl forget" not in err, err
+    assert not [m for m in marks(daemon, proj) if m["session"] == "s"]
+
+
 def test_a_numeric_session_id_is_kept_as_its_string(tmp_path: Path, daemon: Daemon) -> None:
     proj = repo(tmp_path)
     cp = hook(daemon.env, "claude-code", {**claude_event("UserPromptSubmit", "x", proj), "session_id": 42})

@@ -173,13 +173,16 @@ class Run:
         known = [(Path(w["root"]), bool(w.get("watching"))) for w in spaces if isinstance(w.get("root"), str)]
         inside = sorted(r for r, _ in known if r != top and top in r.parents)
         below = sorted(r for r, watching in known if watching and r in inside and here in r.parents)
-        forward = (
+        # The home directory (a dotfiles repository) or / is refused for itself, not for what is
+        # below: an agent started there must not mark every project the user watches.
+        never = top == Path("/") or top == Context(self.env, ()).home.resolve()
+        forward = "" if never or not inside else (
             f"to mark all of {top} instead: `snapctl forget {' '.join(map(str, inside))}` (their history "
-            f"goes) and the next turn registers {top}" if inside else ""
+            f"goes) and the next turn registers {top}"
         )
-        if not below:
-            where = f"start the agent inside {' or '.join(map(str, inside))}, or {forward}" if inside else ""
-            raise WorkspaceRefused(f"not marking {cwd}: {refused.message}" + (f"; {where}" if where else ""))
+        if never or not below:
+            where = f"start the agent inside {_some(inside)}" + (f", or {forward}" if forward else "")
+            raise WorkspaceRefused(f"not marking {cwd}: {refused.message}" + (f"; {where}" if inside else ""))
         replies, ids = [], []
         for root in below:
             ask = {**fields, "workspace": os.fsencode(root), "register": False}
@@ -200,6 +203,11 @@ class Run:
                 failure=False,
             )
         return replies
+
+
+def _some(paths: Sequence[Path], most: int = 3) -> str:
+    shown_paths = " or ".join(map(str, paths[:most]))
+    return shown_paths + (f" (or {len(paths) - most} more)" if len(paths) > most else "")
 
 
 def git_top(where: Path) -> Path | None:
