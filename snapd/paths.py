@@ -14,9 +14,10 @@ crash clean-up deletes only the exact cookie shape (:func:`is_cookie_name`), sin
 ``.snapd-*~`` a user made could be anything.
 
 The files ``snapctl integrate AGENT --project DIR`` writes into a workspace (the agent's hook
-settings, :data:`INTEGRATION_FILES`) are snapd's own too: capture never records them, so a
-rollback never rewrites or removes them — rolling back a turn must not switch off the hooks
-that mark the next one.
+settings, :data:`INTEGRATION_FILES`) are snapd's own too while git does not track them: capture
+never records them, so a rollback never rewrites or removes them — rolling back a turn must not
+switch off the hooks that mark the next one. A tracked one is the user's (README: what git
+tracks is always captured); the CLI merges snapd's hooks back after a rollback.
 """
 
 from __future__ import annotations

@@ -661,6 +661,15 @@ def test_submodules_and_snapds_own_names_deep_down() -> None:
     assert r.reason(b".claude/settings.local.json") == "snapd"
 
 
+def test_a_tracked_agent_settings_file_is_the_users_and_captured() -> None:
+    """README: what git tracks is always captured. Untracked, the files `integrate --project`
+    writes are snapd's (a rollback must not undo the hooks); tracked, they are the user's."""
+    r = rules(tracked=frozenset({b".gemini/settings.json", b".codex/hooks.json"}))
+    assert r.reason(b".gemini/settings.json") is None and r.reason(b".codex/hooks.json") is None
+    assert r.reason(b".claude/settings.local.json") == "snapd"
+    assert r.reason(b".opencode/plugin/snapd.js") == "snapd"
+
+
 def test_rule_inputs_keep_tracked_names_with_newlines_and_rebuild_the_snapdignore() -> None:
     inputs = RuleInputs(tracked=frozenset({b"odd\nname", b"a"}))
     assert RuleInputs.decode(inputs.encode()) == inputs

@@ -7,9 +7,12 @@ UTF-8). The only I/O is reading rule files (lazily, per directory; git facts com
 Precedence, highest first (the first source with a matching pattern decides):
 
 1. ``.git``, ``.hg``, ``.jj``, ``.svn`` as any path component: never captured ("vcs").
-2. snapd's own cookie and temp files ``.snapd-*~``, and the agent-integration files it writes
-   (``paths.INTEGRATION_FILES``: a rollback must not undo the hooks) ("snapd").
-3. Paths git tracks: always captured, whatever the patterns say.
+2. snapd's own cookie and temp files ``.snapd-*~`` ("snapd").
+3. Paths git tracks: always captured, whatever the patterns say — agent settings files too.
+   Untracked, the agent-integration files snapd writes (``paths.INTEGRATION_FILES``) are
+   snapd's own: a rollback must not undo the hooks ("snapd"). A tracked one is the user's
+   file: captured and restored like any other (the CLI merges snapd's hooks back after a
+   rollback that took them out: :mod:`snapd.integrations.remerge`).
 4. Editors' swap, lock and backup files ("editor").
 5. A path inside a directory excluded by 7-9 is excluded too (git never descends into an
    excluded directory, so no pattern below it can re-include anything).
@@ -220,10 +223,12 @@ class IgnoreRules:
         if not VCS_NAMES.isdisjoint(parts):
             return "vcs"
         name = parts[-1]
-        if is_snapd_name(name) or is_integration_file(rel):
+        if is_snapd_name(name):
             return "snapd"
         if rel in self.tracked:
             return None
+        if is_integration_file(rel):  # untracked: the hooks are snapd's to keep (git-tracked: the user's)
+            return "snapd"
         if not is_dir and is_editor_name(name):
             return "editor"
         parent = rel.rpartition(b"/")[0]

@@ -80,31 +80,47 @@ def cmd_integrate(args: argparse.Namespace, env: Env) -> int:
             print(text, end="")
         return 0
     if args.check:
-        findings = integration.check(scope, ctx)
+        findings = integration.findings(scope, ctx)
         ok = bool(findings) and all(f.ok for f in findings)
         if args.json:
-            print_json({"agent": integration.name, "ok": ok,
-                        "findings": [{"ok": f.ok, "text": f.text} for f in findings]})
+            print_json({"agent": integration.name, "ok": ok, "findings": _json(findings)})
         else:
             for f in findings:
-                emit(f"{'ok' if f.ok else 'NOT OK'}: {f.text}")
+                emit(f"{f.label()}: {f.text}")
             emit(f"{integration.title} ({scope.describe()}): "
                  + ("hooks present and will run" if ok else "hooks missing or will not run"))
         return 0 if ok else 1
     changes = integration.remove(scope, ctx) if args.remove else integration.install(scope, ctx)
+    # After writing, what still stands in the way (Codex: hooks it will not run until trusted):
+    # "marks its turns" is said only when it is true.
+    findings = [] if args.remove else [f for f in integration.findings(scope, ctx) if not f.ok or f.warning]
+    blocked = [f for f in findings if not f.ok]
     if args.json:
-        print_json({"agent": integration.name, "changes": [
-            {"path": str(c.path), "action": c.action, "what": c.what} for c in changes]})
+        out: dict[str, Any] = {"agent": integration.name, "changes": [
+            {"path": str(c.path), "action": c.action, "what": c.what} for c in changes]}
+        if not args.remove:
+            out.update(ok=not blocked, findings=_json(findings))
+        print_json(out)
         return 0
     for c in changes:
         emit(c.line())
-    if not args.remove:
+    if args.remove:
+        return 0
+    for f in findings:
+        if f.warning:
+            emit(f"warning: {f.text}", err=True)
+    if blocked:
+        emit(f"{integration.title}'s hooks are written ({scope.describe()}) but will not all run yet: "
+             + "".join(f"\n  - {f.text}" for f in blocked)
+             + f"\nthen `snapctl integrate {integration.name} --check` says whether they will")
+    else:
         emit(f"{integration.title} marks its turns ({scope.describe()}); "
              f"`snapctl integrate {integration.name} --check` checks, --remove undoes")
-        for f in integration.check(scope, ctx):  # what still stands in the way (Codex: trust)
-            if not f.ok:
-                emit(f"warning: {f.text}", err=True)
     return 0
+
+
+def _json(findings: list[Any]) -> list[dict[str, Any]]:
+    return [{"ok": f.ok, "warning": f.warning, "text": f.text} for f in findings]
 
 
 def _plugin(args: argparse.Namespace, env: Env) -> int:
@@ -121,10 +137,10 @@ def _plugin(args: argparse.Namespace, env: Env) -> int:
         ok = all(f.ok for f in findings)
         if args.json:
             print_json({"agent": args.agent, "plugin": str(where), "ok": ok,
-                        "findings": [{"ok": f.ok, "text": f.text} for f in findings]})
+                        "findings": _json(findings)})
         else:
             for f in findings:
-                emit(f"{'ok' if f.ok else 'NOT OK'}: {f.text}")
+                emit(f"{f.label()}: {f.text}")
         return 0 if ok else 1
     if args.show:
         raise UsageError("--print with --plugin: the plugin is files; write them with --plugin DIR")

@@ -10,6 +10,7 @@ With ``--yes`` nothing was shown for confirmation, so the fresh plan is applied 
 from __future__ import annotations
 
 import argparse
+import base64
 import os
 import sys
 import threading
@@ -20,7 +21,7 @@ from snapd.cli.output import emit, path_text, print_json, progress_bar, size, wh
 from snapd.cli.prompt import confirm
 from snapd.cli.request import Env, client, human, ref_fields, show_warnings
 from snapd.display import count
-from snapd.errors import Conflict, PlanChanged
+from snapd.errors import Conflict, PlanChanged, SnapdError
 from snapd.ipc.client import Client
 
 
@@ -78,12 +79,12 @@ def _rollback(args: argparse.Namespace, env: Env, undo: bool) -> int:
     what = "undo the last rollback" if undo else "roll the workspace back"
     with client(args, env) as c:
         if args.yes and not args.dry_run:
-            return _apply_unseen(args, c, fields)
+            return _apply_unseen(args, c, fields, env)
         r = c.call("rollback_plan", force=args.force, **fields)
         # Kept paths are listed once: in the plan when it is confirmed or only shown, else
         # (--yes) in the result, which also names any the apply itself had to leave.
         plan_lists_kept = args.dry_run or not args.yes
-        shown_plan = _plan_lines(r, kept=plan_lists_kept)
+        shown_plan = _plan_lines(r, kept=plan_lists_kept) + _hooks_kept_lines(r, env)
         if args.json and args.dry_run:
             print_json(r)
         elif not args.json:
@@ -118,21 +119,47 @@ def _rollback(args: argparse.Namespace, env: Env, undo: bool) -> int:
                     emit("nothing changed", err=args.json)
                     return 1
                 r, token = new, new["plan"]["token"]
+        _keep_hooks(c, res, env)
     listed = {path_text(k["path"]) for k in r["plan"]["kept"]} if plan_lists_kept else set()
     return _result(args, res, listed)
 
 
-def _apply_unseen(args: argparse.Namespace, c: Client, fields: dict[str, Any]) -> int:
+def _apply_unseen(args: argparse.Namespace, c: Client, fields: dict[str, Any], env: Env) -> int:
     """``--yes``: nothing is shown before, so nothing is planned apart: one request, which
     plans, marks and applies under the workspace's lock (one re-stat of the workspace, not
     two), and whose reply describes the plan it applied — printed after, kept paths with the
     result. With ``--plan-token`` a plan that changed is refused (its client asks again)."""
     res = c.call("rollback_apply", force=args.force, token=args.plan_token, **fields)
+    _keep_hooks(c, res, env)
     if not args.json:
         for line in _plan_lines(res, kept=False):
             emit(line)
     show_warnings(res.get("warnings", []))
     return _result(args, res, set())
+
+
+def _hooks_kept_lines(r: dict[str, Any], env: Env) -> list[str]:
+    """The plan's word that snapd's project hooks in a settings file it restores stay."""
+    from snapd.integrations import remerge
+
+    return [f"  snapd's {x['agent']} hooks in {x['path']} stay: merged back in after the rollback"
+            for x in remerge.to_keep(r, env)]
+
+
+def _keep_hooks(c: Client, res: dict[str, Any], env: Env) -> None:
+    """Merge snapd's project hooks back into agent settings files the rollback restored
+    without them (:mod:`snapd.integrations.remerge`, which says why here); the reply lists
+    them as ``hooks_merged_back``."""
+    from snapd.integrations import remerge
+
+    def cat(path: bytes, mark: str) -> bytes | None:
+        try:
+            got = c.call("cat", path=path, at=mark, workspace=os.fsencode(res["workspace"]))
+        except SnapdError:
+            return None
+        return base64.b64decode(got["data_b64"]) if got.get("kind") == "file" else None
+
+    res["hooks_merged_back"] = remerge.after_rollback(res, env, cat)
 
 
 def _result(args: argparse.Namespace, res: dict[str, Any], listed: set[str]) -> int:
@@ -143,6 +170,13 @@ def _result(args: argparse.Namespace, res: dict[str, Any], listed: set[str]) -> 
         emit("nothing to change: the workspace already matches the mark")
     else:
         emit(f"rolled back: {count(res['applied'], 'path')}; `snapctl undo` returns to {res['pre_rollback']}")
+    for x in res.get("hooks_merged_back", []):
+        if "error" in x:
+            emit(f"  snapd's {x['agent']} hooks in {x['path']} could not be merged back: {x['error']} "
+                 f"(`snapctl integrate {x['agent']} --project DIR`)", err=True)
+        else:
+            emit(f"  kept snapd's {x['agent']} hooks in {x['path']}: the rollback restored your content, "
+                 "then snapd's hooks were merged back in")
     for x in res["conflicts"]:
         emit(f"  conflict: {path_text(x['path'])}: {x['reason']} (left as it is)", err=True)
     for x in res["kept"]:

@@ -10,6 +10,11 @@ are not its own), from ``/`` (it must not hold the agent's directory busy), with
 environment: the daemon needs no API key, token or the agent's other variables, and a
 long-lived process must not keep them. The daemon's instance lock makes two hooks starting it
 at once harmless. ``auto_start = false`` in the config turns this off.
+
+A start that fails (a config file that is not valid TOML, a state directory it cannot write)
+must not cost the agent the hook's whole wait on every turn, nor hide its cause: the hook
+watches the process it started (:class:`Launch`), not only the socket, and as soon as it exits
+without a daemon, says that process's own error.
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping
+from typing import IO
 
 from snapd.config import SERVICE_UNIT, service_environment, user_unit_dirs
 
@@ -65,8 +72,39 @@ def unit_serves(env: Mapping[str, str]) -> bool:
     return False
 
 
-def start(env: Mapping[str, str], timeout_s: float) -> str:
-    """Start a daemon; returns how (for the log). Does not wait for it to answer."""
+class Launch:
+    """A daemon being started: how (for the warning), and the process to watch while it comes up
+    (``snapd start --background`` exits 0 once its daemon answers, non-zero with the reason on
+    stderr when it cannot start; none when systemd started the unit)."""
+
+    def __init__(self, how: str, child: subprocess.Popen[bytes] | None = None,
+                 errors: IO[bytes] | None = None) -> None:
+        self.how, self.child, self.errors = how, child, errors
+
+    def failure(self) -> str | None:
+        """The start's own error once it has exited without a daemon, else None (still starting,
+        or started)."""
+        if self.child is None or self.child.poll() is None or self.child.returncode == 0:
+            return None
+        text = ""
+        if self.errors is not None:
+            self.errors.seek(0)
+            text = self.errors.read(64 * 1024).decode("utf-8", "replace")
+        return first_error(text) or f"it exited with status {self.child.returncode}"
+
+
+def first_error(text: str) -> str:
+    """The line that says why a start failed: snapd's own ``snapd: …`` line (its prefix left
+    out), else the last line (a traceback's exception)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in lines:
+        if line.startswith("snapd: "):  # (the starter quotes its daemon's line, prefix and all)
+            return line.removeprefix("snapd: ").replace(": snapd: ", ": ")[:500]
+    return lines[-1][:500] if lines else ""
+
+
+def start(env: Mapping[str, str], timeout_s: float) -> Launch:
+    """Start a daemon; does not wait for it to answer."""
     clean = scrubbed(env)
     systemctl = shutil.which("systemctl", path=env.get("PATH"))
     if systemctl and unit_serves(env):
@@ -76,12 +114,15 @@ def start(env: Mapping[str, str], timeout_s: float) -> str:
                 stdin=subprocess.DEVNULL, capture_output=True, check=False,
             )
             if done.returncode == 0:
-                return f"systemctl --user start {SERVICE_UNIT}"
+                return Launch(f"systemctl --user start {SERVICE_UNIT}")
         except (OSError, subprocess.SubprocessError):
             pass  # the user manager is not reachable (no session bus): start it ourselves
-    subprocess.Popen(
+    # Its stderr goes to an unlinked file, not a pipe: a hook that returns first must not leave
+    # the starter writing into a closed pipe.
+    errors = tempfile.TemporaryFile()
+    child = subprocess.Popen(
         [sys.executable, "-m", "snapd", "start", "--background"],
         env=clean, cwd="/", start_new_session=True, close_fds=True,
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errors,
     )
-    return f"{sys.executable} -m snapd start --background"
+    return Launch(f"{sys.executable} -m snapd start --background", child, errors)

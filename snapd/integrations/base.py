@@ -19,9 +19,12 @@ import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple
 
-from snapd.errors import UsageError
+from snapd.errors import SnapdError, UsageError
+
+if TYPE_CHECKING:
+    from snapd.integrations.originals import Originals
 
 EventKind = Literal["start", "end", "interrupt", "other"]
 
@@ -50,6 +53,16 @@ class Context(NamedTuple):
     def home(self) -> Path:
         return Path(self.env.get("HOME") or os.path.expanduser("~"))
 
+    def originals(self) -> Originals:
+        """Where integrate records the files it found (:mod:`.originals`): the state directory."""
+        from snapd.config import load_config
+        from snapd.integrations.originals import Originals
+
+        try:
+            return Originals(load_config(self.env, lenient=True).locations.state_dir / "integrations")
+        except SnapdError:
+            return Originals(None)
+
     def config_home(self) -> Path:
         value = self.env.get("XDG_CONFIG_HOME", "")
         return Path(value) if os.path.isabs(value) else self.home / ".config"
@@ -67,10 +80,15 @@ class Change(NamedTuple):
 
 
 class Finding(NamedTuple):
-    """One line of ``integrate --check``: ``ok`` False means the hooks will not (all) run."""
+    """One line of ``integrate --check``: ``ok`` False means the hooks will not (all) run; a
+    ``warning`` (``ok`` True) is worth fixing but does not stop them."""
 
     ok: bool
     text: str
+    warning: bool = False
+
+    def label(self) -> str:
+        return "warning" if self.warning else ("ok" if self.ok else "NOT OK")
 
 
 class Event(NamedTuple):
@@ -114,6 +132,23 @@ class Agent:
     def check(self, scope: Scope, ctx: Context) -> list[Finding]:
         raise NotImplementedError
 
+    def findings(self, scope: Scope, ctx: Context) -> list[Finding]:
+        """What ``--check`` reports: the agent's own :meth:`check`, then the rules every agent
+        shares (:meth:`twice`)."""
+        return self.check(scope, ctx) + self.twice(scope, ctx)
+
+    def twice(self, scope: Scope, ctx: Context) -> list[Finding]:
+        """A project integrated while the user-wide hooks are there too: the agent runs both,
+        and the user-wide hook stands down there (:meth:`project_hooked`), so every turn is
+        marked once and both run — but one of the two is redundant: a warning, for every agent
+        alike, never a failure."""
+        if scope.project is None or not self.supports_project or not self.has_hooks(Scope(), ctx):
+            return []
+        user = self.files(Scope(), ctx)[0]
+        return [Finding(True, f"snapd's hooks are also in {user} (user-wide): the agent runs both, and the "
+                              "user-wide one stands down here so that no turn is marked twice; keep one "
+                              f"(`snapctl integrate {self.name} --remove`)", warning=True)]
+
     def show(self, scope: Scope, ctx: Context) -> str:
         raise NotImplementedError
 
@@ -151,6 +186,11 @@ class Agent:
 
     def has_hooks(self, scope: Scope, ctx: Context) -> bool:
         """Whether snapd's hooks are in ``scope``'s configuration (cheap: runs on every prompt)."""
+        return False
+
+    def holds_hooks(self, data: bytes) -> bool:
+        """Whether a project settings file holding ``data`` holds snapd's hooks (an earlier
+        version of it: :mod:`.remerge`)."""
         return False
 
     def scope_check(self, scope: Scope) -> None:
@@ -193,12 +233,24 @@ def text_field(obj: Mapping[str, Any], *names: str) -> str | None:
     return None
 
 
+def id_field(obj: Mapping[str, Any], *names: str) -> str | None:
+    """The first of ``names`` that holds an id: a non-empty string, or an integer as its decimal
+    string (an agent, or a wrapper around one, may number its sessions)."""
+    for name in names:
+        value = obj.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
 def named_event(stdin: bytes, events: Mapping[str, EventKind]) -> Event:
     """The event in a stdin JSON object that names itself in ``hook_event_name`` (Claude Code's
     shape, which Codex, Gemini CLI and snapd's own OpenCode plugin and Aider wrapper share)."""
     obj = json_event(stdin)
     name = text_field(obj, "hook_event_name") or ""
-    return Event(events.get(name, "other"), name, text_field(obj, "session_id"), text_field(obj, "cwd"), obj)
+    return Event(events.get(name, "other"), name, id_field(obj, "session_id"), text_field(obj, "cwd"), obj)
 
 
 def context_reply(event_name: str, notice: str) -> str:

@@ -36,6 +36,7 @@ from snapd.integrations.base import (
     Finding,
     Scope,
     context_reply,
+    id_field,
     json_event,
     text_field,
 )
@@ -92,10 +93,10 @@ class Codex(JsonHooksAgent):
                 f"{path} is not valid TOML ({exc}); fix it first", path=str(path)
             ) from None
 
-    def _save_toml(self, ctx: Context, doc: Any) -> None:
+    def _save_toml(self, ctx: Context, doc: Any, clean: bool) -> None:
         import tomlkit
 
-        jsonfile.write_text(self.config_toml(ctx), tomlkit.dumps(doc))
+        ctx.originals().write(self.config_toml(ctx), tomlkit.dumps(doc), clean)
 
     def _notify_owner(self, doc: Any) -> str:
         """"ours", "none" or "foreign": who holds ``notify``."""
@@ -128,18 +129,19 @@ class Codex(JsonHooksAgent):
                 changes.append(Change(cfg, "unchanged", "snapd's notify (turn-end)"))
             else:
                 toml["notify"] = wanted
-                self._save_toml(ctx, toml)
+                self._save_toml(ctx, toml, clean=owner == "none")
                 action = "updated" if owner == "ours" else "added"
                 changes.append(Change(cfg, action, "snapd's notify (turn-end)"))
         path = self.settings(scope, ctx)
-        doc = jsonfile.load(path, self.name)
+        doc, text = jsonfile.read(path, self.name)
+        clean = not self.holds_ours(doc)
         actions = {
             ev: jsonfile.put_hook(doc, ev, self.entry(scope, ctx, ev), self.is_ours, path) for ev in events
         }
         if STOP not in events and jsonfile.drop_hooks(doc, STOP, self.is_ours):
             actions[STOP] = "removed"
         if any(a != "unchanged" for a in actions.values()):
-            jsonfile.save(path, doc)
+            ctx.originals().write(path, jsonfile.dumps(doc, text), clean)
         changes += [Change(path, a, f"snapd's {ev} hook") for ev, a in actions.items()]
         return changes
 
@@ -152,9 +154,20 @@ class Codex(JsonHooksAgent):
             return changes
         toml = self._load_toml(ctx)
         if self._notify_owner(toml) == "ours":
-            del toml["notify"]
-            self._save_toml(ctx, toml)
             changes.append(Change(cfg, "removed", "snapd's notify"))
+            originals = ctx.originals()
+            if originals.give_back(cfg):  # as integrate found it, byte for byte
+                return changes
+            import tomlkit
+
+            del toml["notify"]  # tomlkit keeps every other line as it was
+            text = tomlkit.dumps(toml)
+            if text.strip() or originals.before(cfg)[1] is not None:
+                jsonfile.write_text(cfg, text)
+                originals.forget(cfg)
+            else:  # nothing but snapd's notify was in it: it goes
+                cfg.unlink()
+                originals.gone(cfg)
         else:
             changes.append(Change(cfg, "absent", "snapd's notify"))
         return changes
@@ -206,14 +219,32 @@ class Codex(JsonHooksAgent):
         return out
 
     def show(self, scope: Scope, ctx: Context) -> str:
-        text = super().show(scope, ctx)
-        if scope.user:
-            import tomlkit
+        """What to add by hand. User-wide, ``turn-end`` comes from ``notify`` *or* a ``Stop``
+        hook, never both (copied together, every turn would end twice): the Stop hook is shown
+        apart, as the alternative for a user whose ``notify`` is their own."""
+        if scope.project is not None:
+            return super().show(scope, ctx)
+        import json
 
-            text += f"# and in {self.config_toml(ctx)} (turn-end; needs no trust):\n"
-            text += tomlkit.dumps({"notify": self.notify_argv(ctx)})
-            text += "# (with a notify program of your own, add a Stop hook like the one above instead)\n"
-        return text
+        import tomlkit
+
+        hooks_json = self.settings(scope, ctx)
+
+        def block(events: list[str]) -> str:
+            doc: dict[str, Any] = {}
+            for ev in events:
+                jsonfile.put_hook(doc, ev, self.entry(scope, ctx, ev), self.is_ours, Path("-"))
+            return json.dumps(doc, indent=2) + "\n"
+
+        return (
+            f"# merge into {hooks_json}\n" + block([PROMPT, INTERRUPT])
+            + f"# and in {self.config_toml(ctx)} (turn-end; needs no trust):\n"
+            + tomlkit.dumps({"notify": self.notify_argv(ctx)})
+            + "# only if notify is already a program of your own: leave it, skip the notify line above,\n"
+            f"# and merge this Stop hook into {hooks_json} instead\n"
+            "# (one of the two, never both: each ends the turn)\n"
+            + "".join(f"# {line}\n" for line in block([STOP]).splitlines())
+        )
 
     # -- the hook -------------------------------------------------------------------------------
 
@@ -227,7 +258,7 @@ class Codex(JsonHooksAgent):
             raise BadEvent("the notify event has no 'type'")
         return Event(
             "end" if kind == "agent-turn-complete" else "other", kind,
-            text_field(obj, "thread-id", "thread_id", "session_id"), text_field(obj, "cwd"), obj,
+            id_field(obj, "thread-id", "thread_id", "session_id"), text_field(obj, "cwd"), obj,
         )
 
     def reply(self, event: Event, notice: str) -> str:

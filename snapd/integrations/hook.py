@@ -16,7 +16,12 @@ Promises:
   that is smaller), shared by its phases — connect, start the daemon, mark. A mark that cannot
   finish in time (a new workspace's first mark is its whole baseline) is left to the daemon,
   which records it when the baseline completes, flagged ``late``; the hook returns.
-- With no daemon running it starts one (:mod:`.autostart`) unless ``auto_start = false``.
+- With no daemon running it starts one (:mod:`.autostart`) unless ``auto_start = false``,
+  and watches the process it started: one that exits without a daemon is reported at once,
+  with its own error, not after the whole wait; a wait that runs out says how long it was.
+- Where the directory's workspace would overlap watched workspaces below it (``snapctl watch
+  src``, the agent at the repository's top), it marks those, and says once how to mark the
+  whole repository instead; with none below, the refusal names the ways forward.
 - Where a project has its own integration (``--project``), the user-wide hook stands down: the
   agent runs both, and each turn must be marked once.
 - A user-wide integration marks only a git work tree or a directory already watched: an agent
@@ -35,7 +40,7 @@ from typing import Any, BinaryIO
 
 from snapd.config import Config, load_config, resolve_endpoint
 from snapd.display import shown
-from snapd.errors import DaemonUnavailable, NotFound, SnapdError, Timeout
+from snapd.errors import DaemonUnavailable, NotFound, SnapdError, Timeout, WorkspaceRefused
 from snapd.integrations import agent as find_agent
 from snapd.integrations import health, notice
 from snapd.integrations.base import Agent, BadEvent, Context, Event, Scope
@@ -89,22 +94,36 @@ class Run:
             )
         from snapd.integrations import autostart  # deferred: subprocess, only without a daemon
 
-        how = autostart.start(self.env, min(START_WAIT_S, max(self.remaining(), 0.1)))
-        self.warn(f"no daemon was running: started one ({how})", failure=False)
-        wait_until = min(self.deadline, time.monotonic() + START_WAIT_S)
-        while time.monotonic() < wait_until:
+        launch = autostart.start(self.env, min(START_WAIT_S, max(self.remaining(), 0.1)))
+        self.warn(f"no daemon was running: started one ({launch.how})", failure=False)
+        began = time.monotonic()
+        wait_until = min(self.deadline, began + START_WAIT_S)
+        while True:
             endpoint = resolve_endpoint(self.config)
             if probe_listener(endpoint):
                 return endpoint
+            failure = launch.failure()
+            if failure is not None:  # it exited without a daemon: say why now, not at the deadline
+                if probe_listener(endpoint):  # another hook's start won the race ("already running")
+                    return endpoint
+                raise DaemonUnavailable(f"started a daemon ({launch.how}) but it could not start: {failure}")
+            if time.monotonic() >= wait_until:
+                break
             time.sleep(0.05)
-        raise DaemonUnavailable(f"started a daemon ({how}) but it did not answer within {START_WAIT_S:g} s")
+        raise DaemonUnavailable(
+            f"started a daemon ({launch.how}) but it did not answer within {time.monotonic() - began:.1f} s"
+        )
 
-    def mark(self, event: Event) -> dict[str, Any] | None:
+    def mark(self, event: Event) -> list[dict[str, Any]]:
+        """Mark the turn: in the workspace holding the event's directory, registered when need
+        be; or, when that directory's would-be workspace overlaps watched ones below it (``snapctl
+        watch src`` in a repository whose agent runs at its top), in those. The daemon's
+        replies, one per workspace marked."""
         label = LABELS[event.kind]
         cwd = event.cwd or os.getcwd()
         if self.scope.user and self.agent.project_hooked(Path(cwd), Context(self.env, ())):
             self.outcome = "left to the project's own integration"
-            return None
+            return []
         register = not self.scope.user or in_git_work_tree(Path(cwd))
         endpoint = self.connect()
         timeout = max(self.remaining(), 0.2)
@@ -117,12 +136,8 @@ class Run:
             try:
                 reply = client.call("mark", label=label, late_after_s=max(timeout - 1.5, 0.1), **fields)
             except Timeout:
-                self.warn(
-                    f"{label} in {cwd} did not finish within the hook's {timeout:.0f} s (a new workspace's "
-                    "first capture); snapd records it when that completes, flagged late"
-                )
-                self.outcome = f"{label} late"
-                return None
+                self.late(label, cwd, timeout)
+                return []
             except NotFound:
                 if register:
                     raise
@@ -133,9 +148,72 @@ class Run:
                         f"integration marks only those. To keep its history: snapctl watch {cwd}",
                         failure=False,
                     )
-                return None
+                return []
+            except WorkspaceRefused as exc:
+                return self.mark_below(client, label, cwd, fields, exc)
         self.outcome = f"{label} {reply.get('id')}"
-        return reply
+        return [reply]
+
+    def late(self, label: str, where: str, timeout: float) -> None:
+        self.warn(
+            f"{label} in {where} did not finish within the hook's {timeout:.0f} s (a new workspace's "
+            "first capture); snapd records it when that completes, flagged late"
+        )
+        self.outcome = f"{label} late"
+
+    def mark_below(
+        self, client: Client, label: str, cwd: str, fields: dict[str, Any], refused: WorkspaceRefused
+    ) -> list[dict[str, Any]]:
+        """``cwd``'s workspace was refused: mark the watched workspaces below ``cwd`` instead
+        (the user chose to keep those; the agent's edits there are theirs), and name the way
+        to mark the whole repository. None below: the refusal, with the way forward."""
+        here = Path(cwd).resolve()
+        top = git_top(here) or here
+        spaces = client.call("status", timeout_s=max(self.remaining(), 0.2)).get("workspaces", [])
+        known = [(Path(w["root"]), bool(w.get("watching"))) for w in spaces if isinstance(w.get("root"), str)]
+        inside = sorted(r for r, _ in known if r != top and top in r.parents)
+        below = sorted(r for r, watching in known if watching and r in inside and here in r.parents)
+        # The home directory (a dotfiles repository) or / is refused for itself, not for what is
+        # below: an agent started there must not mark every project the user watches.
+        never = top == Path("/") or top == Context(self.env, ()).home.resolve()
+        forward = "" if never or not inside else (
+            f"to mark all of {top} instead: `snapctl forget {' '.join(map(str, inside))}` (their history "
+            f"goes) and the next turn registers {top}"
+        )
+        if never or not below:
+            where = f"start the agent inside {_some(inside)}" + (f", or {forward}" if forward else "")
+            raise WorkspaceRefused(f"not marking {cwd}: {refused.message}" + (f"; {where}" if inside else ""))
+        replies, ids = [], []
+        for root in below:
+            ask = {**fields, "workspace": os.fsencode(root), "register": False}
+            ask.pop("cwd")
+            try:
+                reply = client.call("mark", label=label, timeout_s=max(self.remaining(), 0.2),
+                                    late_after_s=max(self.remaining() - 1.5, 0.1), **ask)
+            except Timeout:
+                self.late(label, str(root), max(self.remaining(), 0.2))
+                continue
+            replies.append(reply)
+            ids.append(str(reply.get("id")))
+        self.outcome = f"{label} {' '.join(ids)} in the watched workspaces below {cwd}"
+        if health.first_warning(self.config.locations.hooks_dir, self.agent.name, cwd):
+            self.warn(
+                f"{cwd} is not a workspace of its own ({refused.message}): marking the watched "
+                f"workspace{'s' if len(below) > 1 else ''} below it, {', '.join(map(str, below))}; {forward}",
+                failure=False,
+            )
+        return replies
+
+
+def _some(paths: Sequence[Path], most: int = 3) -> str:
+    shown_paths = " or ".join(map(str, paths[:most]))
+    return shown_paths + (f" (or {len(paths) - most} more)" if len(paths) > most else "")
+
+
+def git_top(where: Path) -> Path | None:
+    """The directory holding the ``.git`` nearest above real path ``where`` (its work tree's
+    top, found by looking, as :func:`in_git_work_tree`)."""
+    return next((p for p in (where, *where.parents) if (p / ".git").exists()), None)
 
 
 def in_git_work_tree(where: Path) -> bool:
@@ -145,7 +223,7 @@ def in_git_work_tree(where: Path) -> bool:
         here = where.resolve()
     except OSError:
         return False
-    return any((p / ".git").exists() for p in (here, *here.parents))
+    return git_top(here) is not None
 
 
 def _payload(args: Sequence[str], stdin: BinaryIO) -> bytes:
@@ -183,9 +261,9 @@ def run(args: Sequence[str], env: Mapping[str, str], stdin: BinaryIO) -> tuple[s
         event = integration.parse(_payload(args[1:], stdin), args[1:])
         state.limit(integration.timeout_s(event.name))
         if event.kind in LABELS:
-            reply = state.mark(event)
-            if reply is not None and event.kind == "start":
-                text = notice.render(reply)
+            replies = state.mark(event)
+            if event.kind == "start":
+                text = "\n".join(t for t in map(notice.render, replies) if t)
     except BadEvent as exc:
         state.warn(str(exc))
     except SnapdError as exc:

@@ -2,9 +2,11 @@
 
 A settings file is read whole, changed in memory and written back by temp file + rename (its
 mode kept), so an agent never reads half a file. Everything but snapd's own entries is kept
-as it was: other settings, other hooks, their order. A file that holds comments (JSONC, which
-some agents accept) cannot be written back without dropping them, so it is refused, with a
-pointer to ``--print`` to add the hooks by hand.
+as it was: other settings, other hooks, their order, and the file's formatting as far as JSON
+text can carry it (:func:`style`: indentation or one line, spacing, escapes, final newline);
+``--remove`` gives back the exact bytes when it can (:mod:`.originals`). A file that holds
+comments (JSONC, which some agents accept) cannot be written back without dropping them, so it
+is refused, with a pointer to ``--print`` to add the hooks by hand.
 
 The hook layout shared by Claude Code, Codex's ``hooks.json`` and Gemini CLI::
 
@@ -29,14 +31,19 @@ _COMMENT = re.compile(r"^\s*(//|/\*)|[,{\[]\s*(//|/\*)", re.MULTILINE)
 
 def load(path: Path, agent: str) -> Doc:
     """The JSON object in ``path`` ({} when the file is missing or empty)."""
+    return read(path, agent)[0]
+
+
+def read(path: Path, agent: str) -> tuple[Doc, str]:
+    """The JSON object in ``path`` and the text it was read from ("" for no file)."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        return {}
+        return {}, ""
     except (OSError, UnicodeDecodeError) as exc:
         raise IntegrationRefused(f"{path} cannot be read: {exc}", path=str(path)) from None
     if not text.strip():
-        return {}
+        return {}, text
     try:
         doc = json.loads(text)
     except ValueError as exc:
@@ -49,16 +56,55 @@ def load(path: Path, agent: str) -> Doc:
         raise IntegrationRefused(f"{path} is not valid JSON ({exc}); fix it first", path=str(path)) from None
     if not isinstance(doc, dict):
         raise IntegrationRefused(f"{path} does not hold a JSON object; fix it first", path=str(path))
-    return doc
+    return doc, text
 
 
-def save(path: Path, doc: Doc) -> None:
-    """Write ``doc`` to ``path`` atomically, keeping the file's mode (new files: 0644)."""
-    text = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
-    write_text(path, text)
+def style(text: str) -> dict[str, Any]:
+    """``json.dumps`` arguments that write a document the way ``text`` is written: its
+    indentation (or none: one line), the spacing after ``,`` and ``:``, whether non-ASCII is
+    escaped, and a final newline. A new file (``text`` "") gets two spaces and a newline."""
+    body = text.strip()
+    if not body:
+        return {"indent": 2, "ensure_ascii": False, "newline": True}
+    after: dict[str, str] = {}
+    in_string = escaped = False
+    for i, ch in enumerate(body):
+        if in_string:
+            in_string = escaped or ch != '"'
+            escaped = not escaped and ch == "\\"
+        elif ch == '"':
+            in_string = True
+        elif ch in ",:" and ch not in after:
+            after[ch] = body[i + 1 : i + 2]
+    indent: str | None = None
+    if "\n" in body:
+        m = re.search(r"\n([ \t]+)\S", body)
+        indent = m.group(1) if m else ""
+    item = "," if indent is not None or after.get(",", " ") != " " else ", "
+    key = ": " if after.get(":", " ") == " " else ":"
+    return {"indent": indent, "separators": (item, key), "newline": text.endswith("\n"),
+            "ensure_ascii": text.isascii() and "\\u" in text}
+
+
+def dumps(doc: Doc, like: str = "") -> str:
+    """``doc`` as JSON text written the way ``like`` is (:func:`style`)."""
+    how = style(like)
+    newline = how.pop("newline")
+    return json.dumps(doc, **how) + ("\n" if newline else "")
+
+
+def save(path: Path, doc: Doc, like: str = "") -> None:
+    """Write ``doc`` to ``path`` atomically, keeping the file's mode (new files: 0644), in the
+    formatting of ``like``, the text it was read from (:func:`style`)."""
+    write_text(path, dumps(doc, like))
 
 
 def write_text(path: Path, text: str, mode: int | None = None) -> None:
+    """:func:`write_bytes` of ``text`` in UTF-8."""
+    write_bytes(path, text.encode("utf-8"), mode)
+
+
+def write_bytes(path: Path, data: bytes, mode: int | None = None) -> None:
     """Replace ``path`` with ``text`` through a temp file beside it (parents created), durably:
     the temp is fsynced (its mode set first) before the rename, the directory after it.
     Without the first fsync a power cut can leave the user's settings file empty (the rename
@@ -81,8 +127,8 @@ def write_text(path: Path, text: str, mode: int | None = None) -> None:
             f"cannot write {path}: {exc.strerror or exc}; nothing was changed{hint}", path=str(path)
         ) from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fchmod(f.fileno(), keep if mode is None else mode)  # before the fsync, which carries it
             os.fsync(f.fileno())
@@ -139,9 +185,11 @@ def put_hook(doc: Doc, event: str, entry: dict[str, Any], ours: Ours, path: Path
     return action
 
 
-def drop_hooks(doc: Doc, event: str, ours: Ours) -> int:
+def drop_hooks(doc: Doc, event: str, ours: Ours, before: Doc | None = None) -> int:
     """Remove snapd's entries under ``event``; a group left empty goes, then an empty event,
-    then an empty ``hooks``. Everything else stays where it was. Returns how many went."""
+    then an empty ``hooks`` — unless ``before`` (what integrate found) had that event or that
+    ``hooks``: the user's own empty ones stay. Everything else stays where it was. Returns how
+    many went."""
     hooks = doc.get("hooks")
     groups = hooks.get(event) if isinstance(hooks, dict) else None
     if not isinstance(hooks, dict) or not isinstance(groups, list):
@@ -158,10 +206,11 @@ def drop_hooks(doc: Doc, event: str, ours: Ours) -> int:
         if kept or not entries:
             group["hooks"] = kept
             kept_groups.append(group)
-    if kept_groups:
+    had = before.get("hooks") if before is not None else None
+    if kept_groups or (isinstance(had, dict) and event in had):
         hooks[event] = kept_groups
     else:
         del hooks[event]
-    if not hooks:
+    if not hooks and not isinstance(had, dict):
         del doc["hooks"]
     return removed

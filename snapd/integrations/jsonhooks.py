@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -44,34 +44,43 @@ class JsonHooksAgent(Agent):
 
     def install(self, scope: Scope, ctx: Context) -> list[Change]:
         path = self.settings(scope, ctx)
-        doc = jsonfile.load(path, self.name)
+        doc, text = jsonfile.read(path, self.name)
+        clean = not self.holds_ours(doc)
         actions = {
             ev: jsonfile.put_hook(doc, ev, self.entry(scope, ctx, ev), self.is_ours, path)
             for ev in self.events
         }
         if any(a != "unchanged" for a in actions.values()):
-            jsonfile.save(path, doc)
+            ctx.originals().write(path, jsonfile.dumps(doc, text), clean)
         return [Change(path, a, f"snapd's {ev} hook") for ev, a in actions.items()]
+
+    def holds_ours(self, doc: dict[str, Any]) -> bool:
+        return any(jsonfile.our_hooks(doc, ev, self.is_ours) for ev in self.events)
+
+    def holds_hooks(self, data: bytes) -> bool:
+        try:
+            doc = json.loads(data)
+        except ValueError:
+            return False
+        return isinstance(doc, dict) and self.holds_ours(doc)
 
     def remove(self, scope: Scope, ctx: Context) -> list[Change]:
         path = self.settings(scope, ctx)
         if not path.exists():
             return [Change(path, "absent", "no settings file")]
-        doc = jsonfile.load(path, self.name)
-        removed = {ev: jsonfile.drop_hooks(doc, ev, self.is_ours) for ev in self.events}
-        if any(removed.values()):
-            if doc:
-                jsonfile.save(path, doc)
-            else:  # nothing but snapd's hooks was in it: the file goes too
-                path.unlink()
+        doc, text = jsonfile.read(path, self.name)
+        counts = {ev: len(jsonfile.our_hooks(doc, ev, self.is_ours)) for ev in self.events}
+        if any(counts.values()):
+            remove_from(ctx, path, doc, text, lambda before: [
+                jsonfile.drop_hooks(doc, ev, self.is_ours, before) for ev in self.events])
         return [
-            Change(path, "removed" if n else "absent", f"snapd's {ev} hook") for ev, n in removed.items()
+            Change(path, "removed" if n else "absent", f"snapd's {ev} hook") for ev, n in counts.items()
         ]
 
     def check(self, scope: Scope, ctx: Context) -> list[Finding]:
         path = self.settings(scope, ctx)
         doc = jsonfile.load(path, self.name)
-        return self.hook_findings(doc, path) + self.runs(doc, path) + self.twice(scope, ctx)
+        return self.hook_findings(doc, path) + self.runs(doc, path)
 
     def hook_findings(self, doc: dict[str, Any], path: Path) -> list[Finding]:
         """Whether ``doc`` (read from ``path``) holds snapd's hook for each event, and whether
@@ -94,23 +103,6 @@ class JsonHooksAgent(Agent):
             return False
         return any(jsonfile.our_hooks(doc, ev, self.is_ours) for ev in self.events)
 
-    def twice(self, scope: Scope, ctx: Context) -> list[Finding]:
-        """A project integrated while the user-wide hooks are there too: the agent runs both.
-        The user-wide hook stands down there (:meth:`Agent.project_hooked`), but one of the two
-        is redundant."""
-        if scope.project is None:
-            return []
-        user = self.settings(Scope(), ctx)
-        try:
-            doc = jsonfile.load(user, self.name)
-        except IntegrationRefused:
-            return []
-        if any(jsonfile.our_hooks(doc, ev, self.is_ours) for ev in self.events):
-            return [Finding(False, f"snapd's hooks are also in {user} (user-wide): the agent runs both, and "
-                                   "the user-wide one stands down here so that no turn is marked twice; "
-                                   f"keep one (`snapctl integrate {self.name} --remove`)")]
-        return []
-
     def runs(self, doc: dict[str, Any], path: Path) -> list[Finding]:
         """Agent-specific reasons the hooks would not run (a switch that disables them)."""
         return []
@@ -123,6 +115,35 @@ class JsonHooksAgent(Agent):
 
     def parse(self, stdin: bytes, argv: Sequence[str]) -> Event:
         return named_event(stdin, self.events)
+
+
+def remove_from(
+    ctx: Context, path: Path, doc: dict[str, Any], text: str, drop: Callable[[dict[str, Any] | None], object]
+) -> None:
+    """Take snapd's entries out of the JSON settings file ``path`` (read as ``doc`` from
+    ``text``): the bytes integrate found, when the file holds exactly what it wrote
+    (:mod:`.originals`); else ``drop(before)`` edits ``doc`` — ``before``: the document integrate
+    found, when known, whose own empty containers stay — and it is written back in its own
+    formatting, or deleted (with the directories integrate made) when nothing is left in it
+    and integrate found no file there."""
+    originals = ctx.originals()
+    if originals.give_back(path):
+        return
+    known, found = originals.before(path)
+    before: dict[str, Any] | None = None
+    if found:
+        try:
+            parsed = json.loads(found)
+            before = parsed if isinstance(parsed, dict) else None
+        except ValueError:
+            before = None
+    drop(before)
+    if doc or (known and found is not None):
+        jsonfile.save(path, doc, text)
+        originals.forget(path)
+    else:  # nothing but snapd's hooks was in it: the file goes too
+        path.unlink()
+        originals.gone(path)
 
 
 def command_findings(command: str) -> list[Finding]:

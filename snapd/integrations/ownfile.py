@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import ClassVar
 
 from snapd.errors import IntegrationRefused
-from snapd.integrations import jsonfile
 from snapd.integrations.base import Agent, Change, Context, Finding, Scope
 from snapd.integrations.jsonhooks import command_findings
 
@@ -48,7 +47,7 @@ class OwnFileAgent(Agent):
         wanted = self.text(scope, ctx)
         if current == wanted:
             return [Change(path, "unchanged", self.what)]
-        jsonfile.write_text(path, wanted, mode=self.mode)
+        ctx.originals().write(path, wanted, clean=current is None, mode=self.mode)
         return [Change(path, "updated" if current is not None else "added", self.what)]
 
     def remove(self, scope: Scope, ctx: Context) -> list[Change]:
@@ -56,6 +55,7 @@ class OwnFileAgent(Agent):
         if self.current(path) is None:
             return [Change(path, "absent", self.what)]
         path.unlink()
+        ctx.originals().gone(path)  # and the directories integrate made for it, when empty
         return [Change(path, "removed", self.what)]
 
     def check(self, scope: Scope, ctx: Context) -> list[Finding]:
@@ -71,6 +71,9 @@ class OwnFileAgent(Agent):
         if stale:
             out.append(Finding(False, f"{path} was written by another snapd or changed: re-run integrate"))
         return out + command_findings(self.command(scope, ctx))
+
+    def holds_hooks(self, data: bytes) -> bool:
+        return self.marker.encode("utf-8") in data
 
     def has_hooks(self, scope: Scope, ctx: Context) -> bool:
         try:
