@@ -29,7 +29,7 @@ from types import FrameType
 import structlog
 
 from snapd import __version__
-from snapd.config import Config, load_config
+from snapd.config import Config, ensure_private_dir, load_config
 from snapd.daemon import heap
 from snapd.daemon.lock import acquire_instance_lock, acquire_socket_guard
 from snapd.daemon.logs import configure_logging
@@ -129,17 +129,22 @@ def start_background(config: Config, argv_extra: list[str]) -> int:
     from snapd.ipc.client import Client
 
     log_file = config.log_file or config.locations.state_dir / BACKGROUND_LOG
-    cmd = [sys.executable, "-m", "snapd", "start", "--log-file", str(log_file), *argv_extra]
-    config.locations.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # From "/" with -P (no script or current directory on sys.path): ``-m snapd`` run where the
+    # user stands would import a "snapd" package found there instead of this one, and a
+    # long-lived daemon must not hold that directory busy. Its paths are absolute (config).
+    cmd = [sys.executable, "-P", "-m", "snapd", "start", "--log-file", str(log_file), *argv_extra]
+    ensure_private_dir(config.locations.state_dir)
     with open(os.devnull, "rb") as devnull, open(os.devnull, "wb") as sink:
         child = subprocess.Popen(
-            cmd, stdin=devnull, stdout=sink, stderr=subprocess.PIPE, start_new_session=True, close_fds=True
+            cmd, stdin=devnull, stdout=sink, stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
+            cwd="/",
         )
     deadline = time.monotonic() + 60
     with Client(config.endpoint, timeout_s=2.0) as client:
         while time.monotonic() < deadline:
             if child.poll() is not None:
                 err = child.stderr.read().decode(errors="replace").strip() if child.stderr else ""
+                err = err.removeprefix("snapd: ")  # its own one-line error, said once
                 print(f"snapd: the daemon exited at start-up: {err or f'see {log_file}'}", file=sys.stderr)
                 return child.returncode or 1
             try:
