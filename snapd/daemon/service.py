@@ -47,7 +47,7 @@ class Service:
         self.daemon = DaemonOps(
             store, self.registry, self.maintenance, sink, config.endpoint, request_stop, config.warnings
         )
-        self.workspaces = WorkspaceOps(store, self.registry, sink)
+        self.workspaces = WorkspaceOps(store, self.registry, sink, self.maintenance)
         self.marks = MarkOps(store, self.registry)
         self.rollback = RollbackOps(store, self.registry, sink)
         self.files = FileOps(store, self.registry, config.retention)
