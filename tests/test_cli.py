@@ -155,6 +155,30 @@ def test_forget_says_when_gc_gives_the_space_back(tmp_path: Path) -> None:
         assert d.stop() == 0
 
 
+def _undocumented(parser: argparse.ArgumentParser, where: str) -> Iterator[str]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _undocumented(sub, f"{where} {name}")
+        elif not isinstance(action, (argparse._HelpAction, argparse._VersionAction)) and not action.help:
+            yield f"{where}: {'/'.join(action.option_strings) or action.dest}"
+
+
+def test_every_option_and_argument_of_every_command_says_what_it_is() -> None:
+    """Issue 31, point 12: `snapctl mark --help` listed -m, --agent and --session with no
+    text (and so did a dozen others). Every option and argument of snapctl's and snapd's
+    commands has its help; `mark --help` shows them, as a user runs it."""
+    from snapd.cli import build_parser
+    from snapd.daemon.main import build_parser as daemon_parser
+
+    missing = [*_undocumented(build_parser(), "snapctl"), *_undocumented(daemon_parser(), "snapd")]
+    assert not missing, missing
+    cp = run_ctl(dict(os.environ), "mark", "--help")
+    assert cp.returncode == 0, describe(cp)
+    for text in (b"a free-text note kept with the mark", b"the agent's session id", b"(e.g. claude)"):
+        assert text in b" ".join(cp.stdout.split()), describe(cp)
+
+
 # == a running daemon stays reachable ===============================================================
 
 

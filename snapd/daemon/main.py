@@ -1,4 +1,5 @@
-"""The ``snapd`` command: run the daemon (foreground or background), stop it, install it.
+"""The ``snapd`` command: run the daemon (foreground or background), stop it, install it as a
+systemd user service and uninstall it.
 
 :class:`Daemon` owns the process life cycle, uvicorn-style: instance lock -> store -> control
 socket -> ``READY=1`` -> workspaces, then wait for SIGTERM/SIGINT or a ``stop`` request, then
@@ -182,7 +183,7 @@ def _int(value: str | None) -> int | None:
         return None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="snapd", description="snapd: rollback history for workspaces (daemon)"
     )
@@ -190,13 +191,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     start = sub.add_parser("start", help="run the daemon (in the foreground, as systemd expects)")
     start.add_argument("--background", action="store_true", help="detach; log to the state directory")
-    start.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    start.add_argument(
+        "--log-level", choices=["debug", "info", "warning", "error"], help="the least severe events logged"
+    )
     start.add_argument("--log-file", help="append logs to this file (rotated) instead of stderr")
     start.add_argument("--log-json", action="store_true", help="JSON log lines even on a terminal")
     sub.add_parser("stop", help="ask the running daemon to exit")
     inst = sub.add_parser("install-service", help="install and start the systemd user service")
     inst.add_argument("--no-start", action="store_true", help="write the unit only")
-    args = parser.parse_args(argv)
+    sub.add_parser(
+        "uninstall-service",
+        help="stop and disable the systemd user service and remove the unit install-service wrote",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     env = dict(os.environ)
     try:
         overrides: dict[str, object] = {}
@@ -225,6 +236,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from snapd.daemon.service_unit import install_service
 
             return install_service(env, start=not args.no_start)
+        if args.command == "uninstall-service":
+            from snapd.daemon.service_unit import uninstall_service
+
+            return uninstall_service(env)
         from snapd.ipc.client import Client
 
         with Client.from_config(config) as client:
