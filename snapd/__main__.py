@@ -15,7 +15,7 @@ from __future__ import annotations
 import gc
 import sys
 
-DAEMON_COMMANDS = {"start", "install-service"}
+DAEMON_COMMANDS = {"start", "install-service", "uninstall-service"}
 
 
 def ctl(argv: list[str] | None = None) -> int:

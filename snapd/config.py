@@ -27,6 +27,7 @@ actually bound in ``state_dir/endpoint``. Directories are made private by
 # No ``from __future__ import annotations``: the settings' annotations carry their parsers
 # (:mod:`snapd.settings`), read at import.
 import contextlib
+import errno
 import os
 import pwd
 import stat
@@ -244,6 +245,15 @@ def resolve_locations(
     return Locations(Path(snapd_home) if snapd_home else None, state, data, runtime, cfg)
 
 
+def _config_file_exists(path: Path) -> bool:
+    """Whether the default config file is there; a directory above it that cannot be entered
+    is said as such (``Path.exists`` raises, with a traceback, only for that)."""
+    try:
+        return path.exists()
+    except OSError as e:
+        raise unusable_dir(path.parent, e) from None
+
+
 def _abs_path_or_error(value: str, source: str) -> Path:
     if not os.path.isabs(value):
         raise ConfigError(f"{source} must be an absolute path, got {value!r}")
@@ -280,7 +290,7 @@ def load_config(
 
     problems = Problems(SETTINGS, lenient)
     values: dict[str, Any] = {}
-    if explicit_cfg is not None or locations.config_file.exists():
+    if explicit_cfg is not None or _config_file_exists(locations.config_file):
         values.update(read_config_file(locations.config_file, problems))
     values.update(read_environment(env, problems))
     for key, raw in overrides.items():
@@ -294,20 +304,37 @@ def load_config(
 # -- private directories and the endpoint file ------------------------------------------------
 
 
+def unusable_dir(path: Path, err: OSError | str) -> PermissionRefused:
+    """The one error for a directory of snapd's own it cannot use (not a directory, not
+    writable, on a read-only file system, not enterable): a user sees one line naming it."""
+    why = err if isinstance(err, str) else err.strerror or str(err)
+    if isinstance(err, OSError) and err.errno in (errno.ENOTDIR, errno.EEXIST):
+        why = "it is not a directory (or a path above it is a file)"
+    return PermissionRefused(
+        f"{path} cannot be used as a private directory: {why} "
+        "(make it a directory of yours, or set SNAPD_HOME or XDG_RUNTIME_DIR elsewhere)",
+        path=str(path),
+    )
+
+
 def ensure_private_dir(path: Path, *, uid: int | None = None) -> Path:
-    """Create ``path`` (and missing parents) as a directory only its owner can enter.
+    """Create ``path`` (and missing parents) as a directory only its owner can enter and write.
 
     The control socket and the store rely on this directory for access control, so an
     existing one is accepted only if it is a real directory (not a symlink someone planted in
     ``/tmp``) owned by ``uid``; a mode that is too open on our own directory is tightened.
     The checks run on an ``O_NOFOLLOW`` descriptor so the path cannot be swapped in between.
+    Anything that makes it unusable (a file in its place, a parent not ours to write, a
+    read-only file system) is :func:`unusable_dir`, before anything is written in it.
     """
     uid = os.getuid() if uid is None else uid
-    path.parent.mkdir(parents=True, exist_ok=True)
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         os.mkdir(path, 0o700)
     except FileExistsError:
         pass
+    except OSError as e:
+        raise unusable_dir(path, e) from None
     if os.path.islink(path):
         raise PermissionRefused(
             f"{path} is a symbolic link; refusing to use it as a private directory "
@@ -317,9 +344,7 @@ def ensure_private_dir(path: Path, *, uid: int | None = None) -> Path:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as e:
-        raise PermissionRefused(
-            f"{path} cannot be used as a private directory: {e.strerror}", path=str(path)
-        ) from None
+        raise unusable_dir(path, e) from None
     try:
         st = os.fstat(fd)
         if st.st_uid != uid:
@@ -328,8 +353,12 @@ def ensure_private_dir(path: Path, *, uid: int | None = None) -> Path:
                 "(remove it, or set XDG_RUNTIME_DIR or SNAPD_HOME)",
                 path=str(path),
             )
+        if os.fstatvfs(fd).f_flag & os.ST_RDONLY:
+            raise unusable_dir(path, "it is on a read-only file system")
         if stat.S_IMODE(st.st_mode) != 0o700:
             os.fchmod(fd, 0o700)
+    except OSError as e:
+        raise unusable_dir(path, e) from None
     finally:
         os.close(fd)
     return path
@@ -383,6 +412,8 @@ def read_endpoint_file(state_dir: Path) -> str | None:
         text = path.read_text(encoding="utf-8").strip()
     except FileNotFoundError:
         return None
+    except (NotADirectoryError, PermissionError) as e:  # the directory itself: no daemon can be there
+        raise unusable_dir(state_dir, e) from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"endpoint file {path} cannot be read: {e}") from None
     if not text.startswith("ipc://"):

@@ -54,20 +54,36 @@ def wire(ns: int) -> str:
     return f"@{y:04d}-{mo:02d}-{d:02d}T{h:02d}:{mi:02d}:{s:02d}.{frac:09d}Z"
 
 
+def shown(ns: int, offset: Offset) -> str:
+    """The instant ``ns`` for people, in local time with its offset, to the second rounded
+    *up*: typed back as a time reference it names that instant or just after, never before
+    (``@2026-11-30T14:03:06+01:00``)."""
+    secs = -(-ns // NS)
+    return _with_offset(secs, offset(secs))
+
+
 def _civil(secs: int) -> tuple[int, int, int, int, int, int]:
     t = time.gmtime(secs)
     return t.tm_year, t.tm_mon, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec
 
 
 def resolve(ref: str, now_ns: int, offset: Offset) -> int:
-    """The instant (ns since the epoch, UTC) that the user's ``ref`` names (client side)."""
+    """The instant (ns since the epoch, UTC) that the user's ``ref`` names (client side). One
+    before 1970 is refused as too far back: nothing was captured then, and its wire form would
+    quote a year (negative, for ``@999999999d``) the user never typed."""
     body = _body(ref)
     if body == "yesterday":
-        return now_ns - DAY_S * NS
-    m = _RELATIVE.match(body)
-    if m:
-        return now_ns - int(m.group(1)) * UNITS[m.group(2)] * NS
-    return _absolute(ref, body, offset)
+        ns = now_ns - DAY_S * NS
+    elif m := _RELATIVE.match(body):
+        ns = now_ns - int(m.group(1)) * UNITS[m.group(2)] * NS
+    else:
+        ns = _absolute(ref, body, offset)
+    if ns < 0:
+        raise UsageError(
+            f"{ref} is too far back: it names a time before 1970, long before anything was "
+            "captured (`snapctl log` lists a workspace's marks, oldest last)"
+        )
+    return ns
 
 
 def parse_wire(ref: str) -> int:

@@ -129,6 +129,56 @@ def test_forget_names_what_it_deletes_and_asks(daemon: Daemon, ws: Path) -> None
     assert cp.returncode == 6, describe(cp)
 
 
+def test_forget_says_when_gc_gives_the_space_back(tmp_path: Path) -> None:
+    """Issue 31, point 12: forget said "`snapctl gc` reclaims the space", then gc freed 0 B:
+    the grace period (objects written in its last minutes are kept, a capture in flight may
+    still need them) was not mentioned. Both now say it, and gc says when; after it, gc frees."""
+    home = tmp_path / "snapd-home"
+    home.mkdir(mode=0o700)
+    (home / "config.toml").write_text("[retention]\ngrace_s = 10\n")
+    d = start_daemon(home)
+    try:
+        root = tmp_path / "w"
+        root.mkdir()
+        (root / "big.bin").write_bytes(os.urandom(200_000))  # incompressible: its bytes are the space
+        d.ctl("watch", root)
+        out = d.ctl("forget", "--yes", "-w", root).stdout.decode()
+        assert "10 s grace period" in out and "GC every 1 h" in out, out
+        first = d.ctl("gc").stdout.decode()  # well inside the grace: nothing freed, and said why
+        assert "freed 0 B" in first and "kept for now: " in first and "grace period" in first, first
+
+        def freed() -> bool:
+            return bool(d.ctl_json("gc")["stored_bytes"] < 100_000)
+
+        wait_for(freed, timeout=30, interval=0.5, what="gc reclaims the forgotten workspace's objects")
+    finally:
+        assert d.stop() == 0
+
+
+def _undocumented(parser: argparse.ArgumentParser, where: str) -> Iterator[str]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _undocumented(sub, f"{where} {name}")
+        elif not isinstance(action, (argparse._HelpAction, argparse._VersionAction)) and not action.help:
+            yield f"{where}: {'/'.join(action.option_strings) or action.dest}"
+
+
+def test_every_option_and_argument_of_every_command_says_what_it_is() -> None:
+    """Issue 31, point 12: `snapctl mark --help` listed -m, --agent and --session with no
+    text (and so did a dozen others). Every option and argument of snapctl's and snapd's
+    commands has its help; `mark --help` shows them, as a user runs it."""
+    from snapd.cli import build_parser
+    from snapd.daemon.main import build_parser as daemon_parser
+
+    missing = [*_undocumented(build_parser(), "snapctl"), *_undocumented(daemon_parser(), "snapd")]
+    assert not missing, missing
+    cp = run_ctl(dict(os.environ), "mark", "--help")
+    assert cp.returncode == 0, describe(cp)
+    for text in (b"a free-text note kept with the mark", b"the agent's session id", b"(e.g. claude)"):
+        assert text in b" ".join(cp.stdout.split()), describe(cp)
+
+
 # == a running daemon stays reachable ===============================================================
 
 

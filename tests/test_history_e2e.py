@@ -7,19 +7,25 @@ the daemon reports, so it names exactly the state in between.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
+import re
 import stat
+import zoneinfo
 from pathlib import Path
 from typing import Any
 
 from e2e_helpers import (
     Daemon,
+    base_env,
     cli_mark,
     cli_rollback,
     cli_undo,
+    describe,
     run_ctl,
     snapshot,
+    start_daemon,
     wait_for,
     write,
 )
@@ -109,10 +115,72 @@ def test_rollback_of_one_path_to_a_time_and_cat_and_diff_at_times(daemon: Daemon
     assert (ws / "other.py").read_text() == "o2 longer\n"  # only the path named
 
 
-def test_a_time_before_any_capture_is_refused_clearly(daemon: Daemon, ws: Path) -> None:
-    cp = daemon.ctl("rollback", "--to", "@1h", "--yes", cwd=ws, check=False)
-    assert cp.returncode != 0
-    assert b"nothing was captured in this workspace at or before" in cp.stderr
+def test_a_time_before_the_workspace_history_uses_its_baseline(daemon: Daemon, ws: Path) -> None:
+    """Issue 31, point 8: `diff @1h` and `rollback --to @5m` on a workspace younger than that
+    were not_found (exit 6) quoting a UTC nanosecond instant. What the user means is "as far
+    back as you have": the baseline, said in local time. The oldest time `history` prints, typed
+    back, names the baseline too (it was refused: a version's time is its capture's start, a
+    mark's is taken after)."""
+    write(ws / "late.txt", "made after the baseline\n")
+    (ws / "early.txt").unlink(missing_ok=True)
+    cli_mark(daemon, ws, "m1")
+    baseline = daemon.ctl_json("log", cwd=ws)["marks"][-1]
+    assert baseline["kind"] == "baseline"
+
+    india = {**daemon.env, "TZ": "Asia/Kolkata"}  # a zone that is no whole hour off UTC
+    cp = run_ctl(india, "diff", "@1h", "--stat", cwd=ws)
+    assert cp.returncode == 0 and b"added" in cp.stdout and b"late.txt" in cp.stdout, describe(cp)
+    local = datetime.datetime.fromtimestamp(baseline["created"], zoneinfo.ZoneInfo("Asia/Kolkata"))
+    note = cp.stderr.decode()
+    assert f"the workspace's history starts at {local:%Y-%m-%d %H:%M:%S}: using its baseline" in note, note
+    diff = json.loads(daemon.ctl("diff", "--json", "@1h", cwd=ws).stdout)
+    assert diff["from_time"]["base"]["id"] == baseline["id"]
+
+    cp = daemon.ctl("rollback", "--to", "@5m", "--yes", cwd=ws)
+    assert b"history starts at" in cp.stdout and b"using its baseline" in cp.stdout, describe(cp)
+    assert not (ws / "late.txt").exists()
+    code, res = cli_undo(daemon, ws)
+    assert code == 0, res
+    assert (ws / "late.txt").read_text() == "made after the baseline\n"
+
+    write(ws / "late.txt", "changed\n")
+    oldest = run_ctl(daemon.env, "history", "late.txt", cwd=ws).stdout.decode().splitlines()[-1]
+    typed = "@" + oldest.split()[0] + " " + oldest.split()[1]  # "2026-12-06 05:00:01.234"
+    cp = daemon.ctl("cat", typed, "late.txt", cwd=ws, check=False)
+    assert cp.returncode == 0 and cp.stdout == b"made after the baseline\n", (oldest, describe(cp))
+
+    cp = daemon.ctl("diff", "@999999999d", cwd=ws, check=False)
+    assert cp.returncode == 2 and b"too far back" in cp.stderr, describe(cp)
+    assert b"@-" not in cp.stderr and b"-2" not in cp.stderr, describe(cp)  # no year it never typed
+
+
+def test_a_time_before_the_oldest_kept_mark_is_refused_in_local_time(tmp_path: Path) -> None:
+    """With the baseline evicted, what came before the oldest kept mark is unknown: refused
+    (not_found), quoting the oldest kept mark's time as a local time that can be typed back."""
+    home = tmp_path / "snapd-home"
+    home.mkdir(mode=0o700)
+    (home / "config.toml").write_text("[retention]\nmax_marks = 2\n")
+    d = start_daemon(home, {**base_env(home), "TZ": "Asia/Kolkata"})  # the daemon's zone: +05:30
+    try:
+        root = tmp_path / "w"
+        root.mkdir()
+        d.ctl("watch", root)
+        for i in range(4):
+            write(root / "f.txt", f"v{i}\n")
+            cli_mark(d, root, f"m{i}")
+        d.ctl("gc", cwd=root)
+        marks = d.ctl_json("log", cwd=root)["marks"]
+        assert all(m["kind"] != "baseline" for m in marks), marks
+        cp = d.ctl("diff", "@1h", cwd=root, check=False)
+        assert cp.returncode == 6, describe(cp)
+        err = cp.stderr.decode()
+        assert "nothing was captured in this workspace at or before" in err, err
+        assert ".000000000Z" not in err and not re.search(r"\.[0-9]{9}Z", err), err
+        oldest = re.search(r"at (@\S+)", err.split("oldest kept mark is")[1])
+        assert oldest and oldest.group(1).rstrip(":").endswith("+05:30"), err
+        assert d.ctl("diff", oldest.group(1).rstrip(":"), cwd=root).returncode == 0  # typed back: accepted
+    finally:
+        assert d.stop() == 0
 
 
 def test_history_of_a_deleted_recreated_and_renamed_file(daemon: Daemon, ws: Path) -> None:

@@ -46,7 +46,13 @@ def zone_offset(zone: datetime.tzinfo) -> timeref.Offset:
 
 @given(n=st.integers(0, 10**9 - 1), unit=st.sampled_from("smhd"), now=st.integers(10**18, 2 * 10**18))
 def test_relative_times_count_back_from_the_clock(n: int, unit: str, now: int) -> None:
-    assert timeref.resolve(f"@{n}{unit}", now, zone_offset(BERLIN)) == now - n * timeref.UNITS[unit] * NS
+    """Back to 1970; further is "too far back", never a negative year quoted (issue 31, 8)."""
+    want = now - n * timeref.UNITS[unit] * NS
+    if want < 0:
+        with pytest.raises(UsageError, match="too far back"):
+            timeref.resolve(f"@{n}{unit}", now, zone_offset(BERLIN))
+    else:
+        assert timeref.resolve(f"@{n}{unit}", now, zone_offset(BERLIN)) == want
 
 
 def test_yesterday_is_24_hours_ago() -> None:
@@ -220,11 +226,10 @@ def test_the_workspace_at_any_instant_is_the_state_captured_then(
             truth.append((t, dict(model.state)))
         for probe in probes:
             want = [state for t, state in truth if t <= probe]
-            if not want:
-                with pytest.raises(NotFound):
-                    history.at_time(store, ws, probe, now=10**12)
-                continue
             at = history.at_time(store, ws, probe, now=10**12)
+            if not want:  # before the workspace's history: its baseline (issue 31, point 8)
+                want = [truth[0][1]]
+                assert at.instant == truth[0][0] and at.base.kind == "baseline", probe
             with store.batch() as batch:
                 expected = batch.apply(None, _tree_of(want[-1], keys))
             assert _entries(store, at.tree) == _entries(store, expected), (probe, steps)

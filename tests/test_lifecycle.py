@@ -404,6 +404,30 @@ def test_install_service_without_a_user_manager(tmp_path: Path) -> None:
     assert b"systemctl --user daemon-reload" in cp.stdout
 
 
+def test_uninstall_service_without_a_user_manager(tmp_path: Path) -> None:
+    """Issue 31, point 12: there was no uninstall-service. Without a user manager it removes
+    the unit install-service wrote, says there was nothing to stop, and a second run has
+    nothing to do; a unit of that name it did not write is left, and said so. (With a real
+    manager: tests/test_systemd_service.py.)"""
+    env = {**base_env(tmp_path / "h"), "XDG_CONFIG_HOME": str(tmp_path / "cfg")}
+    env.pop("DBUS_SESSION_BUS_ADDRESS", None)
+    env["XDG_RUNTIME_DIR"] = str(tmp_path / "no-runtime")
+    snapd = [sys.executable, "-m", "snapd"]
+    installed = subprocess.run([*snapd, "install-service"], env=env, capture_output=True, timeout=60)
+    assert installed.returncode == 0, installed.stderr
+    unit = tmp_path / "cfg" / "systemd" / "user" / "snapd.service"
+    assert unit.exists()
+    cp = subprocess.run([*snapd, "uninstall-service"], env=env, capture_output=True, timeout=60, cwd="/")
+    assert cp.returncode == 0, cp.stderr
+    assert not unit.exists()
+    assert f"removed {unit}".encode() in cp.stdout and b"nothing was running under it" in cp.stdout, cp.stdout
+    again = subprocess.run([*snapd, "uninstall-service"], env=env, capture_output=True, timeout=60, cwd="/")
+    assert again.returncode == 0 and b"no snapd service unit is installed" in again.stdout, again.stdout
+    unit.write_text("[Service]\nExecStart=/usr/bin/true\n")  # the user's own unit of that name
+    mine = subprocess.run([*snapd, "uninstall-service"], env=env, capture_output=True, timeout=60, cwd="/")
+    assert mine.returncode == 0 and unit.exists() and b"did not write it" in mine.stdout, mine.stdout
+
+
 def test_the_unit_goes_where_the_user_manager_reads_units(tmp_path: Path) -> None:
     """The manager's unit path decides (its own XDG_CONFIG_HOME, not the shell's); the shell's
     directory when the manager reads it or there is none to ask, with a note when that

@@ -5,6 +5,7 @@ install tier runs `npm ci` there; without node or its modules this fails under C
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -27,9 +28,42 @@ def test_node_client_suite_passes_against_a_real_daemon(daemon: Daemon, ws: Path
     cp = subprocess.run([node, "--test", "test/"], cwd=NODE_DIR, env=env, capture_output=True, timeout=150)
     assert cp.returncode == 0, describe(cp)
     out = cp.stdout.decode()
-    assert "# fail 0" in out and "# pass 7" in out, out[-2000:]
+    assert "# fail 0" in out and "# pass 8" in out, out[-2000:]
     # What the Node client did is really in the daemon's history.
     marks = daemon.ctl_json("log", "-w", ws, "--all")["marks"]
     node_marks = [m for m in marks if m["agent"] == "node"]
-    assert len(node_marks) == 21, [m["label"] for m in marks]
+    assert len(node_marks) == 22, [m["label"] for m in marks]
     assert (ws / "from-node.txt").read_text() == "written by node\n"
+
+
+def _node() -> str:
+    node = shutil.which("node")
+    if node is None:
+        unavailable("node is not installed (CI's install tier needs nodejs and npm)")
+    if not (NODE_DIR / "node_modules" / "zeromq").is_dir():
+        unavailable(f"run `npm ci` in {NODE_DIR} first (CI's install tier does)")
+    return node
+
+
+def test_node_command_help_exits_0_and_created_ns_is_exact(daemon: Daemon, ws: Path) -> None:
+    """Issue 31, point 12: `snapd-node --help` exited 2 (usage error), and `created_ns`
+    (~1.8e18, past 2^53) came out of JSON.parse rounded: the command printed another instant
+    than the daemon's. Now --help is exit 0, and the integer arrives (and prints) exactly."""
+    node = _node()
+    cli = [node, str(NODE_DIR / "bin" / "snapd-node.js")]
+    for ask in (["--help"], ["-h"], ["mark", "--help"]):
+        cp = subprocess.run([*cli, *ask], env=daemon.env, capture_output=True, timeout=30)
+        assert cp.returncode == 0 and cp.stdout.startswith(b"usage: snapd-node"), describe(cp)
+    cp = subprocess.run([*cli, "bogus"], env=daemon.env, capture_output=True, timeout=30)
+    assert cp.returncode == 2 and b"usage" in cp.stderr, describe(cp)
+
+    cp = subprocess.run([*cli, "mark", "exact", "--agent", "node"], cwd=ws, env=daemon.env,
+                        capture_output=True, timeout=60)
+    assert cp.returncode == 0, describe(cp)
+    mark = json.loads(cp.stdout)  # Python's json keeps every digit
+    truth = next(m for m in daemon.ctl_json("log", "-w", ws)["marks"] if m["id"] == mark["id"])
+    assert truth["created_ns"] > 2**53
+    assert mark["created_ns"] == truth["created_ns"], (mark["created_ns"], truth["created_ns"])
+    listed = json.loads(subprocess.run([*cli, "log", "-w", str(ws)], env=daemon.env, capture_output=True,
+                                       timeout=30, check=True).stdout)
+    assert next(m for m in listed["marks"] if m["id"] == mark["id"])["created_ns"] == truth["created_ns"]

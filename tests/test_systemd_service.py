@@ -148,6 +148,26 @@ def test_install_service_runs_snapd_under_systemd_and_a_hook_starts_it_through_t
         run_ctl(other, "stop")
 
 
+def test_uninstall_service_stops_disables_and_removes_the_unit(tmp_path: Path, manager: UserManager) -> None:
+    """Issue 31, point 12: the inverse of install-service. The service stops (the daemon
+    exits), is no longer enabled, its unit file is gone and the manager no longer knows it."""
+    env = manager.env
+    done = manager.run(sys.executable, "-m", "snapd", "install-service")
+    assert done.returncode == 0, describe(done)
+    unit = Path(env["HOME"]) / ".config" / "systemd" / "user" / "snapd.service"
+    assert manager.systemctl("is-active", "snapd.service") == "active"
+    assert manager.systemctl("is-enabled", "snapd.service") == "enabled"
+    gone = manager.run(sys.executable, "-m", "snapd", "uninstall-service")
+    assert gone.returncode == 0, describe(gone)
+    assert f"removed {unit}".encode() in gone.stdout, describe(gone)
+    assert b"no longer a user service" in gone.stdout, describe(gone)
+    assert not unit.exists()
+    assert manager.systemctl("is-active", "snapd.service") in {"inactive", "unknown"}
+    assert manager.systemctl("is-enabled", "snapd.service") in {"not-found", ""}
+    assert run_ctl(env, "status").returncode == 3  # the daemon it ran has exited
+    assert not (Path(env["HOME"]) / ".config/systemd/user/default.target.wants/snapd.service").exists()
+
+
 def test_install_service_writes_the_unit_where_the_manager_reads_it(
     tmp_path: Path, manager: UserManager
 ) -> None:

@@ -103,6 +103,9 @@ def _deadlines_help() -> str:
     )
 
 
+MARK_REF_HELP = "a mark (id, id prefix, label, LABEL~N) or a time (@10m, @'2026-11-30 14:03')"
+
+
 def _rollback_flags(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--dry-run", action="store_true", help="show the plan, change nothing")
     sp.add_argument("-y", "--yes", action="store_true", help="apply without asking (needed with no terminal)")
@@ -185,10 +188,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         )
     if wanted("mark"):
         sp = add("mark", "record the workspace's current state under LABEL")
-        sp.add_argument("label")
-        sp.add_argument("-m", "--message")
-        sp.add_argument("--agent")
-        sp.add_argument("--session")
+        sp.add_argument("label", help="the mark's name, e.g. turn-start (not starting with @)")
+        sp.add_argument("-m", "--message", help="a free-text note kept with the mark")
+        sp.add_argument("--agent", help="the agent or tool that marks (e.g. claude), shown in log")
+        sp.add_argument(
+            "--session",
+            help="the agent's session id: a turn-start and the turn-end of the same session open and "
+            "close a turn (rollbacks name the sessions whose changes they revert)",
+        )
     if wanted("log"):
         sp = add("log", "list marks, newest first, a page at a time")
         page = sp.add_mutually_exclusive_group()
@@ -202,31 +209,31 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                         help="only the marks whose turn changed PATH (or anything under it)")
     if wanted("history"):
         sp = add("history", "every captured version of a file, newest first (between marks too)")
-        sp.add_argument("file", metavar="PATH")
+        sp.add_argument("file", metavar="PATH", help="the file (relative to the current directory)")
     if wanted("show"):
         sp = add("show", "a mark's metadata and the files it changed", ref=True)
-        sp.add_argument("mark")
+        sp.add_argument("mark", help="the mark: id, id prefix, label or LABEL~N")
     if wanted("cat"):
         sp = add(
             "cat", "print a file's bytes at a mark (FILE is relative to the current directory)", ref=True
         )
-        sp.add_argument("mark")
-        sp.add_argument("file", metavar="FILE")
+        sp.add_argument("mark", help=MARK_REF_HELP)
+        sp.add_argument("file", metavar="FILE", help="the file (relative to the current directory)")
     if wanted("verify"):
         sp = add("verify", "re-hash stored objects; non-zero exit on any problem", ws=False)
         sp.add_argument("--sample", action="store_true", help="check a 10%% sample of contents")
     if wanted("gc"):
         sp = add("gc", "apply retention and reclaim space", ws=False)
-        sp.add_argument("--dry-run", action="store_true")
+        sp.add_argument("--dry-run", action="store_true", help="list what it would evict")
     for name, verb in (("pin", "keep a mark forever"), ("unpin", "let retention evict a mark again")):
         if wanted(name):
             sp = add(name, verb, ref=True)
-            sp.add_argument("mark")
+            sp.add_argument("mark", help="the mark: id, id prefix, label or LABEL~N")
     if wanted("rollback"):
         sp = add(
             "rollback", "put the workspace back to a mark (paths after -- limit it; asks first)", ref=True
         )
-        sp.add_argument("--to", required=True, metavar="MARK")
+        sp.add_argument("--to", required=True, metavar="MARK", help=f"the target: {MARK_REF_HELP}")
         _rollback_flags(sp)
     if wanted("undo"):
         sp = add("undo", "return to the state before the last rollback (or undo); asks first")
@@ -246,8 +253,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             "diff", "unified diff between two marks, or a mark and the workspace now (paths after --)",
             ref=True,
         )
-        sp.add_argument("from_mark", metavar="FROM")
-        sp.add_argument("to_mark", metavar="TO", nargs="?")
+        sp.add_argument("from_mark", metavar="FROM", help=f"the older side: {MARK_REF_HELP}")
+        sp.add_argument("to_mark", metavar="TO", nargs="?", help="the newer side (default: the workspace)")
         sp.add_argument("--stat", action="store_true", help="only the changed files and line counts")
     if wanted("stop"):
         add("stop", "ask the daemon to exit", ws=False)

@@ -49,8 +49,8 @@ def add_parsers(sub: Any) -> None:
         "hook", help="what an agent's hooks run (reads the agent's event; always exits 0)",
         description="Mark turn-start/turn-end from an agent's hook event (stdin JSON, or a JSON argument).",
     )
-    hp.add_argument("agent", metavar="AGENT")
-    hp.add_argument("rest", nargs=argparse.REMAINDER)
+    hp.add_argument("agent", metavar="AGENT", help="the agent whose hook runs: " + ", ".join(AGENTS))
+    hp.add_argument("rest", nargs=argparse.REMAINDER, help="the agent's own arguments (its event, as JSON)")
     hp.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from snapd.cli.output import emit, path_text, summary_line, when
 from snapd.cli.request import Env, client, human, ref_fields, show_warnings, where
+from snapd.cli.times import history_note
 from snapd.display import count
 
 
@@ -95,6 +96,8 @@ def cmd_show(args: argparse.Namespace, env: Env) -> int:
 def cmd_cat(args: argparse.Namespace, env: Env) -> int:
     with client(args, env) as c:
         r = c.call("cat", at=args.mark, path=os.fsencode(args.file), **ref_fields(args))
+    if note := history_note(args.mark, r.get("time")):
+        emit(f"note: {note}", err=True)
     if human(args, r):  # the bytes themselves: this is the one output that is not text for people
         import base64  # deferred: `mark`, which every turn runs, lives in this module too
 
@@ -133,6 +136,9 @@ def cmd_diff(args: argparse.Namespace, env: Env) -> int:
         fields["paths"] = [os.fsencode(p) for p in args.paths]
     with client(args, env) as c:
         r = c.call("diff", stat=args.stat, **fields)
+    for asked, key in ((args.from_mark, "from_time"), (args.to_mark, "to_time")):
+        if note := history_note(asked, r.get(key)):
+            emit(f"note: {note}", err=True)
     if not human(args, r):
         return 0
     col = _colors(env)

@@ -46,6 +46,14 @@ def when(seconds: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds))
 
 
+def duration(seconds: float) -> str:
+    """A length of time for people: ``90 s``, ``15 min``, ``1 h``, ``14 d``."""
+    for unit, length in (("d", 86_400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * length or (seconds >= length and seconds % length == 0):
+            return f"{round(seconds / length, 1):g} {unit}"
+    return f"{round(seconds, 1):g} s"
+
+
 def size(n: int) -> str:
     value = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):

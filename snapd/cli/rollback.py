@@ -33,13 +33,14 @@ def _rollback_fields(args: argparse.Namespace, undo: bool) -> dict[str, Any]:
     return fields
 
 
-def _plan_lines(r: dict[str, Any], *, kept: bool, limit: int = 200) -> list[str]:
-    """The plan for people; ``kept``: with the paths it leaves alone (else the result lists them)."""
+def _plan_lines(r: dict[str, Any], *, kept: bool, asked: str | None = None, limit: int = 200) -> list[str]:
+    """The plan for people; ``kept``: with the paths it leaves alone (else the result lists them);
+    ``asked``: the target as sent (a time before the workspace's history is noted)."""
     t = r["target"]
     out = [f"rollback of {r['workspace']} to {t['id']} {t['label']} ({when(t['created'])})"]
     lines = r["lines"]
     if "time" in r:  # a time target: what it was built from, and the version of each path
-        out = times.target_lines(r)
+        out = times.target_lines(r, asked)
         used = times.versions_used(r)
         paths = [path_text(op["path"]) for op in r["plan"]["ops"]]
         lines = [f"{line}  [{used[p]}]" if p in used else line for line, p in zip(lines, paths, strict=True)]
@@ -84,7 +85,7 @@ def _rollback(args: argparse.Namespace, env: Env, undo: bool) -> int:
         # Kept paths are listed once: in the plan when it is confirmed or only shown, else
         # (--yes) in the result, which also names any the apply itself had to leave.
         plan_lists_kept = args.dry_run or not args.yes
-        shown_plan = _plan_lines(r, kept=plan_lists_kept) + _hooks_kept_lines(r, env)
+        shown_plan = _plan_lines(r, kept=plan_lists_kept, asked=fields.get("to")) + _hooks_kept_lines(r, env)
         if args.json and args.dry_run:
             print_json(r)
         elif not args.json:
@@ -132,7 +133,7 @@ def _apply_unseen(args: argparse.Namespace, c: Client, fields: dict[str, Any], e
     res = c.call("rollback_apply", force=args.force, token=args.plan_token, **fields)
     _keep_hooks(c, res, env)
     if not args.json:
-        for line in _plan_lines(res, kept=False):
+        for line in _plan_lines(res, kept=False, asked=fields.get("to")):
             emit(line)
     show_warnings(res.get("warnings", []))
     return _result(args, res, set())

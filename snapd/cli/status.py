@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from snapd.cli.output import emit, path_text, size, when
+from snapd.cli.output import duration, emit, path_text, size, when
 from snapd.cli.request import Env, client, human, show_warnings
 from snapd.cli.workspaces import ignored_line
 from snapd.config import load_config
@@ -97,6 +97,13 @@ def cmd_gc(args: argparse.Namespace, env: Env) -> int:
         f"evicted {count(len(r['evicted']), 'mark')}, deleted {count(r['objects_deleted'], 'object')}, "
         f"freed {size(r['bytes_freed'])}; store holds {size(r['stored_bytes'])}"
     )
+    if r.get("waiting_objects"):
+        emit(
+            f"  kept for now: {count(r['waiting_objects'], 'object')} ({size(r['waiting_bytes'])}) no mark "
+            f"needs any more, written less than {duration(r['grace_s'])} ago (the grace period: a "
+            f"capture in flight may still need them); `snapctl gc` after {when(r['waiting_until'])} "
+            "reclaims them"
+        )
     show_warnings(r["warnings"])
     return 0
 

@@ -39,16 +39,31 @@ def exact(ns: int) -> str:
     return when(ns / 1e9)
 
 
-def target_lines(r: dict[str, Any]) -> list[str]:
-    """The first lines of a rollback plan to a time: the instant and what it was built from."""
+def history_note(asked: str | None, t: dict[str, Any] | None) -> str | None:
+    """What to say when ``asked`` (a time reference as sent) came before the workspace's
+    history: the daemon then answers for its baseline, an instant later than the one sent
+    (docs/rollback.md, "Time targets"). None: it answered for the instant asked."""
+    if not asked or t is None or not timeref.is_time(asked) or t["instant_ns"] <= timeref.parse_wire(asked):
+        return None
+    return (
+        f"the workspace's history starts at {exact(t['instant_ns'])}: using its baseline "
+        f"({t['base']['id']}) for {asked}"
+    )
+
+
+def target_lines(r: dict[str, Any], asked: str | None = None) -> list[str]:
+    """The first lines of a rollback plan to a time: the instant and what it was built from
+    (``asked``: the time reference sent, for :func:`history_note`)."""
     t = r["time"]
     base = t["base"]
     built = (
         f"  built from mark {base['id']} {base['label']} ({when(base['created'])})"
         f" and the {t['replayed']} version(s) captured after it up to that instant"
     )
+    note = history_note(asked, t)
     return [
         f"rollback of {r['workspace']} to the workspace as captured at {exact(t['instant_ns'])} ({t['ref']})",
+        *([f"  note: {note}"] if note else []),
         built,
         "  (capture times: a change made while snapd was not running carries the time of the "
         "restart that found it; docs/rollback.md)",

@@ -12,7 +12,7 @@ import sys
 import threading
 from typing import Any
 
-from snapd.cli.output import emit, progress_bar, size, summary_line
+from snapd.cli.output import duration, emit, progress_bar, size, summary_line
 from snapd.cli.prompt import confirm
 from snapd.cli.request import Env, client, human, named_workspace, show_warnings, where
 from snapd.display import count
@@ -109,9 +109,15 @@ def cmd_forget(args: argparse.Namespace, env: Env) -> int:
                 return 1
         r = c.call("forget", **named)
     if human(args, r):
+        grace, every = duration(r["grace_s"]), duration(r["gc_interval_s"])
         emit(
             f"forgot {r['workspace']}: {count(r['forgotten_marks'], 'mark')} deleted, with "
-            f"{count(r['versions'], 'file version')} ({size(r['bytes'])}); `snapctl gc` reclaims the space"
+            f"{count(r['versions'], 'file version')} ({size(r['bytes'])})"
+        )
+        emit(
+            f"  its space comes back at the first GC after the {grace} grace period (contents "
+            f"written less than {grace} ago are kept that long: a capture in flight may still "
+            f"need them): `snapctl gc` reclaims what is older now; the daemon runs GC every {every}"
         )
         if r.get("unfinished_rollback"):
             emit("abandoned an unfinished rollback of it: the files stay as it left them")

@@ -19,6 +19,8 @@ from typing import Any
 
 import structlog
 
+from snapd.errors import PermissionRefused
+
 _LEVELS = {
     "debug": logging.DEBUG,
     "info": logging.INFO,
@@ -52,8 +54,12 @@ def configure_logging(level: str = "info", json: bool | None = None, file: Path 
         raise ValueError(f"unknown log level {level!r}")
     handler: logging.Handler
     if file is not None:
-        file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        handler = _PrivateRotatingFile(file, maxBytes=MAX_LOG_BYTES, backupCount=LOG_BACKUPS)
+        try:
+            file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            handler = _PrivateRotatingFile(file, maxBytes=MAX_LOG_BYTES, backupCount=LOG_BACKUPS)
+        except OSError as e:
+            why = f"the log file {file} cannot be written: {e.strerror}"
+            raise PermissionRefused(why, path=str(file)) from None
         tty = False
     else:
         handler = logging.StreamHandler(sys.stderr)

@@ -1,4 +1,5 @@
-"""The ``snapd`` command: run the daemon (foreground or background), stop it, install it.
+"""The ``snapd`` command: run the daemon (foreground or background), stop it, install it as a
+systemd user service and uninstall it.
 
 :class:`Daemon` owns the process life cycle, uvicorn-style: instance lock -> store -> control
 socket -> ``READY=1`` -> workspaces, then wait for SIGTERM/SIGINT or a ``stop`` request, then
@@ -29,7 +30,7 @@ from types import FrameType
 import structlog
 
 from snapd import __version__
-from snapd.config import Config, load_config
+from snapd.config import Config, ensure_private_dir, load_config
 from snapd.daemon import heap
 from snapd.daemon.lock import acquire_instance_lock, acquire_socket_guard
 from snapd.daemon.logs import configure_logging
@@ -129,17 +130,22 @@ def start_background(config: Config, argv_extra: list[str]) -> int:
     from snapd.ipc.client import Client
 
     log_file = config.log_file or config.locations.state_dir / BACKGROUND_LOG
-    cmd = [sys.executable, "-m", "snapd", "start", "--log-file", str(log_file), *argv_extra]
-    config.locations.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # From "/" with -P (no script or current directory on sys.path): ``-m snapd`` run where the
+    # user stands would import a "snapd" package found there instead of this one, and a
+    # long-lived daemon must not hold that directory busy. Its paths are absolute (config).
+    cmd = [sys.executable, "-P", "-m", "snapd", "start", "--log-file", str(log_file), *argv_extra]
+    ensure_private_dir(config.locations.state_dir)
     with open(os.devnull, "rb") as devnull, open(os.devnull, "wb") as sink:
         child = subprocess.Popen(
-            cmd, stdin=devnull, stdout=sink, stderr=subprocess.PIPE, start_new_session=True, close_fds=True
+            cmd, stdin=devnull, stdout=sink, stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
+            cwd="/",
         )
     deadline = time.monotonic() + 60
     with Client(config.endpoint, timeout_s=2.0) as client:
         while time.monotonic() < deadline:
             if child.poll() is not None:
                 err = child.stderr.read().decode(errors="replace").strip() if child.stderr else ""
+                err = err.removeprefix("snapd: ")  # its own one-line error, said once
                 print(f"snapd: the daemon exited at start-up: {err or f'see {log_file}'}", file=sys.stderr)
                 return child.returncode or 1
             try:
@@ -177,7 +183,7 @@ def _int(value: str | None) -> int | None:
         return None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="snapd", description="snapd: rollback history for workspaces (daemon)"
     )
@@ -185,13 +191,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     start = sub.add_parser("start", help="run the daemon (in the foreground, as systemd expects)")
     start.add_argument("--background", action="store_true", help="detach; log to the state directory")
-    start.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    start.add_argument(
+        "--log-level", choices=["debug", "info", "warning", "error"], help="the least severe events logged"
+    )
     start.add_argument("--log-file", help="append logs to this file (rotated) instead of stderr")
     start.add_argument("--log-json", action="store_true", help="JSON log lines even on a terminal")
     sub.add_parser("stop", help="ask the running daemon to exit")
     inst = sub.add_parser("install-service", help="install and start the systemd user service")
     inst.add_argument("--no-start", action="store_true", help="write the unit only")
-    args = parser.parse_args(argv)
+    sub.add_parser(
+        "uninstall-service",
+        help="stop and disable the systemd user service and remove the unit install-service wrote",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     env = dict(os.environ)
     try:
         overrides: dict[str, object] = {}
@@ -220,6 +236,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from snapd.daemon.service_unit import install_service
 
             return install_service(env, start=not args.no_start)
+        if args.command == "uninstall-service":
+            from snapd.daemon.service_unit import uninstall_service
+
+            return uninstall_service(env)
         from snapd.ipc.client import Client
 
         with Client.from_config(config) as client:

@@ -50,7 +50,7 @@ class Service:
             store, self.registry, self.maintenance, sink, config.endpoint, request_stop, config.warnings,
             restores,
         )
-        self.workspaces = WorkspaceOps(store, self.registry, sink)
+        self.workspaces = WorkspaceOps(store, self.registry, sink, self.maintenance)
         self.marks = MarkOps(store, self.registry)
         self.rollback = RollbackOps(store, self.registry, sink, restores)
         self.files = FileOps(store, self.registry, config.retention)

@@ -1,5 +1,8 @@
-"""The systemd user unit: its text (one template, also checked in as systemd/snapd.service)
-and ``snapd install-service``, which writes it, reloads the user manager and starts it.
+"""The systemd user unit: its text (one template, also checked in as systemd/snapd.service),
+``snapd install-service``, which writes it, reloads the user manager and starts it, and
+``snapd uninstall-service``, the inverse: stops and disables it, removes the unit file it wrote
+(only one that starts with the template's first line: a unit of the same name the user wrote
+is left, and said so), reloads the manager.
 
 Hardening keeps every workspace reachable: the user's home and /tmp stay readable and
 writable (no ProtectHome, no PrivateTmp — a workspace under /tmp must work), and nothing
@@ -161,4 +164,63 @@ def install_service(env: dict[str, str], *, start: bool = True) -> int:
             return 1
     print("snapd is running as a user service: `systemctl --user status snapd`;")
     print("its logs: `journalctl --user -u snapd`")
+    return 0
+
+
+#: The template's first line: how uninstall-service knows a unit file is the one it wrote.
+UNIT_SIGNATURE = UNIT_TEMPLATE.splitlines()[0]
+
+
+def _run_shown(cmd: list[str]) -> int:
+    print("$ " + shlex.join(cmd))
+    return subprocess.run(cmd, timeout=60, check=False).returncode
+
+
+def uninstall_service(env: dict[str, str]) -> int:
+    """Stop and disable the user unit when a manager runs, remove every unit file
+    install-service may have written for this shell (where the manager reads units, and this
+    shell's own directories), reload the manager. Nothing installed is not an error."""
+    manager = _user_manager_running()
+    places = list(user_unit_dirs(env))
+    if manager:
+        try:
+            places.insert(0, choose_unit_dir(env, _manager_unit_path())[0])
+        except ConfigError:
+            pass  # the manager reads none of our directories: only ours can hold our unit
+    units = [d / UNIT_NAME for d in dict.fromkeys(places)]
+    ours: list[Path] = []
+    foreign: list[Path] = []
+    for unit in units:
+        try:
+            first = unit.read_text(encoding="utf-8", errors="replace").splitlines()[:1]
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            raise ConfigError(f"{unit} cannot be read: {e.strerror}") from None
+        (ours if first == [UNIT_SIGNATURE] else foreign).append(unit)
+    for unit in foreign:
+        print(f"left {unit}: snapd install-service did not write it (remove it yourself if it is snapd's)")
+    if not ours:
+        looked = ", ".join(str(u.parent) for u in units)
+        print(f"no snapd service unit is installed (looked in {looked}); nothing to do")
+        return 0
+    failed = False
+    if manager:
+        failed = _run_shown(["systemctl", "--user", "disable", "--now", UNIT_NAME]) != 0
+    for unit in ours:
+        try:
+            unit.unlink()
+        except OSError as e:
+            raise ConfigError(f"{unit} cannot be removed: {e.strerror}") from None
+        print(f"removed {unit}")
+    if not manager:
+        print("no systemd user manager is running here: nothing was running under it to stop")
+        print("(a daemon started by hand or by a hook keeps running: stop it with `snapd stop`)")
+        return 0
+    failed = _run_shown(["systemctl", "--user", "daemon-reload"]) != 0 or failed
+    if failed:
+        print("snapd: a systemctl command failed (see above); the unit file is removed", file=sys.stderr)
+        return 1
+    print("snapd is no longer a user service: it is stopped and will not start at login;")
+    print("agent hooks now start it with `snapd start --background` when they need it")
     return 0

@@ -38,6 +38,11 @@ class GcReport:
     repacked: int = 0  # objects stored whole converted to deltas (snapd.store.repack)
     repack_saved: int = 0  # payload bytes that saved
     stored_bytes: int = 0
+    # Objects nothing needs any more but younger than the grace period, kept by the last
+    # sweep: a batch in flight may still rely on them. The last passes the grace at ``waiting_until``.
+    waiting: int = 0
+    waiting_bytes: int = 0
+    waiting_until: int | None = None
     warnings: list[str] = field(default_factory=list)
 
 
@@ -112,7 +117,17 @@ def sweep(
         live = live_keys(store, policy, now, extra=extra)
         young = now - int(policy.grace_s * 1e9)
         rows = store.catalog.read().execute("SELECT key, stored, external, created FROM objects")
-        dead = [(k, s, e) for k, s, e, created in rows if k not in live and created < young]
+        dead, report.waiting, report.waiting_bytes, report.waiting_until = [], 0, 0, None
+        for k, s, e, created in rows:
+            if k in live:
+                continue
+            if created < young:
+                dead.append((k, s, e))
+            else:  # unreferenced, but within the grace: said, so a user knows when it goes
+                report.waiting += 1
+                report.waiting_bytes += s
+                ends = created + int(policy.grace_s * 1e9)
+                report.waiting_until = max(report.waiting_until or ends, ends)
         for i in range(0, len(dead), SWEEP_CHUNK):
             chunk = dead[i : i + SWEEP_CHUNK]
             files = []

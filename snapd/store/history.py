@@ -119,28 +119,46 @@ def base_mark(marks: Sequence[Mark], instant: int) -> Mark | None:
     return chosen[0] if chosen else None
 
 
+def history_start(store: Store, ws: int, marks: Sequence[Mark]) -> Mark | None:
+    """The workspace's baseline, which a time before its history resolves to
+    (docs/rollback.md): the capture that began its history, when it is still the oldest mark
+    and retention evicted none (else what came before the oldest kept mark is unknown)."""
+    if marks and marks[-1].kind == "baseline" and not store.evictions(ws):
+        return marks[-1]
+    return None
+
+
+def _shown(ns: int) -> str:
+    """An instant in a message: the daemon's local time with its offset (timeref.shown)."""
+    return timeref.shown(ns, lambda t: time.localtime(t).tm_gmtoff)
+
+
 def at_time(store: Store, ws: int, instant: int, now: int | None = None) -> AtTime:
-    """The workspace ``ws`` as captured at ``instant``; NotFound when history cannot tell."""
+    """The workspace ``ws`` as captured at ``instant`` (its baseline before its history began:
+    the result's ``instant`` is then the baseline's); NotFound when history cannot tell."""
     now = time.time_ns() if now is None else now
-    when = timeref.wire(instant)
+    when = _shown(instant)
     if instant > now + FUTURE_SLACK_NS:
-        raise UsageError(f"{when} is in the future (the daemon's clock reads {timeref.wire(now)})")
+        raise UsageError(f"{when} is in the future (the daemon's clock reads {_shown(now)})")
     marks = store.marks(ws)
     base = base_mark(marks, instant)
     pruned = pruned_before(store, ws)
     if base is None:
-        first = (
-            f"its oldest kept mark is {marks[-1].id} at {timeref.wire(marks[-1].created)}"
-            if marks
-            else ("it has no marks")
-        )
-        evicted = " (older marks were pruned by retention)" if store.evictions(ws) else ""
-        raise NotFound(f"nothing was captured in this workspace at or before {when}: {first}{evicted}")
+        base = history_start(store, ws, marks)
+        if base is None:
+            first = (
+                f"its oldest kept mark is {marks[-1].id} at {_shown(marks[-1].created)}"
+                if marks
+                else ("it has no marks")
+            )
+            evicted = " (older marks were pruned by retention)" if store.evictions(ws) else ""
+            raise NotFound(f"nothing was captured in this workspace at or before {when}: {first}{evicted}")
+        instant = base.created  # before the workspace's history: its baseline stands in
     if pruned is not None and base.created < pruned:
         raise NotFound(
             f"the workspace at {when} cannot be rebuilt exactly: retention deleted the versions "
-            f"captured before {timeref.wire(pruned)}, and the newest mark before {when} is older "
-            f"({base.id} {base.label} at {timeref.wire(base.created)}): roll back to that mark, "
+            f"captured before {_shown(pruned)}, and the newest mark before {when} is older "
+            f"({base.id} {base.label} at {_shown(base.created)}): roll back to that mark, "
             "or to a later time"
         )
     versions = _versions_between(store, ws, base.created, instant)

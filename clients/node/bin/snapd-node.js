@@ -2,9 +2,12 @@
 "use strict"
 // A small command line over lib/snapd.js: `mark LABEL [--agent A] [--session S] [-w PATH]`,
 // `log [-w PATH] [-n N]`, `events [-w PATH]` (one JSON object per line, notices included).
-// Errors print the daemon's message on stderr and exit 1.
+// Errors print the daemon's message on stderr and exit 1; `--help` prints the usage and exits 0,
+// a command it does not know exits 2. Integers beyond 2^53 (`created_ns`) are printed exactly.
 
-const { Client, Events } = require("../lib/snapd")
+const { Client, Events, stringifyJSON } = require("../lib/snapd")
+
+const USAGE = "usage: snapd-node mark LABEL [--agent A] [--session S] [-m MSG] [-w PATH] | log [-w PATH] [-n N] | events [-w ROOT]"
 
 function options(argv) {
   const out = { _: [] }
@@ -19,20 +22,24 @@ function options(argv) {
 }
 
 async function main(argv) {
+  if (argv.some((a) => a === "--help" || a === "-h") || argv[0] === "help") {
+    console.log(USAGE)
+    return 0
+  }
   const [command, ...rest] = argv
   const opts = options(rest)
   const client = new Client()
   try {
     if (command === "mark" && opts._.length === 1) {
       const m = await client.mark(opts._[0], { workspace: opts.workspace, agent: opts.agent, session: opts.session, message: opts.m })
-      console.log(JSON.stringify(m))
+      console.log(stringifyJSON(m))
     } else if (command === "log") {
-      console.log(JSON.stringify(await client.log({ workspace: opts.workspace, limit: opts.limit })))
+      console.log(stringifyJSON(await client.log({ workspace: opts.workspace, limit: opts.limit })))
     } else if (command === "events") {
       const events = await Events.open(client, { workspace: opts.workspace ?? null })
-      for await (const item of events) console.log(JSON.stringify(item))
+      for await (const item of events) console.log(stringifyJSON(item))
     } else {
-      console.error("usage: snapd-node mark LABEL [--agent A] [--session S] [-m MSG] [-w PATH] | log [-w PATH] [-n N] | events [-w ROOT]")
+      console.error(USAGE)
       return 2
     }
     return 0

@@ -61,6 +61,44 @@ function findEndpoint(env = process.env) {
   return "ipc://" + path.join(socketDir(env), "control.sock")
 }
 
+// -- exact integers ----------------------------------------------------------------------------
+
+/** JSON.parse, except that an integer a JavaScript number cannot hold exactly (beyond 2^53:
+ * every `*_ns` time, `created_ns` of a mark) becomes a BigInt, not a rounded number. Number
+ * tokens are found outside strings by a scan; each unsafe one is parsed as a string carrying a
+ * marker no daemon string can hold (random per call), which the reviver turns into a BigInt. */
+function parseJSON(text) {
+  const marker = `\u0000int:${crypto.randomBytes(8).toString("hex")}:`
+  let out = ""
+  let last = 0
+  let big = false
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i]
+    if (c === '"') { // skip the string, escapes included
+      for (i++; i < text.length && text[i] !== '"'; i++) if (text[i] === "\\") i++
+    } else if (c === "-" || (c >= "0" && c <= "9")) {
+      let j = i + 1
+      while (j < text.length && /[0-9.eE+-]/.test(text[j])) j++
+      const token = text.slice(i, j)
+      if (/^-?[0-9]+$/.test(token) && !Number.isSafeInteger(Number(token))) {
+        out += text.slice(last, i) + JSON.stringify(marker + token)
+        last = j
+        big = true
+      }
+      i = j - 1
+    }
+  }
+  if (!big) return JSON.parse(text)
+  return JSON.parse(out + text.slice(last), (_, v) => (typeof v === "string" && v.startsWith(marker) ? BigInt(v.slice(marker.length)) : v))
+}
+
+/** JSON.stringify that writes a BigInt as the plain integer it is (JSON has no size limit). */
+function stringifyJSON(value) {
+  const marker = `\u0000int:${crypto.randomBytes(8).toString("hex")}:`
+  const text = JSON.stringify(value, (_, v) => (typeof v === "bigint" ? marker + v.toString() : v))
+  return text.replace(new RegExp(`"${JSON.stringify(marker).slice(1, -1).replace(/\\/g, "\\\\")}(-?[0-9]+)"`, "g"), "$1")
+}
+
 // -- paths ("Paths") ---------------------------------------------------------------------------
 
 /** A path for a request: a string as it is; a Buffer as a string when it is UTF-8, else {b64}. */
@@ -125,7 +163,7 @@ class Client {
         if (err.code === "EAGAIN") continue
         throw err
       }
-      const reply = JSON.parse(frames[frames.length - 1].toString("utf8"))
+      const reply = parseJSON(frames[frames.length - 1].toString("utf8"))
       if (reply.id !== id) continue // a late answer to a call that gave up
       if (!("ok" in reply) && reply.progress) continue // interim progress report
       if (reply.ok === false) {
@@ -218,7 +256,7 @@ class Events {
 
   async * [Symbol.asyncIterator]() {
     for await (const [, body] of this.sock) {
-      const event = JSON.parse(body.toString("utf8"))
+      const event = parseJSON(body.toString("utf8"))
       yield * this.sequencer.check(event)
       yield event
     }
@@ -229,4 +267,6 @@ class Events {
   }
 }
 
-module.exports = { Client, Events, Sequencer, SnapdError, findEndpoint, encodePath, decodePath, PROTOCOL_VERSION }
+module.exports = {
+  Client, Events, Sequencer, SnapdError, findEndpoint, encodePath, decodePath, parseJSON, stringifyJSON, PROTOCOL_VERSION,
+}

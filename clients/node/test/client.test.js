@@ -6,7 +6,9 @@ const assert = require("node:assert/strict")
 const fs = require("node:fs")
 const path = require("node:path")
 const { test } = require("node:test")
-const { Client, Events, Sequencer, SnapdError, encodePath, decodePath, findEndpoint } = require("../lib/snapd")
+const {
+  Client, Events, Sequencer, SnapdError, encodePath, decodePath, findEndpoint, parseJSON, stringifyJSON,
+} = require("../lib/snapd")
 
 const WS = process.env.SNAPD_TEST_WORKSPACE
 
@@ -125,7 +127,7 @@ test("follows events of one workspace in order, every mark, no gap", async () =>
     const got = []
     while (got.length < 20) {
       const item = await it.next(10000, "event")
-      assert.equal(item.notice, undefined, `unexpected notice ${JSON.stringify(item)}`)
+      assert.equal(item.notice, undefined, `unexpected notice ${stringifyJSON(item)}`)
       if (item.event === "mark.created" && item.mark.label.startsWith("node-") && item.mark.label !== "node-warm-up") got.push(item)
     }
     assert.deepEqual(got.map((e) => e.mark.id), made)
@@ -139,6 +141,27 @@ test("follows events of one workspace in order, every mark, no gap", async () =>
   } finally {
     events.close()
     client.close()
+  }
+})
+
+test("integers past 2^53 arrive exactly, as BigInt, and are written back exactly", async () => {
+  const text = '{"created_ns": 1796018680169614049, "s": "\\"1796018680169614049", "seq": 3, "f": 0.25, "m": -9007199254740993}'
+  const v = parseJSON(text)
+  assert.equal(v.created_ns, 1796018680169614049n)
+  assert.equal(v.m, -9007199254740993n)
+  assert.equal(v.s, '"1796018680169614049')
+  assert.equal(v.seq, 3)
+  assert.equal(v.f, 0.25)
+  assert.equal(stringifyJSON(v), '{"created_ns":1796018680169614049,"s":"\\"1796018680169614049","seq":3,"f":0.25,"m":-9007199254740993}')
+  if (process.env.SNAPD_HOME && WS) { // and from the daemon: a mark's created_ns, to the ns
+    const client = new Client()
+    try {
+      const m = await client.mark("node-exact", { workspace: WS, agent: "node" })
+      assert.equal(typeof m.created_ns, "bigint")
+      assert.ok(Math.abs(Number(m.created_ns) / 1e9 - m.created) < 1e-3, `${m.created_ns} vs ${m.created}`)
+    } finally {
+      client.close()
+    }
   }
 })
 

@@ -102,5 +102,9 @@ class DaemonOps:
             "objects_deleted": rep.objects_deleted,
             "bytes_freed": rep.bytes_freed,
             "stored_bytes": rep.stored_bytes,
+            "waiting_objects": rep.waiting,
+            "waiting_bytes": rep.waiting_bytes,
+            "waiting_until": rep.waiting_until / 1e9 if rep.waiting_until is not None else None,
+            "grace_s": self.maintenance.policy.grace_s,
             "warnings": rep.warnings,
         }

@@ -94,7 +94,8 @@ class FileOps:
     ) -> dict[str, Any]:
         ws_id, root = self.registry.stored(workspace, cwd)
         rel = relative_path(root, path, cwd)
-        tree = history.resolve(self.store, ws_id, at, session)[0].tree if at else self.store.head(ws_id)
+        target, at_time = history.resolve(self.store, ws_id, at, session) if at else (None, None)
+        tree = target.tree if target is not None else self.store.head(ws_id)
         entry = trees.lookup(self.store.load_node, tree, rel) if tree else None
         if entry is None or entry.kind == "dir":
             raise NotFound(f"{shown(rel)} is not a captured file at {at or 'the latest capture'}")
@@ -108,6 +109,7 @@ class FileOps:
             "mode": entry.mode,
             "size": len(data),
             "data_b64": base64.b64encode(data).decode(),
+            **({"time": history.describe(at_time)} if at_time is not None else {}),
         }
 
     def op_history(

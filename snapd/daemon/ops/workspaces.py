@@ -7,14 +7,16 @@ from pathlib import Path
 from typing import Any
 
 from snapd.daemon.events import EventSink, emit
+from snapd.daemon.maintenance import Maintenance
 from snapd.daemon.registry import Registry
 from snapd.daemon.wire import mark_json, wire_paths
 from snapd.store.store import Store
 
 
 class WorkspaceOps:
-    def __init__(self, store: Store, registry: Registry, events: EventSink) -> None:
+    def __init__(self, store: Store, registry: Registry, events: EventSink, maintenance: Maintenance) -> None:
         self.store, self.registry, self.events = store, registry, events
+        self.maintenance = maintenance  # when a forgotten workspace's space comes back
 
     def op_watch(self, path: bytes) -> dict[str, Any]:
         ws, baseline = self.registry.register(Path(os.fsdecode(path)))
@@ -38,4 +40,6 @@ class WorkspaceOps:
             return {"workspace": str(root), "dry_run": True, **footprint}
         self.op_unwatch(os.fsencode(root))
         marks = self.store.forget_workspace(ws_id)
-        return {"workspace": str(root), "forgotten_marks": marks, **footprint}
+        # Its objects go at the next GC once past the grace period (store.gc), not at once.
+        when = {"grace_s": self.maintenance.policy.grace_s, "gc_interval_s": self.maintenance.interval_s}
+        return {"workspace": str(root), "forgotten_marks": marks, **footprint, **when}
