@@ -245,7 +245,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             "workspace itself is not touched (its root may be gone)",
             ref=True,
         )
-        sp.add_argument("mark", metavar="MARK")
+        sp.add_argument("mark", metavar="MARK", help=MARK_REF_HELP)
         sp.add_argument("--target", required=True, metavar="DEST", help="where to write it (absent or empty)")
         sp.add_argument("-y", "--yes", action="store_true", help="accepted for scripts: restore never asks")
     if wanted("diff"):
