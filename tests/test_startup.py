@@ -8,7 +8,6 @@ process doing a real call (a mark, a status) against a real daemon, then listing
 from __future__ import annotations
 
 import importlib.metadata
-import importlib.util
 import json
 import os
 import subprocess
