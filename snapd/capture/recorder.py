@@ -100,17 +100,19 @@ class Recorder:
         # (lost events, which only a full scan recovers; it covers every subtree too).
         full = d.full or (for_mark and self.scan_every_mark)
         reasons = sorted(d.why) or ["scan_every_mark"]
-        tops = d.scan_dirs
-        while full or tops:
-            if full:
+        tops, recheck = d.scan_dirs, d.recheck
+        while full or tops or recheck:
+            if full:  # every captured path is stat'ed: a re-check of files too
                 self.scan(b"")
                 for reason in reasons:
                     self._announce("workspace.rescanned", {"reason": reason})
             else:
                 for top in tops:
                     self.scan(top)
+                if recheck:  # a new name went unseen: it may have been a link to any file
+                    self.recheck()
             new = self._dirty.take()
-            full, reasons, tops = new.full, sorted(new.why), new.scan_dirs
+            full, reasons, tops, recheck = new.full, sorted(new.why), new.scan_dirs, new.recheck
             d = d | new
             if new.rules and not refreshed:
                 # The scans found a rule file no event told of: a directory moved within the
@@ -122,6 +124,8 @@ class Recorder:
                 refreshed = self._rules.reload_if_changed(True)
                 d, new = self._rejudge(d)
                 full, reasons, tops = new.full, sorted(new.why), new.scan_dirs
+        # New names seen as hard links: their files' captured names, whatever became of them.
+        d.paths |= self._capturer.stats.names_of(ino for _, ino in d.inodes)
         return sorted(p for p in d.paths if self._capturer.wanted(p))
 
     def _rejudge(self, d: Dirty) -> tuple[Dirty, Dirty]:
