@@ -68,6 +68,8 @@ class Generator:
         "move_in": 2,
         "swap_dirs": 2,
         "hardlink": 2,
+        "fleeting_link": 2,
+        "link_web": 2,
         "link_outside": 1,
         "write_outside": 1,
         "symlink": 3,
@@ -158,6 +160,14 @@ class Generator:
                     return Step(op, (a, b))
             case "hardlink" if files:
                 return Step(op, (rng.choice(files), new_path(FILE_NAMES)))
+            case "fleeting_link" if files:
+                self.n += 1
+                gone = rng.choice(("rm", "rm", "rmtree", "move_out"))
+                where = new_path(FILE_NAMES if gone == "rm" else DIR_NAMES)
+                return Step(op, (rng.choice(files), where, self.data(), gone, self.n))
+            case "link_web" if len(files) >= 2:
+                src, over = rng.sample(files, 2)
+                return Step(op, (src, new_path(FILE_NAMES), new_path(FILE_NAMES), over, self.data()))
             case "link_outside":
                 self.n += 1
                 return Step(op, (new_path(FILE_NAMES), f"hl-{self.n}", self.data()))
