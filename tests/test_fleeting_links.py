@@ -125,6 +125,42 @@ def test_a_linked_name_written_through_then_renamed_over(daemon: Daemon, ws: Pat
     rolled_back_to(daemon, ws, m1, at_m1)
 
 
+def counters(d: Daemon, ws: Path) -> dict[str, int]:
+    work: dict[str, int] = next(w for w in d.call("status")["workspaces"] if w["root"] == str(ws))["counters"]
+    return work
+
+
+def test_ordinary_edits_atomic_saves_and_kept_links_cost_no_recheck(daemon: Daemon, ws: Path) -> None:
+    """The re-check of every file is for new names that went unseen only: writes in place,
+    atomic saves (a temporary name renamed over the file at once: its file is known from the
+    look at the temporary name, or looked at under the new one), links kept and written
+    through, new directories, renames and removals add none — marks stay O(changes)."""
+    write(ws / "a", "one\n")
+    write(ws / "old", "old\n")
+    for n in range(20):
+        write(ws / f"f{n}", "f\n")
+    daemon.ctl("watch", ws)
+    mark(daemon, ws, "m0")
+    before = counters(daemon, ws)
+    for n in range(20):  # each of 20 files written in place, then saved atomically
+        write(ws / f"f{n}", f"in place {n}\n")
+        tmp = ws / f".f{n}.tmp"
+        write(tmp, f"saved {n}\n")
+        os.rename(tmp, ws / f"f{n}")
+    tmp = ws / ".a.tmp"
+    write(tmp, "saved a\n")
+    os.rename(tmp, ws / "a")
+    os.link(ws / "a", ws / "b")
+    append(ws / "b", b"through b\n")
+    write(ws / "d" / "e" / "f", "new dir\n")
+    os.rename(ws / "old", ws / "d" / "old")
+    os.unlink(ws / "d" / "old")
+    m1 = mark(daemon, ws, "m1")
+    got = {k: v - before[k] for k, v in counters(daemon, ws).items()}
+    assert got["rechecks"] == 0 and got["full_scans"] == 0, got
+    assert cat(daemon, ws, m1, "a") == cat(daemon, ws, m1, "b") == b"saved a\nthrough b\n"
+
+
 # -- webs of links ----------------------------------------------------------------------------------
 
 NAMES = [f"{d}{n}" for d in ("", "p/", "q/r/") for n in ("a", "b", "c", "d")]

@@ -43,7 +43,7 @@ class Translator:
 
     def handle(self, data: bytes) -> None:
         """Turn one read(2) worth of records into events and deliver what is complete."""
-        self._births.next_read(len(data))
+        self._moves.add(self._births.next_read(len(data)))
         for wd, mask, cookie, name in inotify.records(data):
             if self._record(wd, mask, cookie, name):
                 # A barrier cookie: every rename completed before it was created has both
@@ -59,6 +59,7 @@ class Translator:
     def _resolve_moves(self, *, force: bool) -> None:
         for cookie in self._moves.resolve(force=force):
             self._watches.release(cookie)
+            self._moves.add(self._births.moved_out(cookie))
 
     def _created_below(self, rel: bytes) -> None:
         """Watch new directory ``rel`` and below; report what the listings find as created.
@@ -105,20 +106,19 @@ class Translator:
             return True
         rel = join(parent, name)
         births = self._births
-        if mask & (Mask.IN_MOVED_FROM | Mask.IN_DELETE):
-            moves.add(births.died(rel, is_dir))
         if mask & Mask.IN_MOVED_FROM:
+            moves.add(births.died(rel, is_dir, cookie))
             moves.moved_from(rel, is_dir, cookie)
             if is_dir:
                 watches.detach(rel, cookie)
                 watches.forget_refused(rel)
         elif mask & Mask.IN_MOVED_TO:
             if moves.moved_to(cookie, rel, is_dir):
-                moves.add(births.born(rel, is_dir))
+                moves.add(births.arrived(cookie, rel, is_dir))
                 if is_dir:
                     watches.reattach(cookie, rel)
             else:
-                moves.add([WatchEvent("created", rel, None, is_dir), *births.born(rel, is_dir)])
+                moves.add([WatchEvent("created", rel, None, is_dir), *births.born(rel, is_dir, moved=True)])
                 if is_dir:
                     self._created_below(rel)
         elif mask & Mask.IN_CREATE:
@@ -126,7 +126,7 @@ class Translator:
             if is_dir:
                 self._created_below(rel)
         elif mask & Mask.IN_DELETE:
-            moves.add([WatchEvent("deleted", rel, None, is_dir)])
+            moves.add([WatchEvent("deleted", rel, None, is_dir), *births.died(rel, is_dir)])
             if is_dir:
                 watches.forget_refused(rel)
         elif mask & CHANGE_MASK:
