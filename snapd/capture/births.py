@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections import Counter, deque
 from typing import Final, Literal, NamedTuple
 
 from snapd.capture.events import WatchEvent
@@ -48,6 +49,7 @@ State = Literal["looked", "listed", "known", "missed", "gone"]
 # A read this close to READ_SIZE may have left records queued before the looks made while
 # the previous one was handled: those looks stay open one read more.
 _FULL: Final = READ_SIZE - 4096
+_READS: Final = 8  # reads whose looks stay open at most (~12,000 records: the kernel's queue)
 
 
 class _Name(NamedTuple):
@@ -68,34 +70,52 @@ class Births:
 
     def __init__(self, root: bytes) -> None:
         self._root = root
-        self._current: dict[bytes, _Name] = {}  # names born while handling this read
-        self._open: dict[bytes, _Name] = {}  # ... and in the read(s) before it
-        self._above: set[bytes] = set()  # every directory above a name in either
+        # The names born while handling the reads whose looks are still open, a dict per read
+        # (the last one: this read's), and every directory above them, counted.
+        self._reads: deque[dict[bytes, _Name]] = deque([{}])
+        self._above: Counter[bytes] = Counter()
         self._full = False
         self._missed: set[bytes] = set()  # names found gone by their look, fate not known yet
         self._moving: dict[int, bytes] = {}  # rename cookie -> what it took away that matters
         self._leaving: dict[int, Inode | None] = {}  # rename cookie -> the known file it carries
 
     def next_read(self, size: int) -> list[WatchEvent]:
-        """A read(2) of ``size`` bytes is about to be handled: the looks of the read before
-        it close unless that one was full (what was queued before them is all read now). A
-        name missed and not accounted for by then is ``unseen``."""
+        """A read(2) of ``size`` bytes is about to be handled: the looks of the reads before
+        the last one close, and the last one's too unless it was full (what was queued before
+        them is all read now). A name missed and not accounted for by then is ``unseen``; so
+        is the oldest read's, when more than :data:`_READS` full reads in a row keep looks open
+        (the reader is that far behind: the kernel's queue is about to overflow anyway)."""
         if not size:
             return []
+        reads = self._reads
+        keep = len(reads) if self._full else 1
         out: list[WatchEvent] = []
-        if not self._full:
-            for name in [n for n in self._missed if n not in self._current]:
-                self._missed.discard(name)
-                out.append(_unseen(name))
-        kept = self._open if self._full else {}
-        self._open = kept | self._current
-        self._current = {}
+        if keep > _READS:
+            keep = _READS
+            out.append(_unseen(b""))
+        while len(reads) > keep:
+            for name in reads.popleft():
+                self._above.subtract(_parents(name))
+                if name in self._missed and self._get(name) is None:
+                    self._missed.discard(name)
+                    out.append(_unseen(name))
+        self._above = +self._above  # drop the zero counts
+        reads.append({})
         self._full = size >= _FULL
-        self._above = {p for name in self._open for p in _parents(name)}
         return out
 
     def _get(self, rel: bytes) -> _Name | None:
-        return self._current.get(rel, self._open.get(rel))
+        for names in reversed(self._reads):
+            got = names.get(rel)
+            if got is not None:
+                return got
+        return None
+
+    def _put(self, rel: bytes, name: _Name) -> None:
+        current = self._reads[-1]
+        if rel not in current:
+            self._above.update(_parents(rel))
+        current[rel] = name
 
     def died(self, rel: bytes, is_dir: bool, cookie: int = 0) -> list[WatchEvent]:
         """``rel`` was deleted (``cookie`` 0) or renamed away (that rename's cookie).
@@ -110,7 +130,7 @@ class Births:
         for p in missed:
             self._missed.discard(p)
         if was is not None:
-            self._current[rel] = was._replace(state="gone", file=None)
+            self._put(rel, was._replace(state="gone", file=None))
         if cookie and not is_dir and (was is None or was.state in ("looked", "listed", "known")):
             # Its file is known at its next name: looked at here, or (a name not born lately)
             # settled — captured with its links, or looked at and its looks closed.
@@ -131,8 +151,7 @@ class Births:
             return self.born(rel, is_dir, moved=True)
         file = self._leaving.pop(cookie)
         was = self._get(rel) or _NONE
-        self._current[rel] = _Name("known", file, was.seen)
-        self._above.update(_parents(rel))
+        self._put(rel, _Name("known", file, was.seen))
         return [_unseen(rel)] if file in was.seen else []
 
     def moved_out(self, cookie: int) -> list[WatchEvent]:
@@ -153,18 +172,18 @@ class Births:
             return []
         was = got or _NONE
         state: State = "listed" if listed else "looked"
-        self._above.update(_parents(rel))
-        if is_dir:  # born again above names looked at: any of those looks may be in doubt
-            self._current[rel] = _Name(state, None, was.seen)
-            return [_unseen(rel)] if rel in self._above else []
+        doubt = is_dir and self._above[rel] > 0  # born again above names looked at
+        self._put(rel, _Name(state, None, was.seen))
+        if is_dir:
+            return [_unseen(rel)] if doubt else []
         try:
             st = os.lstat(self._root + b"/" + rel)
         except OSError:  # gone already: what became of it decides (died, next_read)
-            self._current[rel] = _Name("missed", None, was.seen)
+            self._put(rel, _Name("missed", None, was.seen))
             self._missed.add(rel)
             return [_unseen(rel)] if was.seen else []  # an earlier look may have seen its file
         file = (st.st_dev, st.st_ino)
-        self._current[rel] = _Name(state, file, was.seen | {file})
+        self._put(rel, _Name(state, file, was.seen | {file}))
         out = [_unseen(rel)] if file in was.seen else []  # an earlier look may have seen it
         if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
             out.append(WatchEvent("linked", rel, inode=file))
