@@ -221,7 +221,7 @@ class World:
                     if a[3] == "rmtree":
                         shutil.rmtree(r / a[1])
                     else:
-                        os.rename(r / a[1], out / f"gone-{a[4]}")
+                        os.rename(r / a[1], out / f"gone-{a[4]}-{time.monotonic_ns()}")
             case "link_web":
                 s, n1, n2, over = (r / x for x in a[:4])
                 os.link(s, n1, follow_symlinks=False)
