@@ -164,12 +164,13 @@ def test_ordinary_edits_atomic_saves_and_kept_links_cost_no_recheck(daemon: Daem
 # -- webs of links ----------------------------------------------------------------------------------
 
 NAMES = [f"{d}{n}" for d in ("", "p/", "q/r/") for n in ("a", "b", "c", "d")]
+OPS = ("ln", "ln", "rename", "write", "write", "rm", "fleeting", "fleeting_dir", "new", "dir_away")
 
 
 def web_step(rng: random.Random, ws: Path, outside: Path, n: int) -> str:
     """One random operation on a few names in a few directories; what it did, for the log."""
     files = [p for p in NAMES if (ws / p).is_file()]
-    op = rng.choice(["ln", "ln", "rename", "write", "write", "rm", "fleeting", "fleeting_dir", "new"])
+    op = rng.choice(OPS)
     if not files or op == "new":
         p = rng.choice(NAMES)
         write(ws / p, f"new {n}\n")
@@ -190,6 +191,13 @@ def web_step(rng: random.Random, ws: Path, outside: Path, n: int) -> str:
     if op == "rm":
         os.unlink(ws / src)
         return f"rm {src}"
+    if op == "dir_away":  # a directory of names renamed away, written through there, and back
+        inside = [p for p in files if p.startswith("p/")]
+        os.rename(ws / "p", ws / "p.away")
+        for p in inside[:2]:
+            append(ws / "p.away" / p[2:], f"away{n}\n".encode())
+        os.rename(ws / "p.away", ws / "p")
+        return f"dir_away {inside[:2]}"
     if op == "fleeting":
         tmp = ws / rng.choice(["", "p/", "q/"]) / "tmp"
         os.link(ws / src, tmp)
