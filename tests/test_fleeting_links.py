@@ -10,6 +10,7 @@ links").
 
 from __future__ import annotations
 
+import base64
 import os
 import random
 import shutil
@@ -218,10 +219,23 @@ def web_step(rng: random.Random, ws: Path, outside: Path, n: int) -> str:
     return f"fleeting_dir {src} mv"
 
 
+def mark_holds(d: Daemon, ws: Path, mark_id: str, want: Snap) -> list[str]:
+    """The files of ``want`` whose bytes the mark does not hold."""
+    wrong = []
+    with d.client() as c:
+        for rel, entry in sorted(want.items()):
+            if entry[0] == "file":
+                got = c.call("cat", at=mark_id, path=os.fsencode(rel), workspace=os.fsencode(ws))
+                if base64.b64decode(got["data_b64"]) != entry[2]:
+                    wrong.append(rel)
+    return wrong
+
+
 def test_random_webs_of_links_marks_and_rollbacks_are_exact(daemon: Daemon, ws: Path, tmp_path: Path) -> None:
     """~150 operations (links, renames over, writes through, removals, fleeting names), a mark
-    every few, a rollback every few marks to a random earlier one: every rollback gives the
-    tree as it was at its mark. Seed printed; SNAPD_LINKS_SEED replays one."""
+    every few holding every file's bytes as they are, and a rollback every few marks to a random
+    earlier one giving the tree as it was at its mark. Seed printed; SNAPD_LINKS_SEED replays
+    one."""
     seed = int(os.environ.get("SNAPD_LINKS_SEED", "30"))
     print(f"seed {seed}")
     rng = random.Random(seed)
@@ -238,6 +252,8 @@ def test_random_webs_of_links_marks_and_rollbacks_are_exact(daemon: Daemon, ws: 
         done.append(web_step(rng, ws, outside, n))
         if rng.random() < 0.25:
             marks.append((mark(daemon, ws, f"m{n}"), snapshot(ws)))
+            stale = mark_holds(daemon, ws, *marks[-1])
+            assert not stale, f"seed {seed}, after {len(done)} steps ({'; '.join(done[-8:])}): stale {stale}"
             if rng.random() < 0.3:
                 target, want = rng.choice(marks)
                 code, reply = cli_rollback(daemon, ws, "--to", target)
