@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from snapd.capture.births import Births
+from snapd.capture.dirty import DirtySet
 from snapd.capture.events import WatchEvent
 from snapd.capture.inotify import READ_SIZE
 from snapd.capture.watches import WatchTable
@@ -164,3 +165,16 @@ def test_a_directory_gone_before_its_watch_is_told_vanished(tmp_path: Path) -> N
         assert table.failures == 0, "a race, not a refusal"
     finally:
         table.close()
+
+
+def test_the_dirty_set_keeps_linked_inodes_and_a_due_recheck() -> None:
+    dirty = DirtySet()
+    dirty.add_events(
+        [WatchEvent("linked", b"b", inode=(1, 42)), WatchEvent("unseen", b"gone")],
+        lambda rel: False,
+        lambda rel: False,
+    )
+    assert dirty.pending() == 2, "a due re-check alone wakes the capture thread"
+    taken = dirty.take()
+    assert taken.inodes == {(1, 42)} and taken.recheck and not taken.paths
+    assert not dirty.take()
