@@ -79,6 +79,8 @@ class Generator:
         "move_in": 2,
         "swap_dirs": 2,
         "hardlink": 2,
+        "fleeting_link": 2,
+        "link_web": 2,
         "link_outside": 1,
         "write_outside": 1,
         "symlink": 3,
@@ -135,6 +137,14 @@ class Generator:
             d = rng.choice(roomy)
             return f"{d}/{rng.choice(names)}" if d else rng.choice(names)
 
+        def fresh(names: Sequence[str]) -> str:
+            """A new path not on disk, if a few tries find one (a link cannot be made over one)."""
+            for _ in range(4):
+                p = new_path(names)
+                if p not in disk:
+                    break
+            return p
+
         def any_file() -> str:
             return rng.choice(files) if files and rng.random() < 0.8 else new_path(FILE_NAMES)
 
@@ -172,6 +182,14 @@ class Generator:
                     return Step(op, (a, b))
             case "hardlink" if files:
                 return Step(op, (rng.choice(files), new_path(FILE_NAMES)))
+            case "fleeting_link" if files:
+                self.n += 1
+                gone = rng.choice(("rm", "rm", "rmtree", "move_out"))
+                where = fresh(FILE_NAMES if gone == "rm" else DIR_NAMES)
+                return Step(op, (rng.choice(files), where, self.data(), gone, self.n))
+            case "link_web" if len(files) >= 2:
+                src, over = rng.sample(files, 2)
+                return Step(op, (src, fresh(FILE_NAMES), fresh(FILE_NAMES), over, self.data()))
             case "link_outside":
                 self.n += 1
                 return Step(op, (new_path(FILE_NAMES), f"hl-{self.n}", self.data()))

@@ -82,6 +82,15 @@ class Step:
                 return f"mv {a[0]} {a[0]}.swap; mv {a[1]} {a[0]}; mv {a[0]}.swap {a[1]}"
             case "hardlink":
                 return f"ln {a[0]} {a[1]}"
+            case "fleeting_link":  # a second name written through and gone in one settle
+                if a[3] == "rm":
+                    return f"ln {a[0]} {a[1]}; printf {data(a[2])} >> {a[1]}; rm {a[1]}"
+                gone = f"rm -rf {a[1]}" if a[3] == "rmtree" else f"mv {a[1]} $OUT/gone-{a[4]}"
+                return f"mkdir {a[1]}; ln {a[0]} {a[1]}/x; printf {data(a[2])} >> {a[1]}/x; {gone}"
+            case "link_web":  # a link of a link, written through, renamed over a file; both gone
+                s, n1, n2, over = a[:4]
+                through = f"printf {data(a[4])} >> {n2}"
+                return f"ln {s} {n1}; ln {n1} {n2}; {through}; mv {n2} {over}; rm {n1} {over}"
             case "link_outside":
                 return f"printf {data(a[2])} > $OUT/{a[1]}; ln $OUT/{a[1]} {a[0]}"
             case "write_outside":
@@ -224,6 +233,27 @@ class World:
                 os.rename(r / f"{a[0]}.swap", r / a[1])
             case "hardlink":
                 os.link(r / a[0], r / a[1], follow_symlinks=False)
+            case "fleeting_link":
+                if a[3] == "rm":
+                    os.link(r / a[0], r / a[1], follow_symlinks=False)
+                    _fd_write(r / a[1], content(a[2]), os.O_APPEND, None)
+                    os.unlink(r / a[1])
+                else:
+                    os.mkdir(r / a[1])
+                    os.link(r / a[0], r / a[1] / "x", follow_symlinks=False)
+                    _fd_write(r / a[1] / "x", content(a[2]), os.O_APPEND, None)
+                    if a[3] == "rmtree":
+                        shutil.rmtree(r / a[1])
+                    else:
+                        os.rename(r / a[1], out / f"gone-{a[4]}-{time.monotonic_ns()}")
+            case "link_web":
+                s, n1, n2, over = (r / x for x in a[:4])
+                os.link(s, n1, follow_symlinks=False)
+                os.link(n1, n2, follow_symlinks=False)
+                _fd_write(n2, content(a[4]), os.O_APPEND, None)
+                os.rename(n2, over)
+                os.unlink(n1)
+                os.unlink(over)
             case "link_outside":
                 _fd_write(out / a[1], content(a[2]), os.O_TRUNC, None)
                 os.link(out / a[1], r / a[0])

@@ -246,6 +246,30 @@ MUTANTS = [
         _t("tests/test_far_times.py"),
         "an edit of a far-dated path while the daemon is down is missed by the restart's catch-up",
     ),
+    Mutant(
+        "births-link-untold",
+        "snapd/capture/births.py",
+        '            out.append(WatchEvent("linked", rel, inode=file))\n',
+        "            pass\n",
+        _t("tests/test_births.py", "tests/test_fleeting_links.py"),
+        "a new name seen as a hard link is not told: written through, gone by the capture, its file is stale",
+    ),
+    Mutant(
+        "births-unseen-ignored",
+        "snapd/capture/dirty.py",
+        "                    d.recheck = True\n",
+        "                    d.recheck = False\n",
+        _t("tests/test_births.py", "tests/test_fleeting_links.py"),
+        "a name gone before its look re-checks nothing: its directory removed or moved out, a mark is stale",
+    ),
+    Mutant(
+        "linked-name-gone-forgets-others",
+        "snapd/capture/capturer.py",
+        "            others.update(self.stats.linked(r.rel))  # before the read replaces what was known\n",
+        "",
+        _t("tests/test_fleeting_links.py", "-k", "after_it_was_captured or renamed_over"),
+        "a captured second name written through, then removed or renamed over: its other names stay stale",
+    ),
 ]
 
 

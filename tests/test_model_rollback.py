@@ -229,6 +229,33 @@ SCENARIOS: dict[str, tuple[list[Step], str]] = {
         [Step("hardlink", ("README", "g.txt")), write("g.txt", "line8*291"), BACK_TO_START],
         "",
     ),
+    # A second name made, written through and removed (or its new directory removed or moved out)
+    # before any capture: the next mark holds the first name's new bytes (issue 30, point 4).
+    **{
+        f"fleeting-hard-link-{gone}": (
+            [
+                MARK,
+                Step("fleeting_link", ("README", "g.txt" if gone == "rm" else "pkg", "v9*2", gone, 1)),
+                Step("mark", ("m2",)),
+                Step("rollback", ("m2",)),
+                BACK,
+                Step("rollback", ("m2",)),
+            ],
+            "",
+        )
+        for gone in ("rm", "rmtree", "move_out")
+    },
+    # A link of a link written through, renamed over a third file, the middle name removed.
+    "link-web-renamed-over": (
+        [
+            Step("link_web", ("README", "g.txt", "src/m.py", "notes.txt", "v7*3")),
+            Step("mark", ("m2",)),
+            Step("rollback", ("m2",)),
+            BACK_TO_START,
+            Step("rollback", ("m2",)),
+        ],
+        "",
+    ),
     # The other name is outside the tree, written there (no event inside): rechecked at each mark.
     "hard-link-to-outside-written-outside": (
         [

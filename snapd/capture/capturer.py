@@ -102,10 +102,14 @@ class Capturer:
     def capture(self, batch: Batch, todo: list[bytes]) -> dict[bytes, trees.Change]:
         """Read ``todo`` into ``batch``, and with each file that has other links, its other
         captured names: a write through one name changed them all, and only that name had an
-        event. A path now ignored (rules changed) is dropped from the tree and the cache."""
+        event. So too the other names a linked file had when a name of it is found gone or
+        replaced: it may have been written through before (``ln a b; echo x >> b; rm b``).
+        A path now ignored (rules changed) is dropped from the tree and the cache."""
         linked: list[bytes] = []
+        others: set[bytes] = set()  # the other names of files whose linked name went
 
         def on_read(r: reader.Read) -> None:
+            others.update(self.stats.linked(r.rel))  # before the read replaces what was known
             self.note_read(r)
             if r.kind == "file" and r.nlink > 1:
                 linked.append(r.rel)
@@ -124,8 +128,9 @@ class Capturer:
                     counters=self.counters,
                 )
             )
-            todo = sorted({o for p in linked for o in self.stats.linked(p)} - captured.keys())
+            todo = sorted(({o for p in linked for o in self.stats.linked(p)} | others) - captured.keys())
             linked.clear()
+            others.clear()
         changes: dict[bytes, trees.Change] = {}
         for rel, change in captured.items():
             if change is not None and self._rules.is_ignored(rel, isinstance(change, trees.Dir)):

@@ -17,8 +17,8 @@ import threading
 
 
 class Counters:
-    """Full scans, directories listed, paths ``lstat``ed and files read, since the workspace
-    started."""
+    """Full scans, re-checks of every file, directories listed, paths ``lstat``ed and files
+    read, since the workspace started."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -26,10 +26,15 @@ class Counters:
         self.lstats = 0  # lstat calls on workspace paths, by scans and reads
         self.files_read = 0  # regular files whose bytes were read (a re-read counts again)
         self.listings = 0  # directories listed, by walks, scans and the watcher placing watches
+        self.rechecks = 0  # re-checks of every captured file (a rollback; a new name gone unseen)
 
     def scanned_all(self) -> None:
         with self._lock:
             self.full_scans += 1
+
+    def rechecked(self) -> None:
+        with self._lock:
+            self.rechecks += 1
 
     def stat(self, n: int = 1) -> None:
         with self._lock:
@@ -50,4 +55,5 @@ class Counters:
                 "lstats": self.lstats,
                 "files_read": self.files_read,
                 "listings": self.listings,
+                "rechecks": self.rechecks,
             }

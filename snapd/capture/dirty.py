@@ -4,7 +4,10 @@ The watcher's reader thread adds to it (:meth:`DirtySet.add_events`: keep it qui
 is read from the disk); the capture thread, a barrier or a mark takes it whole
 (:meth:`DirtySet.take`). A directory's contents get no events of their own when it moves or
 is replaced, so such a directory is queued for a subtree scan; an overflow (or a barrier that
-timed out) queues a full scan, with the reason the ``workspace.rescanned`` event gives.
+timed out) queues a full scan, with the reason the ``workspace.rescanned`` event gives. A new
+name seen as a hard link queues the inode, whose captured names are read again; one gone
+before it could be looked at queues a re-check of every captured file
+(:mod:`snapd.capture.births`).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from snapd.capture.events import WatchEvent
+from snapd.capture.statcache import Inode
 
 
 @dataclass
@@ -25,6 +29,8 @@ class Dirty:
     full: bool = False
     rules: bool = False  # a rule file changed: the ignore rules are to be rebuilt
     why: set[str] = field(default_factory=set)  # why a full scan is due (the rescanned event's reason)
+    inodes: set[Inode] = field(default_factory=set)  # new names' files with other links
+    recheck: bool = False  # a new name went unseen: re-check every captured file
 
     def __or__(self, other: Dirty) -> Dirty:
         return Dirty(
@@ -33,7 +39,12 @@ class Dirty:
             self.full or other.full,
             self.rules or other.rules,
             self.why | other.why,
+            self.inodes | other.inodes,
+            self.recheck or other.recheck,
         )
+
+    def __bool__(self) -> bool:
+        return bool(self.paths or self.scan_dirs or self.full or self.inodes or self.recheck)
 
 
 class DirtySet:
@@ -56,6 +67,13 @@ class DirtySet:
                 if ev.kind == "overflow":
                     d.full = True
                     d.why.add("overflow")
+                    continue
+                if ev.kind == "linked":
+                    assert ev.inode is not None
+                    d.inodes.add(ev.inode)
+                    continue
+                if ev.kind == "unseen":
+                    d.recheck = True
                     continue
                 if ev.path == b"":
                     self._root_event |= ev.kind == "deleted"
@@ -102,7 +120,8 @@ class DirtySet:
 
     def pending(self) -> int:
         with self._cond:
-            return len(self._dirty.paths) + len(self._dirty.scan_dirs) + int(self._dirty.full)
+            d = self._dirty
+            return len(d.paths) + len(d.scan_dirs) + len(d.inodes) + int(d.full or d.recheck)
 
     def take(self) -> Dirty:
         with self._cond:
@@ -113,9 +132,7 @@ class DirtySet:
         """Block until something is dirty or the root itself had an event (True), or
         :meth:`stop` is called (False)."""
         with self._cond:
-            while not self._stopping and not (
-                self._dirty.paths or self._dirty.scan_dirs or self._dirty.full or self._root_event
-            ):
+            while not self._stopping and not (self._dirty or self._root_event):
                 self._cond.wait()
             self._root_event = False
             return not self._stopping

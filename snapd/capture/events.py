@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-EventKind = Literal["created", "modified", "deleted", "moved", "overflow"]
+EventKind = Literal["created", "modified", "deleted", "moved", "overflow", "linked", "unseen"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +25,11 @@ class WatchEvent:
       for its contents: everything below ``path`` now lies below ``dest``.
     * A move out of the tree is ``deleted``; a move into it is ``created``.
     * ``overflow``: events were lost; rescan everything (watches are already re-synced).
+    * ``linked``: a new name at ``path`` was a hard link when the reader looked (``inode``):
+      the captured names of that inode are to be read again, whatever becomes of ``path``.
+    * ``unseen``: a new name at ``path`` could not be looked at before it was gone or
+      replaced (:mod:`snapd.capture.births`): it may have been a link to any captured file,
+      written through, so every captured file is to be re-checked.
     * ``deleted`` of ``b""``: the root itself was deleted, moved or unmounted.
     """
 
@@ -32,6 +37,7 @@ class WatchEvent:
     path: bytes
     dest: bytes | None = None
     is_dir: bool = False
+    inode: tuple[int, int] | None = None  # (st_dev, st_ino) of a ``linked`` event
 
 
 OVERFLOW: Final = WatchEvent("overflow", b"", None, True)

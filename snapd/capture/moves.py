@@ -88,7 +88,8 @@ class MovePairing:
 
     def resolve(self, *, force: bool) -> list[int]:
         """Unpaired MOVED_FROMs (all, or those past the grace period) become deletions; returns
-        the cookies of the directory moves among them (their watches are to be released)."""
+        their cookies (a directory's watches are to be released; a new name's fate is told to
+        :mod:`snapd.capture.births`)."""
         if not self._pending:
             return []
         now = time.monotonic()
@@ -97,8 +98,7 @@ class MovePairing:
             if force or now - pending.since >= MOVE_GRACE:
                 del self._pending[cookie]
                 pending.event = WatchEvent("deleted", pending.path, None, pending.is_dir)
-                if pending.is_dir:
-                    left.append(cookie)
+                left.append(cookie)
         return left
 
     def deliver(self, on_events: OnEvents) -> None:

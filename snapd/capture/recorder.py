@@ -3,8 +3,10 @@
 Every capture first *settles* the dirty set: rebuilds the ignore rules if a rule file or
 git's index changed (then judges every name again), re-lists the directories queued for a
 subtree scan, and runs the full scans that are due (an overflow, a barrier timeout, a mark in
-scan-every-mark mode) until no new overflow arrived meanwhile. Then it reads the dirty paths
-and commits one batch: objects, a version row for each path, the new head tree and, for a
+scan-every-mark mode) until no new overflow arrived meanwhile, or the re-check of every file
+that a new name gone unseen calls for (:mod:`snapd.capture.births`). Then it reads the dirty
+paths, with the captured names of the inodes new hard links were seen with, and commits one
+batch: objects, a version row for each path, the new head tree and, for a
 mark, the mark row — one SQLite transaction. A failed commit forgets what the stat cache
 learnt and puts the paths back in the dirty set, so nothing is lost.
 
@@ -100,17 +102,19 @@ class Recorder:
         # (lost events, which only a full scan recovers; it covers every subtree too).
         full = d.full or (for_mark and self.scan_every_mark)
         reasons = sorted(d.why) or ["scan_every_mark"]
-        tops = d.scan_dirs
-        while full or tops:
-            if full:
+        tops, recheck = d.scan_dirs, d.recheck
+        while full or tops or recheck:
+            if full:  # every captured path is stat'ed: a re-check of files too
                 self.scan(b"")
                 for reason in reasons:
                     self._announce("workspace.rescanned", {"reason": reason})
             else:
                 for top in tops:
                     self.scan(top)
+                if recheck:  # a new name went unseen: it may have been a link to any file
+                    self.recheck()
             new = self._dirty.take()
-            full, reasons, tops = new.full, sorted(new.why), new.scan_dirs
+            full, reasons, tops, recheck = new.full, sorted(new.why), new.scan_dirs, new.recheck
             d = d | new
             if new.rules and not refreshed:
                 # The scans found a rule file no event told of: a directory moved within the
@@ -121,7 +125,9 @@ class Recorder:
                 # rules capture: a rollback deletes what they capture and it lacks).
                 refreshed = self._rules.reload_if_changed(True)
                 d, new = self._rejudge(d)
-                full, reasons, tops = new.full, sorted(new.why), new.scan_dirs
+                full, reasons, tops, recheck = new.full, sorted(new.why), new.scan_dirs, new.recheck
+        # New names seen as hard links: their files' captured names, whatever became of them.
+        d.paths |= self._capturer.stats.names_of(ino for _, ino in d.inodes)
         return sorted(p for p in d.paths if self._capturer.wanted(p))
 
     def _rejudge(self, d: Dirty) -> tuple[Dirty, Dirty]:
@@ -135,6 +141,7 @@ class Recorder:
         d = d | new
         d.full = new.full  # this scan covered any earlier overflow, not one reported since
         d.why = new.why
+        d.recheck = new.recheck  # and it stat'ed every file
         return d, new
 
     def _commit_or_requeue(self, paths: list[bytes], label: str | None, meta: dict[str, Any]) -> Mark | None:

@@ -128,6 +128,7 @@ def recheck_files(root: bytes, cache: StatCache, counters: Counters | None = Non
             found.add(rel)
     if counters is not None:
         counters.stat(len(files))
+        counters.rechecked()
     return found
 
 

@@ -43,6 +43,7 @@ Inode = tuple[int, int]  # (st_dev, st_ino)
 Sig = tuple[int, int, int, int, int]
 Entry = tuple[Sig, int]  # (signature, read time ns)
 Row = tuple[bytes, bytes]  # path, its entry packed (statrow.ROW), as the catalog stores it
+ByIno = dict[int, set[bytes]]  # st_ino -> regular file paths
 
 RACY_NS = 2_000_000_000
 
@@ -230,13 +231,27 @@ class StatCache:
         packed = self._entries.get(path)
         if path not in self._links or packed is None:
             return frozenset()
+        return frozenset(self._index().get(_unpack(packed)[0][4], ())) - {path}
+
+    def names_of(self, inos: Iterable[int]) -> frozenset[bytes]:
+        """Captured files with any of these inode numbers (a new name seen as a hard link:
+        :mod:`snapd.capture.births`; another device's file with the same number may be among
+        them, and reading it again is harmless)."""
+        wanted = list(inos)
+        if not wanted:
+            return frozenset()
+        index = self._index()
+        return frozenset(p for ino in wanted for p in index.get(ino, ()))
+
+    def _index(self) -> ByIno:
+        """st_ino -> regular file paths, built on first use and kept up to date after."""
         if self._by_ino is None:
-            index: dict[int, set[bytes]] = {}
+            index: ByIno = {}
             for p, v in self._entries.items():
                 if _type(v) == stat.S_IFREG:
                     index.setdefault(_unpack(v)[0][4], set()).add(p)
             self._by_ino = index
-        return frozenset(self._by_ino.get(_unpack(packed)[0][4], ())) - {path}
+        return self._by_ino
 
     def loose_links(self) -> list[bytes]:
         """Names of files with more links than names captured here: some name is outside the

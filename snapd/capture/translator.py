@@ -2,7 +2,8 @@
 
 Each record is about an entry of a watched directory (its ``wd`` names the directory, its
 ``name`` the entry) or about the directory itself. A created directory is watched at once and
-listed, its entries reported as created; a directory moved away has its watches detached until
+listed, its entries reported as created; every new name is looked at for hard links
+(:mod:`snapd.capture.births`); a directory moved away has its watches detached until
 its move is paired or resolved; a barrier cookie in the root is never an event: it releases
 its barrier once everything before it is delivered. An overflow re-synchronises the watches
 and becomes an ``overflow`` event (the workspace rescans).
@@ -10,11 +11,13 @@ and becomes an ``overflow`` event (the workspace rescans).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import structlog
 
 from snapd.capture import inotify
+from snapd.capture.births import Births
 from snapd.capture.cookies import Cookies
 from snapd.capture.events import OVERFLOW, OnEvents, WatchEvent
 from snapd.capture.inotify import CHANGE_MASK, Mask
@@ -35,10 +38,12 @@ class Translator:
         self._root = root
         self._watches, self._moves, self._cookies = watches, moves, cookies
         self._on_events = on_events
+        self._births = Births(os.fsencode(root))
         self.overflowed = 0  # kernel queue overflows seen
 
     def handle(self, data: bytes) -> None:
         """Turn one read(2) worth of records into events and deliver what is complete."""
+        self._moves.add(self._births.next_read(len(data)))
         for wd, mask, cookie, name in inotify.records(data):
             if self._record(wd, mask, cookie, name):
                 # A barrier cookie: every rename completed before it was created has both
@@ -54,12 +59,21 @@ class Translator:
     def _resolve_moves(self, *, force: bool) -> None:
         for cookie in self._moves.resolve(force=force):
             self._watches.release(cookie)
+            self._moves.add(self._births.moved_out(cookie))
 
     def _created_below(self, rel: bytes) -> None:
-        """Watch new directory ``rel`` and below; report what the listings find as created."""
+        """Watch new directory ``rel`` and below; report what the listings find as created.
+        A directory gone (or replaced by a file) before its watch was placed was seen by no
+        one while it was there: ``unseen``."""
         found: Listing = []
-        self._watches.add_tree(rel, found)
-        self._moves.add(created(found))
+        watches, births = self._watches, self._births
+        vanished: list[bytes] = []
+        watches.add_tree(rel, found, vanished=vanished)
+        events = created(found)
+        for path, is_dir in found:
+            events += births.born(path, is_dir, listed=True)
+        events += [WatchEvent("unseen", path, None, True) for path in vanished]
+        self._moves.add(events)
 
     def _record(self, wd: int, mask: int, cookie: int, name: bytes) -> bool:
         """Translate one inotify record; True iff it is one of our barrier cookies."""
@@ -91,25 +105,28 @@ class Translator:
         if wd == watches.root_wd and is_cookie_name(name):
             return True
         rel = join(parent, name)
+        births = self._births
         if mask & Mask.IN_MOVED_FROM:
+            moves.add(births.died(rel, is_dir, cookie))
             moves.moved_from(rel, is_dir, cookie)
             if is_dir:
                 watches.detach(rel, cookie)
                 watches.forget_refused(rel)
         elif mask & Mask.IN_MOVED_TO:
             if moves.moved_to(cookie, rel, is_dir):
+                moves.add(births.arrived(cookie, rel, is_dir))
                 if is_dir:
                     watches.reattach(cookie, rel)
             else:
-                moves.add([WatchEvent("created", rel, None, is_dir)])
+                moves.add([WatchEvent("created", rel, None, is_dir), *births.born(rel, is_dir, moved=True)])
                 if is_dir:
                     self._created_below(rel)
         elif mask & Mask.IN_CREATE:
-            moves.add([WatchEvent("created", rel, None, is_dir)])
+            moves.add([WatchEvent("created", rel, None, is_dir), *births.born(rel, is_dir)])
             if is_dir:
                 self._created_below(rel)
         elif mask & Mask.IN_DELETE:
-            moves.add([WatchEvent("deleted", rel, None, is_dir)])
+            moves.add([WatchEvent("deleted", rel, None, is_dir), *births.died(rel, is_dir)])
             if is_dir:
                 watches.forget_refused(rel)
         elif mask & CHANGE_MASK:

@@ -145,8 +145,9 @@ class WatchTable:
             log.exception("watcher.predicate_failed", path=rel.decode("utf-8", "backslashreplace"))
             return True
 
-    def add(self, rel: bytes, *, root: bool = False) -> int:
-        """Watch directory ``rel``; returns its wd, or -1 after counting a failure."""
+    def add(self, rel: bytes, *, root: bool = False, vanished: list[bytes] | None = None) -> int:
+        """Watch directory ``rel``; returns its wd, or -1 after counting a failure (with
+        ``vanished``, a directory gone or no longer one is appended to it instead)."""
         full = self._root_b + b"/" + rel if rel else self._root_b
         if (
             self._max_watches is not None
@@ -163,7 +164,9 @@ class WatchTable:
                     + (" (raise fs.inotify.max_user_watches)" if err == errno.ENOSPC else ""),
                     errno=err,
                 )
-            if err not in _RACES and self.refused.get(rel) != err:  # each refusal counts once
+            if err in _RACES and vanished is not None:
+                vanished.append(rel)
+            elif err not in _RACES and self.refused.get(rel) != err:  # each refusal counts once
                 self.failures += 1
                 if err in LIMITS:
                     self.limit_failures += 1
@@ -243,22 +246,27 @@ class WatchTable:
         self.add_tree(dest, None)
 
     def add_tree(
-        self, top: bytes, found: Listing | None, on_listing: OnListing | None = None
+        self,
+        top: bytes,
+        found: Listing | None,
+        on_listing: OnListing | None = None,
+        *,
+        vanished: list[bytes] | None = None,
     ) -> set[bytes]:
         """Watch ``top`` and the directories below it that ``should_watch_dir`` allows,
         watch first and list second, so nothing created in between is missed. With ``found``,
         append every entry listed (cookies aside); ``on_listing`` gets each watched
         directory's listing as it is made, before anything below it is judged (a new
         workspace's baseline walks these instead of listing every directory a second time, and
-        its ignore rules learn which directories hold no ``.gitignore``). Returns the
-        directories watched."""
+        its ignore rules learn which directories hold no ``.gitignore``). ``vanished`` gets
+        the directories gone before their watch was placed. Returns the directories watched."""
         watched: set[bytes] = set()
         stack = [top]
         while stack:
             rel = stack.pop()
             if rel != b"" and not self.should_watch(rel):
                 continue
-            if self.add(rel) < 0:
+            if self.add(rel, vanished=vanished) < 0:
                 continue
             watched.add(rel)
             if self._counters is not None:
@@ -266,6 +274,10 @@ class WatchTable:
             try:
                 with os.scandir(os.path.join(self._root_b, rel) if rel else self._root_b) as it:
                     entries = [(e.name, entry_is_dir(e)) for e in it]
+            except (FileNotFoundError, NotADirectoryError):
+                if vanished is not None:
+                    vanished.append(rel)  # gone between its watch and its listing
+                continue
             except OSError:
                 continue  # a walker lists it again, and reports why it cannot
             children = [
