@@ -112,7 +112,7 @@ def test_scan_and_read_count_where_they_work(tmp_path: Path) -> None:
     c = Counters()
     dirty = scan.scan(rootb, b"", StatCache(), lambda rel, is_dir: False, lambda rel: True, counters=c)
     assert dirty == {b"a", b"a/x", b"a/y"}
-    assert c.to_json() == {"full_scans": 1, "lstats": 3, "files_read": 0, "listings": 2}
+    assert c.to_json() == {"full_scans": 1, "lstats": 3, "files_read": 0, "listings": 2, "ignored_names": 0}
     scan.scan(rootb, b"a", StatCache(), lambda rel, is_dir: False, lambda rel: True, counters=c)
     assert c.full_scans == 1 and c.lstats == 3 + 3  # a subtree: not a full scan
     assert c.listings == 2 + 1

@@ -26,6 +26,7 @@ class Counters:
         self.lstats = 0  # lstat calls on workspace paths, by scans and reads
         self.files_read = 0  # regular files whose bytes were read (a re-read counts again)
         self.listings = 0  # directories listed, by walks, scans and the watcher placing watches
+        self.ignored_names = 0  # ignored-name sets encoded (a commit whose set had changed)
 
     def scanned_all(self) -> None:
         with self._lock:
@@ -43,6 +44,10 @@ class Counters:
         with self._lock:
             self.listings += n
 
+    def encoded_ignored_names(self) -> None:
+        with self._lock:
+            self.ignored_names += 1
+
     def to_json(self) -> dict[str, int]:
         with self._lock:
             return {
@@ -50,4 +55,5 @@ class Counters:
                 "lstats": self.lstats,
                 "files_read": self.files_read,
                 "listings": self.listings,
+                "ignored_names": self.ignored_names,
             }

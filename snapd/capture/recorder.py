@@ -27,7 +27,8 @@ from snapd.capture.events import Notify
 from snapd.capture.liverules import LiveRules
 from snapd.capture.scan import CountCallback
 from snapd.capture.watcher import Watcher
-from snapd.store import treediff, trees
+from snapd.errors import StoreError
+from snapd.store import ignored, treediff, trees
 from snapd.store.batch import Batch
 from snapd.store.records import Mark
 from snapd.store.store import Store
@@ -191,8 +192,10 @@ class Recorder:
                 )
                 batch.set_head(self._id, head)
                 tree = head
+            capturer.present.record(self._store, batch, self._id, for_mark=False)
             capturer.stage_stats(batch)
             committed = batch.commit()
+        capturer.present.committed()
         self.tree = tree
         self._conditions.told = told
         if mark is not None:
@@ -212,7 +215,16 @@ class Recorder:
         if self.tree is None:
             return self.baseline(progress, listings)
         assert self.watcher is not None
+        present = self._capturer.present
+        try:
+            names = ignored.load(self._store, self._store.live_ignored(self._id))
+        except (StoreError, ValueError):  # unreadable: learnt again below, as after an upgrade
+            names = None
+        if names is not None:
+            present.load(names)  # what the catch-up finds changed corrects it
         self._queue_found(self._capturer.catch_up_scan(progress))
+        if not present.known:  # none recorded (a store from before format 8): list everything once
+            self.scan(b"", trust_listings=False)
         self._announce("workspace.rescanned", {"reason": "startup"})
         stats = self._capturer.stats
         found = [p for p in self._dirty.paths() if not stats.is_directory(p)]
@@ -249,6 +261,7 @@ class Recorder:
             )
             self._capturer.stage_stats(batch)
             (mark,) = batch.commit()
+        self._capturer.present.committed()
         if progress is not None:
             progress(len(walk.rels), len(walk.rels))
         self._conditions.told = told
@@ -269,10 +282,15 @@ class Recorder:
         return held, skipped
 
     def _mark_state(self, batch: Batch) -> dict[str, Any]:
-        """What a mark records beside its tree: the rule inputs that live outside the tree (one
-        shared object per distinct set) and the root's own mode (a rollback restores it)."""
+        """What a mark records beside its tree: the rule inputs that live outside the tree and
+        the names of the top-most ignored entries present (one shared object per distinct set
+        each), and the root's own mode (a rollback restores it)."""
         try:
             root_mode: int | None = stat.S_IMODE(os.stat(self._capturer.rootb).st_mode)
         except OSError:
             root_mode = None  # the barrier reports a vanished root; nothing to restore here
-        return {"rules": self._rules.record(self._store, batch), "root_mode": root_mode}
+        return {
+            "rules": self._rules.record(self._store, batch),
+            "root_mode": root_mode,
+            "ignored": self._capturer.present.record(self._store, batch, self._id, for_mark=True),
+        }

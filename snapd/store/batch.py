@@ -70,6 +70,7 @@ class Batch(deltas.Chooser):
         self._versions: list[tuple[int, int, list[bytes], list[trees.Entry | None]]] = []
         self._marks: list[Mark] = []
         self._heads: dict[int, str] = {}
+        self._ignored: dict[int, str] = {}  # workspace -> its current ignored names' key
         self._stats: list[tuple[int, StatChanges]] = []  # written in order at commit
         self._keys: dict[str, str] = {}  # each key put, once
 
@@ -200,6 +201,11 @@ class Batch(deltas.Chooser):
         """Record ``tree`` as the workspace's captured state when the batch commits."""
         self._heads[ws] = tree
 
+    def set_ignored(self, ws: int, key: str) -> None:
+        """Record ``key`` as the workspace's current ignored names (snapd.store.ignored) when
+        the batch commits: what a restart starts from."""
+        self._ignored[ws] = key
+
     def add_mark(
         self,
         ws: int,
@@ -216,6 +222,7 @@ class Batch(deltas.Chooser):
         rules: str | None = None,
         root_mode: int | None = None,
         absent: tuple[bytes, ...] = (),
+        ignored: str | None = None,
     ) -> Mark:
         """Queue a mark; its id is final, its ``seq`` is assigned at commit."""
         if kind == "user":
@@ -237,6 +244,7 @@ class Batch(deltas.Chooser):
             rules,
             root_mode,
             absent,
+            ignored,
         )
         self._marks.append(mark)
         self._heads[ws] = tree
@@ -283,11 +291,13 @@ class Batch(deltas.Chooser):
                     "SELECT COALESCE(MAX(seq), 0) + 1 FROM marks WHERE workspace=?", (m.workspace,)
                 ).fetchone()[0]
                 c.execute(
-                    f"INSERT INTO marks ({MARK_COLUMNS}) VALUES ({','.join('?' * 16)})", mark_row(m, seq)
+                    f"INSERT INTO marks ({MARK_COLUMNS}) VALUES ({','.join('?' * 17)})", mark_row(m, seq)
                 )
                 committed.append(dataclasses.replace(m, seq=seq))
             for ws, tree in self._heads.items():
                 c.execute("UPDATE workspaces SET head=? WHERE id=?", (tree, ws))
+            for ws, key in self._ignored.items():
+                c.execute("UPDATE workspaces SET ignored=? WHERE id=?", (key, ws))
             self._write_stats(c)
         self.store.recent.add_all(written)
         for key, node in self._nodes.items():
@@ -298,4 +308,5 @@ class Batch(deltas.Chooser):
         self._versions.clear()
         self._marks.clear()
         self._heads.clear()
+        self._ignored.clear()
         return committed
