@@ -10,6 +10,7 @@ CLI throughout; the names come from the daemon's own captures (events, scans, a 
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -188,5 +189,47 @@ def test_the_names_are_right_after_a_restart(tmp_path: Path) -> None:
         assert (root / "keep" / "old").read_text() == "changed after M\n"
         assert not (root / "sub" / "gen").exists(), r
         assert {"gen", "keep/old"} <= paths(r["left"]), r
+    finally:
+        assert d.stop() == 0
+
+
+def test_marks_from_before_names_were_recorded_keep_the_old_rule(tmp_path: Path) -> None:
+    """A store upgraded from format 7: its marks have no names, so a rollback to one leaves what
+    its rules ignore (listed), as before. The workspace's first start lists its directories once
+    to learn its current set, so the marks taken from then on have names."""
+    home = tmp_path / "snapd-home"
+    root = tmp_path / "ws"
+    root.mkdir()
+    root = root.resolve()
+    write(root / ".gitignore", "gen\nold\n")
+    write(root / "sub" / "old", "there before the upgrade\n")
+    old = time.time() - 3600  # outside the racy window: the restart trusts what did not change
+    for p in (root / "sub" / "old", root / "sub", root / ".gitignore"):
+        os.utime(p, (old, old))
+    changed = (root / "sub").stat().st_ctime_ns
+    wait_for(lambda: time.time_ns() > changed + 2_200_000_000, what="sub/ outside the racy window")
+    d = start_daemon(home)
+    try:
+        d.ctl("watch", root)
+        before = mark(d, root, "before")
+    finally:
+        assert d.stop() == 0
+    db = sqlite3.connect(home / "store" / "catalog.sqlite")
+    db.execute("UPDATE marks SET ignored=NULL")
+    db.execute("UPDATE workspaces SET ignored=NULL")
+    db.commit()
+    db.close()
+    d = start_daemon(home)
+    try:
+        after = mark(d, root, "after")  # sub/old: learnt by the first start's listing
+        write(root / ".gitignore", "")
+        write(root / "gen", "made after both marks\n")
+        code, r = rollback(d, root, "--to", before, "--dry-run")
+        assert code == 0 and "gen" in paths(r["plan"]["left"]), r
+        code, r = rollback(d, root, "--to", after)
+        assert code == 0, r
+        assert not (root / "gen").exists(), r
+        assert (root / "sub" / "old").read_text() == "there before the upgrade\n"
+        assert "sub/old" in paths(r["left"]), r
     finally:
         assert d.stop() == 0
