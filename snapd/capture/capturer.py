@@ -106,9 +106,10 @@ class Capturer:
             st: os.stat_result | None = reader.lstat(self.rootb + b"/" + rel, self.counters)
         except OSError:
             st = None
-        self.present.saw(rel, st, self._rules.current)
-        is_dir = st is not None and stat.S_ISDIR(st.st_mode)
-        return not self._rules.is_ignored(rel, is_dir) or rel in self.stats
+        rules = self._rules.current
+        ignored = rules.is_ignored(rel, st is not None and stat.S_ISDIR(st.st_mode))
+        self.present.saw(rel, st, ignored, rules)
+        return not ignored or rel in self.stats
 
     def capture(self, batch: Batch, todo: list[bytes]) -> dict[bytes, trees.Change]:
         """Read ``todo`` into ``batch``, and with each file that has other links, its other

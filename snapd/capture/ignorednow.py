@@ -87,8 +87,9 @@ class IgnoredNow:
         for rel in now - was:
             self._add(rel)
 
-    def saw(self, rel: bytes, st: os.stat_result | None, rules: ignore.IgnoreRules) -> None:
-        """``rel`` is dirty and was just ``lstat``'ed (``st``; None: gone): judge it."""
+    def saw(self, rel: bytes, st: os.stat_result | None, ignored: bool, rules: ignore.IgnoreRules) -> None:
+        """``rel`` is dirty and was just ``lstat``'ed (``st``; None: gone), and ``rules``
+        ignore it (``ignored``) or not: judge it."""
         is_dir = st is not None and stat.S_ISDIR(st.st_mode)
         if not is_dir and rel in self._holding:  # what was known below a directory went with it
             for d in [d for d in self._by_dir if d == rel or d.startswith(rel + b"/")]:
@@ -97,8 +98,8 @@ class IgnoredNow:
         parent = rel.rpartition(b"/")[0]
         present = (
             st is not None
+            and ignored
             and _worth(rel)
-            and rules.is_ignored(rel, is_dir)
             and (not parent or rules.dir_may_contain_captured(parent))
             and not (is_dir and rules.dir_may_contain_captured(rel))
             and reader.parents_real(self._root, rel, self._counters)
