@@ -233,3 +233,48 @@ def test_marks_from_before_names_were_recorded_keep_the_old_rule(tmp_path: Path)
         assert "sub/old" in paths(r["left"]), r
     finally:
         assert d.stop() == 0
+
+
+def test_the_names_at_an_instant_between_marks(tmp_path: Path) -> None:
+    """Each capture that changed the set records it (``ignored_sets``), so the names at any
+    instant are known, not only at marks: what a time target (``--to @T``) needs. A real
+    workspace (real inotify, the capture thread) in this process, read through the store."""
+    from snapd.capture.workspace import Workspace
+    from snapd.config import CaptureSettings
+    from snapd.store import history, ignored
+    from snapd.store.store import Store
+
+    root = (tmp_path / "ws").resolve()
+    root.mkdir()
+    write(root / ".gitignore", "*.o\n")
+    with Store.open(tmp_path / "store") as store:
+        wid = store.add_workspace(os.fsencode(root))
+        w = Workspace(store, wid, root, CaptureSettings())
+        w.start()
+        try:
+            m = w.mark("m")
+
+            def names_now() -> frozenset[bytes]:
+                got = ignored.load(store, store.live_ignored(wid))
+                return got.names if got is not None else frozenset()
+
+            write(root / "a.o", "made after m\n")  # the capture thread records it, no mark
+            wait_for(lambda: names_now() == {b"a.o"}, what="a.o captured as an ignored name")
+            t1 = time.time_ns()
+            (root / "a.o").unlink()
+            write(root / "b.o", "made later\n")
+            wait_for(lambda: names_now() == {b"b.o"}, what="b.o captured as an ignored name")
+            t2 = time.time_ns()
+            n = w.mark("n")
+        finally:
+            w.stop()
+
+        def at(instant: int) -> frozenset[bytes]:
+            got = ignored.load(store, history.ignored_key_at(store, wid, m, instant))
+            assert got is not None
+            return got.names
+
+        assert ignored.at_mark(store, m) == ignored.IgnoredNames()
+        assert at(m.created) == frozenset()
+        assert at(t1) == {b"a.o"}
+        assert at(t2) == {b"b.o"} == ignored.at_mark(store, n).names  # type: ignore[union-attr]

@@ -305,6 +305,7 @@ SCENARIOS["ignored-at-m-absent-then-captured-since"] = (
         gi("*.log"),
         Step("exclude", ((),)),
         write("gen", "v2*1"),
+        Step("mkdir", ("out", 0o755)),
         write("out/x", "v3*1"),
         write("was.log", "v4*1"),
         write("later", "v5*1"),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -78,7 +79,7 @@ class Recorder:
     def capture_dirty(self) -> None:
         """Capture everything dirty (the capture thread, a barrier'd capture)."""
         paths = self._settle(for_mark=False)
-        if paths:
+        if paths or self._capturer.present.unrecorded:  # (history of the ignored names too)
             self._commit_or_requeue(paths, None, {})
 
     def capture_and_mark(self, label: str, meta: dict[str, Any]) -> Mark:
@@ -151,6 +152,7 @@ class Recorder:
         hold: Sequence[bytes] = meta.pop("hold", ())
         note: dict[str, Any] = meta.pop("note", None) or {}  # facts the caller adds to the summary
         capturer = self._capturer
+        when = time.time_ns()  # the ignored names were judged as the dirty set settled: by now
         with self._store.batch() as batch:
             changes = capturer.capture(batch, paths)
             tree = batch.apply(self.tree, changes) if changes else self.tree
@@ -187,12 +189,12 @@ class Recorder:
                     tree,
                     git_head=self._rules.git_head(),
                     summary=summary,
-                    **self._mark_state(batch),
+                    **self._mark_state(batch, when),
                     **meta,
                 )
                 batch.set_head(self._id, head)
                 tree = head
-            capturer.present.record(self._store, batch, self._id, for_mark=False)
+            capturer.present.record(self._store, batch, self._id, when, for_mark=False)
             capturer.stage_stats(batch)
             committed = batch.commit()
         capturer.present.committed()
@@ -242,6 +244,7 @@ class Recorder:
         """Read the whole root and commit it as the ``baseline`` mark (a new workspace);
         ``listings``, the watcher's, spare the walk a second listing of each directory."""
         report = ingest.Report()
+        when = time.time_ns()
         walk = self._capturer.walk_all(listings)
         with self._store.batch() as batch:
             changes = self._capturer.read_walk(batch, walk, report, progress)
@@ -257,7 +260,7 @@ class Recorder:
                 kind="baseline",
                 summary=summary,
                 git_head=self._rules.git_head(),
-                **self._mark_state(batch),
+                **self._mark_state(batch, when),
             )
             self._capturer.stage_stats(batch)
             (mark,) = batch.commit()
@@ -281,7 +284,7 @@ class Recorder:
             batch.commit()
         return held, skipped
 
-    def _mark_state(self, batch: Batch) -> dict[str, Any]:
+    def _mark_state(self, batch: Batch, when: int) -> dict[str, Any]:
         """What a mark records beside its tree: the rule inputs that live outside the tree and
         the names of the top-most ignored entries present (one shared object per distinct set
         each), and the root's own mode (a rollback restores it)."""
@@ -292,5 +295,5 @@ class Recorder:
         return {
             "rules": self._rules.record(self._store, batch),
             "root_mode": root_mode,
-            "ignored": self._capturer.present.record(self._store, batch, self._id, for_mark=True),
+            "ignored": self._capturer.present.record(self._store, batch, self._id, when, for_mark=True),
         }

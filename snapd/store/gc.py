@@ -108,6 +108,8 @@ def _held_by(
         "SELECT DISTINCT object FROM versions WHERE time >= ? AND object IS NOT NULL", (cutoff,)
     )
     held.update(key for (key,) in versions)
+    sets = db.execute("SELECT DISTINCT key FROM ignored_sets WHERE time >= ?", (cutoff,))
+    held.update(objects.db_key(key) for (key,) in sets)  # the ignored names' changes, likewise
     return with_bases(store, held)
 
 
@@ -246,6 +248,7 @@ def run(
             (cutoff, cutoff),
         )
         report.versions_deleted = c.execute("DELETE FROM versions WHERE time < ?", (cutoff,)).rowcount
+        c.execute("DELETE FROM ignored_sets WHERE time < ?", (cutoff,))
     sweep(store, policy, now, report, extra)
     young = now - int(policy.grace_s * 1e9)
     settled = _settled_bytes(store, young)

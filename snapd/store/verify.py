@@ -79,6 +79,7 @@ def verify(store: Store, sample: float | None = None, seed: int | None = None) -
     names = dict(db.execute("SELECT id, ignored FROM marks WHERE ignored IS NOT NULL").fetchall())
     contents.update(names.values())
     contents.update(k for (k,) in db.execute("SELECT ignored FROM workspaces WHERE ignored IS NOT NULL"))
+    contents.update(k for (k,) in db.execute("SELECT DISTINCT key FROM ignored_sets"))
     keys = sorted(contents - below.keys())
     if sample is not None and 0 < sample < 1:
         rng = random.Random(seed)
