@@ -241,7 +241,9 @@ def test_the_names_at_an_instant_between_marks(tmp_path: Path) -> None:
     workspace (real inotify, the capture thread) in this process, read through the store."""
     from snapd.capture.workspace import Workspace
     from snapd.config import CaptureSettings
-    from snapd.store import history, ignored
+    from snapd.config import Retention
+    from snapd.store import gc, history, ignored
+    from snapd.store.verify import verify
     from snapd.store.store import Store
 
     root = (tmp_path / "ws").resolve()
@@ -278,3 +280,7 @@ def test_the_names_at_an_instant_between_marks(tmp_path: Path) -> None:
         assert at(m.created) == frozenset()
         assert at(t1) == {b"a.o"}
         assert at(t2) == {b"b.o"} == ignored.at_mark(store, n).names  # type: ignore[union-attr]
+        # GC keeps every set a mark, the workspace or a change inside the age window names
+        gc.run(store, Retention(grace_s=0))
+        assert verify(store).ok
+        assert at(t1) == {b"a.o"} and names_now() == {b"b.o"}

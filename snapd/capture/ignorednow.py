@@ -96,6 +96,8 @@ class IgnoredNow:
                 for gone in list(self._by_dir.get(d, ())):
                     self._remove(gone)
         parent = rel.rpartition(b"/")[0]
+        if ignored and st is not None and rel in self._by_dir.get(parent, ()):
+            return  # still there (an ignored log written to): nothing more to look at
         present = (
             st is not None
             and ignored
