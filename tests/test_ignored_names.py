@@ -240,11 +240,10 @@ def test_the_names_at_an_instant_between_marks(tmp_path: Path) -> None:
     instant are known, not only at marks: what a time target (``--to @T``) needs. A real
     workspace (real inotify, the capture thread) in this process, read through the store."""
     from snapd.capture.workspace import Workspace
-    from snapd.config import CaptureSettings
-    from snapd.config import Retention
+    from snapd.config import CaptureSettings, Retention
     from snapd.store import gc, history, ignored
-    from snapd.store.verify import verify
     from snapd.store.store import Store
+    from snapd.store.verify import verify
 
     root = (tmp_path / "ws").resolve()
     root.mkdir()
