@@ -143,11 +143,11 @@ def expected(
     ``before`` that ``before``'s own rules ignore.
 
     Inside a directory the daemon could not list at R, a path may be as at R or left as it is (the
-    caller checks that a path left so is listed). One more case allows two outcomes: a path absent
-    at R that one of the two rule sets ignores and the other does not. Deleting it is right when
-    snapd knows it did not exist at R (a mark may record the names of the ignored entries present,
-    issue 8); leaving it is right when snapd only knows that R's rules ignore it, or that it is
-    ignored now ("ignored paths are never touched").
+    caller checks that a path left so is listed). Everything else has one outcome. A path absent at
+    R that both rule sets ignore is never touched. One that R's rules ignore and today's capture is
+    left when it lies below an ignored entry present at R (a mark records the names of the
+    top-most ones), and deleted otherwise: it did not exist at R (as ``git checkout`` would). One
+    that R's rules capture and today's ignore did not exist at R either: deleted.
     """
     captured = {p for p in ref.disk if p in ref.held or p not in ignored_at_ref}
     for p in list(captured):  # a directory holding a captured path is captured too
@@ -167,9 +167,9 @@ def expected(
         elif p in ref.held:
             want[p] = frozenset({None})
         elif p in ignored_then and p in ignored_now:
-            want[p] = frozenset({before[p]})
-        elif p in ignored_then or p in ignored_now:
-            want[p] = frozenset({before[p], None})
+            want[p] = frozenset({before[p]})  # ignored then and now: never touched
+        elif p in ignored_then and any(q in ref.disk and q in ignored_at_ref for q in _ancestors(p)):
+            want[p] = frozenset({before[p]})  # below an ignored entry that was there at R
         else:
             want[p] = frozenset({None})
     for p in sorted(want, key=depth, reverse=True):  # a directory that must go but holds kept paths
@@ -181,6 +181,13 @@ def expected(
             elif any(after.get(q) is not None and after.get(q) in want[q] for q in inside):
                 want[p] = want[p] | {b}  # holds a path that may stay: may be left
     return want
+
+
+def _ancestors(p: str) -> list[str]:
+    out = []
+    while (p := parent(p)):
+        out.append(p)
+    return out
 
 
 @dataclass(frozen=True)

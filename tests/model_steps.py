@@ -158,7 +158,9 @@ def load_steps(text: str) -> list[Step]:
 
 
 def _fd_write(path: Path, data: bytes, flags: int, mode: int | None) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | flags, 0o644)
+    # O_NONBLOCK: a write step aimed at a FIFO the round made there fails (ENXIO, no reader)
+    # instead of waiting for a reader forever (it hung a random run); regular files ignore it
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | flags, 0o644)
     try:
         os.write(fd, data)
         if mode is not None:

@@ -224,13 +224,10 @@ class Round:
                 )
             # Exact, yet loud: right only about a path where the model allows more than one outcome
             # (snapd would have changed it, could not hold it first, and says so), or one that
-            # snapd cannot capture, then or now (it cannot know the tree is right there).
+            # snapd cannot capture, then or now (it cannot know the tree is right there). (A mark
+            # records the names of the ignored entries present, so a non-directory that R's rules
+            # ignore as a directory is decided exactly: no longer a reason to be loud.)
             blind = uncapturable(ref.disk, self.lab.uid) | uncapturable(before, self.lab.uid)
-            # ... or a non-directory that R's rules ignore as a directory: snapd records no ignored
-            # names, so it cannot tell whether an ignored directory was there at R (docs/rollback.md)
-            listed = reply.blocking()
-            other_kind = {p: ("dir", 0o755) for p in listed if p in before and before[p][0] != "dir"}
-            blind |= self.oracle.ignored(ref.rules, other_kind) - ig(ref.rules, before)
             defensible = [
                 p for p in reply.blocking() if len(want.get(p, ())) > 1 or any(under(q, p) for q in blind)
             ]

@@ -112,7 +112,8 @@ def test_scan_and_read_count_where_they_work(tmp_path: Path) -> None:
     c = Counters()
     dirty = scan.scan(rootb, b"", StatCache(), lambda rel, is_dir: False, lambda rel: True, counters=c)
     assert dirty == {b"a", b"a/x", b"a/y"}
-    assert c.to_json() == {"full_scans": 1, "lstats": 3, "files_read": 0, "listings": 2, "rechecks": 0}
+    want = {"full_scans": 1, "lstats": 3, "files_read": 0, "listings": 2, "rechecks": 0, "ignored_names": 0}
+    assert c.to_json() == want
     scan.scan(rootb, b"a", StatCache(), lambda rel, is_dir: False, lambda rel: True, counters=c)
     assert c.full_scans == 1 and c.lstats == 3 + 3  # a subtree: not a full scan
     assert c.listings == 2 + 1
@@ -141,5 +142,38 @@ def test_a_rollback_restats_every_captured_file_once_and_lists_no_directory(tmp_
         assert got["full_scans"] == 0 and got["listings"] == 0, got
         # every file once (the re-check), plus the few paths the rollback itself touches
         assert DIRS * PER_DIR <= got["lstats"] < DIRS * PER_DIR + DIRS, got
+    finally:
+        assert d.stop() == 0
+
+
+def test_a_mark_records_its_ignored_names_from_the_events_alone(tmp_path: Path) -> None:
+    """The names of the ignored entries present (what a mark records: docs/storage.md) are kept
+    from the captures' own judgements: a mark whose set did not change encodes nothing and lists
+    nothing; an ignored file made since is learnt from its event (no listing, no full scan) and
+    the set encoded once per capture that changed it, however many files the workspace holds."""
+    root = (tmp_path / "ws").resolve()
+    _tree(root)
+    (root / ".gitignore").write_text("*.o\nbuild/\n")
+    for d in range(DIRS):
+        (root / f"d{d:02}" / "x.o").write_text("ignored\n")
+    d = start_daemon(tmp_path / "snapd-home")
+    try:
+        d.ctl("watch", root)
+        d.ctl_json("mark", "m1", "-w", root)
+        before = _counters(d, root)
+        (root / "d07" / "f042.txt").write_text("changed\n")
+        d.ctl_json("mark", "m2", "-w", root)
+        got = _delta(_counters(d, root), before)
+        assert got["ignored_names"] == 0 and got["full_scans"] == 0, got
+        before = _counters(d, root)
+        (root / "d03" / "y.o").write_text("ignored, new\n")
+        (root / "build").mkdir()
+        (root / "build" / "out.bin").write_text("ignored, new\n")
+        d.ctl_json("mark", "m3", "-w", root)
+        got = _delta(_counters(d, root), before)
+        # once per capture that changed the set (the capture thread may take the two apart)
+        assert 1 <= got["ignored_names"] <= 2, got
+        assert got["full_scans"] == 0 and got["listings"] == 0, got
+        assert got["lstats"] <= 20, got
     finally:
         assert d.stop() == 0

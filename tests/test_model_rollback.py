@@ -151,8 +151,9 @@ SCENARIOS: dict[str, tuple[list[Step], str]] = {
         "",
     ),
     # A symlink named like a dir-only pattern is not a directory: git does not ignore it, so it is
-    # captured. A rollback to before it existed cannot tell it from one that replaced an ignored
-    # directory (ignored-dir-at-m-now-a-symlink): it leaves it and lists it (kept, exit 10).
+    # captured. Without ignored names a rollback to before it existed could not tell it from one
+    # that replaced an ignored directory (ignored-dir-at-m-now-a-symlink) and kept it (exit 10);
+    # M's names say nothing was there: it is deleted, exit 0 (issue 30, point 3).
     "symlink-named-like-an-ignored-dir": (
         [gi("build/"), Step("mkdir", ("a", 0o755)), MARK, Step("symlink", ("build", "a")), BACK, UNDO],
         "",
@@ -295,9 +296,8 @@ SCENARIOS: dict[str, tuple[list[Step], str]] = {
     ),
     # An ignored directory at M replaced by a symlink (a dir-only pattern does not match it): the
     # path existed at M and M's rules ignored it, so it is never deleted (issue 8, "One rule").
-    # The rollback deleted the symlink, exit 0. A mark records no ignored names, so snapd cannot
-    # tell this from a symlink made where nothing was (symlink-named-like-an-ignored-dir): it
-    # leaves the symlink and says so (kept, exit 10).
+    # The rollback deleted the symlink, exit 0; then, marks recording no ignored names, it kept
+    # it (exit 10). M's names say it was there: left, exit 0 (issue 30, point 3).
     "ignored-dir-at-m-now-a-symlink": (
         [
             Step("rmtree", ("src/__pycache__",)),
@@ -319,6 +319,30 @@ SCENARIOS["over-the-cap-at-m"] = (
 # A .gitignore line git accepts (a reversed character range): snapd's pattern compiler raised, and
 # every mark that had to judge a path under those rules failed with an internal error. Fixed: the
 # line is dropped, the rest of the file still applies.
+# Exact against git (issue 30, point 3): a name M's .gitignore (or info/exclude) ignored, absent at
+# M, tracked or no longer ignored since. The rollback left it, exit 0 ("ignored at the mark");
+# git checkout deletes it. M records the names of the ignored entries present: it goes, held
+# first by the pre-rollback mark, and undo brings it back. One that was there at M is left.
+SCENARIOS["ignored-at-m-absent-then-captured-since"] = (
+    [
+        gi("gen", "out/", "*.log"),
+        write("was.log", "v1*1"),
+        Step("exclude", (("later",),)),
+        MARK,
+        gi("*.log"),
+        Step("exclude", ((),)),
+        write("gen", "v2*1"),
+        Step("mkdir", ("out", 0o755)),
+        write("out/x", "v3*1"),
+        write("was.log", "v4*1"),
+        write("later", "v5*1"),
+        Step("mark", ("m2",)),
+        BACK,
+        UNDO,
+    ],
+    "",
+)
+
 SCENARIOS["gitignore-with-a-reversed-range"] = (
     [gi("[z-a]", "*.log"), MARK, write("notes.txt", "v2*1"), Step("mark", ("m2",)), BACK],
     "",

@@ -16,6 +16,7 @@ from snapd.errors import NotFound, UsageError
 from snapd.rollback.ops import MKDIR_MODE, Op, Plan
 from snapd.rollback.plan import plan
 from snapd.store import nodes, trees
+from snapd.store.ignored import IgnoredNames
 from snapd.store.objects import xxh3_hex
 from snapd.store.trees import Dir, Entry
 
@@ -435,6 +436,50 @@ def test_what_the_marks_rules_ignore_is_left_unless_the_mark_knows_it_was_absent
     ]
     assert made.kept == () and made.left == ((b"x.log", "ignored at the mark (gitignore)"),)
     assert made.counts["delete"] == 5
+
+
+def test_the_marks_ignored_names_tell_what_was_there() -> None:
+    """With M's ignored names (store format 8) every path its rules ignore is decided exactly:
+    there at M (named, or below a name), left; not there, deleted like any path absent at M,
+    whatever kind its rules ignore (a symlink where a ``build/`` directory is ignored), and an
+    uncapturable one blocks as one that did not exist."""
+    m = Mem()
+    target = m.tree({b"a": f("a")})
+    current = m.tree(
+        {
+            b"a": f("a"),
+            b".env": f("s"),
+            b"gen": f("g"),
+            b"out/x": f("x"),
+            b"keep/y": f("y"),
+            b"link": ln("x"),
+            b"build": ln("y"),
+        }
+    )
+    ignored = {b".env", b"gen", b"out", b"keep"}
+
+    def ignores(path: bytes, is_dir: bool) -> str | None:  # those names (any kind), "link/", "build/"
+        top = path.split(b"/")[0]
+        return "gitignore" if top in ignored or (is_dir and top in (b"link", b"build")) else None
+
+    names = IgnoredNames.of([b".env", b"keep", b"build"])  # there at M
+    p = plan(m.load, current, target, target_ignores=ignores, names=names, uncapturable={b"fifo": "a FIFO"})
+    assert ops_of(p) == [
+        ("remove", b"gen", None),
+        ("remove", b"link", None),
+        ("remove", b"out/x", None),
+        ("rmdir", b"out", None),
+    ]
+    assert {p for p, _ in p.left} == {b".env", b"keep", b"build"}
+    assert dict(p.left)[b".env"] == "ignored at the mark (gitignore), and there then"
+    assert dict(p.kept) == {b"fifo": "not captured (a FIFO): did not exist at the mark"}
+    ignored.add(b"fifo")  # an uncapturable path M ignored: kept when it was not there, left when it was
+    fifo = {b"fifo": "a FIFO"}
+    absent = plan(m.load, current, target, target_ignores=ignores, names=names, uncapturable=fifo)
+    assert dict(absent.kept) == {b"fifo": "not captured (a FIFO): did not exist at the mark"}
+    there_then = IgnoredNames.of([b"fifo"])
+    there = plan(m.load, current, target, target_ignores=ignores, names=there_then, uncapturable=fifo)
+    assert there.kept == () and dict(there.left)[b"fifo"] == "ignored at the mark (gitignore)"
 
 
 def test_a_directory_holding_what_the_marks_rules_ignore_stays() -> None:

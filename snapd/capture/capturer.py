@@ -21,6 +21,7 @@ from snapd import paths
 from snapd.capture import ingest, reader, readers, scan
 from snapd.capture.counters import Counters
 from snapd.capture.events import Notify
+from snapd.capture.ignorednow import IgnoredNow
 from snapd.capture.liverules import LiveRules
 from snapd.capture.scan import CountCallback
 from snapd.capture.statcache import StatCache
@@ -39,7 +40,9 @@ class Walk:
 
 class Capturer:
     """``stats``: the stat cache; ``since_mark``: what the captures since the last mark did;
-    ``ignored``: what the ignore rules leave out, as of the last walk that judged every name."""
+    ``ignored``: what the ignore rules leave out, as of the last walk that judged every name;
+    ``present``: the top-most ignored entries on disk, kept in step by every listing and every
+    dirty path judged (what a mark records of them)."""
 
     def __init__(self, root: Path, ws_id: int, size_cap: int, rules: LiveRules, announce: Notify) -> None:
         self.rootb = os.fsencode(root)
@@ -52,6 +55,7 @@ class Capturer:
         self.since_mark = ingest.Report()
         self.ignored = ingest.IgnoredTally()
         self.counters = Counters()  # full scans, lstats, files read: the cost of captures, counted
+        self.present = IgnoredNow(self.rootb, self.counters)
 
     def scan(
         self, top: bytes, progress: CountCallback | None = None, *, trust_listings: bool = True
@@ -60,6 +64,8 @@ class Capturer:
         tally = ingest.IgnoredTally()
         full = not top and not trust_listings  # every name is judged: a complete count
         rules = self._rules
+        if full:
+            self.present.reset()
         found = scan.scan(
             self.rootb,
             top,
@@ -69,6 +75,7 @@ class Capturer:
             trust_listings=trust_listings,
             progress=progress,
             counters=self.counters,
+            left_out=self.present.listed,
         )
         if full:
             self.ignored = tally
@@ -89,15 +96,20 @@ class Capturer:
             rules.current.dir_may_contain_captured,
             progress=progress,
             counters=self.counters,
+            left_out=self.present.listed,
         )
 
     def wanted(self, rel: bytes) -> bool:
-        """Capture ``rel``: not ignored, or ignored now but still in the tree (to drop it)."""
+        """Capture ``rel``: not ignored, or ignored now but still in the tree (to drop it).
+        The ignored entries present learn what it is now."""
         try:  # lstat: a symlink named like an ignored directory ("build/") is not a directory
-            is_dir = stat.S_ISDIR(reader.lstat(self.rootb + b"/" + rel, self.counters).st_mode)
+            st: os.stat_result | None = reader.lstat(self.rootb + b"/" + rel, self.counters)
         except OSError:
-            is_dir = False
-        return not self._rules.is_ignored(rel, is_dir) or rel in self.stats
+            st = None
+        rules = self._rules.current
+        ignored = rules.is_ignored(rel, st is not None and stat.S_ISDIR(st.st_mode))
+        self.present.saw(rel, st, ignored, rules)
+        return not ignored or rel in self.stats
 
     def capture(self, batch: Batch, todo: list[bytes]) -> dict[bytes, trees.Change]:
         """Read ``todo`` into ``batch``, and with each file that has other links, its other
@@ -175,6 +187,7 @@ class Capturer:
         def unreadable(rel: bytes, why: str) -> None:  # recorded as unlisted, and reported
             unlistable[rel] = why
 
+        self.present.reset()
         walked = reader.walk(
             self.rootb,
             self._rules.tallying(tally),
@@ -182,6 +195,7 @@ class Capturer:
             unreadable=unreadable,
             counters=self.counters,
             listed=listings,
+            left_out=self.present.listed,
         )
         rels = [rel for rel, _ in walked]
         self.ignored = tally

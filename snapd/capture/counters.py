@@ -27,6 +27,7 @@ class Counters:
         self.files_read = 0  # regular files whose bytes were read (a re-read counts again)
         self.listings = 0  # directories listed, by walks, scans and the watcher placing watches
         self.rechecks = 0  # re-checks of every captured file (a rollback; a new name gone unseen)
+        self.ignored_names = 0  # ignored-name sets encoded (a commit whose set had changed)
 
     def scanned_all(self) -> None:
         with self._lock:
@@ -48,6 +49,10 @@ class Counters:
         with self._lock:
             self.listings += n
 
+    def encoded_ignored_names(self) -> None:
+        with self._lock:
+            self.ignored_names += 1
+
     def to_json(self) -> dict[str, int]:
         with self._lock:
             return {
@@ -56,4 +61,5 @@ class Counters:
                 "files_read": self.files_read,
                 "listings": self.listings,
                 "rechecks": self.rechecks,
+                "ignored_names": self.ignored_names,
             }

@@ -200,6 +200,8 @@ def _listable(path: bytes) -> bool:
 
 Listing = list[tuple[bytes, bool]]
 """Entries of a listing, every name: (path relative to the root, is_dir)."""
+LeftOut = Callable[[bytes, Listing], None]
+"""Told of each fresh listing: (the directory, the entries it left out as ignored)."""
 
 
 def walk(
@@ -210,6 +212,7 @@ def walk(
     unreadable: Callable[[bytes, str], None] | None = None,
     counters: Counters | None = None,
     listed: dict[bytes, Listing] | None = None,
+    left_out: LeftOut | None = None,
 ) -> Iterator[tuple[bytes, bool]]:
     """(relative path, is_dir) for every non-ignored path under ``rel_dir``, parents first.
 
@@ -221,7 +224,7 @@ def walk(
 
     ``listed`` holds listings made already (the watcher lists each directory right after
     watching it): each is judged like a fresh one, used once and dropped; a directory not in
-    it is listed here.
+    it is listed here. ``left_out`` is told what each listing leaves out as ignored.
     """
     if counters is not None and not rel_dir:
         counters.scanned_all()
@@ -229,11 +232,16 @@ def walk(
     while stack:
         d = stack.pop()
         made = listed.pop(d, None) if listed is not None else None
+        entries: Listing = []
         try:
             if made is None:
-                entries = list_dir(root, d, ignored, descend, counters)
+                entries = list_dir(root, d, ignored, descend, counters, left_out)
             else:
-                entries = [e for e in made if not _left_out(e[0], e[1], ignored, descend)]
+                out: Listing = []
+                for e in made:
+                    (out if _left_out(e[0], e[1], ignored, descend) else entries).append(e)
+                if left_out is not None:
+                    left_out(d, out)
         except (FileNotFoundError, NotADirectoryError):
             continue
         except OSError as exc:
@@ -252,18 +260,22 @@ def list_dir(
     ignored: Ignored,
     descend: Callable[[bytes], bool] | None = None,
     counters: Counters | None = None,
+    left_out: LeftOut | None = None,
 ) -> list[tuple[bytes, bool]]:
     """One directory's captured entries as (relative path, is_dir): ignored names dropped,
-    unless a directory may hold captured paths (``descend``). Raises OSError."""
+    unless a directory may hold captured paths (``descend``); ``left_out`` is told the names
+    dropped. Raises OSError."""
     out: list[tuple[bytes, bool]] = []
+    dropped: list[tuple[bytes, bool]] = []
     if counters is not None:
         counters.listed()
     with os.scandir(root + b"/" + d if d else root) as it:
         for e in it:
             rel = d + b"/" + e.name if d else e.name
             is_dir = entry_is_dir(e)
-            if not _left_out(rel, is_dir, ignored, descend):
-                out.append((rel, is_dir))
+            (dropped if _left_out(rel, is_dir, ignored, descend) else out).append((rel, is_dir))
+    if left_out is not None:
+        left_out(d, dropped)
     return out
 
 

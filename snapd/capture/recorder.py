@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,7 +30,8 @@ from snapd.capture.events import Notify
 from snapd.capture.liverules import LiveRules
 from snapd.capture.scan import CountCallback
 from snapd.capture.watcher import Watcher
-from snapd.store import treediff, trees
+from snapd.errors import StoreError
+from snapd.store import ignored, treediff, trees
 from snapd.store.batch import Batch
 from snapd.store.records import Mark
 from snapd.store.store import Store
@@ -79,7 +81,7 @@ class Recorder:
     def capture_dirty(self) -> None:
         """Capture everything dirty (the capture thread, a barrier'd capture)."""
         paths = self._settle(for_mark=False)
-        if paths:
+        if paths or self._capturer.present.unrecorded:  # (history of the ignored names too)
             self._commit_or_requeue(paths, None, {})
 
     def capture_and_mark(self, label: str, meta: dict[str, Any]) -> Mark:
@@ -157,6 +159,7 @@ class Recorder:
         hold: Sequence[bytes] = meta.pop("hold", ())
         note: dict[str, Any] = meta.pop("note", None) or {}  # facts the caller adds to the summary
         capturer = self._capturer
+        when = time.time_ns()  # the ignored names were judged as the dirty set settled: by now
         with self._store.batch() as batch:
             changes = capturer.capture(batch, paths)
             tree = batch.apply(self.tree, changes) if changes else self.tree
@@ -193,13 +196,15 @@ class Recorder:
                     tree,
                     git_head=self._rules.git_head(),
                     summary=summary,
-                    **self._mark_state(batch),
+                    **self._mark_state(batch, when),
                     **meta,
                 )
                 batch.set_head(self._id, head)
                 tree = head
+            capturer.present.record(self._store, batch, self._id, when, for_mark=False)
             capturer.stage_stats(batch)
             committed = batch.commit()
+        capturer.present.committed()
         self.tree = tree
         self._conditions.told = told
         if mark is not None:
@@ -219,7 +224,16 @@ class Recorder:
         if self.tree is None:
             return self.baseline(progress, listings)
         assert self.watcher is not None
+        present = self._capturer.present
+        try:
+            names = ignored.load(self._store, self._store.live_ignored(self._id))
+        except (StoreError, ValueError):  # unreadable: learnt again below, as after an upgrade
+            names = None
+        if names is not None:
+            present.load(names)  # what the catch-up finds changed corrects it
         self._queue_found(self._capturer.catch_up_scan(progress))
+        if not present.known:  # none recorded (a store from before format 8): list everything once
+            self.scan(b"", trust_listings=False)
         self._announce("workspace.rescanned", {"reason": "startup"})
         stats = self._capturer.stats
         found = [p for p in self._dirty.paths() if not stats.is_directory(p)]
@@ -237,6 +251,7 @@ class Recorder:
         """Read the whole root and commit it as the ``baseline`` mark (a new workspace);
         ``listings``, the watcher's, spare the walk a second listing of each directory."""
         report = ingest.Report()
+        when = time.time_ns()
         walk = self._capturer.walk_all(listings)
         with self._store.batch() as batch:
             changes = self._capturer.read_walk(batch, walk, report, progress)
@@ -252,10 +267,11 @@ class Recorder:
                 kind="baseline",
                 summary=summary,
                 git_head=self._rules.git_head(),
-                **self._mark_state(batch),
+                **self._mark_state(batch, when),
             )
             self._capturer.stage_stats(batch)
             (mark,) = batch.commit()
+        self._capturer.present.committed()
         if progress is not None:
             progress(len(walk.rels), len(walk.rels))
         self._conditions.told = told
@@ -275,11 +291,16 @@ class Recorder:
             batch.commit()
         return held, skipped
 
-    def _mark_state(self, batch: Batch) -> dict[str, Any]:
-        """What a mark records beside its tree: the rule inputs that live outside the tree (one
-        shared object per distinct set) and the root's own mode (a rollback restores it)."""
+    def _mark_state(self, batch: Batch, when: int) -> dict[str, Any]:
+        """What a mark records beside its tree: the rule inputs that live outside the tree and
+        the names of the top-most ignored entries present (one shared object per distinct set
+        each), and the root's own mode (a rollback restores it)."""
         try:
             root_mode: int | None = stat.S_IMODE(os.stat(self._capturer.rootb).st_mode)
         except OSError:
             root_mode = None  # the barrier reports a vanished root; nothing to restore here
-        return {"rules": self._rules.record(self._store, batch), "root_mode": root_mode}
+        return {
+            "rules": self._rules.record(self._store, batch),
+            "root_mode": root_mode,
+            "ignored": self._capturer.present.record(self._store, batch, self._id, when, for_mark=True),
+        }

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 
 from snapd.capture.counters import Counters
-from snapd.capture.reader import Ignored, list_dir, lstat
+from snapd.capture.reader import Ignored, LeftOut, list_dir, lstat
 from snapd.capture.statcache import StatCache
 
 CountCallback = Callable[[int, int], None]  # (done, total): how far a scan or baseline has come
@@ -37,10 +37,12 @@ def scan(
     trust_listings: bool = True,
     progress: CountCallback | None = None,
     counters: Counters | None = None,
+    left_out: LeftOut | None = None,
 ) -> set[bytes]:
     """Paths under ``top`` (b"" = everything) that differ from ``cache`` or vanished.
 
-    ``counters`` counts a scan of everything as a full scan, and every ``lstat``."""
+    ``counters`` counts a scan of everything as a full scan, and every ``lstat``;
+    ``left_out`` is told what each directory listed leaves out as ignored."""
     now = time.time_ns()
     dirty: set[bytes] = set()
     done = 0
@@ -69,7 +71,7 @@ def scan(
         if trusted:
             names: list[bytes] = list(known)
         else:
-            listed = _list(root, d, ignored, descend, counters)
+            listed = _list(root, d, ignored, descend, counters, left_out)
             if listed is None:
                 dirty.add(d)
                 continue
@@ -140,6 +142,7 @@ def catch_up(
     *,
     progress: CountCallback | None = None,
     counters: Counters | None = None,
+    left_out: LeftOut | None = None,
 ) -> set[bytes]:
     """:func:`scan` of everything at start-up, once every known directory's watch was
     attempted (why that keeps the catch-up exact: :mod:`snapd.capture.placement`): what
@@ -193,14 +196,15 @@ def catch_up(
     if counters is not None:
         counters.stat(checked)
     for d, known in relist.items():
-        listed = _list(root, d, ignored, descend, counters)
+        listed = _list(root, d, ignored, descend, counters, left_out)
         if listed is None:
             dirty.add(d)
         elif listed is not _UNLISTABLE:  # else its cached children were checked by name
             dirty.update(set(known) - set(listed))  # vanished, or ignored now
             for rel in listed:
                 if rel not in cache:
-                    dirty.update(scan(root, rel, cache, ignored, descend, counters=counters))
+                    found = scan(root, rel, cache, ignored, descend, counters=counters, left_out=left_out)
+                    dirty.update(found)
     return dirty
 
 
@@ -208,12 +212,17 @@ _UNLISTABLE: list[bytes] = []
 
 
 def _list(
-    root: bytes, d: bytes, ignored: Ignored, descend: Callable[[bytes], bool], counters: Counters | None
+    root: bytes,
+    d: bytes,
+    ignored: Ignored,
+    descend: Callable[[bytes], bool],
+    counters: Counters | None,
+    left_out: LeftOut | None = None,
 ) -> list[bytes] | None:
     """One directory's captured names; None when it is gone, :data:`_UNLISTABLE` (compare with
     ``is``) when it cannot be listed."""
     try:
-        return [rel for rel, _ in list_dir(root, d, ignored, descend, counters)]
+        return [rel for rel, _ in list_dir(root, d, ignored, descend, counters, left_out)]
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError:

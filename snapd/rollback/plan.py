@@ -15,9 +15,11 @@ Invariants:
   out and listed in ``kept`` — unless ``force``, where the ops touching it carry ``forced``
   (the reason) and apply replaces whatever is there without comparing it (but one that M's
   rules ignore is never touched, even to clear the way for its directory's removal);
-- a path absent at M that M's rules ignore as a directory but not as what it is now (a symlink
-  named like a ``build/`` pattern) may have been an ignored directory at M, which no mark
-  records: it is ``kept`` (loud), never deleted;
+- a path absent at M that M's rules ignore (as what it is now, or as a directory: a symlink
+  named like a ``build/`` pattern) is ``left`` when M's ignored ``names`` hold it or a directory
+  above it (it was there, ignored), and deleted like any path absent at M when they do not
+  (it did not exist then, as ``git checkout`` would). A mark that recorded no names (an older
+  store's) leaves it, and ``kept`` (loud) one that its rules ignore only as a directory;
 - a directory that cannot be listed now, where M has a directory it could list, is ``kept``
   with everything under it, with or without ``force``: what it holds now is unknown, so
   nothing there is changed;
@@ -39,6 +41,7 @@ from snapd.paths import ancestors, at_or_below, strictly_below
 from snapd.rollback import modes, scope
 from snapd.rollback.ops import COUNT, Op, Plan, ops_for, parts, show, token_of
 from snapd.store import trees
+from snapd.store.ignored import IgnoredNames
 
 TargetIgnores = Callable[[bytes, bool], "str | None"]
 """(path, is_dir) -> why the mark's own rules ignore it, or None when they capture it."""
@@ -59,6 +62,7 @@ def plan(
     ignored_below: IgnoredBelow | None = None,
     root_modes: tuple[int | None, int | None] = (None, None),
     absent: Sequence[bytes] = (),
+    names: IgnoredNames | None = None,
 ) -> Plan:
     """The operations that make the workspace captured as ``current`` hold ``target``.
 
@@ -68,8 +72,10 @@ def plan(
     ignore: such paths are never touched (``left``), nor is a directory that holds one.
     ``root_modes``: the root's mode now and at the mark (None: unknown). ``absent``: paths the
     mark knows were absent whatever its rules say (a pre-rollback mark's: what its rollback
-    created), so they are deleted even where those rules ignore them. Raises NotFound for an
-    ``only`` path that exists neither now nor at M.
+    created), so they are deleted even where those rules ignore them. ``names``: the top-most
+    ignored entries present at M (None: not recorded), which tell an ignored path that was
+    there from one that was not. Raises NotFound for an ``only`` path that exists neither now
+    nor at M.
     """
     tops = scope.normalize_only(only)
     differences = scope.differences(load, current, target, tops)
@@ -107,6 +113,8 @@ def plan(
         current tree, as either kind."""
         now = trees.lookup(load, current, u) if current is not None else None
         kinds = (False, True) if now is None else (now.kind == "dir",)
+        if names is not None and not names.covers(u):
+            return None  # not there at M: judged like any path absent then
         return next((rule for is_dir in kinds if (rule := ignores(u, is_dir)) is not None), None)
 
     def inside_unlisted(path: bytes) -> bytes | None:
@@ -144,11 +152,16 @@ def plan(
             continue
         if d.new is None and d.old is not None and not made:
             why = ignores(d.path, d.old.kind == "dir")
-            if why is not None:  # absent at M because its rules ignored it, not because it did not exist
+            as_dir = ignores(d.path, True) if d.old.kind != "dir" else None
+            if names is not None:  # M recorded its ignored names: exact either way
+                if (why or as_dir) is not None and names.covers(d.path):
+                    left[d.path] = f"ignored at the mark ({why or as_dir}), and there then"
+                    continue
+                # else: not there at M (nor anything above it that M ignored): deleted below
+            elif why is not None:  # absent at M because its rules ignored it, not because it did not exist
                 left[d.path] = f"ignored at the mark ({why})"
                 continue
-            as_dir = ignores(d.path, True) if d.old.kind != "dir" else None
-            if as_dir is not None:  # a mark records no ignored names: an ignored directory may have been here
+            elif as_dir is not None:  # no names recorded: an ignored directory may have been here
                 kept[d.path] = (
                     f"the mark's rules ignore a directory of this name ({as_dir}): one may have been "
                     "there, so this is left as it is"

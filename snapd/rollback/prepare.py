@@ -16,6 +16,7 @@ from snapd.capture.workspace import Workspace
 from snapd.paths import at_or_below
 from snapd.rollback import plan, rules
 from snapd.rollback.ops import Plan
+from snapd.store import ignored
 from snapd.store.records import Mark
 
 
@@ -85,6 +86,7 @@ def _plan(
         ignored_below=rules.ignored_below(ws, current, m_rules),
         root_modes=(root_now, target.root_mode),
         absent=target.absent,
+        names=ignored.at_mark(ws.store, target),
     )
 
 

@@ -70,6 +70,7 @@ class Batch(deltas.Chooser):
         self._versions: list[tuple[int, int, list[bytes], list[trees.Entry | None]]] = []
         self._marks: list[Mark] = []
         self._heads: dict[int, str] = {}
+        self._ignored: dict[int, tuple[str, int]] = {}  # workspace -> its ignored names' key, since
         self._stats: list[tuple[int, StatChanges]] = []  # written in order at commit
         self._keys: dict[str, str] = {}  # each key put, once
 
@@ -200,6 +201,12 @@ class Batch(deltas.Chooser):
         """Record ``tree`` as the workspace's captured state when the batch commits."""
         self._heads[ws] = tree
 
+    def set_ignored(self, ws: int, key: str, when: int) -> None:
+        """Record ``key`` as the workspace's ignored names (snapd.store.ignored) from ``when``
+        (ns) on, when the batch commits: what a restart starts from, and the set at any instant
+        since."""
+        self._ignored[ws] = (key, when)
+
     def add_mark(
         self,
         ws: int,
@@ -216,6 +223,7 @@ class Batch(deltas.Chooser):
         rules: str | None = None,
         root_mode: int | None = None,
         absent: tuple[bytes, ...] = (),
+        ignored: str | None = None,
     ) -> Mark:
         """Queue a mark; its id is final, its ``seq`` is assigned at commit."""
         if kind == "user":
@@ -237,6 +245,7 @@ class Batch(deltas.Chooser):
             rules,
             root_mode,
             absent,
+            ignored,
         )
         self._marks.append(mark)
         self._heads[ws] = tree
@@ -283,11 +292,14 @@ class Batch(deltas.Chooser):
                     "SELECT COALESCE(MAX(seq), 0) + 1 FROM marks WHERE workspace=?", (m.workspace,)
                 ).fetchone()[0]
                 c.execute(
-                    f"INSERT INTO marks ({MARK_COLUMNS}) VALUES ({','.join('?' * 16)})", mark_row(m, seq)
+                    f"INSERT INTO marks ({MARK_COLUMNS}) VALUES ({','.join('?' * 17)})", mark_row(m, seq)
                 )
                 committed.append(dataclasses.replace(m, seq=seq))
             for ws, tree in self._heads.items():
                 c.execute("UPDATE workspaces SET head=? WHERE id=?", (tree, ws))
+            for ws, (key, when) in self._ignored.items():
+                c.execute("UPDATE workspaces SET ignored=? WHERE id=?", (key, ws))
+                c.execute("INSERT INTO ignored_sets (workspace, time, key) VALUES (?,?,?)", (ws, when, key))
             self._write_stats(c)
         self.store.recent.add_all(written)
         for key, node in self._nodes.items():
@@ -298,4 +310,5 @@ class Batch(deltas.Chooser):
         self._versions.clear()
         self._marks.clear()
         self._heads.clear()
+        self._ignored.clear()
         return committed

@@ -33,7 +33,7 @@ from snapd.errors import DiskFull, StoreError, StoreFormatError
 from snapd.store import objects, safeio
 from snapd.store.checkpoint import BACKSTOP_PAGES, Checkpointer, log_limit
 
-FORMAT_VERSION = 7
+FORMAT_VERSION = 8
 # Each entry upgrades a store of that format to the next one; they run in order on open.
 # Format 1 lacked the marks' rule inputs and root mode, and the workspace's last rollback (such
 # marks are judged under today's outside rules, and their root mode is not restored).
@@ -50,8 +50,15 @@ FORMAT_VERSION = 7
 # ``versions.object`` as 18-20 byte blobs (``objects.db_key``), which older code cannot look up.
 # Format 6 stored a stat-cache entry as six columns; format 7 as one blob (``snapd.statrow``),
 # which a restart loads without building an int per field. Older code cannot read it.
+# Format 7 lacked ``marks.ignored``, ``workspaces.ignored`` and ``ignored_sets`` (the names of the
+# top-most ignored entries present at each mark, now, and from each capture that changed them:
+# snapd.store.ignored). Its marks keep NULL there: a
+# rollback to one leaves what its rules ignore, as before; a workspace lists its directories
+# once at its first start after the upgrade to learn its current set.
 # The stat cache: each path's entry packed (snapd.statrow.ROW), format 7 on.
 _STATS = "workspace INTEGER NOT NULL, path BLOB NOT NULL, sig BLOB NOT NULL, PRIMARY KEY (workspace, path)"
+# Each change of a workspace's ignored names, format 8 on: the set's object key from a capture on.
+_IGNORED_SETS = "workspace INTEGER NOT NULL, time INTEGER NOT NULL, key TEXT NOT NULL"
 _MIGRATIONS: dict[str, tuple[str, ...]] = {
     "1": (
         "ALTER TABLE marks ADD COLUMN rules TEXT",
@@ -74,6 +81,12 @@ _MIGRATIONS: dict[str, tuple[str, ...]] = {
         " FROM stats ORDER BY workspace, path",
         "DROP TABLE stats",
         "ALTER TABLE stats_7 RENAME TO stats",
+    ),
+    "7": (
+        "ALTER TABLE marks ADD COLUMN ignored TEXT",
+        "ALTER TABLE workspaces ADD COLUMN ignored TEXT",
+        f"CREATE TABLE ignored_sets ({_IGNORED_SETS})",
+        "CREATE INDEX ignored_sets_time ON ignored_sets (workspace, time)",
     ),
 }
 
@@ -101,7 +114,8 @@ CREATE TABLE workspaces (
     head TEXT,
     root_id TEXT,
     last_rollback TEXT,
-    pruned_before INTEGER
+    pruned_before INTEGER,
+    ignored TEXT
 );
 CREATE TABLE marks (
     id TEXT PRIMARY KEY,
@@ -120,6 +134,7 @@ CREATE TABLE marks (
     rules TEXT,
     root_mode INTEGER,
     absent BLOB,
+    ignored TEXT,
     UNIQUE (workspace, seq)
 );
 CREATE INDEX marks_label ON marks (workspace, label, seq);
@@ -135,6 +150,8 @@ CREATE TABLE versions (
 CREATE INDEX versions_path ON versions (workspace, path, time);
 CREATE INDEX versions_time ON versions (time);
 CREATE TABLE stats ({_STATS}) WITHOUT ROWID;
+CREATE TABLE ignored_sets ({_IGNORED_SETS});
+CREATE INDEX ignored_sets_time ON ignored_sets (workspace, time);
 CREATE TABLE evictions (
     id INTEGER PRIMARY KEY,
     workspace INTEGER NOT NULL,

@@ -95,18 +95,26 @@ def live_keys(
 def _held_by(
     store: Store, roots: Iterable[str | None], policy: Retention, now: int, extra: Iterable[bytes | str] = ()
 ) -> Keys:
-    """What the trees ``roots`` reach, every mark's rule inputs, every object a version
+    """What the trees ``roots`` reach, every mark's rule inputs and ignored names (and each
+    workspace's current ones), every object a version
     inside the age window names and ``extra``, with the bases of all of those."""
     db = store.catalog.read()
     held: Keys = set(extra)
     nodes.reachable(store.get_many, sorted({r for r in roots if r}), held)
     rules = db.execute("SELECT DISTINCT rules FROM marks WHERE rules IS NOT NULL")
     held.update(objects.db_key(key) for (key,) in rules)
+    names = db.execute(  # the ignored names of every mark, and each workspace's current ones
+        "SELECT ignored FROM marks WHERE ignored IS NOT NULL UNION SELECT ignored FROM workspaces"
+        " WHERE ignored IS NOT NULL"
+    )
+    held.update(objects.db_key(key) for (key,) in names)
     cutoff = now - policy.max_age_ns
     versions = db.execute(
         "SELECT DISTINCT object FROM versions WHERE time >= ? AND object IS NOT NULL", (cutoff,)
     )
     held.update(key for (key,) in versions)
+    sets = db.execute("SELECT DISTINCT key FROM ignored_sets WHERE time >= ?", (cutoff,))
+    held.update(objects.db_key(key) for (key,) in sets)  # the ignored names' changes, likewise
     return with_bases(store, held)
 
 
@@ -255,6 +263,7 @@ def run(
             (cutoff, cutoff),
         )
         report.versions_deleted = c.execute("DELETE FROM versions WHERE time < ?", (cutoff,)).rowcount
+        c.execute("DELETE FROM ignored_sets WHERE time < ?", (cutoff,))
     sweep(store, policy, now, report, extra)
     young = now - int(policy.grace_s * 1e9)
     settled = _settled_bytes(store, young)

@@ -169,6 +169,17 @@ def at_time(store: Store, ws: int, instant: int, now: int | None = None) -> AtTi
     return AtTime(instant, base, tree, used, replaced, len(versions))
 
 
+def ignored_key_at(store: Store, ws: int, base: Mark, instant: int) -> str | None:
+    """The key of ``ws``'s ignored names as captured at ``instant`` (:mod:`snapd.store.ignored`):
+    the last change recorded after ``base`` (the mark a rebuild at ``instant`` starts from) up
+    to ``instant``, else ``base``'s own; None when neither was recorded (before store format 8).
+    Each capture that changed the set recorded the whole set (``ignored_sets``), so this is one
+    row, however many changes came before."""
+    sql = "SELECT key FROM ignored_sets WHERE workspace=? AND time>? AND time<=? ORDER BY time DESC LIMIT 1"
+    row = store.catalog.read().execute(sql, (ws, base.created, instant)).fetchone()
+    return str(row[0]) if row else base.ignored
+
+
 def as_mark(at: AtTime) -> Mark:
     """A rollback, diff or cat target for the instant: the rebuilt tree, with the rules and
     root mode of its base mark (the last ones recorded before it). Its id is the instant's

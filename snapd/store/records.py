@@ -43,6 +43,9 @@ class Mark:
     # A pre-rollback mark: the paths its rollback created, absent before it whatever the rules
     # said (an undo deletes them even where the mark's rules ignore them)
     absent: tuple[bytes, ...] = ()
+    # object key of the names of the top-most ignored entries present (snapd.store.ignored);
+    # None: not recorded (a mark from before store format 8)
+    ignored: str | None = None
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,7 @@ class Version:
 
 MARK_COLUMNS = (
     "id, workspace, seq, label, message, agent, session, created, git_head, tree, kind, pinned, summary,"
-    " rules, root_mode, absent"
+    " rules, root_mode, absent, ignored"
 )
 
 
@@ -84,6 +87,7 @@ def mark_from_row(row: tuple[Any, ...]) -> Mark:
         rules=row[13],
         root_mode=row[14],
         absent=decode_absent(row[15]),
+        ignored=row[16],
     )
 
 
@@ -106,6 +110,7 @@ def mark_row(m: Mark, seq: int) -> tuple[Any, ...]:
         m.rules,
         m.root_mode,
         encode_absent(m.absent),
+        m.ignored,
     )
 
 

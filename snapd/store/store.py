@@ -223,6 +223,12 @@ class Store:
         row = self.catalog.read().execute("SELECT head FROM workspaces WHERE id=?", (ws,)).fetchone()
         return row[0] if row else None
 
+    def live_ignored(self, ws: int) -> str | None:
+        """The key of ``ws``'s ignored names as of its last commit (snapd.store.ignored; None:
+        never recorded, a store from before format 8)."""
+        row = self.catalog.read().execute("SELECT ignored FROM workspaces WHERE id=?", (ws,)).fetchone()
+        return row[0] if row else None
+
     def load_stats(self, ws: int) -> Iterator[tuple[bytes, bytes]]:
         """The stat cache of ``ws``: rows of (path, entry packed as :data:`snapd.statrow.ROW`),
         in path order (the primary key's: free), which the reconcile scan visits. Fetched

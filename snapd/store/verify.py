@@ -76,6 +76,10 @@ def verify(store: Store, sample: float | None = None, seed: int | None = None) -
     contents.update(objects.py_key(k) for (k,) in named)
     rules = dict(db.execute("SELECT id, rules FROM marks WHERE rules IS NOT NULL").fetchall())
     contents.update(rules.values())
+    names = dict(db.execute("SELECT id, ignored FROM marks WHERE ignored IS NOT NULL").fetchall())
+    contents.update(names.values())
+    contents.update(k for (k,) in db.execute("SELECT ignored FROM workspaces WHERE ignored IS NOT NULL"))
+    contents.update(k for (k,) in db.execute("SELECT DISTINCT key FROM ignored_sets"))
     keys = sorted(contents - below.keys())
     if sample is not None and 0 < sample < 1:
         rng = random.Random(seed)
@@ -84,9 +88,8 @@ def verify(store: Store, sample: float | None = None, seed: int | None = None) -
         check(key)
     if bad:
         for mark_id, tree in marks:
-            hit = {
-                k for k in bad if k in node_bad(tree) or k == rules.get(mark_id) or _reaches(store, tree, k)
-            }
+            own = (rules.get(mark_id), names.get(mark_id))
+            hit = {k for k in bad if k in node_bad(tree) or k in own or _reaches(store, tree, k)}
             for k in hit:
                 (report.missing if bad[k] == "missing" else report.corrupt).setdefault(k, []).append(mark_id)
         for k, why in bad.items():
