@@ -47,9 +47,16 @@ def target_lines(r: dict[str, Any]) -> list[str]:
         f"  built from mark {base['id']} {base['label']} ({when(base['created'])})"
         f" and the {t['replayed']} version(s) captured after it up to that instant"
     )
+    partial = (
+        ["  (events could not be trusted then, so the whole tree was captured only at marks:"
+         " this is the workspace as at that mark; docs/rollback.md)"]
+        if t.get("partial")
+        else []
+    )
     return [
         f"rollback of {r['workspace']} to the workspace as captured at {exact(t['instant_ns'])} ({t['ref']})",
         built,
+        *partial,
         "  (capture times: a change made while snapd was not running carries the time of the "
         "restart that found it; docs/rollback.md)",
     ]

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from snapd.store import deltas, nodes, objects, trees
 from snapd.store.objects import fingerprint
 from snapd.store.objwrite import Destination, ObjectWriter
-from snapd.store.records import MARK_COLUMNS, Mark, mark_row
+from snapd.store.records import MARK_COLUMNS, STATE_COLUMNS, Mark, State, mark_row, state_row
 from snapd.store.refs import new_mark_id, validate_label
 
 
@@ -70,6 +70,7 @@ class Batch(deltas.Chooser):
         self._versions: list[tuple[int, int, list[bytes], list[trees.Entry | None]]] = []
         self._marks: list[Mark] = []
         self._heads: dict[int, str] = {}
+        self._states: list[State] = []
         self._stats: list[tuple[int, StatChanges]] = []  # written in order at commit
         self._keys: dict[str, str] = {}  # each key put, once
 
@@ -200,6 +201,11 @@ class Batch(deltas.Chooser):
         """Record ``tree`` as the workspace's captured state when the batch commits."""
         self._heads[ws] = tree
 
+    def add_state(self, state: State) -> None:
+        """Record what the workspace held at ``state.time`` (the head tree and what a mark
+        would record beside it), so a time target is rebuilt as a mark taken then."""
+        self._states.append(state)
+
     def add_mark(
         self,
         ws: int,
@@ -288,6 +294,9 @@ class Batch(deltas.Chooser):
                 committed.append(dataclasses.replace(m, seq=seq))
             for ws, tree in self._heads.items():
                 c.execute("UPDATE workspaces SET head=? WHERE id=?", (tree, ws))
+            c.executemany(
+                f"INSERT INTO states ({STATE_COLUMNS}) VALUES (?,?,?,?,?,?)", map(state_row, self._states)
+            )
             self._write_stats(c)
         self.store.recent.add_all(written)
         for key, node in self._nodes.items():
@@ -298,4 +307,5 @@ class Batch(deltas.Chooser):
         self._versions.clear()
         self._marks.clear()
         self._heads.clear()
+        self._states.clear()
         return committed

@@ -33,7 +33,7 @@ from snapd.errors import DiskFull, StoreError, StoreFormatError
 from snapd.store import objects, safeio
 from snapd.store.checkpoint import BACKSTOP_PAGES, Checkpointer, log_limit
 
-FORMAT_VERSION = 7
+FORMAT_VERSION = 8
 # Each entry upgrades a store of that format to the next one; they run in order on open.
 # Format 1 lacked the marks' rule inputs and root mode, and the workspace's last rollback (such
 # marks are judged under today's outside rules, and their root mode is not restored).
@@ -50,8 +50,25 @@ FORMAT_VERSION = 7
 # ``versions.object`` as 18-20 byte blobs (``objects.db_key``), which older code cannot look up.
 # Format 6 stored a stat-cache entry as six columns; format 7 as one blob (``snapd.statrow``),
 # which a restart loads without building an int per field. Older code cannot read it.
+# Format 7 recorded a workspace's state only at marks; format 8 adds ``states``: every commit's
+# head tree with the rule inputs, root mode and ignored names of that moment, so a time between
+# marks is rebuilt as a mark taken then would hold it (snapd.store.history). Older code would
+# let GC delete the nodes only those rows reference.
 # The stat cache: each path's entry packed (snapd.statrow.ROW), format 7 on.
 _STATS = "workspace INTEGER NOT NULL, path BLOB NOT NULL, sig BLOB NOT NULL, PRIMARY KEY (workspace, path)"
+# What each commit captured (format 8 on): the head tree and what a mark would record beside it.
+# ``partial``: a capture between marks while events could not be trusted (a watch shortfall, a
+# file system without events), which saw only part of the tree.
+_STATES = """CREATE TABLE states (
+    id INTEGER PRIMARY KEY,
+    workspace INTEGER NOT NULL,
+    time INTEGER NOT NULL,
+    tree TEXT NOT NULL,
+    rules TEXT,
+    root_mode INTEGER,
+    partial INTEGER NOT NULL DEFAULT 0
+)"""
+_STATES_INDEX = "CREATE INDEX states_time ON states (workspace, time)"
 _MIGRATIONS: dict[str, tuple[str, ...]] = {
     "1": (
         "ALTER TABLE marks ADD COLUMN rules TEXT",
@@ -75,6 +92,7 @@ _MIGRATIONS: dict[str, tuple[str, ...]] = {
         "DROP TABLE stats",
         "ALTER TABLE stats_7 RENAME TO stats",
     ),
+    "7": (_STATES, _STATES_INDEX),
 }
 
 # Object keys (objects.key, objects.base, versions.object) are BLOBs from format 6 on
@@ -135,6 +153,8 @@ CREATE TABLE versions (
 CREATE INDEX versions_path ON versions (workspace, path, time);
 CREATE INDEX versions_time ON versions (time);
 CREATE TABLE stats ({_STATS}) WITHOUT ROWID;
+{_STATES};
+{_STATES_INDEX};
 CREATE TABLE evictions (
     id INTEGER PRIMARY KEY,
     workspace INTEGER NOT NULL,

@@ -90,14 +90,18 @@ def live_keys(
 def _held_by(
     store: Store, roots: Iterable[str | None], policy: Retention, now: int, extra: Iterable[bytes | str] = ()
 ) -> Keys:
-    """What the trees ``roots`` reach, every mark's rule inputs, every object a version
-    inside the age window names and ``extra``, with the bases of all of those."""
+    """What the trees ``roots`` reach, every mark's rule inputs, every object a version or a
+    state inside the age window names and ``extra``, with the bases of all of those."""
     db = store.catalog.read()
     held: Keys = set(extra)
-    nodes.reachable(store.get_many, sorted({r for r in roots if r}), held)
+    cutoff = now - policy.max_age_ns
+    # The states inside the age window, as its versions: a time there is rebuilt from them.
+    states = db.execute("SELECT tree, rules FROM states WHERE time >= ?", (cutoff,)).fetchall()
+    trees = {r for r in roots if r} | {t for t, _ in states}
+    nodes.reachable(store.get_many, sorted(trees), held)
     rules = db.execute("SELECT DISTINCT rules FROM marks WHERE rules IS NOT NULL")
     held.update(objects.db_key(key) for (key,) in rules)
-    cutoff = now - policy.max_age_ns
+    held.update(objects.db_key(r) for _, r in states if r)
     versions = db.execute(
         "SELECT DISTINCT object FROM versions WHERE time >= ? AND object IS NOT NULL", (cutoff,)
     )
@@ -240,6 +244,7 @@ def run(
             (cutoff, cutoff),
         )
         report.versions_deleted = c.execute("DELETE FROM versions WHERE time < ?", (cutoff,)).rowcount
+        c.execute("DELETE FROM states WHERE time < ?", (cutoff,))
     sweep(store, policy, now, report, extra)
     young = now - int(policy.grace_s * 1e9)
     settled = _settled_bytes(store, young)

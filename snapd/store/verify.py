@@ -68,6 +68,8 @@ def verify(store: Store, sample: float | None = None, seed: int | None = None) -
     db = store.catalog.read()
     marks = db.execute("SELECT id, tree FROM marks").fetchall()
     heads = [h for (h,) in db.execute("SELECT head FROM workspaces WHERE head IS NOT NULL")]
+    # The states' trees share almost every node with the marks and the head: each is walked once.
+    heads += [t for (t,) in db.execute("SELECT DISTINCT tree FROM states")]
     for head in heads:
         node_bad(head)
     for _, tree in marks:
@@ -76,6 +78,7 @@ def verify(store: Store, sample: float | None = None, seed: int | None = None) -
     contents.update(objects.py_key(k) for (k,) in named)
     rules = dict(db.execute("SELECT id, rules FROM marks WHERE rules IS NOT NULL").fetchall())
     contents.update(rules.values())
+    contents.update(r for (r,) in db.execute("SELECT DISTINCT rules FROM states WHERE rules IS NOT NULL"))
     keys = sorted(contents - below.keys())
     if sample is not None and 0 < sample < 1:
         rng = random.Random(seed)
