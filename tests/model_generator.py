@@ -82,6 +82,7 @@ class Generator:
         "big": 1,
         "pause": 2,
         "mark": 10,
+        "instant": 4,
         "rollback": 7,
         "undo": 4,
     }
@@ -198,6 +199,9 @@ class Generator:
             case "mark":
                 self.n += 1
                 return Step(op, (f"m{self.n}",))
+            case "instant":  # a time target between marks, with a twin mark taken then
+                self.n += 1
+                return Step(op, (f"t{self.n}",))
             case "rollback" if marks:
                 return Step(op, (rng.choice(marks),))
             case "undo" if can_undo:

@@ -103,6 +103,8 @@ class Step:
                 return f"sleep {a[0] / 1000}"
             case "mark":
                 return f"snapctl mark {a[0]}"
+            case "instant":
+                return f"snapctl diff m0 >/dev/null; {a[0]}=@$(date -u +%FT%T.%NZ); snapctl mark {a[0]}-twin"
             case "rollback":
                 return f"snapctl rollback --to {a[0]} --yes"
             case "undo":
