@@ -18,7 +18,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from e2e_helpers import Daemon, base_env, cli_mark, cli_rollback, git, snapshot, start_daemon, wait_for, write
+import pytest
+from e2e_helpers import (
+    NOBODY,
+    Daemon,
+    OtherUser,
+    base_env,
+    cli_mark,
+    cli_rollback,
+    git,
+    snapshot,
+    start_daemon,
+    wait_for,
+    write,
+)
 
 from snapd import timeref
 
@@ -171,3 +184,35 @@ def test_a_time_in_a_partly_watched_workspace_resolves_to_the_mark_and_says_so(t
         assert snapshot(root) == at_m0, "a partly watched time gave a mixed tree"
     finally:
         assert d.stop() == 0
+
+
+@pytest.mark.timeout(90)
+def test_a_time_knows_what_it_could_not_read_then(nobody: OtherUser) -> None:
+    """As uid 65534 (root reads anything): a file and a directory made `chmod 000` between marks
+    could not be captured then. A rollback to a time when they were so must not bring them back
+    as they were at the earlier mark (0644/0755, exit 0): it does what the mark taken then does."""
+    ws = nobody.top / "ws"
+    write(ws / "f.txt", "f at m0\n")
+    write(ws / "d" / "g.txt", "g at m0\n")
+    for p in (ws, ws / "f.txt", ws / "d", ws / "d" / "g.txt"):
+        os.chown(p, NOBODY, NOBODY)
+    d = nobody.start_daemon(nobody.top / "home" / "snapd")
+    try:
+        d.ctl("watch", ws)
+        cli_mark(d, ws, "m0")
+        (ws / "f.txt").write_text("f at T\n")
+        (ws / "f.txt").chmod(0o000)
+        (ws / "d").chmod(0o000)
+        instant = now_captured(d, ws)
+        at_t = cli_mark(d, ws, "taken-at-t")
+        (ws / "d").chmod(0o755)
+        (ws / "f.txt").chmod(0o644)
+        (ws / "f.txt").write_text("f now\n")
+        same_as_a_mark(d, ws, instant, at_t)
+
+        code, res = cli_rollback(d, ws, "--to", instant)
+        assert code == 10, res
+        assert {"f.txt"} <= {k["path"] for k in res["kept"]}, res
+        assert (ws / "f.txt").read_text() == "f now\n"
+    finally:
+        assert d.stop() == 0, d.log()[-3000:]
