@@ -83,9 +83,12 @@ class Recorder:
         """Capture everything dirty (the capture thread, a barrier'd capture). With nothing to
         read, a commit still records a new state when what a mark would record beside its tree
         changed (the rules, the root's mode): a time after it must be judged by them."""
-        paths = self._settle(for_mark=False)
-        if paths or self._state_changed():
-            self._commit_or_requeue(paths, None, {})
+        try:
+            paths = self._settle(for_mark=False)
+            if paths or self._state_changed():
+                self._commit_or_requeue(paths, None, {})
+        finally:
+            self._scanned_all = False  # a later capture sees only what events report
 
     def capture_and_mark(self, label: str, meta: dict[str, Any]) -> Mark:
         """Capture everything dirty and commit a mark with it (a full scan first in
