@@ -98,6 +98,7 @@ class Generator:
         "rmtree_root": 1,
         "remake_root": 1,
         "mark": 10,
+        "instant": 4,
         "rollback": 7,
         "undo": 4,
     }
@@ -238,6 +239,9 @@ class Generator:
             case "mark":
                 self.n += 1
                 return Step(op, (f"m{self.n}",))
+            case "instant":  # a time target between marks, with a twin mark taken then
+                self.n += 1
+                return Step(op, (f"t{self.n}",))
             case "rollback" if marks:
                 return Step(op, (rng.choice(marks),))
             case "undo" if can_undo:

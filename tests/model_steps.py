@@ -119,6 +119,8 @@ class Step:
                 return f"rm -rf $WS; mkdir -m {a[0]:o} $WS{fill}"
             case "mark":
                 return f"snapctl mark {a[0]}"
+            case "instant":
+                return f"snapctl diff m0 >/dev/null; {a[0]}=@$(date -u +%FT%T.%NZ); snapctl mark {a[0]}-twin"
             case "rollback":
                 return f"snapctl rollback --to {a[0]} --yes"
             case "undo":

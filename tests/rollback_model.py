@@ -62,6 +62,8 @@ from model_generator import OFF_UNTIL_FIXED, Generator
 from model_oracle import GitOracle, Ref, Reply, Rules, diff_lines, expected, uncapturable, unlisted_dirs
 from model_steps import SIZE_CAP, Step, World, dump_steps, git_env, load_steps, make_repo, under
 
+from snapd import timeref
+
 DEFAULT_SEED: Final = 20260508
 DEFAULT_ROUNDS: Final = 12
 DEFAULT_STEPS: Final = 100
@@ -118,6 +120,7 @@ class Round:
         self.root = self.world.root
         self.d.ctl("watch", self.root, cwd="/")
         self.refs: dict[str, Ref] = {}
+        self.twins: dict[str, str] = {}  # an instant's label -> the id of the mark taken with it
         self.last_pre: Ref | None = None  # the state before the last rollback that changed something
         self.last_changed: bool | None = None  # whether the last rollback or undo changed anything
         self.lost = False  # the root was deleted (or re-made) and no rollback has adopted it yet
@@ -150,16 +153,57 @@ class Round:
         self.tally.add("marks")
         return None
 
+    def take_instant(self, label: str) -> str | None:
+        """An instant between marks (a time target, ``@T``): everything done so far captured (a
+        barrier, through ``diff``), then T, read like a mark; and a mark taken right then, its
+        twin, which a rollback to T must equal (same plan, same exit)."""
+        cp = self.ctl("diff", self.refs["m0"].name)
+        if cp.returncode != 0:
+            return f"snapctl diff (to capture before {label}) failed: rc={cp.returncode} {cp.stdout!r}"
+        instant = time.time_ns()
+        time.sleep(0.002)  # what follows is captured after T
+        self.disk = self.read()
+        rules, unlisted = Rules.read(self.root, self.disk), unlisted_dirs(self.disk, self.lab.uid)
+        self.refs[label] = Ref(timeref.wire(instant), self.disk, rules, unlisted=unlisted)
+        cp = self.ctl("mark", f"{label}-twin")
+        if cp.returncode != 0:
+            return f"snapctl mark {label}-twin failed: rc={cp.returncode} {cp.stdout!r} {cp.stderr!r}"
+        self.twins[label] = json.loads(cp.stdout)["id"]
+        self.tally.add("instants")
+        return None
+
+    def same_as_twin(self, label: str) -> str | None:
+        """``rollback --to @T`` plans exactly what the rollback to the mark taken at T plans."""
+
+        def planned(ref: str) -> tuple[int, Any]:
+            cp = self.ctl("rollback", "--to", ref, "--dry-run")
+            try:
+                r = json.loads(cp.stdout)
+            except ValueError:
+                return cp.returncode, cp.stdout[-500:]
+            return cp.returncode, {k: r.get(k) for k in ("plan", "lines", "error")}
+
+        got, want = planned(self.refs[label].name), planned(self.twins[label])
+        self.tally.add("time targets compared with their twin mark")
+        if got != want:
+            return f"rollback to {label} (@T) plans\n{got}\nbut to the mark taken then\n{want}"
+        return None
+
     def step(self, s: Step) -> str | None:
         """Apply one step; a broken promise comes back as text."""
         match s.op:
             case "mark":
                 return self.take_mark(s.args[0])
+            case "instant":
+                return self.take_instant(s.args[0])
             case "rollback":
                 ref = self.refs.get(s.args[0])
                 if ref is None:  # a replay without that mark's step
                     return None
-                return self.check(ref, self.ctl("rollback", "--to", ref.name, "--yes"), "rollback")
+                if s.args[0] in self.twins and (err := self.same_as_twin(s.args[0])):
+                    return err
+                what = "time rollback" if s.args[0] in self.twins else "rollback"
+                return self.check(ref, self.ctl("rollback", "--to", ref.name, "--yes"), what)
             case "undo":
                 return self.check(self.last_pre, self.ctl("undo", "--yes"), "undo")
         err = self.lab.act(self.world.apply, s)
@@ -233,11 +277,29 @@ class Round:
             ]
             if not differ and not defensible:
                 return f"{what} exited {cp.returncode} although the tree is exactly the model: {out}"
+            self.tally.add(f"loud because: {loud_reason(reply)}")
             if not differ:
                 self.tally.add(f"{what}s exact, loud about a path that could have changed")
                 return None
             self.tally.add(f"{what}s loud and accepted")
         return None
+
+
+def loud_reason(reply: Reply) -> str:
+    """Why a rollback was loud, as one class (the report counts them: a high loud rate says
+    little unless it says why)."""
+    reasons = " ".join(r for r in reply.listed.values() if not r.startswith("left:")) or reply.message
+    for needle, label in (
+        ("size cap", "a file over the size cap"),
+        ("special file", "a special file (FIFO)"),
+        ("unreadable directory", "a directory it cannot list"),
+        ("cannot be listed", "a directory it cannot list"),
+        ("unreadable", "an unreadable file"),
+        ("conflicts:", "a conflict"),
+    ):
+        if needle in reasons:
+            return label
+    return reasons[:60] or "no reason given"
 
 
 def reply_summary(cp: subprocess.CompletedProcess[bytes]) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import calendar
 import datetime
+import time
 import zoneinfo
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from snapd.config import DAY_NS, Retention
 from snapd.errors import NotFound, UsageError
 from snapd.paths import ancestors, strictly_below
 from snapd.store import gc, history, trees
+from snapd.store.records import State as StoreState
 from snapd.store.store import Store
 
 BERLIN = zoneinfo.ZoneInfo("Europe/Berlin")
@@ -260,3 +262,31 @@ def test_a_time_whose_versions_retention_deleted_is_refused(tmp_path: Path) -> N
             history.at_time(store, ws, 3 * day, now=21 * day)
         assert history.at_time(store, ws, 20 * day, now=21 * day).base.created == 20 * day
         assert old.id != history.at_time(store, ws, 20 * day, now=21 * day).base.id
+
+
+def test_the_states_inside_the_age_window_keep_their_trees_through_gc(tmp_path: Path) -> None:
+    """A state's tree may be referenced by nothing else (a capture between marks, the head long
+    moved on): GC keeps it while the state is inside the age window, and deletes older states
+    with their versions, so a time there is refused rather than read from swept nodes."""
+    with Store.open(tmp_path / "s") as store:
+        ws = store.add_workspace(b"/model/ws")
+        day, now = DAY_NS, time.time_ns() + NS  # the objects' own times are the real clock's
+        with store.batch() as batch:
+            key, other = batch.put(b"between marks"), batch.put(b"old state")
+            batch.add_mark(ws, "m", batch.apply(None, {}), created=now - 13 * day)
+            old = batch.apply(None, {b"o": trees.Entry("file", 0o644, 9, other)})
+            batch.add_state(StoreState(ws, now - 12 * day, old, None, 0o700))
+            mid = batch.apply(None, {b"d/f": trees.Entry("file", 0o600, 13, key)})
+            batch.add_state(StoreState(ws, now - day, mid, None, 0o750))
+            batch.set_head(ws, batch.apply(None, {}))
+        with store.catalog.write() as c:  # the workspace predates the cutoff
+            c.execute("UPDATE workspaces SET created=0 WHERE id=?", (ws,))
+        gc.run(store, Retention(max_age_days=10, grace_s=0), now=now)
+        at = history.at_time(store, ws, now - day + 1, now=now)
+        assert at.root_mode == 0o750
+        files = {p: e.key for p, e in trees.walk(store.load_node, at.tree) if e.kind == "file"}
+        assert files == {b"d/f": key}
+        assert store.get(key) == b"between marks"
+        with pytest.raises(NotFound, match="retention deleted"):
+            history.at_time(store, ws, now - 12 * day + 1, now=now)
+        assert not store.has(other), "the object of a state past the age window was kept"

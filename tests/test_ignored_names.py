@@ -236,7 +236,7 @@ def test_marks_from_before_names_were_recorded_keep_the_old_rule(tmp_path: Path)
 
 
 def test_the_names_at_an_instant_between_marks(tmp_path: Path) -> None:
-    """Each capture that changed the set records it (``ignored_sets``), so the names at any
+    """Each capture that changed the set records a state with it (``states``), so the names at any
     instant are known, not only at marks: what a time target (``--to @T``) needs. A real
     workspace (real inotify, the capture thread) in this process, read through the store."""
     from snapd.capture.workspace import Workspace
@@ -271,7 +271,7 @@ def test_the_names_at_an_instant_between_marks(tmp_path: Path) -> None:
             w.stop()
 
         def at(instant: int) -> frozenset[bytes]:
-            got = ignored.load(store, history.ignored_key_at(store, wid, m, instant))
+            got = ignored.load(store, history.at_time(store, wid, instant).ignored)
             assert got is not None
             return got.names
 

@@ -232,10 +232,10 @@ def drop_delta_columns(db: sqlite3.Connection) -> None:
 
 def unpack_stats(db: sqlite3.Connection) -> None:
     """Make a catalog's stats table what formats 1 to 6 had: six columns of numbers a row (and
-    drop the ignored names, which format 8 added)."""
+    drop the ignored names and the states, which format 8 added)."""
     db.execute("ALTER TABLE marks DROP COLUMN ignored")
     db.execute("ALTER TABLE workspaces DROP COLUMN ignored")
-    db.execute("DROP TABLE ignored_sets")
+    db.execute("DROP TABLE states")
     db.execute(
         "CREATE TABLE stats_6 (workspace INTEGER NOT NULL, path BLOB NOT NULL, mode INTEGER NOT NULL,"
         " size INTEGER NOT NULL, mtime INTEGER NOT NULL, ctime INTEGER NOT NULL, ino INTEGER NOT NULL,"

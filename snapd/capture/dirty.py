@@ -54,7 +54,7 @@ class DirtySet:
         self._dirty = Dirty()
         self._cond = threading.Condition()
         self._stopping = False
-        self._root_event = False  # the root itself was deleted, moved or unmounted: wake up
+        self._root_event = False  # the root itself had an event (gone, moved, unmounted, chmod): wake up
 
     def add_events(
         self, events: list[WatchEvent], is_rule_file: Callable[[bytes], bool], known: Callable[[bytes], bool]
@@ -76,8 +76,10 @@ class DirtySet:
                     d.recheck = True
                     continue
                 if ev.path == b"":
-                    self._root_event |= ev.kind == "deleted"
-                    continue  # the root itself: the capture thread checks it
+                    # The root itself: the capture thread checks it is still there, and records
+                    # a new mode (a time after a chmod of the root must restore that mode).
+                    self._root_event = True
+                    continue
                 for path in (ev.path, ev.dest):
                     if path is None:
                         continue

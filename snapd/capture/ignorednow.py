@@ -122,13 +122,12 @@ class IgnoredNow:
     def names(self) -> IgnoredNames:
         return IgnoredNames.of(rel for entries in self._by_dir.values() for rel in entries)
 
-    def record(self, store: Store, batch: Batch, ws: int, when: int, *, for_mark: bool) -> str | None:
-        """The key of the current set, stored in ``batch`` (None while unknown, and for a
-        capture that is no mark when the set did not change since the last commit). The
-        workspace row takes it when it changed, and a row of ``ignored_sets`` says it holds from
-        ``when`` on (the commit's time). The set is encoded only when it changed since
-        the last encoding: a mark whose set did not change shares its object with the last."""
-        if not self.known or (not for_mark and not self.unrecorded):
+    def record(self, store: Store, batch: Batch, ws: int) -> str | None:
+        """The key of the current set, stored in ``batch`` (None while unknown): every commit's
+        state holds it, and the workspace row takes it when it changed. The set is encoded only
+        when it changed since the last encoding: a commit whose set did not change shares its
+        object with the last."""
+        if not self.known:
             return None
         if self._record is None or self._record[0] != self._version:
             data = self.names().encode()
@@ -138,7 +137,7 @@ class IgnoredNow:
         version, data, digest = self._record
         key = batch.put(data, digest)
         if version != self._committed:
-            batch.set_ignored(ws, key, when)
+            batch.set_ignored(ws, key)
         self._put = version
         return key
 

@@ -33,7 +33,7 @@ from snapd.capture.watcher import Watcher
 from snapd.errors import StoreError
 from snapd.store import ignored, treediff, trees
 from snapd.store.batch import Batch
-from snapd.store.records import Mark
+from snapd.store.records import Mark, State
 from snapd.store.store import Store
 
 SINCE_MARK_PATHS = 1 << 14
@@ -64,9 +64,13 @@ class Recorder:
         self._since_mark: tuple[str, set[bytes]] | None = None
         self.watcher: Watcher | None = None
         self.scan_every_mark = False  # events cannot be trusted: every mark scans everything
+        # (rule inputs, root mode) as the last commit recorded them (None: none yet)
+        self._recorded: tuple[object, int | None] | None = None
+        self._scanned_all = False  # a full scan ran since the last commit: its state is complete
 
     def scan(self, top: bytes, progress: CountCallback | None = None, *, trust_listings: bool = True) -> None:
         """Queue what differs from the stat cache under ``top`` (b"" = all), reading no file."""
+        self._scanned_all |= top == b""
         self._queue_found(self._capturer.scan(top, progress, trust_listings=trust_listings))
 
     def recheck(self) -> None:
@@ -79,10 +83,16 @@ class Recorder:
         self._dirty.add_paths(found, rules=any(self._rules.current.is_rule_file(p) for p in found))
 
     def capture_dirty(self) -> None:
-        """Capture everything dirty (the capture thread, a barrier'd capture)."""
-        paths = self._settle(for_mark=False)
-        if paths or self._capturer.present.unrecorded:  # (history of the ignored names too)
-            self._commit_or_requeue(paths, None, {})
+        """Capture everything dirty (the capture thread, a barrier'd capture). With nothing to
+        read, a commit still records a new state when what a mark would record beside its tree
+        changed (the rules, the root's mode, the ignored names): a time after it must be judged
+        by them."""
+        try:
+            paths = self._settle(for_mark=False)
+            if paths or self._state_changed():
+                self._commit_or_requeue(paths, None, {})
+        finally:
+            self._scanned_all = False  # a later capture sees only what events report
 
     def capture_and_mark(self, label: str, meta: dict[str, Any]) -> Mark:
         """Capture everything dirty and commit a mark with it (a full scan first in
@@ -159,9 +169,12 @@ class Recorder:
         hold: Sequence[bytes] = meta.pop("hold", ())
         note: dict[str, Any] = meta.pop("note", None) or {}  # facts the caller adds to the summary
         capturer = self._capturer
-        when = time.time_ns()  # the ignored names were judged as the dirty set settled: by now
+        # The state's time is the capture's start, as its versions' times are: typing a
+        # version's time back (@T) must name a state that holds it.
+        start = time.time_ns()
         with self._store.batch() as batch:
             changes = capturer.capture(batch, paths)
+            state = self._mark_state(batch)
             tree = batch.apply(self.tree, changes) if changes else self.tree
             assert tree is not None
             mark = None
@@ -174,6 +187,10 @@ class Recorder:
                     since = self._since_mark = None
             if label is None:
                 batch.set_head(self._id, tree)
+                # Between marks, a workspace whose events cannot be trusted saw only part of
+                # the tree (only a mark scans it all): a time then is judged by the last mark.
+                partial = self.scan_every_mark and not self._scanned_all
+                batch.add_state(State(self._id, start, tree, partial=partial, **state))
             else:
                 head = tree
                 if hold:
@@ -196,17 +213,19 @@ class Recorder:
                     tree,
                     git_head=self._rules.git_head(),
                     summary=summary,
-                    **self._mark_state(batch, when),
+                    **state,
                     **meta,
                 )
                 batch.set_head(self._id, head)
+                batch.add_state(State(self._id, start, head, **state))
                 tree = head
-            capturer.present.record(self._store, batch, self._id, when, for_mark=False)
             capturer.stage_stats(batch)
             committed = batch.commit()
         capturer.present.committed()
         self.tree = tree
         self._conditions.told = told
+        self._recorded = (self._rules.current.inputs, state["root_mode"])
+        self._scanned_all = False
         if mark is not None:
             capturer.since_mark = ingest.Report()
             self._since_mark = (committed[0].id, set(held))
@@ -251,7 +270,7 @@ class Recorder:
         """Read the whole root and commit it as the ``baseline`` mark (a new workspace);
         ``listings``, the watcher's, spare the walk a second listing of each directory."""
         report = ingest.Report()
-        when = time.time_ns()
+        start = time.time_ns()
         walk = self._capturer.walk_all(listings)
         with self._store.batch() as batch:
             changes = self._capturer.read_walk(batch, walk, report, progress)
@@ -260,6 +279,7 @@ class Recorder:
             summary = ingest.summarize(batch, None, tree, report, added)
             summary["warnings"], told = self._conditions.for_mark(self.watcher)
             summary["ignored"] = self._capturer.ignored.to_json()
+            state = self._mark_state(batch)
             batch.add_mark(
                 self._id,
                 "baseline",
@@ -267,8 +287,9 @@ class Recorder:
                 kind="baseline",
                 summary=summary,
                 git_head=self._rules.git_head(),
-                **self._mark_state(batch, when),
+                **state,
             )
+            batch.add_state(State(self._id, start, tree, **state))
             self._capturer.stage_stats(batch)
             (mark,) = batch.commit()
         self._capturer.present.committed()
@@ -277,6 +298,7 @@ class Recorder:
         self._conditions.told = told
         self.tree = tree
         self._since_mark = (mark.id, set())
+        self._recorded = (self._rules.current.inputs, state["root_mode"])
         return mark
 
     def hold(self, tree: str, paths: Sequence[bytes]) -> tuple[str, dict[bytes, str]]:
@@ -291,16 +313,24 @@ class Recorder:
             batch.commit()
         return held, skipped
 
-    def _mark_state(self, batch: Batch, when: int) -> dict[str, Any]:
-        """What a mark records beside its tree: the rule inputs that live outside the tree and
-        the names of the top-most ignored entries present (one shared object per distinct set
-        each), and the root's own mode (a rollback restores it)."""
+    def _root_mode(self) -> int | None:
         try:
-            root_mode: int | None = stat.S_IMODE(os.stat(self._capturer.rootb).st_mode)
+            return stat.S_IMODE(os.stat(self._capturer.rootb).st_mode)
         except OSError:
-            root_mode = None  # the barrier reports a vanished root; nothing to restore here
+            return None  # the barrier reports a vanished root; nothing to restore here
+
+    def _state_changed(self) -> bool:
+        """Whether the rules, the root's mode or the ignored names differ from those the last
+        commit recorded."""
+        changed = self._recorded != (self._rules.current.inputs, self._root_mode())
+        return changed or self._capturer.present.unrecorded
+
+    def _mark_state(self, batch: Batch) -> dict[str, Any]:
+        """What a mark records beside its tree, and every commit's state with it: the rule inputs
+        that live outside the tree and the names of the top-most ignored entries present (one
+        shared object per distinct set each), and the root's own mode (a rollback restores it)."""
         return {
             "rules": self._rules.record(self._store, batch),
-            "root_mode": root_mode,
-            "ignored": self._capturer.present.record(self._store, batch, self._id, when, for_mark=True),
+            "root_mode": self._root_mode(),
+            "ignored": self._capturer.present.record(self._store, batch, self._id),
         }

@@ -61,10 +61,17 @@ def target_lines(r: dict[str, Any], asked: str | None = None) -> list[str]:
         f" and the {t['replayed']} version(s) captured after it up to that instant"
     )
     note = history_note(asked, t)
+    partial = (
+        ["  (events could not be trusted then, so the whole tree was captured only at marks:"
+         " this is the workspace as at that mark; docs/rollback.md)"]
+        if t.get("partial")
+        else []
+    )
     return [
         f"rollback of {r['workspace']} to the workspace as captured at {exact(t['instant_ns'])} ({t['ref']})",
         *([f"  note: {note}"] if note else []),
         built,
+        *partial,
         "  (capture times: a change made while snapd was not running carries the time of the "
         "restart that found it; docs/rollback.md)",
     ]

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from snapd.store import deltas, nodes, objects, trees
 from snapd.store.objects import fingerprint
 from snapd.store.objwrite import Destination, ObjectWriter
-from snapd.store.records import MARK_COLUMNS, Mark, mark_row
+from snapd.store.records import MARK_COLUMNS, STATE_COLUMNS, Mark, State, mark_row, state_row
 from snapd.store.refs import new_mark_id, validate_label
 
 
@@ -70,7 +70,8 @@ class Batch(deltas.Chooser):
         self._versions: list[tuple[int, int, list[bytes], list[trees.Entry | None]]] = []
         self._marks: list[Mark] = []
         self._heads: dict[int, str] = {}
-        self._ignored: dict[int, tuple[str, int]] = {}  # workspace -> its ignored names' key, since
+        self._ignored: dict[int, str] = {}  # workspace -> its current ignored names' key
+        self._states: list[State] = []
         self._stats: list[tuple[int, StatChanges]] = []  # written in order at commit
         self._keys: dict[str, str] = {}  # each key put, once
 
@@ -201,11 +202,15 @@ class Batch(deltas.Chooser):
         """Record ``tree`` as the workspace's captured state when the batch commits."""
         self._heads[ws] = tree
 
-    def set_ignored(self, ws: int, key: str, when: int) -> None:
-        """Record ``key`` as the workspace's ignored names (snapd.store.ignored) from ``when``
-        (ns) on, when the batch commits: what a restart starts from, and the set at any instant
-        since."""
-        self._ignored[ws] = (key, when)
+    def set_ignored(self, ws: int, key: str) -> None:
+        """Record ``key`` as the workspace's current ignored names (snapd.store.ignored) when
+        the batch commits: what a restart starts from."""
+        self._ignored[ws] = key
+
+    def add_state(self, state: State) -> None:
+        """Record what the workspace held at ``state.time`` (the head tree and what a mark
+        would record beside it), so a time target is rebuilt as a mark taken then."""
+        self._states.append(state)
 
     def add_mark(
         self,
@@ -297,9 +302,11 @@ class Batch(deltas.Chooser):
                 committed.append(dataclasses.replace(m, seq=seq))
             for ws, tree in self._heads.items():
                 c.execute("UPDATE workspaces SET head=? WHERE id=?", (tree, ws))
-            for ws, (key, when) in self._ignored.items():
+            for ws, key in self._ignored.items():
                 c.execute("UPDATE workspaces SET ignored=? WHERE id=?", (key, ws))
-                c.execute("INSERT INTO ignored_sets (workspace, time, key) VALUES (?,?,?)", (ws, when, key))
+            c.executemany(
+                f"INSERT INTO states ({STATE_COLUMNS}) VALUES (?,?,?,?,?,?,?)", map(state_row, self._states)
+            )
             self._write_stats(c)
         self.store.recent.add_all(written)
         for key, node in self._nodes.items():
@@ -311,4 +318,5 @@ class Batch(deltas.Chooser):
         self._marks.clear()
         self._heads.clear()
         self._ignored.clear()
+        self._states.clear()
         return committed

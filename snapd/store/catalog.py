@@ -50,15 +50,30 @@ FORMAT_VERSION = 8
 # ``versions.object`` as 18-20 byte blobs (``objects.db_key``), which older code cannot look up.
 # Format 6 stored a stat-cache entry as six columns; format 7 as one blob (``snapd.statrow``),
 # which a restart loads without building an int per field. Older code cannot read it.
-# Format 7 lacked ``marks.ignored``, ``workspaces.ignored`` and ``ignored_sets`` (the names of the
-# top-most ignored entries present at each mark, now, and from each capture that changed them:
-# snapd.store.ignored). Its marks keep NULL there: a
-# rollback to one leaves what its rules ignore, as before; a workspace lists its directories
-# once at its first start after the upgrade to learn its current set.
+# Format 7 lacked ``marks.ignored`` and ``workspaces.ignored`` (the names of the top-most
+# ignored entries present at each mark, and now: snapd.store.ignored), and recorded a workspace's
+# state only at marks. Format 8 adds ``states``: every commit's head tree with the rule inputs,
+# root mode and ignored names of that moment, so a time between marks is what a mark taken then
+# would hold (snapd.store.history). Older marks keep NULL names: a rollback to one leaves what
+# its rules ignore, as before; a workspace lists its directories once at its first start after
+# the upgrade to learn its current set. Older code would let GC delete the nodes only states
+# reference.
 # The stat cache: each path's entry packed (snapd.statrow.ROW), format 7 on.
 _STATS = "workspace INTEGER NOT NULL, path BLOB NOT NULL, sig BLOB NOT NULL, PRIMARY KEY (workspace, path)"
-# Each change of a workspace's ignored names, format 8 on: the set's object key from a capture on.
-_IGNORED_SETS = "workspace INTEGER NOT NULL, time INTEGER NOT NULL, key TEXT NOT NULL"
+# What each commit captured (format 8 on): the head tree and what a mark would record beside it.
+# ``partial``: a capture between marks while events could not be trusted (a watch shortfall, a
+# file system without events), which saw only part of the tree.
+_STATES = """CREATE TABLE states (
+    id INTEGER PRIMARY KEY,
+    workspace INTEGER NOT NULL,
+    time INTEGER NOT NULL,
+    tree TEXT NOT NULL,
+    rules TEXT,
+    root_mode INTEGER,
+    ignored TEXT,
+    partial INTEGER NOT NULL DEFAULT 0
+)"""
+_STATES_INDEX = "CREATE INDEX states_time ON states (workspace, time)"
 _MIGRATIONS: dict[str, tuple[str, ...]] = {
     "1": (
         "ALTER TABLE marks ADD COLUMN rules TEXT",
@@ -85,8 +100,8 @@ _MIGRATIONS: dict[str, tuple[str, ...]] = {
     "7": (
         "ALTER TABLE marks ADD COLUMN ignored TEXT",
         "ALTER TABLE workspaces ADD COLUMN ignored TEXT",
-        f"CREATE TABLE ignored_sets ({_IGNORED_SETS})",
-        "CREATE INDEX ignored_sets_time ON ignored_sets (workspace, time)",
+        _STATES,
+        _STATES_INDEX,
     ),
 }
 
@@ -150,8 +165,8 @@ CREATE TABLE versions (
 CREATE INDEX versions_path ON versions (workspace, path, time);
 CREATE INDEX versions_time ON versions (time);
 CREATE TABLE stats ({_STATS}) WITHOUT ROWID;
-CREATE TABLE ignored_sets ({_IGNORED_SETS});
-CREATE INDEX ignored_sets_time ON ignored_sets (workspace, time);
+{_STATES};
+{_STATES_INDEX};
 CREATE TABLE evictions (
     id INTEGER PRIMARY KEY,
     workspace INTEGER NOT NULL,

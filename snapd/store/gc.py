@@ -96,11 +96,16 @@ def _held_by(
     store: Store, roots: Iterable[str | None], policy: Retention, now: int, extra: Iterable[bytes | str] = ()
 ) -> Keys:
     """What the trees ``roots`` reach, every mark's rule inputs and ignored names (and each
-    workspace's current ones), every object a version
-    inside the age window names and ``extra``, with the bases of all of those."""
+    workspace's current ones), every object a version or a state inside the age window names
+    (a state's tree, rule inputs and ignored names) and ``extra``, with the bases of all of
+    those."""
     db = store.catalog.read()
     held: Keys = set(extra)
-    nodes.reachable(store.get_many, sorted({r for r in roots if r}), held)
+    cutoff = now - policy.max_age_ns
+    # The states inside the age window, as its versions: a time there is rebuilt from them.
+    states = db.execute("SELECT tree, rules, ignored FROM states WHERE time >= ?", (cutoff,)).fetchall()
+    trees = {r for r in roots if r} | {t for t, _, _ in states}
+    nodes.reachable(store.get_many, sorted(trees), held)
     rules = db.execute("SELECT DISTINCT rules FROM marks WHERE rules IS NOT NULL")
     held.update(objects.db_key(key) for (key,) in rules)
     names = db.execute(  # the ignored names of every mark, and each workspace's current ones
@@ -108,13 +113,11 @@ def _held_by(
         " WHERE ignored IS NOT NULL"
     )
     held.update(objects.db_key(key) for (key,) in names)
-    cutoff = now - policy.max_age_ns
+    held.update(objects.db_key(k) for _, r, n in states for k in (r, n) if k)
     versions = db.execute(
         "SELECT DISTINCT object FROM versions WHERE time >= ? AND object IS NOT NULL", (cutoff,)
     )
     held.update(key for (key,) in versions)
-    sets = db.execute("SELECT DISTINCT key FROM ignored_sets WHERE time >= ?", (cutoff,))
-    held.update(objects.db_key(key) for (key,) in sets)  # the ignored names' changes, likewise
     return with_bases(store, held)
 
 
@@ -263,7 +266,7 @@ def run(
             (cutoff, cutoff),
         )
         report.versions_deleted = c.execute("DELETE FROM versions WHERE time < ?", (cutoff,)).rowcount
-        c.execute("DELETE FROM ignored_sets WHERE time < ?", (cutoff,))
+        c.execute("DELETE FROM states WHERE time < ?", (cutoff,))
     sweep(store, policy, now, report, extra)
     young = now - int(policy.grace_s * 1e9)
     settled = _settled_bytes(store, young)

@@ -1,25 +1,38 @@
 """History between marks: a file's versions, and the workspace as captured at an instant.
 
-**The workspace at instant T** (docs/rollback.md, "Time targets") is rebuilt from the
-versions table, not from marks alone. Its base is the newest mark taken at or before T — not a
-``pre-rollback`` mark when another is there, since such a mark also holds paths that today's
-rules leave out, which no version follows. Every version captured after the base and at or
-before T is replayed onto the base's tree, oldest first:
+**The workspace at instant T** (docs/rollback.md, "Time targets") is what a mark taken at T
+would hold. Every commit — a capture between marks, a mark — records a *state* (format 8:
+``states``): its head tree, with the uncaptured entries and unlisted directories a mark's tree
+has, and the rule inputs outside the tree and the root's mode of that moment. T takes the
+newest state recorded at or before it, so the rules, the limits (over the cap, special files,
+unreadable paths) and the modes of then judge the rollback, as they would for a mark. A state
+is recorded when a capture reads something, and also when only the rules or the root's mode
+changed. Between marks, a workspace whose events cannot be trusted (a watch shortfall, a file
+system without events) sees only part of the tree, so such a capture's state is *partial* and T
+resolves to the newest complete one (a mark's), and says so.
 
-- a version's time is when the capture that read it began, and a mark's time is taken after
-  the capture of everything it holds, under the same workspace lock: so "after the base" is
-  exactly "not yet in the base";
+The *base* is the newest mark taken at or before T — not a ``pre-rollback`` mark when another
+is there, since such a mark also holds paths that today's rules leave out. It names what T was
+built from, and the versions captured after it up to the state give each path's capture time.
+A state's time, like its versions', is when the capture that read it began (typing a version's
+time back names a state that holds it); a mark's time is taken after every read of its commit,
+under the same workspace lock: so "after the base" is exactly "not yet in the base".
+
+History older than format 8 has no states: there T is rebuilt from the base mark and every
+version captured after it up to T, replayed oldest first (:func:`replay`):
+
 - a deletion, or a path that became a file or symlink, replaces the path *and everything under
   it*: what was below it in the base, and any version below it replayed before, is gone (a
   directory moved away has one deletion row, not one per file);
 - a directory's row sets its mode and keeps its contents.
 
-A rebuild is exact only where every version after the base is still there: retention deletes
-versions older than its age window and records where (``workspaces.pruned_before``), and a
-time whose base is older than that is refused. What the rebuild cannot know, and the docs
-say: changes made while the daemon was down carry the time of the restart that found them; a
-workspace scanned at every mark records versions only at marks; a path dropped because the
-ignore rules changed, or skipped (over the size cap), has no deletion row.
+Such a rebuild is exact only where every version after the base is still there: retention
+deletes versions (and states) older than its age window and records where
+(``workspaces.pruned_before``), and a time whose base is older than that is refused. It judges
+by the base mark's outside rules and root mode, keeps a path dropped by a rule change or skipped
+(over the size cap) at its last captured version, and knows nothing of paths never captured
+(FIFOs, unreadable files). What no state can know either: changes made while the daemon was
+down carry the time of the restart that found them.
 
 **A file's history** (:func:`file_steps`) lists its versions oldest first, without the
 re-reads that found it unchanged, with the deletions of a directory above it, and with the
@@ -40,7 +53,7 @@ from snapd import timeref
 from snapd.errors import NotFound, UsageError
 from snapd.paths import ancestors, encode_path, strictly_below
 from snapd.store import objects, trees
-from snapd.store.records import Mark, Version, version_from_row
+from snapd.store.records import STATE_COLUMNS, Mark, State, Version, state_from_row, version_from_row
 from snapd.store.store import Store
 
 FUTURE_SLACK_NS = 2 * timeref.NS  # clocks of client and daemon may differ this much
@@ -48,14 +61,21 @@ FUTURE_SLACK_NS = 2 * timeref.NS  # clocks of client and daemon may differ this 
 
 @dataclass(frozen=True)
 class AtTime:
-    """The workspace as captured at ``instant`` (ns), rebuilt from ``base`` and the versions."""
+    """The workspace as captured at ``instant`` (ns): its tree, and the rule inputs and root
+    mode recorded with it, as a mark taken then would hold them."""
 
     instant: int
     base: Mark
     tree: str
-    used: dict[bytes, int]  # path -> capture time of the version replayed there
+    used: dict[bytes, int]  # path -> capture time of the version it takes
     replaced: frozenset[bytes]  # replayed paths that replaced all below them (deleted, or not a dir)
-    replayed: int  # versions replayed after the base
+    replayed: int  # versions captured after the base that the rebuild holds
+    rules: str | None = None
+    root_mode: int | None = None
+    ignored: str | None = None  # key of the ignored names then (snapd.store.ignored)
+    # The captures between the last complete state and the instant saw only part of the tree
+    # (a watch shortfall, no events): the instant resolves to that state (a mark's), and says so.
+    partial: bool = False
 
 
 @dataclass(frozen=True)
@@ -133,6 +153,47 @@ def _shown(ns: int) -> str:
     return timeref.shown(ns, lambda t: time.localtime(t).tm_gmtoff)
 
 
+def _state_at(store: Store, ws: int, instant: int) -> tuple[State | None, bool]:
+    """The newest complete state recorded at or before ``instant``, and whether a partial one
+    came after it (format 8 on: older history has none)."""
+    db = store.catalog.read()
+    row = db.execute(
+        f"SELECT {STATE_COLUMNS} FROM states WHERE workspace=? AND time<=? AND partial=0"
+        " ORDER BY time DESC, id DESC LIMIT 1",
+        (ws, instant),
+    ).fetchone()
+    if row is None:
+        return None, False
+    state = state_from_row(row)
+    later = db.execute(
+        "SELECT 1 FROM states WHERE workspace=? AND time>? AND time<=? AND partial=1 LIMIT 1",
+        (ws, state.time, instant),
+    ).fetchone()
+    return state, later is not None
+
+
+def _next_state(store: Store, ws: int, after: int) -> int | None:
+    """When the first state after ``after`` was recorded (None: none yet)."""
+    row = store.catalog.read().execute(
+        "SELECT MIN(time) FROM states WHERE workspace=? AND time>?", (ws, after)
+    ).fetchone()
+    return int(row[0]) if row and row[0] is not None else None
+
+
+def _times_used(versions: Iterable[Version]) -> tuple[dict[bytes, int], frozenset[bytes]]:
+    """Each path's latest version time, and the paths replaced with all below them (pure: what
+    :func:`replay` reports, without building the tree)."""
+    used: dict[bytes, int] = {}
+    replaced: dict[bytes, None] = {}
+    for v in versions:
+        if v.entry is None or v.entry.kind != "dir":
+            for p in [p for p in used if strictly_below(p, v.path)]:
+                del used[p]
+            replaced[v.path] = None
+        used[v.path] = v.time
+    return used, frozenset(replaced)
+
+
 def at_time(store: Store, ws: int, instant: int, now: int | None = None) -> AtTime:
     """The workspace ``ws`` as captured at ``instant`` (its baseline before its history began:
     the result's ``instant`` is then the baseline's); NotFound when history cannot tell."""
@@ -154,6 +215,20 @@ def at_time(store: Store, ws: int, instant: int, now: int | None = None) -> AtTi
             evicted = " (older marks were pruned by retention)" if store.evictions(ws) else ""
             raise NotFound(f"nothing was captured in this workspace at or before {when}: {first}{evicted}")
         instant = base.created  # before the workspace's history: its baseline stands in
+    state, partial = _state_at(store, ws, instant)
+    if state is not None:
+        # The state a commit recorded: the tree with its uncaptured entries and unlisted
+        # directories, the rules and the root's mode of that moment, exactly as a mark then.
+        # A state's time is its capture's start, so its own versions come at or after it,
+        # and before the next capture's start.
+        until = _next_state(store, ws, state.time)
+        versions = _versions_between(store, ws, base.created, now if until is None else until - 1)
+        used, replaced = _times_used(versions)
+        return AtTime(
+            instant, base, state.tree, used, replaced, len(versions), state.rules, state.root_mode,
+            state.ignored, partial,
+        )
+    # History older than format 8 records no states: the base mark with the versions replayed.
     if pruned is not None and base.created < pruned:
         raise NotFound(
             f"the workspace at {when} cannot be rebuilt exactly: retention deleted the versions "
@@ -163,26 +238,17 @@ def at_time(store: Store, ws: int, instant: int, now: int | None = None) -> AtTi
         )
     versions = _versions_between(store, ws, base.created, instant)
     if not versions:
-        return AtTime(instant, base, base.tree, {}, frozenset(), 0)
+        return AtTime(instant, base, base.tree, {}, frozenset(), 0, base.rules, base.root_mode, base.ignored)
     with store.batch() as batch:
         tree, used, replaced = replay(batch.load_node, batch.save_node, base.tree, versions)
-    return AtTime(instant, base, tree, used, replaced, len(versions))
-
-
-def ignored_key_at(store: Store, ws: int, base: Mark, instant: int) -> str | None:
-    """The key of ``ws``'s ignored names as captured at ``instant`` (:mod:`snapd.store.ignored`):
-    the last change recorded after ``base`` (the mark a rebuild at ``instant`` starts from) up
-    to ``instant``, else ``base``'s own; None when neither was recorded (before store format 8).
-    Each capture that changed the set recorded the whole set (``ignored_sets``), so this is one
-    row, however many changes came before."""
-    sql = "SELECT key FROM ignored_sets WHERE workspace=? AND time>? AND time<=? ORDER BY time DESC LIMIT 1"
-    row = store.catalog.read().execute(sql, (ws, base.created, instant)).fetchone()
-    return str(row[0]) if row else base.ignored
+    return AtTime(
+        instant, base, tree, used, replaced, len(versions), base.rules, base.root_mode, base.ignored
+    )
 
 
 def as_mark(at: AtTime) -> Mark:
-    """A rollback, diff or cat target for the instant: the rebuilt tree, with the rules and
-    root mode of its base mark (the last ones recorded before it). Its id is the instant's
+    """A rollback, diff or cat target for the instant: the tree, rules, root mode and ignored
+    names recorded then. Its id is the instant's
     wire form, so repeating a rollback to the same instant is recognised as a repeat."""
     b = at.base
     return Mark(
@@ -199,8 +265,9 @@ def as_mark(at: AtTime) -> Mark:
         kind="time",
         pinned=False,
         summary={},
-        rules=b.rules,
-        root_mode=b.root_mode,
+        rules=at.rules,
+        root_mode=at.root_mode,
+        ignored=at.ignored,
     )
 
 
@@ -238,6 +305,7 @@ def describe(at: AtTime, paths: Iterable[bytes] = ()) -> dict[str, Any]:
         "ref": timeref.wire(at.instant),
         "base": {"id": at.base.id, "label": at.base.label, "created": at.base.created / 1e9},
         "replayed": at.replayed,
+        "partial": at.partial,
         "versions": versions,
     }
 

@@ -55,6 +55,32 @@ class Version:
     entry: trees.Entry | None  # None: the path was deleted
 
 
+@dataclass(frozen=True)
+class State:
+    """What a commit captured (``states``, format 8): the workspace's head tree at ``time`` and
+    what a mark taken then records beside its tree. ``partial``: a capture between marks that
+    saw only part of the tree (events could not be trusted: only marks scan everything)."""
+
+    workspace: int
+    time: int  # ns since the epoch: when its capture began, as its versions' time
+    tree: str
+    rules: str | None
+    root_mode: int | None
+    ignored: str | None = None  # key of the ignored names then (snapd.store.ignored)
+    partial: bool = False
+
+
+STATE_COLUMNS = "workspace, time, tree, rules, root_mode, ignored, partial"
+
+
+def state_row(s: State) -> tuple[Any, ...]:
+    return (s.workspace, s.time, s.tree, s.rules, s.root_mode, s.ignored, int(s.partial))
+
+
+def state_from_row(row: tuple[Any, ...]) -> State:
+    return State(row[0], row[1], row[2], row[3], row[4], row[5], bool(row[6]))
+
+
 MARK_COLUMNS = (
     "id, workspace, seq, label, message, agent, session, created, git_head, tree, kind, pinned, summary,"
     " rules, root_mode, absent, ignored"

@@ -284,13 +284,14 @@ class Store:
         }
 
     def forget_workspace(self, ws: int) -> int:
-        """Delete a workspace's marks, versions and eviction records (GC reclaims the objects),
+        """Delete a workspace's marks, versions, states and eviction records (GC reclaims the objects),
         and first the journal of a rollback of it that never finished: the id is reused, and
         the next workspace given it would find the journal and roll it forward."""
         safeio.remove_durably(self.journal_path(ws))
         with self.catalog.write() as c:
             n = c.execute("DELETE FROM marks WHERE workspace=?", (ws,)).rowcount
             c.execute("DELETE FROM versions WHERE workspace=?", (ws,))
+            c.execute("DELETE FROM states WHERE workspace=?", (ws,))
             c.execute("DELETE FROM evictions WHERE workspace=?", (ws,))
             c.execute("DELETE FROM stats WHERE workspace=?", (ws,))
             c.execute("DELETE FROM workspaces WHERE id=?", (ws,))

@@ -68,6 +68,8 @@ def verify(store: Store, sample: float | None = None, seed: int | None = None) -
     db = store.catalog.read()
     marks = db.execute("SELECT id, tree FROM marks").fetchall()
     heads = [h for (h,) in db.execute("SELECT head FROM workspaces WHERE head IS NOT NULL")]
+    # The states' trees share almost every node with the marks and the head: each is walked once.
+    heads += [t for (t,) in db.execute("SELECT DISTINCT tree FROM states")]
     for head in heads:
         node_bad(head)
     for _, tree in marks:
@@ -79,7 +81,8 @@ def verify(store: Store, sample: float | None = None, seed: int | None = None) -
     names = dict(db.execute("SELECT id, ignored FROM marks WHERE ignored IS NOT NULL").fetchall())
     contents.update(names.values())
     contents.update(k for (k,) in db.execute("SELECT ignored FROM workspaces WHERE ignored IS NOT NULL"))
-    contents.update(k for (k,) in db.execute("SELECT DISTINCT key FROM ignored_sets"))
+    for rules_key, names_key in db.execute("SELECT DISTINCT rules, ignored FROM states"):
+        contents.update(k for k in (rules_key, names_key) if k)
     keys = sorted(contents - below.keys())
     if sample is not None and 0 < sample < 1:
         rng = random.Random(seed)
