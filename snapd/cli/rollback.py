@@ -146,6 +146,12 @@ def _result(args: argparse.Namespace, res: dict[str, Any], listed: set[str]) -> 
             emit(f"  kept: {p}: {x['reason']}", err=True)
     if res["kept"]:
         emit(f"  {count(len(listed), 'path')} kept as they are (--force replaces them)", err=True)
+    damaged = res.get("damaged", [])
+    for x in damaged:
+        emit(f"  damaged: {path_text(x['path'])}: {x['reason']} (left as it is)", err=True)
+    if damaged:
+        emit(f"  {count(len(damaged), 'path')} not restored: the store cannot read what they held "
+             "at the mark; `snapctl verify` lists every path and mark it affects", err=True)
     return 0 if res["ok"] else Conflict.exit_code
 
 

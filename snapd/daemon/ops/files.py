@@ -15,9 +15,9 @@ from snapd.daemon import history as daemon_history
 from snapd.daemon import textdiff
 from snapd.daemon.registry import Registry, relative_path
 from snapd.display import shown
-from snapd.errors import NotFound, UsageError
+from snapd.errors import CorruptObject, MissingObject, NotFound, UsageError
 from snapd.paths import at_or_below, encode_path
-from snapd.store import history, treediff, trees
+from snapd.store import damage, history, treediff, trees
 from snapd.store.store import Store
 
 
@@ -49,11 +49,15 @@ class FileOps:
             new, new_at = history.resolve(self.store, ws_id, to, session)
             new_tree, new_name = new.tree, f"{new.id} ({new.label})"
         only = [relative_path(root, p, cwd) for p in paths or []]
-        files = [
-            self._file_diff(d, stat)
-            for d in treediff.diff(self.store.load_node, old.tree, new_tree)
-            if not only or any(at_or_below(d.path, p) for p in only)
-        ]
+        try:
+            files = [
+                self._file_diff(d, stat)
+                for d in treediff.diff(self.store.load_node, old.tree, new_tree)
+                if not only or any(at_or_below(d.path, p) for p in only)
+            ]
+        except (CorruptObject, MissingObject) as exc:
+            read = {f"mark {old.id} ({old.label})": old.tree, new_name: new_tree}
+            raise damage.explain(self.store, exc, read, "cannot diff") from exc
         out: dict[str, Any] = {
             "workspace": str(root),
             "from": {"id": old.id, "label": old.label},
@@ -94,15 +98,19 @@ class FileOps:
     ) -> dict[str, Any]:
         ws_id, root = self.registry.stored(workspace, cwd)
         rel = relative_path(root, path, cwd)
+        where = at or "the latest capture"
         tree = history.resolve(self.store, ws_id, at, session)[0].tree if at else self.store.head(ws_id)
-        entry = trees.lookup(self.store.load_node, tree, rel) if tree else None
-        if entry is None or entry.kind == "dir":
-            raise NotFound(f"{shown(rel)} is not a captured file at {at or 'the latest capture'}")
-        if trees.is_uncaptured(entry):
-            why = trees.uncaptured_reason(entry)
-            where = at or "the latest capture"
-            raise NotFound(f"{shown(rel)} was there at {where}, but not captured ({why})")
-        data = self.store.get(entry.key)
+        try:
+            entry = trees.lookup(self.store.load_node, tree, rel) if tree else None
+            if entry is None or entry.kind == "dir":
+                raise NotFound(f"{shown(rel)} is not a captured file at {where}")
+            if trees.is_uncaptured(entry):
+                why = trees.uncaptured_reason(entry)
+                raise NotFound(f"{shown(rel)} was there at {where}, but not captured ({why})")
+            data = self.store.get(entry.key)
+        except (CorruptObject, MissingObject) as exc:
+            doing = f"cannot read {shown(rel)} at {where}"
+            raise damage.explain(self.store, exc, {where: tree}, doing) from exc
         return {
             "kind": entry.kind,
             "mode": entry.mode,
