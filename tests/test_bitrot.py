@@ -25,6 +25,7 @@ from e2e_helpers import (
     snapshot,
     start_daemon,
     unavailable,
+    wait_for,
     write,
 )
 
@@ -104,7 +105,7 @@ def serves(d: Daemon, ws: Path) -> None:
     cp = d.ctl("mark", "after", cwd=ws)
     assert b"not finished" not in cp.stderr, cp.stderr
     status = d.ctl_json("status")
-    assert not [w for w in status["warnings"] if "rollback" in w], status["warnings"]
+    assert not [w for w in status["warnings"] if "not finished" in w], status["warnings"]
 
 
 def damaged(reply: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -298,5 +299,46 @@ def test_a_corrupt_tree_node_names_the_directory(tmp_path: Path, daemon: Daemon,
         assert "directory src/pkg" in shown, shown
 
         serves(d, ws)
+    finally:
+        d.stop()
+
+
+def test_a_rollback_recovered_after_a_crash_lists_a_damaged_path_and_finishes(
+    daemon: Daemon, ws: Path
+) -> None:
+    """The daemon dies after the first rename of a rollback; before it starts again, the
+    content of another path of the plan rots. Recovery finishes the rest and lists that path:
+    the journal is gone and the workspace is not stuck in an unfinished rollback."""
+    for name in ("a.txt", "b.txt", "c.txt"):
+        write(ws / name, f"{name} at m\n")
+    m = cli_mark(daemon, ws, "m")
+    for name in ("a.txt", "b.txt", "c.txt"):
+        write(ws / name, f"{name} changed\n")
+    cli_mark(daemon, ws, "n")
+    before = snapshot(ws)
+    home, env = daemon.snapd_home, daemon.env
+    daemon.stop()
+    d = start_daemon(home, env, crash_after="apply.rename:1")
+    cp = d.ctl("rollback", "--to", m, "--yes", cwd=ws, check=False)
+    assert d.wait_exit(20) == 86, (cp, d.log()[-3000:])
+    assert (ws / "a.txt").read_text() == "a.txt at m\n" and (ws / "c.txt").read_text() == "c.txt changed\n"
+    flip(d, entry_at(d, m, b"c.txt").key)
+    d = start_daemon(home, env)
+    try:
+        def recovered() -> dict[str, Any] | None:
+            w = d.call("status")["workspaces"][0]
+            return w.get("recovered_rollback") if w.get("state") == "ready" else None
+
+        done = wait_for(recovered, 30, what="the rollback is recovered")
+        assert isinstance(done, dict) and [p for p, _ in done["damaged"]] == ["c.txt"], done
+        assert (ws / "b.txt").read_text() == "b.txt at m\n"
+        assert (ws / "c.txt").read_text() == "c.txt changed\n"
+        assert not list((store_dir(d) / "journal").glob("*.json")), "the journal is gone"
+        (said,) = [w for w in d.call("status")["warnings"] if "finished" in w]
+        assert "c.txt" in said and "damaged" in said, said
+        serves(d, ws)
+        rc, u = cli_undo(d, ws)
+        assert rc == 0, u
+        assert snapshot(ws) == before
     finally:
         d.stop()
