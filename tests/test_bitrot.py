@@ -213,7 +213,7 @@ def test_a_corrupt_delta_base_names_every_path_through_it(daemon: Daemon, ws: Pa
     refs = {(p["path"], p["object"]): p for p in entry["paths"]}
     assert {m1} <= set(refs["a.txt", base]["marks"]), refs
     assert {m2} <= set(refs["a.txt", top]["marks"]) and {m2} <= set(refs["copy.txt", top]["marks"]), refs
-    assert "copy.txt" in shown and base in shown, shown
+    assert "copy.txt" in shown and base in shown and "needed by 2 paths" in shown, shown
 
     rc, u = cli_undo(daemon, ws)
     assert rc == 0, u

@@ -82,16 +82,30 @@ def cmd_verify(args: argparse.Namespace, env: Env) -> int:
                 for key, marks in r[what].items():
                     emit(f"  {what} {key}: affects marks {', '.join(marks) or '(none; history only)'}")
         for d in r.get("damaged", []):
-            emit(f"  {d['problem']} object {d['object']}: needed by {count(len(d['paths']), 'path')}")
-            for ref in d["paths"][:VERIFY_PATHS]:
+            paths = _by_path(d["paths"])
+            emit(f"  {d['problem']} object {d['object']}: needed by {count(len(paths), 'path')}")
+            for ref in paths[:VERIFY_PATHS]:
                 emit(f"    {_reference(ref)}")
-            if len(d["paths"]) > VERIFY_PATHS:
-                emit(f"    … and {len(d['paths']) - VERIFY_PATHS} more (--json lists them all)")
+            if len(paths) > VERIFY_PATHS:
+                emit(f"    … and {len(paths) - VERIFY_PATHS} more (--json lists them all)")
     return 0 if r["clean"] else 1
 
 
 VERIFY_PATHS = 10  # paths shown per damaged object (--json: all)
 VERIFY_MARKS = 5  # marks shown per path
+
+
+def _by_path(refs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The references of one damaged object merged by path (a path may need several of the
+    objects stored through it: one version per mark)."""
+    out: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for ref in refs:
+        key = (path_text(ref["workspace"]), path_text(ref["path"]), ref["kind"])
+        seen = out.setdefault(key, {**ref, "marks": []})
+        seen["marks"] += [m for m in ref["marks"] if m not in seen["marks"]]
+        seen["latest"] = seen["latest"] or ref["latest"]
+        seen["history"] = seen["history"] or ref["history"]
+    return list(out.values())
 
 
 def _reference(ref: dict[str, Any]) -> str:
