@@ -147,12 +147,17 @@ def _result(args: argparse.Namespace, res: dict[str, Any], listed: set[str]) -> 
     if res["kept"]:
         emit(f"  {count(len(listed), 'path')} kept as they are (--force replaces them)", err=True)
     damaged = res.get("damaged", [])
-    for x in damaged:
+    for x in damaged[:DAMAGED_LINES]:
         emit(f"  damaged: {path_text(x['path'])}: {x['reason']} (left as it is)", err=True)
+    if len(damaged) > DAMAGED_LINES:
+        emit(f"  … and {len(damaged) - DAMAGED_LINES} more damaged (--json lists them all)", err=True)
     if damaged:
         emit(f"  {count(len(damaged), 'path')} not restored: the store cannot read what they held "
              "at the mark; `snapctl verify` lists every path and mark it affects", err=True)
     return 0 if res["ok"] else Conflict.exit_code
+
+
+DAMAGED_LINES = 200  # damaged paths a result shows (--json: all)
 
 
 def cmd_rollback(args: argparse.Namespace, env: Env) -> int:
