@@ -291,6 +291,8 @@ def test_a_corrupt_tree_node_names_the_directory(tmp_path: Path, daemon: Daemon,
         assert cp.stdout == b"top at m\n"
         cp = d.ctl("diff", m, cwd=ws, check=False)
         assert cp.returncode == 8 and b"the directory src/pkg" in cp.stderr, cp
+        cp = d.ctl("show", m, cwd=ws, check=False)
+        assert cp.returncode == 8 and b"the directory src/pkg" in cp.stderr, cp
 
         rc, v, shown = verify_refs(d)
         assert rc == 1
