@@ -221,7 +221,7 @@ MUTANTS = [
     Mutant(
         "apply-stops-on-damaged-content",
         "snapd/rollback/engine.py",
-        "            self.outcome.damaged.setdefault(op.path, Unreadable.of(exc))\n",
+        "            self.outcome.damaged.setdefault(op.path, hurt)\n",
         "            raise\n",
         _t("tests/test_bitrot.py"),
         "a content the store cannot read stops the apply part-way: the rest is not restored, the"

@@ -344,3 +344,21 @@ def test_a_rollback_recovered_after_a_crash_lists_a_damaged_path_and_finishes(
         assert snapshot(ws) == before
     finally:
         d.stop()
+
+
+def test_a_symlink_whose_captured_state_is_damaged_is_left_and_says_so(daemon: Daemon, ws: Path) -> None:
+    """A symlink's re-check compares its text with the captured one: when that cannot be read,
+    the path is left as it is and the reason says it is what it holds now that is damaged."""
+    (ws / "link").symlink_to("target-at-m")
+    write(ws / "f.txt", "f at m\n")
+    m = cli_mark(daemon, ws, "m")
+    (ws / "link").unlink()
+    (ws / "link").symlink_to("target-now")
+    write(ws / "f.txt", "f changed\n")
+    n = cli_mark(daemon, ws, "n")
+    flip(daemon, entry_at(daemon, n, b"link").key)
+    rc, r = cli_rollback(daemon, ws, "--to", m)
+    assert rc == 10 and set(damaged(r)) == {"link"}, r
+    assert "holds now" in damaged(r)["link"]["reason"], r
+    assert (ws / "link").readlink() == Path("target-now") and (ws / "f.txt").read_text() == "f at m\n"
+    serves(daemon, ws)

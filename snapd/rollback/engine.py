@@ -102,7 +102,10 @@ class Engine:
                 raise stopped(exc, f"restoring {show(op.path)}") from exc
             self.outcome.conflicts.setdefault(op.path, f"could not {op.describe()}: {exc.strerror}")
         except (CorruptObject, MissingObject) as exc:
-            self.outcome.damaged.setdefault(op.path, Unreadable.of(exc))
+            hurt = Unreadable.of(exc)
+            if op.entry is None or hurt.key != op.entry.key:  # the re-check's: what it holds now
+                hurt = hurt._replace(what="the captured content it holds now")
+            self.outcome.damaged.setdefault(op.path, hurt)
 
     def unreadable(self, ops: Sequence[Op]) -> set[int]:
         """The ops to skip because a path that changes kind has a content the store cannot

@@ -42,6 +42,7 @@ class Unreadable(NamedTuple):
     key: str
     damaged: str
     problem: str
+    what: str = "its stored content"  # what the content is to the path
 
     @classmethod
     def of(cls, exc: ReadError) -> Unreadable:
@@ -54,11 +55,9 @@ class Unreadable(NamedTuple):
     def reason(self) -> str:
         state = "corrupt in the store" if self.problem == "corrupt" else "missing from the store"
         if self.damaged == self.key:
-            return f"its stored content (object {self.key}) is {state}"
-        return (
-            f"its stored content (object {self.key}) is read through its delta base {self.damaged}, "
-            f"which is {state}"
-        )
+            return f"{self.what} (object {self.key}) is {state}"
+        through = f"is read through its delta base {self.damaged}"
+        return f"{self.what} (object {self.key}) {through}, which is {state}"
 
     def to_wire(self, path: bytes) -> dict[str, Any]:
         return {
