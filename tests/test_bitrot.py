@@ -362,3 +362,21 @@ def test_a_symlink_whose_captured_state_is_damaged_is_left_and_says_so(daemon: D
     assert "holds now" in damaged(r)["link"]["reason"], r
     assert (ws / "link").readlink() == Path("target-now") and (ws / "f.txt").read_text() == "f at m\n"
     serves(daemon, ws)
+
+
+def test_verify_shows_a_bounded_list_and_json_every_path(daemon: Daemon, ws: Path) -> None:
+    """One object shared by 15 paths (the same content): the text names 10 and says how many
+    more, --json lists all 15, each with its mark."""
+    same = text(30, "shared")
+    for i in range(15):
+        write(ws / f"copies/c{i:02d}.txt", same)
+    m = cli_mark(daemon, ws, "m")
+    key = entry_at(daemon, m, b"copies/c00.txt").key
+    flip(daemon, key)
+    rc, v, shown = verify_refs(daemon)
+    assert rc == 1
+    (entry,) = [x for x in v["damaged"] if x["object"] == key]
+    assert sorted(p["path"] for p in entry["paths"]) == [f"copies/c{i:02d}.txt" for i in range(15)]
+    assert all(p["marks"] == [m] and p["latest"] for p in entry["paths"]), entry
+    assert "needed by 15 paths" in shown and "… and 5 more (--json lists them all)" in shown, shown
+    assert sum("copies/c" in line for line in shown.splitlines()) == 10, shown
