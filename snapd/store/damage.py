@@ -95,24 +95,35 @@ content, or a directory (``dir``) whose node cannot be read."""
 
 def finder(store: Store, bad: Collection[str]) -> Callable[[str], Found]:
     """The references to ``bad`` keys under a tree node (memoized: a node shared by many
-    trees is read once); a node that cannot be read is a reference at its own path."""
+    trees is read once); a node that cannot be read is a reference at its own path. A node's
+    keys are read straight out of its encoding (:func:`nodes.node_keys`); only a node with a
+    reference below it is decoded, for its names."""
     memo: dict[str, Found] = {}
+    bad_db = {objects.db_key(k) for k in bad}
 
-    def load(key: str) -> trees.Node | None:
-        if key in bad:
+    def node_of(key: str) -> trees.Node | None:
+        """Node ``key`` — None when nothing below it is bad, so its names are not needed."""
+        cached = store.cached_node(key)  # not cached from here: the walk would evict what marks use
+        if cached is not None:
+            return cached
+        data = store.get(key)
+        contents, dirs = nodes.node_keys(data)
+        if not bad_db.intersection(contents) and not any(under(objects.py_key(d)) for d in dirs):
             return None
-        node = store.cached_node(key)  # not cached from here: the walk would evict what marks use
-        try:
-            return node if node is not None else nodes.decode_records(store.get(key))[0]
-        except (CorruptObject, MissingObject):
-            return None
+        return nodes.decode_node(data)
 
     def under(key: str) -> Found:
         found = memo.get(key)
         if found is not None:
             return found
-        node = load(key)
-        found = [(b"", key, "dir")] if node is None else []
+        node: trees.Node | None = None
+        unreadable = key in bad
+        if not unreadable:
+            try:
+                node = node_of(key)
+            except (CorruptObject, MissingObject):
+                unreadable = True
+        found = [(b"", key, "dir")] if unreadable else []
         for name, e in (node or {}).items():
             if e.kind == "dir":
                 found += [(name + b"/" + p if p else name, k, kind) for p, k, kind in under(e.key)]
