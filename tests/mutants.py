@@ -163,6 +163,23 @@ MUTANTS = [
         "a temp staged in a directory swapped away during the apply is renamed anyway",
     ),
     Mutant(
+        "apply-stops-on-damaged-content",
+        "snapd/rollback/engine.py",
+        "            self.outcome.damaged.setdefault(op.path, hurt)\n",
+        "            raise\n",
+        _t("tests/test_bitrot.py"),
+        "a content the store cannot read stops the apply part-way: the rest is not restored, the"
+        " journal stays and every later rollback is refused",
+    ),
+    Mutant(
+        "kind-change-removed-before-its-content-is-read",
+        "snapd/rollback/engine.py",
+        "        skip = self.unreadable(ops)\n",
+        "        skip: set[int] = set()\n",
+        _t("tests/test_bitrot.py", "-k", "changes_kind"),
+        "a path that changes kind is removed although its content at the mark cannot be read",
+    ),
+    Mutant(
         "no-fsync-before-rename",
         "snapd/store/safeio.py",
         '            fsync(fd)\n            step("fsync")\n',
@@ -217,23 +234,6 @@ MUTANTS = [
         "        base = objects.base_key(digest, size)\n",
         _t("tests/test_store.py", "-k", "early_flush"),
         "a put after a failed flush flushes again: the fsync that failed is retried, the rows written",
-    ),
-    Mutant(
-        "apply-stops-on-damaged-content",
-        "snapd/rollback/engine.py",
-        "            self.outcome.damaged.setdefault(op.path, hurt)\n",
-        "            raise\n",
-        _t("tests/test_bitrot.py"),
-        "a content the store cannot read stops the apply part-way: the rest is not restored, the"
-        " journal stays and every later rollback is refused",
-    ),
-    Mutant(
-        "kind-change-removed-before-its-content-is-read",
-        "snapd/rollback/engine.py",
-        "        skip = self.unreadable(ops)\n",
-        "        skip: set[int] = set()\n",
-        _t("tests/test_bitrot.py", "-k", "changes_kind"),
-        "a path that changes kind is removed although its content at the mark cannot be read",
     ),
 ]
 

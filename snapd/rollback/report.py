@@ -6,7 +6,6 @@ pre-rollback mark records for people and agents who were not watching (:func:`ef
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from typing import Any
 
 from snapd.capture.workspace import Workspace
@@ -101,7 +100,9 @@ def result(
     }
 
 
-def damaged_paths(ws: Workspace, damaged: Sequence[tuple[bytes, damage.Unreadable]]) -> list[dict[str, Any]]:
+def damaged_paths(
+    ws: Workspace, damaged: tuple[tuple[bytes, damage.Unreadable], ...]
+) -> list[dict[str, Any]]:
     """The paths an apply left as they were because their content cannot be read from the
     store, each with the marks of this workspace that hold it as such a content (read from
     the whole history: only when there are any)."""
