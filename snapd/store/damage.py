@@ -184,8 +184,8 @@ def locate(store: Store, bad: Collection[str], workspace: int | None = None) -> 
     wanted = [objects.db_key(k) for k in bad]
     for i in range(0, len(wanted), 400):
         chunk = wanted[i : i + 400]
-        marks = ",".join("?" * len(chunk))
-        sql = f"SELECT workspace, path, object, kind FROM versions WHERE object IN ({marks})"
+        slots = ",".join("?" * len(chunk))
+        sql = f"SELECT workspace, path, object, kind FROM versions WHERE object IN ({slots})"
         for ws, path, key, kind in db.execute(sql + only[2], [*chunk, *args]):
             ref(ws, bytes(path), objects.py_key(key), kind)["history"] = True
     return [
