@@ -180,6 +180,14 @@ MUTANTS = [
         "a path that changes kind is removed although its content at the mark cannot be read",
     ),
     Mutant(
+        "capture-fails-on-a-damaged-object",
+        "snapd/store/objwrite.py",
+        "                same = False  # damaged: stored again under the next collision key\n",
+        "                raise\n",
+        _t("tests/test_bitrot.py", "-k", "captured_again"),
+        "a file holding the content of a damaged object makes every capture and mark of its workspace fail",
+    ),
+    Mutant(
         "no-fsync-before-rename",
         "snapd/store/safeio.py",
         '            fsync(fd)\n            step("fsync")\n',

@@ -380,3 +380,29 @@ def test_verify_shows_a_bounded_list_and_json_every_path(daemon: Daemon, ws: Pat
     assert all(p["marks"] == [m] and p["latest"] for p in entry["paths"]), entry
     assert "needed by 15 paths" in shown and "… and 5 more (--json lists them all)" in shown, shown
     assert sum("copies/c" in line for line in shown.splitlines()) == 10, shown
+
+
+def test_a_content_equal_to_a_damaged_object_is_captured_again(daemon: Daemon, ws: Path) -> None:
+    """A file written with the very content of a damaged object: the capture must not fail on
+    the old damage (every mark of the workspace failed with "object … is corrupt", and no
+    change was captured), nor refer to it: the content is stored again, under a collision
+    key, and reads back; the old mark's path is still reported damaged."""
+    same = text(40, "a")
+    write(ws / "a.txt", same)
+    m = cli_mark(daemon, ws, "m")
+    write(ws / "a.txt", "changed\n")
+    cli_mark(daemon, ws, "n")
+    key = entry_at(daemon, m, b"a.txt").key
+    flip(daemon, key)
+    write(ws / "copy.txt", same)
+    write(ws / "other.txt", "other\n")
+    o = cli_mark(daemon, ws, "o")
+    again = entry_at(daemon, o, b"copy.txt").key
+    assert again != key and again.startswith(key + "."), (again, key)
+    assert daemon.ctl("cat", o, "copy.txt", cwd=ws).stdout == same.encode()
+    assert daemon.ctl("cat", o, "other.txt", cwd=ws).stdout == b"other\n"
+    cp = daemon.ctl("cat", m, "a.txt", cwd=ws, check=False)
+    assert cp.returncode == 8 and b"a.txt" in cp.stderr, cp
+    rc, r = cli_rollback(daemon, ws, "--to", o)  # nothing to change: the mark is the tree
+    assert rc == 0 and r["pre_rollback"] is None, r
+    serves(daemon, ws)
