@@ -96,21 +96,34 @@ class FileOps:
         at: str | None = None,
         session: str | None = None,
     ) -> dict[str, Any]:
-        ws_id, root = self.registry.stored(workspace, cwd)
-        rel = relative_path(root, path, cwd)
-        where = at or "the latest capture"
-        tree = history.resolve(self.store, ws_id, at, session)[0].tree if at else self.store.head(ws_id)
         try:
-            entry = trees.lookup(self.store.load_node, tree, rel) if tree else None
-            if entry is None or entry.kind == "dir":
-                raise NotFound(f"{shown(rel)} is not a captured file at {where}")
-            if trees.is_uncaptured(entry):
-                why = trees.uncaptured_reason(entry)
-                raise NotFound(f"{shown(rel)} was there at {where}, but not captured ({why})")
-            data = self.store.get(entry.key)
-        except (CorruptObject, MissingObject) as exc:
+            return self._cat(path, workspace, cwd, at, session)
+        except (CorruptObject, MissingObject) as exc:  # name the file, or the directory, it needs
+            ws_id, root = self.registry.stored(workspace, cwd)
+            rel, where = relative_path(root, path, cwd), at or "the latest capture"
+            tree = history.resolve(self.store, ws_id, at, session)[0].tree if at else self.store.head(ws_id)
             doing = f"cannot read {shown(rel)} at {where}"
             raise damage.explain(self.store, exc, {where: tree}, doing) from exc
+
+    def _cat(
+        self,
+        path: bytes,
+        workspace: bytes | None = None,
+        cwd: bytes | None = None,
+        at: str | None = None,
+        session: str | None = None,
+    ) -> dict[str, Any]:
+        ws_id, root = self.registry.stored(workspace, cwd)
+        rel = relative_path(root, path, cwd)
+        tree = history.resolve(self.store, ws_id, at, session)[0].tree if at else self.store.head(ws_id)
+        entry = trees.lookup(self.store.load_node, tree, rel) if tree else None
+        if entry is None or entry.kind == "dir":
+            raise NotFound(f"{shown(rel)} is not a captured file at {at or 'the latest capture'}")
+        if trees.is_uncaptured(entry):
+            why = trees.uncaptured_reason(entry)
+            where = at or "the latest capture"
+            raise NotFound(f"{shown(rel)} was there at {where}, but not captured ({why})")
+        data = self.store.get(entry.key)
         return {
             "kind": entry.kind,
             "mode": entry.mode,
