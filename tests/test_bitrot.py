@@ -146,6 +146,7 @@ def test_a_corrupt_file_is_named_and_everything_else_restored(daemon: Daemon, ws
     hurt = damaged(r)["a.txt"]
     assert hurt["object"] == key and hurt["problem"] == "corrupt" and m in hurt["marks"], hurt
     assert "corrupt" in hurt["reason"] and r["ok"] is False and r["pre_rollback"]
+    assert {k["path"] for k in r["kept"]} == {"a.txt"}, "every path left differing is in kept too"
     after = snapshot(ws)
     assert after == {**at_m, "a.txt": before["a.txt"]}, "everything else is as at the mark"
     assert not list(ws.rglob(".snapd-*~")), "no temp file left"
@@ -173,6 +174,7 @@ def test_the_text_of_a_rollback_names_the_path(daemon: Daemon, ws: Path) -> None
     cp = daemon.ctl("rollback", "--to", m, "--yes", cwd=ws, check=False)
     err = cp.stderr.decode()
     assert cp.returncode == 10 and "damaged: a.txt" in err and "corrupt" in err, cp
+    assert "kept" not in err, "said once, as damaged (--force would not help)"
     assert (ws / "b.txt").read_text() == "b at m\n" and (ws / "a.txt").read_text() == "a changed\n"
     serves(daemon, ws)
 

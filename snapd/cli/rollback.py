@@ -140,13 +140,15 @@ def _result(args: argparse.Namespace, res: dict[str, Any], listed: set[str]) -> 
         emit(f"rolled back: {count(res['applied'], 'path')}; `snapctl undo` returns to {res['pre_rollback']}")
     for x in res["conflicts"]:
         emit(f"  conflict: {path_text(x['path'])}: {x['reason']} (left as it is)", err=True)
-    for x in res["kept"]:
+    damaged = res.get("damaged", [])
+    hurt = {path_text(x["path"]) for x in damaged}  # in ``kept`` too: said below, with their cause
+    kept = [x for x in res["kept"] if path_text(x["path"]) not in hurt]
+    for x in kept:
         if (p := path_text(x["path"])) not in listed:
             listed.add(p)
             emit(f"  kept: {p}: {x['reason']}", err=True)
-    if res["kept"]:
+    if kept:
         emit(f"  {count(len(listed), 'path')} kept as they are (--force replaces them)", err=True)
-    damaged = res.get("damaged", [])
     for x in damaged[:DAMAGED_LINES]:
         emit(f"  damaged: {path_text(x['path'])}: {x['reason']} (left as it is)", err=True)
     if len(damaged) > DAMAGED_LINES:

@@ -64,7 +64,10 @@ class Outcome:
         """The fields of an ApplyResult: the plan's ``kept`` and ``left`` with what happened."""
         applied = tuple(p for p in self.applied if p not in self.conflicts and p not in self.kept)
         applied = tuple(p for p in applied if p not in self.damaged)
-        all_kept = tuple(kept) + tuple(self.kept.items())
+        # A damaged path is left differing like a kept one: listed there too (whoever reads
+        # ``kept`` learns of it), with its details in ``damaged``.
+        unread = tuple((p, f"{u.reason}: not restored") for p, u in self.damaged.items())
+        all_kept = tuple(kept) + tuple(self.kept.items()) + unread
         return dict(
             applied=applied,
             conflicts=tuple(self.conflicts.items()),
