@@ -66,7 +66,7 @@ class Outcome:
         applied = tuple(p for p in applied if p not in self.damaged)
         # A damaged path is left differing like a kept one: listed there too (whoever reads
         # ``kept`` learns of it), with its details in ``damaged``.
-        unread = tuple((p, f"{u.reason}: not restored") for p, u in self.damaged.items())
+        unread = tuple((p, u.reason) for p, u in self.damaged.items())
         all_kept = tuple(kept) + tuple(self.kept.items()) + unread
         return dict(
             applied=applied,
