@@ -163,6 +163,31 @@ MUTANTS = [
         "a temp staged in a directory swapped away during the apply is renamed anyway",
     ),
     Mutant(
+        "apply-stops-on-damaged-content",
+        "snapd/rollback/engine.py",
+        "            self.outcome.damaged.setdefault(op.path, hurt)\n",
+        "            raise\n",
+        _t("tests/test_bitrot.py"),
+        "a content the store cannot read stops the apply part-way: the rest is not restored, the"
+        " journal stays and every later rollback is refused",
+    ),
+    Mutant(
+        "kind-change-removed-before-its-content-is-read",
+        "snapd/rollback/engine.py",
+        "        skip = self.unreadable(ops)\n",
+        "        skip: set[int] = set()\n",
+        _t("tests/test_bitrot.py", "-k", "changes_kind"),
+        "a path that changes kind is removed although its content at the mark cannot be read",
+    ),
+    Mutant(
+        "capture-fails-on-a-damaged-object",
+        "snapd/store/objwrite.py",
+        "                same = False  # damaged: stored again under the next collision key\n",
+        "                raise\n",
+        _t("tests/test_bitrot.py", "-k", "captured_again"),
+        "a file holding the content of a damaged object makes every capture and mark of its workspace fail",
+    ),
+    Mutant(
         "no-fsync-before-rename",
         "snapd/store/safeio.py",
         '            fsync(fd)\n            step("fsync")\n',

@@ -27,6 +27,7 @@ from ingest_helpers import capture_paths, ingest_tree
 from snapd.capture.statcache import StatCache
 from snapd.config import DAY_NS, Retention
 from snapd.errors import CorruptObject, MissingObject
+from snapd.store import damage as damaged
 from snapd.store import gc, nodes, objects, trees
 from snapd.store import store as store_module
 from snapd.store.catalog import FORMAT_VERSION
@@ -130,6 +131,47 @@ def test_a_delta_whose_base_is_corrupt_or_missing_is_an_error(store: Store, tmp_
         c.execute("DELETE FROM objects WHERE key=?", (objects.db_key(base),))
     with pytest.raises(MissingObject, match=f"delta against {base}"):
         store.get(key)
+
+
+def test_every_path_and_mark_through_a_damaged_base_is_located(store: Store, tmp_path: Path) -> None:
+    """verify names, for the damaged object (the chain's first), every version stored through
+    it at any depth, by path and mark; a read error names both the object read and the link
+    that is damaged (corrupt, or missing: its row deleted)."""
+    _, taken = edit_series(store, tmp_path / "ws", 4)
+    objs = rows(store)
+    versions = [trees.lookup(store.load_node, store.mark(m).tree, b"src/pkg/a.py").key for m, _ in taken]  # type: ignore[union-attr]
+    first = versions[0]
+    assert objs[first][0] != objects.CODEC_DELTA and all(objs[k][2] == i for i, k in enumerate(versions))
+    damage(store, first)
+    with pytest.raises(CorruptObject) as caught:
+        store.get(versions[-1])
+    hurt = damaged.Unreadable.of(caught.value)
+    assert (hurt.key, hurt.damaged, hurt.problem) == (versions[-1], first, "corrupt")
+    assert first in hurt.reason and "delta base" in hurt.reason
+    report = verify(store)
+    (d,) = report.damage
+    assert d.key == first and d.problem == "corrupt"
+    by_key = {r.key: r for r in d.refs}
+    assert set(by_key) == set(versions) and {r.path for r in d.refs} == {b"src/pkg/a.py"}
+    assert [m for m, _ in taken] == [m for k in versions for m in by_key[k].marks]
+    assert by_key[versions[-1]].latest and not by_key[versions[0]].latest
+    assert set(report.corrupt) == set(versions)
+    with store.catalog.write() as c:
+        c.execute("DELETE FROM objects WHERE key=?", (objects.db_key(versions[1]),))
+    with pytest.raises(MissingObject) as missing:
+        store.get(versions[3])
+    assert damaged.Unreadable.of(missing.value)[:3] == (versions[3], versions[1], "missing")
+
+
+def test_a_damaged_node_is_located_as_its_directory(store: Store, tmp_path: Path) -> None:
+    _, taken = edit_series(store, tmp_path / "ws", 2)
+    node = trees.lookup(store.load_node, store.mark(taken[0][0]).tree, b"src/pkg").key  # type: ignore[union-attr]
+    damage(store, node)
+    store.forget_caches()
+    (d,) = verify(store).damage
+    assert d.key == node
+    assert {(r.path, r.kind) for r in d.refs} == {(b"src/pkg", "dir")}
+    assert taken[0][0] in {m for r in d.refs for m in r.marks}
 
 
 def test_a_damaged_base_node_is_found_though_its_encoding_is_kept(store: Store, tmp_path: Path) -> None:

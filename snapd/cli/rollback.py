@@ -180,13 +180,26 @@ def _result(args: argparse.Namespace, res: dict[str, Any], listed: set[str]) -> 
                  "then snapd's hooks were merged back in")
     for x in res["conflicts"]:
         emit(f"  conflict: {path_text(x['path'])}: {x['reason']} (left as it is)", err=True)
-    for x in res["kept"]:
+    damaged = res.get("damaged", [])
+    hurt = {path_text(x["path"]) for x in damaged}  # in ``kept`` too: said below, with their cause
+    kept = [x for x in res["kept"] if path_text(x["path"]) not in hurt]
+    for x in kept:
         if (p := path_text(x["path"])) not in listed:
             listed.add(p)
             emit(f"  kept: {p}: {x['reason']}", err=True)
-    if res["kept"]:
+    if kept:
         emit(f"  {count(len(listed), 'path')} kept as they are (--force replaces them)", err=True)
+    for x in damaged[:DAMAGED_LINES]:
+        emit(f"  damaged: {path_text(x['path'])}: {x['reason']} (left as it is)", err=True)
+    if len(damaged) > DAMAGED_LINES:
+        emit(f"  … and {len(damaged) - DAMAGED_LINES} more damaged (--json lists them all)", err=True)
+    if damaged:
+        emit(f"  {count(len(damaged), 'path')} not restored: the store cannot read what they held "
+             "at the mark; `snapctl verify` lists every path and mark it affects", err=True)
     return 0 if res["ok"] else Conflict.exit_code
+
+
+DAMAGED_LINES = 200  # damaged paths a result shows (--json: all)
 
 
 def cmd_rollback(args: argparse.Namespace, env: Env) -> int:

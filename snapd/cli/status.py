@@ -77,10 +77,51 @@ def cmd_verify(args: argparse.Namespace, env: Env) -> int:
         r = c.call("verify", full=not args.sample)
     if human(args, r):
         emit(f"checked {count(r['checked'], 'object')}: " + ("clean" if r["clean"] else "PROBLEMS FOUND"))
-        for what in ("missing", "corrupt"):
-            for key, marks in r[what].items():
-                emit(f"  {what} {key}: affects marks {', '.join(marks) or '(none; history only)'}")
+        if "damaged" not in r:  # a daemon older than this snapctl: objects only
+            for what in ("missing", "corrupt"):
+                for key, marks in r[what].items():
+                    emit(f"  {what} {key}: affects marks {', '.join(marks) or '(none; history only)'}")
+        for d in r.get("damaged", []):
+            paths = _by_path(d["paths"])
+            emit(f"  {d['problem']} object {d['object']}: needed by {count(len(paths), 'path')}")
+            for ref in paths[:VERIFY_PATHS]:
+                emit(f"    {_reference(ref)}")
+            if len(paths) > VERIFY_PATHS:
+                emit(f"    … and {len(paths) - VERIFY_PATHS} more (--json lists them all)")
     return 0 if r["clean"] else 1
+
+
+VERIFY_PATHS = 10  # paths shown per damaged object (--json: all)
+VERIFY_MARKS = 5  # marks shown per path
+
+
+def _by_path(refs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The references of one damaged object merged by path (a path may need several of the
+    objects stored through it: one version per mark)."""
+    out: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for ref in refs:
+        key = (path_text(ref["workspace"]), path_text(ref["path"]), ref["kind"])
+        seen = out.setdefault(key, {**ref, "marks": []})
+        seen["marks"] += [m for m in ref["marks"] if m not in seen["marks"]]
+        seen["latest"] = seen["latest"] or ref["latest"]
+        seen["history"] = seen["history"] or ref["history"]
+    return list(out.values())
+
+
+def _reference(ref: dict[str, Any]) -> str:
+    """One path that needs a damaged object, and where: marks, the latest capture, history."""
+    kind = ref["kind"]
+    if kind == "rules":
+        what = "the ignore-rule inputs recorded"
+    elif not ref["path"]:
+        what = "the workspace root"
+    else:
+        what = ("directory " if kind == "dir" else "") + path_text(ref["path"])
+    marks = ref["marks"]
+    where = [f"{count(len(marks), 'mark')} ({', '.join(marks[:VERIFY_MARKS])}"
+             + (", …)" if len(marks) > VERIFY_MARKS else ")")] if marks else []
+    where += ["the latest capture"] * ref["latest"] + ["history between marks"] * ref["history"]
+    return f"{what} in {path_text(ref['workspace'])}: {', '.join(where) or 'no mark'}"
 
 
 def cmd_gc(args: argparse.Namespace, env: Env) -> int:

@@ -54,6 +54,7 @@ def rollback_fields(result: dict[str, Any]) -> dict[str, Any]:
         "applied": result.get("applied", 0),
         "conflicts": len(result.get("conflicts", [])),
         "kept": len(result.get("kept", [])),
+        "damaged": len(result.get("damaged", [])),
         "ok": bool(result.get("ok")),
     }
 

@@ -51,6 +51,7 @@ from snapd.rollback.dirs import DIR_FLAGS, Dirs, Outcome
 from snapd.rollback.engine import Engine
 from snapd.rollback.ops import MKDIR_MODE, Plan
 from snapd.store import safeio
+from snapd.store.damage import Unreadable
 
 
 @dataclass(frozen=True)
@@ -58,13 +59,14 @@ class ApplyResult:
     applied: tuple[bytes, ...]  # paths that now hold what the plan wanted
     conflicts: tuple[tuple[bytes, str], ...]  # left as they are: changed meanwhile, or failed
     kept: tuple[tuple[bytes, str], ...]  # the plan's kept paths, and directories still holding others
+    damaged: tuple[tuple[bytes, Unreadable], ...]  # the store cannot read their content: left as they are
     left: tuple[tuple[bytes, str], ...]  # ignored at the mark: never touched (not a difference)
     temps_removed: int
     replaced: tuple[bytes, ...]  # symlinks found where a directory was needed, now directories
 
     @property
     def ok(self) -> bool:
-        return not self.conflicts and not self.kept
+        return not self.conflicts and not self.kept and not self.damaged
 
 
 @dataclass(frozen=True)

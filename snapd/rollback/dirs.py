@@ -20,6 +20,7 @@ from typing import Any
 from snapd.errors import DiskFull, StoreError
 from snapd.rollback.ops import Op, show
 from snapd.store import safeio
+from snapd.store.damage import Unreadable
 
 REPLACED_DIR_MODE = 0o755
 _OWNER_WX = stat.S_IWUSR | stat.S_IXUSR
@@ -57,6 +58,7 @@ class Outcome:
     applied: dict[bytes, None] = field(default_factory=dict)
     conflicts: dict[bytes, str] = field(default_factory=dict)
     kept: dict[bytes, str] = field(default_factory=dict)
+    damaged: dict[bytes, Unreadable] = field(default_factory=dict)  # content unreadable: left as it is
     replaced: list[bytes] = field(default_factory=list)
     temps_removed: int = 0
     settled: set[bytes] = field(default_factory=set)  # directories of paths found done: synced with the phase
@@ -64,11 +66,16 @@ class Outcome:
     def result(self, kept: Sequence[tuple[bytes, str]], left: Sequence[tuple[bytes, str]]) -> dict[str, Any]:
         """The fields of an ApplyResult: the plan's ``kept`` and ``left`` with what happened."""
         applied = tuple(p for p in self.applied if p not in self.conflicts and p not in self.kept)
-        all_kept = tuple(kept) + tuple(self.kept.items())
+        applied = tuple(p for p in applied if p not in self.damaged)
+        # A damaged path is left differing like a kept one: listed there too (whoever reads
+        # ``kept`` learns of it), with its details in ``damaged``.
+        unread = tuple((p, u.reason) for p, u in self.damaged.items())
+        all_kept = tuple(kept) + tuple(self.kept.items()) + unread
         return dict(
             applied=applied,
             conflicts=tuple(self.conflicts.items()),
             kept=all_kept,
+            damaged=tuple(self.damaged.items()),
             left=tuple(left),
             temps_removed=self.temps_removed,
             replaced=tuple(self.replaced),

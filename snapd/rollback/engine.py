@@ -18,11 +18,13 @@ import stat
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
+from snapd.errors import CorruptObject, MissingObject
 from snapd.paths import ancestors
 from snapd.rollback.checks import Contents, describe_state
 from snapd.rollback.dirs import Dirs, stopped, unlink_quiet
 from snapd.rollback.ops import MKDIR_MODE, Op, show
 from snapd.store import safeio
+from snapd.store.damage import Unreadable
 
 BATCH = 128  # writes per batch: bounds open descriptors (a temp file and its directory each)
 
@@ -58,7 +60,8 @@ class Engine:
     @contextmanager
     def at(self, op: Op, follow: Sequence[Op]) -> Iterator[tuple[int, bytes, os.stat_result | None] | None]:
         """(parent fd, name, state) when ``op`` must run now; None when done, blocked or conflicting."""
-        stuck = [a for a in ancestors(op.path) if a in self.outcome.conflicts or a in self.outcome.kept]
+        out = self.outcome
+        stuck = [a for a in ancestors(op.path) if a in out.conflicts or a in out.kept or a in out.damaged]
         removal = op.kind in ("remove", "rmdir")
         fd = (
             f"{show(stuck[0])} was left as it is"
@@ -89,13 +92,35 @@ class Engine:
 
     @contextmanager
     def guarded(self, op: Op) -> Iterator[None]:
-        """An OS error leaves the path as it is, reported; a full disk stops the apply."""
+        """An OS error leaves the path as it is, reported; a full disk stops the apply. So does
+        a content the store cannot read (corrupt or missing): the path is listed as damaged,
+        and the rest of the plan goes on."""
         try:
             yield
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise stopped(exc, f"restoring {show(op.path)}") from exc
             self.outcome.conflicts.setdefault(op.path, f"could not {op.describe()}: {exc.strerror}")
+        except (CorruptObject, MissingObject) as exc:
+            hurt = Unreadable.of(exc)
+            if op.entry is None or hurt.key != op.entry.key:  # the re-check's: what it holds now
+                hurt = hurt._replace(what="the captured content it holds now")
+            self.outcome.damaged.setdefault(op.path, hurt)
+
+    def unreadable(self, ops: Sequence[Op]) -> set[int]:
+        """The ops to skip because a path that changes kind has a content the store cannot
+        read: its removal (and what is below it) would run phases before its write, which
+        would then fail, so the content is read first and such a path is left as it is
+        (listed as damaged). Only these are read ahead: any other write fails on its own."""
+        removed = {op.path for op in ops if op.kind in ("remove", "rmdir")}
+        for op in ops:
+            if op.kind in ("write", "symlink") and op.path in removed and op.entry is not None:
+                with self.guarded(op):
+                    self.contents.get(op.entry.key)
+        gone = self.outcome.damaged
+        if not gone:
+            return set()
+        return {k for k, op in enumerate(ops) if any(a in gone for a in (op.path, *ancestors(op.path)))}
 
     def run(self, ops: Sequence[Op], temps: Sequence[str | None], on_phase: Callable[[int], None]) -> None:
         by_path: dict[bytes, list[int]] = {}
@@ -107,6 +132,7 @@ class Engine:
             [op] if _dir_chmod(op) else [ops[j] for j in by_path[op.path] if j >= k]
             for k, op in enumerate(ops)
         ]
+        skip = self.unreadable(ops)
         k, phase = 0, 0
         try:
             while k < len(ops):
@@ -115,7 +141,7 @@ class Engine:
                     end += 1
                 touched: set[bytes] = set()
                 for start in range(k, end, BATCH):
-                    batch = range(start, min(end, start + BATCH))
+                    batch = [i for i in range(start, min(end, start + BATCH)) if i not in skip]
                     if _phase_of(ops[k]) == "write":
                         self.writes([(ops[i], temps[i], follow[i]) for i in batch], touched)
                     else:

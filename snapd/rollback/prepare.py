@@ -13,10 +13,11 @@ from dataclasses import dataclass
 
 from snapd.capture import ignore
 from snapd.capture.workspace import Workspace
+from snapd.errors import CorruptObject, MissingObject
 from snapd.paths import at_or_below
 from snapd.rollback import plan, rules
 from snapd.rollback.ops import Plan
-from snapd.store import ignored
+from snapd.store import damage, ignored
 from snapd.store.records import Mark
 
 
@@ -53,6 +54,16 @@ class Prepared:
 def prepare(
     ws: Workspace, target: Mark, only: Sequence[bytes], force: bool, current: str
 ) -> Prepared:
+    """The plan from ``current`` to ``target``. A tree node or rule file of either that the
+    store cannot read stops it before anything is written, naming the directory or file."""
+    try:
+        return _prepare(ws, target, only, force, current)
+    except (CorruptObject, MissingObject) as exc:
+        read = {f"mark {target.id} ({target.label})": target.tree, "the workspace now": current}
+        raise damage.explain(ws.store, exc, read, "cannot plan the rollback; nothing was changed") from exc
+
+
+def _prepare(ws: Workspace, target: Mark, only: Sequence[bytes], force: bool, current: str) -> Prepared:
     m_rules = rules.rules_at(ws, target)
     extras = rules.left_out(ws, current, target, m_rules)
     if only:

@@ -39,10 +39,14 @@ def finish_interrupted(ws: Workspace) -> None:
         f"a rollback {why} was finished: {count(len(result.applied), 'path')} restored, "
         f"{count(len(result.conflicts), 'conflict')}, {count(result.temps_removed, 'temp file')} removed"
     )
+    if result.damaged:
+        shown = ", ".join(os.fsdecode(p) for p, _ in result.damaged[:5])
+        note += f"; {count(len(result.damaged), 'path')} not restored (stored content damaged): {shown}"
     ws.warnings.append(note)
     ws.recovered = {
         "applied": len(result.applied),
         "conflicts": [[os.fsdecode(p), reason] for p, reason in result.conflicts],
+        "damaged": [[os.fsdecode(p), u.reason] for p, u in result.damaged],
         "temps_removed": result.temps_removed,
     }
     log.warning(

@@ -13,6 +13,7 @@ from snapd.capture.workspace import Workspace
 from snapd.paths import encode_path
 from snapd.rollback import apply, owners
 from snapd.rollback.ops import Plan
+from snapd.store import damage
 from snapd.store.records import Mark
 
 
@@ -102,6 +103,7 @@ def result(
     out = describe(ws, target, plan, current)
     kept = result.kept if result is not None else plan.kept
     conflicts = result.conflicts if result is not None else ()
+    damaged = result.damaged if result is not None else ()
     return {
         **out,
         "pre_rollback": pre.id if pre is not None else None,
@@ -109,7 +111,23 @@ def result(
         "conflicts": [{"path": encode_path(p), "reason": why} for p, why in conflicts],
         "kept": [{"path": encode_path(p), "reason": why} for p, why in kept],
         "left": [{"path": encode_path(p), "reason": why} for p, why in plan.left],
+        "damaged": damaged_paths(ws, damaged),
         "replaced_symlinks": [encode_path(p) for p in result.replaced] if result is not None else [],
         "temps_removed": result.temps_removed if result is not None else 0,
-        "ok": not conflicts and not kept,
+        "ok": not conflicts and not kept and not damaged,
     }
+
+
+def damaged_paths(
+    ws: Workspace, damaged: tuple[tuple[bytes, damage.Unreadable], ...]
+) -> list[dict[str, Any]]:
+    """The paths an apply left as they were because their content cannot be read from the
+    store, each with the marks of this workspace that hold it as such a content (read from
+    the whole history: only when there are any)."""
+    if not damaged:
+        return []
+    refs = damage.locate(ws.store, damage.spread(ws.store, {u.damaged for _, u in damaged}), ws.id)
+    marks: dict[bytes, dict[str, None]] = {}
+    for ref in refs:
+        marks.setdefault(ref.path, {}).update(dict.fromkeys(ref.marks))
+    return [{**u.to_wire(p), "marks": list(marks.get(p, ()))} for p, u in damaged]

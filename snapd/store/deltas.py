@@ -233,19 +233,33 @@ def decode_chain(
     """The verified content of ``key`` from its chain's ``rows`` (``key``'s own first, then
     each base's, each verified in turn: a damaged base is found by every read through it,
     never masked by a cache). ``payload`` gives a row's stored bytes (an external object's
-    from its file)."""
+    from its file). An error names the damaged link (``key``) and ``key`` itself (``object``)."""
+    try:
+        return _decode_chain(key, rows, payload, hasher)
+    except (CorruptObject, MissingObject) as exc:
+        exc.details.setdefault("object", key)
+        raise
+
+
+def _decode_chain(
+    key: str, rows: list[Row], payload: Callable[[str, int, bytes | None], bytes], hasher: objects.Hasher
+) -> bytes:
     if not rows:
         raise MissingObject(f"object {key} is missing from the store", key=key)
     content: bytes | None = None
     depth = 0
-    missing = f"object {key} is a delta against {rows[0][4]}, which is missing"
+
+    def missing(gone: str | None) -> MissingObject:  # ``key``: the link that is gone
+        via = "" if gone == rows[0][4] else f" (through its chain: {gone})"
+        return MissingObject(f"object {key} is a delta against {rows[0][4]}{via}, which is missing", key=gone)
+
     for depth, (k, codec, _, _, base) in enumerate(rows):
         if codec != objects.CODEC_DELTA:
             break
         if base is None or depth >= objects.MAX_DEPTH:
             raise CorruptObject(f"object {k} is a delta with no base, or a chain too long", key=k)
         if depth + 1 == len(rows):
-            raise MissingObject(missing, key=key)
+            raise missing(base)
     for i in range(depth, -1, -1):
         k, codec, external, data, _ = rows[i]
         try:
@@ -253,7 +267,7 @@ def decode_chain(
         except MissingObject as exc:
             if i == 0:
                 raise
-            raise MissingObject(missing, key=key) from exc
+            raise missing(k) from exc
         base_content = content if codec == objects.CODEC_DELTA else None
         content = objects.decode(k, codec, stored, hasher, base_content)
     assert content is not None

@@ -4,7 +4,10 @@ A batch puts each content with its digest, size and SHA-256 fingerprint (a batch
 bytes: contents read by reader processes never reach it), and a way to encode it that is asked
 only when the content is new. A key that already exists (pending here, flushed by this batch,
 or stored) is trusted only after its fingerprint compares equal; a different content with the
-same xxh3 digest gets the next collision key. A payload of :data:`LARGE_OBJECT` or more is
+same xxh3 digest gets the next collision key. So does a content whose stored object cannot be
+read (corrupt or missing: bit rot): it cannot be compared, and a new capture must not fail on
+an old object's damage nor refer to it; the old marks that need it stay damaged
+(:mod:`snapd.store.damage` names them). A payload of :data:`LARGE_OBJECT` or more is
 written to its own file at once, the others wait in memory; :meth:`ObjectWriter.sync` fsyncs
 each object directory once, then :meth:`ObjectWriter.write` inserts the rows in the caller's
 transaction (the batch's commit, or an early :meth:`~ObjectWriter.flush` past the store's
@@ -22,7 +25,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-from snapd.errors import StoreError
+from snapd.errors import CorruptObject, MissingObject, StoreError
 from snapd.store import deltas, objects, safeio
 from snapd.store.catalog import Catalog, objects_by_key
 from snapd.store.holds import GcHolds
@@ -124,7 +127,11 @@ class ObjectWriter:
                     self.hold(key)
             if not exists:
                 break
-            if fingerprint(self.store.get(key)) == sha:
+            try:
+                same = fingerprint(self.store.get(key)) == sha
+            except (CorruptObject, MissingObject):
+                same = False  # damaged: stored again under the next collision key
+            if same:
                 return key
             n += 1
         self._add(key, size, sha, encode(key))

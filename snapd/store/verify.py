@@ -4,17 +4,29 @@ Checked: every tree node reachable from a mark or a workspace head (always — a
 references), every file and symlink object those trees name, and every object a version row
 names, and every mark's rule inputs. With ``sample`` in (0, 1), that fraction of the content
 objects is re-hashed instead of all of them (nodes are still all read). A missing or corrupt
-object is reported with the marks whose trees reach it.
+object is reported with the marks whose trees reach it, and each damaged object with every
+workspace path that needs it, directly or through a delta chain, and where (marks, the latest
+capture, the versions between marks): :mod:`snapd.store.damage`.
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from snapd.errors import CorruptObject, MissingObject
-from snapd.store import objects, trees
+from snapd.store import damage, objects, trees
 from snapd.store.store import Store
+
+
+class Damage(NamedTuple):
+    """One damaged object (``problem``: corrupt or missing) and every reference to what
+    cannot be read because of it: itself, and the objects stored as deltas through it."""
+
+    key: str
+    problem: str
+    refs: list[damage.Reference]
 
 
 @dataclass
@@ -22,6 +34,7 @@ class VerifyReport:
     checked: int = 0
     missing: dict[str, list[str]] = field(default_factory=dict)  # key -> affected mark ids
     corrupt: dict[str, list[str]] = field(default_factory=dict)
+    damage: list[Damage] = field(default_factory=list)  # by damaged object: the paths that need it
 
     @property
     def ok(self) -> bool:
@@ -30,19 +43,20 @@ class VerifyReport:
 
 def verify(store: Store, sample: float | None = None, seed: int | None = None) -> VerifyReport:
     report = VerifyReport()
-    bad: dict[str, str] = {}  # key -> "missing" | "corrupt"
+    bad: dict[str, tuple[str, str]] = {}  # key -> ("missing" | "corrupt", the damaged link of its chain)
     contents: set[str] = set()
     below: dict[str, set[str]] = {}  # node key -> bad keys beneath it (memo)
+
+    def failed(key: str, exc: CorruptObject | MissingObject) -> None:
+        u = damage.Unreadable.of(exc)
+        bad[key] = (u.problem, u.damaged)
 
     def check(key: str) -> bool:
         report.checked += 1
         try:
             store.get(key)
-        except MissingObject:
-            bad[key] = "missing"
-            return False
-        except CorruptObject:
-            bad[key] = "corrupt"
+        except (CorruptObject, MissingObject) as exc:
+            failed(key, exc)
             return False
         return True
 
@@ -55,7 +69,7 @@ def verify(store: Store, sample: float | None = None, seed: int | None = None) -
             node = store.load_node(key)
             report.checked += 1
         except (MissingObject, CorruptObject) as exc:
-            bad[key] = "missing" if isinstance(exc, MissingObject) else "corrupt"
+            failed(key, exc)
             found.add(key)
             return found
         for entry in node.values():
@@ -90,18 +104,24 @@ def verify(store: Store, sample: float | None = None, seed: int | None = None) -
     for key in keys:
         check(key)
     if bad:
-        for mark_id, tree in marks:
-            own = (rules.get(mark_id), names.get(mark_id))
-            hit = {k for k in bad if k in node_bad(tree) or k in own or _reaches(store, tree, k)}
-            for k in hit:
-                (report.missing if bad[k] == "missing" else report.corrupt).setdefault(k, []).append(mark_id)
-        for k, why in bad.items():
-            (report.missing if why == "missing" else report.corrupt).setdefault(k, [])
+        _locate(store, bad, report)
     return report
 
 
-def _reaches(store: Store, tree: str, key: str) -> bool:
-    try:
-        return any(e.key == key for _, e in trees.walk(store.load_node, tree))
-    except (MissingObject, CorruptObject):
-        return False
+def _locate(store: Store, bad: dict[str, tuple[str, str]], report: VerifyReport) -> None:
+    """Each bad key with the marks that hold it, and each damaged object with every path
+    that needs it (through delta chains too): the whole history read once, on this error
+    path only."""
+    causes = damage.spread(store, {cause for _, cause in bad.values()})
+    problems = {cause: why for why, cause in bad.values()} | {k: why for k, (why, _) in bad.items()}
+    refs = damage.locate(store, causes.keys() | bad.keys())
+    for k, (why, _) in bad.items():
+        (report.missing if why == "missing" else report.corrupt).setdefault(k, [])
+    by_cause: dict[str, list[damage.Reference]] = {}
+    for ref in refs:
+        if ref.key in bad:
+            marks = (report.missing if bad[ref.key][0] == "missing" else report.corrupt)[ref.key]
+            marks.extend(m for m in ref.marks if m not in marks)
+        by_cause.setdefault(causes.get(ref.key) or bad[ref.key][1], []).append(ref)
+    for cause in sorted({c for _, c in bad.values()} | by_cause.keys()):
+        report.damage.append(Damage(cause, problems.get(cause, "corrupt"), by_cause.get(cause, [])))

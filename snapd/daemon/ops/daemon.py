@@ -82,11 +82,16 @@ class DaemonOps:
 
     def op_verify(self, full: bool = True) -> dict[str, Any]:
         report = verify(self.store, sample=None if full else 0.1)
+        roots = {w.id: w.root for w in self.store.workspaces()}
         return {
             "clean": report.ok,
             "checked": report.checked,
             "missing": report.missing,
             "corrupt": report.corrupt,
+            "damaged": [
+                {"object": d.key, "problem": d.problem, "paths": [r.to_wire(roots) for r in d.refs]}
+                for d in report.damage
+            ],
         }
 
     def op_gc(self, dry_run: bool = False) -> dict[str, Any]:

@@ -15,9 +15,9 @@ from snapd.daemon import history as daemon_history
 from snapd.daemon import textdiff
 from snapd.daemon.registry import Registry, relative_path
 from snapd.display import shown
-from snapd.errors import NotFound, UsageError
+from snapd.errors import CorruptObject, MissingObject, NotFound, UsageError
 from snapd.paths import at_or_below, encode_path
-from snapd.store import history, treediff, trees
+from snapd.store import damage, history, treediff, trees
 from snapd.store.store import Store
 
 
@@ -49,11 +49,15 @@ class FileOps:
             new, new_at = history.resolve(self.store, ws_id, to, session)
             new_tree, new_name = new.tree, f"{new.id} ({new.label})"
         only = [relative_path(root, p, cwd) for p in paths or []]
-        files = [
-            self._file_diff(d, stat)
-            for d in treediff.diff(self.store.load_node, old.tree, new_tree)
-            if not only or any(at_or_below(d.path, p) for p in only)
-        ]
+        try:
+            files = [
+                self._file_diff(d, stat)
+                for d in treediff.diff(self.store.load_node, old.tree, new_tree)
+                if not only or any(at_or_below(d.path, p) for p in only)
+            ]
+        except (CorruptObject, MissingObject) as exc:
+            read = {f"mark {old.id} ({old.label})": old.tree, new_name: new_tree}
+            raise damage.explain(self.store, exc, read, "cannot diff") from exc
         out: dict[str, Any] = {
             "workspace": str(root),
             "from": {"id": old.id, "label": old.label},
@@ -85,6 +89,23 @@ class FileOps:
         return record
 
     def op_cat(
+        self,
+        path: bytes,
+        workspace: bytes | None = None,
+        cwd: bytes | None = None,
+        at: str | None = None,
+        session: str | None = None,
+    ) -> dict[str, Any]:
+        try:
+            return self._cat(path, workspace, cwd, at, session)
+        except (CorruptObject, MissingObject) as exc:  # name the file, or the directory, it needs
+            ws_id, root = self.registry.stored(workspace, cwd)
+            rel, where = relative_path(root, path, cwd), at or "the latest capture"
+            tree = history.resolve(self.store, ws_id, at, session)[0].tree if at else self.store.head(ws_id)
+            doing = f"cannot read {shown(rel)} at {where}"
+            raise damage.explain(self.store, exc, {where: tree}, doing) from exc
+
+    def _cat(
         self,
         path: bytes,
         workspace: bytes | None = None,

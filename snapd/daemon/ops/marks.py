@@ -8,9 +8,9 @@ from typing import Any
 from snapd.daemon import turns
 from snapd.daemon.registry import Registry, relative_path
 from snapd.daemon.wire import mark_json, wire_paths
-from snapd.errors import UsageError
+from snapd.errors import CorruptObject, MissingObject, UsageError
 from snapd.paths import encode_path
-from snapd.store import history, treediff
+from snapd.store import damage, history, treediff
 from snapd.store.refs import validate_label
 from snapd.store.store import Store
 
@@ -103,10 +103,14 @@ class MarkOps:
         prev = self.store.marks(ws_id)
         older = [p for p in prev if p.seq < m.seq]
         base = older[0].tree if older else None
-        changes = [
-            {"path": encode_path(d.path), "status": d.status}
-            for d in treediff.diff(self.store.load_node, base, m.tree)
-        ]
+        try:
+            changes = [
+                {"path": encode_path(d.path), "status": d.status}
+                for d in treediff.diff(self.store.load_node, base, m.tree)
+            ]
+        except (CorruptObject, MissingObject) as exc:
+            read = {f"mark {p.id} ({p.label})": p.tree for p in [m, *older[:1]]}
+            raise damage.explain(self.store, exc, read, f"cannot list the changes of {m.id}") from exc
         return {**mark_json(m, root), "changes": changes[:1000], "changes_total": len(changes)}
 
     def op_pin(
