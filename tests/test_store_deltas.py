@@ -31,6 +31,8 @@ from snapd.store import damage as damaged
 from snapd.store import gc, nodes, objects, trees
 from snapd.store import store as store_module
 from snapd.store.catalog import FORMAT_VERSION
+from snapd.store.ignored import IgnoredNames
+from snapd.store.records import State
 from snapd.store.store import Store
 from snapd.store.verify import verify
 
@@ -428,3 +430,23 @@ def test_the_node_caches_are_bounded_by_the_entries_they_hold(
         s.cache_node("f" * 32 + "-9", huge, nodes.encode_records(huge))
         assert s.cached_node("f" * 32 + "-9") == huge and s.cached_nodes == 1
         assert s.node_records("f" * 32 + "-9") is not None
+
+
+def test_damaged_ignored_names_and_a_state_only_tree_are_located(store: Store, tmp_path: Path) -> None:
+    """What marks and states record beside their trees is located too: a mark's ignored names
+    (named with the mark), and a file only a state between marks holds (named as history)."""
+    ws, taken = edit_series(store, tmp_path / "ws", 1)
+    with store.batch() as batch:
+        names = batch.put(IgnoredNames.of([b"build"]).encode())
+        content = batch.put(b"only between marks\n")
+        tree = batch.apply(None, {b"between.txt": trees.Entry("file", 0o644, 19, content)})
+        batch.add_state(State(ws, 1, tree, None, None, names))
+        batch.add_mark(ws, "with-names", batch.apply(None, {}), ignored=names)
+    damage(store, names)
+    damage(store, content)
+    store.forget_caches()
+    found = {d.key: d for d in verify(store).damage}
+    assert {(r.path, r.kind) for r in found[names].refs} == {(b"", "ignored")}
+    (ref,) = found[names].refs
+    assert ref.marks and ref.history  # the mark that recorded them, and a state
+    assert (b"between.txt", "file") in {(r.path, r.kind) for r in found[content].refs}
