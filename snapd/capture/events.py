@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-EventKind = Literal["created", "modified", "deleted", "moved", "overflow"]
+EventKind = Literal["created", "modified", "deleted", "moved", "overflow", "resync"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +25,8 @@ class WatchEvent:
       for its contents: everything below ``path`` now lies below ``dest``.
     * A move out of the tree is ``deleted``; a move into it is ``created``.
     * ``overflow``: events were lost; rescan everything (watches are already re-synced).
+    * ``resync``: the disk moved on faster than its events were read, so some came under a
+      name the directory no longer had; rescan everything (watches are already re-placed).
     * ``deleted`` of ``b""``: the root itself was deleted, moved or unmounted.
     """
 
@@ -35,6 +37,7 @@ class WatchEvent:
 
 
 OVERFLOW: Final = WatchEvent("overflow", b"", None, True)
+RESYNC: Final = WatchEvent("resync", b"", None, True)
 OnEvents = Callable[[list[WatchEvent]], None]
 
 #: How a workspace announces what happens (docs/protocol.md, "Events"): an event kind and its
