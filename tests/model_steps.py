@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from renames import exchange
+
 SIZE_CAP: Final = 8192  # small, so that a file over the cap is cheap to make
 
 
@@ -80,6 +82,8 @@ class Step:
                 return f"mv {a[0]} $OUT/old-{a[2]} && mv {a[1]} {a[0]}"
             case "swap_dirs":
                 return f"mv {a[0]} {a[0]}.swap; mv {a[1]} {a[0]}; mv {a[0]}.swap {a[1]}"
+            case "exchange":
+                return f"mv --exchange {a[0]} {a[1]}"
             case "hardlink":
                 return f"ln {a[0]} {a[1]}"
             case "link_outside":
@@ -198,6 +202,8 @@ class World:
                 os.rename(r / a[0], r / f"{a[0]}.swap")
                 os.rename(r / a[1], r / a[0])
                 os.rename(r / f"{a[0]}.swap", r / a[1])
+            case "exchange":  # renameat2(RENAME_EXCHANGE): both names swap at once
+                exchange(r / a[0], r / a[1])
             case "hardlink":
                 os.link(r / a[0], r / a[1], follow_symlinks=False)
             case "link_outside":

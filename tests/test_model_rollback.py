@@ -297,6 +297,32 @@ SCENARIOS["gitignore-with-a-reversed-range"] = (
     "",
 )
 
+# Issue 30, 4: two watched directories exchanged at once (renameat2 RENAME_EXCHANGE, `mv
+# --exchange`): every change under either was missed afterwards (their watches kept the old
+# names), the mark held stale bytes and the rollback to it exited 0 restoring them. Nested ones
+# too, and a file exchanged with a directory.
+SCENARIOS["dirs-exchanged"] = (
+    [
+        Step("mkdir", ("pkg", 0o755)),
+        Step("mkdir", ("pkg/b", 0o755)),
+        write("pkg/b/f", "v1*1"),
+        MARK,
+        Step("exchange", ("src", "pkg")),
+        Step("exchange", ("src/b", "README")),
+        Step("mark", ("m2",)),  # its capture scans both ends: later changes need the watches
+        write("README/f", "v2*2"),
+        write("pkg/app.py", "v3*1"),
+        write("src/new.txt", "v4*1"),
+        Step("mark", ("m3",)),
+        write("pkg/app.py", "v5*1"),
+        Step("exchange", ("src", "pkg")),
+        Step("rollback", ("m3",)),
+        UNDO,
+        BACK,
+    ],
+    "",
+)
+
 # -- found after the fixes for points 1-13 landed ----------------------------------------------
 # A FIFO created after M is kept by the rollback (right); once it is gone, undo cannot bring it
 # back (the pre-rollback mark could not hold it) and must say so. It exited 0 without a word; now
