@@ -210,6 +210,19 @@ def burst_of_exchanges(root: Path, rng: random.Random) -> None:
         w.stop()
 
 
+def test_a_name_reused_before_its_rename_is_read(root: Path, watching) -> None:
+    """``mkdir x; mv x y0; mkdir x; mv x y1; ...``: when the first ``IN_CREATE x`` is read, the
+    ``x`` on disk is a later directory, watched by path under a name the records give another;
+    its watch must end up under the name that directory has (placed again from the disk)."""
+    (root / "p").mkdir()
+    w, rec = watching()
+    for i in range(20):
+        (root / "p" / "x" / "d").mkdir(parents=True)
+        os.rename(root / "p" / "x", root / "p" / f"y{i}")
+    (root / "p" / "x").mkdir()
+    assert_watches_follow_the_disk(root, w, rec, burst=True)
+
+
 def test_exchange_of_a_directory_and_a_file(root: Path, watching) -> None:
     tree(root, "a/x")
     (root / "f").write_text("file")

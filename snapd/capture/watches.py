@@ -194,18 +194,21 @@ class WatchTable:
                 )
             return -1
         old = self._wd_path.get(wd)
-        if old is not None and old != rel:
-            if _same_directory(self._root_b, old, full):  # at both paths now: a bind mount
-                self.aliased.setdefault(rel, old)
-                return -1  # its events come under ``old`` only; nothing below it is walked
-            if not self._trust_disk:
-                return self._ahead()  # the records read so far have it at ``old``
-            if self._path_wd.get(old) == wd:
-                del self._path_wd[old]  # same directory under a stale name (renamed)
+        if old == rel:
+            old = None
+        elif old is not None and _same_directory(self._root_b, old, full):  # a bind mount
+            self.aliased.setdefault(rel, old)
+            return -1  # its events come under ``old`` only; nothing below it is walked
         other = self._path_wd.get(rel)
-        if other is not None and other != wd:
-            if not self._trust_disk:
-                return self._ahead()  # the records read so far have another directory here
+        if other == wd:
+            other = None
+        if (old is not None or other is not None) and not self._trust_disk:
+            # The records read so far have this directory at ``old``, or another one here:
+            # the disk has moved on past them.
+            return self._ahead()
+        if old is not None and self._path_wd.get(old) == wd:
+            del self._path_wd[old]  # same directory under a stale name (renamed)
+        if other is not None:
             self._wd_path.pop(other, None)  # watched afresh wherever it is now, if anywhere
             inotify.rm_watch(self.fd, other)
         self._wd_path[wd] = rel
