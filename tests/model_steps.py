@@ -140,7 +140,9 @@ def load_steps(text: str) -> list[Step]:
 
 
 def _fd_write(path: Path, data: bytes, flags: int, mode: int | None) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | flags, 0o644)
+    # O_NONBLOCK: a FIFO the steps left at that name (made there, or moved there by a rename
+    # or an exchange) fails the write (ENXIO: no reader) instead of blocking it for good.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | flags, 0o644)
     try:
         os.write(fd, data)
         if mode is not None:
