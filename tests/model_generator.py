@@ -78,6 +78,7 @@ class Generator:
         "replace_dir": 2,
         "move_in": 2,
         "swap_dirs": 2,
+        "exchange": 3,
         "hardlink": 2,
         "fleeting_link": 2,
         "link_web": 2,
@@ -179,6 +180,14 @@ class Generator:
                     return Step(op, (a, b, self.n))
             case "swap_dirs" if len(subdirs) >= 2:
                 a, b = rng.sample(subdirs, 2)
+                if not (under(a, b) or under(b, a)):
+                    return Step(op, (a, b))
+            case "exchange" if len(disk) > 2:
+                # Two directories mostly (nested at different depths as it falls), else any two
+                # paths: a file and a directory, two files, a symlink.
+                anything = sorted(p for p in disk if p != ".")
+                pool = subdirs if len(subdirs) >= 2 and rng.random() < 0.7 else anything
+                a, b = rng.sample(pool, 2)
                 if not (under(a, b) or under(b, a)):
                     return Step(op, (a, b))
             case "hardlink" if files:

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from renames import exchange
+
 SIZE_CAP: Final = 8192  # small, so that a file over the cap is cheap to make
 
 
@@ -80,6 +82,8 @@ class Step:
                 return f"mv {a[0]} $OUT/old-{a[2]} && mv {a[1]} {a[0]}"
             case "swap_dirs":
                 return f"mv {a[0]} {a[0]}.swap; mv {a[1]} {a[0]}; mv {a[0]}.swap {a[1]}"
+            case "exchange":
+                return f"mv --exchange {a[0]} {a[1]}"
             case "hardlink":
                 return f"ln {a[0]} {a[1]}"
             case "fleeting_link":  # a second name written through and gone in one settle
@@ -160,8 +164,8 @@ def load_steps(text: str) -> list[Step]:
 
 
 def _fd_write(path: Path, data: bytes, flags: int, mode: int | None) -> None:
-    # O_NONBLOCK: a write step aimed at a FIFO the round made there fails (ENXIO, no reader)
-    # instead of waiting for a reader forever (it hung a random run); regular files ignore it
+    # O_NONBLOCK: a FIFO the steps left at that name (made there, or moved there by a rename
+    # or an exchange) fails the write (ENXIO: no reader) instead of blocking it for good.
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | flags, 0o644)
     try:
         os.write(fd, data)
@@ -235,6 +239,8 @@ class World:
                 os.rename(r / a[0], r / f"{a[0]}.swap")
                 os.rename(r / a[1], r / a[0])
                 os.rename(r / f"{a[0]}.swap", r / a[1])
+            case "exchange":  # renameat2(RENAME_EXCHANGE): both names swap at once
+                exchange(r / a[0], r / a[1])
             case "hardlink":
                 os.link(r / a[0], r / a[1], follow_symlinks=False)
             case "fleeting_link":

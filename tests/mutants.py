@@ -295,6 +295,48 @@ MUTANTS = [
         _t("tests/test_fleeting_links.py", "-k", "after_it_was_captured or renamed_over"),
         "a captured second name written through, then removed or renamed over: its other names stay stale",
     ),
+    Mutant(
+        "exchange-not-displaced",
+        "snapd/capture/translator.py",
+        "            watches.displace(rel)\n",
+        "",
+        _t("tests/test_exchange.py::test_exchanged_directories_report_under_their_new_names"),
+        "a rename arriving on a watched directory's name leaves its watches there: after an "
+        "exchange the second half moves the arrival's watches back",
+    ),
+    Mutant(
+        "renamed-over-held-open-not-dead",
+        "snapd/capture/translator.py",
+        "                watches.replaced(wd)",
+        "                pass",
+        _t("tests/test_exchange.py::test_rename_over_an_empty_directory_then_away_at_once"),
+        "a directory renamed over while held open stays set aside: the arrival renamed on at "
+        "once leaves its watches behind",
+    ),
+    Mutant(
+        "deleted-dir-keeps-its-name",
+        "snapd/capture/translator.py",
+        "                watches.deleted(rel)",
+        "                watches.forget_refused(rel)",
+        _t("tests/test_exchange.py::test_renamed_onto_a_deleted_directory_still_held_open"),
+        "a deleted directory held open keeps naming its path, and is set aside for a rename onto it",
+    ),
+    Mutant(
+        "watches-trust-a-disk-ahead",
+        "snapd/capture/watches.py",
+        "if (old is not None or other is not None) and not self._trust_disk:",
+        "if False:",
+        _t("tests/test_exchange.py::test_a_burst_of_exchanges_and_renames"),
+        "a watch placed by path takes the name the disk gives it while renames are still queued",
+    ),
+    Mutant(
+        "watches-behind-never-resynced",
+        "snapd/capture/watches.py",
+        "        self.behind = True\n        return -1\n",
+        "        return -1\n",
+        _t("tests/test_exchange.py::test_a_name_reused_before_its_rename_is_read"),
+        "a table found behind the disk is never placed again from it",
+    ),
 ]
 
 

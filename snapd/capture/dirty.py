@@ -64,9 +64,9 @@ class DirtySet:
         with self._cond:
             d = self._dirty
             for ev in events:
-                if ev.kind == "overflow":
+                if ev.kind == "overflow" or ev.kind == "resync":
                     d.full = True
-                    d.why.add("overflow")
+                    d.why.add("overflow" if ev.kind == "overflow" else "watches_resynced")
                     continue
                 if ev.kind == "linked":
                     assert ev.inode is not None

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-EventKind = Literal["created", "modified", "deleted", "moved", "overflow", "linked", "unseen"]
+EventKind = Literal["created", "modified", "deleted", "moved", "overflow", "linked", "unseen", "resync"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +30,8 @@ class WatchEvent:
     * ``unseen``: a new name at ``path`` could not be looked at before it was gone or
       replaced (:mod:`snapd.capture.births`): it may have been a link to any captured file,
       written through, so every captured file is to be re-checked.
+    * ``resync``: the disk moved on faster than its events were read, so some came under a
+      name the directory no longer had; rescan everything (watches are already re-placed).
     * ``deleted`` of ``b""``: the root itself was deleted, moved or unmounted.
     """
 
@@ -41,6 +43,7 @@ class WatchEvent:
 
 
 OVERFLOW: Final = WatchEvent("overflow", b"", None, True)
+RESYNC: Final = WatchEvent("resync", b"", None, True)
 OnEvents = Callable[[list[WatchEvent]], None]
 
 #: How a workspace announces what happens (docs/protocol.md, "Events"): an event kind and its

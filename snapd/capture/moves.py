@@ -75,6 +75,11 @@ class MovePairing:
         source.event = WatchEvent("moved", source.path, dest, is_dir)
         return True
 
+    @property
+    def unpaired(self) -> bool:
+        """Whether a MOVED_FROM still waits for its MOVED_TO."""
+        return bool(self._pending)
+
     def wait_here(self, waiter: Waiter) -> None:
         """Release ``waiter`` once everything read so far is delivered."""
         self._waiters.append((len(self._out), waiter))

@@ -4,7 +4,9 @@ Each record is about an entry of a watched directory (its ``wd`` names the direc
 ``name`` the entry) or about the directory itself. A created directory is watched at once and
 listed, its entries reported as created; every new name is looked at for hard links
 (:mod:`snapd.capture.births`); a directory moved away has its watches detached until
-its move is paired or resolved; a barrier cookie in the root is never an event: it releases
+its move is paired or resolved, and one a rename arrives on is displaced until the same
+rename says whether it died or went the other way (an exchange: :mod:`snapd.capture.watches`);
+a barrier cookie in the root is never an event: it releases
 its barrier once everything before it is delivered. An overflow re-synchronises the watches
 and becomes an ``overflow`` event (the workspace rescans).
 """
@@ -19,7 +21,7 @@ import structlog
 from snapd.capture import inotify
 from snapd.capture.births import Births
 from snapd.capture.cookies import Cookies
-from snapd.capture.events import OVERFLOW, OnEvents, WatchEvent
+from snapd.capture.events import OVERFLOW, RESYNC, OnEvents, WatchEvent
 from snapd.capture.inotify import CHANGE_MASK, Mask
 from snapd.capture.moves import MovePairing
 from snapd.capture.reader import Listing
@@ -40,6 +42,7 @@ class Translator:
         self._on_events = on_events
         self._births = Births(os.fsencode(root))
         self.overflowed = 0  # kernel queue overflows seen
+        self.resynced = 0  # times the watch table fell behind the disk and was re-placed
 
     def handle(self, data: bytes) -> None:
         """Turn one read(2) worth of records into events and deliver what is complete."""
@@ -49,6 +52,8 @@ class Translator:
                 # A barrier cookie: every rename completed before it was created has both
                 # halves queued before it, so whatever is still unpaired moved out.
                 self._resolve_moves(force=True)
+                if self._watches.behind:  # before the barrier is released: it rescans
+                    self.catch_up()
                 # Its close and delete records follow: release each barrier once only.
                 waiter = self._cookies.claim(name)
                 if waiter is not None:
@@ -56,10 +61,22 @@ class Translator:
         self._resolve_moves(force=False)
         self._moves.deliver(self._on_events)
 
+    def catch_up(self) -> None:
+        """The disk was found ahead of the records read (:attr:`WatchTable.behind`: a
+        directory renamed again before its first rename was read, so some events may have
+        come under a name it no longer had): place the watches from the disk, and have the
+        workspace rescan. Called once the moves read are resolved."""
+        self.resynced += 1
+        log.info("watcher.resynced", workspace=str(self._root))
+        self._watches.resync()
+        self._moves.add([RESYNC])
+
     def _resolve_moves(self, *, force: bool) -> None:
         for cookie in self._moves.resolve(force=force):
             self._watches.release(cookie)
             self._moves.add(self._births.moved_out(cookie))
+        if force:
+            self._watches.settle_displaced()
 
     def _created_below(self, rel: bytes) -> None:
         """Watch new directory ``rel`` and below; report what the listings find as created.
@@ -89,8 +106,10 @@ class Translator:
             watches.dropped(wd)
             return False
         parent = watches.path_of(wd)
-        if parent is None:
-            return False  # a watch we removed, or of a directory moved away (detached)
+        if parent is None:  # a watch we removed, or of a directory moved away (detached)
+            if not name and mask & Mask.IN_ATTRIB:
+                watches.replaced(wd)  # perhaps a directory renamed over: dead
+            return False
         is_dir = bool(mask & Mask.IN_ISDIR)
         if not name:  # about the watched directory itself
             if wd == watches.root_wd:
@@ -111,8 +130,8 @@ class Translator:
             moves.moved_from(rel, is_dir, cookie)
             if is_dir:
                 watches.detach(rel, cookie)
-                watches.forget_refused(rel)
         elif mask & Mask.IN_MOVED_TO:
+            watches.displace(rel)
             if moves.moved_to(cookie, rel, is_dir):
                 moves.add(births.arrived(cookie, rel, is_dir))
                 if is_dir:
@@ -128,7 +147,7 @@ class Translator:
         elif mask & Mask.IN_DELETE:
             moves.add([WatchEvent("deleted", rel, None, is_dir), *births.died(rel, is_dir)])
             if is_dir:
-                watches.forget_refused(rel)
+                watches.deleted(rel)
         elif mask & CHANGE_MASK:
             moves.add([WatchEvent("modified", rel, None, is_dir)])
             if is_dir and mask & Mask.IN_ATTRIB and rel in watches.refused:

@@ -127,6 +127,12 @@ class Watcher:
         return self._translator.overflowed
 
     @property
+    def resynced(self) -> int:
+        """Times the disk was found ahead of the events read (a directory renamed again
+        before its first rename was read) and the watches were placed again from the disk."""
+        return self._translator.resynced
+
+    @property
     def running(self) -> bool:
         thread = self._thread
         return thread is not None and thread.is_alive() and not self._stopping
@@ -257,6 +263,9 @@ class Watcher:
                     data = b""
                 with self._lock:
                     self._translator.handle(data)
+                    if self._watches.behind and not self._moves.unpaired and not _readable(fd):
+                        self._translator.catch_up()  # every record queued is read
+                        self._translator.handle(b"")  # delivers it
         except Exception:
             log.exception("watcher.reader_crashed", workspace=str(self.root))
         finally:
@@ -267,3 +276,10 @@ class Watcher:
                 self._watches.close()  # drops every watch
             self._cookies.release_all()
             self._moves.release_all()
+
+
+def _readable(fd: int) -> bool:
+    """Whether ``fd`` has something to read right now."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))

@@ -8,6 +8,15 @@ whatever arrives under the old name in between — another directory renamed the
 (``mv out /x && mv out.new out``), or the same directory moved back (the kernel hands back the
 same watch descriptors) — keeps its watches.
 
+A rename *onto* a watched directory's name *displaces* that directory: its watches are set
+aside as well (:meth:`WatchTable.displace`), since the name now belongs to the arrival. The
+same rename(2) then says which way it went, before anything else can touch that name: an
+empty directory renamed over gets an ``IN_ATTRIB`` of its own (its link count: it is dead,
+:meth:`WatchTable.replaced`), while ``renameat2(RENAME_EXCHANGE)`` queues a second move whose
+``IN_MOVED_FROM`` names the displaced directory's old place (``MOVED_FROM a, MOVED_TO b,
+MOVED_FROM b, MOVED_TO a``, two cookies): :meth:`WatchTable.detach` then takes the displaced
+watches, not the arrival's, and the second ``IN_MOVED_TO`` re-attaches them at the other name.
+
 A directory is watched first and listed second, so nothing created in between is missed.
 Failures are counted: those due to the kernel's limits (:data:`LIMITS`) apart, since where they
 lie is anyone's guess; the others (``EACCES``...) are *refused* directories, kept by name until
@@ -69,7 +78,15 @@ class WatchTable:
         self._path_wd: dict[bytes, int] = {}
         # Watches of directories moved away whose move is not resolved yet:
         # wd -> (the move's cookie, path relative to the moved directory, b"" for itself).
+        # A displaced directory's are held under a key of its own below zero (no cookie is).
         self._detached: dict[int, tuple[int, bytes]] = {}
+        # Names a rename just took from a watched (or refused) directory -> its key above.
+        self._displaced: dict[bytes, int] = {}
+        self._last_key = 0
+        # The disk was found ahead of the records read so far (a name they give a directory
+        # now holds another): names may be off until :meth:`resync`, which trusts the disk.
+        self.behind = False
+        self._trust_disk = False
         self.failures = 0
         self.limit_failures = 0
         self.failed_dirs: deque[tuple[bytes, int]] = deque(maxlen=32)
@@ -121,6 +138,7 @@ class WatchTable:
         self._path_wd.clear()
         self._wd_path.clear()
         self._detached.clear()
+        self._displaced.clear()
         self.refused.clear()
         os.close(self.fd)
         self.fd = -1
@@ -179,11 +197,23 @@ class WatchTable:
                 )
             return -1
         old = self._wd_path.get(wd)
-        if old is not None and old != rel:
-            if _same_directory(self._root_b, old, full):  # at both paths now: a bind mount
-                self.aliased.setdefault(rel, old)
-                return -1  # its events come under ``old`` only; nothing below it is walked
-            self._path_wd.pop(old, None)  # same directory under a stale name (renamed)
+        if old == rel:
+            old = None
+        elif old is not None and _same_directory(self._root_b, old, full):  # a bind mount
+            self.aliased.setdefault(rel, old)
+            return -1  # its events come under ``old`` only; nothing below it is walked
+        other = self._path_wd.get(rel)
+        if other == wd:
+            other = None
+        if (old is not None or other is not None) and not self._trust_disk:
+            # The records read so far have this directory at ``old``, or another one here:
+            # the disk has moved on past them.
+            return self._ahead()
+        if old is not None and self._path_wd.get(old) == wd:
+            del self._path_wd[old]  # same directory under a stale name (renamed)
+        if other is not None:
+            self._wd_path.pop(other, None)  # watched afresh wherever it is now, if anywhere
+            inotify.rm_watch(self.fd, other)
         self._wd_path[wd] = rel
         self._path_wd[rel] = wd
         self.refused.pop(rel, None)
@@ -192,9 +222,18 @@ class WatchTable:
         self._detached.pop(wd, None)
         return wd
 
+    def _ahead(self) -> int:
+        """The disk has moved on past the records read so far (renames whose records are
+        still queued): a name from it would be wrong, so the table is left as the records
+        have it, until :meth:`resync`."""
+        self.behind = True
+        return -1
+
     def dropped(self, wd: int) -> None:
         """The kernel dropped watch ``wd`` (IN_IGNORED: its directory was deleted...)."""
-        self._detached.pop(wd, None)
+        held = self._detached.pop(wd, None)
+        if held is not None and held[1] == b"":
+            self._forget_displaced(held[0])
         gone = self._wd_path.pop(wd, None)
         if gone is not None and self._path_wd.get(gone) == wd:
             del self._path_wd[gone]
@@ -209,6 +248,18 @@ class WatchTable:
                 del self._path_wd[path]
             inotify.rm_watch(self.fd, wd)
 
+    def deleted(self, rel: bytes) -> None:
+        """Directory ``rel`` was deleted (its parent's IN_DELETE): its watch names it no more,
+        though the kernel keeps the watch while the directory is held open (IN_IGNORED comes
+        at its last close), so a rename onto the name finds nothing to displace. Deleted, it
+        is empty: what was below it went first, each with a record of its own."""
+        wd = self._path_wd.pop(rel, None)
+        if wd is not None:
+            if self._wd_path.get(wd) == rel:
+                del self._wd_path[wd]
+            inotify.rm_watch(self.fd, wd)
+        self.forget_refused(rel)
+
     def forget_refused(self, top: bytes) -> None:
         """``top`` was deleted or moved: its refusals went with it (a move's arrival is tried
         again under its new name)."""
@@ -217,16 +268,67 @@ class WatchTable:
 
     def detach(self, top: bytes, cookie: int) -> None:
         """Take the watches of directory ``top`` (moved away by the rename ``cookie``) off the
-        path tables; :meth:`reattach` or :meth:`release` decides their fate."""
-        for path in [p for p in self._path_wd if at_or_below(p, top)]:
+        path tables, and its refusals with it; :meth:`reattach` or :meth:`release` decides
+        their fate. If a rename just displaced a directory from ``top``, that one is leaving
+        (the second half of an exchange): its watches go with ``cookie``, and the directory
+        that arrived at ``top`` keeps its own."""
+        key = self._displaced.pop(top, None)
+        if key is not None:
+            for wd, (k, suffix) in list(self._detached.items()):
+                if k == key:
+                    self._detached[wd] = (cookie, suffix)
+            return
+        self._set_aside(top, cookie)
+        self.forget_refused(top)
+
+    def _set_aside(self, top: bytes, key: int) -> bool:
+        """Move the watches at and below ``top`` off the path tables, held under ``key``;
+        whether there were any."""
+        paths = [p for p in self._path_wd if at_or_below(p, top)]
+        for path in paths:
             wd = self._path_wd.pop(path)
             if self._wd_path.get(wd) == path:
                 del self._wd_path[wd]
-            self._detached[wd] = (cookie, path[len(top) :])
+            self._detached[wd] = (key, path[len(top) :])
+        return bool(paths)
+
+    def displace(self, rel: bytes) -> None:
+        """A rename is arriving at ``rel`` (its ``IN_MOVED_TO``): set aside the directory the
+        table has there (its watches, its refusals), which is either dead (:meth:`replaced`)
+        or on its way to the exchange's other name (:meth:`detach`); the name is the arrival's."""
+        if rel not in self._path_wd and rel not in self.refused:
+            return  # a file's name, a new one, or an unwatched directory's: nothing to set aside
+        self._last_key -= 1
+        refusals = [r for r in self.refused if at_or_below(r, rel)]
+        for r in refusals:
+            del self.refused[r]  # tried again wherever the directory lands
+        if self._set_aside(rel, self._last_key) or refusals:
+            self._displaced[rel] = self._last_key
+
+    def replaced(self, wd: int) -> None:
+        """A record about set-aside watch ``wd`` itself: if ``IN_ATTRIB`` of a displaced
+        directory (the link count of a directory renamed over), that directory is dead."""
+        held = self._detached.get(wd)
+        if held is not None and held[0] < 0 and held[1] == b"":
+            self._forget_displaced(held[0])
+            self.release(held[0])
+
+    def settle_displaced(self) -> None:
+        """Every rename queued so far is read whole (a barrier cookie, an overflow): a
+        displaced directory no second half took is gone; remove its watches."""
+        keys = set(self._displaced.values())
+        self._displaced.clear()
+        for key in keys:
+            self.release(key)
+
+    def _forget_displaced(self, key: int) -> None:
+        for name in [n for n, k in self._displaced.items() if k == key]:
+            del self._displaced[name]
 
     def release(self, cookie: int) -> None:
-        """The rename ``cookie`` left the tree: remove the watches it took that are still
-        detached (none came back into the tree)."""
+        """The rename ``cookie`` left the tree (or the displaced directory held under that key
+        is dead): remove the watches it took that are still detached (none came back into the
+        tree)."""
         for wd, (c, _) in list(self._detached.items()):
             if c == cookie:
                 del self._detached[wd]
@@ -292,12 +394,19 @@ class WatchTable:
 
     def resync(self) -> None:
         """Re-apply ``should_watch_dir`` to the whole tree: add missing watches, drop the
-        watches of directories no longer to be watched (or gone)."""
-        watched = self.add_tree(b"", None)
+        watches of directories no longer to be watched (or gone). The disk is the truth here:
+        a directory's watch takes the name it has now."""
+        self._trust_disk = True
+        try:
+            watched = self.add_tree(b"", None)
+        finally:
+            self._trust_disk = False
+        self.behind = False
         for path in [p for p in self._path_wd if p not in watched]:
             wd = self._path_wd.pop(path)
-            self._wd_path.pop(wd, None)
-            inotify.rm_watch(self.fd, wd)
+            if self._wd_path.get(wd, path) == path:  # not the watch of a directory found elsewhere
+                self._wd_path.pop(wd, None)
+                inotify.rm_watch(self.fd, wd)
 
 
 def _same_directory(root: bytes, old: bytes, full: bytes) -> bool:

@@ -378,6 +378,7 @@ class Workspace:
             "watches": watcher.watch_count if watcher and watcher.running else 0,
             "watch_failures": watcher.watch_failures if watcher else 0,
             "overflows": watcher.overflowed if watcher else 0,
+            "watch_resyncs": watcher.resynced if watcher else 0,
             "hardlinks_rechecked": len(capturer.stats.loose_links()),
             "scan_every_mark": self.recorder.scan_every_mark,
             "warnings": self.current_warnings(),
