@@ -335,8 +335,9 @@ def _auto_root(where: Path) -> Path:
     return top or where
 
 
-def relative_path(root: Path, path: bytes, cwd: bytes | None = None) -> bytes:
-    """``path`` as a path relative to ``root``, or a usage error if it lies outside.
+def relative_path(root: Path, path: bytes, cwd: bytes | None = None, *, whole: str = "") -> bytes:
+    """``path`` as a path relative to ``root``, or a usage error if it lies outside or is the
+    root itself (a directory, not a path in it: ``whole`` says what to run for all of it).
 
     The protocol's rule (docs/protocol.md, "Paths"): an absolute path is taken as it is; a
     relative one from ``cwd`` when the caller's directory is inside the workspace (as git
@@ -352,6 +353,11 @@ def relative_path(root: Path, path: bytes, cwd: bytes | None = None) -> bytes:
         except ValueError:
             raise UsageError(f"{p} is outside the workspace {root}") from None
     rel = os.fsencode(os.path.normpath(p))
-    if rel in (b".", b"") or rel.startswith(b"../") or rel == b"..":
+    if rel in (b".", b""):
+        raise UsageError(
+            f"{os.fsdecode(path)} is the workspace's root directory {root}, not a path in it: "
+            "name a file or a directory below it" + (f" ({whole})" if whole else "")
+        )
+    if rel.startswith(b"../") or rel == b"..":
         raise UsageError(f"{os.fsdecode(path)} is outside the workspace {root}")
     return rel

@@ -97,7 +97,14 @@ class Engine:
                 raise stopped(exc, f"restoring {show(op.path)}") from exc
             self.outcome.conflicts.setdefault(op.path, f"could not {op.describe()}: {exc.strerror}")
 
-    def run(self, ops: Sequence[Op], temps: Sequence[str | None], on_phase: Callable[[int], None]) -> None:
+    def run(
+        self,
+        ops: Sequence[Op],
+        temps: Sequence[str | None],
+        on_phase: Callable[[int], None],
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        """Run ``ops``; ``progress(done, len(ops))`` after each batch (a terminal's bar)."""
         by_path: dict[bytes, list[int]] = {}
         for k, op in enumerate(ops):
             by_path.setdefault(op.path, []).append(k)
@@ -122,6 +129,8 @@ class Engine:
                         for i in batch:
                             with self.guarded(ops[i]):
                                 self.one(ops[i], follow[i], touched)
+                    if progress is not None:
+                        progress(batch.stop, len(ops))
                 self.sync_modes()
                 self.dirs.sync(touched)
                 phase += 1

@@ -93,10 +93,15 @@ class FileOps:
         session: str | None = None,
     ) -> dict[str, Any]:
         ws_id, root = self.registry.stored(workspace, cwd)
-        rel = relative_path(root, path, cwd)
+        rel = relative_path(root, path, cwd, whole="`snapctl show MARK` lists what a mark changed")
         tree = history.resolve(self.store, ws_id, at, session)[0].tree if at else self.store.head(ws_id)
         entry = trees.lookup(self.store.load_node, tree, rel) if tree else None
-        if entry is None or entry.kind == "dir":
+        if entry is not None and entry.kind == "dir":
+            raise UsageError(
+                f"{shown(rel)} is a directory at {at or 'the latest capture'}: cat shows a file's "
+                f"content; name a file in it (`snapctl history {shown(rel)}` lists what changed in it)"
+            )
+        if entry is None:
             raise NotFound(f"{shown(rel)} is not a captured file at {at or 'the latest capture'}")
         if trees.is_uncaptured(entry):
             why = trees.uncaptured_reason(entry)
@@ -114,5 +119,5 @@ class FileOps:
         self, path: bytes, workspace: bytes | None = None, cwd: bytes | None = None
     ) -> dict[str, Any]:
         ws_id, root = self.registry.stored(workspace, cwd)
-        rel = relative_path(root, path, cwd)
+        rel = relative_path(root, path, cwd, whole="`snapctl log` lists the workspace's marks")
         return daemon_history.history_reply(self.store, ws_id, str(root), rel, self.policy)
