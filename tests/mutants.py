@@ -68,8 +68,8 @@ MUTANTS = [
     Mutant(
         "pre-rollback-unprotected",
         "snapd/store/retention.py",
-        'return mark.pinned or (mark.kind == "pre-rollback" and now - mark.created < policy.max_age_ns)',
-        "return mark.pinned",
+        'return mark.kind == "pre-rollback" and now - mark.created < policy.max_age_ns',
+        "return False",
         _t("tests/test_retention.py", "tests/test_guarantees.py", "-k", "pre_rollback"),
         "retention evicts a young pre-rollback mark under count or budget pressure",
     ),
