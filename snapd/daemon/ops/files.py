@@ -96,8 +96,8 @@ class FileOps:
         rel = relative_path(root, path, cwd, whole="`snapctl show MARK` lists what a mark changed")
         tree = history.resolve(self.store, ws_id, at, session)[0].tree if at else self.store.head(ws_id)
         entry = trees.lookup(self.store.load_node, tree, rel) if tree else None
-        if entry is not None and entry.kind == "dir":
-            raise UsageError(
+        if entry is not None and entry.kind == "dir":  # not_found, as it always was: no file there
+            raise NotFound(
                 f"{shown(rel)} is a directory at {at or 'the latest capture'}: cat shows a file's "
                 f"content; name a file in it (`snapctl history {shown(rel)}` lists what changed in it)"
             )
