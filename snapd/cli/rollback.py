@@ -206,7 +206,7 @@ def _kept_why(args: argparse.Namespace) -> str:
     replaces only what snapd could not capture now, never what it has nothing to restore from."""
     if getattr(args, "force", False):
         return "even with --force: see each reason"
-    return "each for the reason given; --force replaces those snapd could not capture now"
+    return "each for the reason given; --force replaces the files snapd could not capture now"
 
 
 def cmd_rollback(args: argparse.Namespace, env: Env) -> int:
