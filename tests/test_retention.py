@@ -42,8 +42,24 @@ def test_count_pressure_spares_a_young_pre_rollback_mark_and_evicts_the_oldest_o
     marks = [mk(i, age_days=6 - i) for i in range(6)]
     marks[1] = mk(1, age_days=5, kind="pre-rollback")  # young: the window is 14 days
     got = ids(plan_evictions(marks, Retention(max_marks=2), NOW))
-    # 6 marks, 2 allowed: 4 go; the pre-rollback one is spared, so the 4 oldest others go
-    assert got == [("m1-0", "count"), ("m1-2", "count"), ("m1-3", "count"), ("m1-4", "count")]
+    # 5 marks count (the young pre-rollback one does not), 2 allowed: the 3 oldest others go
+    assert got == [("m1-0", "count"), ("m1-2", "count"), ("m1-3", "count")]
+
+
+def test_young_pre_rollback_marks_do_not_count_against_max_marks() -> None:
+    """Issue 31, point 11: with max_marks=4, three young pre-rollback marks and six user marks
+    leave the four newest user marks (and the three pre-rollback ones), not one user mark."""
+    marks = [mk(i, age_days=9 - i) for i in range(6)]
+    marks += [mk(6 + i, age_days=2 - i / 2, kind="pre-rollback") for i in range(3)]
+    got = ids(plan_evictions(marks, Retention(max_marks=4), NOW))
+    assert got == [("m1-0", "count"), ("m1-1", "count")]
+    pinned = [mk(0, age_days=5, pinned=True), mk(1, age_days=4), mk(2, age_days=3)]
+    assert ids(plan_evictions(pinned, Retention(max_marks=2), NOW)) == [("m1-1", "count")]  # pinned counts
+
+
+def test_an_old_pre_rollback_mark_counts_and_goes_for_its_age() -> None:
+    marks = [mk(0, age_days=20, kind="pre-rollback"), mk(1, age_days=3), mk(2, age_days=2), mk(3)]
+    assert ids(plan_evictions(marks, Retention(max_marks=3), NOW)) == [("m1-0", "age")]
 
 
 def test_an_old_pre_rollback_mark_is_not_protected() -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import stat
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +36,7 @@ class Walk:
 
     rels: list[bytes]
     unlistable: dict[bytes, str]
+    files: int  # paths that are not directories: what a baseline's progress counts
 
 
 class Capturer:
@@ -197,33 +198,38 @@ class Capturer:
             listed=listings,
             left_out=self.present.listed,
         )
-        rels = [rel for rel, _ in walked]
+        rels, files = [], 0
+        for rel, is_dir in walked:
+            rels.append(rel)
+            files += not is_dir
         self.ignored = tally
-        return Walk(rels, unlistable)
+        return Walk(rels, unlistable, files)
 
     def read_walk(
         self, batch: Batch, walk: Walk, report: ingest.Report, progress: CountCallback | None
     ) -> dict[bytes, trees.Change]:
-        """Read what :meth:`walk_all` found into ``batch``, in parallel."""
+        """Read what :meth:`walk_all` found into ``batch``, in parallel. ``progress`` counts
+        what the bar says, files (and symlinks) read, not directories, and ends at its total."""
         rels = walk.rels
-        done = [0]
+        done = 0
 
-        def counted() -> Iterator[bytes]:
-            for rel in rels:
-                done[0] += 1
-                if progress is not None and done[0] % 500 == 0:
-                    progress(done[0], len(rels))
-                yield rel
+        def read(r: reader.Read) -> None:
+            nonlocal done
+            self.note_read(r)
+            if progress is not None and r.kind != "dir":
+                done += 1
+                if done % 500 == 0:
+                    progress(min(done, walk.files), walk.files)
 
         changes = ingest.capture(
             batch,
             self.rootb,
-            counted(),
+            rels,
             report,
             size_cap=self._size_cap,
             ws=self._id,
             parallel=True,
-            on_read=self.note_read,
+            on_read=read,
             from_walk=True,
             counters=self.counters,
             processes=len(rels) >= readers.FROM_PATHS,
@@ -234,6 +240,8 @@ class Capturer:
                 changes[rel] = trees.Dir(change.mode, listed=False)
                 report.skip(rel, why)
                 self.skip(rel, why)
+        if progress is not None:
+            progress(walk.files, walk.files)
         return changes
 
     def note_read(self, r: reader.Read) -> None:

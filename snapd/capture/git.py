@@ -1,5 +1,6 @@
 """Read-only git facts: which repository encloses a root (its git dir and the common dir that
-linked worktrees share), HEAD, the tracked files, the work tree's top.
+linked worktrees share), HEAD, the tracked files, the work tree's top, and which linked work
+tree a git dir under ``worktrees/`` belongs to.
 
 Nothing here writes inside ``.git``: git runs with ``GIT_OPTIONAL_LOCKS=0`` (no opportunistic
 index refresh) and without the location variables a hook may have set. Repository discovery
@@ -82,6 +83,29 @@ def find_repo(root: bytes) -> Repo | None:
         if parent == current:
             return None
         current = parent
+
+
+def linked_worktree(path: bytes) -> bytes | None:
+    """The top of the linked work tree whose git dir (``<common dir>/worktrees/NAME``) is or
+    holds ``path`` (absolute, real), or None. The work tree is the one git records in that
+    directory's ``gitdir`` file (the path of the work tree's ``.git`` file, absolute or relative
+    to that directory), and only if that ``.git`` file points back there: a stale record
+    (the work tree moved or removed) names nothing."""
+    parts = path.split(b"/")
+    for i in range(len(parts) - 2, 0, -1):
+        if parts[i] != b"worktrees":
+            continue
+        own = b"/".join(parts[: i + 2])
+        if read_regular(os.path.join(own, b"commondir")) is None:  # not a linked worktree's git dir
+            continue
+        recorded = read_regular(os.path.join(own, b"gitdir"))
+        if not recorded:
+            continue
+        top = os.path.dirname(os.path.normpath(os.path.join(own, recorded.strip())))
+        repo = find_repo(top)
+        if repo is not None and repo.top == top and os.path.realpath(repo.gitdir) == os.path.realpath(own):
+            return top
+    return None
 
 
 def _git(root: Path, *args: str, timeout: float) -> bytes | None:

@@ -293,8 +293,6 @@ class Recorder:
             self._capturer.stage_stats(batch)
             (mark,) = batch.commit()
         self._capturer.present.committed()
-        if progress is not None:
-            progress(len(walk.rels), len(walk.rels))
         self._conditions.told = told
         self.tree = tree
         self._since_mark = (mark.id, set())

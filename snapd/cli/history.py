@@ -51,6 +51,7 @@ def _line(v: dict[str, Any]) -> str:
     who = ", ".join(" ".join(x for x in (s["agent"], s["session"]) if x) for s in v["sessions"])
     if who:
         extra.append(f"turn of {who}")
+    status = "oldest kept" if status == "oldest_kept" else status  # retention pruned what was before
     return f"{version_time(v['time_ns'])}  {status:<9}  " + "  ".join(extra)
 
 

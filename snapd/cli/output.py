@@ -73,7 +73,8 @@ def summary_line(summary: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def progress_bar(done: int, total: int, width: int = 30) -> str:
+def progress_bar(done: int, total: int, unit: str = "file", width: int = 30) -> str:
+    """``[####......] 120/400 files``: ``unit`` names what is counted (and only that)."""
     frac = done / total if total else 0.0
     fill = int(frac * width)
-    return f"[{'#' * fill}{'.' * (width - fill)}] {done}/{count(total, 'file')}"
+    return f"[{'#' * fill}{'.' * (width - fill)}] {done}/{count(total, unit)}"

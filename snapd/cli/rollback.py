@@ -12,17 +12,17 @@ from __future__ import annotations
 import argparse
 import base64
 import os
-import sys
-import threading
 from typing import Any
 
 from snapd.cli import request, times
-from snapd.cli.output import emit, path_text, print_json, progress_bar, size, when
+from snapd.cli.output import emit, path_text, print_json, size, when
+from snapd.cli.progress import Bar, Find
 from snapd.cli.prompt import confirm
-from snapd.cli.request import Env, client, human, ref_fields, show_warnings
+from snapd.cli.request import Env, client, human, named_workspace, ref_fields, show_warnings
 from snapd.display import count
 from snapd.errors import Conflict, PlanChanged, SnapdError
 from snapd.ipc.client import Client
+from snapd.paths import at_or_below
 
 
 def _rollback_fields(args: argparse.Namespace, undo: bool) -> dict[str, Any]:
@@ -53,6 +53,9 @@ def _plan_lines(r: dict[str, Any], *, kept: bool, asked: str | None = None, limi
         out += [f"  kept: {path_text(k['path'])} ({k['reason']})" for k in r["plan"]["kept"]]
     out += [f"  left: {path_text(k['path'])} ({k['reason']})" for k in r["plan"].get("left", [])]
     counts = ", ".join(f"{n} {k}" for k, n in sorted(r["plan"]["counts"].items()) if n)
+    if not counts and r["plan"]["kept"]:  # it differs, but only where nothing may be changed
+        n = count(len(r["plan"]["kept"]), "path")
+        counts = f"nothing can be changed: {n} differing from the mark kept as they are"
     out.append(f"  {counts or 'nothing to change'}")
     return out
 
@@ -73,6 +76,12 @@ def _plan_change(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     out += [f"  + kept: {p} ({why})" for p, why in sorted(new_kept.items()) if old_kept.get(p) != why]
     out += [f"  - no longer kept: {p}" for p in sorted(old_kept.keys() - new_kept.keys())]
     return out
+
+
+def _applying(args: argparse.Namespace, env: Env) -> Bar:
+    """The bar of this rollback's (or undo's) apply: the changes of its plan, made."""
+    here = os.path.realpath(named_workspace(args) or os.getcwd())
+    return Bar(args, env, _running(("rollback", "undo"), {here}, below=True), "change")
 
 
 def _rollback(args: argparse.Namespace, env: Env, undo: bool) -> int:
@@ -105,7 +114,8 @@ def _rollback(args: argparse.Namespace, env: Env, undo: bool) -> int:
             token = r["plan"]["token"]
         while True:
             try:
-                res = c.call("rollback_apply", force=args.force, token=token, **fields)
+                with _applying(args, env):
+                    res = c.call("rollback_apply", force=args.force, token=token, **fields)
                 break
             except PlanChanged as exc:
                 if args.plan_token:  # its client confirmed that plan, not this one: it asks again
@@ -130,7 +140,8 @@ def _apply_unseen(args: argparse.Namespace, c: Client, fields: dict[str, Any], e
     plans, marks and applies under the workspace's lock (one re-stat of the workspace, not
     two), and whose reply describes the plan it applied — printed after, kept paths with the
     result. With ``--plan-token`` a plan that changed is refused (its client asks again)."""
-    res = c.call("rollback_apply", force=args.force, token=args.plan_token, **fields)
+    with _applying(args, env):
+        res = c.call("rollback_apply", force=args.force, token=args.plan_token, **fields)
     _keep_hooks(c, res, env)
     if not args.json:
         for line in _plan_lines(res, kept=False, asked=fields.get("to")):
@@ -167,7 +178,9 @@ def _result(args: argparse.Namespace, res: dict[str, Any], listed: set[str]) -> 
     """What the apply did; ``listed``: kept paths the confirmed plan already named."""
     if not human(args, res):
         return 0 if res["ok"] else Conflict.exit_code
-    if res["pre_rollback"] is None:
+    if res["pre_rollback"] is None and (res["kept"] or res["conflicts"]):
+        emit("nothing changed: the workspace differs from the mark only in paths that are kept as they are")
+    elif res["pre_rollback"] is None:
         emit("nothing to change: the workspace already matches the mark")
     else:
         emit(f"rolled back: {count(res['applied'], 'path')}; `snapctl undo` returns to {res['pre_rollback']}")
@@ -188,7 +201,7 @@ def _result(args: argparse.Namespace, res: dict[str, Any], listed: set[str]) -> 
             listed.add(p)
             emit(f"  kept: {p}: {x['reason']}", err=True)
     if kept:
-        emit(f"  {count(len(listed), 'path')} kept as they are (--force replaces them)", err=True)
+        emit(f"  {count(len(listed), 'path')} kept as they are ({_kept_why(args)})", err=True)
     for x in damaged[:DAMAGED_LINES]:
         emit(f"  damaged: {path_text(x['path'])}: {x['reason']} (left as it is)", err=True)
     if len(damaged) > DAMAGED_LINES:
@@ -202,6 +215,14 @@ def _result(args: argparse.Namespace, res: dict[str, Any], listed: set[str]) -> 
 DAMAGED_LINES = 200  # damaged paths a result shows (--json: all)
 
 
+def _kept_why(args: argparse.Namespace) -> str:
+    """What would change the kept paths: each line's reason says why it is kept; --force
+    replaces only what snapd could not capture now, never what it has nothing to restore from."""
+    if getattr(args, "force", False):
+        return "even with --force: see each reason"
+    return "each for the reason given; --force replaces the files snapd could not capture now"
+
+
 def cmd_rollback(args: argparse.Namespace, env: Env) -> int:
     return _rollback(args, env, undo=False)
 
@@ -210,41 +231,29 @@ def cmd_undo(args: argparse.Namespace, env: Env) -> int:
     return _rollback(args, env, undo=True)
 
 
-def _restore_progress(args: argparse.Namespace, env: Env, dest: str, done: threading.Event) -> None:
-    """Draw a progress bar from ``status`` while the restore into ``dest`` runs (terminal only)."""
-    names = {dest, os.path.realpath(dest)}
-    drawn = False
-    with client(args, env, quiet=True) as c:
-        while not done.wait(0.25):
-            try:
-                st = c.call("status", timeout_s=2.0)
-            except Exception:
-                continue
-            for r in st.get("restores", []):
-                if r["target"] in names and r.get("total"):
-                    sys.stderr.write("\r" + progress_bar(r["done"], r["total"]))
-                    sys.stderr.flush()
-                    drawn = True
-    if drawn:
-        sys.stderr.write("\r" + " " * 60 + "\r")
+def _running(ops: tuple[str, ...], names: set[str], *, below: bool = False) -> Find:
+    """The progress of the restore or rollback (``ops``) writing into one of ``names``
+    (``below``: a directory at or below its target: where a rollback was asked from)."""
+
+    def find(st: dict[str, Any]) -> tuple[int, int] | str | None:
+        for r in st.get("running", []):
+            target = os.fsencode(r["target"])
+            if r["op"] in ops and any(
+                at_or_below(os.fsencode(n), target) if below else os.fsencode(n) == target for n in names
+            ):
+                return (r["done"], r["total"]) if r.get("total") else f"{r['op']}: {r['phase']}"
+        return None
+
+    return find
 
 
 def cmd_restore(args: argparse.Namespace, env: Env) -> int:
     """``restore MARK --target DEST``: DEST (absolute here, relative to the current directory)
     must be absent or empty; what was not captured at MARK is listed, and the exit is then 10."""
     dest = request.absolute(args.target)
-    done = threading.Event()
-    bar = None
-    if sys.stderr.isatty() and not args.json:
-        bar = threading.Thread(target=_restore_progress, args=(args, env, dest, done), daemon=True)
-        bar.start()
-    try:
-        with client(args, env) as c:
-            res = c.call("restore", mark=args.mark, target=os.fsencode(dest), **ref_fields(args))
-    finally:
-        done.set()
-        if bar is not None:
-            bar.join(timeout=1)
+    bar = Bar(args, env, _running(("restore",), {dest, os.path.realpath(dest)}), "file")
+    with client(args, env) as c, bar:
+        res = c.call("restore", mark=args.mark, target=os.fsencode(dest), **ref_fields(args))
     if not human(args, res):
         return 0 if res["ok"] else Conflict.exit_code
     n = res["counts"]

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
-import threading
 from typing import Any
 
-from snapd.cli.output import duration, emit, progress_bar, size, summary_line
+from snapd.cli.output import duration, emit, size, summary_line
+from snapd.cli.progress import Bar, Find
 from snapd.cli.prompt import confirm
 from snapd.cli.request import Env, client, human, named_workspace, show_warnings, where
 from snapd.display import count
@@ -27,37 +26,23 @@ def ignored_line(fields: dict[str, Any]) -> str:
     return f"{ignored['total']} ({by})"
 
 
-def _watch_progress(args: argparse.Namespace, env: Env, root: str, done: threading.Event) -> None:
-    """Draw a progress bar from ``status`` while the baseline runs (terminal only)."""
-    with client(args, env, quiet=True) as c:
-        while not done.wait(0.25):
-            try:
-                st = c.call("status", timeout_s=2.0)
-            except Exception:
-                continue
-            for w in st["workspaces"]:
-                prog = w.get("progress")
-                if w["root"] == root and prog:
-                    sys.stderr.write("\r" + progress_bar(prog[0], prog[1]))
-                    sys.stderr.flush()
-    sys.stderr.write("\r" + " " * 60 + "\r")
+def _baseline(root: str) -> Find:
+    """The baseline's progress of the workspace at ``root``, from ``status``."""
+
+    def find(st: dict[str, Any]) -> tuple[int, int] | None:
+        for w in st["workspaces"]:
+            if w["root"] == root and w.get("progress"):
+                return w["progress"][0], w["progress"][1]
+        return None
+
+    return find
 
 
 def cmd_watch(args: argparse.Namespace, env: Env) -> int:
     path = named_workspace(args) or os.getcwd()
     root = os.path.realpath(path)
-    done = threading.Event()
-    bar = None
-    with client(args, env) as c:
-        if sys.stderr.isatty() and not args.json:
-            bar = threading.Thread(target=_watch_progress, args=(args, env, root, done), daemon=True)
-            bar.start()
-        try:
-            r = c.call("watch", path=os.fsencode(path))
-        finally:
-            done.set()
-            if bar is not None:
-                bar.join(timeout=1)
+    with client(args, env) as c, Bar(args, env, _baseline(root), "file"):
+        r = c.call("watch", path=os.fsencode(path))
     if not human(args, r):
         return 0
     base = r.get("baseline")

@@ -26,11 +26,28 @@ def _mark_ref(m: Mark | None) -> dict[str, Any] | None:
     return {"id": m.id, "label": m.label, "kind": m.kind, "created": m.created / 1e9}
 
 
+def _first_status(
+    store: Store, marks_oldest: list[Mark], rel: bytes, step: history.Step, pruned: int | None
+) -> str:
+    """The oldest version's status: ``created`` only when that is known — no version was
+    pruned, or a mark taken since the pruning point and before it lacks the path; else it is
+    ``oldest_kept`` (the path may well have existed before, in versions retention deleted)."""
+    if step.status != "created" or pruned is None:
+        return step.status
+    for m in marks_oldest:
+        if pruned <= m.created <= step.time and history.entry_in(store, m, rel) is None:
+            return "created"
+    return "oldest_kept"
+
+
 def history_reply(store: Store, ws: int, root: str, rel: bytes, policy: Retention) -> dict[str, Any]:
     """Every recorded change of ``rel``, newest first, with the marks around each."""
     marks_oldest = list(reversed(store.marks(ws)))
+    pruned = history.pruned_before(store, ws)
     versions = []
-    for step in reversed(history.file_steps(store, ws, rel)):
+    steps = history.file_steps(store, ws, rel)
+    first = _first_status(store, marks_oldest, rel, steps[0], pruned) if steps else None
+    for k, step in reversed(list(enumerate(steps))):
         holder = history.holding_mark(marks_oldest, step.time)
         in_mark = holder is not None and history.entry_in(store, holder, rel) == step.entry
         after = next((m for m in reversed(marks_oldest) if m.created < step.time), None)
@@ -43,7 +60,7 @@ def history_reply(store: Store, ws: int, root: str, rel: bytes, policy: Retentio
                 "time": step.time / 1e9,
                 "time_ns": step.time,
                 "ref": timeref.wire(step.time),
-                "status": step.status,
+                "status": first if k == 0 and first is not None else step.status,
                 "kind": e.kind if e else None,
                 "mode": e.mode if e else None,
                 "size": e.size if e and e.kind != "dir" else None,
@@ -56,7 +73,6 @@ def history_reply(store: Store, ws: int, root: str, rel: bytes, policy: Retentio
                 "renamed_to": encode_path(step.moved) if step.moved is not None and not e else None,
             }
         )
-    pruned = history.pruned_before(store, ws)
     return {
         "workspace": root,
         "path": encode_path(rel),

@@ -236,6 +236,7 @@ class Registry:
             real = path.resolve(strict=False)  # a root that is gone resolves as written
         except (OSError, RuntimeError) as exc:
             raise NotFound(f"cannot resolve {path}: {exc}") from exc
+        real = _linked_worktree(real) or real
         with self._lock:
             candidates = [ws for ws in self._live.values() if ws.root == real or ws.root in real.parents]
         return real, max(candidates, key=lambda w: len(str(w.root))) if candidates else None
@@ -285,6 +286,7 @@ class Registry:
         if where is None:
             raise UsageError("no workspace given: pass -w PATH or run from inside a workspace")
         real = Path(os.fsdecode(where)).resolve(strict=False)
+        real = _linked_worktree(real) or real
         best: tuple[int, Path] | None = None
         for w in self.store.workspaces():
             root = Path(os.fsdecode(w.root))
@@ -322,6 +324,15 @@ class Registry:
         return live, errors, ready
 
 
+def _linked_worktree(real: Path) -> Path | None:
+    """The linked work tree whose git dir (``.git/worktrees/NAME``) holds ``real``, if it does:
+    the workspace such a directory means (:func:`snapd.capture.git.linked_worktree`)."""
+    if "worktrees" not in real.parts:  # the common case, without a read
+        return None
+    top = git.linked_worktree(os.fsencode(real))
+    return Path(os.fsdecode(top)) if top is not None else None
+
+
 def _auto_root(where: Path) -> Path:
     """The workspace a mark from unwatched ``where`` registers: the enclosing git work
     tree's top, else ``where`` itself. From inside a ``.git`` (or ``.hg``...) directory, the
@@ -329,14 +340,17 @@ def _auto_root(where: Path) -> Path:
     directory itself is never a workspace. (Inside a git directory found by its shape
     alone — bare, or separate — there is no work tree to find: validation refuses it.)"""
     vcs = roots.vcs_dir_holding(where)
+    if vcs is not None and (linked := _linked_worktree(where)) is not None:
+        return linked  # a linked worktree's own git dir: that work tree, not the main one
     if vcs is not None and os.fsencode(vcs.name) in ignore.VCS_NAMES:
         where = vcs.parent
     top = git.git_toplevel(where) if where.is_dir() else None
     return top or where
 
 
-def relative_path(root: Path, path: bytes, cwd: bytes | None = None) -> bytes:
-    """``path`` as a path relative to ``root``, or a usage error if it lies outside.
+def relative_path(root: Path, path: bytes, cwd: bytes | None = None, *, whole: str = "") -> bytes:
+    """``path`` as a path relative to ``root``, or a usage error if it lies outside or is the
+    root itself (a directory, not a path in it: ``whole`` says what to run for all of it).
 
     The protocol's rule (docs/protocol.md, "Paths"): an absolute path is taken as it is; a
     relative one from ``cwd`` when the caller's directory is inside the workspace (as git
@@ -352,6 +366,11 @@ def relative_path(root: Path, path: bytes, cwd: bytes | None = None) -> bytes:
         except ValueError:
             raise UsageError(f"{p} is outside the workspace {root}") from None
     rel = os.fsencode(os.path.normpath(p))
-    if rel in (b".", b"") or rel.startswith(b"../") or rel == b"..":
+    if rel in (b".", b""):
+        raise UsageError(
+            f"{os.fsdecode(path)} is the workspace's root directory {root}, not a path in it: "
+            "name a file or a directory below it" + (f" ({whole})" if whole else "")
+        )
+    if rel.startswith(b"../") or rel == b"..":
         raise UsageError(f"{os.fsdecode(path)} is outside the workspace {root}")
     return rel

@@ -28,7 +28,7 @@ from snapd.daemon.ops.workspaces import WorkspaceOps
 from snapd.daemon.registry import Registry
 from snapd.ipc import protocol
 from snapd.ipc.protocol import PeerInfo, Request
-from snapd.rollback.restore import Running
+from snapd.rollback.running import Running
 from snapd.store.store import Store
 
 
@@ -45,14 +45,14 @@ class Service:
         sink: EventSink = events or NoEvents()
         self.registry = Registry(store, config.capture, homes, config.locations.own_dirs, sink)
         self.maintenance = Maintenance(store, config.retention, config.gc_interval_s, sink)
-        restores = Running()  # restores in flight: the restore op records them, status shows them
+        running = Running()  # restores and rollbacks in flight: their ops record them, status shows them
         self.daemon = DaemonOps(
             store, self.registry, self.maintenance, sink, config.endpoint, request_stop, config.warnings,
-            restores,
+            running,
         )
         self.workspaces = WorkspaceOps(store, self.registry, sink, self.maintenance)
         self.marks = MarkOps(store, self.registry)
-        self.rollback = RollbackOps(store, self.registry, sink, restores)
+        self.rollback = RollbackOps(store, self.registry, sink, running)
         self.files = FileOps(store, self.registry, config.retention)
         #: op name -> its handler: the bound method ``op_NAME`` of one group
         self.ops: dict[str, Callable[..., dict[str, Any]]] = {

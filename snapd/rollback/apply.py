@@ -50,6 +50,7 @@ from snapd.rollback.checks import Contents, Get, Hasher
 from snapd.rollback.dirs import DIR_FLAGS, Dirs, Outcome
 from snapd.rollback.engine import Engine
 from snapd.rollback.ops import MKDIR_MODE, Plan
+from snapd.rollback.running import Progress
 from snapd.store import safeio
 from snapd.store.damage import Unreadable
 
@@ -109,9 +110,17 @@ def _engine(root_fd: int, get: Get, hasher: Hasher, force: bool) -> Engine:
 
 
 def apply(
-    root: Path, plan: Plan, get: Get, hasher: Hasher, journal: Path, *, force: bool = False
+    root: Path,
+    plan: Plan,
+    get: Get,
+    hasher: Hasher,
+    journal: Path,
+    *,
+    force: bool = False,
+    progress: Progress | None = None,
 ) -> ApplyResult:
-    """Apply ``plan`` to the workspace at ``root`` (its real path), journaled in ``journal``.
+    """Apply ``plan`` to the workspace at ``root`` (its real path), journaled in ``journal``;
+    ``progress(done, total)`` counts its ops (the lines of the plan), for ``status``.
 
     Raises Conflict when ``journal`` already exists (an interrupted apply must be recovered
     first). On any exception the journal stays, so :func:`recover` finishes the job.
@@ -125,7 +134,7 @@ def apply(
     try:
         writer.record(0)
         engine = _engine(root_fd, get, hasher, force)
-        engine.run(plan.ops, temps, writer.record)
+        engine.run(plan.ops, temps, writer.record, progress)
         journals.remove(journal)
     finally:
         os.close(root_fd)

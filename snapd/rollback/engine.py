@@ -122,7 +122,14 @@ class Engine:
             return set()
         return {k for k, op in enumerate(ops) if any(a in gone for a in (op.path, *ancestors(op.path)))}
 
-    def run(self, ops: Sequence[Op], temps: Sequence[str | None], on_phase: Callable[[int], None]) -> None:
+    def run(
+        self,
+        ops: Sequence[Op],
+        temps: Sequence[str | None],
+        on_phase: Callable[[int], None],
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        """Run ``ops``; ``progress(done, len(ops))`` after each batch (a terminal's bar)."""
         by_path: dict[bytes, list[int]] = {}
         for k, op in enumerate(ops):
             by_path.setdefault(op.path, []).append(k)
@@ -148,6 +155,8 @@ class Engine:
                         for i in batch:
                             with self.guarded(ops[i]):
                                 self.one(ops[i], follow[i], touched)
+                    if progress is not None:
+                        progress(min(end, start + BATCH), len(ops))
                 self.sync_modes()
                 self.dirs.sync(touched)
                 phase += 1

@@ -38,9 +38,10 @@ import structlog
 from snapd.capture.workspace import Workspace
 from snapd.errors import Conflict, NotFound, PlanChanged, SnapdError
 from snapd.rollback import apply, report
-from snapd.rollback.ops import MKDIR_MODE, Plan
+from snapd.rollback.ops import MKDIR_MODE, Plan, check_token
 from snapd.rollback.plan import plan as plan_of
 from snapd.rollback.prepare import Prepared, prepare, root_mode
+from snapd.rollback.running import Tracker
 from snapd.store.records import Mark
 
 log = structlog.get_logger(__name__)
@@ -81,9 +82,18 @@ def propose_missing(
 
 
 def execute(
-    ws: Workspace, target: Mark, only: Sequence[bytes], force: bool, token: str | None
+    ws: Workspace,
+    target: Mark,
+    only: Sequence[bytes],
+    force: bool,
+    token: str | None,
+    tracker: Tracker | None = None,
 ) -> dict[str, Any]:
-    """Apply the rollback; ``token`` is the confirmed plan's (None: apply the fresh plan)."""
+    """Apply the rollback; ``token`` is the confirmed plan's (None: apply the fresh plan).
+    ``tracker`` is told each phase and the apply's progress (``status``, a terminal's bar)."""
+    check_token(token)
+    tell = tracker.phase if tracker is not None else (lambda what: None)
+    tell("capturing the workspace")
     with ws.lock:
         prep = prepare(ws, target, only, force, ws.capture_to_now_under_lock(rescan=True))
         if ws.unfinished:  # an earlier rollback stopped part-way and still cannot be finished
@@ -94,13 +104,16 @@ def execute(
             return report.result(ws, target, plan, prep.held, None, None)
         pre = _shared_pre(ws, target, prep)
         if pre is None:
+            tell("taking the pre-rollback mark")
             pre, prep = _mark_before(ws, target, prep, token)
             plan = prep.plan
         log.info(
             "rollback.applying", workspace=str(ws.root), target=target.id, token=plan.token, ops=len(plan.ops)
         )
         try:
-            result = apply.apply(ws.root, plan, ws.store.get, ws.store.hasher, ws.journal, force=force)
+            result = apply.apply(
+                ws.root, plan, ws.store.get, ws.store.hasher, ws.journal, force=force, progress=tracker
+            )
         except SnapdError as exc:
             ws.rollback_stopped(exc)
             raise type(exc)(
@@ -108,6 +121,7 @@ def execute(
                 pre_rollback=pre.id,
                 **exc.details,
             ) from exc
+    tell("capturing the result")
     after = ws.capture_to_now()
     # A repeat may share this rollback's pre-rollback mark only if that mark holds everything
     # the repeat could overwrite: not after a conflict (a concurrent writer's content is in
@@ -174,6 +188,7 @@ def _check(ws: Workspace, target: Mark, plan: Plan, current: str, token: str | N
     if token is None or plan.token == token:
         return
     raise PlanChanged(
-        "the workspace changed since you confirmed the plan; review the new plan",
+        "the plan is not the one confirmed: the workspace changed since that plan was made (or the "
+        "token is of another rollback's plan); review the new plan",
         **report.describe(ws, target, plan, current),
     )

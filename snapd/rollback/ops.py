@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from snapd.display import shown
+from snapd.errors import UsageError
 from snapd.paths import decode_path, encode_path
 from snapd.store import nodes, trees
 from snapd.store.treediff import Difference
@@ -117,6 +118,19 @@ class Plan:
             "kept": [{"path": encode_path(p), "reason": r} for p, r in self.kept],
             "left": [{"path": encode_path(p), "reason": r} for p, r in self.left],
         }
+
+
+TOKEN_LENGTH = 32  # hex digits of a plan's token (:func:`token_of`)
+
+
+def check_token(token: str | None) -> None:
+    """A token that no plan could have (not 32 hex digits) is refused as what it is: not the
+    token of a plan — rather than taken for a plan that changed."""
+    if token is not None and (len(token) != TOKEN_LENGTH or token.strip("0123456789abcdef")):
+        raise UsageError(
+            f"{shown(token)} is not the token of a plan (a plan's token is {TOKEN_LENGTH} hex digits: "
+            "`plan.token` in `snapctl rollback --dry-run --json`); nothing was changed"
+        )
 
 
 def token_of(ops: Sequence[Op], kept: Sequence[tuple[bytes, str]], left: Sequence[tuple[bytes, str]]) -> str:

@@ -30,9 +30,7 @@ from __future__ import annotations
 
 import os
 import stat
-import threading
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,41 +40,8 @@ from snapd.rollback.checks import Get, Hasher
 from snapd.rollback.dirs import FINISHED_LATER
 from snapd.rollback.ops import MKDIR_MODE
 from snapd.rollback.plan import plan as plan_of
+from snapd.rollback.running import Progress
 from snapd.store import trees
-
-Progress = Callable[[int, int], None]  # (files and symlinks written, how many in all)
-
-
-class Running:
-    """The restores in flight and how far each has come, for ``status`` (a terminal's progress
-    bar polls it, as ``watch``'s does for a baseline)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._now: dict[int, dict[str, object]] = {}
-        self._n = 0
-
-    @contextmanager
-    def one(self, workspace: Path, target: Path) -> Iterator[Progress]:
-        """Record a restore for as long as it runs; the callback it yields tells its progress."""
-        with self._lock:
-            self._n += 1
-            n = self._n
-            self._now[n] = {"workspace": str(workspace), "target": str(target), "done": 0, "total": None}
-
-        def progress(done: int, total: int) -> None:
-            with self._lock:
-                self._now[n].update(done=done, total=total)
-
-        try:
-            yield progress
-        finally:
-            with self._lock:
-                del self._now[n]
-
-    def now(self) -> list[dict[str, object]]:
-        with self._lock:
-            return [dict(v) for v in self._now.values()]
 
 
 @dataclass(frozen=True)

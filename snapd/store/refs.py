@@ -9,6 +9,12 @@ A reference is: a full id; a unique id prefix (4+ characters); a label (the newe
 it); or ``LABEL~N`` / ``ID~N`` (N marks before that one in the same workspace). One that starts
 with ``@`` is a time (:mod:`snapd.timeref`), never a mark: no label may start with ``@`` (a
 store from before format 3 may hold such labels; their marks are reached by id).
+
+The labels of snapd's own marks, ``pre-rollback`` and ``baseline`` (:data:`OWN_LABELS`), are
+not a user's to take: a user's mark so labelled would be what ``pre-rollback~N`` (or
+``baseline``) names. A store made before they were refused may hold user marks with them:
+such a label names only snapd's own marks of that kind, and those user marks are reached by
+id, as the ``@`` labels are.
 """
 
 from __future__ import annotations
@@ -29,6 +35,11 @@ FULL_ID = re.compile(rf"^[0-9][{ID_ALPHABET}]{{{ID_LEN - 1}}}$")
 _BACK = re.compile(r"^(.+)~([0-9]+)$")
 
 
+#: label -> the kind of snapd's own marks that carry it (the only marks the label names)
+OWN_LABELS = {"pre-rollback": "pre-rollback", "baseline": "baseline"}
+_OWN_WHAT = {"pre-rollback": "the mark taken before each rollback", "baseline": "a workspace's first capture"}
+
+
 def new_mark_id() -> str:
     return secrets.choice("0123456789") + "".join(secrets.choice(ID_ALPHABET) for _ in range(ID_LEN - 1))
 
@@ -44,6 +55,11 @@ def validate_label(label: str) -> str:
     if label.startswith("@"):
         raise UsageError(
             f"mark label {label!r} starts with '@', which is reserved for time references (@10m, @yesterday…)"
+        )
+    if label in OWN_LABELS:
+        raise UsageError(
+            f"mark label {label!r} is snapd's own ({_OWN_WHAT[label]}): `{label}` and `{label}~N` "
+            "name those marks, so choose another label"
         )
     if "~" in label:
         raise UsageError(f"mark label {label!r} contains '~', which references use for 'N before'")

@@ -4,8 +4,15 @@ Marks older than the age window, or beyond the per-workspace count, are evicted 
 when the store exceeds its disk budget, further marks are evicted oldest first across
 workspaces until it fits (:func:`budget_candidates` lists them; :mod:`snapd.store.gc` decides
 how many). Never evicted: pinned marks, a workspace's newest mark, a ``pre-rollback`` mark
-younger than the age window. The settings are :class:`snapd.config.Retention`; the sweep that
-carries out these decisions and reclaims space is :mod:`snapd.store.gc`.
+younger than the age window.
+
+The count is fair: a young ``pre-rollback`` mark, which retention may never evict, does not
+count against ``max_marks``. Counting it without evicting it made every rollback cost a mark
+of the user's: with ``max_marks=4`` and three young pre-rollback marks, one user mark was
+left. Once past the age window it counts (and goes for its age anyway). Pinned marks count:
+pinning is the user's own choice of what to keep within the count. The settings are
+:class:`snapd.config.Retention`; the sweep that carries out these decisions and reclaims space
+is :mod:`snapd.store.gc`.
 
 Pure: marks in, decisions out; no store, no clock (``now`` is given).
 """
@@ -18,10 +25,13 @@ from snapd.config import Retention
 from snapd.store.records import Mark
 
 
-def protected(mark: Mark, newest: dict[int, str], policy: Retention, now: int) -> bool:
-    if mark.pinned or newest.get(mark.workspace) == mark.id:
-        return True
+def young_pre_rollback(mark: Mark, policy: Retention, now: int) -> bool:
+    """A ``pre-rollback`` mark younger than the window: never evicted, not counted."""
     return mark.kind == "pre-rollback" and now - mark.created < policy.max_age_ns
+
+
+def protected(mark: Mark, newest: dict[int, str], policy: Retention, now: int) -> bool:
+    return mark.pinned or newest.get(mark.workspace) == mark.id or young_pre_rollback(mark, policy, now)
 
 
 def plan_evictions(marks: Iterable[Mark], policy: Retention, now: int) -> list[tuple[Mark, str]]:
@@ -33,7 +43,7 @@ def plan_evictions(marks: Iterable[Mark], policy: Retention, now: int) -> list[t
     for ms in by_ws.values():
         ms.sort(key=lambda m: m.seq)
         newest = {ms[-1].workspace: ms[-1].id}
-        excess = len(ms) - policy.max_marks
+        excess = sum(not young_pre_rollback(m, policy, now) for m in ms) - policy.max_marks
         for m in ms:
             if protected(m, newest, policy, now):
                 continue

@@ -29,7 +29,7 @@ from snapd.store.holds import GcHolds
 from snapd.store.lru import BoundedLru
 from snapd.store.objwrite import FLUSH_BYTES
 from snapd.store.records import MARK_COLUMNS, Mark, Version, WorkspaceRecord, mark_from_row, version_from_row
-from snapd.store.refs import FULL_ID, parse_ref
+from snapd.store.refs import FULL_ID, OWN_LABELS, parse_ref
 
 NODE_CACHE = 4096
 # The node cache is also bounded by the entries it holds: a directory of 21,231 entries (the
@@ -351,6 +351,9 @@ class Store:
         else:
             sql = f"SELECT {MARK_COLUMNS} FROM marks WHERE workspace=? AND label=?"
             args: list[Any] = [ws, r.base]
+            if r.base in OWN_LABELS:  # snapd's own marks only: a user's (older store) by id
+                sql += " AND kind=?"
+                args.append(OWN_LABELS[r.base])
             if session is not None:
                 sql += " AND session=?"
                 args.append(session)

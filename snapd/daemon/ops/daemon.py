@@ -14,7 +14,7 @@ from snapd.daemon.maintenance import Maintenance
 from snapd.daemon.registry import Registry
 from snapd.daemon.wire import mark_json, wire_paths
 from snapd.ipc import protocol
-from snapd.rollback.restore import Running
+from snapd.rollback.running import Running
 from snapd.store.store import Store
 from snapd.store.verify import verify
 
@@ -29,7 +29,7 @@ class DaemonOps:
         endpoint: str,
         request_stop: Callable[[], None],
         config_warnings: tuple[str, ...] = (),
-        restores: Running | None = None,
+        running: Running | None = None,
     ) -> None:
         """``config_warnings``: what the daemon's own configuration load reported (unknown
         ``SNAPD_*`` names in its environment): the user's to fix, so ``status`` repeats them
@@ -38,7 +38,7 @@ class DaemonOps:
         self.endpoint, self._request_stop = endpoint, request_stop
         self.config_warnings = [f"the daemon's configuration: {w}" for w in config_warnings]
         self.started = time.time()
-        self.restores = restores or Running()  # restores in flight (``snapctl restore``'s progress)
+        self.running = running or Running()  # restores and rollbacks in flight (their progress bars)
 
     def op_ping(self) -> dict[str, Any]:
         return {"pong": True, "version": __version__, "protocol": protocol.PROTOCOL_VERSION,
@@ -77,7 +77,7 @@ class DaemonOps:
             "workspaces": spaces,
             "pending": sum(ws.pending() for ws in live.values()),
             "warnings": self.config_warnings + warnings + self.maintenance.warnings,
-            "restores": self.restores.now(),
+            "running": self.running.now(),
         }
 
     def op_verify(self, full: bool = True) -> dict[str, Any]:

@@ -114,11 +114,16 @@ class FileOps:
         session: str | None = None,
     ) -> dict[str, Any]:
         ws_id, root = self.registry.stored(workspace, cwd)
-        rel = relative_path(root, path, cwd)
+        rel = relative_path(root, path, cwd, whole="`snapctl show MARK` lists what a mark changed")
         target, at_time = history.resolve(self.store, ws_id, at, session) if at else (None, None)
         tree = target.tree if target is not None else self.store.head(ws_id)
         entry = trees.lookup(self.store.load_node, tree, rel) if tree else None
-        if entry is None or entry.kind == "dir":
+        if entry is not None and entry.kind == "dir":  # not_found, as it always was: no file there
+            raise NotFound(
+                f"{shown(rel)} is a directory at {at or 'the latest capture'}: cat shows a file's "
+                f"content; name a file in it (`snapctl history {shown(rel)}` lists what changed in it)"
+            )
+        if entry is None:
             raise NotFound(f"{shown(rel)} is not a captured file at {at or 'the latest capture'}")
         if trees.is_uncaptured(entry):
             why = trees.uncaptured_reason(entry)
@@ -137,5 +142,5 @@ class FileOps:
         self, path: bytes, workspace: bytes | None = None, cwd: bytes | None = None
     ) -> dict[str, Any]:
         ws_id, root = self.registry.stored(workspace, cwd)
-        rel = relative_path(root, path, cwd)
+        rel = relative_path(root, path, cwd, whole="`snapctl log` lists the workspace's marks")
         return daemon_history.history_reply(self.store, ws_id, str(root), rel, self.policy)

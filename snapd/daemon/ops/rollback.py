@@ -19,6 +19,7 @@ from snapd.daemon.wire import mark_json, wire_paths
 from snapd.errors import UsageError
 from snapd.paths import encode_path
 from snapd.rollback import live, report, restore
+from snapd.rollback.running import Running
 from snapd.store import history
 from snapd.store.history import AtTime
 from snapd.store.records import Mark
@@ -27,11 +28,11 @@ from snapd.store.store import Store
 
 class RollbackOps:
     def __init__(
-        self, store: Store, registry: Registry, events: EventSink, restores: restore.Running | None = None
+        self, store: Store, registry: Registry, events: EventSink, running: Running | None = None
     ) -> None:
-        """``restores``: the table of restores in flight that ``status`` shows."""
+        """``running``: the table of restores and rollbacks in flight that ``status`` shows."""
         self.store, self.registry, self.events = store, registry, events
-        self.restores = restores or restore.Running()
+        self.running = running or Running()
 
     def _target(
         self,
@@ -89,8 +90,10 @@ class RollbackOps:
         session: str | None = None,
     ) -> dict[str, Any]:
         ws, target, only, at, root = self._target(workspace, cwd, to, undo, paths, session, create=True)
+        with self.running.one("undo" if undo else "rollback", ws.root, ws.root) as tracker:
+            done = live.execute(ws, target, only, force, token, tracker)
         result: dict[str, Any] = daemon_history.time_fields(
-            at, wire_paths(report.root_fields(ws.root, root, live.execute(ws, target, only, force, token)))
+            at, wire_paths(report.root_fields(ws.root, root, done))
         )
         emit(self.events, "undo.applied" if undo else "rollback.applied", ws.root, rollback_fields(result))
         return result
@@ -109,7 +112,7 @@ class RollbackOps:
         ws_id, root = self.registry.stored(workspace, cwd)
         ref, at = history.resolve(self.store, ws_id, mark, session)
         dest = Path(os.fsdecode(target))
-        with self.restores.one(root, dest) as progress:
+        with self.running.one("restore", root, dest) as progress:
             done = restore.write_tree(
                 dest, ref.tree, ref.root_mode, self.store.load_node, self.store.get,
                 self.store.hasher, self.registry.own_dirs, progress,
