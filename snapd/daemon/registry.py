@@ -135,8 +135,11 @@ class Registry:
             others = [(Path(os.fsdecode(w.root)), w.watching) for w in self.store.workspaces()]
             try:
                 root = roots.validate(path, self.homes, self.own_dirs, others)
-            except NotFound:
-                self._check_known_root(path.resolve(strict=False))  # says what brings it back
+            except NotFound:  # a known workspace's root that went: say what brings it back
+                real = path.resolve(strict=False)
+                for w in self.store.workspaces():
+                    if Path(os.fsdecode(w.root)) == real:
+                        roots.check_root(real, self.store.root_id(w.id))
                 raise
             existing = next((ws for ws in self._live.values() if ws.root == root), None)
             restart = None
@@ -145,6 +148,7 @@ class Registry:
             if existing is not None and (
                 existing.id in self._errors or existing.root_problem() is not None
             ):
+                self._awaken(existing.id)
                 existing.stop()
                 restart = self._add_live(existing.id, existing.root)
                 existing = None  # stopped for good: _restart lets the collector reclaim it
@@ -265,12 +269,10 @@ class Registry:
         return ws
 
     def _revive(self, real: Path) -> Workspace | None:
-        """A known workspace that is not watched (unwatched, or refused when `watch` found its
-        root replaced), for a rollback or undo, which resumes watching it as `watch` would:
-        listed, not started, as one whose root went while watched, so that :meth:`adopt_root`
-        starts it on its own directory, a new one, or one made again. None when no stored
-        workspace holds ``real``. Refused, nothing changed, where `watch` refuses the place
-        (not mounted, not a directory, in a VCS directory, on a pseudo file system)."""
+        """A stored workspace holding ``real`` that is not watched, for a rollback, which
+        resumes it as `watch` would: listed but not started, as one whose root went while
+        watched, for :meth:`adopt_root` to start on its root (its own, new or made again); None
+        if there is none. Refused, nothing changed, where `watch` refuses the place."""
         try:
             ws_id, root = self.stored(os.fsencode(real), None)
         except NotFound:
@@ -301,13 +303,11 @@ class Registry:
             if dormant:
                 ws.stop()
 
-    def _check_known_root(self, real: Path) -> None:
-        """For `watch` of a path that does not exist: when it is a known workspace's root,
-        NotFound saying what brings it back (a rollback makes it again; a restore writes a mark
-        elsewhere), or that its file system is not mounted. Nothing for other paths."""
-        for w in self.store.workspaces():
-            if Path(os.fsdecode(w.root)) == real:
-                roots.check_root(real, self.store.root_id(w.id))
+    def _awaken(self, ws_id: int) -> None:
+        """A workspace :meth:`_revive` listed is started: it is watched from now on."""
+        if ws_id in self._dormant:
+            self._dormant.discard(ws_id)
+            self.store.set_watching(ws_id, True)
 
     def adopt_root(self, ws: Workspace, *, create: bool) -> tuple[Workspace, str | None]:
         """``ws`` ready for a rollback, and what became of its root (docs/rollback.md, "A deleted
@@ -329,9 +329,7 @@ class Registry:
                 return ws, state
             if state == "missing":
                 make_root(ws.root)
-            if ws.id in self._dormant:
-                self._dormant.discard(ws.id)
-                self.store.set_watching(ws.id, True)
+            self._awaken(ws.id)
             ws.stop()
             restart = self._add_live(ws.id, ws.root)
             if state is not None:
