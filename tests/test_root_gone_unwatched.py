@@ -185,3 +185,17 @@ def test_undo_and_a_bad_target_of_an_unwatched_workspace(daemon: Daemon, ws: Pat
     assert code == 0, r
     assert (ws / "a").read_text() == "edited while unwatched\n"
     _goes_on(daemon, ws)
+
+
+def test_a_new_root_that_already_matches_promises_no_undo(daemon: Daemon, ws: Path) -> None:
+    """Restored into its own path, the new directory already matches the mark: the rollback
+    adopts it and changes nothing, so its note promises no `undo` (there is none to do)."""
+    m = _unwatched(daemon, ws)
+    shutil.rmtree(ws)
+    daemon.ctl_json("restore", m, "--target", ws, "-w", ws)
+    code, r = _yes(daemon, "rollback", "--to", m, "-w", ws)
+    assert code == 0 and r["root"] == "new" and r["pre_rollback"] is None, r
+    assert "snapctl undo" not in r["root_note"] and "nothing is changed" in r["root_note"], r
+    code, u = _yes(daemon, "undo", "-w", ws)
+    assert code == 6 and "never been rolled back" in json.dumps(u), u
+    _goes_on(daemon, ws)
