@@ -56,7 +56,10 @@ def test_the_quick_start_runs_as_written_and_closes_its_turn(daemon: Daemon, tmp
             if not argv or argv[0] in ("snapd", "cd"):
                 continue
             assert argv[0] == "snapctl", line
-            args = [a if a != "." else str(ws) for a in argv[1:]]
+            # "." is the project; a path the README puts in /tmp (restore's target) goes under
+            # this test's own directory, never into the machine's /tmp
+            args = [str(ws) if a == "." else str(tmp_path / a[5:]) if a.startswith("/tmp/") else a
+                    for a in argv[1:]]
             if args[0] in ("rollback", "undo"):
                 args.insert(1, "--yes")
             cp = daemon.ctl(*args, cwd=ws, check=False)

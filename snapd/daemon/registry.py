@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import structlog
@@ -54,6 +56,7 @@ class Registry:
         self._live: dict[int, Workspace] = {}
         self._ready: dict[int, threading.Event] = {}
         self._errors: dict[int, str] = {}
+        self._dormant: set[int] = set()  # listed by _revive for a rollback, not started yet
         self._lock = threading.RLock()  # registration and the tables above
         self._started = threading.Event()  # set once start() has listed the stored workspaces
 
@@ -130,7 +133,14 @@ class Registry:
         """Watch ``path`` (validated); capture its baseline the first time. Idempotent."""
         with self._lock:
             others = [(Path(os.fsdecode(w.root)), w.watching) for w in self.store.workspaces()]
-            root = roots.validate(path, self.homes, self.own_dirs, others)
+            try:
+                root = roots.validate(path, self.homes, self.own_dirs, others)
+            except NotFound:  # a known workspace's root that went: say what brings it back
+                real = path.resolve(strict=False)
+                for w in self.store.workspaces():
+                    if Path(os.fsdecode(w.root)) == real:
+                        roots.check_root(real, self.store.root_id(w.id))
+                raise
             existing = next((ws for ws in self._live.values() if ws.root == root), None)
             restart = None
             # Its root is checked here too, not only by its capture thread: a root replaced a
@@ -138,6 +148,7 @@ class Registry:
             if existing is not None and (
                 existing.id in self._errors or existing.root_problem() is not None
             ):
+                self._awaken(existing.id)
                 existing.stop()
                 restart = self._add_live(existing.id, existing.root)
                 existing = None  # stopped for good: _restart lets the collector reclaim it
@@ -217,6 +228,10 @@ class Registry:
         if workspace is not None and not register:
             known = [w for w in self.store.workspaces() if Path(os.fsdecode(w.root)) == real]
             if known:
+                try:
+                    roots.check_root(real, self.store.root_id(known[0].id))
+                except SnapdError as exc:  # `watch` would refuse: say what does bring it back
+                    raise NotFound(f"{real} is not being watched: {exc.message}") from None
                 raise NotFound(f"{real} is not being watched (`snapctl watch {real}` resumes it)")
             raise NotFound(f"{real} is not a watched workspace (`snapctl watch {real}` adds it)")
         if not register:
@@ -244,13 +259,56 @@ class Registry:
     def for_rollback(self, workspace: bytes | None, cwd: bytes | None) -> Workspace:
         """The live workspace a rollback means, whatever became of its root (its capture may
         have stopped: :meth:`adopt_root` brings the root back under it)."""
-        _, ws = self._live_holding(workspace, cwd)
+        real, ws = self._live_holding(workspace, cwd)
+        if ws is None:
+            ws = self._revive(real)
         if ws is None:
             return self.find(workspace, cwd)[0]  # says why it is not watched
         ready = self._ready.get(ws.id)
         if ready is not None and not ready.wait(READY_WAIT_S):
             self._wait_ready(ws.id)  # busy
         return ws
+
+    def _revive(self, real: Path) -> Workspace | None:
+        """A stored workspace holding ``real`` that is not watched, for a rollback, which
+        resumes it as `watch` would: listed but not started, as one whose root went while
+        watched, for :meth:`adopt_root` to start on its root (its own, new or made again); None
+        if there is none. Refused, nothing changed, where `watch` refuses the place."""
+        try:
+            ws_id, root = self.stored(os.fsencode(real), None)
+        except NotFound:
+            return None
+        if roots.root_state(root, self.store.root_id(ws_id)) != "missing":
+            roots.check_place(root)
+        with self._lock:
+            if ws_id in self._live:  # resumed by a concurrent request
+                return self._live[ws_id]
+            workspace, ready = self._add_live(ws_id, root)
+            self._errors[ws_id] = f"{root} is not being watched"
+            self._dormant.add(ws_id)
+            ready.set()
+        return workspace
+
+    @contextmanager
+    def resuming(self, ws: Workspace) -> Iterator[None]:
+        """Around a rollback of ``ws``: if :meth:`_revive` listed it and it was not started
+        after all (its target refused, or a plan of a missing root), it is unlisted again."""
+        try:
+            yield
+        finally:
+            with self._lock:
+                dormant = ws.id in self._dormant and self._live.get(ws.id) is ws
+                if dormant:
+                    self._dormant.discard(ws.id)
+                    del self._live[ws.id], self._ready[ws.id], self._errors[ws.id]
+            if dormant:
+                ws.stop()
+
+    def _awaken(self, ws_id: int) -> None:
+        """A workspace :meth:`_revive` listed is started: it is watched from now on."""
+        if ws_id in self._dormant:
+            self._dormant.discard(ws_id)
+            self.store.set_watching(ws_id, True)
 
     def adopt_root(self, ws: Workspace, *, create: bool) -> tuple[Workspace, str | None]:
         """``ws`` ready for a rollback, and what became of its root (docs/rollback.md, "A deleted
@@ -272,6 +330,7 @@ class Registry:
                 return ws, state
             if state == "missing":
                 make_root(ws.root)
+            self._awaken(ws.id)
             ws.stop()
             restart = self._add_live(ws.id, ws.root)
             if state is not None:

@@ -56,6 +56,8 @@ ROOT_NOTES = {
     "(`snapctl undo` leaves it empty)",
     "new": "{root} is a new directory (the one captured was deleted or moved away): its history "
     "goes on here, and what it holds now is kept by the pre-rollback mark (`snapctl undo` returns it)",
+    "new, unchanged": "{root} is a new directory (the one captured was deleted or moved away): its "
+    "history goes on here; it already matches the mark, so nothing is changed (nor is there an undo)",
 }
 
 
@@ -65,7 +67,9 @@ def root_fields(root: Path, state: str | None, reply: dict[str, Any]) -> dict[st
     ``root_note`` for people)."""
     if state is None:
         return reply
-    return {**reply, "root": state, "root_note": ROOT_NOTES[state].format(root=root)}
+    unchanged = state == "new" and not reply.get("plan", {}).get("ops")
+    note = ROOT_NOTES["new, unchanged" if unchanged else state]  # no undo to promise then
+    return {**reply, "root": state, "root_note": note.format(root=root)}
 
 
 EFFECT_EXAMPLES = 20  # paths per kind a pre-rollback mark names (the counts are exact)

@@ -36,7 +36,7 @@ class RollbackOps:
 
     def _target(
         self,
-        workspace: bytes | None,
+        ws: Workspace,
         cwd: bytes | None,
         to: str | None,
         undo: bool,
@@ -45,11 +45,10 @@ class RollbackOps:
         *,
         create: bool,
     ) -> tuple[Workspace, Mark, list[bytes], AtTime | None, str | None]:
-        """The live workspace, the mark to return to, the paths the rollback is limited to,
-        the time the target was built from (a time reference), and what became of the root
-        (:meth:`Registry.for_rollback`: None, ``"new"``, ``"missing"``; ``create``: an apply,
-        which makes a missing root again)."""
-        ws = self.registry.for_rollback(workspace, cwd)
+        """For ``ws`` (:meth:`Registry.for_rollback`): the live workspace, the mark to return
+        to, the paths the rollback is limited to, the time the target was built from (a time
+        reference), and what became of the root (:meth:`Registry.adopt_root`: None, ``"new"``,
+        ``"missing"``; ``create``: an apply, which makes a missing root again)."""
         at = None
         if undo:
             target = live.undo_target(ws)
@@ -71,11 +70,13 @@ class RollbackOps:
         force: bool = False,
         session: str | None = None,
     ) -> dict[str, Any]:
-        ws, target, only, at, root = self._target(workspace, cwd, to, undo, paths, session, create=False)
-        if root == "missing":  # nothing on disk to capture or touch: the apply makes it again
-            proposed = live.propose_missing(ws, target, only, force)
-        else:
-            proposed = live.propose(ws, target, only, force)
+        asked = self.registry.for_rollback(workspace, cwd)
+        with self.registry.resuming(asked):  # an unwatched one is resumed, unless nothing is there
+            ws, target, only, at, root = self._target(asked, cwd, to, undo, paths, session, create=False)
+            if root == "missing":  # nothing on disk to capture or touch: the apply makes it again
+                proposed = live.propose_missing(ws, target, only, force)
+            else:
+                proposed = live.propose(ws, target, only, force)
         return daemon_history.time_fields(at, wire_paths(report.root_fields(ws.root, root, proposed)))
 
     def op_rollback_apply(
@@ -89,7 +90,9 @@ class RollbackOps:
         token: str | None = None,
         session: str | None = None,
     ) -> dict[str, Any]:
-        ws, target, only, at, root = self._target(workspace, cwd, to, undo, paths, session, create=True)
+        asked = self.registry.for_rollback(workspace, cwd)
+        with self.registry.resuming(asked):  # an unwatched one is resumed
+            ws, target, only, at, root = self._target(asked, cwd, to, undo, paths, session, create=True)
         with self.running.one("undo" if undo else "rollback", ws.root, ws.root) as tracker:
             done = live.execute(ws, target, only, force, token, tracker)
         result: dict[str, Any] = daemon_history.time_fields(
