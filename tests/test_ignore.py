@@ -684,3 +684,36 @@ def test_load_outside_a_repository_anchors_at_the_root(tmp_path: Path) -> None:
     write(root / ".gitignore", b"/top.o\n")
     r = IgnoreRules.load(root)
     assert r.is_ignored(b"top.o") and not r.is_ignored(b"a/top.o")
+
+
+# --- precious files (issue 36) ------------------------------------------------------------
+
+
+def test_a_precious_file_git_ignores_is_captured_and_nothing_else_changes() -> None:
+    r = rules(
+        {b"": b".env\n.env.*\n*.o\nbuild/\nnode_modules/\n", b"app": b"*.sqlite3\n"},
+        snapdignore=b"private.env.local\n",
+        precious=[".env", ".env.*", "!.env.example", "*.sqlite3"],
+    )
+    assert r.reason(b".env") is None and r.is_precious(b".env")
+    assert r.reason(b"app/.env.local") is None and r.is_precious(b"app/.env.local")
+    assert r.reason(b"app/db.sqlite3") is None and r.is_precious(b"app/db.sqlite3")
+    assert r.reason(b".env.example") == "gitignore" and not r.is_precious(b".env.example")  # negated
+    assert r.reason(b"private.env.local") == "snapdignore"  # snapd's own "not this" wins
+    assert r.reason(b"main.o") == "gitignore" and not r.is_precious(b"main.o")
+    assert r.reason(b"build/.env") == "gitignore"  # inside an ignored directory: never walked
+    assert not r.dir_may_contain_captured(b"build") and not r.dir_may_contain_captured(b"node_modules")
+    assert r.reason(b".env", is_dir=True) == "gitignore"  # directories are never precious
+    assert not r.is_precious(b"app.py") and not r.is_precious(b".gitignore")
+    off = rules({b"": b".env\n"})
+    assert off.reason(b".env") == "gitignore" and not off.is_precious(b".env")
+
+
+def test_the_precious_patterns_are_a_rule_input_and_older_records_have_none() -> None:
+    with_list = RuleInputs(extra=("x",), precious=(".env", "*.sqlite3"))
+    assert RuleInputs.decode(with_list.encode()) == with_list
+    without = RuleInputs(extra=("x",))
+    assert b"precious" not in without.encode()  # the bytes of every record before the setting
+    assert RuleInputs.decode(without.encode()).precious == ()
+    r = IgnoreRules.from_inputs(with_list, lambda d: b".env\n" if not d else None, b"")
+    assert r.is_precious(b".env") and not r.same_outside(without)
