@@ -146,6 +146,10 @@ def test_git_clean_then_rollback_restores_the_precious_files_and_leaves_the_outp
     assert code == 0, r
     assert snapshot(repo) == before, snap_diff(snapshot(repo), before)
     assert _seen(repo) == rebuilt
+    copy = tmp_path / "copy"
+    d.ctl("restore", m, "--target", copy, cwd=repo)  # into another directory: the secrets too
+    assert (copy / ".env").read_bytes() == b"API_KEY=s3cret\n" and (copy / "db.sqlite3").read_bytes() == DB
+    assert not (copy / "node_modules").exists() and not (copy / "src" / "main.o").exists()
 
 
 def test_the_outputs_a_clean_deleted_are_not_brought_back(plain_daemon: Daemon, tmp_path: Path) -> None:
