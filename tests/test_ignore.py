@@ -717,3 +717,25 @@ def test_the_precious_patterns_are_a_rule_input_and_older_records_have_none() ->
     assert RuleInputs.decode(without.encode()).precious == ()
     r = IgnoreRules.from_inputs(with_list, lambda d: b".env\n" if not d else None, b"")
     assert r.is_precious(b".env") and not r.same_outside(without)
+
+
+def test_the_quick_precious_test_never_rules_out_a_path_the_patterns_name() -> None:
+    """``may_match_file`` (status judges every captured file with it) is only a first test: False
+    only where ``decide`` finds no positive match, for the default list and for lists it cannot
+    shorten (an anchored or nested pattern: then always True)."""
+    from snapd.capture.patterns import compile_patterns, decide, may_match_file
+    from snapd.config import PRECIOUS
+
+    paths = [
+        ".env", "a/.env", ".env.local", "a/b/.env.prod", ".envrc", "x.local", "local_settings.py",
+        "p/secrets.toml", "t.tfstate", "t.tfstate.backup", "v.tfvars", "db.sqlite", "d/db.sqlite3",
+        "db.sqlite3-wal", "a.env", "env", "x.py", "dir.local/f", ".env/x", "sqlite3", "top.env",
+    ]
+    for patterns in (PRECIOUS, ("/top.env", "a/.env"), ("*.env", "!a.env"), ()):
+        rules = compile_patterns(patterns)
+        quick = may_match_file(rules)
+        for p in paths:
+            if decide(rules, p, False):
+                assert quick(p.encode()), (patterns, p)
+    quick = may_match_file(compile_patterns(PRECIOUS))
+    assert not quick(b"x.py") and not quick(b"dir.local/f") and not quick(b"a.env")

@@ -46,7 +46,15 @@ from pathlib import Path
 from typing import Final, Literal
 
 from snapd.capture.git import find_repo, read_regular
-from snapd.capture.patterns import Source, as_text, compile_patterns, decide, is_editor_name, pattern_lines
+from snapd.capture.patterns import (
+    Source,
+    as_text,
+    compile_patterns,
+    decide,
+    is_editor_name,
+    may_match_file,
+    pattern_lines,
+)
 from snapd.paths import is_integration_file, is_snapd_name
 
 Reason = Literal["vcs", "snapd", "editor", "snapdignore", "config", "gitignore", "exclude"]
@@ -147,6 +155,7 @@ class IgnoreRules:
         self._snapd = compile_patterns(pattern_lines(snapdignore))
         self._extra = compile_patterns(extra_patterns)
         self._precious = compile_patterns(precious)
+        self._may_be_precious = may_match_file(self._precious)
         self._exclude = compile_patterns(pattern_lines(info_exclude))
         self.tracked = tracked
         tracked_dirs: set[bytes] = set()
@@ -265,10 +274,9 @@ class IgnoreRules:
     def is_precious(self, rel: bytes) -> bool:
         """Whether the file ``rel`` is captured only because a ``precious`` pattern names it
         (git's rules ignore it; nothing of higher precedence decides it)."""
-        if not self._precious or self.reason(rel) is not None or rel in self.tracked:
-            return False
-        name = rel.rpartition(b"/")[2]
-        if name == RULE_FILE_NAME or rel == SNAPDIGNORE:
+        if rel in self.tracked or not self._names_precious(rel):
+            return False  # the precious patterns first: the cheap test that rules most paths out
+        if rel.rpartition(b"/")[2] == RULE_FILE_NAME or rel == SNAPDIGNORE or self.reason(rel) is not None:
             return False
         return self._pattern_reason(rel, False, precious=False) is not None
 
@@ -329,9 +337,13 @@ class IgnoreRules:
                 break
         else:
             reason = "exclude" if decide(self._exclude, top_path, is_dir) else None
-        if reason is not None and precious and not is_dir and decide(self._precious, path, False):
+        if reason is not None and precious and not is_dir and self._names_precious(rel):
             return None  # ignored by git, kept by snapd: a secret or a database (precious)
         return reason
+
+    def _names_precious(self, rel: bytes) -> bool:
+        """Whether the precious patterns name the file ``rel`` (the last match wins)."""
+        return self._may_be_precious(rel) and decide(self._precious, as_text(rel), False) is True
 
     def _chain(self, rel_dir: bytes) -> tuple[Source, ...]:
         try:
