@@ -73,6 +73,27 @@ ENV_NAMES = frozenset({"SNAPD_HOME", "SNAPD_CONFIG"})
 
 # -- the settings (docs/operations.md, "Configuration"): each one's key, default and parser ---
 
+#: The default ``precious`` list: files git is told to ignore because they must never be
+#: committed, not because they can be made again — secrets, local settings, infrastructure
+#: state, development databases (and a WAL database's log, which holds its latest writes).
+#: Regenerable outputs stay out: they are never worth a rollback's bytes (docs/operations.md).
+PRECIOUS: tuple[str, ...] = (
+    ".env",
+    ".env.*",
+    ".envrc",
+    ".dev.vars",
+    "*.local",
+    "local_settings.py",
+    "secrets.toml",
+    "*.tfstate",
+    "*.tfstate.backup",
+    "*.tfvars",
+    "*.sqlite",
+    "*.sqlite3",
+    "*.sqlite-wal",
+    "*.sqlite3-wal",
+)
+
 
 class CaptureSettings(NamedTuple):
     """What each workspace is given to capture with (:mod:`snapd.capture.workspace`). Its keys
@@ -82,6 +103,8 @@ class CaptureSettings(NamedTuple):
     size_cap: Annotated[int, Setting(size)] = 64 * MiB
     # gitignore syntax, on top of the workspace's own rules
     extra_ignore: Annotated[tuple[str, ...], Setting(patterns, env=False)] = ()
+    # gitignore syntax: files git ignores that are captured anyway (secrets, dev databases)
+    precious: Annotated[tuple[str, ...], Setting(patterns, env=False)] = PRECIOUS
     # a mark's wait for its cookie, then a rescan
     barrier_timeout_s: Annotated[float, Setting(seconds)] = 5.0
     # inotify watches per workspace; beyond: scan at marks

@@ -18,9 +18,12 @@ from model_steps import SIZE_CAP, Step, depth, under
 OFF_UNTIL_FIXED: Final[dict[str, int]] = {}
 
 DIR_NAMES: Final = ("a", "b", "src", "pkg", "out", "out.new", "build", "__pycache__", "docs")
-FILE_NAMES: Final = ("f", "g.txt", "m.py", "x.log", "keep.log", ".env", "README", "m.pyc", "n.o")
+FILE_NAMES: Final = (
+    "f", "g.txt", "m.py", "x.log", "keep.log", ".env", "README", "m.pyc", "n.o", "db.sqlite3"
+)
 PATTERNS: Final = (
     ".env",
+    "*.sqlite3",
     "*.log",
     "!keep.log",
     "__pycache__/",
@@ -60,6 +63,7 @@ GIT_COMMANDS: Final = (
     ("stash", "pop", "-q"),
     ("add", "-A"),
     ("commit", "-qam", "work"),
+    ("clean", "-fdxq"),  # deletes what git ignores: the precious files a rollback brings back
 )
 
 

@@ -1,7 +1,9 @@
 """The oracle of the rollback model (:mod:`rollback_model`): what a rollback to a recorded state may
 leave, path by path, and what its reply names. "Ignored" is decided by real git
 (``git check-ignore`` in a scratch repository holding exactly a state's rule inputs), never by
-snapd's ignore code. Pure functions over :data:`e2e_helpers.Snap` maps, except the oracle's git.
+snapd's ignore code; so is which of those files are precious, hence captured (``git
+check-ignore`` again, in a repository whose one rule file is the default ``precious`` list).
+Pure functions over :data:`e2e_helpers.Snap` maps, except the oracle's git.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from pathlib import Path
 
 from e2e_helpers import Entry, Snap, show_entry
 from model_steps import SIZE_CAP, depth, parent, under
+
+from snapd.config import PRECIOUS  # the lab's daemon runs with the default list
 
 
 @dataclass(frozen=True)
@@ -83,7 +87,30 @@ class GitOracle:
             timeout=60,
         )
         assert cp.returncode in (0, 1), f"git check-ignore failed: {cp.stderr!r}"
-        return {names[os.fsdecode(x)] for x in cp.stdout.split(b"\0") if x}
+        out = {names[os.fsdecode(x)] for x in cp.stdout.split(b"\0") if x}
+        return out - self._precious(out, disk)
+
+    def _precious(self, ignored: set[str], disk: Snap) -> set[str]:
+        """Of the ``ignored`` non-directories whose directory is walked (no ancestor ignored),
+        those the precious list names: snapd captures them."""
+        walked = [p for p in ignored if disk[p][0] != "dir" and not any(a in ignored for a in _ancestors(p))]
+        if not walked:
+            return set()
+        repo = self.base / "precious"
+        if not repo.exists():
+            repo.mkdir(parents=True)
+            subprocess.run(["git", "init", "-q"], cwd=repo, env=self.env, check=True, capture_output=True)
+            (repo / ".gitignore").write_text("".join(f"{p}\n" for p in PRECIOUS))
+        cp = subprocess.run(
+            ["git", "check-ignore", "--no-index", "--stdin", "-z"],
+            cwd=repo,
+            env=self.env,
+            input=b"".join(os.fsencode(p) + b"\0" for p in walked),
+            capture_output=True,
+            timeout=60,
+        )
+        assert cp.returncode in (0, 1), f"git check-ignore failed: {cp.stderr!r}"
+        return {os.fsdecode(x) for x in cp.stdout.split(b"\0") if x}
 
 
 # == the model ====================================================================================

@@ -158,6 +158,11 @@ class Round:
         barrier, through ``diff``), then T, read like a mark; and a mark taken right then, its
         twin, which a rollback to T must equal (same plan, same exit)."""
         cp = self.ctl("diff", self.refs["m0"].name)
+        if self.lost:  # no history to take an instant of until a rollback brings the root back
+            self.tally.add("instants refused: the root gone or re-made")
+            if cp.returncode == 0:
+                return f"snapctl diff exited 0 on a root that is gone or re-made: {cp.stdout!r}"
+            return None
         if cp.returncode != 0:
             return f"snapctl diff (to capture before {label}) failed: rc={cp.returncode} {cp.stdout!r}"
         instant = time.time_ns()

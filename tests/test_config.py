@@ -291,7 +291,7 @@ def test_the_documented_settings_are_the_settings_with_their_defaults() -> None:
     for key, value in keys.items():
         cfg.parse_setting(key, value)
     assert {k for k, s in cfg.SETTINGS.items() if s.holder == "capture"} == {
-        "size_cap", "extra_ignore", "barrier_timeout_s", "watch_limit", "scan_fs_types"}
+        "size_cap", "extra_ignore", "precious", "barrier_timeout_s", "watch_limit", "scan_fs_types"}
     defaults = cfg.Config(cfg.resolve_locations({}, "/x", None, UID, Path("/tmp")))
     assert defaults.capture == cfg.CaptureSettings() and defaults.capture.size_cap == 64 << 20
     assert defaults.retention == cfg.Retention() and defaults.gc_interval_s == 3600

@@ -44,19 +44,19 @@ pytestmark = pytest.mark.timeout(90)
 
 
 def test_a_file_ignored_at_the_mark_survives_a_rule_change(daemon: Daemon, ws: Path) -> None:
-    write(ws / ".gitignore", ".env\n")
-    write(ws / ".env", "SECRET=1\n")
+    write(ws / ".gitignore", "local.cfg\n")
+    write(ws / "local.cfg", "SECRET=1\n")  # not precious (a .env would be captured at M)
     write(ws / "app.py", "v1\n")
     m = mark(daemon, ws, "m")
-    write(ws / ".gitignore", "")  # now .env is captured, but it existed at M: not a new file
+    write(ws / ".gitignore", "")  # now local.cfg is captured, but it existed at M: not a new file
     write(ws / "app.py", "v2\n")
 
     code, r = rollback(daemon, ws, "--to", m)
     assert code == 0, r
-    assert (ws / ".env").read_text() == "SECRET=1\n"
-    assert (ws / ".gitignore").read_text() == ".env\n"
+    assert (ws / "local.cfg").read_text() == "SECRET=1\n"
+    assert (ws / ".gitignore").read_text() == "local.cfg\n"
     assert (ws / "app.py").read_text() == "v1\n"
-    assert ".env" in paths(r["left"]), r
+    assert "local.cfg" in paths(r["left"]), r
 
 
 def test_undo_restores_what_was_ignored_before_the_rollback(daemon: Daemon, ws: Path) -> None:

@@ -684,3 +684,58 @@ def test_load_outside_a_repository_anchors_at_the_root(tmp_path: Path) -> None:
     write(root / ".gitignore", b"/top.o\n")
     r = IgnoreRules.load(root)
     assert r.is_ignored(b"top.o") and not r.is_ignored(b"a/top.o")
+
+
+# --- precious files (issue 36) ------------------------------------------------------------
+
+
+def test_a_precious_file_git_ignores_is_captured_and_nothing_else_changes() -> None:
+    r = rules(
+        {b"": b".env\n.env.*\n*.o\nbuild/\nnode_modules/\n", b"app": b"*.sqlite3\n"},
+        snapdignore=b"private.env.local\n",
+        precious=[".env", ".env.*", "!.env.example", "*.sqlite3"],
+    )
+    assert r.reason(b".env") is None and r.is_precious(b".env")
+    assert r.reason(b"app/.env.local") is None and r.is_precious(b"app/.env.local")
+    assert r.reason(b"app/db.sqlite3") is None and r.is_precious(b"app/db.sqlite3")
+    assert r.reason(b".env.example") == "gitignore" and not r.is_precious(b".env.example")  # negated
+    assert r.reason(b"private.env.local") == "snapdignore"  # snapd's own "not this" wins
+    assert r.reason(b"main.o") == "gitignore" and not r.is_precious(b"main.o")
+    assert r.reason(b"build/.env") == "gitignore"  # inside an ignored directory: never walked
+    assert not r.dir_may_contain_captured(b"build") and not r.dir_may_contain_captured(b"node_modules")
+    assert r.reason(b".env", is_dir=True) == "gitignore"  # directories are never precious
+    assert not r.is_precious(b"app.py") and not r.is_precious(b".gitignore")
+    off = rules({b"": b".env\n"})
+    assert off.reason(b".env") == "gitignore" and not off.is_precious(b".env")
+
+
+def test_the_precious_patterns_are_a_rule_input_and_older_records_have_none() -> None:
+    with_list = RuleInputs(extra=("x",), precious=(".env", "*.sqlite3"))
+    assert RuleInputs.decode(with_list.encode()) == with_list
+    without = RuleInputs(extra=("x",))
+    assert b"precious" not in without.encode()  # the bytes of every record before the setting
+    assert RuleInputs.decode(without.encode()).precious == ()
+    r = IgnoreRules.from_inputs(with_list, lambda d: b".env\n" if not d else None, b"")
+    assert r.is_precious(b".env") and not r.same_outside(without)
+
+
+def test_the_quick_precious_test_never_rules_out_a_path_the_patterns_name() -> None:
+    """``may_match_file`` (status judges every captured file with it) is only a first test: False
+    only where ``decide`` finds no positive match, for the default list and for lists it cannot
+    shorten (an anchored or nested pattern: then always True)."""
+    from snapd.capture.patterns import compile_patterns, decide, may_match_file
+    from snapd.config import PRECIOUS
+
+    paths = [
+        ".env", "a/.env", ".env.local", "a/b/.env.prod", ".envrc", "x.local", "local_settings.py",
+        "p/secrets.toml", "t.tfstate", "t.tfstate.backup", "v.tfvars", "db.sqlite", "d/db.sqlite3",
+        "db.sqlite3-wal", "a.env", "env", "x.py", "dir.local/f", ".env/x", "sqlite3", "top.env",
+    ]
+    for patterns in (PRECIOUS, ("/top.env", "a/.env"), ("*.env", "!a.env"), ()):
+        rules = compile_patterns(patterns)
+        quick = may_match_file(rules)
+        for p in paths:
+            if decide(rules, p, False):
+                assert quick(p.encode()), (patterns, p)
+    quick = may_match_file(compile_patterns(PRECIOUS))
+    assert not quick(b"x.py") and not quick(b"dir.local/f") and not quick(b"a.env")

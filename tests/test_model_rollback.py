@@ -572,6 +572,26 @@ SCENARIOS["root-remade"] = (
 )
 
 
+# Issue 36: `git clean -fdx` after a mark deletes the precious files git ignores (.env, a database)
+# with the regenerable outputs (an object file, build/); the rollback brings back the first, never
+# the others, and the undo deletes them again. The rollback said "nothing to change".
+SCENARIOS["git-clean-after-a-mark"] = (
+    [
+        gi(".env", "*.sqlite3", "*.o", "build/"),
+        write("db.sqlite3", "v1*3", 0o600),
+        write("src/n.o", "v1*1"),
+        Step("mkdir", ("build", 0o755)),
+        write("build/f", "v1*1"),
+        MARK,
+        Step("git", (("clean", "-fdxq"),)),
+        BACK,
+        write("src/n.o", "v2*1"),
+        UNDO,
+        BACK,
+    ],
+    "",
+)
+
 class ContractBroken(Exception):
     """The model found a broken promise (anything else failing in a scenario is a plain failure)."""
 

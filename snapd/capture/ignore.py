@@ -25,6 +25,12 @@ Precedence, highest first (the first source with a matching pattern decides):
    root count when the root is a subdirectory of a git work tree.
 9. ``$GIT_COMMON_DIR/info/exclude`` ("exclude").
 
+A file (never a directory) that 8 or 9 ignores but the ``precious`` patterns name (secrets,
+local settings, development databases: config's ``PRECIOUS``) is captured anyway
+(:meth:`IgnoreRules.is_precious`). Only where the walk goes: a file inside an ignored
+directory stays out (5), so precious files cost no walk of ignored trees; and 7 wins over
+them (a ``.snapdignore`` or extra pattern is snapd's own "not this").
+
 Within one source the last matching pattern wins, ``!`` re-includes; how one pattern matches
 one path (git's directory-walk semantics) is :mod:`snapd.capture.patterns`.
 """
@@ -40,7 +46,15 @@ from pathlib import Path
 from typing import Final, Literal
 
 from snapd.capture.git import find_repo, read_regular
-from snapd.capture.patterns import Source, as_text, compile_patterns, decide, is_editor_name, pattern_lines
+from snapd.capture.patterns import (
+    Source,
+    as_text,
+    compile_patterns,
+    decide,
+    is_editor_name,
+    may_match_file,
+    pattern_lines,
+)
 from snapd.paths import is_integration_file, is_snapd_name
 
 Reason = Literal["vcs", "snapd", "editor", "snapdignore", "config", "gitignore", "exclude"]
@@ -74,6 +88,7 @@ class RuleInputs:
     tracked: frozenset[bytes] = frozenset()
     prefix: bytes = b""
     outer: tuple[tuple[bytes, bytes], ...] = ()
+    precious: tuple[str, ...] = ()
 
     _MAGIC = b"snapd-rules-1\n"
 
@@ -85,6 +100,8 @@ class RuleInputs:
             "prefix": _b64(self.prefix),
             "outer": [[_b64(d), _b64(data)] for d, data in self.outer],
         }
+        if self.precious:  # absent: none (every record from before the setting; precious = [])
+            head["precious"] = list(self.precious)
         tracked = b"\0".join(sorted(self.tracked))
         return self._MAGIC + json.dumps(head, sort_keys=True).encode() + b"\n" + tracked
 
@@ -101,6 +118,7 @@ class RuleInputs:
             tracked=frozenset(p for p in tracked.split(b"\0") if p),
             prefix=unb64(head["prefix"]),
             outer=tuple((unb64(d), unb64(x)) for d, x in head["outer"]),
+            precious=tuple(str(x) for x in head.get("precious", ())),
         )
 
 
@@ -124,16 +142,20 @@ class IgnoreRules:
         tracked: frozenset[bytes] = frozenset(),
         prefix: bytes = b"",
         outer_gitignores: Sequence[tuple[bytes, bytes]] = (),
+        precious: Sequence[str] = (),
     ) -> None:
         """``prefix``: the root relative to the git top level when the workspace is a
         subdirectory of a work tree; ``outer_gitignores``: (dir relative to the top level,
-        contents) for the .gitignore files from the top level down to the root's parent."""
+        contents) for the .gitignore files from the top level down to the root's parent;
+        ``precious``: patterns of files captured even though git's rules ignore them."""
         self._load = gitignore
         self.inputs = RuleInputs(
-            tuple(extra_patterns), info_exclude, tracked, prefix, tuple(outer_gitignores)
+            tuple(extra_patterns), info_exclude, tracked, prefix, tuple(outer_gitignores), tuple(precious)
         )
         self._snapd = compile_patterns(pattern_lines(snapdignore))
         self._extra = compile_patterns(extra_patterns)
+        self._precious = compile_patterns(precious)
+        self._may_be_precious = may_match_file(self._precious)
         self._exclude = compile_patterns(pattern_lines(info_exclude))
         self.tracked = tracked
         tracked_dirs: set[bytes] = set()
@@ -160,6 +182,7 @@ class IgnoreRules:
         root: Path,
         extra_patterns: Sequence[str] = (),
         tracked: frozenset[bytes] | None = None,
+        precious: Sequence[str] = (),
     ) -> IgnoreRules:
         """Rules for ``root`` from disk: root ``.snapdignore``, ``.gitignore`` files (read
         when a directory is first asked about), the enclosing repository's info/exclude."""
@@ -188,6 +211,7 @@ class IgnoreRules:
             tracked=tracked or frozenset(),
             prefix=prefix,
             outer_gitignores=outer,
+            precious=precious,
         )
 
     @classmethod
@@ -202,12 +226,15 @@ class IgnoreRules:
             tracked=inputs.tracked,
             prefix=inputs.prefix,
             outer_gitignores=inputs.outer,
+            precious=inputs.precious,
         )
 
     def same_outside(self, other: RuleInputs) -> bool:
         """Whether these rules' inputs outside the tree equal ``other``, the tracked set aside."""
         a, b = self.inputs, other
-        return (a.extra, a.exclude, a.prefix, a.outer) == (b.extra, b.exclude, b.prefix, b.outer)
+        return (a.extra, a.exclude, a.prefix, a.outer, a.precious) == (
+            b.extra, b.exclude, b.prefix, b.outer, b.precious
+        )
 
     # -- public decisions ---------------------------------------------------------------------
 
@@ -243,6 +270,15 @@ class IgnoreRules:
         # A directory's verdict is its cached one (placing the watches judged every directory
         # already): its parent's is None here, so the two agree.
         return self._dir_reason(rel) if is_dir else self._pattern_reason(rel, False)
+
+    def is_precious(self, rel: bytes) -> bool:
+        """Whether the file ``rel`` is captured only because a ``precious`` pattern names it
+        (git's rules ignore it; nothing of higher precedence decides it)."""
+        if rel in self.tracked or not self._names_precious(rel):
+            return False  # the precious patterns first: the cheap test that rules most paths out
+        if rel.rpartition(b"/")[2] == RULE_FILE_NAME or rel == SNAPDIGNORE or self.reason(rel) is not None:
+            return False
+        return self._pattern_reason(rel, False, precious=False) is not None
 
     def dir_may_contain_captured(self, rel_dir: bytes) -> bool:
         """Whether a walker or watcher must descend into ``rel_dir``: it is not excluded, or
@@ -282,7 +318,9 @@ class IgnoreRules:
         self._dirs[rel_dir] = reason
         return reason
 
-    def _pattern_reason(self, rel: bytes, is_dir: bool) -> Reason | None:
+    def _pattern_reason(self, rel: bytes, is_dir: bool, precious: bool = True) -> Reason | None:
+        """The patterns' verdict on ``rel`` (a precious file that git's rules ignore: None,
+        unless ``precious`` is False)."""
         path = as_text(rel)
         verdict = decide(self._snapd, path, is_dir)
         if verdict is not None:
@@ -291,14 +329,21 @@ class IgnoreRules:
         if verdict is not None:
             return "config" if verdict else None
         top_path = f"{self._prefix}/{path}" if self._prefix else path
+        reason: Reason | None = None
         for source in self._chain(rel.rpartition(b"/")[0]):
             verdict = source.decide(top_path, is_dir)
             if verdict is not None:
-                return "gitignore" if verdict else None
-        verdict = decide(self._exclude, top_path, is_dir)
-        if verdict:
-            return "exclude"
-        return None
+                reason = "gitignore" if verdict else None
+                break
+        else:
+            reason = "exclude" if decide(self._exclude, top_path, is_dir) else None
+        if reason is not None and precious and not is_dir and self._names_precious(rel):
+            return None  # ignored by git, kept by snapd: a secret or a database (precious)
+        return reason
+
+    def _names_precious(self, rel: bytes) -> bool:
+        """Whether the precious patterns name the file ``rel`` (the last match wins)."""
+        return self._may_be_precious(rel) and decide(self._precious, as_text(rel), False) is True
 
     def _chain(self, rel_dir: bytes) -> tuple[Source, ...]:
         try:

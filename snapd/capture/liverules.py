@@ -11,7 +11,7 @@ object per distinct set (:meth:`LiveRules.record`).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from snapd.capture import git, ignore, ingest, reader
@@ -22,16 +22,18 @@ from snapd.store.store import Store
 class LiveRules:
     """``current``: the :class:`~snapd.capture.ignore.IgnoreRules` to judge paths by now."""
 
-    def __init__(self, root: Path, extra: Sequence[str]) -> None:
+    def __init__(self, root: Path, extra: Sequence[str], precious: Sequence[str] = ()) -> None:
         self.root = root
         self._extra = tuple(extra)
-        self.current = ignore.IgnoreRules.load(root, self._extra)
+        self._precious = tuple(precious)
+        self.current = ignore.IgnoreRules.load(root, self._extra, precious=self._precious)
         self.git_top: Path | None = None
         self._head: git.HeadCache | None = None
         self._index: Path | None = None
         self._outside: list[Path] = []  # ignore.outside_rule_files, stat'ed with the index
         self._sig: tuple[int, ...] | None = None
         self._record: tuple[ignore.RuleInputs, bytes, str] | None = None  # inputs, bytes, digest
+        self._precious_seen: tuple[ignore.IgnoreRules, str | None, list[bytes]] | None = None
 
     def load(self) -> None:
         """Find the repository (if any) and build the rules with git's tracked files."""
@@ -45,7 +47,7 @@ class LiveRules:
 
     def _rebuild(self) -> None:
         tracked = git.git_tracked_files(self.root) if self.git_top else None
-        self.current = ignore.IgnoreRules.load(self.root, self._extra, tracked)
+        self.current = ignore.IgnoreRules.load(self.root, self._extra, tracked, self._precious)
 
     def _outside_sig(self) -> tuple[int, ...] | None:
         """Signature of git's index and the rule files outside the tree: they are never
@@ -92,6 +94,16 @@ class LiveRules:
             return True
 
         return ignored
+
+    def precious_files(self, files: Callable[[], Iterable[bytes]], tree: str | None) -> list[bytes]:
+        """The captured ``files`` kept only because they are precious (for status), judged
+        again only when the rules or the head ``tree`` changed since the last call."""
+        seen = self._precious_seen
+        if seen is None or seen[0] is not self.current or seen[1] != tree:
+            rules = self.current
+            found = sorted(p for p in files() if rules.is_precious(p))
+            seen = self._precious_seen = (rules, tree, found)
+        return seen[2]
 
     def record(self, store: Store, batch: Batch) -> str:
         """The key of the current rules' outside inputs, stored in ``batch`` (one object per

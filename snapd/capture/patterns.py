@@ -10,7 +10,7 @@ sources). Within one list of rules the last matching pattern wins and ``!`` re-i
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Final
 
 from pathspec import GitIgnoreSpec
@@ -129,6 +129,29 @@ def decide(rules: tuple[Rule, ...], path: str, is_dir: bool) -> bool | None:
         if rule.matches(path, is_dir):
             return rule.ignore
     return None
+
+
+_ANY_DEPTH: Final = "^(?:.+/)?"  # pathspec's start of a pattern without a slash: at any depth
+
+
+def may_match_file(rules: tuple[Rule, ...]) -> Callable[[bytes], bool]:
+    """A quick first test of a file's path: False when no positive rule of ``rules`` can match
+    it (then :func:`decide` never says True). Rules that all name a base name at any depth
+    (``.env``, ``*.sqlite3``) are tried as one regex against the base name only; others make
+    it always True."""
+    sources = []
+    for r in rules:
+        if not r.ignore:
+            continue
+        name = r.regex.pattern.removeprefix(_ANY_DEPTH).replace("(?P<ps_d>", "(?:")
+        core = name.removesuffix("(?:(?:/)|$)").replace("[^/]", "")  # what it says of the base name
+        if r.kind != "any" or not r.regex.pattern.startswith(_ANY_DEPTH) or "/" in core:
+            return lambda rel: True
+        sources.append(f"(?:{name})")
+    if not sources:
+        return lambda rel: False
+    names = re.compile("|".join(sources))
+    return lambda rel: names.fullmatch(as_text(rel.rpartition(b"/")[2])) is not None
 
 
 def pattern_lines(data: bytes) -> list[str]:

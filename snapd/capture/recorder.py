@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from snapd.capture import ingest, reader
+from snapd.capture import ignore, ingest, reader
 from snapd.capture.capturer import Capturer
 from snapd.capture.conditions import Conditions
 from snapd.capture.dirty import Dirty, DirtySet
@@ -251,8 +251,8 @@ class Recorder:
         if names is not None:
             present.load(names)  # what the catch-up finds changed corrects it
         self._queue_found(self._capturer.catch_up_scan(progress))
-        if not present.known:  # none recorded (a store from before format 8): list everything once
-            self.scan(b"", trust_listings=False)
+        if not present.known or self._rules_changed_while_down():
+            self.scan(b"", trust_listings=False)  # every name judged again, listed or not
         self._announce("workspace.rescanned", {"reason": "startup"})
         stats = self._capturer.stats
         found = [p for p in self._dirty.paths() if not stats.is_directory(p)]
@@ -263,6 +263,20 @@ class Recorder:
         self._dirty.add_events(new, self._rules.current.is_rule_file, stats.__contains__)
         self.capture_dirty()
         return None
+
+    def _rules_changed_while_down(self) -> bool:
+        """Whether the rule inputs outside the tree differ from those last recorded (the
+        ``precious`` or ``extra_ignore`` setting changed, an upgrade brought new defaults):
+        a name in a directory whose listing did not change may be judged otherwise now. No
+        names recorded (a store from before format 8) lists everything anyway."""
+        key = self._store.live_rules(self._id)
+        if key is None:
+            return False
+        try:
+            recorded = ignore.RuleInputs.decode(self._store.get(key))
+        except (StoreError, ValueError):
+            return True
+        return not self._rules.current.same_outside(recorded)
 
     def baseline(
         self, progress: CountCallback | None, listings: dict[bytes, reader.Listing] | None = None

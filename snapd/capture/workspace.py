@@ -87,7 +87,7 @@ class Workspace:
         # sets it; the fields hold plain values, bytes paths and Marks for it to put on the wire.
         self.notify: Notify = _no_events
         self.dirty = DirtySet()
-        self.live_rules = LiveRules(root, settings.extra_ignore)
+        self.live_rules = LiveRules(root, settings.extra_ignore, settings.precious)
         self.conditions = Conditions(root, self._announce)
         self.capturer = Capturer(root, ws_id, settings.size_cap, self.live_rules, self._announce)
         self.recorder = Recorder(
@@ -368,12 +368,15 @@ class Workspace:
 
     def status(self) -> dict[str, Any]:
         capturer, watcher = self.capturer, self.watcher
+        precious = self.live_rules.precious_files(capturer.stats.regular_files, self.tree)
         return {
             "root": str(self.root),
             "files": capturer.stats.files(),
             "skipped": len(capturer.skipped),
             "skipped_examples": [os.fsdecode(p) for p in list(capturer.skipped)[:10]],
             "ignored": capturer.ignored.to_json(),
+            "precious": len(precious),  # captured though git ignores them (config's precious)
+            "precious_examples": [os.fsdecode(p) for p in precious[:10]],
             "pending": self.pending(),
             "watches": watcher.watch_count if watcher and watcher.running else 0,
             "watch_failures": watcher.watch_failures if watcher else 0,

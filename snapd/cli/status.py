@@ -44,6 +44,9 @@ def cmd_status(args: argparse.Namespace, env: Env) -> int:
             emit(f"      skipped: {path_text(ex)}")
         if line := ignored_line(w):
             emit(f"      ignored: {line}")
+        if n := w.get("precious"):  # a daemon older than the CLI counts none
+            shown = ", ".join(path_text(p) for p in w["precious_examples"][:5]) + (", ..." if n > 5 else "")
+            emit(f"      precious: {count(n, 'file')} git ignores, kept: {shown}")
         if work := w.get("counters"):
             listings = work.get("listings")  # a daemon older than the CLI has no such counter
             listed = "" if listings is None else f"{count(listings, 'directory', 'directories')} listed, "

@@ -60,12 +60,15 @@ class Op:
     entry: Entry | None
     expect: Entry | None
     forced: str | None = None  # why the current content could not be captured (force only)
+    precious: bool = False  # a file git ignores that the mark's rules keep (a label: no effect)
 
     def to_json(self) -> dict[str, Any]:
-        out = {"kind": self.kind, "path": encode_path(self.path), "entry": _entry_json(self.entry)}
-        out["expect"] = _entry_json(self.expect)
+        out: dict[str, Any] = {"kind": self.kind, "path": encode_path(self.path)}
+        out["entry"], out["expect"] = _entry_json(self.entry), _entry_json(self.expect)
         if self.forced is not None:
             out["forced"] = self.forced
+        if self.precious:
+            out["precious"] = True
         return out
 
     @classmethod
@@ -78,7 +81,8 @@ class Op:
         if path:
             trees.split_path(path)
         forced = obj.get("forced")
-        return cls(kind, path, _entry_from(obj["entry"]), _entry_from(obj["expect"]), forced)
+        precious = obj.get("precious") is True
+        return cls(kind, path, _entry_from(obj["entry"]), _entry_from(obj["expect"]), forced, precious)
 
     def describe(self) -> str:
         p = show(self.path) if self.path else "the workspace root"
@@ -95,6 +99,7 @@ class Op:
             text = f"delete {p}"
         else:
             text = f"delete directory {p}"
+        text += " (precious: ignored by git, kept by snapd)" if self.precious else ""
         return text + (f" (not captured: {self.forced})" if self.forced else "")
 
     def canonical(self) -> list[Any]:

@@ -34,6 +34,7 @@ Invariants:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 
 from snapd.errors import NotFound
@@ -63,6 +64,7 @@ def plan(
     root_modes: tuple[int | None, int | None] = (None, None),
     absent: Sequence[bytes] = (),
     names: IgnoredNames | None = None,
+    precious: Callable[[bytes], bool] | None = None,
 ) -> Plan:
     """The operations that make the workspace captured as ``current`` hold ``target``.
 
@@ -74,8 +76,9 @@ def plan(
     mark knows were absent whatever its rules say (a pre-rollback mark's: what its rollback
     created), so they are deleted even where those rules ignore them. ``names``: the top-most
     ignored entries present at M (None: not recorded), which tell an ignored path that was
-    there from one that was not. Raises NotFound for an ``only`` path that exists neither now
-    nor at M.
+    there from one that was not. ``precious``: whether the mark's rules capture a file only
+    because it is precious (its ops say so). Raises NotFound for an ``only`` path that exists
+    neither now nor at M.
     """
     tops = scope.normalize_only(only)
     differences = scope.differences(load, current, target, tops)
@@ -221,10 +224,21 @@ def plan(
     if not tops:
         ops.extend(modes.root_mode(root_modes))
     ops.extend(modes.open_read_only_dirs(load, current, ops, root_modes[0]))
+    if precious is not None:
+        ops = [
+            dataclasses.replace(op, precious=True) if _is_file_op(op) and precious(op.path) else op
+            for op in ops
+        ]
     ordered = tuple(sorted(ops, key=modes.order))
     kept_t = tuple(sorted(kept.items(), key=lambda kv: parts(kv[0])))
     left_t = tuple(sorted(left.items(), key=lambda kv: parts(kv[0])))
     return Plan(ordered, kept_t, counts, token_of(ordered, kept_t, left_t), left_t)
+
+
+def _is_file_op(op: Op) -> bool:
+    """An op on a file or symlink (precious applies to no directory)."""
+    entry = op.entry or op.expect
+    return op.kind in ("write", "symlink", "remove", "chmod") and entry is not None and entry.kind != "dir"
 
 
 def _keep_what_holds_ignored(

@@ -98,6 +98,7 @@ def _plan(
         root_modes=(root_now, target.root_mode),
         absent=target.absent,
         names=ignored.at_mark(ws.store, target),
+        precious=m_rules.is_precious,
     )
 
 

@@ -229,6 +229,15 @@ class Store:
         row = self.catalog.read().execute("SELECT ignored FROM workspaces WHERE id=?", (ws,)).fetchone()
         return row[0] if row else None
 
+    def live_rules(self, ws: int) -> str | None:
+        """The key of the rule inputs ``ws``'s last commit recorded (None: none recorded)."""
+        sql = "SELECT rules FROM states WHERE workspace=? ORDER BY time DESC, id DESC LIMIT 1"
+        row = self.catalog.read().execute(sql, (ws,)).fetchone()
+        if row is None:
+            mark = self.latest_mark(ws)
+            return mark.rules if mark is not None else None
+        return row[0] if row else None
+
     def load_stats(self, ws: int) -> Iterator[tuple[bytes, bytes]]:
         """The stat cache of ``ws``: rows of (path, entry packed as :data:`snapd.statrow.ROW`),
         in path order (the primary key's: free), which the reconcile scan visits. Fetched
