@@ -158,7 +158,9 @@ def load_steps(text: str) -> list[Step]:
 
 
 def _fd_write(path: Path, data: bytes, flags: int, mode: int | None) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | flags, 0o644)
+    # O_NONBLOCK: a write step that lands on a FIFO (made by a mkfifo step) fails (ENXIO) instead
+    # of waiting for a reader forever (seed 3, round 3, as uid 65534 hung until the tier's timeout)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | flags, 0o644)
     try:
         os.write(fd, data)
         if mode is not None:
