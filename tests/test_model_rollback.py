@@ -612,6 +612,32 @@ SCENARIOS["git-clean-after-a-mark"] = (
     "",
 )
 
+# The rollback's plan deletes the ignored src/__pycache__ (its target, a re-made root adopted by
+# an undo, had no rules), but keeps it: it holds what snapd could not list (0311 as uid 65534).
+# Its pre-rollback mark held it first all the same ("Held first": every path the plan writes or
+# deletes), so after the user moves it away, undo brings it back, as rollback.md says. The model
+# held only the paths whose state changed and wanted it absent; it now holds the plan's paths.
+# Seed 20260508, round 4, step 64 of the model tier as uid 65534, shrunk.
+SCENARIOS["undo-returns-an-ignored-dir-its-rollback-planned-to-delete-but-kept"] = (
+    [
+        write(".gitignore", "v2*4", 0o400),
+        BACK_TO_START,
+        UNDO,
+        UNDO,
+        Step("chmod", ("src/__pycache__", 0o311)),
+        UNDO,
+        Step("remake_root", (0o755, "keep.log", "bin15*8")),
+        UNDO,
+        Step("rename", ("src/tool.sh", "src/__pycache__/keep.log")),
+        UNDO,
+        Step("rename", ("src/__pycache__", "src/pkg")),
+        UNDO,
+    ],
+    "",
+)
+AS_NOBODY.add("undo-returns-an-ignored-dir-its-rollback-planned-to-delete-but-kept")
+
+
 class ContractBroken(Exception):
     """The model found a broken promise (anything else failing in a scenario is a plain failure)."""
 
