@@ -119,7 +119,8 @@ class GitOracle:
 @dataclass(frozen=True)
 class Ref:
     """A state a rollback or undo returns to: the disk as the test read it, its rules, and the paths
-    a pre-rollback mark holds whatever the rules (those the rollback after it wrote or deleted)."""
+    a pre-rollback mark holds whatever the rules (those the plan of the rollback after it writes or
+    deletes, done or kept, and those that rollback changed)."""
 
     name: str
     disk: Snap
@@ -223,6 +224,7 @@ class Reply:
 
     listed: dict[str, str]
     message: str
+    planned: frozenset[str] = frozenset()  # the paths its plan writes or deletes (its ops)
 
     @staticmethod
     def parse(stdout: bytes) -> Reply:
@@ -235,13 +237,14 @@ class Reply:
         listed: dict[str, str] = {}
         for key in ("conflicts", "kept", "left"):
             for item in reply.get(key) or []:
-                p = item.get("path") if isinstance(item, dict) and "b64" not in item else item
-                if isinstance(p, dict) and "b64" in p:
-                    p = os.fsdecode(base64.b64decode(p["b64"]))
-                if isinstance(p, str):
+                p = _path(item.get("path") if isinstance(item, dict) and "b64" not in item else item)
+                if p is not None:
                     listed[p] = f"{key}: {item.get('reason', '') if isinstance(item, dict) else ''}"
+        plan = reply.get("plan")
+        ops = plan.get("ops") if isinstance(plan, dict) else None
+        planned = {_path(op.get("path")) for op in ops or [] if isinstance(op, dict)} - {None}
         err = reply.get("error")
-        return Reply(listed, json.dumps(err) if err else "")
+        return Reply(listed, json.dumps(err) if err else "", frozenset(p for p in planned if p))
 
     def names(self, p: str, root: Path) -> bool:
         """Does the reply name ``p`` (itself, an ancestor or a descendant listed, or in the error)?"""
@@ -253,6 +256,13 @@ class Reply:
     def blocking(self) -> list[str]:
         """The paths listed as kept or as conflicts (not those merely left)."""
         return [p for p, r in self.listed.items() if not r.startswith("left:")]
+
+
+def _path(p: object) -> str | None:
+    """A path of a reply: a string, or ``{"b64": ...}`` for bytes that are not UTF-8."""
+    if isinstance(p, dict) and "b64" in p:
+        return os.fsdecode(base64.b64decode(p["b64"]))
+    return p if isinstance(p, str) else None
 
 
 def diff_lines(got: Snap, want: dict[str, Want] | Snap, only: Iterable[str] | None = None) -> str:

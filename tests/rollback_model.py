@@ -26,8 +26,9 @@ The model is the rollback rules of docs/rollback.md and nothing else:
   → either (see :func:`expected`); a directory that must go but still holds paths that stay is
   left (success); inside a directory the daemon could not list at R → as at R, or left and listed.
 - ``undo`` is a rollback to the state before the last rollback (or undo) that changed something;
-  every path that rollback wrote or deleted was first held by its pre-rollback mark, whatever the
-  rules, so each of those comes back exactly. With nothing to undo, it fails and changes nothing.
+  every path that rollback's plan wrote or deleted (its ``ops``, applied or then kept) was first
+  held by its pre-rollback mark, whatever the rules, so each of those comes back exactly. With
+  nothing to undo, it fails and changes nothing.
 - Exact or loud: exit 0 means the tree IS the expectation. A non-zero exit is accepted only when
   every differing path is named in the reply (``kept``, ``conflicts``, ``left``, or the error
   message) — a path counts as named when it, an ancestor or a descendant is listed — and, with
@@ -246,9 +247,13 @@ class Round:
         self.last_changed = after != before
         if after != before:
             self.tally.add(f"{what}s that changed something")
-            touched = frozenset(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+            # Held: every path its plan writes or deletes, whether or not the write was done (an
+            # ignored directory the plan deletes but keeps, holding what cannot be captured, is
+            # held all the same: undo brings it back if it goes), and every path that changed.
+            changed = {p for p in before.keys() | after.keys() if before.get(p) != after.get(p)}
             unlisted = unlisted_dirs(before, self.lab.uid)
-            self.last_pre = Ref(f"pre-{what}", before, rules_before, touched, unlisted)
+            held = frozenset(changed | reply.planned)
+            self.last_pre = Ref(f"pre-{what}", before, rules_before, held, unlisted)
         if cp.returncode == 0 and differ:
             return f"{what} exited 0 but the tree is not the model:\n{diff_lines(after, want)}\n{out}"
         # (a path R's rules ignore is never touched, so it needs no listing, unlisted or not)

@@ -457,3 +457,35 @@ def test_a_directory_unlisted_at_the_mark_and_now_is_listed_as_left(acting: Acti
     r = json.loads(cp.stdout)
     assert cp.returncode == 0 and "d" in paths(r["left"]), describe(cp)
     assert (o.ws / "a.txt").read_text() == "x\n" and (o.ws / "d" / "new").exists()
+
+
+@pytest.mark.timeout(120)
+def test_a_swapped_unlistable_directory_keeps_no_names_it_could_not_see(acting: Acting) -> None:
+    """``a`` made unsearchable (0), then swapped with ``b``: a path below a directory that cannot
+    be searched answers no ``lstat``, so whether it is there is unknown, and the mark must claim
+    nothing there. It recorded ``a/x`` (written in ``a`` after the chmod; with no stat cache row
+    for it, no scan saw it go with the swap) and ``b/y`` (a name of the directory ``b`` was before
+    the swap, looked up by name) as "there, not captured": neither was, and a rollback to
+    the mark after ``rm -rf a b`` exited 10 ("not captured at the mark: cannot be restored") with
+    the tree exactly as at the mark. Seed 20260508/0 of the model tier as uid 65534, shrunk."""
+    o = acting
+    o.sh("mkdir a b; echo x1 > a/x; echo y1 > b/y")
+    o.ctl("watch", str(o.ws))
+    first = o.ctl_json("mark", "first")["id"]
+    o.sh("chmod 0 a")
+    (o.ws / "a" / "x").write_text("x2\n")  # by root: an event the daemon (65534) cannot follow up
+    o.ctl("mark", "unsearchable")
+    o.sh("mv a t; mv b a; mv t b")
+    m = o.ctl_json("mark", "m")["id"]
+
+    diff = o.ctl_json("diff", first, m)
+    claimed = {f["path"]: f for f in diff["files"] if f.get("not_captured")}
+    assert not claimed, f"the mark claims paths it never saw: {claimed}"
+    assert o.ctl("cat", m, "a/y").stdout == b"y1\n"
+
+    o.sh("chmod 755 b; rm -rf a b")
+    cp = o.ctl("rollback", "--to", m, "--yes", "--json", check=False)
+    r = json.loads(cp.stdout)
+    assert cp.returncode == 0 and not r["kept"], describe(cp)
+    assert (o.ws / "a" / "y").read_text() == "y1\n" and not (o.ws / "a" / "x").exists()
+    assert stat.S_IMODE((o.ws / "b").stat().st_mode) == 0 and os.listdir(o.ws / "b") == []

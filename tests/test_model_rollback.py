@@ -465,6 +465,7 @@ AS_NOBODY = {
     "unlistable-dir-at-m",
     "unreadable-now-dir-after-a-rollback",
     "subdir-removed-in-an-unwatchable-dir",
+    "unsearchable-dir-swapped",
 }
 # A directory made unreadable (300) and re-watched (the rules changed: its new watch is refused)
 # loses a captured subtree, then a rollback and an undo. The undo's re-check found .gitignore
@@ -482,6 +483,25 @@ SCENARIOS["subdir-removed-in-an-unwatchable-dir"] = (
         Step("rmtree", ("out/pkg/__pycache__",)),
         BACK_TO_START,
         UNDO,
+    ],
+    "",
+)
+# A directory made unsearchable (0) swapped with one moved in: the mark recorded the names the
+# moved-in directory had (docs/h, docs/sub) under docs, the unsearchable one now, as "there, not
+# captured" (their lstat was refused). After `rm -rf` of the root, the rollback to it exited 10
+# ("not captured at the mark: cannot be restored") with the tree exactly as the model says. A path
+# whose lstat is refused is now recorded as nothing (its directory is unlisted). Seed 20260508/0
+# of the model tier as uid 65534 (step 60), shrunk; the mark after the move-in makes the daemon
+# know docs/h before the swap (the shrunk list left that to timing).
+SCENARIOS["unsearchable-dir-swapped"] = (
+    [
+        Step("chmod", ("src", 0)),
+        Step("move_in", ("docs", 0o755, "line7*94")),
+        Step("mark", ("m17",)),
+        Step("swap_dirs", ("docs", "src")),
+        Step("mark", ("m18",)),
+        Step("rmtree_root"),
+        Step("rollback", ("m18",)),
     ],
     "",
 )
@@ -591,6 +611,32 @@ SCENARIOS["git-clean-after-a-mark"] = (
     ],
     "",
 )
+
+# The rollback's plan deletes the ignored src/__pycache__ (its target, a re-made root adopted by
+# an undo, had no rules), but keeps it: it holds what snapd could not list (0311 as uid 65534).
+# Its pre-rollback mark held it first all the same ("Held first": every path the plan writes or
+# deletes), so after the user moves it away, undo brings it back, as rollback.md says. The model
+# held only the paths whose state changed and wanted it absent; it now holds the plan's paths.
+# Seed 20260508, round 4, step 64 of the model tier as uid 65534, shrunk.
+SCENARIOS["undo-returns-an-ignored-dir-its-rollback-planned-to-delete-but-kept"] = (
+    [
+        write(".gitignore", "v2*4", 0o400),
+        BACK_TO_START,
+        UNDO,
+        UNDO,
+        Step("chmod", ("src/__pycache__", 0o311)),
+        UNDO,
+        Step("remake_root", (0o755, "keep.log", "bin15*8")),
+        UNDO,
+        Step("rename", ("src/tool.sh", "src/__pycache__/keep.log")),
+        UNDO,
+        Step("rename", ("src/__pycache__", "src/pkg")),
+        UNDO,
+    ],
+    "",
+)
+AS_NOBODY.add("undo-returns-an-ignored-dir-its-rollback-planned-to-delete-but-kept")
+
 
 class ContractBroken(Exception):
     """The model found a broken promise (anything else failing in a scenario is a plain failure)."""

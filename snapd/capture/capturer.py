@@ -164,7 +164,7 @@ class Capturer:
         skipped: dict[bytes, str] = {}
 
         def note(r: reader.Read) -> None:
-            if r.kind == "skipped":
+            if r.kind in ("skipped", "hidden"):
                 skipped[r.rel] = r.reason
 
         changes = ingest.capture(

@@ -227,6 +227,13 @@ def capture(
                     size = r.sig[1] if r.sig is not None else 0
                     changes[r.rel] = trees.uncaptured(r.reason, r.mode, size, stamp)
                     continue
+                if r.kind == "hidden":
+                    # Whether it is there is unknown (its directory cannot be searched, and may
+                    # not even be the one that held it: swapped, moved in): the tree claims
+                    # nothing, and a rollback leaves what lies in that unlisted directory. No
+                    # version row: it was not seen to go.
+                    changes[r.rel] = None
+                    continue
                 if r.kind == "missing":
                     change = None
                 elif r.kind == "dir":

@@ -34,10 +34,15 @@ Ignored = Callable[[bytes, bool], bool]
 
 @dataclass(slots=True)
 class Read:
-    """One path as found on disk, read and (for contents) hashed, ready for the store."""
+    """One path as found on disk, read and (for contents) hashed, ready for the store.
+
+    ``skipped``: there, but its content is not captured (``reason``); its stat is known (``sig``),
+    so its tree entry has a stat cache row and a scan sees it go. ``hidden``: not even its
+    ``lstat`` answered (a directory above it cannot be searched): whether anything is there is
+    unknown, so nothing is recorded at it (the directory is recorded as unlisted)."""
 
     rel: bytes
-    kind: Literal["file", "symlink", "dir", "missing", "skipped"]
+    kind: Literal["file", "symlink", "dir", "missing", "skipped", "hidden"]
     mode: int = 0
     data: bytes = b""
     reason: str = ""
@@ -122,7 +127,7 @@ def read_path(
     except (FileNotFoundError, NotADirectoryError):  # gone, or a parent is a file now
         return Read(rel, "missing")
     except OSError as exc:
-        return Read(rel, "skipped", reason=f"unreadable ({exc.strerror})")
+        return Read(rel, "hidden", reason=f"unreadable ({exc.strerror})")
     got = _read_entry(path, rel, st, size_cap, counters)
     if not trusted and got.kind != "missing" and not parents_real(root, rel, counters):
         return Read(rel, "missing")  # a parent was swapped for a link while we read
@@ -144,7 +149,7 @@ def _read_entry(
         except (FileNotFoundError, NotADirectoryError):
             return Read(rel, "missing")
         except OSError as exc:
-            return Read(rel, "skipped", reason=f"unreadable ({exc.strerror})")
+            return _skipped(rel, st, f"unreadable ({exc.strerror})")
     if not stat.S_ISREG(st.st_mode):
         return _skipped(rel, st, "special file")
     if st.st_size > size_cap:
