@@ -26,6 +26,7 @@ from snapd.config import DAY_NS, Retention
 from snapd.errors import NotFound, UsageError
 from snapd.paths import ancestors, strictly_below
 from snapd.store import gc, history, trees
+from snapd.store.records import Mark
 from snapd.store.store import Store
 
 BERLIN = zoneinfo.ZoneInfo("Europe/Berlin")
@@ -255,3 +256,46 @@ def test_a_time_whose_versions_retention_deleted_is_refused(tmp_path: Path) -> N
             history.at_time(store, ws, 3 * day, now=21 * day)
         assert history.at_time(store, ws, 20 * day, now=21 * day).base.created == 20 * day
         assert old.id != history.at_time(store, ws, 20 * day, now=21 * day).base.id
+
+
+def _mark(seq: int, kind: str, created: int) -> Mark:
+    return Mark(f"m{seq}", 1, seq, kind, None, None, None, created, None, "t", kind, False, {})
+
+
+def test_the_base_of_a_rebuild_is_never_a_pre_rollback_mark_when_another_is_there() -> None:
+    """``base_mark`` (pure): the newest mark at or before the instant that is not a
+    pre-rollback mark; a pre-rollback mark only when nothing else came before."""
+    user, pre, later = _mark(2, "user", 2000), _mark(3, "pre-rollback", 3000), _mark(4, "user", 9000)
+    newest_first = [later, pre, user, _mark(1, "baseline", 1000)]
+    assert history.base_mark(newest_first, 5000) == user
+    assert history.base_mark(newest_first, 3000) == user
+    assert history.base_mark(newest_first, 9000) == later
+    assert history.base_mark([pre], 5000) == pre
+    assert history.base_mark(newest_first, 999) is None
+
+
+def test_a_legacy_rebuild_after_a_rollback_starts_from_the_mark_before_it(tmp_path: Path) -> None:
+    """History older than format 8 (no recorded states) is rebuilt from a base mark plus the
+    versions after it. A pre-rollback mark holds what the capture never recorded as versions
+    (the extras the rollback held: ignored files it was about to touch), so a rebuild from it
+    would show a file that was never captured at that instant. The base is the user mark."""
+    with Store.open(tmp_path / "s") as store:
+        ws = store.add_workspace(b"/model/ws")
+        with store.batch() as batch:
+            one, two = batch.put(b"1"), batch.put(b"22")
+            f1 = {b"f": trees.Entry("file", 0o644, 1, one)}
+            user = batch.add_mark(ws, "m", batch.apply(None, f1), created=1000)
+            batch.add_version(ws, b"f", 2000, trees.Entry("file", 0o644, 2, two))
+            held = {
+                b"f": trees.Entry("file", 0o644, 2, two),
+                b"build.log": trees.Entry("file", 0o600, 1, one),  # an extra it held: no version
+            }
+            batch.add_mark(ws, "pre-rollback", batch.apply(None, held), kind="pre-rollback", created=3000)
+            batch.add_version(ws, b"f", 4000, trees.Entry("file", 0o644, 1, one))
+        db = store.catalog.read()
+        if db.execute("SELECT 1 FROM sqlite_master WHERE name='states'").fetchone():
+            with store.catalog.write() as c:
+                c.execute("DELETE FROM states")  # format 8 on: as if this history predates them
+        at = history.at_time(store, ws, 5000, now=10**12)
+        assert at.base.id == user.id
+        assert _entries(store, at.tree) == {b"f": ("file", 0o644, 1, one)}
