@@ -47,7 +47,9 @@ def zone_offset(zone: datetime.tzinfo) -> timeref.Offset:
 
 @given(n=st.integers(0, 10**9 - 1), unit=st.sampled_from("smhd"), now=st.integers(10**18, 2 * 10**18))
 def test_relative_times_count_back_from_the_clock(n: int, unit: str, now: int) -> None:
-    assert timeref.resolve(f"@{n}{unit}", now, zone_offset(BERLIN)) == now - n * timeref.UNITS[unit] * NS
+    # the units' seconds written out here: the module's own table would agree with any mistake
+    seconds = {"s": 1, "m": 60, "h": 3600, "d": 86_400}[unit]
+    assert timeref.resolve(f"@{n}{unit}", now, zone_offset(BERLIN)) == now - n * seconds * NS
 
 
 def test_yesterday_is_24_hours_ago() -> None:
