@@ -350,8 +350,8 @@ MUTANTS = [
     Mutant(
         "gc-live-set-without-marks",
         "snapd/store/gc.py",
-        "    nodes.reachable(store.get_many, sorted({r for r in roots if r}), held)\n",
-        "",
+        "    nodes.reachable(store.get_many, sorted(",  # so it still applies once GC holds states too
+        "    (lambda *_: None)(sorted(",
         _t("tests/test_store.py", "-k", "gc"),
         "GC deletes the objects of the marks it keeps",
     ),
