@@ -478,16 +478,19 @@ def not_applicable(chosen: list[Mutant]) -> list[str]:
     return bad
 
 
-def baseline(chosen: list[Mutant], timeout: float) -> list[str]:
+def baseline(chosen: list[Mutant], timeout: float) -> dict[tuple[str, ...], str]:
     """Each test selection, unmutated, must pass: otherwise a failure would be the machine's
-    or the tests' own, and count as a kill. The selections that did not pass, with why."""
-    bad = []
+    or the tests' own, and count as a kill. The selections that did not pass, with why (their
+    mutants get no verdict; the others are still judged)."""
+    bad = {}
     for tests in dict.fromkeys(m.tests for m in chosen):
         code, out, took = pytest_run(tests, timeout)
         tail = (out.strip().splitlines() or ["(no output)"])[-1]
         print(f"baseline {' '.join(tests)}: exit {code} in {took:.0f}s: {tail}", flush=True)
         if code != 0:
-            bad.append(f"{' '.join(tests)}: exit {code}\n{out[-3000:]}")
+            failed = [ln for ln in out.splitlines() if ln.startswith(("FAILED ", "ERROR "))]
+            bad[tests] = f"exit {code}: {(failed or [tail])[0][:300]}"
+            print(f"BASELINE FAILED, its mutants get no verdict: {bad[tests]}", flush=True)
     return bad
 
 
@@ -514,16 +517,13 @@ def main() -> int:
         print("\n".join(f"  {s}" for s in stale), file=sys.stderr)
         return 3
     start = time.monotonic()
-    if not args.no_baseline:
-        broken = baseline(chosen, args.timeout)
-        if broken:
-            print("BASELINE FAILED: these tests fail without any mutant, so no mutant can be judged:",
-                  file=sys.stderr)
-            print("\n".join(broken), file=sys.stderr)
-            return 4
+    broken = {} if args.no_baseline else baseline(chosen, args.timeout)
     bad = 0
     for m in chosen:
-        verdict, took = run(m, args.timeout)
+        if m.tests in broken:
+            verdict, took = f"NO VERDICT: its tests fail unmutated ({broken[m.tests]})", 0.0
+        else:
+            verdict, took = run(m, args.timeout)
         bad += verdict != "killed"
         print(f"{m.name:<36} {verdict:<10} {took:6.1f}s  {m.why}", flush=True)
     minutes = (time.monotonic() - start) / 60
