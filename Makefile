@@ -29,8 +29,10 @@ check:
 	sh .ci/run
 
 # Mutation testing, outside CI (docs/reliability.md): the named hand-made mutants of the I/O
-# paths (tests/mutants.py), then mutmut over the pure core ([tool.mutmut] in pyproject.toml).
-# Slow (most of an hour on 2 cores); `mutmut results` lists the survivors afterwards.
+# paths (tests/mutants.py: every mutant must apply, the tests pass unmutated first, and it exits
+# non-zero unless every mutant is killed, which stops here), then mutmut over the pure core
+# ([tool.mutmut] in pyproject.toml). Slow (hours on 2 shared cores); `mutmut results` lists the
+# survivors afterwards.
 mutants: install
 	$(BIN)/python -c "import mutmut" 2>/dev/null || $(BIN)/pip install --quiet 'mutmut>=3.8,<4'
 	$(BIN)/python tests/mutants.py

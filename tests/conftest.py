@@ -35,6 +35,20 @@ def _reaper(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Confi
     pytestconfig.stash[_REAPER] = leftovers.start_reaper(root)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Under ``CI`` a skip is a failure with its reason: a test that cannot set up its real
+    condition there must say so, never pass quietly (the helper for it:
+    ``e2e_helpers.unavailable``). An expected failure (``xfail``) stays what it is."""
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    if os.environ.get("CI") and report.skipped and not hasattr(report, "wasxfail"):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"a skip under CI fails: {reason}"
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """A process still running with its SNAPD_HOME under this session's temporary root once
     every test is done was left behind by one of them (its SNAPD_HOME names the test): it

@@ -321,12 +321,14 @@ def git(repo: Path, *args: str) -> str:
 
 @dataclass(frozen=True)
 class OtherUser:
-    """Acting as another uid: ``setpriv`` with that uid and gid and no supplementary groups (so
-    nothing is reachable through root's groups), the system Python of our version (the venv's
+    """Acting as another uid: ``setpriv`` with that uid, a gid that differs from it (so code that
+    takes one for the other is caught) and no supplementary groups (so nothing is reachable
+    through root's groups), the system Python of our version (the venv's
     interpreter lives under /root), and this checkout plus the venv's site-packages on
     PYTHONPATH. ``top`` is a 0755 directory it owns, outside pytest's 0700 temp root."""
 
     uid: int
+    gid: int
     top: Path
     python: tuple[str, ...]
     pythonpath: str
@@ -368,7 +370,7 @@ class OtherUser:
             try:
                 os.close(rfd)
                 os.setgroups([])
-                os.setgid(self.uid)
+                os.setgid(self.gid)
                 os.setuid(self.uid)
                 fn(*args)
             except (OSError, subprocess.CalledProcessError) as exc:
@@ -453,8 +455,9 @@ def install_for_others(dest: Path) -> str:
     return str(dest)
 
 
-def other_user(uid: int, top: Path) -> OtherUser:
-    """An :class:`OtherUser` for ``uid`` in ``top`` (made 0755 and given to it), or
+def other_user(uid: int, top: Path, gid: int | None = None) -> OtherUser:
+    """An :class:`OtherUser` for ``uid`` (with group ``gid``: one below ``uid`` unless given,
+    never equal to it) in ``top`` (made 0755 and given to it), or
     :func:`unavailable` saying what is missing. Where it cannot read this checkout's code, a
     copy is installed for it in ``top`` (:func:`install_for_others`)."""
     exe = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
@@ -465,16 +468,18 @@ def other_user(uid: int, top: Path) -> OtherUser:
         unavailable(f"acting as uid {uid} needs setpriv and {exe}")
     site = os.path.dirname(os.path.dirname(zmq.__file__))
     code = os.path.dirname(os.path.dirname(snapd.__file__))
+    gid = uid - 1 if gid is None else gid
     who = OtherUser(
         uid,
+        gid,
         top,
-        (setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", exe),
+        (setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", exe),
         os.pathsep.join([code, site]),
     )
     top.chmod(0o755)
     (top / "home").mkdir()
-    os.chown(top, uid, uid)
-    os.chown(top / "home", uid, uid)
+    os.chown(top, uid, gid)
+    os.chown(top / "home", uid, gid)
 
     def probe(who: OtherUser) -> subprocess.CompletedProcess[bytes]:
         code = "import snapd.daemon.main, snapd.cli, zmq, xxhash, zstandard, watchdog, structlog, pathspec"

@@ -15,6 +15,7 @@ where a generated mutant would need a daemon, a disk or a crash to be caught.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import subprocess
 import sys
@@ -39,6 +40,8 @@ class Mutant:
 def _t(*args: str) -> tuple[str, ...]:
     return args
 
+
+MSC = "tests/test_model_rollback.py::test_scenario"  # a fixed model scenario: MSC[name]
 
 MUTANTS = [
     Mutant(
@@ -205,9 +208,9 @@ MUTANTS = [
     ),
     Mutant(
         "rollback-without-recheck",
-        "snapd/capture/workspace.py",
-        "            self.dirty.add_paths(self.capturer.recheck_files())\n",
-        "            pass\n",
+        "snapd/capture/recorder.py",
+        "        self._queue_found(self._capturer.recheck_files())\n",
+        "        pass\n",
         _t("tests/test_counters.py", "tests/test_model_rollback.py::test_scenario"),
         "a rollback plans from stale bytes after a write through a hard link made outside the watches",
     ),
@@ -337,6 +340,168 @@ MUTANTS = [
         _t("tests/test_exchange.py::test_a_name_reused_before_its_rename_is_read"),
         "a table found behind the disk is never placed again from it",
     ),
+    # -- issue 31, point 13: four mutations no named test caught, and a weak comparison --
+    Mutant(
+        "journal-of-another-root",
+        "snapd/rollback/journal.py",
+        "    if journal_root != os.fsencode(root):\n",
+        "    if False:\n",
+        _t("tests/test_apply.py", "-k", "another_root"),
+        "recovery finishes a journal written for another root over this one",
+    ),
+    Mutant(
+        "gc-unlinks-a-file-stored-again",
+        "snapd/store/gc.py",
+        "                    if not store.holds.spared(key):\n                        safeio.unlink(p)\n",
+        "                    if True:\n                        safeio.unlink(p)\n",
+        _t("tests/test_store.py", "-k", "between_the_sweeps"),
+        "GC deletes the file of a content a capture stored again after the sweep's commit",
+    ),
+    Mutant(
+        "replan-without-token-check",
+        "snapd/rollback/live.py",
+        "capture_to_now_under_lock(rescan=True))\n        _check(ws, target, prep.plan, prep.held, token)\n",
+        "capture_to_now_under_lock(rescan=True))\n",
+        _t("tests/test_rollback_replan.py"),
+        "a plan re-made after the pre-rollback mark is applied though the user confirmed another",
+    ),
+    Mutant(
+        "pre-rollback-mark-as-history-base",
+        "snapd/store/history.py",
+        '    plain = [m for m in before if m.kind != "pre-rollback"]\n',
+        "    plain = before\n",
+        _t("tests/test_history_model.py", "-k", "base_of or legacy"),
+        "a time is rebuilt from a pre-rollback mark, whose held extras were never captured",
+    ),
+    Mutant(
+        "apply-judges-files-by-size-and-mode",
+        "snapd/rollback/checks.py",
+        '        return data == self.get(e.key) if "." in e.key else self.hasher(data) == digest',
+        "        return True",
+        _t("tests/test_apply.py", "-k", "size_mode"),
+        "a file rewritten with the same size, mode and mtime during a rollback is overwritten",
+    ),
+    Mutant(
+        "peer-judged-by-its-gid",
+        "snapd/ipc/server.py",
+        "    if peer.uid != own_uid:\n",
+        "    if peer.gid != own_uid:\n",
+        _t("tests/test_server_client.py", "-k", "check_peer"),
+        "the daemon compares the peer's gid with its uid: its own user is refused, a group let in",
+    ),
+    Mutant(
+        "peer-judged-by-its-gid-end-to-end",
+        "snapd/ipc/server.py",
+        "    if peer.uid != own_uid:\n",
+        "    if peer.gid != own_uid:\n",
+        _t("tests/test_other_user.py", "-k", "refuses_even_root"),
+        "the same, caught by a real daemon run as uid 65534 with gid 65533",
+    ),
+    # -- issue 31, point 14: every promise of docs/reliability.md has a named mutant --
+    Mutant(
+        "journal-removed-without-sync",
+        "snapd/rollback/journal.py",
+        "    safeio.remove_durably(journal)\n",
+        "    journal.unlink()\n",
+        _t("tests/test_apply.py", "-k", "no_journal_for_a_power_cut"),
+        "a finished rollback's journal comes back after a power cut and is finished again",
+    ),
+    Mutant(
+        "recovery-does-not-finish",
+        "snapd/rollback/apply.py",
+        "        engine.run(found.ops, found.temps, lambda phase: None)\n        journals.remove(journal)\n",
+        "        journals.remove(journal)\n",
+        _t("tests/test_apply.py", "-k", "crash_at_every_apply_step"),
+        "a rollback interrupted by a crash is dropped half-done instead of finished",
+    ),
+    Mutant(
+        "ignored-at-the-mark-deleted",
+        "snapd/rollback/plan.py",
+        "            if why is not None:  # absent at M because its rules ignored it, not because",
+        "            if False:  # absent at M because its rules ignored it, not because",
+        _t("tests/test_restore.py", "-k", "ignored", f"{MSC}[ignored-at-m-unignored-now]"),
+        "a path the mark's rules ignored is deleted by the rollback",
+    ),
+    Mutant(
+        "pre-rollback-holds-no-extras",
+        "snapd/rollback/live.py",
+        "            hold=prep.touched_extras,\n",
+        "            hold=(),\n",
+        _t(f"{MSC}[ignored-now-captured-at-m]", f"{MSC}[ignored-dir-captured-at-m]"),
+        "the pre-rollback mark lacks what the rollback overwrites outside today's rules: undo loses it",
+    ),
+    Mutant(
+        "pre-rollback-records-no-absent",
+        "snapd/rollback/live.py",
+        "            absent=prep.created,\n",
+        "            absent=(),\n",
+        _t(f"{MSC}[recreated-file-untracked-since]"),
+        "undo leaves a path the rollback created where the rules now ignore it",
+    ),
+    Mutant(
+        "gc-live-set-without-marks",
+        "snapd/store/gc.py",
+        "    nodes.reachable(store.get_many, sorted(",  # so it still applies once GC holds states too
+        "    (lambda *_: None)(sorted(",
+        _t("tests/test_store.py", "-k", "gc"),
+        "GC deletes the objects of the marks it keeps",
+    ),
+    Mutant(
+        "gc-drops-delta-bases",
+        "snapd/store/gc.py",
+        "    return with_bases(store, held)\n",
+        "    return held\n",
+        _t("tests/test_store_deltas.py", "-k", "gc_never_deletes_a_base"),
+        "GC deletes the base a kept delta needs",
+    ),
+    Mutant(
+        "gc-ignores-journal-holds",
+        "snapd/daemon/maintenance.py",
+        "unfinished = {k for w in store.workspaces() for k in journal.needs(store.journal_path(w.id))}",
+        "unfinished: set[str] = set()",
+        _t("tests/test_diskfull.py", "-k", "gc_keeps_what_an_unfinished_rollback"),
+        "GC deletes what a rollback stopped part-way still has to write",
+    ),
+    Mutant(
+        "read-without-hash-check",
+        "snapd/store/objects.py",
+        "    if len(data) != size or hasher(data) != digest:\n",
+        "    if len(data) != size:\n",
+        _t("tests/test_store.py", "-k", "corruption"),
+        "a damaged object of the right size is returned as if it were the content",
+    ),
+    Mutant(
+        "other-uid-let-in",
+        "snapd/ipc/server.py",
+        "    if peer.uid != own_uid:\n",
+        "    if False:\n",
+        _t("tests/test_server_client.py", "-k", "refused"),
+        "the daemon serves a request from another uid",
+    ),
+    Mutant(
+        "store-files-world-readable",
+        "snapd/store/safeio.py",
+        "FILE_MODE = 0o600\n",
+        "FILE_MODE = 0o644\n",
+        _t("tests/test_store.py", "-k", "private_whatever_the_umask"),
+        "the store's files are readable by other users",
+    ),
+    Mutant(
+        "stale-token-applied",
+        "snapd/rollback/live.py",
+        "    if token is None or plan.token == token:\n",
+        "    if True:\n",
+        _t("tests/test_rollback_e2e.py", "-k", "stale_plan_token"),
+        "a rollback applies a plan other than the one the user confirmed",
+    ),
+    Mutant(
+        "relative-minutes-as-seconds",
+        "snapd/timeref.py",
+        'UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}',
+        'UNITS = {"s": 1, "m": 1, "h": 3600, "d": 86_400}',
+        _t("tests/test_history_model.py", "-k", "relative"),
+        "`@10m` names ten seconds ago",
+    ),
 ]
 
 
@@ -348,37 +513,84 @@ def _on_term(signum: int, frame: FrameType | None) -> None:
     raise _Stop(signal.Signals(signum).name)
 
 
+def pytest_run(tests: tuple[str, ...], timeout: float) -> tuple[int | None, str, float]:
+    """Run ``tests`` (``pytest -x``, under ``CI``: a condition the machine lacks is a failure
+    saying so, never a skip); (exit code or None on timeout, output, seconds)."""
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-rfE", "-p", "no:cacheprovider", *tests]
+    start = time.monotonic()
+    try:
+        cp = subprocess.run(
+            cmd, cwd=ROOT, capture_output=True, timeout=timeout, env={**os.environ, "CI": "1"}
+        )
+    except subprocess.TimeoutExpired:
+        return None, "", time.monotonic() - start
+    return cp.returncode, cp.stdout.decode(errors="replace"), time.monotonic() - start
+
+
+def judge(code: int | None, out: str) -> str:
+    """A mutant is killed only when a test *failed* (pytest's exit 1 with a FAILED line): not
+    on an error in set-up or collection, a timeout of the whole run, a usage error, or a test
+    that could not set up its condition on this machine (``unavailable``) — those say nothing
+    about the mutant."""
+    if code is None:
+        return "TIMED OUT (no verdict: the whole run hung)"
+    lines = out.splitlines()
+    failed = [ln for ln in lines if ln.startswith("FAILED ")]
+    errors = [ln for ln in lines if ln.startswith("ERROR ")]
+    if code == 0:
+        return "SURVIVED"
+    if code == 1 and failed and not errors and "cannot run under CI" not in out:
+        return "killed"
+    why = (errors or failed or lines[-1:] or ["?"])[0]
+    return f"NO VERDICT: pytest exited {code} ({why[:160]})"
+
+
 def run(m: Mutant, timeout: float) -> tuple[str, float]:
-    """(verdict, seconds): killed, SURVIVED, or why the mutant could not be tried."""
+    """(verdict, seconds): killed, SURVIVED, or why no verdict could be given."""
     path = ROOT / m.path
     original = path.read_text()
-    found = original.count(m.old)
-    if found != 1:
-        return f"NOT APPLIED: the code to mutate occurs {found} times in {m.path}", 0.0
-    start = time.monotonic()
+    if original.count(m.old) != 1:
+        return f"NOT APPLIED: the code to mutate occurs {original.count(m.old)} times in {m.path}", 0.0
     path.write_text(original.replace(m.old, m.new))
     try:
-        cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *m.tests]
-        try:
-            cp = subprocess.run(cmd, cwd=ROOT, capture_output=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return "killed (timeout)", time.monotonic() - start
+        code, out, took = pytest_run(m.tests, timeout)
     finally:
         path.write_text(original)
-    took = time.monotonic() - start
-    if cp.returncode == 1:
-        return "killed", took
-    if cp.returncode == 0:
-        return "SURVIVED", took
-    tail = cp.stdout.decode(errors="replace").strip().splitlines()[-1:] or ["?"]
-    return f"ERROR: pytest exited {cp.returncode} ({tail[0]})", took
+    return judge(code, out), took
+
+
+def not_applicable(chosen: list[Mutant]) -> list[str]:
+    """The mutants whose code to mutate does not occur exactly once (it moved or changed)."""
+    bad = []
+    for m in chosen:
+        found = (ROOT / m.path).read_text().count(m.old)
+        if found != 1:
+            bad.append(f"{m.name}: the code to mutate occurs {found} times in {m.path}")
+    return bad
+
+
+def baseline(chosen: list[Mutant], timeout: float) -> dict[tuple[str, ...], str]:
+    """Each test selection, unmutated, must pass: otherwise a failure would be the machine's
+    or the tests' own, and count as a kill. The selections that did not pass, with why (their
+    mutants get no verdict; the others are still judged)."""
+    bad = {}
+    for tests in dict.fromkeys(m.tests for m in chosen):
+        code, out, took = pytest_run(tests, timeout)
+        tail = (out.strip().splitlines() or ["(no output)"])[-1]
+        print(f"baseline {' '.join(tests)}: exit {code} in {took:.0f}s: {tail}", flush=True)
+        if code != 0:
+            failed = [ln for ln in out.splitlines() if ln.startswith(("FAILED ", "ERROR "))]
+            bad[tests] = f"exit {code}: {(failed or [tail])[0][:300]}"
+            print(f"BASELINE FAILED, its mutants get no verdict: {bad[tests]}", flush=True)
+    return bad
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("names", nargs="*", help="run only these mutants")
     ap.add_argument("--list", action="store_true", help="list the mutants and their tests")
-    ap.add_argument("--timeout", type=float, default=900.0, help="seconds per mutant")
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds per test run")
+    ap.add_argument("--no-baseline", action="store_true", help="skip the unmutated run (not for a result)")
     args = ap.parse_args()
     chosen = [m for m in MUTANTS if not args.names or m.name in args.names]
     unknown = set(args.names) - {m.name for m in MUTANTS}
@@ -390,12 +602,23 @@ def main() -> int:
             print(f"{m.name}: {m.why}\n    {m.path}; tests: {' '.join(m.tests)}")
         return 0
     signal.signal(signal.SIGTERM, _on_term)
+    stale = not_applicable(chosen)
+    if stale:
+        print("MUTANTS THAT NO LONGER APPLY (fix them in tests/mutants.py):", file=sys.stderr)
+        print("\n".join(f"  {s}" for s in stale), file=sys.stderr)
+        return 3
+    start = time.monotonic()
+    broken = {} if args.no_baseline else baseline(chosen, args.timeout)
     bad = 0
     for m in chosen:
-        verdict, took = run(m, args.timeout)
-        bad += not verdict.startswith("killed")
-        print(f"{m.name:<34} {verdict:<10} {took:6.1f}s  {m.why}", flush=True)
-    print(f"{len(chosen) - bad} of {len(chosen)} mutants killed")
+        if m.tests in broken:
+            verdict, took = f"NO VERDICT: its tests fail unmutated ({broken[m.tests]})", 0.0
+        else:
+            verdict, took = run(m, args.timeout)
+        bad += verdict != "killed"
+        print(f"{m.name:<36} {verdict:<10} {took:6.1f}s  {m.why}", flush=True)
+    minutes = (time.monotonic() - start) / 60
+    print(f"{len(chosen) - bad} of {len(chosen)} mutants killed in {minutes:.1f} min")
     return 1 if bad else 0
 
 

@@ -22,10 +22,11 @@ from pathlib import Path
 import pytest
 from conftest import FsyncFaults
 from disks import xfs_disk
+from e2e_helpers import unavailable
 from ingest_helpers import ingest_tree
 
 from snapd import paths
-from snapd.errors import Conflict
+from snapd.errors import Conflict, StoreError
 from snapd.rollback.apply import ApplyResult, apply, recover
 from snapd.rollback.ops import Plan
 from snapd.rollback.plan import plan
@@ -409,9 +410,10 @@ def test_crash_during_recovery_at_every_step(tmp_path: Path, fraction: float) ->
         _converged(case, ws, journal)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the apply as another uid")
 def test_read_only_directories_as_an_unprivileged_user(tmp_path: Path) -> None:
     """Root ignores modes, so the apply runs as ``nobody``: dirs read-only now or at M still work."""
+    if os.geteuid() != 0:
+        unavailable("needs root to run the apply as another uid")
 
     def target(ws: Path) -> None:
         write(ws / "ro_now/f", "f at M")
@@ -874,3 +876,41 @@ def test_every_crash_of_an_apply_as_its_user_is_recovered(tmp_path: Path, shape:
         if finished:
             break
     assert finished, "the apply had more steps than the test crashes at"
+
+
+def test_a_journal_of_another_root_is_refused_and_left_in_place(tmp_path: Path) -> None:
+    """A journal names the root its apply ran in; recovery of any other root refuses it with
+    a clear error, touches nothing there and leaves the journal where it is (a store copied
+    between machines, or a workspace id reused, must never roll one tree's apply over another)."""
+    case = Case(tmp_path, current_tree, target_tree)
+    ws, journal = case.fresh()
+    assert _in_child(lambda: case.apply(ws, journal), 20) == safeio.CRASH_EXIT_CODE
+    assert journal.exists()
+    other, _ = case.fresh()  # the same layout, so the journal's ops would apply there
+    with pytest.raises(StoreError, match="belongs to"):
+        recover(other, journal, case.get, xxh3_hex)
+    assert listing(other) == case.before and journal.exists() and no_temps(other)
+    assert recover(ws, journal, case.get, xxh3_hex) is not None  # its own root: finished
+    _converged(case, ws, journal)
+
+
+def test_a_file_changed_in_place_with_its_size_mode_and_mtime_is_a_conflict(tmp_path: Path) -> None:
+    """A concurrent writer who keeps the size and mode (and puts the mtime back) is still seen:
+    the apply compares what it replaces by content, not by its stat."""
+    case = Case(tmp_path, current_tree, target_tree)
+    ws, journal = case.fresh()
+    p = ws / "mod.txt"
+    st = p.stat()
+    theirs = b"NEW CONTENT"
+    assert len(theirs) == st.st_size == len(b"new content")
+    p.write_bytes(theirs)
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    now = p.stat()
+    assert (now.st_size, now.st_mode, now.st_mtime_ns) == (st.st_size, st.st_mode, st.st_mtime_ns)
+    result = case.apply(ws, journal)
+    assert dict(result.conflicts).keys() == {b"mod.txt"}
+    assert p.read_bytes() == theirs
+    got, want = listing(ws), case.want
+    assert {k: v for k, v in got.items() if k != "mod.txt"} == {
+        k: v for k, v in want.items() if k != "mod.txt"
+    }

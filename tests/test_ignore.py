@@ -10,6 +10,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
+from e2e_helpers import unavailable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,7 +20,15 @@ from snapd.capture.ignore import IgnoreRules, RuleInputs
 pytestmark = pytest.mark.timeout(120)
 
 HAVE_GIT = shutil.which("git") is not None
-needs_git = pytest.mark.skipif(not HAVE_GIT, reason="git not installed")
+
+
+@pytest.fixture
+def _git() -> None:
+    if not HAVE_GIT:
+        unavailable("git is not installed: these tests compare with git check-ignore")
+
+
+needs_git = pytest.mark.usefixtures("_git")
 
 
 def rules(gitignores: Mapping[bytes, bytes] | None = None, **kwargs: object) -> IgnoreRules:

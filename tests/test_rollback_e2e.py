@@ -49,6 +49,7 @@ from e2e_helpers import (
     snap_diff,
     snapshot,
     start_daemon,
+    unavailable,
     wait_for,
     write,
 )
@@ -740,7 +741,7 @@ def git(cwd: Path, env: dict[str, str], *args: str) -> str:
 @pytest.mark.timeout(60)
 def test_git_head_warning_when_head_moved(daemon: Daemon, tmp_path: Path) -> None:
     if shutil.which("git") is None:
-        pytest.skip("git is not installed")
+        unavailable("git is not installed")
     root = tmp_path / "repo"
     root.mkdir()
     env = dict(

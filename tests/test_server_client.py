@@ -337,6 +337,7 @@ def test_peer_address_parsing() -> None:
 
 def test_check_peer_policy() -> None:
     check_peer(PeerInfo(1000, 1000, 1), 1000, require_credentials=True)
+    check_peer(PeerInfo(1000, 100, 1), 1000, require_credentials=True)  # the uid, not the gid
     with pytest.raises(PermissionRefused, match="from uid 0"):
         check_peer(PeerInfo(0, 0, 1), 1000, require_credentials=True)  # root too
     with pytest.raises(PermissionRefused, match="credentials"):

@@ -854,3 +854,62 @@ def test_a_batch_holds_a_key_before_it_writes_the_file(store: Store, monkeypatch
     with store.batch() as b:
         key = b.put(data)
     assert swept == [0] and store.get(key) == data
+
+
+def test_a_capture_storing_a_content_between_the_sweeps_commit_and_its_unlink_keeps_its_file(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real race: the sweep committed the deletion of a dead object's row and let go of the
+    holds lock; before it takes the lock again to delete the file, a capture stores the same
+    content (no row: it holds the key and writes the file at the same path) and commits. The
+    sweep must then spare the file (the key was held during the sweep), or the new row names
+    a file that is gone. The capture runs to its end on another thread while GC holds no lock."""
+    data = os.urandom(LARGE_OBJECT + 100)
+    key = put(store, data)  # referenced by nothing: dead once past the grace period
+    gc_thread = threading.get_ident()
+    real_lock, rows_deleted, got = store.holds.lock, threading.Event(), []
+
+    def store_again() -> None:
+        with store.batch() as b:
+            got.append(b.put(data))
+
+    class Gate:
+        """The holds lock; the GC thread's first acquire after the rows' commit first lets a
+        capture run to its end (the lock is free then: nothing waits on GC)."""
+
+        def __init__(self) -> None:
+            self.raced = False
+
+        def __enter__(self) -> bool:
+            if threading.get_ident() == gc_thread and rows_deleted.is_set() and not self.raced:
+                self.raced = True
+                capture = threading.Thread(target=store_again)
+                capture.start()
+                capture.join(10)
+                assert not capture.is_alive(), "the capture blocked: GC held the holds lock"
+            return real_lock.__enter__()
+
+        def __exit__(self, *exc: object) -> None:
+            real_lock.__exit__(*exc)  # type: ignore[arg-type]
+
+        def acquire(self, *a: object, **kw: object) -> bool:
+            return real_lock.acquire(*a, **kw)  # type: ignore[arg-type]
+
+        def release(self) -> None:
+            real_lock.release()
+
+    real_changed = store.catalog.stored_changed
+
+    def stored_changed(delta: int) -> None:
+        real_changed(delta)
+        if delta < 0:
+            rows_deleted.set()
+
+    gate = Gate()
+    monkeypatch.setattr(store.holds, "lock", gate)
+    monkeypatch.setattr(store.catalog, "stored_changed", stored_changed)
+    rep = gc.run(store, Retention(grace_s=0))
+    monkeypatch.undo()
+    assert gate.raced and got == [key] and rep.objects_deleted == 1
+    assert store.object_path(key).exists(), "the sweep deleted the file a capture stored again"
+    assert store.get(key) == data and verify(store).ok
