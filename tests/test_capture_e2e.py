@@ -309,6 +309,44 @@ def test_unreadable_directory_is_reported_as_such_once(nobody: OtherUser) -> Non
         assert d.stop() == 0, d.log()[-3000:]
 
 
+def ctl_status(d: Daemon, root: Path) -> dict[str, Any]:
+    """:func:`ws_status` through snapctl, for a daemon of another uid (it refuses root's requests)."""
+    return next(w for w in d.ctl_json("status")["workspaces"] if w["root"] == str(root))
+
+
+def test_a_watched_directory_made_unreadable_keeps_its_watch_when_watches_are_placed_again(
+    nobody: OtherUser,
+) -> None:
+    """As uid 65534: ``src`` is watched, then made 0300. ``inotify_add_watch`` checks read
+    permission only when placing a watch, so its watch still reports; placing every watch again
+    (the rules changed; a rollback's capture does the same) is refused for ``src`` (EACCES) and
+    must keep that watch and those below it, not remove them: a later ``rm src/tool.sh`` is in
+    the next mark (model seed 20260508/6 step 88: a rollback wrote the stale file back)."""
+    ws = nobody.top / "ws"
+    nobody.run("mkdir", "-p", ws / "src" / "docs")
+    nobody.run("sh", "-c", "echo v1 > src/tool.sh && echo d > src/docs/a.md", cwd=ws)
+    d = nobody.start_daemon(nobody.top / "home" / "snapd")
+    try:
+        d.ctl("watch", ws)
+        watched = ctl_status(d, ws)["watches"]
+        nobody.run("chmod", "300", ws / "src")
+        nobody.run("sh", "-c", "echo '*.log' > .gitignore", cwd=ws)  # every watch placed again
+        m1 = d.ctl_json("mark", "m1", "-w", ws)
+        status = ctl_status(d, ws)
+        assert status["watches"] == watched, json.dumps(status)
+        assert m1["summary"]["warnings"] == [] and status["warnings"] == [], json.dumps([m1, status])
+
+        nobody.run("rm", ws / "src" / "tool.sh")
+        nobody.run("sh", "-c", "echo d2 > src/docs/a.md", cwd=ws)
+        d.ctl("mark", "m2", "-w", ws)
+        gone = d.ctl("cat", "m2", "src/tool.sh", "-w", ws, check=False)
+        assert gone.returncode != 0, "m2 kept the deleted src/tool.sh"
+        assert d.ctl("cat", "m2", "src/docs/a.md", "-w", ws).stdout == b"d2\n"
+    finally:
+        nobody.run("chmod", "755", ws / "src")
+        assert d.stop() == 0, d.log()[-3000:]
+
+
 # -- 4. roots inside a VCS directory --------------------------------------------------------------
 
 

@@ -551,8 +551,9 @@ SCENARIOS["readonly-parent-of-a-left-dir"] = (
 # generator and shifted its stream; shrunk, it needs no exchange and fails on main before issue
 # 30 too. A directory unlistable at M and now (311, watch refused): a file in it removed since
 # is unseen, M still counts it, and the rollback to M exits 10 naming it kept (it is gone) and
-# the directory left, with the tree exactly as the model says. Not fixed here (issue 30, 4 is
-# the exchange): the rollback / unlistable-directory rules' owner decides.
+# the directory left, with the tree exactly as the model says. Fixed with the next one: the
+# rollback's capture re-placed every watch and removed ``a``'s working one (its re-placing was
+# refused: EACCES), so the removal went unseen.
 SCENARIOS["file-removed-unseen-in-an-unlistable-dir"] = (
     [
         Step("rename", ("src", "a")),
@@ -563,9 +564,26 @@ SCENARIOS["file-removed-unseen-in-an-unlistable-dir"] = (
         Step("mark", ("m10",)),
         Step("rollback", ("m10",)),
     ],
-    "exit 10 about a file gone unseen in a directory unlistable at the mark and now",
+    "",
 )
 AS_NOBODY.add("file-removed-unseen-in-an-unlistable-dir")
+
+
+# Found by the model tier's default seed (20260508/6 step 88, uid 65534), shrunk. ``src`` is
+# watched, then made 0300 (no read); the rollback's capture re-placed every watch (its rules were
+# rebuilt), inotify_add_watch refused ``src`` (EACCES) and the working watch was removed: the
+# ``rm src/tool.sh`` went unseen, m25 kept the file and the rollback to m25 wrote it back, exit 0.
+SCENARIOS["watched-dir-made-unreadable-then-watches-placed-again"] = (
+    [
+        Step("chmod", ("src", 0o300)),
+        BACK_TO_START,
+        Step("unlink", ("src/tool.sh",)),
+        Step("mark", ("m25",)),
+        Step("rollback", ("m25",)),
+    ],
+    "",
+)
+AS_NOBODY.add("watched-dir-made-unreadable-then-watches-placed-again")
 
 
 # The workspace itself gone (issue 30, point 1): `rm -rf` of the root, then a rollback (the root made

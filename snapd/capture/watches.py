@@ -20,7 +20,9 @@ watches, not the arrival's, and the second ``IN_MOVED_TO`` re-attaches them at t
 A directory is watched first and listed second, so nothing created in between is missed.
 Failures are counted: those due to the kernel's limits (:data:`LIMITS`) apart, since where they
 lie is anyone's guess; the others (``EACCES``...) are *refused* directories, kept by name until
-a watch on them is placed again. Not thread-safe: the watcher's lock guards it.
+a watch on them is placed again. A directory watched already keeps its watch when placing it
+again is refused (made unreadable since: the kernel checks permission at placing only). Not
+thread-safe: the watcher's lock guards it.
 """
 
 from __future__ import annotations
@@ -182,6 +184,11 @@ class WatchTable:
                     + (" (raise fs.inotify.max_user_watches)" if err == errno.ENOSPC else ""),
                     errno=err,
                 )
+            if err not in _RACES and err not in LIMITS and rel in self._path_wd and not self.behind:
+                # Placed again (a resync) on a directory watched already, now unreadable: the
+                # kernel checks permission only when placing a watch, so the one it has still
+                # reports. Removing it would blind us to what changes inside.
+                return self._path_wd[rel]
             if err in _RACES and vanished is not None:
                 vanished.append(rel)
             elif err not in _RACES and self.refused.get(rel) != err:  # each refusal counts once
@@ -381,7 +388,10 @@ class WatchTable:
                     vanished.append(rel)  # gone between its watch and its listing
                 continue
             except OSError:
-                continue  # a walker lists it again, and reports why it cannot
+                # A walker lists it again, and reports why it cannot. The watches below it
+                # that we have (it became unreadable after they were placed) still report.
+                watched.update(p for p in self._path_wd if at_or_below(p, rel))
+                continue
             children = [
                 (join(rel, name), is_dir) for name, is_dir in entries if rel or not is_cookie_name(name)
             ]
