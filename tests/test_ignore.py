@@ -124,8 +124,11 @@ def test_tracked_file_inside_ignored_dir_is_captured_and_reachable() -> None:
     assert not r.is_ignored(b"build/sub/keep.txt")
     assert not r.is_ignored(b"x.bin")
     assert r.is_ignored(b"build/sub/other.txt")
-    assert r.is_ignored(b"build", is_dir=True)
-    assert r.reason(b"build", is_dir=True) == "gitignore"
+    # a directory holding tracked files is captured (its mode too), whatever pattern names it
+    assert r.reason(b"build", is_dir=True) is None
+    assert r.reason(b"build/sub", is_dir=True) is None
+    assert r.reason(b"build/other", is_dir=True) == "gitignore"
+    assert r.reason(b"dist", is_dir=True) == "gitignore"
     assert r.dir_may_contain_captured(b"build")
     assert r.dir_may_contain_captured(b"build/sub")
     assert not r.dir_may_contain_captured(b"build/other")
@@ -282,7 +285,8 @@ def test_repo_subdirectory_workspace(tmp_path: Path, git_env: None) -> None:
     r = IgnoreRules.load(ws, tracked=tracked)
     assert r.is_ignored(b"a.log")
     assert not r.is_ignored(b"keep.log")
-    assert r.is_ignored(b"build", is_dir=True) and r.dir_may_contain_captured(b"build")
+    assert not r.is_ignored(b"build", is_dir=True) and r.dir_may_contain_captured(b"build")
+    assert r.is_ignored(b"build/other.txt")
     assert not r.is_ignored(b"build/t.txt")
     assert r.reason(b"scratch") == "exclude"
     assert git_toplevel(ws) == top

@@ -283,3 +283,31 @@ def test_the_names_at_an_instant_between_marks(tmp_path: Path) -> None:
         gc.run(store, Retention(grace_s=0))
         assert verify(store).ok
         assert at(t1) == {b"a.o"} and names_now() == {b"b.o"}
+
+
+def test_an_excluded_directory_holding_a_tracked_file_keeps_its_mode_captured(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    """``build/`` holds a tracked file, so it is captured (a directory holding captured paths)
+    whatever pattern names it. Chmod-ed, then excluded: the mode change was dropped as if the
+    directory were ignored, and the rollback exited 0 leaving it 0500 (model seed 20260508)."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True, env=daemon.env)
+    repo = repo.resolve()
+    daemon.ctl("watch", repo)
+    write(repo / "build" / "f", "tracked\n")
+    os.chmod(repo / "build", 0o755)
+    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True, env=daemon.env)
+    m = mark(daemon, repo, "m")
+    os.chmod(repo / "build", 0o500)
+    (repo / ".git" / "info").mkdir(exist_ok=True)
+    (repo / ".git" / "info" / "exclude").write_text("build/\n")
+
+    code, r = rollback(daemon, repo, "--to", m)
+    assert code == 0, r
+    assert (repo / "build").stat().st_mode & 0o7777 == 0o755, r
+    assert (repo / "build" / "f").read_text() == "tracked\n"
+    code, r = undo(daemon, repo)
+    assert code == 0, r
+    assert (repo / "build").stat().st_mode & 0o7777 == 0o500, r

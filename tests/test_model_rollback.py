@@ -655,6 +655,26 @@ SCENARIOS["undo-returns-an-ignored-dir-its-rollback-planned-to-delete-but-kept"]
 )
 AS_NOBODY.add("undo-returns-an-ignored-dir-its-rollback-planned-to-delete-but-kept")
 
+# `build` holds a tracked file; chmod 500, then `build/` goes into info/exclude. Today's rules
+# judged the directory ignored (as a directory) though it holds a tracked, captured file: its mode
+# change was dropped from the capture, so the undo's plan never set back the 0755 the pre-rollback
+# mark had, exit 0 with the wrong mode. A directory holding tracked files is captured (DESIGN
+# point 2). Seed 20260508, round 7, step 80 of the model tier as root, shrunk.
+SCENARIOS["mode-of-an-excluded-dir-holding-tracked-files"] = (
+    [
+        Step("move_in", ("a", 0o755, "bin14*18")),
+        Step("out_and_back", ("a/sub", "build", "")),
+        Step("mark", ("m16",)),
+        Step("git", (("add", "-A"),)),
+        write(".gitignore", "v19*3", 0o755),
+        Step("rollback", ("m16",)),
+        Step("chmod", ("build", 0o500)),
+        Step("exclude", (("/out", "build/"),)),
+        UNDO,
+    ],
+    "",
+)
+
 
 class ContractBroken(Exception):
     """The model found a broken promise (anything else failing in a scenario is a plain failure)."""

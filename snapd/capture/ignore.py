@@ -239,9 +239,9 @@ class IgnoreRules:
     # -- public decisions ---------------------------------------------------------------------
 
     def is_ignored(self, rel: bytes, is_dir: bool = False) -> bool:
-        """True iff ``rel`` is not captured. For a directory this is the rules' verdict; a
-        directory that is ignored may still have to be descended: see
-        :meth:`dir_may_contain_captured`."""
+        """True iff ``rel`` is not captured. For a directory this is the rules' verdict, except
+        that one holding tracked files is captured (its mode too) whatever pattern names it;
+        what else is in it stays ignored. See also :meth:`dir_may_contain_captured`."""
         return self.reason(rel, is_dir) is not None
 
     def reason(self, rel: bytes, is_dir: bool = False) -> Reason | None:
@@ -252,8 +252,8 @@ class IgnoreRules:
         name = parts[-1]
         if is_snapd_name(name):
             return "snapd"
-        if rel in self.tracked:
-            return None
+        if rel in self.tracked or (is_dir and rel in self._tracked_dirs):
+            return None  # a directory holding tracked (captured) files is captured, mode and all
         if is_integration_file(rel):  # untracked: the hooks are snapd's to keep (git-tracked: the user's)
             return "snapd"
         if not is_dir and is_editor_name(name):
