@@ -76,7 +76,11 @@ def test_codex_check_asks_codex_whether_it_trusts_the_hooks(tmp_path: Path) -> N
     box = new_sandbox(tmp_path / "agent", agent)
     env = {**base_env(tmp_path / "snapd-home"), **box.env()}  # codex on PATH, the box's CODEX_HOME
     cp = run_ctl(env, "integrate", "codex")
-    assert cp.returncode == 0 and b"Codex reports it untrusted" in cp.stderr, describe(cp)
+    # (issue 31, point 4) integrate no longer claims the turns are marked while Codex will not run
+    # the hooks: it says they will not all run yet, with Codex's own answer, and what to do
+    out = cp.stdout
+    assert cp.returncode == 0 and b"will not all run yet" in out, describe(cp)
+    assert b"Codex reports it untrusted" in out and b"marks its turns" not in out, describe(cp)
     hooks_json = box.home / ".codex" / "hooks.json"
     # what Codex's /hooks records when the user trusts them: the hash Codex computes
     found = listed(Context(env, ()), box.ws)
