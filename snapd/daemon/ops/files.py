@@ -96,27 +96,21 @@ class FileOps:
         at: str | None = None,
         session: str | None = None,
     ) -> dict[str, Any]:
-        try:
-            return self._cat(path, workspace, cwd, at, session)
-        except (CorruptObject, MissingObject) as exc:  # name the file, or the directory, it needs
-            ws_id, root = self.registry.stored(workspace, cwd)
-            rel, where = relative_path(root, path, cwd), at or "the latest capture"
-            tree = history.resolve(self.store, ws_id, at, session)[0].tree if at else self.store.head(ws_id)
-            doing = f"cannot read {shown(rel)} at {where}"
-            raise damage.explain(self.store, exc, {where: tree}, doing) from exc
-
-    def _cat(
-        self,
-        path: bytes,
-        workspace: bytes | None = None,
-        cwd: bytes | None = None,
-        at: str | None = None,
-        session: str | None = None,
-    ) -> dict[str, Any]:
         ws_id, root = self.registry.stored(workspace, cwd)
         rel = relative_path(root, path, cwd, whole="`snapctl show MARK` lists what a mark changed")
         target, at_time = history.resolve(self.store, ws_id, at, session) if at else (None, None)
         tree = target.tree if target is not None else self.store.head(ws_id)
+        try:
+            return self._cat(rel, tree, at, at_time)
+        except (CorruptObject, MissingObject) as exc:  # name the file, or the directory, it needs
+            where = at or "the latest capture"
+            doing = f"cannot read {shown(rel)} at {where}"
+            raise damage.explain(self.store, exc, {where: tree}, doing) from exc
+
+    def _cat(
+        self, rel: bytes, tree: str | None, at: str | None, at_time: history.AtTime | None
+    ) -> dict[str, Any]:
+        """``rel``'s content in ``tree`` (the target named ``at``, or the latest capture)."""
         entry = trees.lookup(self.store.load_node, tree, rel) if tree else None
         if entry is not None and entry.kind == "dir":  # not_found, as it always was: no file there
             raise NotFound(
