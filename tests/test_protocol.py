@@ -105,7 +105,16 @@ def test_every_op_has_a_table_and_valid_kinds() -> None:
     assert set(protocol.OP_ARGS) == protocol.OPS
     for table in protocol.OP_ARGS.values():
         for arg in table.values():
-            assert arg.kind in {"str", "int", "bool", "float", "path", "paths", "strs"}
+            assert arg.kind in {"str", "int", "bool", "float", "path", "paths", "strs", "strmap"}
+
+
+def test_strmap_argument_is_an_object_of_strings() -> None:
+    """The remote ops' ``credentials``: the client's AWS_* variables, name -> value."""
+    req = protocol.parse_request(raw(op="push", args={"credentials": {"AWS_ACCESS_KEY_ID": "k"}}), MAX)
+    assert req.args == {"credentials": {"AWS_ACCESS_KEY_ID": "k"}}
+    for bad in ({"AWS_ACCESS_KEY_ID": 3}, ["AWS_ACCESS_KEY_ID=k"], "k"):
+        with pytest.raises(BadRequest, match="must be an object of strings"):
+            protocol.parse_request(raw(op="push", args={"credentials": bad}), MAX)
 
 
 def test_salvage_id_for_error_replies() -> None:

@@ -23,6 +23,7 @@ from snapd.daemon.maintenance import Maintenance
 from snapd.daemon.ops.daemon import DaemonOps
 from snapd.daemon.ops.files import FileOps
 from snapd.daemon.ops.marks import MarkOps
+from snapd.daemon.ops.remote import RemoteOps
 from snapd.daemon.ops.rollback import RollbackOps
 from snapd.daemon.ops.workspaces import WorkspaceOps
 from snapd.daemon.registry import Registry
@@ -54,10 +55,11 @@ class Service:
         self.marks = MarkOps(store, self.registry)
         self.rollback = RollbackOps(store, self.registry, sink, running)
         self.files = FileOps(store, self.registry, config.retention)
+        self.remote = RemoteOps()
         #: op name -> its handler: the bound method ``op_NAME`` of one group
         self.ops: dict[str, Callable[..., dict[str, Any]]] = {
             name.removeprefix("op_"): getattr(group, name)
-            for group in (self.daemon, self.workspaces, self.marks, self.rollback, self.files)
+            for group in (self.daemon, self.workspaces, self.marks, self.rollback, self.files, self.remote)
             for name in dir(group)
             if name.startswith("op_")
         }

@@ -33,10 +33,12 @@ NEWER_CLIENT = "if the client is newer than the daemon, restart the daemon: snap
 Op = Literal[
     "ping", "status", "stop", "watch", "unwatch", "forget", "mark", "log", "show", "verify",
     "gc", "pin", "unpin", "rollback_plan", "rollback_apply", "undo", "diff", "cat", "history", "restore",
+    "remote_add", "remote_list", "remote_remove", "remote_log", "remote_prune", "remote_passwd", "push",
+    "remote_verify",
 ]
 OPS: frozenset[str] = frozenset(get_args(Op))
 
-ArgKind = Literal["str", "int", "bool", "float", "path", "paths", "strs"]
+ArgKind = Literal["str", "int", "bool", "float", "path", "paths", "strs", "strmap"]
 
 
 class Arg(NamedTuple):
@@ -51,6 +53,12 @@ class Arg(NamedTuple):
 # a mark reference also take ``session``: a label then means that session's newest mark.
 _WHERE = {"workspace": Arg("path"), "cwd": Arg("path")}
 _REF = {**_WHERE, "session": Arg("str")}
+# What a remote op needs to reach and open a repository (docs/remote.md): the repository
+# password and the client's AWS_* environment (``credentials``: name -> value). Both may be
+# absent: the daemon then uses its own environment, the remote's password_file, or what a
+# client sent earlier for that remote (kept in memory only). Neither is ever logged or stored.
+_SECRETS = {"password": Arg("str"), "credentials": Arg("strmap")}
+_REMOTE = {"name": Arg("str", required=True), **_SECRETS}
 
 OP_ARGS: dict[str, dict[str, Arg]] = {
     "ping": {},
@@ -73,7 +81,10 @@ OP_ARGS: dict[str, dict[str, Arg]] = {
     "gc": {"dry_run": Arg("bool")},
     "pin": {**_REF, "mark": Arg("str", required=True)},
     "unpin": {**_REF, "mark": Arg("str", required=True)},
-    "restore": {**_REF, "mark": Arg("str", required=True), "target": Arg("path", required=True)},
+    "restore": {
+        **_REF, "mark": Arg("str", required=True), "target": Arg("path", required=True),
+        "from_remote": Arg("str"), "host": Arg("str"), **_SECRETS,
+    },
     "rollback_plan": {
         **_REF, "to": Arg("str"), "undo": Arg("bool"), "paths": Arg("paths"), "force": Arg("bool"),
     },
@@ -88,6 +99,20 @@ OP_ARGS: dict[str, dict[str, Arg]] = {
     },
     "cat": {**_REF, "path": Arg("path", required=True), "at": Arg("str")},
     "history": {**_WHERE, "path": Arg("path", required=True)},
+    "remote_add": {
+        **_REMOTE, "url": Arg("str", required=True), "endpoint": Arg("str"), "region": Arg("str"),
+        "profile": Arg("str"), "password_file": Arg("path"), "push": Arg("str"),
+    },
+    "remote_list": {},
+    "remote_remove": {"name": Arg("str", required=True)},
+    "remote_log": {**_REMOTE, "host": Arg("str"), "workspace": Arg("path")},
+    "remote_prune": {
+        **_REMOTE, "keep_last": Arg("int"), "keep_within_s": Arg("float"), "grace_s": Arg("float"),
+        "dry_run": Arg("bool"),
+    },
+    "remote_passwd": {**_REMOTE, "new_password": Arg("str", required=True)},
+    "push": {"name": Arg("str"), **_WHERE, **_SECRETS},
+    "remote_verify": {**_REMOTE, "sample": Arg("float")},
 }
 assert set(OP_ARGS) == OPS, "every op needs an argument table"
 
@@ -160,6 +185,7 @@ def encode_json(obj: Any) -> bytes:
 _EXPECTED: dict[str, str] = {
     "str": "a string", "int": "an integer", "bool": "a boolean", "float": "a number",
     "path": "a path", "paths": "an array of paths", "strs": "an array of strings",
+    "strmap": "an object of strings",
 }
 
 
@@ -172,12 +198,15 @@ def _check_arg(op: str, name: str, spec: Arg, value: Any) -> Any:
         return [decode_path(v, f"{what}[{i}]") for i, v in enumerate(value)]
     if kind in ("str", "strs"):
         _check_text(what, [value] if isinstance(value, str) else value)
+    if kind == "strmap" and isinstance(value, dict):
+        _check_text(what, [*value, *value.values()])
     ok = {
         "str": isinstance(value, str),
         "int": isinstance(value, int) and not isinstance(value, bool),
         "bool": isinstance(value, bool),
         "float": isinstance(value, int | float) and not isinstance(value, bool),
         "strs": isinstance(value, list) and all(isinstance(v, str) for v in value),
+        "strmap": isinstance(value, dict) and all(isinstance(v, str) for v in value.values()),
         "paths": False,
     }[kind]
     if not ok:

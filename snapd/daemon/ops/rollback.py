@@ -108,6 +108,10 @@ class RollbackOps:
         workspace: bytes | None = None,
         cwd: bytes | None = None,
         session: str | None = None,
+        from_remote: str | None = None,
+        host: str | None = None,
+        password: str | None = None,
+        credentials: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         """The workspace as at ``mark`` (a mark or a time) written into ``target``, an absent
         or empty directory (:mod:`snapd.rollback.restore`). The workspace need not be watched,
