@@ -190,6 +190,50 @@ class IntegrationRefused(SnapdError):
     exit_code = 11
 
 
+class RemoteError(SnapdError):
+    """A remote repository (S3 or a directory) that cannot do what was asked."""
+
+    code = "remote"
+    exit_code = 12
+
+
+class RemoteUnreachable(RemoteError):
+    """No answer from the remote's server after the retries (refused, timed out, cut)."""
+
+    code = "remote_unreachable"
+
+
+class RemoteDenied(RemoteError):
+    """The remote refused the credentials (403, bad signature, unknown key): names their source."""
+
+    code = "remote_denied"
+
+
+class RemoteFull(RemoteError):
+    """The remote's server has no space left for an object."""
+
+    code = "remote_full"
+
+
+class RemoteMissing(RemoteError):
+    """An object the remote should hold is not there (404)."""
+
+    code = "remote_missing"
+
+
+class RemoteCorrupt(RemoteError):
+    """A remote object whose authentication or hash fails: tampered with or damaged."""
+
+    code = "remote_corrupt"
+
+
+class WrongPassword(RemoteError):
+    """No key file of the remote repository opens with the password given."""
+
+    code = "wrong_password"
+    exit_code = 5
+
+
 class InternalError(SnapdError):
     """A bug in the daemon: the reply says so and the traceback is in the daemon's log."""
 

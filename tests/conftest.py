@@ -20,6 +20,8 @@ import leftovers
 import pytest
 from e2e_helpers import NOBODY, Daemon, OtherUser, other_user, start_daemon
 
+pytest_plugins = ["remote_server"]  # the remote tier's S3 server fixtures (tests/remote_server.py)
+
 _SWEPT = pytest.StashKey[Path]()  # the session's temporary root, once a test has run
 _REAPER = pytest.StashKey[tuple[subprocess.Popen[bytes], int]]()  # and its reaper, and pipe
 LEFT_GRACE_S = 5.0  # for a daemon still finishing a stop it was asked for at the very end
