@@ -232,7 +232,9 @@ def drop_delta_columns(db: sqlite3.Connection) -> None:
 
 def unpack_stats(db: sqlite3.Connection) -> None:
     """Make a catalog's stats table what formats 1 to 6 had: six columns of numbers a row (and
-    drop the ignored names and the states, which format 8 added)."""
+    drop the ignored names and the states, which format 8 added, and the pushed marks, which
+    format 9 added)."""
+    db.execute("DROP TABLE pushed")
     db.execute("ALTER TABLE marks DROP COLUMN ignored")
     db.execute("ALTER TABLE workspaces DROP COLUMN ignored")
     db.execute("DROP TABLE states")

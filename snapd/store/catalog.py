@@ -33,7 +33,7 @@ from snapd.errors import DiskFull, StoreError, StoreFormatError
 from snapd.store import objects, safeio
 from snapd.store.checkpoint import BACKSTOP_PAGES, Checkpointer, log_limit
 
-FORMAT_VERSION = 8
+FORMAT_VERSION = 9
 # Each entry upgrades a store of that format to the next one; they run in order on open.
 # Format 1 lacked the marks' rule inputs and root mode, and the workspace's last rollback (such
 # marks are judged under today's outside rules, and their root mode is not restored).
@@ -58,6 +58,10 @@ FORMAT_VERSION = 8
 # its rules ignore, as before; a workspace lists its directories once at its first start after
 # the upgrade to learn its current set. Older code would let GC delete the nodes only states
 # reference.
+# Format 8 lacked ``pushed`` (which marks have landed in which remote repository:
+# snapd.store.pushed) and the ``store_id`` meta key (made at first need, not by the upgrade).
+# Older code would ignore both, but a downgrade and upgrade again would push every mark anew
+# under a new store id: hence a new format.
 # The stat cache: each path's entry packed (snapd.statrow.ROW), format 7 on.
 _STATS = "workspace INTEGER NOT NULL, path BLOB NOT NULL, sig BLOB NOT NULL, PRIMARY KEY (workspace, path)"
 # What each commit captured (format 8 on): the head tree and what a mark would record beside it.
@@ -74,6 +78,12 @@ _STATES = """CREATE TABLE states (
     partial INTEGER NOT NULL DEFAULT 0
 )"""
 _STATES_INDEX = "CREATE INDEX states_time ON states (workspace, time)"
+# The marks each remote repository holds (format 9 on): ``repo`` is its id, ``at`` when the
+# mark's record landed (ns). The on-mark queue is every mark not in here for that repository.
+_PUSHED = (
+    "CREATE TABLE pushed (repo TEXT NOT NULL, mark TEXT NOT NULL, at INTEGER NOT NULL,"
+    " PRIMARY KEY (repo, mark)) WITHOUT ROWID"
+)
 _MIGRATIONS: dict[str, tuple[str, ...]] = {
     "1": (
         "ALTER TABLE marks ADD COLUMN rules TEXT",
@@ -103,6 +113,7 @@ _MIGRATIONS: dict[str, tuple[str, ...]] = {
         _STATES,
         _STATES_INDEX,
     ),
+    "8": (_PUSHED,),
 }
 
 # Object keys (objects.key, objects.base, versions.object) are BLOBs from format 6 on
@@ -176,6 +187,7 @@ CREATE TABLE evictions (
     evicted INTEGER NOT NULL,
     reason TEXT NOT NULL
 );
+{_PUSHED};
 """
 
 

@@ -17,12 +17,12 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from snapd.errors import Ambiguous, CorruptObject, MissingObject, NotFound
-from snapd.store import deltas, nodes, objects, safeio, trees
+from snapd.store import deltas, nodes, objects, pushed, safeio, trees
 from snapd.store.batch import Batch
 from snapd.store.catalog import Catalog
 from snapd.store.holds import GcHolds
@@ -435,3 +435,20 @@ class Store:
 
     def stored_bytes(self) -> int:
         return self.catalog.stored_bytes()
+
+    # -- remote repositories (snapd.store.pushed) --------------------------------------------
+
+    def store_id(self) -> str:
+        """This store's id (32 hex digits), made at the first call."""
+        return pushed.store_id(self.catalog)
+
+    def pushed(self, repo: str) -> set[str]:
+        """The ids of the marks recorded as landed in remote repository ``repo``."""
+        return pushed.pushed(self.catalog, repo)
+
+    def record_pushed(self, repo: str, marks: Iterable[str]) -> None:
+        pushed.record_pushed(self.catalog, repo, marks)
+
+    def unpushed(self, repo: str, workspaces: Sequence[int]) -> list[Mark]:
+        """The marks of ``workspaces`` that ``repo`` does not hold yet, oldest first."""
+        return pushed.unpushed(self.catalog, repo, workspaces)
