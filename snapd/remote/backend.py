@@ -17,7 +17,8 @@ The contract, which every backend keeps and tests/test_remote_backend.py checks 
 - Every failure is a :class:`RemoteError` naming the remote's URL and the object:
   :class:`RemoteUnreachable` once bounded retries gave up, :class:`RemoteDenied` (never
   retried) naming where the credentials came from, :class:`RemoteFull`, :class:`RemoteMissing`.
-- ``requests`` counts the requests made (each retry too), for tests and the benchmark.
+- ``requests`` counts the requests made, for tests and the benchmark (a listing: one per page
+  of 1000; the S3 client's own retries are not counted).
 """
 
 from __future__ import annotations
@@ -45,6 +46,21 @@ class Listed(NamedTuple):
     name: str
     size: int
     mtime_ns: int
+
+
+class RetryPolicy(NamedTuple):
+    """How long an S3 backend keeps trying a request that met a 5xx, a timeout or a refused
+    connection (exponential backoff with jitter from ``backoff_s``): at most ``retries`` more
+    times, and never past ``timeout_s`` after the first try. Tests lower it."""
+
+    retries: int = 8
+    timeout_s: float = 60.0
+    backoff_s: float = 0.1
+    connect_timeout_s: float = 5.0
+    request_timeout_s: float = 120.0  # one request, a 16 MiB pack on a slow link included
+
+
+DEFAULT_RETRY = RetryPolicy()
 
 
 class Backend(Protocol):
@@ -82,7 +98,9 @@ def check_range(url: str, name: str, start: int, end: int | None) -> None:
         raise UsageError(f"{url}: bad byte range [{start}, {end}) of {name}")
 
 
-def open_backend(spec: RemoteSpec, credentials: Mapping[str, str]) -> Backend:
+def open_backend(
+    spec: RemoteSpec, credentials: Mapping[str, str], retry: RetryPolicy = DEFAULT_RETRY
+) -> Backend:
     """The backend for ``spec``'s URL. ``credentials``: the ``AWS_*`` values the client sent
     (:data:`CREDENTIAL_VARIABLES`; may be empty). The S3 client is imported only here, only
     for an ``s3://`` URL."""
@@ -93,6 +111,6 @@ def open_backend(spec: RemoteSpec, credentials: Mapping[str, str]) -> Backend:
         return FileBackend(where.path, url=spec.url)
     from snapd.remote.s3 import S3Backend
 
-    return S3Backend(spec, credentials)
+    return S3Backend(spec, credentials, retry)
 
 
