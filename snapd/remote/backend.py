@@ -4,8 +4,8 @@ per medium (:mod:`snapd.remote.s3`, :mod:`snapd.remote.files`), chosen by :func:
 The contract, which every backend keeps and tests/test_remote_backend.py checks against each:
 
 - Names are relative to the repository's prefix, ``/``-separated, made of ASCII letters,
-  digits, ``.``, ``_`` and ``-`` (:func:`check_name`, before any I/O): the repository format
-  never needs more, so nothing a caller builds can escape the prefix.
+  digits, ``.``, ``_`` and ``-``, checked before any I/O (:mod:`snapd.remote.names`): the
+  repository format never needs more, so nothing a caller builds can escape the prefix.
 - ``put`` publishes a whole object: a reader sees it absent or complete, never a part. The
   repository never rewrites an object, so a ``put`` racing another to the same name writes the
   same bytes.
@@ -23,44 +23,19 @@ The contract, which every backend keeps and tests/test_remote_backend.py checks 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
-from snapd.errors import UsageError
-from snapd.remote.spec import DirLocation, RemoteSpec, parse_url
+from snapd.remote.names import Listed
+from snapd.remote.spec import DEFAULT_RETRY, DirLocation, RemoteSpec, RetryPolicy, parse_url
 
-_NAME = re.compile(r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*")
-_PREFIX = re.compile(r"([A-Za-z0-9._-]+/)*[A-Za-z0-9._-]*")
+__all__ = ["Backend", "Listed", "RetryPolicy", "open_backend"]
 
 CREDENTIAL_VARIABLES = (
     "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_REGION",
     "AWS_ENDPOINT_URL",
 )
 """The variables of the client's environment a request carries for a remote (and nothing else)."""
-
-
-class Listed(NamedTuple):
-    """One object of a listing: its full name (relative to the repository), size and mtime."""
-
-    name: str
-    size: int
-    mtime_ns: int
-
-
-class RetryPolicy(NamedTuple):
-    """How long an S3 backend keeps trying a request that met a 5xx, a timeout or a refused
-    connection (exponential backoff with jitter from ``backoff_s``): at most ``retries`` more
-    times, and never past ``timeout_s`` after the first try. Tests lower it."""
-
-    retries: int = 8
-    timeout_s: float = 60.0
-    backoff_s: float = 0.1
-    connect_timeout_s: float = 5.0
-    request_timeout_s: float = 120.0  # one request, a 16 MiB pack on a slow link included
-
-
-DEFAULT_RETRY = RetryPolicy()
 
 
 class Backend(Protocol):
@@ -76,26 +51,6 @@ class Backend(Protocol):
     def list(self, prefix: str) -> Iterator[Listed]: ...
 
     def delete(self, name: str) -> None: ...
-
-
-def check_name(name: str) -> str:
-    """``name`` if it is an object name of the contract; else a :class:`UsageError` (a bug in
-    the caller, or a name read from somewhere it should not have been)."""
-    if not _NAME.fullmatch(name) or any(part in (".", "..") for part in name.split("/")):
-        raise UsageError(f"{name!r} is not an object name of a remote repository")
-    return name
-
-
-def check_prefix(prefix: str) -> str:
-    """``prefix`` if a listing may use it: "" (everything), or names' leading part."""
-    if not _PREFIX.fullmatch(prefix) or any(part in (".", "..") for part in prefix.split("/")):
-        raise UsageError(f"{prefix!r} is not a listing prefix of a remote repository")
-    return prefix
-
-
-def check_range(url: str, name: str, start: int, end: int | None) -> None:
-    if start < 0 or (end is not None and end < start):
-        raise UsageError(f"{url}: bad byte range [{start}, {end}) of {name}")
 
 
 def open_backend(

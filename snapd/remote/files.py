@@ -17,7 +17,7 @@ from pathlib import Path
 
 from snapd.errors import DiskFull, RemoteDenied, RemoteError, RemoteFull, RemoteMissing, StoreError
 from snapd.paths import is_snapd_name
-from snapd.remote.backend import Listed, check_name, check_prefix, check_range
+from snapd.remote.names import Listed, check_name, check_prefix, check_range
 from snapd.store import safeio
 
 _DENIED = (errno.EACCES, errno.EPERM, errno.EROFS)

@@ -17,7 +17,7 @@ endpoint is addressed path-style (``http://host:port/BUCKET/KEY``), which every 
 server understands; plain ``http://`` is allowed only when the endpoint says so.
 
 obstore retries 5xx answers, connection errors and timeouts with exponential backoff and
-jitter, up to :class:`snapd.remote.backend.RetryPolicy`; a 403 or 404 is never retried. Each
+jitter, up to :class:`snapd.remote.spec.RetryPolicy`; a 403 or 404 is never retried. Each
 failure becomes one of the :class:`RemoteError` classes, naming the remote and the object.
 """
 
@@ -37,8 +37,8 @@ from obstore.exceptions import GenericError, PermissionDeniedError, Unauthentica
 from obstore.store import S3Store
 
 from snapd.errors import ConfigError, RemoteDenied, RemoteError, RemoteFull, RemoteMissing, RemoteUnreachable
-from snapd.remote.backend import DEFAULT_RETRY, Listed, RetryPolicy, check_name, check_prefix, check_range
-from snapd.remote.spec import RemoteSpec, S3Location, parse_url
+from snapd.remote.names import Listed, check_name, check_prefix, check_range
+from snapd.remote.spec import DEFAULT_RETRY, RemoteSpec, RetryPolicy, S3Location, parse_url
 
 if TYPE_CHECKING:
     from obstore.store import ClientConfig, RetryConfig, S3Config

@@ -36,6 +36,21 @@ class RemoteSpec(NamedTuple):
     push: PushMode = "manual"
 
 
+class RetryPolicy(NamedTuple):
+    """How long an S3 backend keeps trying a request that met a 5xx, a timeout or a refused
+    connection (exponential backoff with jitter from ``backoff_s``): at most ``retries`` more
+    times, and never past ``timeout_s`` after the first try. Tests lower it."""
+
+    retries: int = 8
+    timeout_s: float = 60.0
+    backoff_s: float = 0.1
+    connect_timeout_s: float = 5.0
+    request_timeout_s: float = 120.0  # one request, a 16 MiB pack on a slow link included
+
+
+DEFAULT_RETRY = RetryPolicy()
+
+
 class S3Location(NamedTuple):
     """``s3://BUCKET/PREFIX``: the prefix has no leading or trailing slash ("" for the bucket's top)."""
 
