@@ -125,7 +125,7 @@ COMMANDS: dict[str, str] = {
     "mark": "marks", "log": "marks", "history": "history", "show": "marks", "cat": "marks",
     "verify": "status", "gc": "status", "pin": "marks", "unpin": "marks", "rollback": "rollback",
     "undo": "rollback", "restore": "rollback", "diff": "marks", "stop": "status", "events": "events",
-    "integrate": "integrate", "hook": "integrate",
+    "integrate": "integrate", "hook": "integrate", "remote": "remote", "push": "remote",
 }
 
 
@@ -220,8 +220,15 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         sp.add_argument("mark", help=MARK_REF_HELP)
         sp.add_argument("file", metavar="FILE", help="the file (relative to the current directory)")
     if wanted("verify"):
+        from snapd.cli import remote
+
         sp = add("verify", "re-hash stored objects; non-zero exit on any problem", ws=False)
-        sp.add_argument("--sample", action="store_true", help="check a 10%% sample of contents")
+        sp.add_argument(
+            "--sample", nargs="?", const=remote.SAMPLE, type=remote.percent, metavar="P",
+            help="check a sample of contents: 10%% (with --remote: P%% of the packs, default 10)",
+        )
+        sp.add_argument("--remote", metavar="NAME", help="read back and check the remote NAME instead")
+        remote.secret_flags(sp)
     if wanted("gc"):
         sp = add("gc", "apply retention and reclaim space", ws=False)
         sp.add_argument("--dry-run", action="store_true", help="list what it would evict")
@@ -248,6 +255,15 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         sp.add_argument("mark", metavar="MARK", help=MARK_REF_HELP)
         sp.add_argument("--target", required=True, metavar="DEST", help="where to write it (absent or empty)")
         sp.add_argument("-y", "--yes", action="store_true", help="accepted for scripts: restore never asks")
+        from snapd.cli import remote
+
+        sp.add_argument(
+            "--from", dest="from_remote", metavar="NAME",
+            help="restore a mark pushed to the remote NAME, from any machine (-w then names the "
+            "workspace as the pushing machine did)",
+        )
+        sp.add_argument("--host", help="with --from: the mark pushed from this host (when several match)")
+        remote.secret_flags(sp)
     if wanted("diff"):
         sp = add(
             "diff", "unified diff between two marks, or a mark and the workspace now (paths after --)",
@@ -265,6 +281,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         sp.add_argument("-n", "--count", type=_at_least_one, metavar="N", help="exit after N events")
     if wanted("integrate", "hook"):
         integrate.add_parsers(sub)
+    if wanted("remote", "push"):
+        from snapd.cli import remote
+
+        remote.add_parsers(sub, wanted)
     return p
 
 

@@ -20,7 +20,7 @@ from snapd.cli.progress import Bar, Find
 from snapd.cli.prompt import confirm
 from snapd.cli.request import Env, client, human, named_workspace, ref_fields, show_warnings
 from snapd.display import count
-from snapd.errors import Conflict, PlanChanged, SnapdError
+from snapd.errors import Conflict, PlanChanged, SnapdError, UsageError
 from snapd.ipc.client import Client
 from snapd.paths import at_or_below
 
@@ -252,13 +252,23 @@ def cmd_restore(args: argparse.Namespace, env: Env) -> int:
     must be absent or empty; what was not captured at MARK is listed, and the exit is then 10."""
     dest = request.absolute(args.target)
     bar = Bar(args, env, _running(("restore",), {dest, os.path.realpath(dest)}), "file")
+    if args.from_remote:
+        from snapd.cli import remote  # loaded already: restore's parser takes its flags
+
+        fields = remote.restore_fields(args, env)
+    elif args.host or args.password_file:
+        raise UsageError("restore: --host and --password-file go with --from NAME (a remote)")
+    else:
+        fields = ref_fields(args)
     with client(args, env) as c, bar:
-        res = c.call("restore", mark=args.mark, target=os.fsencode(dest), **ref_fields(args))
+        res = c.call("restore", mark=args.mark, target=os.fsencode(dest), **fields)
     if not human(args, res):
         return 0 if res["ok"] else Conflict.exit_code
     n = res["counts"]
     what = f"the workspace at {res['time']['ref']}" if res.get("time") else (
         f"mark {res['mark']['id']} {res['mark']['label']}")
+    if args.from_remote:
+        what += f" (remote {args.from_remote}" + (f", host {res['host']})" if res.get("host") else ")")
     dirs = count(n["dirs"], "directory", "directories")
     emit(f"restored {what} of {res['workspace']} into {res['target']}: {count(n['files'], 'file')}, "
          f"{count(n['symlinks'], 'symlink')}, {dirs} ({size(n['bytes'])})")

@@ -13,7 +13,7 @@ from snapd.cli.request import Env, client, human, show_warnings
 from snapd.cli.workspaces import ignored_line
 from snapd.config import load_config
 from snapd.display import count
-from snapd.errors import SnapdError
+from snapd.errors import SnapdError, UsageError
 
 
 def cmd_status(args: argparse.Namespace, env: Env) -> int:
@@ -76,6 +76,12 @@ def _integration_lines(env: Env, records: dict[str, Any] | None = None) -> None:
 
 
 def cmd_verify(args: argparse.Namespace, env: Env) -> int:
+    from snapd.cli import remote  # loaded already: verify's parser takes its flags
+
+    if args.remote:
+        return remote.verify(args, env)
+    if args.sample not in (None, remote.SAMPLE):
+        raise UsageError("verify --sample P takes a share only with --remote: the local sample is 10%")
     with client(args, env) as c:
         r = c.call("verify", full=not args.sample)
     if human(args, r):
