@@ -1,0 +1,302 @@
+"""Pushing marks: the objects their trees need that the repository lacks, packed and sealed,
+then an index naming the packs, then one record per mark (docs/remote.md, "Push").
+
+The write order is what makes an interrupted push harmless: a reader trusts an object only
+through an index and a mark only through its record, and a record is written only once every
+object its tree needs is in an index. Packs are uploaded a few at a time (the S3 client waits
+without the GIL); each one that lands is appended to a journal in the repository's cache
+directory (fsync'd JSON lines), so a push cut short (the server gone, the network cut, the
+machine killed) resumes by indexing what landed instead of sending it again. A journal entry
+older than half the prune grace is dropped (prune may delete a pack no index names once the
+grace has passed) and its objects are sent again.
+
+Which objects: a mark's tree is walked against the tree of a mark of the same workspace whose
+record the repository holds (or that this push sends first): a subtree whose key is equal on
+both sides is complete in the repository already and is not walked, so an incremental push
+reads only the directories that changed. Every object found is then checked against the
+repository's index view (:meth:`Repository.has`, which counts an object of a doomed pack as
+absent). Nothing is ever deleted or overwritten.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import NamedTuple
+
+from snapd.remote import packs, records
+from snapd.remote.packs import Blob
+from snapd.remote.repo import THREADS, Repository
+from snapd.store import nodes, objects, pushed, safeio, trees
+from snapd.store.records import Mark
+from snapd.store.store import Store
+
+Progress = Callable[[int, int], None]
+INDEX_EVERY = 256
+"""Packs after which a long push writes an index (so a push cut short loses no more)."""
+READ_CHUNK = 256
+"""Objects read from the store at once: in walk order between chunks, so a pack holds
+neighbouring paths and a restore reads each pack about once."""
+
+
+class PushResult(NamedTuple):
+    marks: int  # records written
+    present: int  # marks whose records the repository held already
+    objects: int  # objects uploaded
+    bytes: int  # their contents' bytes
+    packs: int  # packs uploaded
+    resumed: int  # packs an interrupted push had sent, indexed now without sending them again
+    requests: int  # requests this push made
+    landed: tuple[str, ...]  # ids of the marks the repository holds records of now
+
+
+class Journal:
+    """Packs that landed and are not yet in an index written by this machine, one JSON line
+    each (``{"pack", "blobs", "time"}``), fsync'd as each lands; rewritten without them once an
+    index names them. A torn last line (a crash while appending) is ignored."""
+
+    def __init__(self, path: Path, max_age_s: float) -> None:
+        self.path = path
+        self.max_age_ns = int(max_age_s * 1e9)
+        self._lock = threading.Lock()
+
+    def landed(self) -> dict[str, list[Blob]]:
+        """Packs journaled within the age limit, with their blobs."""
+        try:
+            lines = self.path.read_bytes().splitlines()
+        except FileNotFoundError:
+            return {}
+        out: dict[str, list[Blob]] = {}
+        oldest = time.time_ns() - self.max_age_ns
+        for line in lines:
+            try:
+                entry = json.loads(line)
+                if entry["time"] >= oldest:
+                    out[str(entry["pack"])] = [Blob(str(k), int(o), int(n)) for k, o, n in entry["blobs"]]
+            except (ValueError, KeyError, TypeError):
+                continue  # torn by a crash while it was appended
+        return out
+
+    def add(self, pack: str, blobs: Sequence[Blob]) -> None:
+        line = json.dumps({"pack": pack, "blobs": list(blobs), "time": time.time_ns()}).encode() + b"\n"
+        with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, line)
+                safeio.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def indexed(self, packs_: set[str]) -> None:
+        """Forget ``packs_``: an index the repository holds names them now."""
+        with self._lock:
+            left = {p: b for p, b in self.landed().items() if p not in packs_}
+            if not left:
+                safeio.unlink(self.path)
+                return
+            now = time.time_ns()
+            text = b"".join(
+                json.dumps({"pack": p, "blobs": b, "time": now}).encode() + b"\n" for p, b in left.items()
+            )
+            safeio.write_atomic(self.path, text)
+
+
+def objects_of(load: trees.Load, tree: str, base: str | None) -> Iterator[str]:
+    """The keys of ``tree``'s nodes and contents that ``base`` (a tree complete in the
+    repository; None: nothing) does not hold at the same path, parents before children. A
+    subtree with the same key on both sides is skipped unread."""
+    yield tree
+    if tree == base:
+        return
+    new = load(tree)
+    old = load(base) if base is not None else {}
+    if isinstance(new, nodes.PackedNode) and isinstance(old, nodes.PackedNode):
+        names = new.changed_names(old)
+    else:
+        names = sorted(n for n in new if new.get(n) != old.get(n))
+    for name in names:
+        entry = new.get(name)
+        if entry is None:
+            continue
+        if entry.kind == "dir":
+            was = old.get(name)
+            yield from objects_of(load, entry.key, was.key if was is not None and was.kind == "dir" else None)
+        elif entry.kind in ("file", "symlink"):
+            yield entry.key
+
+
+class _Pusher:
+    """One push's sending: what it sent, the journal, the counts."""
+
+    def __init__(self, store: Store, repo: Repository, progress: Progress | None) -> None:
+        self.store, self.repo, self.progress = store, repo, progress
+        # Prune deletes a pack no index names once the grace has passed: older journal
+        # entries are not trusted to be there (their objects are sent again).
+        self.journal = Journal(repo.cache / "journal.jsonl", repo.refresh_s * 2)
+        self.sent: dict[str, list[Blob]] = {}  # packs landed, not in an index yet
+        self.queued: set[str] = set()  # keys this push sent or is sending
+        self.objects = self.bytes = self.packs = self.resumed = 0
+        self.done = self.total = 0
+        self._lock = threading.Lock()
+
+    def resume(self) -> None:
+        """Take the packs an interrupted push left in the journal as sent by this one (the
+        index this push writes names them); forget those an index names already."""
+        landed = self.journal.landed()
+        for pack, blobs in landed.items():
+            if not all(self.repo.has(b.key) for b in blobs):
+                self.sent[pack] = blobs
+                self.queued.update(b.key for b in blobs)
+                self.resumed += 1
+        if len(self.sent) < len(landed):
+            self.journal.indexed(set(landed) - set(self.sent))
+
+    def send(self, keys: Sequence[str]) -> None:
+        """Read ``keys`` from the store (in their order, :data:`READ_CHUNK` at a time), pack,
+        seal and upload them, :data:`THREADS` packs in flight; an index every
+        :data:`INDEX_EVERY` packs."""
+        self.total += len(keys)
+        in_flight: list[Future[None]] = []
+        with ThreadPoolExecutor(THREADS) as pool:
+            writer = packs.PackWriter(self.repo.master)
+
+            def flush(full: packs.PackWriter) -> None:
+                while len(in_flight) >= THREADS:
+                    in_flight.pop(0).result()
+                in_flight.append(pool.submit(self._upload, full))
+
+            for i in range(0, len(keys), READ_CHUNK):
+                for key, data in self.store.get_many(keys[i : i + READ_CHUNK]):
+                    self.bytes += len(data)
+                    codec, payload = objects.encode(data)
+                    if writer.add(key, bytes((codec,)) + payload):
+                        flush(writer)
+                        writer = packs.PackWriter(self.repo.master)
+                if len(self.sent) >= INDEX_EVERY:
+                    self.write_index()
+            if len(writer):
+                flush(writer)
+            for future in in_flight:
+                future.result()
+
+    def _upload(self, writer: packs.PackWriter) -> None:
+        data, blobs = writer.finish()
+        pack = self.repo.write_pack(data)
+        self.journal.add(pack, blobs)
+        with self._lock:
+            self.sent[pack] = blobs
+            self.packs += 1
+            self.objects += len(blobs)
+            self.done += len(blobs)
+            done, total = self.done, self.total
+        if self.progress is not None:
+            self.progress(done, total)
+
+    def write_index(self) -> None:
+        """An index naming every pack sent and not yet indexed; then the journal forgets them."""
+        with self._lock:
+            sent, self.sent = self.sent, {}
+        if sent:
+            self.repo.write_index(sent)
+            self.journal.indexed(set(sent))
+
+
+class _Needs(NamedTuple):
+    """What the marks of a push need: keys to send (walk order), keys the repository's view
+    holds (counted on, not sent), the records of the marks walked against, and per mark the
+    objects and bytes it brought."""
+
+    send: list[str]
+    relied: list[str]
+    bases: set[str]
+    brought: dict[str, tuple[int, int]]
+
+
+def needs(store: Store, repo: Repository, sid: str, todo: Sequence[Mark], queued: set[str]) -> _Needs:
+    """Walk each mark of ``todo`` (oldest first) against the closest mark of its workspace
+    whose tree is complete in the repository (its record is there, or it comes earlier in
+    this push): the keys neither there nor in ``queued`` (which this adds them to)."""
+    out = _Needs([], [], set(), {})
+    complete: dict[int, list[Mark]] = {}
+    for mark in todo:
+        done = complete.get(mark.workspace)
+        if done is None:
+            names = repo.mark_names()
+            done = complete[mark.workspace] = [
+                m for m in store.marks(mark.workspace) if repo.record_name(sid, m.id) in names
+            ]
+        base = min(done, key=lambda m: abs(m.seq - mark.seq), default=None)
+        if base is not None and base not in todo:
+            out.bases.add(repo.record_name(sid, base.id))
+        found = list(objects_of(store.load_node, mark.tree, base.tree if base is not None else None))
+        found += [k for k in (mark.rules, mark.ignored) if k]
+        count = size = 0
+        for key in found:
+            if key in queued:
+                continue
+            if repo.has(key):
+                out.relied.append(key)
+                continue
+            queued.add(key)
+            out.send.append(key)
+            count, size = count + 1, size + objects.parse_key(key)[1]
+        out.brought[mark.id] = (count, size)
+        done.append(mark)
+    return out
+
+
+def push(
+    store: Store,
+    repo: Repository,
+    marks: Sequence[tuple[Mark, bytes]],
+    host: str,
+    progress: Progress | None = None,
+) -> PushResult:
+    """Send the marks of ``marks`` (each with its workspace's root) the repository lacks:
+    the objects, an index, then their records. ``progress(done, total)`` counts objects."""
+    before = repo.backend.requests
+    repo.ensure_fresh()
+    sid = pushed.store_id(store.catalog)
+    pusher = _Pusher(store, repo, progress)
+    pusher.resume()
+    roots = {m.id: root for m, root in marks}
+    for attempt in range(3):
+        names = repo.mark_names()
+        todo = [m for m, _ in marks if repo.record_name(sid, m.id) not in names]
+        todo.sort(key=lambda m: (m.created, m.seq))
+        need = needs(store, repo, sid, todo, pusher.queued)
+        pusher.send(need.send)
+        pusher.write_index()
+        # A prune may have doomed packs (or dropped a mark walked against) while the view
+        # aged: past half the grace, look again before a record says the objects are there.
+        age = repo.age()
+        if attempt == 2 or age is None or age <= repo.refresh_s * 2:
+            break
+        repo.refresh()
+        if all(repo.has(k) for k in need.relied) and need.bases <= set(repo.mark_names()):
+            break
+    written = 0
+    for mark in todo:
+        count, size = need.brought.get(mark.id, (0, 0))
+        record = records.mark_record(
+            repo.master, mark, host=host, store=sid, workspace=roots[mark.id],
+            objects=count, nbytes=size, pushed=time.time_ns(),
+        )  # fmt: skip
+        written += repo.write_mark(record)
+    names = repo.mark_names()
+    return PushResult(
+        marks=written,
+        present=len(marks) - len(todo),
+        objects=pusher.objects,
+        bytes=pusher.bytes,
+        packs=pusher.packs,
+        resumed=pusher.resumed,
+        requests=repo.backend.requests - before,
+        landed=tuple(m.id for m, _ in marks if repo.record_name(sid, m.id) in names),
+    )
