@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, NamedTuple
 
+from snapd import remote_config
 from snapd.errors import ConfigError, PermissionRefused
 from snapd.settings import (
     GiB,
@@ -67,8 +68,9 @@ LOCK_FILE = "snapd.lock"
 SERVICE_UNIT = "snapd.service"
 HOOKS_DIR = "hooks"
 DAY_NS = 86_400 * 10**9
-#: SNAPD_* variables that are not settings: locations.
-ENV_NAMES = frozenset({"SNAPD_HOME", "SNAPD_CONFIG"})
+#: SNAPD_* variables that are not settings: locations, and the remote repositories' password
+#: (docs/remote.md: read by the client that sends it, and by the daemon for on-mark pushes).
+ENV_NAMES = frozenset({"SNAPD_HOME", "SNAPD_CONFIG", "SNAPD_REMOTE_PASSWORD"})
 
 
 # -- the settings (docs/operations.md, "Configuration"): each one's key, default and parser ---
@@ -188,6 +190,8 @@ class Config(NamedTuple):
     capture: Annotated[CaptureSettings, Group()] = CaptureSettings()
     retention: Annotated[Retention, Group("retention")] = Retention()
     warnings: tuple[str, ...] = ()  # settings ignored (lenient load) and unknown SNAPD_* names
+    # the [remotes.NAME] tables, checked (snapd.remote_config): name -> key -> value
+    remotes: remote_config.Remotes = {}
 
     @property
     def endpoint(self) -> str:
@@ -313,15 +317,19 @@ def load_config(
 
     problems = Problems(SETTINGS, lenient)
     values: dict[str, Any] = {}
+    remotes: dict[str, dict[str, str]] = {}
     if explicit_cfg is not None or _config_file_exists(locations.config_file):
-        values.update(read_config_file(locations.config_file, problems))
+        values.update(read_config_file(locations.config_file, problems, frozenset({remote_config.TABLE})))
+        if remote_config.TABLE in values:
+            where = f"config file {locations.config_file}"
+            remotes = remote_config.parse(values.pop(remote_config.TABLE), where, problems)
     values.update(read_environment(env, problems))
     for key, raw in overrides.items():
         if key not in SETTINGS:
             raise ConfigError(f"unknown setting '{key}'", key=key)
         problems.set(values, key, raw, "command-line option")
     warnings = (*problems.warnings, *unknown_env(env, SETTINGS, ENV_NAMES))
-    return assemble(Config, SETTINGS, values, locations=locations, warnings=warnings)
+    return assemble(Config, SETTINGS, values, locations=locations, warnings=warnings, remotes=remotes)
 
 
 # -- private directories and the endpoint file ------------------------------------------------

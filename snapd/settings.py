@@ -202,9 +202,11 @@ class Problems:
             self.report(ConfigError(f"{source}: '{key}' must be {e}, got {raw!r}", key=key))
 
 
-def read_config_file(path: Path, problems: Problems) -> dict[str, Any]:
+def read_config_file(path: Path, problems: Problems, apart: frozenset[str] = frozenset()) -> dict[str, Any]:
     """Flatten the TOML file into dotted keys, rejecting anything we do not know: a typo in a
-    retention key must not silently keep the default and evict history early."""
+    retention key must not silently keep the default and evict history early. The top-level
+    keys in ``apart`` (``remotes``: tables of tables) come back as they are, under their own
+    name, for the caller to check."""
     import tomllib  # deferred: most client runs have no config file to parse
 
     where = f"config file {path}"
@@ -219,12 +221,12 @@ def read_config_file(path: Path, problems: Problems) -> dict[str, Any]:
         return {}
     tables = {k.split(".", 1)[0] for k in problems.keys if "." in k}
     flat: dict[str, Any] = {}
+    out: dict[str, Any] = {key: data.pop(key) for key in apart if key in data}
     for key, value in data.items():
         if key in tables and isinstance(value, dict):
             flat.update({f"{key}.{k}": v for k, v in value.items()})
         else:
             flat[key] = value
-    out: dict[str, Any] = {}
     for key, value in flat.items():
         if key not in problems.keys:
             known = ", ".join(sorted(problems.keys))
