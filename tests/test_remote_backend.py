@@ -1,0 +1,263 @@
+"""The backend contract (snapd/remote/backend.py) against a real ``rclone serve s3`` and a
+directory, and the S3 backend's errors for what real servers do: wrong keys (403), a killed
+server, a full disk (rclone: a bare 500), 5xx answers, ranges answered with status 200."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from remote_server import ACCESS_KEY, SECRET_KEY, MakeServer, S3Server
+
+from snapd.errors import (
+    ConfigError,
+    RemoteDenied,
+    RemoteFull,
+    RemoteMissing,
+    RemoteUnreachable,
+    UsageError,
+)
+from snapd.remote.backend import Backend, open_backend
+from snapd.remote.files import FileBackend
+from snapd.remote.s3 import S3Backend, resolve
+from snapd.remote.spec import DirLocation, RemoteSpec, RetryPolicy, S3Location, parse_url
+
+pytestmark = [pytest.mark.remote, pytest.mark.timeout(90)]
+
+QUICK = RetryPolicy(retries=3, timeout_s=3.0, backoff_s=0.05, connect_timeout_s=1.0, request_timeout_s=10.0)
+
+
+def _s3(server: S3Server, retry: RetryPolicy = QUICK, **creds: str) -> Backend:
+    return open_backend(server.spec(), {**server.credentials, **creds}, retry)
+
+
+@pytest.fixture(params=["s3", "file"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    if request.param == "s3":
+        server: S3Server = request.getfixturevalue("s3_server")
+        return _s3(server)
+    return open_backend(RemoteSpec("dir", (tmp_path / "repo").as_uri()), {})
+
+
+def test_round_trip(backend: Backend) -> None:
+    """put / get (whole, ranges) / list / delete keep the contract on every backend."""
+    big = os.urandom(3 << 20)
+    backend.put("data/ab/abcd", big)
+    backend.put("data/cd/cdef", b"small")
+    backend.put("index/0001", b"index")
+    backend.put("config", b"cfg")
+    assert backend.get("data/ab/abcd") == big
+    assert backend.get("data/ab/abcd", 100, 200) == big[100:200]
+    assert backend.get("data/ab/abcd", len(big) - 4) == big[-4:]
+    assert backend.get("data/cd/cdef", 2, 2) == b""
+    assert backend.get("config") == b"cfg"
+    assert sorted((x.name, x.size) for x in backend.list("data/")) == [
+        ("data/ab/abcd", len(big)),
+        ("data/cd/cdef", 5),
+    ]
+    assert [x.name for x in backend.list("data/a")] == ["data/ab/abcd"]  # a prefix inside a segment
+    everything = ["config", "data/ab/abcd", "data/cd/cdef", "index/0001"]
+    assert sorted(x.name for x in backend.list("")) == everything
+    assert all(abs(x.mtime_ns - time.time_ns()) < 600e9 for x in backend.list(""))
+    backend.put("config", b"cfg")  # the same bytes again: allowed
+    backend.delete("data/cd/cdef")
+    backend.delete("data/cd/cdef")  # absent: not an error
+    assert sorted(x.name for x in backend.list("data/")) == ["data/ab/abcd"]
+    with pytest.raises(RemoteMissing, match=r"data/cd/cdef"):
+        backend.get("data/cd/cdef")
+    assert list(backend.list("locks/")) == []
+
+
+def test_names_checked_before_any_request(backend: Backend) -> None:
+    before = backend.requests
+    for bad in ("../escape", "/abs", "a//b", "a/./b", "", "a b", "data/x\n"):
+        with pytest.raises(UsageError):
+            backend.put(bad, b"x")
+        with pytest.raises(UsageError):
+            backend.get(bad)
+    with pytest.raises(UsageError):
+        list(backend.list("../"))
+    assert backend.requests == before
+
+
+def test_requests_are_counted(backend: Backend) -> None:
+    before = backend.requests
+    backend.put("marks/m1", b"1")
+    backend.get("marks/m1")
+    list(backend.list("marks/"))
+    backend.delete("marks/m1")
+    assert backend.requests - before == 4
+
+
+def test_s3_prefix_confines_the_repository(s3_server: S3Server) -> None:
+    """Two prefixes of one bucket do not see each other's objects, and a name lands at
+    BUCKET/PREFIX/NAME in the server's folder."""
+    a = open_backend(s3_server.spec("snapd", "one"), s3_server.credentials, QUICK)
+    b = open_backend(s3_server.spec("snapd", "one-more"), s3_server.credentials, QUICK)
+    a.put("keys/k", b"A")
+    b.put("keys/k", b"B")
+    assert [x.name for x in a.list("")] == ["keys/k"]
+    assert a.get("keys/k") == b"A" and b.get("keys/k") == b"B"
+    assert (s3_server.folder / "snapd" / "one" / "keys" / "k").read_bytes() == b"A"
+
+
+def test_s3_wrong_secret_is_denied_naming_its_source(s3_server: S3Server) -> None:
+    backend = _s3(s3_server, AWS_SECRET_ACCESS_KEY="not-the-secret-key-0123456789abcdef")
+    with pytest.raises(RemoteDenied) as caught:
+        backend.put("config", b"x")
+    message = caught.value.message
+    assert "s3://snapd/repo" in message and "config" in message
+    assert "SignatureDoesNotMatch" in message
+    assert "the AWS_* variables snapctl sent" in message
+    assert not (s3_server.folder / "snapd" / "repo" / "config").exists()
+
+
+def test_s3_unknown_key_from_credentials_file_is_denied_naming_the_file(
+    s3_server: S3Server, tmp_path: Path
+) -> None:
+    """Keys from the shared credentials file work, and a wrong one there is named as such."""
+    home = tmp_path / "awshome"
+    (home / ".aws").mkdir(parents=True)
+    creds = home / ".aws" / "credentials"
+    creds.write_text(
+        f"[default]\naws_access_key_id = {ACCESS_KEY}\naws_secret_access_key = {SECRET_KEY}\n\n"
+        "[stale]\naws_access_key_id = AKIASTALEKEY00000000\n"
+        "aws_secret_access_key = stale-secret-0123456789abcdef\n"
+    )
+    spec = s3_server.spec()
+    good = S3Backend(spec, {}, QUICK, environ={}, home=home)
+    good.put("config", b"ok")
+    assert good.get("config") == b"ok"
+    stale = S3Backend(spec._replace(profile="stale"), s3_server.credentials, QUICK, environ={}, home=home)
+    with pytest.raises(RemoteDenied, match=r"InvalidAccessKeyId.*profile 'stale' of .*credentials"):
+        stale.get("config")
+
+
+def test_credentials_order(tmp_path: Path) -> None:
+    """The request's keys, then snapd's environment, then the file; keys always as one set; a
+    profile named in the config skips both environments."""
+    home = tmp_path / "h"
+    (home / ".aws").mkdir(parents=True)
+    (home / ".aws" / "credentials").write_text(
+        "[default]\naws_access_key_id = FILEKEY\naws_secret_access_key = FILESECRET\n"
+        "[work]\naws_access_key_id = WORKKEY\naws_secret_access_key = WORKSECRET\naws_session_token = TOK\n"
+    )
+    (home / ".aws" / "config").write_text("[profile work]\nregion = eu-west-3\n")
+    spec = RemoteSpec("r", "s3://bucket/p")
+    sent = {"AWS_ACCESS_KEY_ID": "SENT", "AWS_SECRET_ACCESS_KEY": "SENTSECRET", "AWS_REGION": "ap-south-1"}
+    env = {"AWS_ACCESS_KEY_ID": "ENV", "AWS_SECRET_ACCESS_KEY": "ENVSECRET", "AWS_SESSION_TOKEN": "ENVTOKEN"}
+    got = resolve(spec, sent, env, home)
+    assert (got.access_key_id, got.session_token, got.region) == ("SENT", None, "ap-south-1")
+    got = resolve(spec, {"AWS_ACCESS_KEY_ID": "HALF"}, env, home)  # no secret sent: not mixed
+    assert (got.access_key_id, got.secret_access_key, got.session_token) == ("ENV", "ENVSECRET", "ENVTOKEN")
+    assert got.source == "snapd's own environment" and got.region == "us-east-1"
+    got = resolve(spec, {}, {}, home)
+    assert (got.access_key_id, got.source) == ("FILEKEY", f"profile 'default' of {home}/.aws/credentials")
+    got = resolve(spec, {"AWS_PROFILE": "work"}, {}, home)
+    assert (got.access_key_id, got.session_token, got.region) == ("WORKKEY", "TOK", "eu-west-3")
+    named = spec._replace(profile="work", region="us-west-2", endpoint="http://h:9000")
+    got = resolve(named, sent, env, home)
+    assert (got.access_key_id, got.region, got.endpoint) == ("WORKKEY", "us-west-2", "http://h:9000")
+    with pytest.raises(RemoteDenied, match=r"no S3 credentials.*profile 'nope'"):
+        resolve(spec._replace(profile="nope"), sent, env, home)
+    (home / ".aws" / "credentials").write_text("not an ini file\n")
+    with pytest.raises(ConfigError, match="credentials"):
+        resolve(spec, {}, {}, home)
+
+
+def test_s3_killed_server_is_unreachable_after_bounded_retries(s3_server: S3Server) -> None:
+    backend = _s3(s3_server)
+    backend.put("config", b"x")
+    s3_server.kill()
+    started = time.monotonic()
+    with pytest.raises(RemoteUnreachable, match=r"s3://snapd/repo: index/0001: no answer from the server"):
+        backend.put("index/0001", b"y")
+    with pytest.raises(RemoteUnreachable, match=r"config"):
+        backend.get("config")
+    assert time.monotonic() - started < 2 * (QUICK.timeout_s + QUICK.connect_timeout_s) + 2
+    s3_server.restart()
+    backend.put("index/0001", b"y")  # the same backend works again once the server is back
+    assert backend.get("index/0001") == b"y"
+
+
+def test_s3_5xx_is_retried(s3_servers: MakeServer) -> None:
+    server = s3_servers(proxy=True)
+    assert server.proxy is not None
+    backend = _s3(server)
+    server.proxy.fail_next = 2
+    backend.put("data/aa/one", b"payload")
+    assert server.proxy.failed == 2 and server.proxy.seen == 3
+    server.proxy.fail_next = 2
+    assert backend.get("data/aa/one") == b"payload"
+    assert server.proxy.failed == 4
+    server.proxy.fail_next = 1000  # a server that keeps failing: bounded, then a clear error
+    kept_failing = r"data/aa/two: the server kept failing to write it \(HTTP 503\)"
+    with pytest.raises(RemoteUnreachable, match=kept_failing):
+        backend.put("data/aa/two", b"x")
+    assert server.proxy.failed - 4 <= 2 * (QUICK.retries + 1)  # the put's tries, then the listing's
+
+
+def test_s3_403_is_not_retried(s3_servers: MakeServer) -> None:
+    server = s3_servers(proxy=True)
+    assert server.proxy is not None
+    backend = _s3(server, AWS_SECRET_ACCESS_KEY="not-the-secret-key-0123456789abcdef")
+    with pytest.raises(RemoteDenied):
+        backend.get("config")
+    assert server.proxy.seen == 1
+
+
+def test_s3_full_disk_is_remote_full(s3_servers: MakeServer) -> None:
+    """rclone answers a write to a full disk with a bare 500: the backend tells it from a
+    broken server (it still lists) and says the disk is full; nothing partial is left."""
+    server = s3_servers(tmpfs=4 << 20)
+    backend = _s3(server)
+    backend.put("data/aa/first", os.urandom(3 << 20))
+    with pytest.raises(RemoteFull, match=r"s3://snapd/repo: data/bb/second: .*disk is full"):
+        backend.put("data/bb/second", os.urandom(3 << 20))
+    assert [x.name for x in backend.list("data/")] == ["data/aa/first"]
+    backend.delete("data/aa/first")
+    backend.put("data/bb/second", b"fits now")
+    assert backend.get("data/bb/second") == b"fits now"
+
+
+def test_file_backend_full_disk_is_remote_full(tmp_path: Path) -> None:
+    from disks import tmpfs
+
+    with tmpfs(tmp_path / "small", 1 << 20) as mount:
+        backend = FileBackend(mount / "repo")
+        with pytest.raises(RemoteFull, match=r"data/aa/big"):
+            backend.put("data/aa/big", os.urandom(2 << 20))
+        assert list(backend.list("")) == []  # no temp file, no partial object
+        assert [p.name for p in (mount / "repo" / "data" / "aa").iterdir()] == []
+
+
+def test_file_backend_skips_temp_files(tmp_path: Path) -> None:
+    """A crash between write and rename leaves a ``.snapd-*~`` temp: never listed."""
+    backend = FileBackend(tmp_path / "repo")
+    backend.put("index/one", b"1")
+    (tmp_path / "repo" / "index" / ".snapd-0123456789ab~").write_bytes(b"half")
+    assert [x.name for x in backend.list("index/")] == ["index/one"]
+
+
+@pytest.mark.parametrize(
+    ("url", "want"),
+    [
+        ("s3://my-bucket/a/b/", S3Location("my-bucket", "a/b")),
+        ("s3://my-bucket", S3Location("my-bucket", "")),
+        ("file:///srv/snapd/", DirLocation(Path("/srv/snapd"))),
+    ],
+)
+def test_parse_url(url: str, want: object) -> None:
+    assert parse_url(url) == want
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["my-bucket/x", "http://host/x", "s3://My_Bucket/x", "s3://b/x", "s3://bucket/a/../b", "file://host/dir",
+     "file:///", "file:///a/../b", "gs://bucket/x"],
+)
+def test_parse_url_refuses(url: str) -> None:
+    with pytest.raises(UsageError, match="remote URL"):
+        parse_url(url)
