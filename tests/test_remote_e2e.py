@@ -1,0 +1,546 @@
+"""History that outlives the machine (issue 32), end to end: real daemons (each its own
+``SNAPD_HOME``, a machine of its own), the real CLI, and a real S3 server (``rclone serve s3``,
+tests/remote_server.py) whose folder the tests read and tamper with.
+
+The daemons are started without any secret in their environment: the password
+(``SNAPD_REMOTE_PASSWORD``) and the ``AWS_*`` credentials reach them only in the CLI's requests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e_helpers import Daemon, describe, run_ctl, snap_diff, snapshot, start_daemon, wait_for, write
+from remote_server import MakeServer, S3Server
+
+pytestmark = [pytest.mark.remote, pytest.mark.timeout(600)]
+
+PASSWORD = "correct horse battery staple, remote"
+BUCKET, PREFIX = "snapd", "repo"
+URL = f"s3://{BUCKET}/{PREFIX}"
+MiB = 1 << 20
+
+Machine = Callable[..., Daemon]
+Ran = tuple[int, Any, subprocess.CompletedProcess[bytes]]  # exit code, JSON, the process
+
+
+@pytest.fixture
+def machines(tmp_path: Path) -> Iterator[Machine]:
+    """``machine(name)``: a daemon of its own SNAPD_HOME (another machine, as far as snapd can
+    tell), whose CLI environment carries ``password`` and the server's credentials."""
+    started: list[Daemon] = []
+
+    def machine(name: str, server: S3Server, password: str = PASSWORD) -> Daemon:
+        home = tmp_path / name / "snapd-home"
+        home.parent.mkdir()
+        d = start_daemon(home)
+        started.append(d)
+        d.env = {**d.env, "SNAPD_REMOTE_PASSWORD": password, **server.credentials}
+        return d
+
+    try:
+        yield machine
+    finally:
+        codes = [d.stop() for d in started]
+        assert codes == [0] * len(codes), codes
+
+
+def add_remote(d: Daemon, server: S3Server, name: str = "backup") -> dict[str, Any]:
+    server.spec(BUCKET, PREFIX)  # the bucket, a folder of the server's
+    out: dict[str, Any] = d.ctl_json("remote", "add", name, URL, "--endpoint", server.endpoint)
+    return out
+
+
+def ctl(d: Daemon, *args: Any, timeout: float = 300.0) -> Ran:
+    """``snapctl ARGS --json`` as ``d``'s user: (exit code, its JSON, the process)."""
+    cp = run_ctl(d.env, *args, "--json", timeout=timeout)
+    try:
+        return cp.returncode, json.loads(cp.stdout), cp
+    except json.JSONDecodeError:
+        raise AssertionError(describe(cp) + "\n--- daemon log ---\n" + d.log()[-4000:]) from None
+
+
+def push(d: Daemon, *args: str) -> dict[str, Any]:
+    code, out, cp = ctl(d, "push", *args)
+    assert code == 0, describe(cp) + d.log()[-3000:]
+    return dict(out)
+
+
+def remote_log(d: Daemon, *args: str) -> list[dict[str, Any]]:
+    code, out, cp = ctl(d, "remote", "log", "backup", *args)
+    assert code == 0, describe(cp)
+    return list(out["marks"])
+
+
+def restore_from(d: Daemon, ref: str, dest: Path, *args: str) -> Ran:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    return ctl(d, "restore", ref, "--target", dest, "--from", "backup", *args)
+
+
+def watched(d: Daemon, root: Path) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    root = root.resolve()
+    d.ctl_json("watch", root)
+    return root
+
+
+def mark(d: Daemon, ws: Path, label: str, *extra: str) -> str:
+    return str(d.ctl_json("mark", label, *extra, cwd=ws)["id"])
+
+
+def repo_dir(server: S3Server) -> Path:
+    return server.folder / BUCKET / PREFIX
+
+
+def objects(server: S3Server) -> dict[str, bytes]:
+    """Every object of the repository on the server's disk: name → bytes."""
+    root = repo_dir(server)
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def packs(server: S3Server) -> dict[str, bytes]:
+    return {name: data for name, data in objects(server).items() if name.startswith("data/")}
+
+
+def whole(name: str, data: bytes) -> bool:
+    """A pack fully written: its name is the SHA-256 of its bytes."""
+    return hashlib.sha256(data).hexdigest() == name.rsplit("/", 1)[-1]
+
+
+def random_file(path: Path, size: int, seed: int) -> None:
+    write(path, hashlib.shake_256(seed.to_bytes(8, "little")).digest(size), 0o644)
+
+
+# == (1) round trip =================================================================================
+
+
+def tricky_tree(root: Path) -> None:
+    """Every kind snapd keeps, with modes, and names that are not plain ASCII."""
+    write(root / "src/app.py", "print('hello')\n")
+    write(root / "bin/run.sh", "#!/bin/sh\necho run\n", 0o755)
+    write(root / "secret.key", os.urandom(64), 0o600)
+    write(root / "read-only.txt", "do not touch\n", 0o444)
+    write(root / "empty-file", b"")
+    random_file(root / "data/big.bin", 3 * MiB + 17, seed=1)
+    write(root / "naïve ☃.txt", "unicode name\n")
+    write(Path(os.fsdecode(bytes(root) + b"/caf\xe9.txt")), b"a name that is not UTF-8\n")
+    (root / "empty-dir").mkdir()
+    (root / "empty-dir").chmod(0o700)
+    (root / "deep/er/est").mkdir(parents=True)
+    (root / "private").mkdir()
+    write(root / "private/notes.md", "# notes\n", 0o640)
+    (root / "private").chmod(0o750)
+    os.symlink("src/app.py", root / "link-to-file")
+    os.symlink("nowhere/at/all", root / "dangling")
+    os.symlink("src", root / "link-to-dir")
+    os.symlink("/etc/hostname", root / "absolute-link")
+
+
+def test_a_mark_pushed_here_is_restored_exactly_on_a_machine_with_no_history(
+    s3_server: S3Server, machines: Machine, tmp_path: Path
+) -> None:
+    a = machines("a", s3_server)
+    ws = watched(a, tmp_path / "work" / "proj")
+    tricky_tree(ws)
+    m1 = mark(a, ws, "m1")
+    want_m1 = snapshot(ws)
+    (ws / "src/app.py").write_text("print('changed')\n")
+    (ws / "dangling").unlink()
+    (ws / "empty-dir").rmdir()
+    write(ws / "new/file.txt", "new\n")
+    m2 = mark(a, ws, "m2")
+    want_m2 = snapshot(ws)
+
+    added = add_remote(a, s3_server)
+    assert added["created"] is True, added
+    pushed = push(a)
+    assert pushed["marks"] >= 2 and pushed["objects"] > 0, pushed
+    again = push(a)  # nothing new: nothing sent
+    assert again["marks"] == 0 and again["objects"] == 0, again
+
+    b = machines("b", s3_server)
+    opened = add_remote(b, s3_server)
+    assert opened["created"] is False and opened["repo_id"] == added["repo_id"], opened
+    assert b.ctl_json("status")["workspaces"] == []  # no history of its own
+    for ref, want in ((m1, want_m1), (m2, want_m2), ("m1", want_m1)):
+        dest = tmp_path / "b-restores" / ref
+        code, out, cp = restore_from(b, ref, dest)
+        assert code == 0 and out["ok"], describe(cp) + b.log()[-3000:]
+        got = snapshot(dest)
+        assert got == want, f"restore of {ref}:\n{snap_diff(got, want)}"
+
+
+# == (2) resume after the server's death ============================================================
+
+
+def test_a_push_cut_by_the_server_s_death_leaves_no_mark_and_resumes_without_resending(
+    s3_servers: MakeServer, machines: Machine, tmp_path: Path
+) -> None:
+    server = s3_servers(proxy=True)
+    a = machines("a", server)
+    ws = watched(a, tmp_path / "proj")
+    write(ws / "first.txt", "first\n")
+    m0 = mark(a, ws, "m0")
+    add_remote(a, server)
+    push(a)
+    for i in range(8):  # 48 MiB that does not compress: three packs or so
+        random_file(ws / f"blob-{i}.bin", 6 * MiB, seed=100 + i)
+    m1 = mark(a, ws, "m1")
+    want = snapshot(ws)
+    before = set(packs(server))
+    assert server.proxy is not None
+    server.proxy.delay_s = 0.3  # each request held a moment: the push is under way long enough
+
+    proc = subprocess.Popen([sys.executable, "-m", "snapd", "push", "--json"], env=a.env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        def a_new_pack_landed() -> bool:
+            assert proc.poll() is None, "the push ended before a pack of it landed: no cut to test"
+            return any(whole(n, d) for n, d in packs(server).items() if n not in before)
+
+        wait_for(a_new_pack_landed, 120, interval=0.005, what="a pack of the push lands")
+        server.kill()
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode != 0, (out, err)
+    error = json.loads(out)["error"]
+    assert error["code"].startswith("remote"), error
+    server.proxy.delay_s = 0.0
+    server.restart()
+
+    landed = {n: d for n, d in packs(server).items() if n not in before and whole(n, d)}
+    assert landed
+    # Nothing half-written is read as a mark: only m0 is listed, and m1 cannot be restored.
+    b = machines("b", server)
+    add_remote(b, server)
+    listed = {m["id"] for m in remote_log(b)}
+    assert m0 in listed and m1 not in listed, listed
+    code, refused, cp = restore_from(b, m1, tmp_path / "too-early")
+    assert code != 0 and refused["error"]["code"] == "not_found", describe(cp)
+
+    resumed = push(a)
+    assert resumed["marks"] == 1, resumed
+    after = packs(server)
+    for name, data in landed.items():  # never rewritten, never deleted
+        assert after.get(name) == data, name
+    new_bytes = sum(len(d) for n, d in after.items() if n not in before)
+    assert new_bytes < 48 * MiB * 1.1, f"{new_bytes} bytes of packs for 48 MiB: what landed was sent again"
+    assert m1 in {m["id"] for m in remote_log(b)}
+    dest = tmp_path / "restored"
+    code, out_, cp = restore_from(b, m1, dest)
+    assert code == 0, describe(cp)
+    assert snapshot(dest) == want, snap_diff(snapshot(dest), want)
+
+
+# == (3) no plaintext on the server =================================================================
+
+
+def test_the_bucket_holds_no_content_name_label_or_message_in_clear(
+    s3_server: S3Server, machines: Machine, tmp_path: Path
+) -> None:
+    tag = secrets.token_hex(6)
+    canaries = {
+        "content": f"canary-content-{tag}", "file name": f"canary-name-{tag}",
+        "label": f"canary-label-{tag}", "message": f"canary-message-{tag}",
+        "workspace": f"canary-ws-{tag}", "agent": f"canary-agent-{tag}", "session": f"canary-session-{tag}",
+    }
+    a = machines("a", s3_server)
+    ws = watched(a, tmp_path / canaries["workspace"])
+    write(ws / f"{canaries['file name']}.txt", canaries["content"] * 3 + "\n")
+    write(ws / "dir" / canaries["file name"] / "x", "x")
+    mark(a, ws, canaries["label"], "-m", canaries["message"], "--agent", canaries["agent"],
+         "--session", canaries["session"])
+    add_remote(a, s3_server)
+    push(a)
+    stored = objects(s3_server)
+    assert any(n.startswith("marks/") for n in stored) and any(n.startswith("data/") for n in stored), stored
+    for what, canary in canaries.items():
+        needle = canary.encode()
+        assert not [n for n in stored if canary in n], f"the {what} is in an object's name"
+        found = [n for n, data in stored.items() if needle in data]
+        assert not found, f"the {what} is in clear in {found}"
+    # and it is all there: restored with the password
+    b = machines("b", s3_server)
+    add_remote(b, s3_server)
+    code, out, cp = restore_from(b, canaries["label"], tmp_path / "back")
+    assert code == 0, describe(cp)
+    assert snapshot(tmp_path / "back") == snapshot(ws)
+
+
+# == (4) tampering refused by path ==================================================================
+
+
+def test_a_flipped_byte_in_a_pack_is_refused_by_path_and_nothing_else_is_lost(
+    s3_server: S3Server, machines: Machine, tmp_path: Path
+) -> None:
+    a = machines("a", s3_server)
+    ws = watched(a, tmp_path / "proj")
+    write(ws / "keep/a.txt", "a\n")
+    write(ws / "keep/b.txt", "b\n", 0o600)
+    os.symlink("keep/a.txt", ws / "link")
+    random_file(ws / "victim.bin", 17 * MiB, seed=7)  # over a pack's target size: a pack of its own
+    m1 = mark(a, ws, "m1")
+    want = snapshot(ws)
+    add_remote(a, s3_server)
+    push(a)
+
+    name, data = max(packs(s3_server).items(), key=lambda kv: len(kv[1]))
+    assert len(data) > 16 * MiB, "the 17 MiB file's pack"
+    flipped = bytearray(data)
+    flipped[len(data) // 2] ^= 0x01
+    (repo_dir(s3_server) / name).write_bytes(bytes(flipped))
+
+    b = machines("b", s3_server)
+    add_remote(b, s3_server)
+    dest = tmp_path / "restored"
+    code, out, cp = restore_from(b, m1, dest)
+    assert code != 0, describe(cp)
+    said = json.dumps(out)
+    assert "victim.bin" in said, describe(cp)
+    human = run_ctl(b.env, "restore", m1, "--target", tmp_path / "restored-2", "--from", "backup",
+                    timeout=300)
+    assert human.returncode != 0 and b"victim.bin" in human.stdout + human.stderr, describe(human)
+    got = snapshot(dest)
+    rest = {p: e for p, e in want.items() if p != "victim.bin"}
+    assert {p: e for p, e in got.items() if p != "victim.bin"} == rest, snap_diff(got, want)
+    assert "victim.bin" not in got, "a file whose bytes failed authentication was written"
+
+    code, verified, cp = ctl(b, "verify", "--remote", "backup")
+    assert code != 0 and verified["ok"] is False, describe(cp)
+    said = json.dumps(verified["problems"])
+    assert "victim.bin" in said and name.rsplit("/", 1)[-1] in said, verified
+
+    # nothing lost here either: the local store is not the remote
+    code, local, cp = ctl(a, "restore", m1, "--target", tmp_path / "local", "-w", ws)
+    assert code == 0, describe(cp)
+    assert snapshot(tmp_path / "local") == want
+
+
+# == (5) two writers at once ========================================================================
+
+
+def test_two_stores_pushing_to_one_prefix_at_once_both_land_completely(
+    s3_server: S3Server, machines: Machine, tmp_path: Path
+) -> None:
+    shared = hashlib.shake_256(b"shared").digest(2 * MiB)
+    sides: dict[str, tuple[Daemon, Path, str, dict[str, Any]]] = {}
+    for i, name in enumerate(("a", "b")):
+        d = machines(name, s3_server)
+        ws = watched(d, tmp_path / name / "proj")
+        write(ws / "common.bin", shared)
+        for j in range(4):
+            random_file(ws / f"own-{j}.bin", 4 * MiB, seed=1000 * (i + 1) + j)
+        write(ws / f"{name}.txt", f"{name}\n")
+        m = mark(d, ws, f"{name}-mark")
+        sides[name] = (d, ws, m, snapshot(ws))
+    add_remote(sides["a"][0], s3_server)
+    assert add_remote(sides["b"][0], s3_server)["created"] is False
+
+    procs = [subprocess.Popen([sys.executable, "-m", "snapd", "push", "--json"], env=d.env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for d, *_ in sides.values()]
+    results = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, results, strict=True):
+        assert p.returncode == 0, (out, err)
+
+    c = machines("c", s3_server)
+    add_remote(c, s3_server)
+    listed = remote_log(c)
+    stores = {m["store"] for m in listed}
+    assert len(stores) == 2 and {m["host"] for m in listed} == {socket.gethostname()}, listed
+    for name, (_, ws, m, want) in sides.items():
+        assert {x["workspace"] for x in listed if x["id"] == m} == {str(ws)}, listed
+        dest = tmp_path / "c" / f"restored-{name}"
+        code, out, cp = restore_from(c, m, dest)
+        assert code == 0, describe(cp)
+        assert snapshot(dest) == want, snap_diff(snapshot(dest), want)
+    code, verified, cp = ctl(c, "verify", "--remote", "backup")
+    assert code == 0 and verified["ok"], describe(cp)
+
+
+# == (6) a wrong password ===========================================================================
+
+
+def test_a_wrong_password_is_a_clear_error_and_writes_nothing(
+    s3_server: S3Server, machines: Machine, tmp_path: Path
+) -> None:
+    a = machines("a", s3_server)
+    ws = watched(a, tmp_path / "proj")
+    write(ws / "f.txt", "f\n")
+    mark(a, ws, "m1")
+    add_remote(a, s3_server)
+    push(a)
+    before = objects(s3_server)
+
+    b = machines("b", s3_server, password="not the password")
+    code, out, cp = ctl(b, "remote", "add", "backup", URL, "--endpoint", s3_server.endpoint)
+    assert code == 5 and out["error"]["code"] == "wrong_password", describe(cp)
+    human = run_ctl(b.env, "remote", "add", "backup", URL, "--endpoint", s3_server.endpoint)
+    assert human.returncode == 5 and b"password" in human.stderr and b"Traceback" not in human.stderr, \
+        describe(human)
+    assert b.ctl_json("remote", "list")["remotes"] == []  # not added
+
+    write(ws / "g.txt", "g\n")
+    mark(a, ws, "m2")
+    a.env["SNAPD_REMOTE_PASSWORD"] = "not the password either"
+    code, out, cp = ctl(a, "push")
+    assert code == 5 and out["error"]["code"] == "wrong_password", describe(cp)
+    assert objects(s3_server) == before  # nothing written, nothing changed
+    assert a.answers()
+
+
+# == (7) remote log --json ==========================================================================
+
+
+def test_remote_log_json_names_host_store_workspace_and_the_mark(
+    s3_server: S3Server, machines: Machine, tmp_path: Path
+) -> None:
+    a = machines("a", s3_server)
+    ws = watched(a, tmp_path / "proj")
+    write(ws / "f.txt", "f\n")
+    started = time.time()
+    m1 = mark(a, ws, "turn-end", "-m", "a message", "--agent", "claude", "--session", "s-7")
+    add_remote(a, s3_server)
+    push(a)
+    listed = remote_log(a)
+    mine = [m for m in listed if m["id"] == m1]
+    assert len(mine) == 1, listed
+    m = mine[0]
+    said = (m["label"], m["message"], m["agent"], m["session"])
+    assert said == ("turn-end", "a message", "claude", "s-7"), m
+    assert m["host"] == socket.gethostname() and m["workspace"] == str(ws), m
+    assert isinstance(m["store"], str) and len(m["store"]) == 32, m
+    assert started - 5 <= m["created"] <= time.time() + 5 and m["created"] <= m["pushed"], m
+    assert {"kind", "seq", "objects", "bytes"} <= m.keys(), m
+    assert listed == sorted(listed, key=lambda x: x["created"], reverse=True)
+    assert remote_log(a, "--host", "no-such-host") == []
+    assert {x["id"] for x in remote_log(a, "--host", socket.gethostname())} == {x["id"] for x in listed}
+    assert {x["id"] for x in remote_log(a, "-w", str(ws))} == {x["id"] for x in listed}
+    assert remote_log(a, "-w", str(tmp_path / "elsewhere")) == []
+    human = run_ctl(a.env, "remote", "log", "backup")
+    assert human.returncode == 0, describe(human)
+    assert m1.encode() in human.stdout and b"turn-end" in human.stdout, describe(human)
+
+
+# == (8) prune under a lock =========================================================================
+
+
+def _master(server: S3Server) -> Any:
+    from snapd.remote import keys
+
+    for path in (repo_dir(server) / "keys").iterdir():
+        master = keys.open_key_file(path.read_bytes(), PASSWORD)
+        if master is not None:
+            return master
+    raise AssertionError("no key file opens with the password")
+
+
+def _plant_lock(server: S3Server, host: str, age_s: float) -> Path:
+    """A prune's lock object from another machine, ``age_s`` old, written as prune writes one."""
+    from snapd.remote import crypto
+
+    doc = {"host": host, "pid": 4242, "time": time.time_ns() - int(age_s * 1e9), "op": "prune"}
+    path = repo_dir(server) / "locks" / secrets.token_hex(16)
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(crypto.seal(_master(server), json.dumps(doc).encode(), b"lock"))
+    return path
+
+
+def test_prune_is_refused_while_another_holds_the_lock_then_prunes_and_keeps_what_it_keeps(
+    s3_server: S3Server, machines: Machine, tmp_path: Path
+) -> None:
+    a = machines("a", s3_server)
+    ws = watched(a, tmp_path / "proj")
+    for i in range(3):
+        random_file(ws / "payload.bin", 2 * MiB, seed=500 + i)  # each mark's own bytes
+        last = mark(a, ws, f"m{i}")
+    want = snapshot(ws)
+    add_remote(a, s3_server)
+    push(a)
+    prune = ("remote", "prune", "backup", "--keep-last", "1", "--grace", "0", "--yes")
+
+    lock = _plant_lock(s3_server, "elsewhere-host", age_s=60)
+    before = objects(s3_server)
+    code, out, cp = ctl(a, *prune)
+    assert code != 0 and out["error"]["code"] == "remote_locked", describe(cp)
+    assert "elsewhere-host" in out["error"]["message"], out
+    assert objects(s3_server) == before  # nothing deleted
+    assert len(remote_log(a)) >= 3
+
+    lock.unlink()
+    _plant_lock(s3_server, "long-dead-host", age_s=2 * 3600)  # stale: taken over
+    code, out, cp = ctl(a, *prune)
+    assert code == 0, describe(cp)
+    assert [m["id"] for m in remote_log(a)] == [last]
+    assert not list((repo_dir(s3_server) / "locks").iterdir()), "prune left a lock behind"
+    code, out, cp = ctl(a, *prune)  # the grace is over: the doomed packs go
+    assert code == 0, describe(cp)
+    gone = sum(len(d) for d in before.values()) - sum(len(d) for d in objects(s3_server).values())
+    assert gone >= 3 * MiB, f"only {gone} bytes freed of two dropped marks' 4 MiB"
+
+    b = machines("b", s3_server)
+    add_remote(b, s3_server)
+    dest = tmp_path / "restored"
+    code, out, cp = restore_from(b, last, dest)
+    assert code == 0, describe(cp)
+    assert snapshot(dest) == want
+    code, verified, cp = ctl(b, "verify", "--remote", "backup")
+    assert code == 0 and verified["ok"], describe(cp)
+
+
+# == the README's walk-through ======================================================================
+
+
+def test_the_readme_walk_through_runs_as_written(
+    s3_server: S3Server, machines: Machine, tmp_path: Path
+) -> None:
+    """README.md's remote section, line by line, on two machines: MinIO's address and keys are
+    this server's, its bucket is made, /tmp is this test's directory."""
+    from test_readme_examples import TOP, code_block, commands
+
+    here = machines("a", s3_server)
+    there = machines("b", s3_server)
+    for d in (here, there):
+        for name in ("SNAPD_REMOTE_PASSWORD", *s3_server.credentials):
+            d.env.pop(name)
+    ws = watched(here, tmp_path / "myproject")
+    write(ws / "src/app.py", "print('v1')\n")
+    os.symlink("src/app.py", ws / "app")
+    mark(here, ws, "turn-end")
+    want = snapshot(ws)
+    s3_server.spec("bucket", "snapd")
+    (tmp_path / "tmp").mkdir()
+    d, ran = here, []
+    for line in code_block(TOP / "README.md", "sh", "## History that outlives the machine").splitlines():
+        if line.startswith("# on another machine"):
+            d = there
+        for argv in commands(line):
+            if not argv:
+                continue
+            if argv[0] == "export":
+                for pair in argv[1:]:
+                    name, value = pair.split("=", 1)
+                    value = s3_server.credentials.get(name, value)
+                    here.env[name] = there.env[name] = value
+                continue
+            assert argv[0] == "snapctl", line
+            args = [s3_server.endpoint if a == "http://127.0.0.1:9000" else
+                    str(tmp_path / "tmp" / a[5:]) if a.startswith("/tmp/") else a for a in argv[1:]]
+            cp = d.ctl(*args, cwd=ws, check=False, timeout=300)
+            assert cp.returncode == 0, f"{line}\n{describe(cp)}\n{d.log()[-3000:]}"
+            ran.append(args[0])
+    assert ran.count("remote") == 3 and "restore" in ran and "verify" in ran, ran
+    assert snapshot(tmp_path / "tmp" / "myproject") == want
