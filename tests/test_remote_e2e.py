@@ -544,3 +544,26 @@ def test_the_readme_walk_through_runs_as_written(
             ran.append(args[0])
     assert ran.count("remote") == 3 and "restore" in ran and "verify" in ran, ran
     assert snapshot(tmp_path / "tmp" / "myproject") == want
+
+
+# == the password's sources =========================================================================
+
+
+def test_a_password_file_is_read_less_its_line_end_and_refused_when_others_may_read_it(
+    s3_server: S3Server, machines: Machine, tmp_path: Path
+) -> None:
+    a = machines("a", s3_server)
+    assert add_remote(a, s3_server)["created"] is True
+    b = machines("b", s3_server)
+    del b.env["SNAPD_REMOTE_PASSWORD"]
+    pw = tmp_path / "pw"
+    pw.write_text(PASSWORD + "\n")
+    args = ("remote", "add", "backup", URL, "--endpoint", s3_server.endpoint, "--password-file", pw)
+    pw.chmod(0o644)
+    code, out, cp = ctl(b, *args)
+    assert code == 2 and "chmod 600" in out["error"]["message"], describe(cp)
+    assert b.ctl_json("remote", "list")["remotes"] == []  # refused before anything was sent
+    pw.chmod(0o640)
+    cp = run_ctl(b.env, *args, timeout=300)
+    assert cp.returncode == 0 and b"warning" in cp.stderr and b"group" in cp.stderr, describe(cp)
+    assert [r["name"] for r in b.ctl_json("remote", "list")["remotes"]] == ["backup"]
