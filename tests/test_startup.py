@@ -63,7 +63,16 @@ def test_a_command_builds_and_loads_only_its_own(ws: Path, daemon: Daemon) -> No
         assert loaded & NEVER == set(), argv
         commands = {m for m in loaded if m.startswith("snapd.cli.")}
         assert own in commands and not commands & {"snapd.cli.rollback", "snapd.cli.events",
-                                                   "snapd.cli.history"}, commands
+                                                   "snapd.cli.history", "snapd.cli.remote"}, commands
+
+
+def test_the_remote_commands_leave_the_remote_library_to_the_daemon(ws: Path, daemon: Daemon) -> None:
+    """snapctl only sends a remote command's request: the S3 client, the cryptography and
+    snapd.remote itself are the daemon's to load (issue 32: their import cost stays off the CLI)."""
+    loaded = set(probe(daemon, ws, "remote", "list")["modules"])
+    heavy = {m for m in loaded if m.split(".")[0] in ("obstore", "cryptography", "boto3")
+             or m == "snapd.remote" or m.startswith("snapd.remote.")}
+    assert "snapd.cli.remote" in loaded and not heavy, heavy
 
 
 def test_the_process_ends_without_collecting_its_objects(ws: Path, daemon: Daemon) -> None:
