@@ -1,0 +1,120 @@
+"""The repository's exclusive lock: ``locks/<random hex>``, taken by prune, the one op that deletes.
+
+Pushes take no lock (they never delete or overwrite; docs/remote.md, "Retention"). Prune takes
+one so two prunes never judge the same packs at once. An object store has no compare-and-swap,
+so the lock is a protocol over plain objects:
+
+1. list ``locks/``: a live lock (younger than :data:`STALE_S`) held by another refuses, naming
+   its host, pid and time; a stale one is deleted (taken over) and reported;
+2. PUT our own lock file;
+3. list ``locks/`` again: if another live lock is there now, the two were written at about the
+   same time. Every contender sees the same two files, so they agree on one winner, the older
+   ``(time, name)``; a loser deletes its own file and refuses.
+
+A lock file is sealed (aad ``b"lock"``) JSON ``{"host", "pid", "time": ns, "op"}``. One that does
+not open (another repository's key, damage) still counts, aged by its listing's mtime: an
+unreadable lock is never ignored, only outlived.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import NamedTuple
+
+from snapd.errors import RemoteCorrupt, RemoteError, RemoteMissing
+from snapd.remote import crypto, fields
+from snapd.remote.backend import Backend
+
+PREFIX = "locks/"
+STALE_S = 3600.0
+"""A lock older than this is a dead prune's: taken over (and said so)."""
+_AAD = b"lock"
+
+
+class Lock(NamedTuple):
+    name: str  # locks/<hex>
+    host: str
+    pid: int
+    time: int  # ns since the epoch
+    op: str
+
+    def describe(self) -> str:
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.time / 1e9))
+        return f"{self.op} by pid {self.pid} on {self.host or '?'} since {when} ({self.name})"
+
+
+class Held(NamedTuple):
+    """Our lock, and the stale locks deleted to take it."""
+
+    lock: Lock
+    took_over: list[Lock]
+
+
+def read_locks(backend: Backend, master: crypto.MasterKey) -> list[Lock]:
+    """Every lock file listed (an unreadable one as host ``?``, aged by its mtime)."""
+    found: list[Lock] = []
+    for listed in backend.list(PREFIX):
+        try:
+            raw = crypto.open_sealed(master, backend.get(listed.name), _AAD, listed.name)
+            doc = fields.load_object(raw, listed.name)
+            found.append(
+                Lock(listed.name, doc.string("host"), doc.number("pid"), doc.number("time"), doc.string("op"))
+            )
+        except RemoteMissing:
+            continue  # released between the listing and the read
+        except RemoteCorrupt:
+            found.append(Lock(listed.name, "?", 0, listed.mtime_ns, "unreadable lock"))
+    return found
+
+
+def _live(lock: Lock, now: int) -> bool:
+    return now - lock.time < STALE_S * 1e9
+
+
+def acquire(backend: Backend, master: crypto.MasterKey, host: str, op: str = "prune") -> Held:
+    """Take the repository's lock, or raise :class:`RemoteLocked` naming who holds it."""
+    now = time.time_ns()
+    took_over: list[Lock] = []
+    for lock in read_locks(backend, master):
+        if _live(lock, now):
+            raise RemoteError(
+                f"{backend.url} is locked: {lock.describe()}; try again once it is done "
+                f"(a lock older than {STALE_S / 3600:g} h is taken over)",
+                host=lock.host,
+                pid=lock.pid,
+                time=lock.time,
+            )
+        backend.delete(lock.name)
+        took_over.append(lock)
+    mine = Lock(f"{PREFIX}{secrets.token_hex(16)}", host, os.getpid(), now, op)
+    doc = {"host": mine.host, "pid": mine.pid, "time": mine.time, "op": mine.op}
+    backend.put(mine.name, crypto.seal(master, fields.dump_json(doc), _AAD))
+    now = time.time_ns()
+    live = [lock for lock in read_locks(backend, master) if lock.name == mine.name or _live(lock, now)]
+    winner = min(live, key=lambda lock: (lock.time, lock.name), default=mine)
+    if winner.name != mine.name:
+        backend.delete(mine.name)
+        raise RemoteError(
+            f"{backend.url} is locked: {winner.describe()} (taken at the same time as ours)",
+            host=winner.host,
+            pid=winner.pid,
+            time=winner.time,
+        )
+    return Held(mine, took_over)
+
+
+def release(backend: Backend, held: Held) -> None:
+    backend.delete(held.lock.name)  # absent (taken over as stale) is no error
+
+
+@contextmanager
+def holding(backend: Backend, master: crypto.MasterKey, host: str, op: str = "prune") -> Iterator[Held]:
+    held = acquire(backend, master, host, op)
+    try:
+        yield held
+    finally:
+        release(backend, held)

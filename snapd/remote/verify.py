@@ -1,0 +1,315 @@
+"""``verify --remote``: read a repository back from its server and check every promise it makes.
+
+Checked, from the server itself (never from the local cache, which is what is being doubted):
+
+- every index file: its name is the SHA-256 of its bytes, it opens and decodes;
+- every pack an index names (or, with ``sample`` in (0, 1), that fraction of them, chosen by
+  pack with a seeded generator; the seed is reported so a run can be repeated): it is listed,
+  its name is the SHA-256 of its bytes, its header opens and agrees with the index, and every
+  blob opens against its key and decodes to the content its key names
+  (:func:`snapd.store.objects.decode`);
+- every mark record: its name is the MAC its record says, it opens, and every object its tree
+  needs (nodes, file and symlink contents, its rule inputs and ignored names) is in an index, in
+  a pack that is there, and not damaged. Tree nodes are always all read (a tree must be read to
+  know what it needs): from the packs read whole, else as one ranged read of the node's blob.
+
+A problem names the remote object and, for an object a mark needs, every mark and path that
+needs it. Packs that no index names are listed as leftovers (an interrupted push's packs, which
+its resume indexes or prune deletes once older than the grace period), not as problems.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from snapd.errors import CorruptObject, RemoteCorrupt, RemoteMissing
+from snapd.remote import packs
+from snapd.remote.crypto import sha256_hex
+from snapd.remote.records import MarkRecord, decode_mark
+from snapd.remote.repo import Repository
+from snapd.store import nodes, objects, trees
+
+Progress = Callable[[int, int], None]
+
+
+class Ref(NamedTuple):
+    """Where a damaged or missing object is needed: a mark and a path in its tree (``b""``: the
+    tree's root; ``b"(rules)"``/``b"(ignored names)"``: the mark's own objects)."""
+
+    mark: str
+    host: str
+    workspace: bytes
+    path: bytes
+
+
+class Problem(NamedTuple):
+    problem: str  # "corrupt" | "missing" | "inconsistent"
+    object: str  # the remote object at fault (data/.., index/.., marks/..)
+    message: str
+    key: str | None = None  # the store object (blob) at fault, if one
+    refs: tuple[Ref, ...] = ()
+
+    def describe(self) -> str:
+        if not self.refs:
+            return self.message
+        shown = [
+            f"mark {r.mark} ({r.host}:{_text(r.workspace)}) {_text(r.path) or '/'}" for r in self.refs[:20]
+        ]
+        more = f" and {len(self.refs) - 20} more" if len(self.refs) > 20 else ""
+        return f"{self.message}; needed by " + ", ".join(shown) + more
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", "backslashreplace")
+
+
+@dataclass
+class VerifyResult:
+    packs: int = 0  # packs the live indexes name
+    packs_read: int = 0
+    blobs: int = 0  # blobs opened and decoded
+    marks: int = 0
+    nodes: int = 0
+    bytes_read: int = 0
+    sample: float | None = None
+    seed: int | None = None
+    leftovers: list[str] = field(default_factory=list)  # packs no index names
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+class _Where(NamedTuple):
+    pack: str
+    offset: int
+    length: int
+
+
+def pack_object(pack: str) -> str:
+    return f"data/{pack[:2]}/{pack}"
+
+
+def verify(
+    repo: Repository, sample: float | None = None, progress: Progress | None = None, seed: int | None = None
+) -> VerifyResult:
+    if sample is not None and not 0 < sample <= 1:
+        raise ValueError(f"sample {sample} is not in (0, 1]")
+    return _Verifier(repo, progress).run(sample, seed)
+
+
+class _Verifier:
+    def __init__(self, repo: Repository, progress: Progress | None) -> None:
+        self.repo = repo
+        self.backend = repo.backend
+        self.master = repo.master
+        self.progress = progress
+        self.result = VerifyResult()
+        self.where: dict[str, list[_Where]] = {}  # key -> its copies in the live indexes
+        self.bad: dict[str, Problem] = {}  # key -> what is wrong with it (no refs yet)
+        self.node_data: dict[str, bytes] = {}  # node contents met in the packs read whole
+        self.below: dict[str, list[tuple[bytes, str]]] = {}  # node key -> (path, bad key) beneath
+
+    def problem(self, p: Problem) -> None:
+        self.result.problems.append(p)
+
+    def run(self, sample: float | None, seed: int | None) -> VerifyResult:
+        r = self.result
+        indexed = self.read_indexes()
+        listed = {name.rsplit("/", 1)[-1]: name for name in (x.name for x in self.backend.list("data/"))}
+        r.packs = len(indexed)
+        r.leftovers = sorted(name for pack, name in listed.items() if pack not in indexed)
+        present = sorted(p for p in indexed if p in listed)
+        for pack in sorted(set(indexed) - set(listed)):
+            self.problem(
+                Problem("missing", pack_object(pack), f"{pack_object(pack)} is named by an index but missing")
+            )
+            for key, _, _ in indexed[pack]:
+                self.bad.setdefault(
+                    key,
+                    Problem(
+                        "missing", pack_object(pack), f"object {key} is in missing {pack_object(pack)}", key
+                    ),
+                )
+        chosen = present
+        if sample is not None and sample < 1:
+            r.sample = sample
+            r.seed = random.randrange(2**32) if seed is None else seed
+            k = min(len(present), max(1, math.ceil(sample * len(present)))) if present else 0
+            chosen = sorted(random.Random(r.seed).sample(present, k))
+        for n, pack in enumerate(chosen):
+            self.check_pack(pack, indexed[pack])
+            if self.progress is not None:
+                self.progress(n + 1, len(chosen))
+        self.check_marks()
+        return r
+
+    # -- indexes and packs ----------------------------------------------------------------
+
+    def read_indexes(self) -> dict[str, list[tuple[str, int, int]]]:
+        """The packs the live (not superseded) index files name, with their blobs; each index
+        file checked on the way."""
+        files = {}
+        for listed in self.backend.list("index/"):
+            name = listed.name
+            try:
+                files[name.removeprefix("index/")] = packs.decode_index(
+                    self.master, self.backend.get(name), name
+                )
+            except RemoteMissing:
+                continue  # a prune superseded and deleted it since the listing
+            except RemoteCorrupt as exc:
+                self.problem(Problem("corrupt", name, exc.message))
+        superseded = {old for index in files.values() for old in index.supersedes}
+        indexed: dict[str, list[tuple[str, int, int]]] = {}
+        for index_id, index in sorted(files.items()):
+            if index_id in superseded:
+                continue
+            for pack, blobs in index.packs.items():
+                if pack in indexed and sorted(indexed[pack]) != sorted(blobs):
+                    self.problem(
+                        Problem(
+                            "inconsistent",
+                            f"index/{index_id}",
+                            f"index/{index_id} lists {pack_object(pack)} "
+                            "with other blobs than another index does",
+                        )
+                    )
+                    continue
+                indexed[pack] = list(blobs)
+        for pack, entries in indexed.items():
+            for key, offset, length in entries:
+                self.where.setdefault(key, []).append(_Where(pack, offset, length))
+        return indexed
+
+    def check_pack(self, pack: str, blobs: list[tuple[str, int, int]]) -> None:
+        name = pack_object(pack)
+        r = self.result
+        try:
+            data = self.backend.get(name)
+        except RemoteMissing:
+            self.problem(Problem("missing", name, f"{name} disappeared while being verified"))
+            self.damaged(name, (key for key, _, _ in blobs), "missing", "is in missing")
+            return
+        r.packs_read += 1
+        r.bytes_read += len(data)
+        if sha256_hex(data) != pack:
+            self.problem(Problem("corrupt", name, f"{name} is corrupt: its bytes do not hash to its name"))
+        try:
+            header = packs.parse_header(self.master, data, name)
+        except RemoteCorrupt as exc:
+            self.problem(Problem("corrupt", name, exc.message))
+        else:
+            if sorted(map(tuple, header)) != sorted(map(tuple, blobs)):
+                self.problem(
+                    Problem("inconsistent", name, f"{name}'s header does not list the blobs its index lists")
+                )
+        for key, offset, length in blobs:
+            content = self.open_blob(name, key, data[offset : offset + length])
+            if content is not None and content.startswith(nodes.MAGIC):
+                self.node_data[key] = content
+
+    def open_blob(self, name: str, key: str, blob: bytes) -> bytes | None:
+        """The content of ``blob`` (the key's copy in pack ``name``), or None (recorded bad)."""
+        try:
+            codec, payload = packs.read_blob(self.master, blob, key, name)
+            content = objects.decode(key, codec, payload)
+        except (RemoteCorrupt, CorruptObject) as exc:
+            self.bad[key] = Problem("corrupt", name, f"object {key} in {name} is corrupt: {_why(exc)}", key)
+            return None
+        self.result.blobs += 1
+        return content
+
+    def damaged(self, name: str, keys: Iterable[str], problem: str, what: str) -> None:
+        for key in keys:
+            self.bad[key] = Problem(problem, name, f"object {key} {what} {name}", key)
+
+    # -- marks and their trees ------------------------------------------------------------
+
+    def check_marks(self) -> None:
+        refs: dict[str, list[Ref]] = {}
+        for listed in sorted(self.backend.list("marks/")):
+            record = self.read_mark(listed.name)
+            if record is None:
+                continue
+            self.result.marks += 1
+            mark, host, ws = record.mark.id, record.host, record.workspace
+            for path, key in self.tree_bad(record.mark.tree):
+                refs.setdefault(key, []).append(Ref(mark, host, ws, path))
+            for label, own in ((b"(rules)", record.mark.rules), (b"(ignored names)", record.mark.ignored)):
+                if own is not None and self.content_bad(own):
+                    refs.setdefault(own, []).append(Ref(mark, host, ws, label))
+        for key, problem in sorted(self.bad.items()):
+            self.problem(problem._replace(refs=tuple(refs.get(key, ()))))
+        for key, where in sorted(refs.items()):
+            if key not in self.bad:  # needed, in no index at all
+                self.problem(Problem("missing", "index/", f"object {key} is in no index", key, tuple(where)))
+
+    def read_mark(self, name: str) -> MarkRecord | None:
+        """The record ``name`` (``marks/<hex>``), or None (pruned since the listing, or damaged:
+        recorded). Decoding refuses a record whose name is not its own store's and mark's."""
+        try:
+            return decode_mark(self.master, self.backend.get(name), name)
+        except RemoteMissing:
+            return None
+        except RemoteCorrupt as exc:
+            self.problem(Problem("corrupt", name, exc.message))
+            return None
+
+    def content_bad(self, key: str) -> bool:
+        return key in self.bad or key not in self.where
+
+    def tree_bad(self, root: str) -> list[tuple[bytes, str]]:
+        """(path, key) of every object under node ``root`` that is damaged or in no index;
+        each node read and walked once however many marks share it."""
+        if root in self.below:
+            return self.below[root]
+        found: list[tuple[bytes, str]] = []
+        self.below[root] = found
+        node = self.load_node(root)
+        if node is None:
+            found.append((b"", root))
+            return found
+        for name, entry in sorted(node.items()):
+            if entry.kind == "dir":
+                found.extend(
+                    (name + b"/" + path if path else name, key) for path, key in self.tree_bad(entry.key)
+                )
+            elif trees.holds_object(entry) and self.content_bad(entry.key):
+                found.append((name, entry.key))
+        return found
+
+    def load_node(self, key: str) -> trees.Node | None:
+        """The node ``key`` (None: damaged or in no index; recorded)."""
+        data = self.node_data.pop(key, None)
+        if data is None and key not in self.bad:
+            for copy in self.where.get(key, ()):
+                name = pack_object(copy.pack)
+                try:
+                    blob = self.backend.get(name, copy.offset, copy.offset + copy.length)
+                except RemoteMissing:
+                    self.bad[key] = Problem("missing", name, f"object {key} is in missing {name}", key)
+                    continue
+                self.result.bytes_read += len(blob)
+                data = self.open_blob(name, key, blob)
+                if data is not None:
+                    self.bad.pop(key, None)  # another copy is good: readers fall back to it
+                    break
+        if data is None:
+            return None
+        try:
+            node = nodes.decode_node(data)
+        except CorruptObject as exc:
+            self.bad[key] = Problem("corrupt", key, f"tree node {key} does not decode: {_why(exc)}", key)
+            return None
+        self.result.nodes += 1
+        return node
+
+
+def _why(exc: RemoteCorrupt | CorruptObject) -> str:
+    return exc.message

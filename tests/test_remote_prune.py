@@ -1,0 +1,271 @@
+"""``remote prune``, library level, against a directory and the real rclone S3 server: what it
+frees, what it keeps (every kept mark restores exactly from a fresh view), its lock, its dry
+run, and the two phases that keep a push running between them safe."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from remote_repo_helpers import (
+    HOST,
+    Recording,
+    Workspace,
+    fresh,
+    listing,
+    make_backend,
+    new_repo,
+    restored,
+)
+
+from snapd.errors import RemoteError
+from snapd.remote import crypto, fields, locks, packs
+from snapd.remote.backend import Backend
+from snapd.remote.prune import PrunePolicy, PruneResult, prune
+from snapd.remote.push import push
+from snapd.remote.repo import Repository
+from snapd.remote.verify import pack_object, verify
+from snapd.store import trees
+
+pytestmark = [pytest.mark.remote, pytest.mark.timeout(120)]
+
+BACKENDS = ["file", "s3"]
+KEEP_TWO = PrunePolicy(keep_last=2)
+
+
+def _history(tmp_path: Path, repo: Repository) -> Workspace:
+    """A baseline and three marks, each pushed on its own (a pack each): ``x.bin`` is A in m1
+    only, B from m2 on; m3 adds y.bin. Keeping the last two (m2, m3) leaves m1's pack (A and
+    m1's root node) needed by no one; the baseline's pack still holds a.txt, which both need."""
+    ws = Workspace(tmp_path)
+    ws.push(repo, ws.baseline({"a.txt": b"alpha\n" * 50, "sub/s.txt": b"s"}))
+    ws.push(repo, ws.mark("m1", {"x.bin": os.urandom(30000)}))
+    ws.push(repo, ws.mark("m2", {"x.bin": os.urandom(30000)}))
+    ws.push(repo, ws.mark("m3", {"y.bin": os.urandom(30000)}))
+    return ws
+
+
+def _key(ws: Workspace, mark_index: int, path: bytes) -> str:
+    entry = trees.lookup(ws.store.load_node, ws.marks[mark_index].tree, path)
+    assert entry is not None
+    return entry.key
+
+
+def _pack_of(repo: Repository, key: str) -> str:
+    return repo.locate(key)[0]  # (pack, offset, length)
+
+
+def _assert_kept_restore(
+    backend: Backend, tmp_path: Path, ws: Workspace, *indexes: int, view: str, leftovers: tuple[str, ...] = ()
+) -> None:
+    repo = fresh(backend, tmp_path, view)
+    assert sorted(r.mark.id for r in repo.marks()) == sorted(ws.marks[i].id for i in indexes)
+    for i in indexes:
+        assert restored(repo, ws.marks[i]) == ws.contents(ws.marks[i]), f"mark {i} does not restore exactly"
+    checked = verify(repo)
+    assert checked.ok and checked.leftovers == [pack_object(p) for p in leftovers], [
+        p.describe() for p in checked.problems
+    ]
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_prune_with_no_grace_frees_the_dropped_marks_data_and_keeps_the_rest_exact(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    where = make_backend(kind, tmp_path, request)
+    repo = new_repo(where.backend, tmp_path)
+    ws = _history(tmp_path, repo)
+    a = _key(ws, 1, b"x.bin")
+    m1_pack = _pack_of(repo, a)
+    before = listing(where.backend)
+
+    got = prune(fresh(where.backend, tmp_path, "p1"), KEEP_TWO, grace_s=0)
+    assert sorted(got.marks_dropped) == sorted([ws.marks[0].id, ws.marks[1].id]) and got.marks_kept == 2
+    assert got.packs_doomed == [m1_pack] and got.packs_deleted == [m1_pack] and not got.packs_rescued
+    assert got.bytes_freed == before[pack_object(m1_pack)] > 30000
+    after = listing(where.backend)
+    assert pack_object(m1_pack) not in after and not [n for n in after if n.startswith(("doomed/", "locks/"))]
+    assert not fresh(where.backend, tmp_path, "look").has(a)
+    _assert_kept_restore(where.backend, tmp_path, ws, 2, 3, view="r1")
+
+    seen = Recording(where.backend)
+    again = prune(fresh(seen, tmp_path, "p2"), KEEP_TWO, grace_s=0)
+    assert not (again.marks_dropped or again.packs_doomed or again.packs_deleted or again.leftovers)
+    assert not [c for c in seen.calls if c.op in ("put", "delete") and not c.name.startswith("locks/")]
+    _assert_kept_restore(where.backend, tmp_path, ws, 2, 3, view="r2")
+
+
+def test_a_doomed_pack_waits_out_the_grace_and_pushers_treat_it_as_absent(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    where = make_backend("file", tmp_path, request)
+    repo = new_repo(where.backend, tmp_path)
+    ws = _history(tmp_path, repo)
+    a = _key(ws, 1, b"x.bin")
+    m1_pack = _pack_of(repo, a)
+
+    got = prune(fresh(where.backend, tmp_path, "p1"), KEEP_TWO, grace_s=3600)
+    assert got.packs_doomed == [m1_pack] and got.packs_waiting == 1 and not got.packs_deleted
+    assert pack_object(m1_pack) in listing(where.backend)
+    assert not fresh(where.backend, tmp_path, "look").has(a)  # doomed: a pusher sends A again
+
+    later = prune(fresh(where.backend, tmp_path, "p2"), KEEP_TWO, grace_s=0)
+    assert later.packs_deleted == [m1_pack] and not later.packs_doomed
+    _assert_kept_restore(where.backend, tmp_path, ws, 2, 3, view="r")
+
+
+def test_a_dry_run_changes_nothing_and_says_what_a_run_would_do(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    where = make_backend("file", tmp_path, request)
+    repo = new_repo(where.backend, tmp_path)
+    ws = _history(tmp_path, repo)
+    m1_pack = _pack_of(repo, _key(ws, 1, b"x.bin"))
+    before = listing(where.backend)
+    seen = Recording(where.backend)
+    got = prune(fresh(seen, tmp_path, "p"), KEEP_TWO, grace_s=0, dry_run=True)
+    assert got.dry_run and sorted(got.marks_dropped) == sorted([ws.marks[0].id, ws.marks[1].id])
+    assert got.packs_deleted == [m1_pack]
+    assert listing(where.backend) == before
+    assert not [c for c in seen.calls if c.op in ("put", "delete")]
+
+
+def test_a_second_prune_is_refused_while_one_holds_the_lock(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    where = make_backend("s3", tmp_path, request)
+    repo = new_repo(where.backend, tmp_path)
+    ws = _history(tmp_path, repo)
+    inside, go_on = threading.Event(), threading.Event()
+    first: list[object] = []
+
+    def hold(done: int, total: int) -> None:  # called as the first prune deletes its packs
+        inside.set()
+        assert go_on.wait(60)
+
+    def run_first() -> None:
+        first.append(prune(fresh(where.backend, tmp_path, "p1"), KEEP_TWO, 0, progress=hold, host="box-one"))
+
+    thread = threading.Thread(target=run_first)
+    thread.start()
+    try:
+        assert inside.wait(60), "the first prune never reached its deletions"
+        records = listing(where.backend)
+        with pytest.raises(RemoteError, match=f"locked: prune by pid {os.getpid()} on box-one since ") as err:
+            prune(fresh(where.backend, tmp_path, "p2"), PrunePolicy(keep_last=0), 0)
+        assert err.value.details["host"] == "box-one"
+        assert listing(where.backend) == records  # refused before anything was written or deleted
+    finally:
+        go_on.set()
+        thread.join(60)
+    assert len(first) == 1
+    _assert_kept_restore(where.backend, tmp_path, ws, 2, 3, view="r")
+
+
+def test_a_stale_lock_is_taken_over_and_said_so(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    where = make_backend("file", tmp_path, request)
+    repo = new_repo(where.backend, tmp_path)
+    _history(tmp_path, repo)
+    old = time.time_ns() - int((locks.STALE_S + 60) * 1e9)
+    doc = fields.dump_json({"host": "dead-box", "pid": 4242, "time": old, "op": "prune"})
+    where.backend.put("locks/" + "ab" * 16, crypto.seal(repo.master, doc, b"lock"))
+    got = prune(fresh(where.backend, tmp_path, "p"), KEEP_TWO, grace_s=0)
+    assert len(got.took_over) == 1 and "pid 4242 on dead-box" in got.took_over[0]
+    assert not [n for n in listing(where.backend) if n.startswith("locks/")]
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_a_push_between_the_two_phases_never_counts_on_a_doomed_pack(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Phase 1 dooms m1's pack (A). A day later (the list is aged by hand) a pusher whose view
+    holds the list pushes m4, where x.bin is A again: it must send A anew, not point at the
+    doomed pack, because phase 2 runs while m4's packs are landing, before its record exists,
+    and deletes that pack. Afterwards the kept marks and m4 all restore exactly."""
+    where = make_backend(kind, tmp_path, request)
+    repo = new_repo(where.backend, tmp_path)
+    ws = _history(tmp_path, repo)
+    m1_a = _key(ws, 1, b"x.bin")
+    m1_pack = _pack_of(repo, m1_a)
+    pruner = fresh(where.backend, tmp_path, "pruner")
+    assert prune(pruner, KEEP_TWO, grace_s=3600).packs_doomed == [m1_pack]
+    (listed,) = [x.name for x in where.backend.list("doomed/")]
+    where.backend.delete(listed)
+    aged = packs.encode_doomed(
+        repo.master, packs.Doomed(frozenset([m1_pack]), time.time_ns() - 2 * 3600 * 10**9)
+    )
+    where.backend.put(packs.doomed_name(aged), aged)
+
+    pusher = fresh(where.backend, tmp_path, "pusher")
+    assert not pusher.has(m1_a)
+    m4 = ws.mark("m4", {"x.bin": ws.store.get(m1_a), "z.bin": os.urandom(20000)})  # x.bin is A again
+    assert _key(ws, 4, b"x.bin") == m1_a
+    settled: list[PruneResult] = []
+
+    def phase_two(done: int, total: int) -> None:  # a pack of m4 landed; its record is not there
+        if not settled:
+            settled.append(
+                prune(fresh(where.backend, tmp_path, "phase2"), PrunePolicy(keep_last=5), grace_s=3600)
+            )
+
+    push(ws.store, pusher, [(m4, os.fsencode(ws.root))], HOST, phase_two)
+    (result,) = settled
+    assert result.packs_deleted == [m1_pack]
+    assert pack_object(m1_pack) not in listing(where.backend)
+    _assert_kept_restore(where.backend, tmp_path, ws, 2, 3, 4, view="r")
+
+
+def test_packs_in_no_index_go_once_older_than_the_grace(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    where = make_backend("file", tmp_path, request)
+    repo = new_repo(where.backend, tmp_path)
+    ws = _history(tmp_path, repo)
+    dead = repo.write_pack(b"a dead push's pack" * 10)
+    young = repo.write_pack(b"a live push's pack, not indexed yet" * 10)
+    two_hours_ago = time.time() - 7200
+    os.utime(where.folder / pack_object(dead), (two_hours_ago, two_hours_ago))
+    got = prune(fresh(where.backend, tmp_path, "p"), PrunePolicy(keep_last=10), grace_s=3600)
+    assert got.leftovers == [dead] and not got.marks_dropped
+    names = listing(where.backend)
+    assert pack_object(dead) not in names and pack_object(young) in names
+    _assert_kept_restore(where.backend, tmp_path, ws, 0, 1, 2, 3, view="r", leftovers=(young,))
+
+
+class _CutAfterIndex(Recording):
+    """The prune is killed once its superseding index is written: its first pack deletion fails."""
+
+    def delete(self, name: str) -> None:
+        if name.startswith("data/"):
+            raise RemoteError(f"cut before deleting {name}")
+        super().delete(name)
+
+
+def test_a_prune_cut_short_leaves_a_sound_repository_the_next_one_finishes(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    where = make_backend("file", tmp_path, request)
+    repo = new_repo(where.backend, tmp_path)
+    ws = _history(tmp_path, repo)
+    m1_pack = _pack_of(repo, _key(ws, 1, b"x.bin"))
+    with pytest.raises(RemoteError, match="cut before deleting"):
+        prune(fresh(_CutAfterIndex(where.backend), tmp_path, "p1"), KEEP_TWO, grace_s=0)
+    _assert_kept_restore_allowing_leftovers(where.backend, tmp_path, ws, m1_pack)
+    got = prune(fresh(where.backend, tmp_path, "p2"), KEEP_TWO, grace_s=0)
+    assert m1_pack in got.packs_deleted
+    _assert_kept_restore(where.backend, tmp_path, ws, 2, 3, view="r2")
+
+
+def _assert_kept_restore_allowing_leftovers(
+    backend: Backend, tmp_path: Path, ws: Workspace, pack: str
+) -> None:
+    repo = fresh(backend, tmp_path, "r1")
+    for i in (2, 3):
+        assert restored(repo, ws.marks[i]) == ws.contents(ws.marks[i])
+    checked = verify(repo)
+    assert checked.ok and checked.leftovers in ([], [pack_object(pack)]), [
+        p.describe() for p in checked.problems
+    ]
