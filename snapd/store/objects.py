@@ -137,6 +137,23 @@ def encode(data: bytes) -> tuple[int, bytes]:
     return CODEC_ZSTD, packed
 
 
+def compress(data: bytes) -> bytes:
+    """One zstd frame of ``data``, its size in the frame's header (a remote's index files)."""
+    return _compressor().compress(data)
+
+
+def decompress(frame: bytes, limit: int) -> bytes:
+    """The bytes of one zstd frame; ``CorruptObject`` if it is damaged or would pass ``limit``
+    bytes (a frame's own size is checked before any memory is taken for it)."""
+    try:
+        size = zstandard.frame_content_size(frame)
+        if size > limit:
+            raise CorruptObject(f"a zstd frame of {size} bytes is past the limit of {limit}")
+        return _decompressor().decompress(frame, max_output_size=limit)
+    except zstandard.ZstdError as exc:
+        raise CorruptObject(f"a zstd frame does not decompress: {exc}") from exc
+
+
 _DELTA_FORMAT: Final = zstandard.FORMAT_ZSTD1_MAGICLESS
 
 
