@@ -134,8 +134,9 @@ def objects_of(load: trees.Load, tree: str, base: str | None) -> Iterator[str]:
 class _Pusher:
     """One push's sending: what it sent, the journal, the counts."""
 
-    def __init__(self, store: Store, repo: Repository, progress: Progress | None) -> None:
+    def __init__(self, store: Store, repo: Repository, progress: Progress | None, pack_target: int) -> None:
         self.store, self.repo, self.progress = store, repo, progress
+        self.pack_target = pack_target
         # Prune deletes a pack no index names once the grace has passed: older journal
         # entries are not trusted to be there (their objects are sent again).
         self.journal = Journal(repo.cache / "journal.jsonl", repo.refresh_s * 2)
@@ -164,7 +165,7 @@ class _Pusher:
         self.total += len(keys)
         in_flight: list[Future[None]] = []
         with ThreadPoolExecutor(THREADS) as pool:
-            writer = packs.PackWriter(self.repo.master)
+            writer = packs.PackWriter(self.repo.master, self.pack_target)
 
             def flush(full: packs.PackWriter) -> None:
                 while len(in_flight) >= THREADS:
@@ -177,7 +178,7 @@ class _Pusher:
                     codec, payload = objects.encode(data)
                     if writer.add(key, bytes((codec,)) + payload):
                         flush(writer)
-                        writer = packs.PackWriter(self.repo.master)
+                        writer = packs.PackWriter(self.repo.master, self.pack_target)
                 if len(self.sent) >= INDEX_EVERY:
                     self.write_index()
             if len(writer):
@@ -257,13 +258,16 @@ def push(
     marks: Sequence[tuple[Mark, bytes]],
     host: str,
     progress: Progress | None = None,
+    *,
+    pack_target: int = packs.PACK_TARGET,
 ) -> PushResult:
     """Send the marks of ``marks`` (each with its workspace's root) the repository lacks:
-    the objects, an index, then their records. ``progress(done, total)`` counts objects."""
+    the objects, an index, then their records. ``progress(done, total)`` counts objects;
+    ``pack_target``: the pack size (tests lower it to make many packs of little data)."""
     before = repo.backend.requests
     repo.ensure_fresh()
     sid = pushed.store_id(store.catalog)
-    pusher = _Pusher(store, repo, progress)
+    pusher = _Pusher(store, repo, progress, pack_target)
     pusher.resume()
     roots = {m.id: root for m, root in marks}
     for attempt in range(3):

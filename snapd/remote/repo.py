@@ -387,6 +387,7 @@ class Repository:
         data = packs.encode_doomed(self.master, doomed)
         name = packs.doomed_name(data)
         self.backend.put(name, data)
+        _cache_write(self.cache / name, data)
         with self._lock:
             self._doomed = {**self._doomed, name: doomed}
             self._doomed_packs = self._doomed_packs | doomed.packs
@@ -398,7 +399,9 @@ class Repository:
         when it was written."""
         if record.name in self._records:
             return False
-        self.backend.put(record.name, records.encode_mark(self.master, record))
+        data = records.encode_mark(self.master, record)
+        self.backend.put(record.name, data)
+        _cache_write(self.cache / record.name, data)
         with self._lock:
             self._records = {**self._records, record.name: record}
         return True

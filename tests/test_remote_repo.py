@@ -1,0 +1,352 @@
+"""The remote repository as a library, on a directory (FileBackend): opening and passwords,
+the index view and its cache, find, push and restore round trips, the journal of an
+interrupted push, doomed packs, tampering refused by path, and what a restore costs.
+
+The same paths against a real S3 server: tests/test_remote_push.py (the remote tier)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from e2e_helpers import snapshot
+from remote_helpers import (
+    CANARY,
+    PASSWORD,
+    Recording,
+    baseline,
+    build_tree,
+    new_repo,
+    restore,
+    same_tree,
+    ten_file_mark,
+)
+
+from snapd.errors import (
+    Ambiguous,
+    NotFound,
+    RemoteCorrupt,
+    RemoteError,
+    RemoteMissing,
+    RemoteUnreachable,
+    WrongPassword,
+)
+from snapd.remote import crypto
+from snapd.remote.fetch import readers
+from snapd.remote.files import FileBackend
+from snapd.remote.packs import pack_name
+from snapd.remote.push import Journal, push
+from snapd.remote.repo import Repository
+from snapd.store import trees
+from snapd.store.store import Store
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    s = Store.open(tmp_path / "store")
+    yield s
+    s.close()
+
+
+def listing(backend: FileBackend) -> list[str]:
+    return sorted(item.name for item in backend.list(""))
+
+
+# -- opening, passwords ----------------------------------------------------------------------
+
+
+def test_open_needs_the_password_and_init_refuses_a_used_prefix(tmp_path: Path) -> None:
+    backend = FileBackend(tmp_path / "remote")
+    with pytest.raises(RemoteMissing, match="no repository"):
+        Repository.open(backend, PASSWORD, tmp_path / "cache")
+    repo = new_repo(backend, tmp_path / "cache")
+    again = Repository.open(FileBackend(tmp_path / "remote"), PASSWORD, tmp_path / "cache2")
+    assert (again.id, again.master) == (repo.id, repo.master)
+    with pytest.raises(WrongPassword, match="does not open"):
+        Repository.open(backend, "not the password", tmp_path / "cache")
+    before = listing(backend)
+    with pytest.raises(RemoteError, match="not empty"):
+        new_repo(backend, tmp_path / "cache")
+    assert listing(backend) == before
+
+
+def test_change_password_keeps_the_repository_and_drops_the_old_password(tmp_path: Path) -> None:
+    backend = FileBackend(tmp_path / "remote")
+    repo = new_repo(backend, tmp_path / "cache")
+    with pytest.raises(WrongPassword):
+        repo.change_password("wrong old", "new one", cost=crypto.LOW_COST)
+    assert len([n for n in listing(backend) if n.startswith("keys/")]) == 1
+    repo.change_password(PASSWORD, "new one", cost=crypto.LOW_COST)
+    assert len([n for n in listing(backend) if n.startswith("keys/")]) == 1
+    with pytest.raises(WrongPassword):
+        Repository.open(backend, PASSWORD, tmp_path / "cache")
+    assert Repository.open(backend, "new one", tmp_path / "cache").master == repo.master
+
+
+# -- round trips -----------------------------------------------------------------------------
+
+
+def test_push_then_restore_from_another_repository_object_is_exact(tmp_path: Path, store: Store) -> None:
+    ws = tmp_path / "ws"
+    build_tree(ws)
+    mark = baseline(store, ws)
+    repo = new_repo(FileBackend(tmp_path / "remote"), tmp_path / "cache")
+    done: list[tuple[int, int]] = []
+    result = push(store, repo, [(mark, os.fsencode(ws))], "host-a", lambda d, t: done.append((d, t)))
+    assert (result.marks, result.present, result.landed) == (1, 0, (mark.id,))
+    assert done and done[-1][0] == done[-1][1] == result.objects
+    elsewhere = Repository.open(FileBackend(tmp_path / "remote"), PASSWORD, tmp_path / "other-cache")
+    restored = restore(elsewhere, mark.id, tmp_path / "out")
+    assert restored.ok
+    same_tree(tmp_path / "out", ws)
+    again = push(store, repo, [(mark, os.fsencode(ws))], "host-a")
+    assert (again.marks, again.present, again.objects) == (0, 1, 0)
+
+
+def test_no_plaintext_reaches_the_repository(tmp_path: Path, store: Store) -> None:
+    ws = tmp_path / "ws"
+    build_tree(ws)
+    (ws / f"{CANARY.decode()}-name.txt").write_bytes(b"x")
+    ws_id = store.add_workspace(os.fsencode(ws))
+    from ingest_helpers import ingest_tree
+
+    mark = store.mark(ingest_tree(store, ws_id, ws, label=f"label-{CANARY.decode()}").mark_id)
+    repo = new_repo(FileBackend(tmp_path / "remote"), tmp_path / "cache")
+    push(store, repo, [(mark, os.fsencode(ws))], "h")
+    for path in (tmp_path / "remote").rglob("*"):
+        assert CANARY not in os.fsencode(path.name)
+        if path.is_file():
+            data = path.read_bytes()
+            assert CANARY not in data and b"secret.txt" not in data and os.fsencode(ws) not in data, path
+
+
+def test_an_incremental_push_of_ten_files_costs_three_requests(tmp_path: Path, store: Store) -> None:
+    ws = tmp_path / "ws"
+    build_tree(ws)
+    backend = FileBackend(tmp_path / "remote")
+    repo = new_repo(backend, tmp_path / "cache")
+    first = baseline(store, ws)
+    push(store, repo, [(first, os.fsencode(ws))], "h")
+    second = ten_file_mark(store, ws)
+    before = backend.requests
+    result = push(store, repo, [(first, os.fsencode(ws)), (second, os.fsencode(ws))], "h")
+    assert backend.requests - before == result.requests <= 3, result
+    # ten contents, their directories' nodes and the root's: nothing of the unchanged tree
+    assert result.objects <= 10 + 9 + 2
+    restored = restore(Repository.open(backend, PASSWORD, tmp_path / "c2"), "ten", tmp_path / "out")
+    assert restored.ok
+    same_tree(tmp_path / "out", ws)
+
+
+def test_a_stale_view_is_listed_again_and_what_prune_deleted_leaves_it(tmp_path: Path, store: Store) -> None:
+    ws = tmp_path / "ws"
+    build_tree(ws, files=20)
+    backend = FileBackend(tmp_path / "remote")
+    repo = new_repo(backend, tmp_path / "cache")
+    mark = baseline(store, ws)
+    push(store, repo, [(mark, os.fsencode(ws))], "h")
+    (record,) = repo.marks()
+    assert (repo.cache / record.name).exists()
+    backend.delete(record.name)  # what prune does to a mark it drops
+    assert repo.marks() == [record]  # the view is fresh: not listed again
+    repo.refreshed = None
+    assert repo.marks() == []
+    assert not (repo.cache / record.name).exists()
+
+
+def test_the_cache_spares_a_second_process_every_fetch(tmp_path: Path, store: Store) -> None:
+    ws = tmp_path / "ws"
+    build_tree(ws, files=20)
+    mark = baseline(store, ws)
+    first = new_repo(FileBackend(tmp_path / "remote"), tmp_path / "cache")
+    push(store, first, [(mark, os.fsencode(ws))], "h")
+    recording = Recording(FileBackend(tmp_path / "remote"))
+    repo = Repository.open(recording, PASSWORD, tmp_path / "cache")
+    repo.refresh()
+    assert [g for g in recording.gets if not g.startswith("keys/") and g != "config"] == []
+    (repo.cache / "index").joinpath(next(iter(repo.index_files()))).write_bytes(b"damaged")
+    third = Repository.open(recording, PASSWORD, tmp_path / "cache")
+    assert len(third.marks()) == 1
+    assert [g for g in recording.gets if g.startswith("index/")] != []  # the damaged copy: not used
+    assert third.has(mark.tree)
+
+
+# -- find --------------------------------------------------------------------------------------
+
+
+def test_find_by_id_prefix_label_host_and_workspace(tmp_path: Path, store: Store) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    build_tree(a, files=5)
+    build_tree(b, files=5)
+    repo = new_repo(FileBackend(tmp_path / "remote"), tmp_path / "cache")
+    ma = baseline(store, a)
+    mb = baseline(store, b)
+    m2 = ten_file_mark(store, a, "ten")
+    push(store, repo, [(ma, os.fsencode(a)), (m2, os.fsencode(a))], "host-a")
+    push(store, repo, [(mb, os.fsencode(b))], "host-b")
+    assert repo.find(m2.id).mark.id == m2.id
+    assert repo.find(m2.id[:6]).mark.id == m2.id
+    assert repo.find("ten").mark.id == m2.id
+    assert repo.find("ten~1").mark.id == ma.id
+    assert repo.find("baseline").mark.id == mb.id  # the newest with that label
+    assert repo.find("baseline", host="host-a").mark.id == ma.id
+    assert repo.find("baseline", workspace=os.fsencode(a)).mark.id == ma.id
+    with pytest.raises(NotFound, match="host-b"):
+        repo.find("ten", host="host-b")
+    with pytest.raises(NotFound):
+        repo.find("ten~5")
+    ids = [ma.id, mb.id, m2.id]
+    shared = os.path.commonprefix(ids)
+    if len(shared) >= 4:
+        with pytest.raises(Ambiguous):
+            repo.find(shared)
+
+
+# -- interrupted pushes, doomed packs ------------------------------------------------------------
+
+
+class Cut(Recording):
+    """A backend whose server goes away after ``packs`` data PUTs: every later PUT fails."""
+
+    def __init__(self, inner: FileBackend, packs: int) -> None:
+        super().__init__(inner)
+        self.left = packs
+
+    def put(self, name: str, data: bytes) -> None:
+        if name.startswith("data/"):
+            if self.left <= 0:
+                raise RemoteUnreachable(f"{self.url}: no answer (to write {name})")
+            self.left -= 1
+        elif self.left <= 0:
+            raise RemoteUnreachable(f"{self.url}: no answer (to write {name})")
+        super().put(name, data)
+
+
+def test_a_push_cut_short_resumes_without_sending_landed_packs(tmp_path: Path, store: Store) -> None:
+    ws = tmp_path / "ws"
+    build_tree(ws, files=40, big=1 << 20)
+    mark = baseline(store, ws)
+    new_repo(FileBackend(tmp_path / "remote"), tmp_path / "cache")
+    cut = Cut(FileBackend(tmp_path / "remote"), packs=5)
+    repo = Repository.open(cut, PASSWORD, tmp_path / "cache")
+    with pytest.raises(RemoteUnreachable):
+        push(store, repo, [(mark, os.fsencode(ws))], "h", pack_target=64 << 10)
+    landed = {n for n in cut.puts if n.startswith("data/")}
+    assert len(landed) == 5 and not any(n.startswith(("index/", "marks/")) for n in cut.puts)
+    # Nothing a reader trusts: no mark, no object of the packs that landed
+    reader = Repository.open(FileBackend(tmp_path / "remote"), PASSWORD, tmp_path / "reader-cache")
+    assert reader.marks() == []
+    journaled = Journal(repo.cache / "journal.jsonl", 3600).landed()
+    assert set(journaled) == {n.rsplit("/", 1)[1] for n in landed}
+    assert not any(reader.has(blob.key) for blobs in journaled.values() for blob in blobs)
+    # resumed by another process (another Repository object on the same cache directory)
+    again = Recording(FileBackend(tmp_path / "remote"))
+    result = push(store, Repository.open(again, PASSWORD, tmp_path / "cache"), [(mark, os.fsencode(ws))], "h",
+                  pack_target=64 << 10)  # fmt: skip
+    assert result.resumed == 5
+    assert not landed & set(again.puts), "a pack that had landed was sent again"
+    restored = restore(Repository.open(FileBackend(tmp_path / "remote"), PASSWORD, tmp_path / "c3"), mark.id,
+                       tmp_path / "out")  # fmt: skip
+    assert restored.ok
+    same_tree(tmp_path / "out", ws)
+
+
+def test_objects_of_a_doomed_pack_are_sent_again(tmp_path: Path, store: Store) -> None:
+    ws = tmp_path / "ws"
+    build_tree(ws, files=20)
+    backend = FileBackend(tmp_path / "remote")
+    repo = new_repo(backend, tmp_path / "cache")
+    mark = baseline(store, ws)
+    first = push(store, repo, [(mark, os.fsencode(ws))], "h")
+    repo.write_doomed(list(repo.packs()))  # as prune's first phase would, had it dropped the mark
+    backend.delete(repo.record_name(store_id(store), mark.id))
+    repo.refresh()
+    assert not repo.has(mark.tree)
+    again = push(store, repo, [(mark, os.fsencode(ws))], "h")
+    assert again.objects == first.objects and repo.has(mark.tree)
+    for pack in list(repo.doomed_lists().values())[0].packs:  # prune's second phase
+        backend.delete(pack_name(pack))
+    same_tree_after = restore(Repository.open(backend, PASSWORD, tmp_path / "c2"), mark.id, tmp_path / "out")
+    assert same_tree_after.ok
+    same_tree(tmp_path / "out", ws)
+
+
+def store_id(store: Store) -> str:
+    from snapd.store import pushed
+
+    return pushed.store_id(store.catalog)
+
+
+# -- reading: tampering, cost ----------------------------------------------------------------
+
+
+def flip_blob(repo: Repository, root: Path, key: str) -> None:
+    where = repo.locate(key)
+    path = root / pack_name(where.key)
+    data = bytearray(path.read_bytes())
+    data[where.offset + where.length // 2] ^= 0x40
+    path.write_bytes(bytes(data))
+
+
+def test_a_tampered_content_is_refused_naming_its_paths(tmp_path: Path, store: Store) -> None:
+    ws = tmp_path / "ws"
+    build_tree(ws, files=20)
+    (ws / "copy-of-secret.txt").write_bytes((ws / "secret.txt").read_bytes())
+    mark = baseline(store, ws)
+    repo = new_repo(FileBackend(tmp_path / "remote"), tmp_path / "cache")
+    push(store, repo, [(mark, os.fsencode(ws))], "h")
+    key = trees.lookup(store.load_node, mark.tree, b"secret.txt").key  # type: ignore[union-attr]
+    flip_blob(repo, tmp_path / "remote", key)
+    reader = Repository.open(FileBackend(tmp_path / "remote"), PASSWORD, tmp_path / "c2")
+    with pytest.raises(RemoteCorrupt) as caught:
+        restore(reader, mark.id, tmp_path / "out")
+    assert "secret.txt" in caught.value.message and "copy-of-secret.txt" in caught.value.message
+    assert set(caught.value.details["paths"]) == {"secret.txt", "copy-of-secret.txt"}
+
+
+def test_a_tampered_directory_is_refused_naming_it(tmp_path: Path, store: Store) -> None:
+    ws = tmp_path / "ws"
+    build_tree(ws, files=20)
+    mark = baseline(store, ws)
+    repo = new_repo(FileBackend(tmp_path / "remote"), tmp_path / "cache")
+    push(store, repo, [(mark, os.fsencode(ws))], "h")
+    deep = store.load_node(store.load_node(store.load_node(mark.tree)[b"nested"].key)[b"deep"].key)
+    flip_blob(repo, tmp_path / "remote", store.load_node(mark.tree)[b"nested"].key)
+    assert deep  # the node below is intact; the one that holds it is not
+    reader = Repository.open(FileBackend(tmp_path / "remote"), PASSWORD, tmp_path / "c2")
+    with pytest.raises(RemoteCorrupt, match="directory nested"):
+        readers(reader, reader.find(mark.id))
+
+
+def test_a_restore_reads_packs_not_files(tmp_path: Path, store: Store) -> None:
+    ws = tmp_path / "ws"
+    build_tree(ws, files=600)
+    mark = baseline(store, ws)
+    repo = new_repo(FileBackend(tmp_path / "remote"), tmp_path / "cache")
+    result = push(store, repo, [(mark, os.fsencode(ws))], "h", pack_target=16 << 10)
+    assert result.packs >= 3
+    recording = Recording(FileBackend(tmp_path / "remote"))
+    reader = Repository.open(recording, PASSWORD, tmp_path / "c2")
+    reader.refresh()
+    before = len(recording.gets)
+    assert restore(reader, mark.id, tmp_path / "out").ok
+    same_tree(tmp_path / "out", ws)
+    data_gets = [g for g in recording.gets[before:] if g.startswith("data/")]
+    # the tree has 4 levels of directories: a GET per level per pack, then about one per pack
+    assert len(data_gets) <= result.packs * 6, len(data_gets)
+    assert len(snapshot(ws)) > 600
+
+
+def test_a_pack_header_lists_what_the_index_says(tmp_path: Path, store: Store) -> None:
+    ws = tmp_path / "ws"
+    build_tree(ws, files=30)
+    mark = baseline(store, ws)
+    backend = FileBackend(tmp_path / "remote")
+    repo = new_repo(backend, tmp_path / "cache")
+    push(store, repo, [(mark, os.fsencode(ws))], "h", pack_target=8 << 10)
+    sizes = {item.name: item.size for item in backend.list("data/")}
+    for pack, blobs in repo.packs().items():
+        assert repo.read_header(pack, sizes[pack_name(pack)]) == blobs
