@@ -25,7 +25,7 @@ from typing import Any, Final, NamedTuple
 
 from snapd.errors import CorruptObject
 from snapd.remote.crypto import OVERHEAD, MasterKey, corrupt, open_sealed, seal, sha256_hex
-from snapd.remote.fields import array, dump_json, integer, load_json, load_object, text
+from snapd.remote.fields import INT_MAX, array, dump_json, integer, load_json, load_object, text
 from snapd.store import objects
 
 PACK_TARGET: Final = 16 * 1024 * 1024
@@ -169,23 +169,27 @@ def parse_header(master: MasterKey, data: bytes, name: str, pack_size: int | Non
 
 
 def blob_list(value: Any, what: str) -> list[Blob]:
-    """``[[key, offset, length]...]`` read strictly: keys valid and distinct, sizes sane."""
+    """``[[key, offset, length]...]`` read strictly: keys valid and distinct, sizes sane.
+
+    An index lists every object of a repository: the checks run inline and a message is made
+    only for a failure (~1 us an entry)."""
     blobs: list[Blob] = []
     seen: set[str] = set()
+    match = objects.KEY_RE.match
     for n, item in enumerate(array(value, what, "the blob list")):
-        entry = array(item, what, f"blob {n}")
-        if len(entry) != 3:
+        if type(item) is not list or len(item) != 3:
             raise corrupt(what, f"blob {n} is not [key, offset, length]")
-        key = text(entry[0], what, f"blob {n}'s key")
-        try:
-            objects.parse_key(key)
-        except CorruptObject:
-            raise corrupt(what, f"blob {n}'s key {key!r} is not an object key") from None
+        key, offset, length = item
+        if type(key) is not str or match(key) is None:
+            raise corrupt(what, f"blob {n}'s key {key!r} is not an object key")
+        if type(offset) is not int or not 0 <= offset <= INT_MAX:
+            integer(offset, what, f"blob {n}'s offset")
+        if type(length) is not int or not MIN_BLOB <= length <= INT_MAX:
+            integer(length, what, f"blob {n}'s length", MIN_BLOB)
         if key in seen:
             raise corrupt(what, f"it lists object {key} twice")
         seen.add(key)
-        offset = integer(entry[1], what, f"blob {n}'s offset")
-        blobs.append(Blob(key, offset, integer(entry[2], what, f"blob {n}'s length", MIN_BLOB)))
+        blobs.append(Blob(key, offset, length))
     return blobs
 
 
