@@ -10,7 +10,8 @@ import os
 from pathlib import Path
 
 import pytest
-from e2e_helpers import snapshot
+from e2e_helpers import snapshot, write
+from ingest_helpers import capture_paths
 from remote_helpers import (
     CANARY,
     PASSWORD,
@@ -139,6 +140,28 @@ def test_an_incremental_push_of_ten_files_costs_three_requests(tmp_path: Path, s
     restored = restore(Repository.open(backend, PASSWORD, tmp_path / "c2"), "ten", tmp_path / "out")
     assert restored.ok
     same_tree(tmp_path / "out", ws)
+
+
+def test_an_incremental_push_reads_only_the_directories_that_changed(
+    tmp_path: Path, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws = tmp_path / "ws"
+    build_tree(ws, files=20)
+    for i in range(60):
+        write(ws / f"other/d{i:02}/x.txt", f"{i}\n")
+    repo = new_repo(FileBackend(tmp_path / "remote"), tmp_path / "cache")
+    first = baseline(store, ws)
+    push(store, repo, [(first, os.fsencode(ws))], "h")
+    rels = [f"src/d0/f{i:03}.txt" for i in range(0, 20, 9)]
+    for rel in rels:
+        write(ws / rel, os.urandom(100))
+    second = capture_paths(store, store.add_workspace(os.fsencode(ws)), ws, [r.encode() for r in rels], "m")
+    loaded: list[str] = []
+    load = store.load_node
+    monkeypatch.setattr(store, "load_node", lambda key: (loaded.append(key), load(key))[1])
+    result = push(store, repo, [(second, os.fsencode(ws))], "h")
+    assert result.objects == len(rels) + 3  # the contents, src/d0, src and the root
+    assert len(loaded) <= 6, f"{len(loaded)} nodes read: the whole tree was walked"
 
 
 def test_a_stale_view_is_listed_again_and_what_prune_deleted_leaves_it(tmp_path: Path, store: Store) -> None:
