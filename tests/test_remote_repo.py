@@ -297,6 +297,34 @@ def test_objects_of_a_doomed_pack_are_sent_again(tmp_path: Path, store: Store) -
     same_tree(tmp_path / "out", ws)
 
 
+def test_a_push_whose_packs_a_prune_dooms_before_its_record_sends_them_again(
+    tmp_path: Path, store: Store
+) -> None:
+    ws = tmp_path / "ws"
+    build_tree(ws, files=20)
+    backend = FileBackend(tmp_path / "remote")
+    new_repo(backend, tmp_path / "cache")
+    prune = Repository.open(backend, PASSWORD, tmp_path / "prune-cache")
+    recording = Recording(FileBackend(tmp_path / "remote"))
+
+    def doom_once(name: str) -> None:  # prune's first phase, between this push's index and record
+        if name.startswith("index/") and not prune.doomed_lists():
+            prune.refresh()
+            prune.write_doomed(list(prune.packs()))
+
+    recording.after_put = doom_once
+    # a view older than half the grace at the record: here, any view
+    pusher = Repository.open(recording, PASSWORD, tmp_path / "cache", refresh_s=0.0)
+    mark = baseline(store, ws)
+    result = push(store, pusher, [(mark, os.fsencode(ws))], "h")
+    doomed = next(iter(prune.doomed_lists().values())).packs
+    assert result.packs == 2 * len(doomed)  # every pack sent twice: before and after the doom
+    for pack in doomed:  # prune's second phase
+        backend.delete(pack_name(pack))
+    assert restore(Repository.open(backend, PASSWORD, tmp_path / "c2"), mark.id, tmp_path / "out").ok
+    same_tree(tmp_path / "out", ws)
+
+
 def store_id(store: Store) -> str:
     from snapd.store import pushed
 
@@ -373,3 +401,15 @@ def test_a_pack_header_lists_what_the_index_says(tmp_path: Path, store: Store) -
     sizes = {item.name: item.size for item in backend.list("data/")}
     for pack, blobs in repo.packs().items():
         assert repo.read_header(pack, sizes[pack_name(pack)]) == blobs
+
+
+def test_an_object_larger_than_a_pack_gets_a_pack_of_its_own(tmp_path: Path, store: Store) -> None:
+    ws = tmp_path / "ws"
+    build_tree(ws, files=30)
+    write(ws / "big.bin", os.urandom(200 << 10))
+    mark = baseline(store, ws)
+    repo = new_repo(FileBackend(tmp_path / "remote"), tmp_path / "cache")
+    push(store, repo, [(mark, os.fsencode(ws))], "h", pack_target=64 << 10)
+    big = trees.lookup(store.load_node, mark.tree, b"big.bin")
+    assert big is not None
+    assert [b.key for b in repo.packs()[repo.locate(big.key).key]] == [big.key]

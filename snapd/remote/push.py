@@ -32,7 +32,7 @@ from typing import NamedTuple
 from snapd.remote import packs, records
 from snapd.remote.packs import Blob
 from snapd.remote.repo import THREADS, Repository
-from snapd.store import nodes, objects, pushed, safeio, trees
+from snapd.store import nodes, objects, safeio, trees
 from snapd.store.records import Mark
 from snapd.store.store import Store
 
@@ -176,7 +176,11 @@ class _Pusher:
                 for key, data in self.store.get_many(keys[i : i + READ_CHUNK]):
                     self.bytes += len(data)
                     codec, payload = objects.encode(data)
-                    if writer.add(key, bytes((codec,)) + payload):
+                    encoding = bytes((codec,)) + payload
+                    if not writer.fits(len(encoding)):  # a big object gets a pack of its own
+                        flush(writer)
+                        writer = packs.PackWriter(self.repo.master, self.pack_target)
+                    if writer.add(key, encoding):
                         flush(writer)
                         writer = packs.PackWriter(self.repo.master, self.pack_target)
                 if len(self.sent) >= INDEX_EVERY:
@@ -266,7 +270,7 @@ def push(
     ``pack_target``: the pack size (tests lower it to make many packs of little data)."""
     before = repo.backend.requests
     repo.ensure_fresh()
-    sid = pushed.store_id(store.catalog)
+    sid = store.store_id()
     pusher = _Pusher(store, repo, progress, pack_target)
     pusher.resume()
     roots = {m.id: root for m, root in marks}
@@ -283,8 +287,12 @@ def push(
         if attempt == 2 or age is None or age <= repo.refresh_s * 2:
             break
         repo.refresh()
-        if all(repo.has(k) for k in need.relied) and need.bases <= set(repo.mark_names()):
+        # what this push sent counts too: a prune may have doomed (or, past the grace,
+        # deleted) a pack of it that no record referenced yet
+        sent_and_relied = [*need.relied, *need.send]
+        if all(repo.has(k) for k in sent_and_relied) and need.bases <= set(repo.mark_names()):
             break
+        pusher.queued.difference_update(k for k in sent_and_relied if not repo.has(k))
     written = 0
     for mark in todo:
         count, size = need.brought.get(mark.id, (0, 0))
