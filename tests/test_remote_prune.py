@@ -169,12 +169,16 @@ def test_a_stale_lock_is_taken_over_and_said_so(tmp_path: Path, request: pytest.
     where = make_backend("file", tmp_path, request)
     repo = new_repo(where.backend, tmp_path)
     _history(tmp_path, repo)
-    old = time.time_ns() - int((locks.STALE_S + 60) * 1e9)
-    doc = fields.dump_json({"host": "dead-box", "pid": 4242, "time": old, "op": "prune"})
-    where.backend.put("locks/" + "ab" * 16, crypto.seal(repo.master, doc, b"lock"))
+    _put_lock(where.backend, repo, "dead-box", 4242, time.time_ns() - int((locks.STALE_S + 60) * 1e9))
     got = prune(fresh(where.backend, tmp_path, "p"), KEEP_TWO, grace_s=0)
     assert len(got.took_over) == 1 and "pid 4242 on dead-box" in got.took_over[0]
     assert not [n for n in listing(where.backend) if n.startswith("locks/")]
+
+
+def _put_lock(backend: Backend, repo: Repository, host: str, pid: int, at: int) -> None:
+    """A lock file as another prune writes it (docs/remote.md, "Repository format")."""
+    doc = fields.dump_json({"host": host, "pid": pid, "time": at, "op": "prune"})
+    backend.put("locks/" + os.urandom(16).hex(), crypto.seal(repo.master, doc, b"lock"))
 
 
 @pytest.mark.parametrize("kind", BACKENDS)
@@ -235,37 +239,69 @@ def test_packs_in_no_index_go_once_older_than_the_grace(
     _assert_kept_restore(where.backend, tmp_path, ws, 0, 1, 2, 3, view="r", leftovers=(young,))
 
 
-class _CutAfterIndex(Recording):
-    """The prune is killed once its superseding index is written: its first pack deletion fails."""
+class _CutAfterPackDeleted(Recording):
+    """The prune is killed right after it deleted its first pack: the next write or delete fails."""
+
+    def __init__(self, inner: Backend) -> None:
+        super().__init__(inner)
+        self.cut = False
+
+    def put(self, name: str, data: bytes) -> None:
+        self._check(name)
+        super().put(name, data)
 
     def delete(self, name: str) -> None:
-        if name.startswith("data/"):
-            raise RemoteError(f"cut before deleting {name}")
+        self._check(name)
         super().delete(name)
+        self.cut = self.cut or name.startswith("data/")
+
+    def _check(self, name: str) -> None:
+        if self.cut:
+            raise RemoteError(f"cut before {name}")
 
 
 def test_a_prune_cut_short_leaves_a_sound_repository_the_next_one_finishes(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
+    """The superseding index lands before any pack goes: a prune killed after deleting a pack
+    leaves every index a reader trusts naming packs that are there."""
     where = make_backend("file", tmp_path, request)
     repo = new_repo(where.backend, tmp_path)
     ws = _history(tmp_path, repo)
     m1_pack = _pack_of(repo, _key(ws, 1, b"x.bin"))
-    with pytest.raises(RemoteError, match="cut before deleting"):
-        prune(fresh(_CutAfterIndex(where.backend), tmp_path, "p1"), KEEP_TWO, grace_s=0)
-    _assert_kept_restore_allowing_leftovers(where.backend, tmp_path, ws, m1_pack)
-    got = prune(fresh(where.backend, tmp_path, "p2"), KEEP_TWO, grace_s=0)
-    assert m1_pack in got.packs_deleted
+    with pytest.raises(RemoteError, match="cut before"):
+        prune(fresh(_CutAfterPackDeleted(where.backend), tmp_path, "p1"), KEEP_TWO, grace_s=0)
+    assert pack_object(m1_pack) not in listing(where.backend)
+    _assert_kept_restore(where.backend, tmp_path, ws, 2, 3, view="r1")
+    assert [n for n in listing(where.backend) if n.startswith("doomed/")]  # the cut left its list
+    with pytest.raises(RemoteError, match="is locked"):  # and its lock, live for an hour
+        prune(fresh(where.backend, tmp_path, "p2"), KEEP_TWO, grace_s=0)
+    (dead,) = locks.read_locks(where.backend, repo.master)
+    where.backend.delete(dead.name)
+    _put_lock(where.backend, repo, dead.host, dead.pid, time.time_ns() - int((locks.STALE_S + 1) * 1e9))
+    got = prune(fresh(where.backend, tmp_path, "p3"), KEEP_TWO, grace_s=0)
+    assert len(got.took_over) == 1 and got.indexes_deleted and not got.packs_deleted
+    assert not [n for n in listing(where.backend) if n.startswith(("doomed/", "locks/"))]
     _assert_kept_restore(where.backend, tmp_path, ws, 2, 3, view="r2")
 
 
-def _assert_kept_restore_allowing_leftovers(
-    backend: Backend, tmp_path: Path, ws: Workspace, pack: str
+def test_a_mark_that_lands_before_phase_two_keeps_the_doomed_pack_it_needs(
+    tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    repo = fresh(backend, tmp_path, "r1")
-    for i in (2, 3):
-        assert restored(repo, ws.marks[i]) == ws.contents(ws.marks[i])
-    checked = verify(repo)
-    assert checked.ok and checked.leftovers in ([], [pack_object(pack)]), [
-        p.describe() for p in checked.problems
-    ]
+    """A pusher whose view predates the doomed list (it has not listed the repository since)
+    counts on the doomed pack for A, and its mark lands before phase 2: phase 2 settles the
+    list against the marks listed then, so it keeps that pack (and drops the list)."""
+    where = make_backend("file", tmp_path, request)
+    repo = new_repo(where.backend, tmp_path)
+    ws = _history(tmp_path, repo)
+    m1_a = _key(ws, 1, b"x.bin")
+    m1_pack = _pack_of(repo, m1_a)
+    stale = fresh(where.backend, tmp_path, "stale-pusher")  # its view: before phase 1
+    assert prune(fresh(where.backend, tmp_path, "p1"), KEEP_TWO, grace_s=3600).packs_doomed == [m1_pack]
+    m4 = ws.mark("m4", {"x.bin": ws.store.get(m1_a)})
+    push(ws.store, stale, [(m4, os.fsencode(ws.root))], HOST)
+    assert stale.has(m1_a)  # it never looked again: it counted on the doomed pack
+    got = prune(fresh(where.backend, tmp_path, "p2"), PrunePolicy(keep_last=5), grace_s=0)
+    assert got.packs_rescued == [m1_pack] and not got.packs_deleted
+    assert not [n for n in listing(where.backend) if n.startswith("doomed/")]
+    _assert_kept_restore(where.backend, tmp_path, ws, 2, 3, 4, view="r")

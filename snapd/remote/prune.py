@@ -165,8 +165,11 @@ class _Pruner:
                     r.packs_rescued.append(pack)
         listing = list(repo.backend.list("data/"))
         sizes = {x.name: x.size for x in listing}
-        self.supersede(going)
-        self.delete_packs(sorted(going), sizes)
+        old_indexes = self.supersede(going)
+        self.delete_packs(sorted(p for p in going if pack_object(p) in sizes), sizes)  # some: gone already
+        for index_id in old_indexes:
+            self.delete(f"index/{index_id}")
+            r.indexes_deleted.append(index_id)
         for list_id in ripe:
             self.delete(f"doomed/{list_id}")
 
@@ -222,10 +225,10 @@ class _Pruner:
         live, _ = self.index_view()
         return {pack: list(blobs) for packs in live.values() for pack, blobs in packs.items()}
 
-    def supersede(self, going: set[str]) -> None:
-        """One new index in place of every live index naming a pack in ``going`` (the others
-        of their packs kept), then the superseded index files deleted (with those superseded
-        before, whose deletion a killed prune did not reach)."""
+    def supersede(self, going: set[str]) -> list[str]:
+        """Write one new index in place of every live index naming a pack in ``going`` (with
+        the others of their packs); return the index files now superseded, to delete once the
+        packs are gone (with those a killed prune superseded and did not get to delete)."""
         live, superseded = self.index_view()
         old = sorted(i for i, packs in live.items() if going & set(packs))
         if old:
@@ -234,9 +237,7 @@ class _Pruner:
                 self.result.indexes_written.append("(dry run)")
             else:
                 self.result.indexes_written.append(self.repo.write_index(kept, old))
-        for index_id in sorted(superseded | set(old)):
-            self.delete(f"index/{index_id}")
-            self.result.indexes_deleted.append(index_id)
+        return sorted(superseded | set(old))
 
     def delete_packs(self, packs: list[str], sizes: Mapping[str, int]) -> None:
         for n, pack in enumerate(packs):
