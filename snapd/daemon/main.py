@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
@@ -55,6 +55,7 @@ class ProcessEnv:
     homes: tuple[Path, ...]
     notify_socket: str | None = None
     watchdog_usec: int | None = None
+    remote_password: str | None = field(default=None, repr=False)  # SNAPD_REMOTE_PASSWORD: on-mark pushes
 
 
 class Daemon:
@@ -77,7 +78,9 @@ class Daemon:
         guard = acquire_socket_guard(loc.runtime_dir)  # held until both sockets are gone
         store = Store.open(loc.store_dir)
         events = Publisher(events_endpoint(self.config.endpoint), hwm=self.config.events_queue)
-        service = Service(store, self.config, self.penv.homes, self.request_stop, events)
+        service = Service(
+            store, self.config, self.penv.homes, self.request_stop, events, self.penv.remote_password
+        )
         timings = RequestTimings()
         server = ControlServer(
             self.config.endpoint,
@@ -230,7 +233,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             configure_logging(config.log_level, json=True if args.log_json else None, file=config.log_file)
             for warning in config.warnings:
                 log.warning("config.warning", warning=warning)
-            penv = ProcessEnv(_homes(env), env.get("NOTIFY_SOCKET"), _int(env.get("WATCHDOG_USEC")))
+            penv = ProcessEnv(
+                _homes(env), env.get("NOTIFY_SOCKET"), _int(env.get("WATCHDOG_USEC")),
+                env.get("SNAPD_REMOTE_PASSWORD") or None,
+            )
             return Daemon(config, penv).run()
         if args.command == "install-service":
             from snapd.daemon.service_unit import install_service

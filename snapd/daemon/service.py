@@ -26,7 +26,9 @@ from snapd.daemon.ops.marks import MarkOps
 from snapd.daemon.ops.remote import RemoteOps
 from snapd.daemon.ops.rollback import RollbackOps
 from snapd.daemon.ops.workspaces import WorkspaceOps
+from snapd.daemon.pusher import Pusher
 from snapd.daemon.registry import Registry
+from snapd.daemon.remotes import Remotes
 from snapd.ipc import protocol
 from snapd.ipc.protocol import PeerInfo, Request
 from snapd.rollback.running import Running
@@ -41,21 +43,26 @@ class Service:
         homes: tuple[Path, ...],
         request_stop: Callable[[], None],
         events: EventSink | None = None,
+        remote_password: str | None = None,
     ) -> None:
-        """``homes``: the user's home directory ($HOME and the passwd entry), never a workspace."""
+        """``homes``: the user's home directory ($HOME and the passwd entry), never a workspace.
+        ``remote_password``: the daemon's own ``SNAPD_REMOTE_PASSWORD`` (on-mark pushes)."""
         sink: EventSink = events or NoEvents()
         self.registry = Registry(store, config.capture, homes, config.locations.own_dirs, sink)
         self.maintenance = Maintenance(store, config.retention, config.gc_interval_s, sink)
-        running = Running()  # restores and rollbacks in flight: their ops record them, status shows them
+        running = Running()  # restores, rollbacks and remote ops in flight: status shows them
+        loc = config.locations
+        self.remotes = Remotes(store, config.remotes, loc.config_file, loc.data_dir, running, remote_password)
+        self.pusher = Pusher(self.remotes)
         self.daemon = DaemonOps(
             store, self.registry, self.maintenance, sink, config.endpoint, request_stop, config.warnings,
-            running,
+            running, self.remotes,
         )
         self.workspaces = WorkspaceOps(store, self.registry, sink, self.maintenance)
-        self.marks = MarkOps(store, self.registry)
-        self.rollback = RollbackOps(store, self.registry, sink, running)
+        self.marks = MarkOps(store, self.registry, self.pusher.wake)
+        self.rollback = RollbackOps(store, self.registry, sink, running, self.remotes)
         self.files = FileOps(store, self.registry, config.retention)
-        self.remote = RemoteOps()
+        self.remote = RemoteOps(store, self.registry, self.remotes, self.pusher, running)
         #: op name -> its handler: the bound method ``op_NAME`` of one group
         self.ops: dict[str, Callable[..., dict[str, Any]]] = {
             name.removeprefix("op_"): getattr(group, name)
@@ -68,11 +75,13 @@ class Service:
             raise AssertionError(f"ops without a handler, or handlers of no op: {sorted(odd)}")
 
     def start(self) -> None:
-        """Bring every watched workspace back, and start the GC schedule."""
+        """Bring every watched workspace back, and start the GC schedule and the on-mark pusher."""
         self.registry.start()
         self.maintenance.start()
+        self.pusher.start()
 
     def stop(self) -> None:
+        self.pusher.stop()
         self.maintenance.stop()
         self.registry.stop()
 

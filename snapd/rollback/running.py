@@ -1,11 +1,13 @@
-"""The long writes in flight — restores, rollbacks and undos — and how far each has come, for
-``status``: a terminal's progress bar polls it (as ``watch``'s polls a workspace's baseline
-``progress``). One table, one wire form, one bar in the CLI, whatever the operation.
+"""The long operations in flight — restores, rollbacks and undos, and a remote's pushes,
+verifies and prunes — and how far each has come, for ``status``: a terminal's progress bar
+polls it (as ``watch``'s polls a workspace's baseline ``progress``). One table, one wire form,
+one bar in the CLI, whatever the operation.
 
 An entry is ``{"op", "workspace", "target", "phase", "done", "total"}``: ``phase`` says what
 is being done before anything can be counted (``total`` None), then ``done`` of ``total``
 counts what the bar names — a restore's files and symlinks written, a rollback's changes
-(one a line of its plan) applied.
+(one a line of its plan) applied, a push's objects sent. For a remote's op, ``target`` is the
+remote's name and ``workspace`` its URL (docs/protocol.md, "status").
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 Progress = Callable[[int, int], None]  # (done, how many in all)
-Op = Literal["restore", "rollback", "undo"]
+Op = Literal["restore", "rollback", "undo", "push", "verify", "prune"]
 
 
 class Tracker:
@@ -45,7 +47,7 @@ class Running:
         self._n = 0
 
     @contextmanager
-    def one(self, op: Op, workspace: Path, target: Path) -> Iterator[Tracker]:
+    def one(self, op: Op, workspace: Path | str, target: Path | str) -> Iterator[Tracker]:
         """Record ``op`` for as long as it runs; the tracker it yields tells its progress."""
         entry: dict[str, object] = {
             "op": op, "workspace": str(workspace), "target": str(target), "phase": "starting",

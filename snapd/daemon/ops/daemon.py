@@ -12,6 +12,7 @@ from snapd import __version__
 from snapd.daemon.events import EventSink
 from snapd.daemon.maintenance import Maintenance
 from snapd.daemon.registry import Registry
+from snapd.daemon.remotes import Remotes
 from snapd.daemon.wire import mark_json, wire_paths
 from snapd.ipc import protocol
 from snapd.rollback.running import Running
@@ -30,6 +31,7 @@ class DaemonOps:
         request_stop: Callable[[], None],
         config_warnings: tuple[str, ...] = (),
         running: Running | None = None,
+        remotes: Remotes | None = None,
     ) -> None:
         """``config_warnings``: what the daemon's own configuration load reported (unknown
         ``SNAPD_*`` names in its environment): the user's to fix, so ``status`` repeats them
@@ -39,6 +41,7 @@ class DaemonOps:
         self.config_warnings = [f"the daemon's configuration: {w}" for w in config_warnings]
         self.started = time.time()
         self.running = running or Running()  # restores and rollbacks in flight (their progress bars)
+        self.remotes = remotes  # their pending marks, last push and last error
 
     def op_ping(self) -> dict[str, Any]:
         return {"pong": True, "version": __version__, "protocol": protocol.PROTOCOL_VERSION,
@@ -78,6 +81,7 @@ class DaemonOps:
             "pending": sum(ws.pending() for ws in live.values()),
             "warnings": self.config_warnings + warnings + self.maintenance.warnings,
             "running": self.running.now(),
+            "remotes": self.remotes.status() if self.remotes is not None else [],
         }
 
     def op_verify(self, full: bool = True) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from snapd.daemon import turns
@@ -18,8 +19,10 @@ LOG_LIMIT = 20  # marks in one page of `log` when the request gives no limit
 
 
 class MarkOps:
-    def __init__(self, store: Store, registry: Registry) -> None:
-        self.store, self.registry = store, registry
+    def __init__(self, store: Store, registry: Registry, marked: Callable[[], None] = lambda: None) -> None:
+        """``marked``: told after each mark is committed (the on-mark pusher's wake: it must
+        not block, the reply waits for it)."""
+        self.store, self.registry, self.marked = store, registry, marked
 
     def op_mark(
         self,
@@ -47,6 +50,7 @@ class MarkOps:
         if late_after_s is not None and time.monotonic() - started > late_after_s:
             note["late"] = True
         mark = ws.mark(label, message=message, agent=agent, session=session, note=note)
+        self.marked()
         out = mark_json(mark, ws.root)
         if session:
             marks = [mark, *before]

@@ -1,21 +1,61 @@
-"""Ops on remote repositories (docs/remote.md): remote_add, remote_list, remote_remove,
-remote_log, remote_prune, remote_passwd, push, remote_verify.
+"""Ops on remote repositories (docs/remote.md, docs/protocol.md "Remote ops"): remote_add,
+remote_list, remote_remove, remote_log, remote_prune, remote_passwd, push, remote_verify, and
+the remote side of ``restore`` (:func:`restore_from_remote`).
 
-Skeleton: the bodies land in the next commit.
+Each takes the remote's ``name`` (push: optional, the only remote), and may carry the
+repository ``password`` and the client's ``AWS_*`` ``credentials``
+(:class:`snapd.daemon.remotes.Remotes` says what is used when they are absent). Neither is
+logged nor written anywhere. ``snapd.remote`` is imported inside the ops, never at the
+daemon's start. Push, verify and prune show their progress in ``status``'s ``running`` table
+(op ``push``/``verify``/``prune``, target the remote's name).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from snapd.daemon.pusher import Pusher
+from snapd.daemon.registry import Registry
+from snapd.daemon.remotes import Remotes
+from snapd.daemon.wire import wire_paths
 from snapd.errors import UsageError
+from snapd.paths import encode_path
+from snapd.rollback import restore
+from snapd.rollback.running import Running
+from snapd.store.store import Store
+
+if TYPE_CHECKING:
+    from snapd.remote.records import MarkRecord
 
 
-def _not_yet(op: str) -> UsageError:
-    return UsageError(f"{op}: not available in this build yet")
+def _aws(credentials: Mapping[str, str] | None) -> dict[str, str]:
+    """The request's ``AWS_*`` values; anything else a client sent is dropped."""
+    return {k: v for k, v in (credentials or {}).items() if k.startswith("AWS_") and v}
+
+
+def record_json(r: MarkRecord) -> dict[str, Any]:
+    """A mark record on the wire: the mark as ``log`` shows one, with where it came from."""
+    m = r.mark
+    return {
+        "id": m.id, "seq": m.seq, "label": m.label, "kind": m.kind, "message": m.message,
+        "agent": m.agent, "session": m.session, "git_head": m.git_head,
+        "created": m.created / 1e9, "created_ns": m.created, "summary": wire_paths(m.summary),
+        "host": r.host, "store": r.store, "workspace": encode_path(r.workspace),
+        "objects": r.objects, "bytes": r.bytes, "pushed": r.pushed / 1e9,
+    }  # fmt: skip
 
 
 class RemoteOps:
+    def __init__(
+        self, store: Store, registry: Registry, remotes: Remotes, pusher: Pusher, running: Running
+    ) -> None:
+        self.store, self.registry, self.remotes = store, registry, remotes
+        self.pusher, self.running = pusher, running
+
     def op_remote_add(
         self,
         name: str,
@@ -28,13 +68,37 @@ class RemoteOps:
         password_file: bytes | None = None,
         push: str | None = None,
     ) -> dict[str, Any]:
-        raise _not_yet("remote_add")
+        """Open the repository at ``url`` (or make one on an empty prefix), then write the
+        remote into config.toml. Refused, nothing written, on a wrong password."""
+        given = {
+            "url": url, "endpoint": endpoint, "region": region, "profile": profile,
+            "password_file": os.fsdecode(password_file) if password_file is not None else None,
+            "push": push,
+        }  # fmt: skip
+        fields = {k: v for k, v in given.items() if v is not None}
+        repo, created = self.remotes.add(name, fields, password, _aws(credentials))
+        if fields.get("push") == "on-mark":
+            self.pusher.wake()
+        out: dict[str, Any] = {
+            "name": name, "url": url, "repo_id": repo.id, "created": created,
+            "push": fields.get("push", "manual"), "config_file": str(self.remotes.config_file),
+        }  # fmt: skip
+        if created:
+            out["warning"] = (
+                f"a new repository was made at {url}: its password is not stored by snapd, and a lost "
+                "password is an unrecoverable loss of everything in it"
+            )
+        return out
 
     def op_remote_list(self) -> dict[str, Any]:
-        raise _not_yet("remote_list")
+        remotes = [{**self.remotes.table(s["name"]), **s} for s in self.remotes.status()]
+        return {"remotes": remotes, "config_file": str(self.remotes.config_file)}
 
     def op_remote_remove(self, name: str) -> dict[str, Any]:
-        raise _not_yet("remote_remove")
+        """The remote's table goes from config.toml; the repository is left as it is."""
+        url = self.remotes.table(name)["url"]
+        self.remotes.remove(name)
+        return {"name": name, "url": url, "removed": True, "config_file": str(self.remotes.config_file)}
 
     def op_remote_log(
         self,
@@ -44,7 +108,16 @@ class RemoteOps:
         host: str | None = None,
         workspace: bytes | None = None,
     ) -> dict[str, Any]:
-        raise _not_yet("remote_log")
+        """Every machine's marks in the repository, newest first (``host``, ``workspace``: only
+        those; the workspace is the path as its host had it, not a local one)."""
+        repo = self.remotes.repository(name, password, _aws(credentials))
+        repo.refresh()
+        found = [
+            r for r in repo.marks()
+            if (host is None or r.host == host) and (workspace is None or r.workspace == workspace)
+        ]  # fmt: skip
+        found.sort(key=lambda r: (r.mark.created, r.mark.seq), reverse=True)
+        return {"name": name, "repo_id": repo.id, "marks": [record_json(r) for r in found]}
 
     def op_remote_prune(
         self,
@@ -56,7 +129,16 @@ class RemoteOps:
         grace_s: float | None = None,
         dry_run: bool = False,
     ) -> dict[str, Any]:
-        raise _not_yet("remote_prune")
+        """The one op that deletes in a repository: under its lock (docs/remote.md, "Prune")."""
+        from snapd.remote.prune import DEFAULT_GRACE_S, PrunePolicy, prune
+
+        policy = PrunePolicy(keep_last, keep_within_s)
+        grace = DEFAULT_GRACE_S if grace_s is None else grace_s
+        repo = self.remotes.repository(name, password, _aws(credentials))
+        with self.remotes.busy(name), self.running.one("prune", repo.backend.url, name) as tracker:
+            tracker.phase("listing the repository")
+            result = prune(repo, policy, grace, dry_run, tracker, host=self.remotes.host)
+        return {"name": name, "repo_id": repo.id, **dataclasses.asdict(result)}
 
     def op_remote_passwd(
         self,
@@ -65,7 +147,15 @@ class RemoteOps:
         password: str | None = None,
         credentials: dict[str, str] | None = None,
     ) -> dict[str, Any]:
-        raise _not_yet("remote_passwd")
+        """A key file for ``new_password``, then the old one's deleted (docs/remote.md)."""
+        if not new_password:
+            raise UsageError("the new password is empty")
+        old = self.remotes.change_password(name, password, new_password, _aws(credentials))
+        out: dict[str, Any] = {"name": name, "changed": True}
+        password_file = self.remotes.table(name).get("password_file")
+        if password_file is not None and old:
+            out["warning"] = f"{password_file} still holds the old password: write the new one there"
+        return out
 
     def op_push(
         self,
@@ -75,7 +165,30 @@ class RemoteOps:
         password: str | None = None,
         credentials: dict[str, str] | None = None,
     ) -> dict[str, Any]:
-        raise _not_yet("push")
+        """Every mark the repository lacks: of one workspace (``workspace``/``cwd``), else of
+        every workspace of the store."""
+        name = name or self._only_remote()
+        if workspace is not None or cwd is not None:
+            ws_id, _ = self.registry.stored(workspace, cwd)
+            spaces = [w for w in self.store.workspaces() if w.id == ws_id]
+        else:
+            spaces = self.store.workspaces()
+        result = self.remotes.push(name, spaces, password, _aws(credentials))
+        assert result is not None  # a waiting push always runs
+        self.pusher.wake()  # marks taken while it ran, for an on-mark remote
+        return {
+            "name": name, "marks": result.marks, "present": result.present, "objects": result.objects,
+            "bytes": result.bytes, "packs": result.packs, "resumed": result.resumed,
+            "requests": result.requests, "workspaces": [str(Path(os.fsdecode(w.root))) for w in spaces],
+        }  # fmt: skip
+
+    def _only_remote(self) -> str:
+        names = self.remotes.names()
+        if len(names) == 1:
+            return names[0]
+        if not names:
+            raise UsageError("no remote to push to: add one first (`snapctl remote add NAME URL`)")
+        raise UsageError(f"say which remote to push to: {', '.join(names)}")
 
     def op_remote_verify(
         self,
@@ -84,4 +197,78 @@ class RemoteOps:
         credentials: dict[str, str] | None = None,
         sample: float | None = None,
     ) -> dict[str, Any]:
-        raise _not_yet("remote_verify")
+        """Read back and check everything (or a ``sample`` fraction of the packs)."""
+        from snapd.remote.verify import verify
+
+        if sample is not None and not 0 < sample <= 1:
+            raise UsageError(f"a sample is a fraction in (0, 1], got {sample}")
+        repo = self.remotes.repository(name, password, _aws(credentials))
+        with self.running.one("verify", repo.backend.url, name) as tracker:
+            tracker.phase("listing the repository")
+            repo.refresh()
+            result = verify(repo, sample, tracker)
+        problems = [
+            {
+                "problem": p.problem, "object": p.object, "message": p.describe(), "key": p.key,
+                "refs": [
+                    {"mark": r.mark, "host": r.host, "workspace": encode_path(r.workspace),
+                     "path": encode_path(r.path)}
+                    for r in p.refs
+                ],
+            }
+            for p in result.problems
+        ]  # fmt: skip
+        return {
+            "name": name, "repo_id": repo.id, "ok": result.ok, "packs": result.packs,
+            "packs_read": result.packs_read, "blobs": result.blobs, "marks": result.marks,
+            "nodes": result.nodes, "bytes_read": result.bytes_read, "sample": result.sample,
+            "leftovers": result.leftovers, "problems": problems,
+        }  # fmt: skip
+
+
+def restore_from_remote(
+    remotes: Remotes,
+    running: Running,
+    own_dirs: Iterable[Path],
+    hasher: Any,
+    *,
+    name: str,
+    ref: str,
+    target: bytes,
+    host: str | None,
+    workspace: bytes | None,
+    password: str | None,
+    credentials: Mapping[str, str] | None,
+) -> dict[str, Any]:
+    """``restore --from NAME``: the mark ``ref`` names in the repository (of ``host``, of the
+    ``workspace`` path it was pushed from, when given) written into ``target`` by the one
+    writer, :func:`snapd.rollback.restore.write_tree`, from the remote's readers."""
+    from snapd.remote.fetch import readers
+
+    repo = remotes.repository(name, password, _aws(credentials))
+    dest = Path(os.fsdecode(target))
+    with running.one("restore", repo.backend.url, dest) as tracker:
+        tracker.phase("listing the repository")
+        repo.refresh()
+        record = repo.find(ref, host, workspace)
+        tracker.phase("reading the mark's tree")
+        load, get = readers(repo, record)
+        done = restore.write_tree(
+            dest, record.mark.tree, record.mark.root_mode, load, get, hasher, own_dirs, tracker
+        )
+    reply: dict[str, Any] = {
+        "workspace": os.fsdecode(record.workspace),
+        "target": str(done.target),
+        "made": done.made,
+        "mark": record_json(record),
+        "counts": done.counts,
+        "written": done.counts["files"] + done.counts["symlinks"] + done.counts["dirs"],
+        "not_restored": [{"path": encode_path(p), "reason": why} for p, why in done.not_restored],
+        "conflicts": [{"path": encode_path(p), "reason": why} for p, why in done.conflicts],
+        "ok": done.ok,
+        "remote": name,
+        "host": record.host,
+    }
+    out: dict[str, Any] = wire_paths(reply)
+    return out
+

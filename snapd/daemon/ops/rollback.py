@@ -14,7 +14,9 @@ from typing import Any
 from snapd.capture.workspace import Workspace
 from snapd.daemon import history as daemon_history
 from snapd.daemon.events import EventSink, emit, rollback_fields
+from snapd.daemon.ops.remote import restore_from_remote
 from snapd.daemon.registry import Registry, relative_path
+from snapd.daemon.remotes import Remotes
 from snapd.daemon.wire import mark_json, wire_paths
 from snapd.errors import UsageError
 from snapd.paths import encode_path
@@ -28,11 +30,18 @@ from snapd.store.store import Store
 
 class RollbackOps:
     def __init__(
-        self, store: Store, registry: Registry, events: EventSink, running: Running | None = None
+        self,
+        store: Store,
+        registry: Registry,
+        events: EventSink,
+        running: Running | None = None,
+        remotes: Remotes | None = None,
     ) -> None:
-        """``running``: the table of restores and rollbacks in flight that ``status`` shows."""
+        """``running``: the table of restores and rollbacks in flight that ``status`` shows;
+        ``remotes``: where ``restore`` reads a mark pushed from anywhere (``from_remote``)."""
         self.store, self.registry, self.events = store, registry, events
         self.running = running or Running()
+        self.remotes = remotes
 
     def _target(
         self,
@@ -115,7 +124,19 @@ class RollbackOps:
     ) -> dict[str, Any]:
         """The workspace as at ``mark`` (a mark or a time) written into ``target``, an absent
         or empty directory (:mod:`snapd.rollback.restore`). The workspace need not be watched,
-        nor its root exist: the history is all a restore reads."""
+        nor its root exist: the history is all a restore reads. ``from_remote``: the mark is
+        one of that remote's (of ``host``; ``workspace``: the path it was pushed from), on a
+        machine that may have no history of its own (:func:`.remote.restore_from_remote`)."""
+        if from_remote is not None:
+            if self.remotes is None:
+                raise UsageError("restore: this daemon has no remotes")
+            return restore_from_remote(
+                self.remotes, self.running, self.registry.own_dirs, self.store.hasher, name=from_remote,
+                ref=mark, target=target, host=host, workspace=workspace, password=password,
+                credentials=credentials,
+            )  # fmt: skip
+        if host is not None or password is not None or credentials is not None:
+            raise UsageError("restore: host, password and credentials go with a remote (from_remote)")
         ws_id, root = self.registry.stored(workspace, cwd)
         ref, at = history.resolve(self.store, ws_id, mark, session)
         dest = Path(os.fsdecode(target))

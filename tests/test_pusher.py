@@ -1,0 +1,174 @@
+"""On-mark pushing (snapd/daemon/pusher.py, docs/remote.md "Daemon and on-mark pushing"): a real
+daemon with a remote configured ``push = "on-mark"`` against a real ``rclone serve s3``.
+
+The promises: a mark's reply never waits for the remote (the server is stopped with SIGSTOP,
+so every request to it hangs, while marks are taken); ``status`` shows what is pending and the
+last error; the marks land once the server answers again; and the queue is the store's, so a
+daemon restarted with marks pending pushes them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e_helpers import Daemon, base_env, start_daemon, wait_for, write
+from remote_server import S3Server
+
+pytestmark = [pytest.mark.remote, pytest.mark.timeout(240)]
+
+PASSWORD = "correct horse battery staple"
+PROMPT_S = 3.0  # a mark on this tiny workspace takes tens of ms; a push to a hung server, minutes
+
+
+def _server_pid(server: S3Server) -> int:
+    pid = getattr(server, "pid", None)
+    if pid is None:
+        proc = server._proc  # until the fixture says its pid (requests/D.md)
+        assert proc is not None
+        pid = proc.pid
+    return int(pid)
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    h = tmp_path / "snapd-home"
+    h.mkdir()
+    return h
+
+
+def _env(home: Path, server: S3Server, **extra: str) -> dict[str, str]:
+    """The daemon's environment: the server's keys (its own AWS_*), as a service would have."""
+    env = base_env(home)
+    env.update(server.credentials)
+    env.update(extra)
+    return env
+
+
+def _add_on_mark(d: Daemon, server: S3Server, tmp_path: Path, name: str = "r") -> dict[str, Any]:
+    spec = server.spec(bucket="snapd", prefix=f"pusher-{name}")
+    password_file = tmp_path / f"{name}.pass"
+    password_file.write_text(PASSWORD + "\n")
+    return d.call(
+        "remote_add", name=name, url=spec.url, endpoint=server.endpoint, region=spec.region,
+        password_file=os.fsencode(password_file), push="on-mark",
+    )  # fmt: skip
+
+
+def _remote(d: Daemon, name: str = "r") -> dict[str, Any]:
+    (entry,) = [r for r in d.call("status")["remotes"] if r["name"] == name]
+    return entry
+
+
+def _pending_is(d: Daemon, n: int, timeout: float = 60.0) -> None:
+    wait_for(lambda: _remote(d)["pending"] == n, timeout, interval=0.1,
+             what=f"status shows {n} pending: {_remote(d)}")
+
+
+def _mark(d: Daemon, ws: Path, label: str) -> float:
+    """Edit a file, take a mark; how long its reply took."""
+    write(ws / "notes.txt", f"{label}\n")
+    started = time.monotonic()
+    d.call("mark", workspace=os.fsencode(ws), label=label)
+    return time.monotonic() - started
+
+
+def _labels(d: Daemon) -> set[str]:
+    return {m["label"] for m in d.call("remote_log", name="r", password=PASSWORD)["marks"]}
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[Daemon]]:
+    started: list[Daemon] = []
+    yield started
+    for d in started:
+        d.stop()
+
+
+def test_a_mark_is_never_delayed_by_a_stopped_server(
+    s3_server: S3Server, home: Path, tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    ws = tmp_path / "ws"
+    write(ws / "notes.txt", "start\n")
+    d = start_daemon(home, _env(home, s3_server))
+    daemons.append(d)
+    d.call("watch", path=os.fsencode(ws))
+    added = _add_on_mark(d, s3_server, tmp_path)
+    assert added["created"] and added["push"] == "on-mark"
+    _pending_is(d, 0)  # the baseline went on its own
+    assert _remote(d)["last_push"]["marks"] >= 1
+    pid = _server_pid(s3_server)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        took = [_mark(d, ws, f"offline-{i}") for i in range(3)]
+        assert max(took) < PROMPT_S, took
+        started = time.monotonic()
+        entry = _remote(d)  # status does not wait for the push either
+        assert time.monotonic() - started < PROMPT_S
+        assert entry["pending"] == 3 and entry["pushing"], entry
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    _pending_is(d, 0)
+    assert {"offline-0", "offline-1", "offline-2"} <= _labels(d)
+    entry = _remote(d)
+    assert entry["last_error"] is None and entry["last_push"]["marks"] >= 1, entry
+
+
+def test_a_restarted_daemon_pushes_the_marks_left_pending(
+    s3_server: S3Server, home: Path, tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    ws = tmp_path / "ws"
+    write(ws / "notes.txt", "start\n")
+    d = start_daemon(home, _env(home, s3_server))
+    d.call("watch", path=os.fsencode(ws))
+    _add_on_mark(d, s3_server, tmp_path)
+    _pending_is(d, 0)
+    s3_server.kill()  # nothing answers: the pushes fail (and retry) while marks are taken
+    for label in ("while-down-1", "while-down-2"):
+        assert _mark(d, ws, label) < PROMPT_S
+    _pending_is(d, 2, timeout=5)
+    d.stop()
+    s3_server.start()
+    # the password from the remote's password_file, the keys from the daemon's environment
+    d = start_daemon(home, _env(home, s3_server))
+    daemons.append(d)
+    _pending_is(d, 0, timeout=30)  # at start, not at the next tick (pusher.TICK_S)
+    assert {"while-down-1", "while-down-2"} <= _labels(d)
+
+
+def test_status_shows_the_last_error_and_the_queue_waits(
+    s3_server: S3Server, home: Path, tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    """Keys the server refuses (a 403, not retried): the error shows, the marks wait, and the
+    next push that can (a client's, with good keys) sends them all."""
+    ws = tmp_path / "ws"
+    write(ws / "notes.txt", "start\n")
+    bad = {"AWS_SECRET_ACCESS_KEY": "not-the-secret-key-at-all-0123456789"}
+    d = start_daemon(home, _env(home, s3_server, **bad))
+    daemons.append(d)
+    d.call("watch", path=os.fsencode(ws))
+    spec = s3_server.spec(bucket="snapd", prefix="refused")
+    password_file = tmp_path / "r.pass"
+    password_file.write_text(PASSWORD)
+    # remote add with the client's (good) keys: the daemon keeps them in memory only
+    d.call("remote_add", name="r", url=spec.url, endpoint=s3_server.endpoint, region=spec.region,
+           password_file=os.fsencode(password_file), push="on-mark", credentials=s3_server.credentials)
+    _pending_is(d, 0)
+    d.stop()
+    d = start_daemon(home, _env(home, s3_server, **bad))  # now only the bad keys are known
+    daemons.append(d)
+    assert _mark(d, ws, "refused-1") < PROMPT_S
+    wait_for(lambda: _remote(d)["last_error"], 30, what=f"status shows the error: {_remote(d)}")
+    entry = _remote(d)
+    error = entry["last_error"]
+    # "remote_denied" once the S3 backend names a LIST's 403 so (requests/D.md)
+    assert error["code"] in ("remote_denied", "remote") and "s3://snapd/refused" in error["message"], error
+    assert entry["pending"] == 1 and error["time"] > 0, entry
+    pushed = d.call("push", name="r", credentials=s3_server.credentials, password=PASSWORD)
+    assert pushed["marks"] == 1, pushed
+    assert _remote(d)["pending"] == 0 and _remote(d)["last_error"] is None
