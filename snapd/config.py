@@ -68,9 +68,12 @@ LOCK_FILE = "snapd.lock"
 SERVICE_UNIT = "snapd.service"
 HOOKS_DIR = "hooks"
 DAY_NS = 86_400 * 10**9
-#: SNAPD_* variables that are not settings: locations, and the remote repositories' password
-#: (docs/remote.md: read by the client that sends it, and by the daemon for on-mark pushes).
-ENV_NAMES = frozenset({"SNAPD_HOME", "SNAPD_CONFIG", "SNAPD_REMOTE_PASSWORD"})
+#: SNAPD_* variables that are not settings: locations.
+ENV_NAMES = frozenset({"SNAPD_HOME", "SNAPD_CONFIG"})
+#: SNAPD_* variables that hold a secret: the remote repositories' password (docs/remote.md: read
+#: by the client that sends it, and by the daemon for on-mark pushes). Known, so never warned
+#: about; never copied anywhere (a service unit gets a password_file instead).
+SECRET_ENV_NAMES = frozenset({"SNAPD_REMOTE_PASSWORD"})
 
 
 # -- the settings (docs/operations.md, "Configuration"): each one's key, default and parser ---
@@ -328,7 +331,7 @@ def load_config(
         if key not in SETTINGS:
             raise ConfigError(f"unknown setting '{key}'", key=key)
         problems.set(values, key, raw, "command-line option")
-    warnings = (*problems.warnings, *unknown_env(env, SETTINGS, ENV_NAMES))
+    warnings = (*problems.warnings, *unknown_env(env, SETTINGS, ENV_NAMES | SECRET_ENV_NAMES))
     return assemble(Config, SETTINGS, values, locations=locations, warnings=warnings, remotes=remotes)
 
 

@@ -15,7 +15,7 @@ import pytest
 from e2e_helpers import base_env
 
 from snapd import remote_config
-from snapd.config import load_config
+from snapd.config import load_config, service_environment
 from snapd.errors import ConfigError, NotFound, UsageError
 
 pytestmark = pytest.mark.timeout(60)
@@ -99,6 +99,9 @@ def test_the_remote_password_variable_is_known(tmp_path: Path) -> None:
     env = {"SNAPD_HOME": str(tmp_path), "SNAPD_REMOTE_PASSWORD": "pw", "SNAPD_REMOTE_PASSWROD": "pw"}
     (warning,) = load_config(env).warnings
     assert "SNAPD_REMOTE_PASSWROD" in warning
+    # a secret: never copied into a service unit's environment (`snapd install-service`)
+    assert service_environment({**env, "SNAPD_LOG_LEVEL": "debug"}) == {
+        "SNAPD_HOME": str(tmp_path), "SNAPD_LOG_LEVEL": "debug"}
 
 
 def test_snapd_start_refuses_a_bad_remote_table(tmp_path: Path) -> None:
