@@ -24,10 +24,11 @@ from remote_repo_helpers import (
 from snapd.errors import RemoteError
 from snapd.remote import crypto, fields, locks, packs
 from snapd.remote.backend import Backend
+from snapd.remote.packs import pack_name
 from snapd.remote.prune import PrunePolicy, PruneResult, prune
 from snapd.remote.push import push
 from snapd.remote.repo import Repository
-from snapd.remote.verify import pack_object, verify
+from snapd.remote.verify import verify
 from snapd.store import trees
 
 pytestmark = [pytest.mark.remote, pytest.mark.timeout(120)]
@@ -66,7 +67,7 @@ def _assert_kept_restore(
     for i in indexes:
         assert restored(repo, ws.marks[i]) == ws.contents(ws.marks[i]), f"mark {i} does not restore exactly"
     checked = verify(repo)
-    assert checked.ok and checked.leftovers == [pack_object(p) for p in leftovers], [
+    assert checked.ok and checked.leftovers == [pack_name(p) for p in leftovers], [
         p.describe() for p in checked.problems
     ]
 
@@ -85,9 +86,9 @@ def test_prune_with_no_grace_frees_the_dropped_marks_data_and_keeps_the_rest_exa
     got = prune(fresh(where.backend, tmp_path, "p1"), KEEP_TWO, grace_s=0)
     assert sorted(got.marks_dropped) == sorted([ws.marks[0].id, ws.marks[1].id]) and got.marks_kept == 2
     assert got.packs_doomed == [m1_pack] and got.packs_deleted == [m1_pack] and not got.packs_rescued
-    assert got.bytes_freed == before[pack_object(m1_pack)] > 30000
+    assert got.bytes_freed == before[pack_name(m1_pack)] > 30000
     after = listing(where.backend)
-    assert pack_object(m1_pack) not in after and not [n for n in after if n.startswith(("doomed/", "locks/"))]
+    assert pack_name(m1_pack) not in after and not [n for n in after if n.startswith(("doomed/", "locks/"))]
     assert not fresh(where.backend, tmp_path, "look").has(a)
     _assert_kept_restore(where.backend, tmp_path, ws, 2, 3, view="r1")
 
@@ -109,7 +110,7 @@ def test_a_doomed_pack_waits_out_the_grace_and_pushers_treat_it_as_absent(
 
     got = prune(fresh(where.backend, tmp_path, "p1"), KEEP_TWO, grace_s=3600)
     assert got.packs_doomed == [m1_pack] and got.packs_waiting == 1 and not got.packs_deleted
-    assert pack_object(m1_pack) in listing(where.backend)
+    assert pack_name(m1_pack) in listing(where.backend)
     assert not fresh(where.backend, tmp_path, "look").has(a)  # doomed: a pusher sends A again
 
     later = prune(fresh(where.backend, tmp_path, "p2"), KEEP_TWO, grace_s=0)
@@ -218,7 +219,7 @@ def test_a_push_between_the_two_phases_never_counts_on_a_doomed_pack(
     push(ws.store, pusher, [(m4, os.fsencode(ws.root))], HOST, phase_two)
     (result,) = settled
     assert result.packs_deleted == [m1_pack]
-    assert pack_object(m1_pack) not in listing(where.backend)
+    assert pack_name(m1_pack) not in listing(where.backend)
     _assert_kept_restore(where.backend, tmp_path, ws, 2, 3, 4, view="r")
 
 
@@ -231,11 +232,11 @@ def test_packs_in_no_index_go_once_older_than_the_grace(
     dead = repo.write_pack(b"a dead push's pack" * 10)
     young = repo.write_pack(b"a live push's pack, not indexed yet" * 10)
     two_hours_ago = time.time() - 7200
-    os.utime(where.folder / pack_object(dead), (two_hours_ago, two_hours_ago))
+    os.utime(where.folder / pack_name(dead), (two_hours_ago, two_hours_ago))
     got = prune(fresh(where.backend, tmp_path, "p"), PrunePolicy(keep_last=10), grace_s=3600)
     assert got.leftovers == [dead] and not got.marks_dropped
     names = listing(where.backend)
-    assert pack_object(dead) not in names and pack_object(young) in names
+    assert pack_name(dead) not in names and pack_name(young) in names
     _assert_kept_restore(where.backend, tmp_path, ws, 0, 1, 2, 3, view="r", leftovers=(young,))
 
 
@@ -271,7 +272,7 @@ def test_a_prune_cut_short_leaves_a_sound_repository_the_next_one_finishes(
     m1_pack = _pack_of(repo, _key(ws, 1, b"x.bin"))
     with pytest.raises(RemoteError, match="cut before"):
         prune(fresh(_CutAfterPackDeleted(where.backend), tmp_path, "p1"), KEEP_TWO, grace_s=0)
-    assert pack_object(m1_pack) not in listing(where.backend)
+    assert pack_name(m1_pack) not in listing(where.backend)
     _assert_kept_restore(where.backend, tmp_path, ws, 2, 3, view="r1")
     assert [n for n in listing(where.backend) if n.startswith("doomed/")]  # the cut left its list
     with pytest.raises(RemoteError, match="is locked"):  # and its lock, live for an hour

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from remote_repo_helpers import PASSWORD, Recording, Workspace, flip_byte, fresh, make_backend, new_repo
 
+from snapd.remote.packs import pack_name
 from snapd.remote.repo import Repository
-from snapd.remote.verify import pack_object, verify
+from snapd.remote.verify import verify
 from snapd.store import trees
 
 pytestmark = [pytest.mark.remote, pytest.mark.timeout(120)]
@@ -51,18 +52,18 @@ def test_a_flipped_byte_in_a_pack_is_found_and_named_by_mark_and_path(
     key = trees.lookup(ws.store.load_node, first.tree, b"c.bin")
     assert key is not None
     pack, offset, length = repo.locate(key.key)
-    flip_byte(where.folder / pack_object(pack), offset + length // 2)
+    flip_byte(where.folder / pack_name(pack), offset + length // 2)
 
     got = verify(fresh(where.backend, tmp_path, "v"))
     assert not got.ok
     hit = [p for p in got.problems if p.key == key.key]
     assert len(hit) == 1 and hit[0].problem == "corrupt"
-    assert pack_object(pack) in hit[0].message
+    assert pack_name(pack) in hit[0].message
     # c.bin is unchanged in the second mark: both marks need it, by its path
     assert {(r.mark, r.path) for r in hit[0].refs} == {(first.id, b"c.bin"), (second.id, b"c.bin")}
     assert "c.bin" in hit[0].describe() and first.id in hit[0].describe()
     # the pack's name is its SHA-256: the flip is seen without the password too
-    assert any(p.object == pack_object(pack) and "hash" in p.message for p in got.problems)
+    assert any(p.object == pack_name(pack) and "hash" in p.message for p in got.problems)
     # nothing else is blamed
     assert {p.key for p in got.problems if p.key} == {key.key}
 
@@ -75,7 +76,7 @@ def test_a_damaged_tree_node_names_the_directory(tmp_path: Path, request: pytest
     deep = trees.lookup(ws.store.load_node, ws.marks[0].tree, b"src/deep")
     assert deep is not None and deep.kind == "dir"
     pack, offset, _ = repo.locate(deep.key)
-    flip_byte(where.folder / pack_object(pack), offset + 20)
+    flip_byte(where.folder / pack_name(pack), offset + 20)
     got = verify(fresh(where.backend, tmp_path, "v"))
     (hit,) = [p for p in got.problems if p.key == deep.key]
     assert [(r.mark, r.path) for r in hit.refs] == [(ws.marks[0].id, b"src/deep")]
@@ -91,7 +92,7 @@ def test_a_missing_pack_and_an_unindexed_pack(tmp_path: Path, request: pytest.Fi
     ws.push(repo, ws.marks[0])
     leftover = repo.write_pack(b"an interrupted push's pack")
     got = verify(fresh(where.backend, tmp_path, "v1"))
-    assert got.ok and got.leftovers == [pack_object(leftover)]
+    assert got.ok and got.leftovers == [pack_name(leftover)]
 
     ws.push(repo, ws.marks[1])
     first, second = ws.marks
@@ -99,9 +100,9 @@ def test_a_missing_pack_and_an_unindexed_pack(tmp_path: Path, request: pytest.Fi
     assert c is not None
     gone = repo.locate(c.key)[0]
     assert gone != repo.locate(second.tree)[0]
-    (where.folder / pack_object(gone)).unlink()
+    (where.folder / pack_name(gone)).unlink()
     got = verify(fresh(where.backend, tmp_path, "v2"))
-    assert any(p.problem == "missing" and p.object == pack_object(gone) for p in got.problems)
+    assert any(p.problem == "missing" and p.object == pack_name(gone) for p in got.problems)
     (hit,) = [p for p in got.problems if p.key == c.key]
     assert hit.problem == "missing" and [(r.mark, r.path) for r in hit.refs] == [(second.id, b"c.bin")]
     (root,) = [p for p in got.problems if p.key == first.tree]  # the first mark's whole tree is lost

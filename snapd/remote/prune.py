@@ -33,14 +33,15 @@ from typing import NamedTuple
 
 from snapd.errors import UsageError
 from snapd.remote import locks
-from snapd.remote.packs import Blob
+from snapd.remote.packs import Blob, pack_name
 from snapd.remote.records import MarkRecord
-from snapd.remote.repo import Repository
+from snapd.remote.repo import GRACE_S, Repository
 from snapd.store import trees
 
 Progress = Callable[[int, int], None]
 Blobs = list[Blob]
-DEFAULT_GRACE_S = 24 * 3600.0
+DEFAULT_GRACE_S = GRACE_S
+"""Prune's default grace period: the repository's (pushers refresh their view within half of it)."""
 
 
 class PrunePolicy(NamedTuple):
@@ -105,10 +106,6 @@ def prune(
         return result
 
 
-def pack_object(pack: str) -> str:
-    return f"data/{pack[:2]}/{pack}"
-
-
 class _Pruner:
     def __init__(
         self, repo: Repository, policy: PrunePolicy, grace_s: float, dry_run: bool, progress: Progress | None
@@ -166,7 +163,7 @@ class _Pruner:
         listing = list(repo.backend.list("data/"))
         sizes = {x.name: x.size for x in listing}
         old_indexes = self.supersede(going)
-        self.delete_packs(sorted(p for p in going if pack_object(p) in sizes), sizes)  # some: gone already
+        self.delete_packs(sorted(p for p in going if pack_name(p) in sizes), sizes)  # some: gone already
         for index_id in old_indexes:
             self.delete(f"index/{index_id}")
             r.indexes_deleted.append(index_id)
@@ -241,9 +238,9 @@ class _Pruner:
 
     def delete_packs(self, packs: list[str], sizes: Mapping[str, int]) -> None:
         for n, pack in enumerate(packs):
-            self.delete(pack_object(pack))
+            self.delete(pack_name(pack))
             self.result.packs_deleted.append(pack)
-            self.result.bytes_freed += sizes.get(pack_object(pack), 0)
+            self.result.bytes_freed += sizes.get(pack_name(pack), 0)
             if self.progress is not None:
                 self.progress(n + 1, len(packs))
 

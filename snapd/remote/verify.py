@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from snapd.errors import CorruptObject, RemoteCorrupt, RemoteMissing
 from snapd.remote import packs
 from snapd.remote.crypto import sha256_hex
+from snapd.remote.packs import pack_name
 from snapd.remote.records import MarkRecord, decode_mark
 from snapd.remote.repo import Repository
 from snapd.store import nodes, objects, trees
@@ -91,10 +92,6 @@ class _Where(NamedTuple):
     length: int
 
 
-def pack_object(pack: str) -> str:
-    return f"data/{pack[:2]}/{pack}"
-
-
 def verify(
     repo: Repository, sample: float | None = None, progress: Progress | None = None, seed: int | None = None
 ) -> VerifyResult:
@@ -127,14 +124,12 @@ class _Verifier:
         present = sorted(p for p in indexed if p in listed)
         for pack in sorted(set(indexed) - set(listed)):
             self.problem(
-                Problem("missing", pack_object(pack), f"{pack_object(pack)} is named by an index but missing")
+                Problem("missing", pack_name(pack), f"{pack_name(pack)} is named by an index but missing")
             )
             for key, _, _ in indexed[pack]:
                 self.bad.setdefault(
                     key,
-                    Problem(
-                        "missing", pack_object(pack), f"object {key} is in missing {pack_object(pack)}", key
-                    ),
+                    Problem("missing", pack_name(pack), f"object {key} is in missing {pack_name(pack)}", key),
                 )
         chosen = present
         if sample is not None and sample < 1:
@@ -176,7 +171,7 @@ class _Verifier:
                         Problem(
                             "inconsistent",
                             f"index/{index_id}",
-                            f"index/{index_id} lists {pack_object(pack)} "
+                            f"index/{index_id} lists {pack_name(pack)} "
                             "with other blobs than another index does",
                         )
                     )
@@ -188,14 +183,12 @@ class _Verifier:
         return indexed
 
     def check_pack(self, pack: str, blobs: list[tuple[str, int, int]]) -> None:
-        name = pack_object(pack)
+        name = pack_name(pack)
         r = self.result
         try:
             data = self.backend.get(name)
         except RemoteMissing:
-            self.problem(Problem("missing", name, f"{name} disappeared while being verified"))
-            self.damaged(name, (key for key, _, _ in blobs), "missing", "is in missing")
-            return
+            return  # deleted since the listing: a prune's (it deletes only what no kept mark needs)
         r.packs_read += 1
         r.bytes_read += len(data)
         if sha256_hex(data) != pack:
@@ -224,10 +217,6 @@ class _Verifier:
             return None
         self.result.blobs += 1
         return content
-
-    def damaged(self, name: str, keys: Iterable[str], problem: str, what: str) -> None:
-        for key in keys:
-            self.bad[key] = Problem(problem, name, f"object {key} {what} {name}", key)
 
     # -- marks and their trees ------------------------------------------------------------
 
@@ -289,7 +278,7 @@ class _Verifier:
         data = self.node_data.pop(key, None)
         if data is None and key not in self.bad:
             for copy in self.where.get(key, ()):
-                name = pack_object(copy.pack)
+                name = pack_name(copy.pack)
                 try:
                     blob = self.backend.get(name, copy.offset, copy.offset + copy.length)
                 except RemoteMissing:
