@@ -78,6 +78,14 @@ def blob_of(repo: Repository, span: Span, data: bytes, key: str) -> bytes:
     return data[where.offset - span.start : where.offset - span.start + where.length]
 
 
+class _Held(NamedTuple):
+    """The bytes of a pack's range ``[start, end)``, read."""
+
+    start: int
+    end: int
+    data: bytes
+
+
 class Tree:
     """A mark's tree read out of a repository: every node (read level by level, the nodes of
     a level fetched together) and, for each content, the paths that hold it."""
@@ -87,6 +95,7 @@ class Tree:
         self.nodes: dict[str, trees.Node] = {}
         self.dirs: dict[str, bytes] = {root: b""}  # node key -> a directory holding it
         self.holders: dict[str, list[bytes]] = {}  # content key -> paths, in walk order
+        self._held: dict[str, list[_Held]] = {}  # pack -> the spans read for nodes so far
         level = [root]
         while level:
             self._fetch_nodes(level)
@@ -98,25 +107,45 @@ class Tree:
                         self.dirs[entry.key] = prefix + name + b"/"
                         below.append(entry.key)
             level = below
+        self._held.clear()
         for path, entry in trees.walk(self.load, root):
             if entry.kind in ("file", "symlink"):
                 self.holders.setdefault(entry.key, []).append(path)
 
     def _fetch_nodes(self, keys: list[str]) -> None:
+        """Read the nodes ``keys`` (one level of the tree): from the spans read for the levels
+        above when they cover them (a push packs nodes together, ahead of the contents, so a
+        few spans hold every level), else with new spans read in parallel."""
         repo = self.repo
-        spans = plan_spans(repo, keys)
+        missing: list[str] = []
+        for key in keys:
+            where = repo.locate(key)
+            held = next((h for h in self._held.get(where.key, ()) if h.start <= where.offset and
+                         where.offset + where.length <= h.end), None)  # fmt: skip
+            if held is None:
+                missing.append(key)
+            else:
+                self._decode(key, held)
+        spans = plan_spans(repo, missing)
         for span, data in zip(spans, parallel(lambda s: read_span(repo, s), spans), strict=True):
+            held = _Held(span.start, span.end, data)
+            self._held.setdefault(span.pack, []).append(held)
             for key in span.keys:
-                try:
-                    content = repo.read_blob(key, blob_of(repo, span, data, key))
-                    self.nodes[key] = repo.decode_node(key, content)
-                except RemoteCorrupt as exc:
-                    where = self.dirs[key].rstrip(b"/") or b"."
-                    raise RemoteCorrupt(
-                        f"{exc.message}; it is the directory {shown(where)} of the mark: nothing under "
-                        "it can be restored",
-                        **{**exc.details, "paths": [shown(where)]},
-                    ) from None
+                self._decode(key, held)
+
+    def _decode(self, key: str, held: _Held) -> None:
+        repo = self.repo
+        where = repo.locate(key)
+        sealed = held.data[where.offset - held.start : where.offset - held.start + where.length]
+        try:
+            self.nodes[key] = repo.decode_node(key, repo.read_blob(key, sealed))
+        except RemoteCorrupt as exc:
+            path = self.dirs[key].rstrip(b"/") or b"."
+            raise RemoteCorrupt(
+                f"{exc.message}; it is the directory {shown(path)} of the mark: nothing under it "
+                "can be restored",
+                **{**exc.details, "paths": [shown(path)]},
+            ) from None
 
     def load(self, key: str) -> trees.Node:
         node = self.nodes.get(key)

@@ -107,11 +107,11 @@ class Journal:
             safeio.write_atomic(self.path, text)
 
 
-def objects_of(load: trees.Load, tree: str, base: str | None) -> Iterator[str]:
+def objects_of(load: trees.Load, tree: str, base: str | None) -> Iterator[tuple[str, bool]]:
     """The keys of ``tree``'s nodes and contents that ``base`` (a tree complete in the
-    repository; None: nothing) does not hold at the same path, parents before children. A
-    subtree with the same key on both sides is skipped unread."""
-    yield tree
+    repository; None: nothing) does not hold at the same path, parents before children, each
+    with whether it is a node. A subtree with the same key on both sides is skipped unread."""
+    yield tree, True
     if tree == base:
         return
     new = load(tree)
@@ -128,7 +128,7 @@ def objects_of(load: trees.Load, tree: str, base: str | None) -> Iterator[str]:
             was = old.get(name)
             yield from objects_of(load, entry.key, was.key if was is not None and was.kind == "dir" else None)
         elif entry.kind in ("file", "symlink"):
-            yield entry.key
+            yield entry.key, False
 
 
 class _Pusher:
@@ -228,6 +228,7 @@ def needs(store: Store, repo: Repository, sid: str, todo: Sequence[Mark], queued
     whose tree is complete in the repository (its record is there, or it comes earlier in
     this push): the keys neither there nor in ``queued`` (which this adds them to)."""
     out = _Needs([], [], set(), {})
+    contents: list[str] = []  # sent after every node: a restore reads the nodes as one region
     complete: dict[int, list[Mark]] = {}
     for mark in todo:
         done = complete.get(mark.workspace)
@@ -240,19 +241,20 @@ def needs(store: Store, repo: Repository, sid: str, todo: Sequence[Mark], queued
         if base is not None and base not in todo:
             out.bases.add(repo.record_name(sid, base.id))
         found = list(objects_of(store.load_node, mark.tree, base.tree if base is not None else None))
-        found += [k for k in (mark.rules, mark.ignored) if k]
+        found += [(k, False) for k in (mark.rules, mark.ignored) if k]
         count = size = 0
-        for key in found:
+        for key, is_node in found:
             if key in queued:
                 continue
             if repo.has(key):
                 out.relied.append(key)
                 continue
             queued.add(key)
-            out.send.append(key)
+            (out.send if is_node else contents).append(key)
             count, size = count + 1, size + objects.parse_key(key)[1]
         out.brought[mark.id] = (count, size)
         done.append(mark)
+    out.send.extend(contents)
     return out
 
 
