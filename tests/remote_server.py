@@ -154,6 +154,7 @@ class FaultProxy:
         self.upstream_port = upstream_port
         self.fail_next = 0
         self.fail_status = 503
+        self.fail_code = "ServiceUnavailable"  # the S3 error code of the failing answers' body
         self.delay_s = 0.0
         self.seen = 0  # requests received, failed ones included
         self.failed = 0
@@ -165,6 +166,12 @@ class FaultProxy:
 
             def log_message(self, format: str, *args: object) -> None:
                 pass
+
+            def handle(self) -> None:
+                try:
+                    super().handle()
+                except ConnectionError:
+                    pass  # the client gave up (a timeout under test): nothing to answer
 
             def _any(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
@@ -178,7 +185,8 @@ class FaultProxy:
                 if proxy.delay_s:
                     time.sleep(proxy.delay_s)
                 if fail:
-                    text = b"<Error><Code>ServiceUnavailable</Code><Message>injected</Message></Error>"
+                    body = f"<Error><Code>{proxy.fail_code}</Code><Message>injected</Message></Error>"
+                    text = body.encode()
                     self.send_response(proxy.fail_status)
                     self.send_header("Content-Length", str(len(text)))
                     self.end_headers()

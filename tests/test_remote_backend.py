@@ -5,10 +5,12 @@ server, a full disk (rclone: a bare 500), 5xx answers, ranges answered with stat
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
 import pytest
+from e2e_helpers import wait_for
 from remote_server import ACCESS_KEY, SECRET_KEY, MakeServer, S3Server
 
 from snapd.errors import (
@@ -165,6 +167,7 @@ def test_credentials_order(tmp_path: Path) -> None:
     (home / ".aws" / "credentials").write_text("not an ini file\n")
     with pytest.raises(ConfigError, match="credentials"):
         resolve(spec, {}, {}, home)
+    assert resolve(spec, sent, {}, home).access_key_id == "SENT"  # a broken file unread when not needed
 
 
 def test_s3_killed_server_is_unreachable_after_bounded_retries(s3_server: S3Server) -> None:
@@ -199,6 +202,67 @@ def test_s3_5xx_is_retried(s3_servers: MakeServer) -> None:
     assert server.proxy.failed - 4 <= 2 * (QUICK.retries + 1)  # the put's tries, then the listing's
 
 
+def test_s3_slow_server_times_out(s3_servers: MakeServer) -> None:
+    """A server slower than the request timeout: retried, then unreachable, in bounded time."""
+    server = s3_servers(proxy=True)
+    assert server.proxy is not None
+    slow = RetryPolicy(retries=1, timeout_s=2.0, backoff_s=0.05, connect_timeout_s=1.0, request_timeout_s=0.5)
+    backend = _s3(server, slow)
+    backend.put("config", b"x")
+    server.proxy.delay_s = 2.0
+    started = time.monotonic()
+    with pytest.raises(RemoteUnreachable, match=r"s3://snapd/repo: config: no answer from the server"):
+        backend.get("config")
+    assert time.monotonic() - started < 6
+    assert server.proxy.seen >= 3  # the put, the get and its retry
+
+
+def test_s3_put_cut_short_leaves_no_object(s3_server: S3Server) -> None:
+    """rclone writes a PUT to a hidden temporary file and renames it: a server killed in the
+    middle of one leaves no object a listing or a reader would see (the write order relies on
+    this); the next PUT of the name lands whole."""
+    backend = _s3(s3_server, RetryPolicy(retries=0, timeout_s=1.0, connect_timeout_s=1.0))
+    data = os.urandom(256 << 20)
+    folder = s3_server.folder / "snapd" / "repo" / "data" / "aa"
+    failed: list[BaseException] = []
+
+    def push() -> None:
+        try:
+            backend.put("data/aa/big", data)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            failed.append(exc)
+
+    pusher = threading.Thread(target=push)
+    pusher.start()
+    try:
+        wait_for(lambda: folder.is_dir() and any(p.stat().st_size > 0 for p in folder.iterdir()),
+                 20, 0.002, "rclone's temporary file of the PUT, partly written")
+        s3_server.kill()
+    finally:
+        pusher.join(30)
+    assert failed and isinstance(failed[0], RemoteUnreachable), failed
+    left = [p.name for p in folder.iterdir()]
+    assert left and all(name.startswith(".rclone_temp_put_") for name in left), left
+    s3_server.restart()
+    assert list(backend.list("")) == []
+    with pytest.raises(RemoteMissing):
+        backend.get("data/aa/big")
+    small = os.urandom(1 << 20)
+    backend.put("data/aa/big", small)
+    assert backend.get("data/aa/big") == small
+
+
+@pytest.mark.parametrize(("status", "code"), [(507, "InsufficientStorage"), (403, "QuotaExceeded")])
+def test_s3_full_answers_are_remote_full(s3_servers: MakeServer, status: int, code: str) -> None:
+    """A 507, or a quota refused with 403 (Ceph RGW), is a full remote, not a credentials problem."""
+    server = s3_servers(proxy=True)
+    assert server.proxy is not None
+    backend = _s3(server)
+    server.proxy.fail_next, server.proxy.fail_status, server.proxy.fail_code = 1000, status, code
+    with pytest.raises(RemoteFull, match=rf"data/aa/one: the server has no space left.*{code}"):
+        backend.put("data/aa/one", b"x")
+
+
 def test_s3_403_is_not_retried(s3_servers: MakeServer) -> None:
     server = s3_servers(proxy=True)
     assert server.proxy is not None
@@ -231,6 +295,16 @@ def test_file_backend_full_disk_is_remote_full(tmp_path: Path) -> None:
             backend.put("data/aa/big", os.urandom(2 << 20))
         assert list(backend.list("")) == []  # no temp file, no partial object
         assert [p.name for p in (mount / "repo" / "data" / "aa").iterdir()] == []
+
+
+def test_file_backend_never_creates_the_roots_parent(tmp_path: Path) -> None:
+    """A repository on a disk that is not mounted must not land on the disk below: the root is
+    created in an existing parent, never the parent itself."""
+    with pytest.raises(RemoteUnreachable, match=r"is the disk mounted"):
+        FileBackend(tmp_path / "mnt" / "usb" / "repo").put("config", b"x")
+    assert not (tmp_path / "mnt").exists()
+    FileBackend(tmp_path / "repo").put("config", b"x")  # the root itself is made
+    assert (tmp_path / "repo" / "config").read_bytes() == b"x"
 
 
 def test_file_backend_skips_temp_files(tmp_path: Path) -> None:

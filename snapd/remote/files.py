@@ -15,7 +15,15 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from snapd.errors import DiskFull, RemoteDenied, RemoteError, RemoteFull, RemoteMissing, StoreError
+from snapd.errors import (
+    DiskFull,
+    RemoteDenied,
+    RemoteError,
+    RemoteFull,
+    RemoteMissing,
+    RemoteUnreachable,
+    StoreError,
+)
 from snapd.paths import is_snapd_name
 from snapd.remote.names import Listed, check_name, check_prefix, check_range
 from snapd.store import safeio
@@ -31,6 +39,14 @@ class FileBackend:
         self.url = url or root.as_uri()
         self.requests = 0
         self._count = threading.Lock()
+        self._root_seen = False
+
+    def _root_there(self) -> bool:
+        """Whether the root exists or can be made in an existing parent: a repository on a disk
+        that is not mounted must not quietly land on the disk below the mount point."""
+        if not self._root_seen:
+            self._root_seen = self.root.is_dir() or self.root.parent.is_dir()
+        return self._root_seen
 
     def _counted(self) -> None:
         with self._count:
@@ -39,6 +55,12 @@ class FileBackend:
     def put(self, name: str, data: bytes) -> None:
         path = self.root / check_name(name)
         self._counted()
+        if not self._root_there():
+            raise RemoteUnreachable(
+                f"{self.url}: cannot write {name}: neither {self.root} nor its parent exists (is the disk "
+                "mounted?): the directory is created, its parent never is",
+                object=name,
+            )
         try:
             safeio.ensure_dir(path.parent)
             safeio.write_atomic(path, data)

@@ -49,10 +49,13 @@ MAX_BACKOFF = timedelta(seconds=10)
 LIST_PAGE = 1000  # objects per listing request (S3's page): how listings are counted
 _STATUS = re.compile(r"status(?: code)?: (\d{3})")
 _UNANSWERED = (
-    "error sending request", "connection refused", "timed out", "timeout", "connection reset",
+    # words of obstore's error text and of its debug part ("kind: Timeout", "source: TimedOut");
+    # not a bare "timeout": every retried error names its "retry_timeout"
+    "error sending request", "connection refused", "kind: timeout", "timedout", "connection reset",
     "connect error", "dns error", "broken pipe", "incompletemessage", "connection closed",
 )
-_FULL_CODES = ("EntityTooLarge", "XMinioStorageFull", "no space left", "insufficient storage", "quota")
+# the error codes S3-compatible servers give a full disk or an exhausted quota (MinIO, Ceph RGW)
+_FULL_CODES = ("XMinioStorageFull", "XMinioAdminBucketQuotaExceeded", "QuotaExceeded", "InsufficientStorage")
 
 
 class Credentials(NamedTuple):
@@ -75,23 +78,22 @@ def resolve(spec: RemoteSpec, sent: Mapping[str, str], environ: Mapping[str, str
     ]
     profile = spec.profile or sent.get("AWS_PROFILE") or environ.get("AWS_PROFILE") or "default"
     creds_file = Path(environ.get("AWS_SHARED_CREDENTIALS_FILE") or home / ".aws" / "credentials")
-    config_file = Path(environ.get("AWS_CONFIG_FILE") or home / ".aws" / "config")
-    file_keys = _ini_section(creds_file, profile)
-    file_conf = _ini_section(config_file, profile if profile == "default" else f"profile {profile}")
     found: tuple[str, Mapping[str, str]] | None = None
     for source, values in ([] if spec.profile else layers):
         if values.get("AWS_ACCESS_KEY_ID") and values.get("AWS_SECRET_ACCESS_KEY"):
             found = (source, values)
             break
-    if found is None and file_keys.get("aws_access_key_id") and file_keys.get("aws_secret_access_key"):
-        found = (
-            f"profile {profile!r} of {creds_file}",
-            {
-                "AWS_ACCESS_KEY_ID": file_keys["aws_access_key_id"],
-                "AWS_SECRET_ACCESS_KEY": file_keys["aws_secret_access_key"],
-                "AWS_SESSION_TOKEN": file_keys.get("aws_session_token", ""),
-            },
-        )
+    if found is None:  # the file is read only when needed: a broken one cannot spoil sent keys
+        file_keys = _ini_section(creds_file, profile)
+        if file_keys.get("aws_access_key_id") and file_keys.get("aws_secret_access_key"):
+            found = (
+                f"profile {profile!r} of {creds_file}",
+                {
+                    "AWS_ACCESS_KEY_ID": file_keys["aws_access_key_id"],
+                    "AWS_SECRET_ACCESS_KEY": file_keys["aws_secret_access_key"],
+                    "AWS_SESSION_TOKEN": file_keys.get("aws_session_token", ""),
+                },
+            )
     if found is None:
         raise RemoteDenied(
             f"{spec.url}: no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (in snapctl's "
@@ -102,14 +104,20 @@ def resolve(spec: RemoteSpec, sent: Mapping[str, str], environ: Mapping[str, str
     def first(var: str) -> str | None:
         return next((v[var] for _, v in layers if v.get(var)), None)
 
-    region = spec.region or first("AWS_REGION") or first("AWS_DEFAULT_REGION") or file_conf.get("region")
+    region = spec.region or first("AWS_REGION") or first("AWS_DEFAULT_REGION")
+    endpoint = spec.endpoint or first("AWS_ENDPOINT_URL")
+    if region is None or endpoint is None:
+        config_file = Path(environ.get("AWS_CONFIG_FILE") or home / ".aws" / "config")
+        conf = _ini_section(config_file, profile if profile == "default" else f"profile {profile}")
+        region = region or conf.get("region")
+        endpoint = endpoint or conf.get("endpoint_url")
     return Credentials(
         values["AWS_ACCESS_KEY_ID"],
         values["AWS_SECRET_ACCESS_KEY"],
         values.get("AWS_SESSION_TOKEN") or None,
         source,
         region or DEFAULT_REGION,
-        spec.endpoint or first("AWS_ENDPOINT_URL") or file_conf.get("endpoint_url"),
+        endpoint,
     )
 
 
@@ -261,21 +269,21 @@ class S3Backend:
         text = str(exc)
         detail = text.split("\n\nDebug source:", 1)[0].strip()
         where = f"{self.url}: {name}"
+        code = _status(text)
         if isinstance(exc, FileNotFoundError):
             return RemoteMissing(f"{where} is not there", object=name)
+        if code == 507 or _server_full(detail):  # before the 403s: Ceph's quota is a 403
+            return RemoteFull(
+                f"{where}: the server has no space left to {what} it: free space there (or raise the "
+                f"bucket's quota) and push again; nothing half-written is trusted. {_server_says(detail)}",
+                object=name,
+            )
         if isinstance(exc, (PermissionDeniedError, UnauthenticatedError)):
             return RemoteDenied(
                 f"{where}: the server refused to {what} it: {_server_says(detail)}; the credentials came "
                 f"from {self.source}",
                 object=name,
                 source=self.source,
-            )
-        code = _status(text)
-        if code == 507 or any(word.lower() in text.lower() for word in _FULL_CODES):
-            return RemoteFull(
-                f"{where}: the server has no space left to {what} it: free space there (or raise the "
-                f"bucket's quota) and push again; nothing half-written is trusted. {_server_says(detail)}",
-                object=name,
             )
         if code is not None and code >= 500:
             return RemoteUnreachable(
@@ -289,6 +297,15 @@ class S3Backend:
                 object=name,
             )
         return RemoteError(f"{where}: could not {what} it: {_short(detail)}", object=name)
+
+
+def _server_full(detail: str) -> bool:
+    """Whether the server's error body says its storage is full."""
+    code = re.search(r"<Code>([^<]*)</Code>", detail)
+    message = re.search(r"<Message>([^<]*)</Message>", detail)
+    return bool(code and code.group(1) in _FULL_CODES) or bool(
+        message and "no space left" in message.group(1).lower()
+    )
 
 
 def _status(text: str) -> int | None:
