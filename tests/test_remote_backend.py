@@ -5,6 +5,8 @@ server, a full disk (rclone: a bare 500), 5xx answers, ranges answered with stat
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -313,6 +315,22 @@ def test_file_backend_skips_temp_files(tmp_path: Path) -> None:
     backend.put("index/one", b"1")
     (tmp_path / "repo" / "index" / ".snapd-0123456789ab~").write_bytes(b"half")
     assert [x.name for x in backend.list("index/")] == ["index/one"]
+
+
+def test_s3_client_loaded_only_for_s3(tmp_path: Path) -> None:
+    """obstore is imported for an s3:// remote only, when its backend is opened."""
+    code = (
+        "import sys\n"
+        "from snapd.remote.backend import open_backend\n"
+        "from snapd.remote.spec import RemoteSpec\n"
+        f"open_backend(RemoteSpec('d', {(tmp_path / 'r').as_uri()!r}), {{}}).put('config', b'x')\n"
+        "assert 'obstore' not in sys.modules, 'file:// loaded obstore'\n"
+        "open_backend(RemoteSpec('s', 's3://bucket/p', endpoint='http://127.0.0.1:9'),\n"
+        "             {'AWS_ACCESS_KEY_ID': 'k', 'AWS_SECRET_ACCESS_KEY': 's'})\n"
+        "assert 'obstore' in sys.modules\n"
+    )
+    cp = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd="/")
+    assert cp.returncode == 0, cp.stderr
 
 
 @pytest.mark.parametrize(
