@@ -29,6 +29,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
+from snapd.errors import RemoteError
 from snapd.remote import packs, records
 from snapd.remote.packs import Blob
 from snapd.remote.repo import THREADS, Repository
@@ -276,7 +277,7 @@ def push(
     pusher = _Pusher(store, repo, progress, pack_target)
     pusher.resume()
     roots = {m.id: root for m, root in marks}
-    for attempt in range(3):
+    for _attempt in range(3):
         names = repo.mark_names()
         todo = [m for m, _ in marks if repo.record_name(sid, m.id) not in names]
         todo.sort(key=lambda m: (m.created, m.seq))
@@ -286,7 +287,7 @@ def push(
         # A prune may have doomed packs (or dropped a mark walked against) while the view
         # aged: past half the grace, look again before a record says the objects are there.
         age = repo.age()
-        if attempt == 2 or age is None or age <= repo.refresh_s * 2:
+        if age is not None and age <= repo.refresh_s * 2:
             break
         repo.refresh()
         # what this push sent counts too: a prune may have doomed (or, past the grace,
@@ -295,6 +296,11 @@ def push(
         if all(repo.has(k) for k in sent_and_relied) and need.bases <= set(repo.mark_names()):
             break
         pusher.queued.difference_update(k for k in sent_and_relied if not repo.has(k))
+    else:
+        raise RemoteError(
+            f"{repo.backend.url}: the objects of the marks pushed were doomed again each time they "
+            "were sent (a prune with a grace shorter than the push?); nothing was recorded: push again"
+        )
     written = 0
     for mark in todo:
         count, size = need.brought.get(mark.id, (0, 0))
