@@ -22,7 +22,7 @@ from snapd.daemon.pusher import Pusher
 from snapd.daemon.registry import Registry
 from snapd.daemon.remotes import Remotes
 from snapd.daemon.wire import wire_paths
-from snapd.errors import UsageError
+from snapd.errors import CorruptObject, MissingObject, RemoteCorrupt, RemoteMissing, UsageError
 from snapd.paths import encode_path
 from snapd.rollback import restore
 from snapd.rollback.running import Running
@@ -177,7 +177,8 @@ class RemoteOps:
         assert result is not None  # a waiting push always runs
         self.pusher.wake()  # marks taken while it ran, for an on-mark remote
         return {
-            "name": name, "marks": result.marks, "present": result.present, "objects": result.objects,
+            "name": name, "repo_id": self.remotes.repository(name).id, "marks": result.marks,
+            "present": result.present, "objects": result.objects,
             "bytes": result.bytes, "packs": result.packs, "resumed": result.resumed,
             "requests": result.requests, "workspaces": [str(Path(os.fsdecode(w.root))) for w in spaces],
         }  # fmt: skip
@@ -247,6 +248,18 @@ def restore_from_remote(
 
     repo = remotes.repository(name, password, _aws(credentials))
     dest = Path(os.fsdecode(target))
+    refused: dict[str, str] = {}  # content key -> why the remote's copy was refused
+
+    def checked(key: str) -> bytes:
+        """A content that fails its check is the writer's unreadable content, as a damaged
+        local object is: its paths are listed as not restored, the rest is written."""
+        try:
+            return get(key)
+        except (RemoteCorrupt, RemoteMissing) as exc:
+            refused[key] = "corrupt" if isinstance(exc, RemoteCorrupt) else "missing"
+            lost = CorruptObject if isinstance(exc, RemoteCorrupt) else MissingObject
+            raise lost(exc.message, key=key) from exc
+
     with running.one("restore", repo.backend.url, dest) as tracker:
         tracker.phase("listing the repository")
         repo.refresh()
@@ -254,8 +267,15 @@ def restore_from_remote(
         tracker.phase("reading the mark's tree")
         load, get = readers(repo, record)
         done = restore.write_tree(
-            dest, record.mark.tree, record.mark.root_mode, load, get, hasher, own_dirs, tracker
+            dest, record.mark.tree, record.mark.root_mode, load, checked, hasher, own_dirs, tracker
         )
+
+    def reason(why: str) -> str:
+        for key, problem in refused.items():
+            if f"(object {key})" in why:
+                return f"its content (object {key}) is {problem} in remote {name}: refused, not written"
+        return why
+
     reply: dict[str, Any] = {
         "workspace": os.fsdecode(record.workspace),
         "target": str(done.target),
@@ -263,7 +283,7 @@ def restore_from_remote(
         "mark": record_json(record),
         "counts": done.counts,
         "written": done.counts["files"] + done.counts["symlinks"] + done.counts["dirs"],
-        "not_restored": [{"path": encode_path(p), "reason": why} for p, why in done.not_restored],
+        "not_restored": [{"path": encode_path(p), "reason": reason(why)} for p, why in done.not_restored],
         "conflicts": [{"path": encode_path(p), "reason": why} for p, why in done.conflicts],
         "ok": done.ok,
         "remote": name,
