@@ -227,6 +227,12 @@ class RemoteCorrupt(RemoteError):
     code = "remote_corrupt"
 
 
+class RemoteLocked(RemoteError):
+    """Another prune holds the remote repository's lock (the message names its host, pid, time)."""
+
+    code = "remote_locked"
+
+
 class WrongPassword(RemoteError):
     """No key file of the remote repository opens with the password given."""
 

@@ -20,6 +20,7 @@ import contextlib
 import http.client
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -120,6 +121,21 @@ class S3Server:
             return _answers(self.port)
 
         wait_for(up, START_TIMEOUT_S, what=f"rclone serve s3 answers on 127.0.0.1:{self.port}")
+
+    @property
+    def pid(self) -> int | None:
+        """The server's pid while it runs."""
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
+    def pause(self) -> None:
+        """SIGSTOP the server: connections are accepted by the kernel, nothing is answered (a
+        hung server). :meth:`resume` lets it go on."""
+        assert self._proc is not None, "the server is not running"
+        self._proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self._proc is not None, "the server is not running"
+        self._proc.send_signal(signal.SIGCONT)
 
     def kill(self) -> None:
         """SIGKILL the server (a crash, a cut network): nothing answers on its port."""

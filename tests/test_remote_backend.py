@@ -116,6 +116,8 @@ def test_s3_wrong_secret_is_denied_naming_its_source(s3_server: S3Server) -> Non
     assert "SignatureDoesNotMatch" in message
     assert "the AWS_* variables snapctl sent" in message
     assert not (s3_server.folder / "snapd" / "repo" / "config").exists()
+    with pytest.raises(RemoteDenied, match=r"SignatureDoesNotMatch.*snapctl sent"):
+        list(backend.list("marks/"))  # a listing's 403 comes from obstore as a generic error
 
 
 def test_s3_unknown_key_from_credentials_file_is_denied_naming_the_file(
@@ -217,6 +219,20 @@ def test_s3_slow_server_times_out(s3_servers: MakeServer) -> None:
         backend.get("config")
     assert time.monotonic() - started < 6
     assert server.proxy.seen >= 3  # the put, the get and its retry
+
+
+def test_s3_hung_server_is_unreachable_until_it_resumes(s3_server: S3Server) -> None:
+    """A server that accepts connections but answers nothing (SIGSTOP)."""
+    hung = RetryPolicy(retries=1, timeout_s=2.0, backoff_s=0.05, connect_timeout_s=1.0, request_timeout_s=0.5)
+    backend = _s3(s3_server, hung)
+    backend.put("config", b"x")
+    s3_server.pause()
+    try:
+        with pytest.raises(RemoteUnreachable, match=r"config: no answer from the server"):
+            backend.get("config")
+    finally:
+        s3_server.resume()
+    assert backend.get("config") == b"x"
 
 
 def test_s3_put_cut_short_leaves_no_object(s3_server: S3Server) -> None:

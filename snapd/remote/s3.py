@@ -278,7 +278,7 @@ class S3Backend:
                 f"bucket's quota) and push again; nothing half-written is trusted. {_server_says(detail)}",
                 object=name,
             )
-        if isinstance(exc, (PermissionDeniedError, UnauthenticatedError)):
+        if isinstance(exc, (PermissionDeniedError, UnauthenticatedError)) or code in (401, 403):
             return RemoteDenied(
                 f"{where}: the server refused to {what} it: {_server_says(detail)}; the credentials came "
                 f"from {self.source}",
