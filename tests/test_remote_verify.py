@@ -153,3 +153,19 @@ def test_a_sampled_verify_reads_only_its_sample(
     assert {
         c.name for c in again.calls if c.op == "get" and c.name.startswith("data/") and c.end is None
     } == whole
+
+
+def test_a_tampered_index_file_is_named_and_its_objects_count_as_in_no_index(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    where = make_backend("file", tmp_path, request)
+    ws = _ws(tmp_path)
+    repo = new_repo(where.backend, tmp_path)
+    ws.push(repo, ws.marks[0])
+    (index,) = sorted((where.folder / "index").iterdir())
+    flip_byte(index, 40)
+    got = verify(Repository.open(where.backend, PASSWORD, tmp_path / "cache-v"))
+    assert [p.object for p in got.problems if p.problem == "corrupt"] == [f"index/{index.name}"]
+    (root,) = [p for p in got.problems if p.key == ws.marks[0].tree]
+    assert root.problem == "missing" and [(r.mark, r.path) for r in root.refs] == [(ws.marks[0].id, b"")]
+    assert got.leftovers  # its pack is named by no index that opens

@@ -35,7 +35,7 @@ from snapd.errors import UsageError
 from snapd.remote import locks
 from snapd.remote.packs import Blob, pack_name
 from snapd.remote.records import MarkRecord
-from snapd.remote.repo import GRACE_S, Repository
+from snapd.remote.repo import GRACE_S, Repository, parallel
 from snapd.store import trees
 
 Progress = Callable[[int, int], None]
@@ -187,27 +187,31 @@ class _Pruner:
         return r
 
     def need(self, records: Iterable[MarkRecord]) -> None:
-        """Add every object the marks ``records`` need to :attr:`needed` (each node walked once)."""
-        stack: list[str] = []
+        """Add every object the marks ``records`` need to :attr:`needed`: their trees walked
+        level by level, the nodes of a level read in parallel, each node once however many
+        marks share it. A node that cannot be read stops the prune (RemoteCorrupt or
+        RemoteMissing naming it): what it needs is unknown, so nothing may be judged unneeded."""
+        level: list[str] = []
         for record in records:
             if record.name in self.walked_marks:
                 continue
             self.walked_marks.add(record.name)
             self.needed.update(k for k in (record.mark.rules, record.mark.ignored) if k)
-            tree = record.mark.tree
-            if tree not in self.walked:
-                self.walked.add(tree)
-                stack.append(tree)
-        while stack:
-            key = stack.pop()
-            self.needed.add(key)
-            for entry in self.repo.load_node(key).values():
-                if entry.kind == "dir":
-                    if entry.key not in self.walked:
-                        self.walked.add(entry.key)
-                        stack.append(entry.key)
-                elif trees.holds_object(entry):
-                    self.needed.add(entry.key)
+            if record.mark.tree not in self.walked:
+                self.walked.add(record.mark.tree)
+                level.append(record.mark.tree)
+        while level:
+            self.needed.update(level)
+            below: list[str] = []
+            for node in parallel(self.repo.load_node, level):
+                for entry in node.values():
+                    if entry.kind == "dir":
+                        if entry.key not in self.walked:
+                            self.walked.add(entry.key)
+                            below.append(entry.key)
+                    elif trees.holds_object(entry):
+                        self.needed.add(entry.key)
+            level = below
 
     def any_needed(self, blobs: Blobs) -> bool:
         return any(key in self.needed for key, _, _ in blobs)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -31,7 +31,7 @@ from snapd.remote import packs
 from snapd.remote.crypto import sha256_hex
 from snapd.remote.packs import pack_name
 from snapd.remote.records import MarkRecord, decode_mark
-from snapd.remote.repo import Repository
+from snapd.remote.repo import THREADS, Repository, parallel
 from snapd.store import nodes, objects, trees
 
 Progress = Callable[[int, int], None]
@@ -110,6 +110,7 @@ class _Verifier:
         self.where: dict[str, list[_Where]] = {}  # key -> its copies in the live indexes
         self.bad: dict[str, Problem] = {}  # key -> what is wrong with it (no refs yet)
         self.node_data: dict[str, bytes] = {}  # node contents met in the packs read whole
+        self.decoded: dict[str, trees.Node | None] = {}  # node key -> the node (None: unreadable)
         self.below: dict[str, list[tuple[bytes, str]]] = {}  # node key -> (path, bad key) beneath
 
     def problem(self, p: Problem) -> None:
@@ -137,10 +138,13 @@ class _Verifier:
             r.seed = random.randrange(2**32) if seed is None else seed
             k = min(len(present), max(1, math.ceil(sample * len(present)))) if present else 0
             chosen = sorted(random.Random(r.seed).sample(present, k))
-        for n, pack in enumerate(chosen):
-            self.check_pack(pack, indexed[pack])
-            if self.progress is not None:
-                self.progress(n + 1, len(chosen))
+        for start in range(0, len(chosen), THREADS):  # THREADS packs in flight, held at once
+            batch = chosen[start : start + THREADS]
+            for n, (pack, data) in enumerate(zip(batch, parallel(self.fetch_pack, batch), strict=True)):
+                if data is not None:  # else deleted since the listing: a prune's (only what no mark needs)
+                    self.check_pack(pack, data, indexed[pack])
+                if self.progress is not None:
+                    self.progress(start + n + 1, len(chosen))
         self.check_marks()
         return r
 
@@ -182,13 +186,15 @@ class _Verifier:
                 self.where.setdefault(key, []).append(_Where(pack, offset, length))
         return indexed
 
-    def check_pack(self, pack: str, blobs: list[tuple[str, int, int]]) -> None:
+    def fetch_pack(self, pack: str) -> bytes | None:
+        try:
+            return self.backend.get(pack_name(pack))
+        except RemoteMissing:
+            return None
+
+    def check_pack(self, pack: str, data: bytes, blobs: list[tuple[str, int, int]]) -> None:
         name = pack_name(pack)
         r = self.result
-        try:
-            data = self.backend.get(name)
-        except RemoteMissing:
-            return  # deleted since the listing: a prune's (it deletes only what no kept mark needs)
         r.packs_read += 1
         r.bytes_read += len(data)
         if sha256_hex(data) != pack:
@@ -222,10 +228,10 @@ class _Verifier:
 
     def check_marks(self) -> None:
         refs: dict[str, list[Ref]] = {}
-        for listed in sorted(self.backend.list("marks/")):
-            record = self.read_mark(listed.name)
-            if record is None:
-                continue
+        found = (self.read_mark(listed.name) for listed in sorted(self.backend.list("marks/")))
+        records = [record for record in found if record is not None]
+        self.read_nodes(record.mark.tree for record in records)
+        for record in records:
             self.result.marks += 1
             mark, host, ws = record.mark.id, record.host, record.workspace
             for path, key in self.tree_bad(record.mark.tree):
@@ -273,30 +279,61 @@ class _Verifier:
                 found.append((name, entry.key))
         return found
 
-    def load_node(self, key: str) -> trees.Node | None:
-        """The node ``key`` (None: damaged or in no index; recorded)."""
-        data = self.node_data.pop(key, None)
-        if data is None and key not in self.bad:
-            for copy in self.where.get(key, ()):
-                name = pack_name(copy.pack)
-                try:
-                    blob = self.backend.get(name, copy.offset, copy.offset + copy.length)
-                except RemoteMissing:
+    def read_nodes(self, roots: Iterable[str]) -> None:
+        """Have every node under ``roots`` at hand: those no pack read whole held are fetched
+        level by level, each as one ranged GET of its blob, the nodes of a level in parallel."""
+        seen: set[str] = set()
+        level = list(dict.fromkeys(roots))
+        while level:
+            seen.update(level)
+            todo = [
+                key
+                for key in level
+                if key not in self.node_data and key not in self.bad and key in self.where
+            ]
+            for key, got in zip(todo, parallel(self.fetch_blob, todo), strict=True):
+                if got is None:
+                    name = pack_name(self.where[key][0].pack)
                     self.bad[key] = Problem("missing", name, f"object {key} is in missing {name}", key)
                     continue
+                name, blob = got
                 self.result.bytes_read += len(blob)
-                data = self.open_blob(name, key, blob)
-                if data is not None:
-                    self.bad.pop(key, None)  # another copy is good: readers fall back to it
-                    break
-        if data is None:
-            return None
-        try:
-            node = nodes.decode_node(data)
-        except CorruptObject as exc:
-            self.bad[key] = Problem("corrupt", key, f"tree node {key} does not decode: {_why(exc)}", key)
-            return None
-        self.result.nodes += 1
+                content = self.open_blob(name, key, blob)
+                if content is not None:
+                    self.node_data[key] = content
+            below: list[str] = []
+            for key in level:
+                node = self.load_node(key)
+                for entry in node.values() if node is not None else ():
+                    if entry.kind == "dir" and entry.key not in seen:
+                        seen.add(entry.key)
+                        below.append(entry.key)
+            level = below
+
+    def fetch_blob(self, key: str) -> tuple[str, bytes] | None:
+        """(pack name, sealed blob) of the first copy of ``key`` the server still has (run in
+        a worker thread: reads, and changes nothing)."""
+        for copy in self.where[key]:
+            name = pack_name(copy.pack)
+            try:
+                return name, self.backend.get(name, copy.offset, copy.offset + copy.length)
+            except RemoteMissing:
+                continue
+        return None
+
+    def load_node(self, key: str) -> trees.Node | None:
+        """The node ``key`` (None: damaged or in no index; recorded), decoded once."""
+        if key in self.decoded:
+            return self.decoded[key]
+        node: trees.Node | None = None
+        data = self.node_data.pop(key, None)
+        if data is not None:
+            try:
+                node = nodes.decode_node(data)
+                self.result.nodes += 1
+            except CorruptObject as exc:
+                self.bad[key] = Problem("corrupt", key, f"tree node {key} does not decode: {_why(exc)}", key)
+        self.decoded[key] = node
         return node
 
 
