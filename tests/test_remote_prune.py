@@ -21,7 +21,7 @@ from remote_repo_helpers import (
     restored,
 )
 
-from snapd.errors import RemoteError
+from snapd.errors import RemoteError, RemoteLocked
 from snapd.remote import crypto, fields, locks, packs
 from snapd.remote.backend import Backend
 from snapd.remote.packs import pack_name
@@ -155,7 +155,8 @@ def test_a_second_prune_is_refused_while_one_holds_the_lock(
     try:
         assert inside.wait(60), "the first prune never reached its deletions"
         records = listing(where.backend)
-        with pytest.raises(RemoteError, match=f"locked: prune by pid {os.getpid()} on box-one since ") as err:
+        held_by = f"locked: prune by pid {os.getpid()} on box-one since "
+        with pytest.raises(RemoteLocked, match=held_by) as err:
             prune(fresh(where.backend, tmp_path, "p2"), PrunePolicy(keep_last=0), 0)
         assert err.value.details["host"] == "box-one"
         assert listing(where.backend) == records  # refused before anything was written or deleted
@@ -275,7 +276,7 @@ def test_a_prune_cut_short_leaves_a_sound_repository_the_next_one_finishes(
     assert pack_name(m1_pack) not in listing(where.backend)
     _assert_kept_restore(where.backend, tmp_path, ws, 2, 3, view="r1")
     assert [n for n in listing(where.backend) if n.startswith("doomed/")]  # the cut left its list
-    with pytest.raises(RemoteError, match="is locked"):  # and its lock, live for an hour
+    with pytest.raises(RemoteLocked, match="is locked"):  # and its lock, live for an hour
         prune(fresh(where.backend, tmp_path, "p2"), KEEP_TWO, grace_s=0)
     (dead,) = locks.read_locks(where.backend, repo.master)
     where.backend.delete(dead.name)

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NamedTuple
 
-from snapd.errors import RemoteCorrupt, RemoteError, RemoteMissing
+from snapd.errors import RemoteCorrupt, RemoteLocked, RemoteMissing
 from snapd.remote import crypto, fields
 from snapd.remote.backend import Backend
 
@@ -81,7 +81,7 @@ def acquire(backend: Backend, master: crypto.MasterKey, host: str, op: str = "pr
     took_over: list[Lock] = []
     for lock in read_locks(backend, master):
         if _live(lock, now):
-            raise RemoteError(
+            raise RemoteLocked(
                 f"{backend.url} is locked: {lock.describe()}; try again once it is done "
                 f"(a lock older than {STALE_S / 3600:g} h is taken over)",
                 host=lock.host,
@@ -98,7 +98,7 @@ def acquire(backend: Backend, master: crypto.MasterKey, host: str, op: str = "pr
     winner = min(live, key=lambda lock: (lock.time, lock.name), default=mine)
     if winner.name != mine.name:
         backend.delete(mine.name)
-        raise RemoteError(
+        raise RemoteLocked(
             f"{backend.url} is locked: {winner.describe()} (taken at the same time as ours)",
             host=winner.host,
             pid=winner.pid,
