@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -306,4 +307,42 @@ def test_a_mark_that_lands_before_phase_two_keeps_the_doomed_pack_it_needs(
     got = prune(fresh(where.backend, tmp_path, "p2"), PrunePolicy(keep_last=5), grace_s=0)
     assert got.packs_rescued == [m1_pack] and not got.packs_deleted
     assert not [n for n in listing(where.backend) if n.startswith("doomed/")]
+    _assert_kept_restore(where.backend, tmp_path, ws, 2, 3, 4, view="r")
+
+
+class _PushWhenDoomed(Recording):
+    """Runs ``then`` once, right after the prune's phase 1 wrote its doomed list."""
+
+    def __init__(self, inner: Backend, then: Callable[[], None]) -> None:
+        super().__init__(inner)
+        self.then: Callable[[], None] | None = then
+
+    def put(self, name: str, data: bytes) -> None:
+        super().put(name, data)
+        if name.startswith("doomed/") and self.then is not None:
+            then, self.then = self.then, None
+            then()
+
+
+def test_phase_two_judges_by_the_marks_listed_after_the_list(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """With no grace, phase 2 follows phase 1 in the same run. A pusher whose view predates the
+    list writes m4, counting on the doomed pack, between the two: phase 2 lists the marks again
+    and keeps that pack."""
+    where = make_backend("file", tmp_path, request)
+    repo = new_repo(where.backend, tmp_path)
+    ws = _history(tmp_path, repo)
+    m1_a = _key(ws, 1, b"x.bin")
+    m1_pack = _pack_of(repo, m1_a)
+    stale = fresh(where.backend, tmp_path, "stale-pusher")
+    m4 = ws.mark("m4", {"x.bin": ws.store.get(m1_a)})
+
+    def push_m4() -> None:
+        push(ws.store, stale, [(m4, os.fsencode(ws.root))], HOST)
+
+    got = prune(
+        fresh(_PushWhenDoomed(where.backend, push_m4), tmp_path, "p"), PrunePolicy(keep_last=2), grace_s=0
+    )
+    assert got.packs_doomed == [m1_pack] and got.packs_rescued == [m1_pack] and not got.packs_deleted
     _assert_kept_restore(where.backend, tmp_path, ws, 2, 3, 4, view="r")
