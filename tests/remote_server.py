@@ -171,6 +171,7 @@ class FaultProxy:
         self.fail_next = 0
         self.fail_status = 503
         self.fail_code = "ServiceUnavailable"  # the S3 error code of the failing answers' body
+        self.fail_method = ""  # fail only requests of this method ("PUT"); "" for all
         self.delay_s = 0.0
         self.seen = 0  # requests received, failed ones included
         self.failed = 0
@@ -194,7 +195,7 @@ class FaultProxy:
                 body = self.rfile.read(length) if length else b""
                 with proxy._lock:
                     proxy.seen += 1
-                    fail = proxy.fail_next > 0
+                    fail = proxy.fail_next > 0 and proxy.fail_method in ("", self.command)
                     if fail:
                         proxy.fail_next -= 1
                         proxy.failed += 1

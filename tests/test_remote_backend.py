@@ -281,6 +281,17 @@ def test_s3_full_answers_are_remote_full(s3_servers: MakeServer, status: int, co
         backend.put("data/aa/one", b"x")
 
 
+def test_s3_busy_server_is_not_taken_for_a_full_one(s3_servers: MakeServer) -> None:
+    """PUTs refused with 503 (SlowDown) while reads work: a busy server, not a full disk."""
+    server = s3_servers(proxy=True)
+    assert server.proxy is not None
+    backend = _s3(server)
+    server.proxy.fail_next, server.proxy.fail_method, server.proxy.fail_code = 1000, "PUT", "SlowDown"
+    busy = r"kept failing to write it \(HTTP 503\) through every retry: SlowDown"
+    with pytest.raises(RemoteUnreachable, match=busy):
+        backend.put("data/aa/one", b"x")
+
+
 def test_s3_403_is_not_retried(s3_servers: MakeServer) -> None:
     server = s3_servers(proxy=True)
     assert server.proxy is not None

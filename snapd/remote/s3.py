@@ -191,7 +191,8 @@ class S3Backend:
             obstore.put(self._store, key, data, use_multipart=len(data) > SINGLE_PUT_MAX)
         except Exception as exc:
             error = self._error(exc, "write", name)
-            if isinstance(error, RemoteUnreachable) and _status(str(exc)) and self._reads(name):
+            # 500 alone: a 503 (SlowDown) is a busy server, not a full one
+            if isinstance(error, RemoteUnreachable) and _status(str(exc)) == 500 and self._reads(name):
                 error = RemoteFull(
                     f"{self.url}: {name}: the server answers but failed to store it ({len(data)} bytes) "
                     f"through every retry ({_server_says(str(exc))}): its disk is full or it cannot write "
