@@ -346,3 +346,30 @@ def test_phase_two_judges_by_the_marks_listed_after_the_list(
     )
     assert got.packs_doomed == [m1_pack] and got.packs_rescued == [m1_pack] and not got.packs_deleted
     _assert_kept_restore(where.backend, tmp_path, ws, 2, 3, 4, view="r")
+
+
+def test_a_long_prune_renews_its_lock(
+    tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With locks going stale after 3 s, a prune that deletes a pack a second for four seconds
+    still holds a live lock at its end: a second prune is refused, not let in as a taker-over."""
+    monkeypatch.setattr(locks, "STALE_S", 3.0)
+    where = make_backend("file", tmp_path, request)
+    repo = new_repo(where.backend, tmp_path)
+    ws = Workspace(tmp_path)
+    ws.push(repo, ws.baseline({"a.txt": b"a"}))
+    for i in range(5):
+        ws.push(repo, ws.mark(f"m{i}", {"x.bin": os.urandom(5000)}))
+    refused: list[BaseException] = []
+
+    def slow(done: int, total: int) -> None:  # one pack a second
+        threading.Event().wait(1.0)
+        if done == 4:
+            try:
+                prune(fresh(where.backend, tmp_path, "second"), PrunePolicy(keep_last=100), grace_s=3600)
+            except RemoteLocked as exc:
+                refused.append(exc)
+
+    got = prune(fresh(where.backend, tmp_path, "first"), PrunePolicy(keep_last=1), grace_s=0, progress=slow)
+    assert len(got.packs_deleted) == 4 and len(refused) == 1
+    assert not [n for n in listing(where.backend) if n.startswith("locks/")]

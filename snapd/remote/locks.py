@@ -47,11 +47,23 @@ class Lock(NamedTuple):
         return f"{self.op} by pid {self.pid} on {self.host or '?'} since {when} ({self.name})"
 
 
-class Held(NamedTuple):
-    """Our lock, and the stale locks deleted to take it."""
+class Held:
+    """Our lock, and the stale locks deleted to take it. :meth:`renew` keeps a long prune's
+    lock from going stale under it."""
 
-    lock: Lock
-    took_over: list[Lock]
+    def __init__(self, backend: Backend, master: crypto.MasterKey, lock: Lock, took_over: list[Lock]) -> None:
+        self.backend, self.master = backend, master
+        self.lock = lock
+        self.took_over = took_over
+
+    def renew(self) -> None:
+        """Once the lock is a quarter of :data:`STALE_S` old, write it again with the time of
+        now (a new file first, then the old one deleted: never a moment without one)."""
+        now = time.time_ns()
+        if now - self.lock.time < STALE_S / 4 * 1e9:
+            return
+        old, self.lock = self.lock, _write(self.backend, self.master, self.lock.host, self.lock.op, now)
+        self.backend.delete(old.name)
 
 
 def read_locks(backend: Backend, master: crypto.MasterKey) -> list[Lock]:
@@ -90,9 +102,7 @@ def acquire(backend: Backend, master: crypto.MasterKey, host: str, op: str = "pr
             )
         backend.delete(lock.name)
         took_over.append(lock)
-    mine = Lock(f"{PREFIX}{secrets.token_hex(16)}", host, os.getpid(), now, op)
-    doc = {"host": mine.host, "pid": mine.pid, "time": mine.time, "op": mine.op}
-    backend.put(mine.name, crypto.seal(master, fields.dump_json(doc), _AAD))
+    mine = _write(backend, master, host, op, now)
     now = time.time_ns()
     live = [lock for lock in read_locks(backend, master) if lock.name == mine.name or _live(lock, now)]
     winner = min(live, key=lambda lock: (lock.time, lock.name), default=mine)
@@ -104,7 +114,14 @@ def acquire(backend: Backend, master: crypto.MasterKey, host: str, op: str = "pr
             pid=winner.pid,
             time=winner.time,
         )
-    return Held(mine, took_over)
+    return Held(backend, master, mine, took_over)
+
+
+def _write(backend: Backend, master: crypto.MasterKey, host: str, op: str, now: int) -> Lock:
+    lock = Lock(f"{PREFIX}{secrets.token_hex(16)}", host, os.getpid(), now, op)
+    doc = {"host": lock.host, "pid": lock.pid, "time": lock.time, "op": lock.op}
+    backend.put(lock.name, crypto.seal(master, fields.dump_json(doc), _AAD))
+    return lock
 
 
 def release(backend: Backend, held: Held) -> None:

@@ -99,18 +99,25 @@ def prune(
     if grace_s < 0:
         raise UsageError("the grace period cannot be negative")
     if dry_run:
-        return _Pruner(repo, policy, grace_s, True, progress).run()
+        return _Pruner(repo, policy, grace_s, True, progress, lambda: None).run()
     with locks.holding(repo.backend, repo.master, host or socket.gethostname()) as held:
-        result = _Pruner(repo, policy, grace_s, False, progress).run()
+        result = _Pruner(repo, policy, grace_s, False, progress, held.renew).run()
         result.took_over = [lock.describe() for lock in held.took_over]
         return result
 
 
 class _Pruner:
     def __init__(
-        self, repo: Repository, policy: PrunePolicy, grace_s: float, dry_run: bool, progress: Progress | None
+        self,
+        repo: Repository,
+        policy: PrunePolicy,
+        grace_s: float,
+        dry_run: bool,
+        progress: Progress | None,
+        keep_alive: Callable[[], None],
     ):
         self.repo, self.policy, self.dry_run, self.progress = repo, policy, dry_run, progress
+        self.keep_alive = keep_alive  # renews the lock as the work goes on
         self.grace_ns = int(grace_s * 1e9)
         self.result = PruneResult(dry_run)
         self.walked: set[str] = set()  # nodes walked
@@ -201,6 +208,7 @@ class _Pruner:
                 self.walked.add(record.mark.tree)
                 level.append(record.mark.tree)
         while level:
+            self.keep_alive()
             self.needed.update(level)
             below: list[str] = []
             for node in parallel(self.repo.load_node, level):
@@ -249,5 +257,6 @@ class _Pruner:
                 self.progress(n + 1, len(packs))
 
     def delete(self, name: str) -> None:
+        self.keep_alive()
         if not self.dry_run:
             self.repo.backend.delete(name)
