@@ -172,9 +172,13 @@ class FaultProxy:
         self.fail_status = 503
         self.fail_code = "ServiceUnavailable"  # the S3 error code of the failing answers' body
         self.fail_method = ""  # fail only requests of this method ("PUT"); "" for all
+        # answer 206 where the server sent a range with 200 (rclone serve s3 1.75): the
+        # proxy then behaves like AWS S3, whose range answers are 206
+        self.fix_ranges = False
         self.delay_s = 0.0
         self.seen = 0  # requests received, failed ones included
         self.failed = 0
+        self.sent = 0  # body bytes answered to clients
         self._lock = threading.Lock()
         proxy = self
 
@@ -222,7 +226,10 @@ class FaultProxy:
                     return
                 finally:
                     conn.close()
-                self.send_response(resp.status)
+                status = resp.status
+                if proxy.fix_ranges and status == 200 and resp.getheader("Content-Range"):
+                    status = 206
+                self.send_response(status)
                 for key, value in resp.getheaders():
                     if key.lower() not in _HOP_HEADERS:
                         self.send_header(key, value)
@@ -230,6 +237,8 @@ class FaultProxy:
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(data)
+                    with proxy._lock:
+                        proxy.sent += len(data)
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any
 

@@ -86,6 +86,29 @@ def test_names_checked_before_any_request(backend: Backend) -> None:
     assert backend.requests == before
 
 
+def test_s3_ranges_read_as_ranges_where_the_server_can(s3_servers: MakeServer) -> None:
+    """A server whose range answers are 206 (AWS) is read by range; rclone's 200 answers are
+    noticed once (one extra request), then objects are read whole and sliced."""
+    server = s3_servers(proxy=True)
+    assert server.proxy is not None
+    data = os.urandom(1 << 20)
+    server.proxy.fix_ranges = True
+    like_aws = _s3(server)
+    like_aws.put("data/aa/pack", data)
+    for start, end in ((10, 20), (len(data) - 100, None), (0, 5)):
+        before, sent = like_aws.requests, server.proxy.sent
+        assert like_aws.get("data/aa/pack", start, end) == data[start:end]
+        assert like_aws.requests - before == 1
+        assert server.proxy.sent - sent == len(data[start:end])  # only the range crossed the wire
+    server.proxy.fix_ranges = False
+    like_rclone = _s3(server)
+    before = like_rclone.requests
+    assert like_rclone.get("data/aa/pack", 10, 20) == data[10:20]
+    assert like_rclone.requests - before == 2  # the range refused by obstore, then the whole object
+    assert like_rclone.get("data/aa/pack", 30, 40) == data[30:40]
+    assert like_rclone.requests - before == 3
+
+
 def test_requests_are_counted(backend: Backend) -> None:
     before = backend.requests
     backend.put("marks/m1", b"1")
