@@ -306,15 +306,16 @@ def _prune(args: argparse.Namespace, env: Env) -> int:
 def _prune_lines(r: dict[str, Any], *, would: bool) -> list[str]:
     """What a prune did (or, ``would``, would do): marks, then packs and bytes."""
     verb = "would delete" if would else "deleted"
-    marks = r.get("marks_deleted", [])
-    n = marks if isinstance(marks, int) else len(marks)
-    out = [f"{verb} {count(n, 'mark record')}, kept {count(r.get('marks_kept', 0), 'mark')}"]
-    if isinstance(marks, list):
-        out += [f"  {m['id']} {m['label']} ({m.get('host', '?')}: {path_text(m.get('workspace', ''))})"
-                if isinstance(m, dict) else f"  {m}" for m in marks]
-    doomed, deleted = r.get("packs_doomed", 0), r.get("packs_deleted", 0)
-    out.append(f"  packs: {count(_n(doomed), 'pack')} doomed now (deleted by a prune after the grace "
-               f"period), {count(_n(deleted), 'pack')} {verb} ({size(r.get('bytes_freed', 0))})")
+    dropped = r.get("marks_dropped", [])
+    out = [f"{verb} {count(len(dropped), 'mark record')} ({', '.join(dropped[:10])}"
+           + (", …)" if len(dropped) > 10 else ")") if dropped else f"{verb} no mark record"]
+    out[0] += f"; kept {count(r.get('marks_kept', 0), 'mark')}"
+    out.append(f"  packs: {_n(r.get('packs_deleted'))} {verb} ({size(r.get('bytes_freed', 0))}), "
+               f"{_n(r.get('packs_doomed'))} doomed now, {_n(r.get('packs_waiting'))} waiting for the grace "
+               "period to end (a later prune deletes them)")
+    if r.get("packs_rescued"):
+        out.append(f"  {count(_n(r['packs_rescued']), 'doomed pack')} needed again by a newer mark: kept")
+    out += [f"  took over a stale lock: {x}" for x in r.get("took_over", [])]
     return out
 
 
@@ -353,9 +354,10 @@ def cmd_push(args: argparse.Namespace, env: Env) -> int:
     name = r.get("name", args.name)
     emit(f"pushed {count(r['marks'], 'mark')} to {name}: {count(r.get('objects', 0), 'new object')} "
          f"({size(r.get('bytes', 0))}) in {count(r.get('packs', 0), 'pack')}, "
-         f"{count(r.get('requests', 0), 'request')}; {count(r.get('already', 0), 'mark')} already there")
-    for w in r.get("workspaces", []):
-        emit(f"  {path_text(w['workspace'])}: {count(w['marks'], 'mark')}")
+         f"{count(r.get('requests', 0), 'request')}; {count(r.get('present', 0), 'mark')} already there")
+    if r.get("resumed"):
+        emit(f"  resumed: {count(_n(r['resumed']), 'pack')} an interrupted push had sent were indexed, "
+             "not sent again")
     show_warnings(r.get("warnings", []))
     return 0
 
