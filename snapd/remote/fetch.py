@@ -213,7 +213,11 @@ class Prefetcher:
             if self.uses[i] <= 0:
                 del self.futures[i]
                 self.held -= span.end - span.start
-        self._schedule()
+            finished = self.next >= len(self.spans) and not self.futures
+        if finished:
+            self._pool.shutdown(wait=False)  # every range read and used: no thread left waiting
+        else:
+            self._schedule()
         return content
 
     def _checked(self, key: str, read: Callable[[], bytes]) -> bytes:
@@ -226,10 +230,6 @@ class Prefetcher:
                 f"{exc.message}; it holds {listed or 'no path of this mark'}: refused, not restored",
                 **{**exc.details, "paths": held},
             ) from None
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
-
 
 def readers(
     repo: Repository, record: MarkRecord, progress: Progress | None = None, *, window: int = WINDOW_BYTES

@@ -378,7 +378,15 @@ class Repository:
         _cache_write(self.cache / name, data)
         with self._lock:
             self._indexes = {**self._indexes, name: index}
-            self._where = self._locate_all(self._indexes)
+            if supersedes:
+                self._where = self._locate_all(self._indexes)
+            else:  # a push's: its objects added (dict.get from other threads stays safe)
+                where, doomed = self._where, self._doomed_packs
+                for pack, blobs in index.packs.items():
+                    for blob in blobs:
+                        had = where.get(blob.key)
+                        if had is None or (had.key in doomed and pack not in doomed):
+                            where[blob.key] = Blob(pack, blob.offset, blob.length)
         return index_id
 
     def write_doomed(self, packs_: Collection[str]) -> str:
