@@ -18,6 +18,7 @@ from remote_server import ACCESS_KEY, SECRET_KEY, MakeServer, S3Server
 from snapd.errors import (
     ConfigError,
     RemoteDenied,
+    RemoteError,
     RemoteFull,
     RemoteMissing,
     RemoteUnreachable,
@@ -381,6 +382,52 @@ def test_s3_client_loaded_only_for_s3(tmp_path: Path) -> None:
     )
     cp = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd="/")
     assert cp.returncode == 0, cp.stderr
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "error"),
+    [
+        ("endpoint", "localhost:9000", UsageError),  # obstore panics on it at the first request
+        ("endpoint", "http://h:9000/path", UsageError),
+        ("region", "eu west", UsageError),
+        ("key", "AKIA KEY", ConfigError),
+        ("key", "AKIA\nKEY", ConfigError),
+    ],
+)
+def test_s3_settings_checked_before_any_request(field: str, value: str, error: type[Exception]) -> None:
+    spec = RemoteSpec("r", "s3://bucket/p", endpoint="http://127.0.0.1:9")
+    creds = {"AWS_ACCESS_KEY_ID": "AKIAKEY", "AWS_SECRET_ACCESS_KEY": "secret"}
+    if field == "key":
+        creds["AWS_ACCESS_KEY_ID"] = value
+    else:
+        spec = spec._replace(**{field: value})
+    with pytest.raises(error, match=r"endpoint|region|AWS_ACCESS_KEY_ID"):
+        open_backend(spec, creds, QUICK)
+
+
+def test_s3_client_panic_is_a_remote_error(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A panic in obstore's Rust code arrives as a BaseException (pyo3's PanicException): it
+    becomes a RemoteError, so the daemon thread that met it lives on; an interrupt passes."""
+    import obstore
+
+    class PanicException(BaseException):  # pyo3_runtime's, by name: it cannot be imported
+        pass
+
+    backend = _s3(s3_server)
+
+    def panics(*args: object, **kwargs: object) -> None:
+        raise PanicException("request valid: InvalidUri")
+
+    monkeypatch.setattr(obstore, "get", panics)
+    with pytest.raises(RemoteError, match=r"config: the S3 client broke down trying to read it"):
+        backend.get("config")
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(obstore, "get", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        backend.get("config")
 
 
 @pytest.mark.parametrize(

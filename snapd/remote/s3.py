@@ -38,7 +38,15 @@ from obstore.store import S3Store
 
 from snapd.errors import ConfigError, RemoteDenied, RemoteError, RemoteFull, RemoteMissing, RemoteUnreachable
 from snapd.remote.names import Listed, check_name, check_prefix, check_range
-from snapd.remote.spec import DEFAULT_RETRY, RemoteSpec, RetryPolicy, S3Location, parse_url
+from snapd.remote.spec import (
+    DEFAULT_RETRY,
+    RemoteSpec,
+    RetryPolicy,
+    S3Location,
+    check_endpoint,
+    check_region,
+    parse_url,
+)
 
 if TYPE_CHECKING:
     from obstore.store import ClientConfig, RetryConfig, S3Config
@@ -47,6 +55,7 @@ DEFAULT_REGION = "us-east-1"
 SINGLE_PUT_MAX = 256 << 20  # larger objects go up in parts (S3 takes at most 5 GiB in one PUT)
 MAX_BACKOFF = timedelta(seconds=10)
 LIST_PAGE = 1000  # objects per listing request (S3's page): how listings are counted
+_PRINTABLE = re.compile(r"[\x21-\x7e]+")  # what a key may hold: it goes into a header
 _STATUS = re.compile(r"status(?: code)?: (\d{3})")
 _UNANSWERED = (
     # words of obstore's error text and of its debug part ("kind: Timeout", "source: TimedOut");
@@ -111,13 +120,16 @@ def resolve(spec: RemoteSpec, sent: Mapping[str, str], environ: Mapping[str, str
         conf = _ini_section(config_file, profile if profile == "default" else f"profile {profile}")
         region = region or conf.get("region")
         endpoint = endpoint or conf.get("endpoint_url")
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        if values.get(var) and not _PRINTABLE.fullmatch(values[var]):
+            raise ConfigError(f"{spec.url}: {var} from {source} has spaces or control characters")
     return Credentials(
         values["AWS_ACCESS_KEY_ID"],
         values["AWS_SECRET_ACCESS_KEY"],
         values.get("AWS_SESSION_TOKEN") or None,
         source,
-        region or DEFAULT_REGION,
-        endpoint,
+        check_region(region or DEFAULT_REGION),
+        check_endpoint(endpoint) if endpoint else None,
     )
 
 
@@ -170,7 +182,7 @@ class S3Backend:
             "timeout": timedelta(seconds=retry.request_timeout_s),
         }
         if creds.endpoint:
-            config["endpoint"] = creds.endpoint.rstrip("/")
+            config["endpoint"] = creds.endpoint
             config["virtual_hosted_style_request"] = False
             client["allow_http"] = creds.endpoint.startswith("http://")
         retries: RetryConfig = {
@@ -189,7 +201,9 @@ class S3Backend:
         self._counted()
         try:
             obstore.put(self._store, key, data, use_multipart=len(data) > SINGLE_PUT_MAX)
-        except Exception as exc:
+        except BaseException as exc:
+            if _passes(exc):
+                raise
             error = self._error(exc, "write", name)
             # 500 alone: a 503 (SlowDown) is a busy server, not a full one
             if isinstance(error, RemoteUnreachable) and _status(str(exc)) == 500 and self._reads(name):
@@ -209,7 +223,9 @@ class S3Backend:
         try:
             for _ in obstore.list(self._store, self._prefix + name.rpartition("/")[0], chunk_size=1):
                 break
-        except Exception:
+        except BaseException as exc:
+            if _passes(exc):
+                raise
             return False
         return True
 
@@ -232,7 +248,9 @@ class S3Backend:
                     self._ranges = False  # the server ignores ranges: whole objects from now on
                     self._counted()
             data = bytes(obstore.get(self._store, key).bytes())
-        except Exception as exc:
+        except BaseException as exc:
+            if _passes(exc):
+                raise
             raise self._error(exc, "read", name) from exc
         return data if (start, end) == (0, None) else data[start:end]
 
@@ -252,7 +270,9 @@ class S3Backend:
                     if name.startswith(prefix):
                         stamp = meta["last_modified"].timestamp()
                         yield Listed(name, meta["size"], int(stamp * 1e9))
-        except Exception as exc:
+        except BaseException as exc:
+            if _passes(exc):
+                raise
             raise self._error(exc, "list", f"{prefix}*") from exc
 
     def delete(self, name: str) -> None:
@@ -262,15 +282,21 @@ class S3Backend:
             obstore.delete(self._store, key)
         except FileNotFoundError:
             return
-        except Exception as exc:
+        except BaseException as exc:
+            if _passes(exc):
+                raise
             raise self._error(exc, "delete", name) from exc
 
-    def _error(self, exc: Exception, what: str, name: str) -> RemoteError:
+    def _error(self, exc: BaseException, what: str, name: str) -> RemoteError:
         """The user's error for an obstore failure while ``what``-ing object ``name``."""
         text = str(exc)
         detail = text.split("\n\nDebug source:", 1)[0].strip()
         where = f"{self.url}: {name}"
         code = _status(text)
+        if not isinstance(exc, Exception):  # a panic in obstore (see _passes)
+            return RemoteError(
+                f"{where}: the S3 client broke down trying to {what} it ({_short(text)}): a bug", object=name
+            )
         if isinstance(exc, FileNotFoundError):
             return RemoteMissing(f"{where} is not there", object=name)
         if code == 507 or _server_full(detail):  # before the 403s: Ceph's quota is a 403
@@ -298,6 +324,13 @@ class S3Backend:
                 object=name,
             )
         return RemoteError(f"{where}: could not {what} it: {_short(detail)}", object=name)
+
+
+def _passes(exc: BaseException) -> bool:
+    """Whether ``exc`` is no failure of the S3 client's but the process's own (an interrupt, a
+    generator closed early): passed on as is. A panic in obstore's Rust code comes as a
+    ``BaseException`` too; it becomes a :class:`RemoteError`, so a daemon thread survives it."""
+    return not isinstance(exc, Exception) and type(exc).__name__ != "PanicException"
 
 
 def _server_full(detail: str) -> bool:

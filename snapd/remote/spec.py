@@ -9,6 +9,7 @@ rather than a request to a bucket nobody meant.
 from __future__ import annotations
 
 import re
+import urllib.parse
 from pathlib import Path
 from typing import Literal, NamedTuple
 
@@ -22,6 +23,8 @@ PUSH_MODES: tuple[PushMode, ...] = ("manual", "on-mark")
 # held to them too, so a repository can move between servers.
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _SEGMENT_BAD = re.compile(r"[\x00-\x1f\x7f\\]")
+_HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]")
+_REGION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 class RemoteSpec(NamedTuple):
@@ -104,3 +107,34 @@ def _dir(url: str, rest: str) -> DirLocation:
     if any(p in (".", "..") for p in parts) or not parts:
         raise UsageError(f"remote URL {url!r}: the directory must be absolute, not '/', with no '.' or '..'")
     return DirLocation(Path("/" + "/".join(parts)))
+
+
+def check_endpoint(endpoint: str) -> str:
+    """``http(s)://HOST[:PORT]`` without a trailing slash; :class:`UsageError` for anything else
+    (the S3 client would fail on it at the first request, or worse)."""
+    try:
+        parts = urllib.parse.urlsplit(endpoint)
+        port = parts.port
+    except ValueError as exc:
+        raise UsageError(f"S3 endpoint {endpoint!r}: {exc}") from exc
+    host = parts.netloc.rpartition("@")[2].rsplit(":", 1)[0] if port is not None else parts.netloc
+    if (
+        parts.scheme not in ("http", "https")
+        or not _HOST.fullmatch(host)
+        or "@" in parts.netloc
+        or parts.path not in ("", "/")
+        or parts.query
+        or parts.fragment
+    ):
+        raise UsageError(
+            f"S3 endpoint {endpoint!r} is not http://HOST[:PORT] or https://HOST[:PORT] "
+            "(for example http://127.0.0.1:9000 or https://s3.example.net)"
+        )
+    return endpoint.rstrip("/")
+
+
+def check_region(region: str) -> str:
+    """A region name (``eu-west-3``, or a custom one a MinIO or Garage server uses)."""
+    if not _REGION.fullmatch(region):
+        raise UsageError(f"S3 region {region!r}: letters, digits, '.', '_' and '-' only")
+    return region
