@@ -20,6 +20,9 @@ import pytest
 from e2e_helpers import Daemon, base_env, start_daemon, wait_for, write
 from remote_server import S3Server
 
+from snapd.daemon.pusher import FIRST_DELAY_S, Pusher
+from snapd.errors import RemoteUnreachable
+
 pytestmark = [pytest.mark.remote, pytest.mark.timeout(240)]
 
 PASSWORD = "correct horse battery staple"
@@ -172,3 +175,46 @@ def test_status_shows_the_last_error_and_the_queue_waits(
     pushed = d.call("push", name="r", credentials=s3_server.credentials, password=PASSWORD)
     assert pushed["marks"] == 1, pushed
     assert _remote(d)["pending"] == 0 and _remote(d)["last_error"] is None
+
+
+class _Flaky:
+    """What the pusher needs of :class:`Remotes`, failing its first push: to count how often the
+    pusher looks (a retry schedule that forgets to settle spins on ``pending``)."""
+
+    def __init__(self) -> None:
+        self.names, self.looks, self.left = ["r"], 0, 1
+
+    class store:  # noqa: N801 - the attribute the pusher reads
+        @staticmethod
+        def workspaces() -> list[Any]:
+            return []
+
+    def on_mark(self) -> list[str]:
+        self.looks += 1  # one round of the pusher's loop
+        return list(self.names)
+
+    def pending(self, name: str) -> int:
+        return self.left
+
+    def push(self, name: str, workspaces: Any, wait: bool) -> None:
+        raise RemoteUnreachable("s3://b/p: no answer")
+
+
+@pytest.mark.parametrize("then", ["sent by another push", "remote removed"])
+def test_a_failed_push_is_retried_later_and_then_the_pusher_rests(then: str) -> None:
+    flaky = _Flaky()
+    pusher = Pusher(flaky, tick_s=60.0)  # type: ignore[arg-type]
+    pusher.start()
+    try:
+        wait_for(lambda: flaky.looks >= 1, 5, what="the pusher tries at start")
+        if then == "sent by another push":
+            flaky.left = 0
+        else:
+            flaky.names = []
+        pusher.wake()
+        time.sleep(FIRST_DELAY_S * 2.5)  # the retry is due, then nothing more is
+        settled = flaky.looks
+        time.sleep(1.0)
+        assert flaky.looks == settled <= 6, (then, flaky.looks)
+    finally:
+        pusher.stop()

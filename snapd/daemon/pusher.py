@@ -59,7 +59,11 @@ class Pusher:
     def _run(self) -> None:
         while not self._stopping.is_set():
             self._wake.clear()
-            for name in self.remotes.on_mark():
+            names = self.remotes.on_mark()
+            for gone in set(self._retry_at) - set(names):  # removed, or no longer on-mark
+                self._retry_at.pop(gone, None)
+                self._delay.pop(gone, None)
+            for name in names:
                 if self._stopping.is_set():
                     return
                 if self._retry_at.get(name, 0.0) <= time.monotonic():
@@ -68,10 +72,9 @@ class Pusher:
 
     def _push(self, name: str) -> None:
         try:
-            if self.remotes.pending(name) == 0:
-                return
-            watched = [w for w in self.remotes.store.workspaces() if w.watching]
-            self.remotes.push(name, watched, wait=False)
+            if self.remotes.pending(name) != 0:
+                watched = [w for w in self.remotes.store.workspaces() if w.watching]
+                self.remotes.push(name, watched, wait=False)
         except SnapdError:  # recorded by Remotes.push (status shows it): retry later
             self._later(name)
             return
@@ -79,7 +82,7 @@ class Pusher:
             log.exception("pusher.crashed", remote=name)
             self._later(name)
             return
-        self._delay.pop(name, None)
+        self._delay.pop(name, None)  # pushed, or nothing to push (another push sent it)
         self._retry_at.pop(name, None)
 
     def _later(self, name: str) -> None:
