@@ -6,7 +6,12 @@ Fixtures (registered by tests/conftest.py as a plugin):
 - ``s3_server``: a server on a folder under the test's ``tmp_path``;
 - ``s3_servers``: a factory, ``s3_servers(tmpfs=4 << 20)`` serves from a small tmpfs (root) so
   the server's disk fills up, ``s3_servers(proxy=True)`` puts a :class:`FaultProxy` in front
-  (injected 5xx answers and delays).
+  (injected error answers, for one method or all; delays; 206 for ranges, as AWS answers).
+
+An :class:`S3Server` is ``.spec(bucket, prefix)`` (a RemoteSpec; the bucket folder is made),
+``.credentials``, ``.folder``, ``.endpoint``, ``.pid``, and ``.kill()`` (SIGKILL: a crash, a cut
+network), ``.restart()`` (same port, same folder), ``.pause()`` / ``.resume()`` (SIGSTOP /
+SIGCONT: a hung server).
 
 A server is stopped at teardown; the process carries ``SNAPD_HOME`` under pytest's temporary
 root, so the session's leftover check and its reaper (tests/leftovers.py) end it even if the
