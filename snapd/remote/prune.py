@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from snapd.errors import UsageError
-from snapd.remote import locks
+from snapd.remote import fetch, locks
 from snapd.remote.packs import Blob, pack_name
 from snapd.remote.records import MarkRecord
 from snapd.remote.repo import GRACE_S, Repository, parallel
@@ -211,7 +211,7 @@ class _Pruner:
             self.keep_alive()
             self.needed.update(level)
             below: list[str] = []
-            for node in parallel(self.repo.load_node, level):
+            for node in self.load_nodes(level):
                 for entry in node.values():
                     if entry.kind == "dir":
                         if entry.key not in self.walked:
@@ -220,6 +220,15 @@ class _Pruner:
                     elif trees.holds_object(entry):
                         self.needed.add(entry.key)
             level = below
+
+    def load_nodes(self, keys: list[str]) -> Iterator[trees.Node]:
+        """The nodes ``keys`` (one level of the trees), read as a restore reads them: the blobs
+        grouped by pack, neighbours coalesced into one ranged GET, a few GETs at once."""
+        repo = self.repo
+        spans = fetch.plan_spans(repo, keys)
+        for span, data in zip(spans, parallel(lambda s: fetch.read_span(repo, s), spans), strict=True):
+            for key in span.keys:
+                yield repo.decode_node(key, repo.read_blob(key, fetch.blob_of(repo, span, data, key)))
 
     def any_needed(self, blobs: Blobs) -> bool:
         return any(key in self.needed for key, _, _ in blobs)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from snapd.errors import CorruptObject, RemoteCorrupt, RemoteMissing
-from snapd.remote import packs
+from snapd.remote import fetch, packs
 from snapd.remote.crypto import sha256_hex
 from snapd.remote.packs import pack_name
 from snapd.remote.records import MarkRecord, decode_mark
@@ -90,6 +90,36 @@ class _Where(NamedTuple):
     pack: str
     offset: int
     length: int
+
+
+class _Span(NamedTuple):
+    """One ranged GET of a pack, ``[start, end)``, holding the blobs of ``keys``."""
+
+    pack: str
+    start: int
+    end: int
+    keys: tuple[str, ...]
+
+
+def spans(blobs: Iterable[tuple[str, _Where]]) -> list[_Span]:
+    """The ranged GETs that read ``blobs`` (key, where): per pack in offset order, neighbours
+    closer than ``fetch.GAP_BYTES`` in one GET of at most ``fetch.SPAN_BYTES`` (the restore's
+    tuning; verify has its own view of where blobs are, read from the server, not the cache)."""
+    by_pack: dict[str, list[tuple[int, int, str]]] = {}
+    for key, where in blobs:
+        by_pack.setdefault(where.pack, []).append((where.offset, where.offset + where.length, key))
+    out: list[_Span] = []
+    for pack, found in sorted(by_pack.items()):
+        found.sort()
+        start, end, keys = found[0][0], found[0][1], [found[0][2]]
+        for b_start, b_end, key in found[1:]:
+            if b_start - end <= fetch.GAP_BYTES and b_end - start <= fetch.SPAN_BYTES:
+                end, keys = max(end, b_end), [*keys, key]
+                continue
+            out.append(_Span(pack, start, end, tuple(keys)))
+            start, end, keys = b_start, b_end, [key]
+        out.append(_Span(pack, start, end, tuple(keys)))
+    return out
 
 
 def verify(
@@ -281,7 +311,7 @@ class _Verifier:
 
     def read_nodes(self, roots: Iterable[str]) -> None:
         """Have every node under ``roots`` at hand: those no pack read whole held are fetched
-        level by level, each as one ranged GET of its blob, the nodes of a level in parallel."""
+        level by level, as a restore reads them (:func:`spans`), a few GETs at once."""
         seen: set[str] = set()
         level = list(dict.fromkeys(roots))
         while level:
@@ -291,16 +321,20 @@ class _Verifier:
                 for key in level
                 if key not in self.node_data and key not in self.bad and key in self.where
             ]
-            for key, got in zip(todo, parallel(self.fetch_blob, todo), strict=True):
-                if got is None:
-                    name = pack_name(self.where[key][0].pack)
-                    self.bad[key] = Problem("missing", name, f"object {key} is in missing {name}", key)
-                    continue
-                name, blob = got
-                self.result.bytes_read += len(blob)
-                content = self.open_blob(name, key, blob)
-                if content is not None:
-                    self.node_data[key] = content
+            ranges = spans((key, self.where[key][0]) for key in todo)
+            for (pack, start, _, held), data in zip(ranges, parallel(self.fetch_range, ranges), strict=True):
+                name = pack_name(pack)
+                for key in held:
+                    if data is None:
+                        self.bad[key] = Problem("missing", name, f"object {key} is in missing {name}", key)
+                        continue
+                    copy = self.where[key][0]
+                    content = self.open_blob(
+                        name, key, data[copy.offset - start : copy.offset - start + copy.length]
+                    )
+                    if content is not None:
+                        self.node_data[key] = content
+                self.result.bytes_read += len(data or b"")
             below: list[str] = []
             for key in level:
                 node = self.load_node(key)
@@ -310,16 +344,12 @@ class _Verifier:
                         below.append(entry.key)
             level = below
 
-    def fetch_blob(self, key: str) -> tuple[str, bytes] | None:
-        """(pack name, sealed blob) of the first copy of ``key`` the server still has (run in
-        a worker thread: reads, and changes nothing)."""
-        for copy in self.where[key]:
-            name = pack_name(copy.pack)
-            try:
-                return name, self.backend.get(name, copy.offset, copy.offset + copy.length)
-            except RemoteMissing:
-                continue
-        return None
+    def fetch_range(self, span: _Span) -> bytes | None:
+        """The bytes of ``span`` (None: the pack is gone). Run in a worker thread: reads only."""
+        try:
+            return self.backend.get(pack_name(span.pack), span.start, span.end)
+        except RemoteMissing:
+            return None
 
     def load_node(self, key: str) -> trees.Node | None:
         """The node ``key`` (None: damaged or in no index; recorded), decoded once."""
