@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import secrets
 import socket
 import subprocess
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_helpers import Daemon, describe, run_ctl, snap_diff, snapshot, start_daemon, wait_for, write
+from e2e_helpers import Daemon, Pty, describe, run_ctl, snap_diff, snapshot, start_daemon, wait_for, write
 from remote_server import MakeServer, S3Server
 
 pytestmark = [pytest.mark.remote, pytest.mark.timeout(600)]
@@ -558,7 +559,7 @@ def test_the_readme_walk_through_runs_as_written(
     want = snapshot(ws)
     s3_server.spec("bucket", "snapd")
     (tmp_path / "tmp").mkdir()
-    d, ran = here, []
+    d, ran, said = here, [], []
     for line in code_block(TOP / "README.md", "sh", "## History that outlives the machine").splitlines():
         if line.startswith("# on another machine"):
             d = there
@@ -577,7 +578,12 @@ def test_the_readme_walk_through_runs_as_written(
             cp = d.ctl(*args, cwd=ws, check=False, timeout=300)
             assert cp.returncode == 0, f"{line}\n{describe(cp)}\n{d.log()[-3000:]}"
             ran.append(args[0])
+            said.append(cp.stdout + cp.stderr)
     assert ran.count("remote") == 3 and "restore" in ran and "verify" in ran, ran
+    assert b"created a new" in said[0] and b"unrecoverable" in said[0], said[0]  # remote add, here
+    assert b"pushed 2 marks" in said[1], said[1]  # the baseline and turn-end
+    opened = said[ran.index("restore") - 1]  # remote add, there
+    assert b"opened the repository" in opened and b"unrecoverable" not in opened, opened
     assert snapshot(tmp_path / "tmp" / "myproject") == want
 
 
@@ -602,3 +608,31 @@ def test_a_password_file_is_read_less_its_line_end_and_refused_when_others_may_r
     cp = run_ctl(b.env, *args, timeout=300)
     assert cp.returncode == 0 and b"warning" in cp.stderr and b"group" in cp.stderr, describe(cp)
     assert [r["name"] for r in b.ctl_json("remote", "list")["remotes"]] == ["backup"]
+
+
+# == progress ========================================================================================
+
+
+def test_push_draws_its_progress_bar_on_a_terminal_and_says_what_it_sent(
+    s3_servers: MakeServer, machines: Machine, tmp_path: Path
+) -> None:
+    server = s3_servers(proxy=True)
+    a = machines("a", server)
+    ws = watched(a, tmp_path / "proj")
+    for i in range(6):
+        random_file(ws / f"f{i}.bin", 3 * MiB, seed=900 + i)
+    mark(a, ws, "m")
+    add_remote(a, server)
+    assert server.proxy is not None
+    server.proxy.delay_s = 0.4  # each request held: the bar is drawn before the push ends
+    t = Pty(a.env, "push", "backup", cwd=ws)
+    assert t.finish(300) == 0, t.out
+    out = t.out.replace(b"\r\n", b"\n")
+    bars = re.findall(rb"\] (\d+)/(\d+) objects", out)
+    assert bars, out[-2000:]
+    totals = {int(b) for _, b in bars}
+    assert len(totals) == 1, bars
+    n = totals.pop()
+    assert f"{n}/{n} objects\n".encode() in out, out[-2000:]  # drawn finished
+    said = rf"pushed 2 marks to backup: {n} new objects \(.+\) in \d+ packs?, \d+ requests".encode()
+    assert re.search(said, out), out
