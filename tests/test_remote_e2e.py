@@ -636,3 +636,36 @@ def test_push_draws_its_progress_bar_on_a_terminal_and_says_what_it_sent(
     assert f"{n}/{n} objects\n".encode() in out, out[-2000:]  # drawn finished
     said = rf"pushed 2 marks to backup: {n} new objects \(.+\) in \d+ packs?, \d+ requests".encode()
     assert re.search(said, out), out
+
+
+# == a password change ===============================================================================
+
+
+def test_a_changed_password_opens_the_repository_and_the_old_one_no_longer_does(
+    s3_server: S3Server, machines: Machine, tmp_path: Path
+) -> None:
+    a = machines("a", s3_server)
+    ws = watched(a, tmp_path / "proj")
+    write(ws / "f.txt", "f\n")
+    m = mark(a, ws, "m")
+    add_remote(a, s3_server)
+    push(a)
+    new = tmp_path / "new-password"
+    new.write_text("a brand new passphrase\n")
+    new.chmod(0o600)
+    cp = a.ctl("remote", "passwd", "backup", "--new-password-file", new)
+    assert b"password is changed" in cp.stdout and b"unrecoverable" in cp.stdout, describe(cp)
+    keys = [n for n in objects(s3_server) if n.startswith("keys/")]
+    assert len(keys) == 1, keys  # the old key file is gone: the old password opens nothing
+
+    old = machines("old", s3_server)
+    code, out, cp = ctl(old, "remote", "add", "backup", URL, "--endpoint", s3_server.endpoint)
+    assert code == 5 and out["error"]["code"] == "wrong_password", describe(cp)
+    b = machines("b", s3_server, password="a brand new passphrase")
+    add_remote(b, s3_server)
+    code, out, cp = restore_from(b, m, tmp_path / "restored")
+    assert code == 0 and snapshot(tmp_path / "restored") == snapshot(ws), describe(cp)
+    cp = b.ctl("remote", "remove", "backup")
+    assert b"left as it is" in cp.stdout, describe(cp)
+    assert b.ctl_json("remote", "list")["remotes"] == []
+    assert keys == [n for n in objects(s3_server) if n.startswith("keys/")]
