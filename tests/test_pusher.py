@@ -218,3 +218,50 @@ def test_a_failed_push_is_retried_later_and_then_the_pusher_rests(then: str) -> 
         assert flaky.looks == settled <= 6, (then, flaky.looks)
     finally:
         pusher.stop()
+
+
+def _loaded(pid: int) -> set[str]:
+    """Which of the remote tier's native libraries process ``pid`` has mapped."""
+    maps = Path(f"/proc/{pid}/maps").read_text()
+    return {lib for lib in ("obstore", "cryptography") if f"/{lib}/" in maps}
+
+
+def test_the_daemon_loads_the_remote_library_only_for_a_remote_op(
+    s3_server: S3Server, home: Path, tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    """`snapd start` (with a remote configured, not on-mark) and its status never load the S3
+    client nor the cryptography: the remote ops import them when first used."""
+    spec = s3_server.spec(bucket="snapd", prefix="lazy")
+    (home / "config.toml").write_text(
+        f'[remotes.r]\nurl = "{spec.url}"\nendpoint = "{s3_server.endpoint}"\n'
+    )
+    d = start_daemon(home, _env(home, s3_server))
+    daemons.append(d)
+    assert [r["name"] for r in d.call("status")["remotes"]] == ["r"]
+    assert _loaded(d.pid) == set()
+    d.call("remote_remove", name="r")
+    d.call("remote_add", name="r", url=spec.url, endpoint=s3_server.endpoint, password=PASSWORD)
+    assert _loaded(d.pid) == {"obstore", "cryptography"}
+
+
+def test_the_daemon_keeps_the_repository_open_so_a_10_file_mark_costs_3_requests(
+    s3_server: S3Server, home: Path, tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    """The issue's budget for an incremental push (PUT pack, PUT index, PUT record) holds only
+    if the daemon keeps each repository's view between pushes, as it does."""
+    ws = tmp_path / "ws"
+    for i in range(40):
+        write(ws / "src" / f"f{i}.txt", f"file {i}\n" * 20)
+    d = start_daemon(home, _env(home, s3_server))
+    daemons.append(d)
+    d.call("watch", path=os.fsencode(ws))
+    spec = s3_server.spec(bucket="snapd", prefix="cost")
+    d.call("remote_add", name="r", url=spec.url, endpoint=s3_server.endpoint, password=PASSWORD)
+    first = d.call("push", name="r")
+    assert first["marks"] == 1, first
+    for i in range(10):
+        write(ws / "src" / f"f{i}.txt", f"changed {i}\n")
+    d.call("mark", workspace=os.fsencode(ws), label="ten-files")
+    second = d.call("push", name="r")
+    assert second["marks"] == 1 and second["objects"] >= 10, second
+    assert second["requests"] <= 3, second
