@@ -15,6 +15,7 @@ from remote_repo_helpers import (
     HOST,
     Recording,
     Workspace,
+    flip_byte,
     fresh,
     listing,
     make_backend,
@@ -22,7 +23,7 @@ from remote_repo_helpers import (
     restored,
 )
 
-from snapd.errors import RemoteError, RemoteLocked
+from snapd.errors import RemoteCorrupt, RemoteError, RemoteLocked
 from snapd.remote import crypto, fields, locks, packs
 from snapd.remote.backend import Backend
 from snapd.remote.packs import pack_name
@@ -373,3 +374,19 @@ def test_a_long_prune_renews_its_lock(
     got = prune(fresh(where.backend, tmp_path, "first"), PrunePolicy(keep_last=1), grace_s=0, progress=slow)
     assert len(got.packs_deleted) == 4 and len(refused) == 1
     assert not [n for n in listing(where.backend) if n.startswith("locks/")]
+
+
+def test_a_kept_mark_that_cannot_be_read_stops_the_prune_before_it_deletes_anything(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """What a damaged tree needs is unknown, so nothing may be judged unneeded: the prune stops
+    with the damage named, its lock released, and not one record or pack deleted."""
+    where = make_backend("file", tmp_path, request)
+    repo = new_repo(where.backend, tmp_path)
+    ws = _history(tmp_path, repo)
+    pack, offset, _ = repo.locate(ws.marks[3].tree)
+    flip_byte(where.folder / pack_name(pack), offset + 20)
+    before = listing(where.backend)
+    with pytest.raises(RemoteCorrupt, match=ws.marks[3].tree):
+        prune(fresh(where.backend, tmp_path, "p"), KEEP_TWO, grace_s=0)
+    assert listing(where.backend) == before

@@ -129,14 +129,15 @@ class _Pruner:
         repo.refresh()
         records = repo.marks()
         drop = dropped(records, self.policy, time.time_ns())
+        names = {record.name for record in drop}
+        self.need(record for record in records if record.name not in names)  # a failure: nothing deleted
         r.marks_dropped = [record.mark.id for record in drop]
         for record in drop:
             self.delete(record.name)
         if drop and not self.dry_run:
             repo.refresh()
-        names = {record.name for record in drop}
         kept = [record for record in repo.marks() if record.name not in names]
-        self.need(kept)
+        self.need(kept)  # and the marks pushed meanwhile
         r.marks_kept = len(kept)
 
         # phase 1: doom the packs no kept mark needs
