@@ -23,12 +23,13 @@ from remote_repo_helpers import (
     restored,
 )
 
-from snapd.errors import RemoteCorrupt, RemoteError, RemoteLocked
+from snapd.errors import RemoteCorrupt, RemoteError, RemoteLocked, UsageError
 from snapd.remote import crypto, fields, locks, packs
 from snapd.remote.backend import Backend
 from snapd.remote.packs import pack_name
-from snapd.remote.prune import PrunePolicy, PruneResult, prune
+from snapd.remote.prune import PrunePolicy, PruneResult, dropped, prune
 from snapd.remote.push import push
+from snapd.remote.records import MarkRecord, RemoteMark
 from snapd.remote.repo import Repository
 from snapd.remote.verify import verify
 from snapd.store import trees
@@ -390,3 +391,25 @@ def test_a_kept_mark_that_cannot_be_read_stops_the_prune_before_it_deletes_anyth
     with pytest.raises(RemoteCorrupt, match=ws.marks[3].tree):
         prune(fresh(where.backend, tmp_path, "p"), KEEP_TWO, grace_s=0)
     assert listing(where.backend) == before
+
+
+def _record(n: int, host: str, workspace: bytes, age_h: float, now: int) -> MarkRecord:
+    mark = RemoteMark(f"{n}m", n, f"l{n}", None, None, None, now - int(age_h * 3600e9), None, "0" * 32 + "-0",
+                      "user", {}, None, None, None)  # fmt: skip
+    return MarkRecord(f"marks/{n:064x}", host, "a" * 32, workspace, mark, 0, now, 0)
+
+
+def test_the_policy_keeps_the_newest_and_the_young_of_each_host_and_workspace() -> None:
+    now = time.time_ns()
+    a = [_record(i, "h1", b"/w", age_h=10 - i, now=now) for i in range(5)]  # ages 10, 9, 8, 7, 6 h
+    b = [_record(10 + i, "h1", b"/other", age_h=20 + i, now=now) for i in range(3)]  # 20, 21, 22 h
+    c = [_record(20 + i, "h2", b"/w", age_h=0.5 + i, now=now) for i in range(3)]  # 0.5, 1.5, 2.5 h
+    everything = [*a, *b, *c]
+    by_last = dropped(everything, PrunePolicy(keep_last=2), now)
+    assert {r.mark.id for r in by_last} == {r.mark.id for r in [*a[:3], b[2], c[2]]}
+    by_age = dropped(everything, PrunePolicy(keep_within_s=7.5 * 3600), now)
+    assert {r.mark.id for r in by_age} == {r.mark.id for r in [*a[:3], *b]}
+    both = dropped(everything, PrunePolicy(keep_last=1, keep_within_s=8.5 * 3600), now)
+    assert {r.mark.id for r in both} == {r.mark.id for r in [*a[:2], *b[1:]]}
+    with pytest.raises(UsageError, match="keep_last or keep_within"):
+        dropped(everything, PrunePolicy(), now)
