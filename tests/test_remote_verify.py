@@ -169,3 +169,16 @@ def test_a_tampered_index_file_is_named_and_its_objects_count_as_in_no_index(
     (root,) = [p for p in got.problems if p.key == ws.marks[0].tree]
     assert root.problem == "missing" and [(r.mark, r.path) for r in root.refs] == [(ws.marks[0].id, b"")]
     assert got.leftovers  # its pack is named by no index that opens
+
+
+def test_a_tampered_key_file_or_config_is_named(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    where = make_backend("file", tmp_path, request)
+    ws = _ws(tmp_path)
+    repo = new_repo(where.backend, tmp_path)
+    ws.push(repo, ws.marks[0])
+    opened = Repository.open(where.backend, PASSWORD, tmp_path / "cache-v")
+    (key_file,) = sorted((where.folder / "keys").iterdir())
+    flip_byte(key_file, len(key_file.read_bytes()) - 3)
+    flip_byte(where.folder / "config", 5)
+    got = verify(opened)
+    assert sorted(p.object for p in got.problems) == ["config", f"keys/{key_file.name}"]

@@ -30,7 +30,7 @@ from snapd.errors import CorruptObject, RemoteCorrupt, RemoteMissing
 from snapd.remote import fetch, packs
 from snapd.remote.crypto import sha256_hex
 from snapd.remote.packs import pack_name
-from snapd.remote.records import MarkRecord, decode_mark
+from snapd.remote.records import MarkRecord, decode_config, decode_mark
 from snapd.remote.repo import THREADS, Repository, parallel
 from snapd.store import nodes, objects, trees
 
@@ -176,6 +176,7 @@ class _Verifier:
                 if self.progress is not None:
                     self.progress(start + n + 1, len(chosen))
         self.check_marks()
+        self.check_keys_and_config()
         return r
 
     # -- indexes and packs ----------------------------------------------------------------
@@ -253,6 +254,28 @@ class _Verifier:
             return None
         self.result.blobs += 1
         return content
+
+    def check_keys_and_config(self) -> None:
+        """Every key file hashes to its name (a reader trusts one only so); the config opens
+        and names this repository."""
+        for listed in self.backend.list("keys/"):
+            try:
+                data = self.backend.get(listed.name)
+            except RemoteMissing:
+                continue  # a password change deleted it since the listing
+            if sha256_hex(data) != listed.name.removeprefix("keys/"):
+                self.problem(
+                    Problem("corrupt", listed.name, f"key file {listed.name} does not hash to its name")
+                )
+        try:
+            config = decode_config(self.master, self.backend.get("config"))
+        except (RemoteCorrupt, RemoteMissing) as exc:
+            self.problem(Problem("corrupt", "config", exc.message))
+            return
+        if config.id != self.repo.id:
+            self.problem(
+                Problem("corrupt", "config", f"config names repository {config.id}, not {self.repo.id}")
+            )
 
     # -- marks and their trees ------------------------------------------------------------
 
