@@ -81,7 +81,8 @@ class Remotes:
         self.cache_dir = data_dir / "remotes"
         self.host = socket.gethostname()
         self._tables = {name: dict(t) for name, t in tables.items()}
-        self._env_password = password or None
+        self.env_password = password or None
+        self._adding = threading.Lock()  # one remote add at a time: two inits of one prefix
         self._lock = threading.Lock()  # the dicts below
         self._open: dict[str, _Open] = {}
         self._opening: dict[str, threading.Lock] = {}  # one unlock at a time per remote
@@ -116,7 +117,14 @@ class Remotes:
     ) -> tuple[Repository, bool]:
         """Open the repository at ``fields``' URL, or make one where the prefix is empty, then
         write the table into config.toml. Nothing is written to the file when the repository
-        cannot be opened (wrong password, unreachable, not empty and not a repository)."""
+        cannot be opened (wrong password, unreachable, not empty and not a repository). One add
+        at a time: two at once could both find a prefix empty."""
+        with self._adding:
+            return self._add(name, fields, password, credentials)
+
+    def _add(
+        self, name: str, fields: Mapping[str, str], password: str | None, credentials: Mapping[str, str]
+    ) -> tuple[Repository, bool]:
         from snapd.remote.backend import open_backend
         from snapd.remote.repo import Repository
         from snapd.remote.spec import parse_url
@@ -128,7 +136,7 @@ class Remotes:
         parse_url(fields["url"])
         if not password and "password_file" in fields:
             password = _read_password_file(fields["password_file"], name)
-        password = password or self._env_password
+        password = password or self.env_password
         if not password:
             raise UsageError(_NO_PASSWORD.format(name=name))
         backend = open_backend(_spec(name, fields), credentials)
@@ -193,8 +201,8 @@ class Remotes:
     def _fallback_password(self, spec: RemoteSpec) -> str:
         if spec.password_file:
             return _read_password_file(spec.password_file, spec.name)
-        if self._env_password:
-            return self._env_password
+        if self.env_password:
+            return self.env_password
         raise UsageError(_NO_PASSWORD.format(name=spec.name))
 
     def change_password(

@@ -88,6 +88,13 @@ class RemoteOps:
                 f"a new repository was made at {url}: its password is not stored by snapd, and a lost "
                 "password is an unrecoverable loss of everything in it"
             )
+        remembered = "password_file" in fields or self.remotes.env_password
+        if fields.get("push") == "on-mark" and not remembered:
+            out["warnings"] = [
+                f"remote {name} pushes on each mark with the password this command sent, which the daemon "
+                "keeps in memory only: after a restart it needs password_file (--password-file) or "
+                "SNAPD_REMOTE_PASSWORD in the daemon's environment"
+            ]
         return out
 
     def op_remote_list(self) -> dict[str, Any]:
@@ -151,10 +158,11 @@ class RemoteOps:
         if not new_password:
             raise UsageError("the new password is empty")
         old = self.remotes.change_password(name, password, new_password, _aws(credentials))
-        out: dict[str, Any] = {"name": name, "changed": True}
+        out: dict[str, Any] = {"name": name, "changed": True, "warnings": []}
         password_file = self.remotes.table(name).get("password_file")
         if password_file is not None and old:
-            out["warning"] = f"{password_file} still holds the old password: write the new one there"
+            out["warnings"].append(f"{password_file} (remote {name}'s password_file) still holds the old "
+                                   "password: write the new one there")
         return out
 
     def op_push(
