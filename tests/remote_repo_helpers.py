@@ -16,7 +16,7 @@ from ingest_helpers import capture_paths, ingest_tree
 from remote_server import S3Server
 
 from snapd.remote import crypto, fetch
-from snapd.remote.backend import Backend, open_backend
+from snapd.remote.backend import Backend, Listed, open_backend
 from snapd.remote.files import FileBackend
 from snapd.remote.push import push
 from snapd.remote.records import MarkRecord
@@ -49,6 +49,10 @@ class Recording:
     def requests(self) -> int:
         return self.inner.requests
 
+    @requests.setter
+    def requests(self, value: int) -> None:
+        self.inner.requests = value
+
     def _record(self, call: Call) -> None:
         with self._lock:
             self.calls.append(call)
@@ -61,7 +65,7 @@ class Recording:
         self._record(Call("get", name, start, end))
         return self.inner.get(name, start, end)
 
-    def list(self, prefix: str) -> Iterator[object]:  # type: ignore[override]
+    def list(self, prefix: str) -> Iterator[Listed]:
         self._record(Call("list", prefix))
         return self.inner.list(prefix)
 
