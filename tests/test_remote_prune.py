@@ -413,3 +413,36 @@ def test_the_policy_keeps_the_newest_and_the_young_of_each_host_and_workspace() 
     assert {r.mark.id for r in both} == {r.mark.id for r in [*a[:2], *b[1:]]}
     with pytest.raises(UsageError, match="keep_last or keep_within"):
         dropped(everything, PrunePolicy(), now)
+
+
+class _RivalLock(Recording):
+    """Another prune writes its lock right after ours lands (both listed ``locks/`` empty)."""
+
+    def __init__(self, inner: Backend, repo: Repository, offset_ns: int) -> None:
+        super().__init__(inner)
+        self.repo, self.offset_ns, self.done = repo, offset_ns, False
+
+    def put(self, name: str, data: bytes) -> None:
+        super().put(name, data)
+        if name.startswith("locks/") and not self.done:
+            self.done = True
+            _put_lock(self.inner, self.repo, "rival-box", 777, time.time_ns() + self.offset_ns)
+
+
+@pytest.mark.parametrize("rival_first", [True, False])
+def test_two_prunes_taking_the_lock_at_once_agree_on_one(
+    rival_first: bool, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Both wrote a lock before either listed again: the older lock wins, the other prune
+    deletes its own and is refused."""
+    where = make_backend("file", tmp_path, request)
+    repo = new_repo(where.backend, tmp_path)
+    seen = _RivalLock(where.backend, repo, -(10**9) if rival_first else 10**9)
+    if rival_first:
+        with pytest.raises(RemoteLocked, match="rival-box .*taken at the same time"):
+            locks.acquire(seen, repo.master, "us")
+        assert [x.host for x in locks.read_locks(where.backend, repo.master)] == ["rival-box"]
+    else:
+        held = locks.acquire(seen, repo.master, "us")
+        assert sorted(x.host for x in locks.read_locks(where.backend, repo.master)) == ["rival-box", "us"]
+        locks.release(where.backend, held)
