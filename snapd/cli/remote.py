@@ -66,6 +66,7 @@ def secret_flags(sp: argparse.ArgumentParser) -> None:
 
 def add_parsers(sub: Any, wanted: Any) -> None:
     """``remote`` (with its own commands) and ``push`` on ``sub``, the ones ``wanted`` names."""
+    from snapd.cli import _at_least_one  # the package's own: built by build_parser, which calls this
     if wanted("remote"):
         rp = sub.add_parser("remote", help="S3 repositories that keep history off this machine",
                             description="Repositories marks are pushed to (docs/remote.md).")
@@ -116,12 +117,6 @@ def add_parsers(sub: Any, wanted: Any) -> None:
                         help="only this workspace's marks (default: every workspace's)")
         secret_flags(sp)
         options.add_common(sp)
-
-
-def _at_least_one(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
-    return int(text)
 
 
 # -- secrets ------------------------------------------------------------------------------------
@@ -288,11 +283,11 @@ def _prune(args: argparse.Namespace, env: Env) -> int:
         if not args.dry_run and not args.yes:
             plan = c.call("remote_prune", dry_run=True, **fields)
             lines = _prune_lines(plan, would=True)
-            for line in lines:
+            for line in lines if not args.json else ():
                 emit(line)
-            if not confirm("prune the repository? [y/N] ", lines, shown_on_stdout=True,
+            if not confirm("prune the repository? [y/N] ", lines, shown_on_stdout=not args.json,
                            refusal="prune the repository"):
-                emit("nothing deleted")
+                emit("nothing deleted", err=args.json)
                 return 1
         with Bar(args, env, running("prune", args.name), "pack"):
             r = c.call("remote_prune", dry_run=args.dry_run, **fields)
