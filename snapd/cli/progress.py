@@ -1,7 +1,8 @@
 """The progress bar of a long request, on a terminal only: drawn on stderr from ``status``,
 which the bar's own thread polls while the request runs (the daemon says there how far its
 work has come: a workspace's baseline ``progress``; the restores and rollbacks ``running``).
-One bar for every long command: ``watch``, ``restore``, ``rollback``, ``undo``.
+One bar for every long command: ``watch``, ``restore``, ``rollback``, ``undo``, and the remote
+ones, ``push``, ``verify --remote``, ``remote prune`` (:mod:`.remote`).
 
 What it counts is what it names (``unit``). When the request succeeds the bar is drawn
 finished and left on its line; when it fails the line is cleared for the error.
