@@ -34,7 +34,7 @@ from snapd.errors import (
     WrongPassword,
 )
 from snapd.remote import crypto
-from snapd.remote.fetch import readers
+from snapd.remote.fetch import Tree, readers
 from snapd.remote.files import FileBackend
 from snapd.remote.packs import pack_name
 from snapd.remote.push import Journal, push
@@ -414,3 +414,23 @@ def test_an_object_larger_than_a_pack_gets_a_pack_of_its_own(tmp_path: Path, sto
     big = trees.lookup(store.load_node, mark.tree, b"big.bin")
     assert big is not None
     assert [b.key for b in repo.packs()[repo.locate(big.key).key]] == [big.key]
+
+
+def test_a_restore_reads_every_directory_of_a_deep_tree_in_a_few_ranges(tmp_path: Path, store: Store) -> None:
+    ws = tmp_path / "ws"
+    for a in range(4):
+        for b in range(4):
+            for c in range(4):
+                write(ws / f"a{a}/b{b}/c{c}/d/data.bin", os.urandom(20 << 10))
+    mark = baseline(store, ws)
+    repo = new_repo(FileBackend(tmp_path / "remote"), tmp_path / "cache")
+    result = push(store, repo, [(mark, os.fsencode(ws))], "h", pack_target=256 << 10)
+    assert result.packs >= 5
+    recording = Recording(FileBackend(tmp_path / "remote"))
+    reader = Repository.open(recording, PASSWORD, tmp_path / "c2")
+    record = reader.find(mark.id)
+    before = len(recording.gets)
+    tree = Tree(reader, record.mark.tree)  # what readers() reads first: every node, 6 levels
+    assert len(tree.nodes) == 1 + 4 + 16 + 64 + 64
+    node_gets = [g for g in recording.gets[before:] if g.startswith("data/")]
+    assert len(node_gets) <= 2, node_gets  # a push packs the nodes together: one range, or two

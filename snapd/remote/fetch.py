@@ -35,6 +35,9 @@ GAP_BYTES = 256 << 10
 """Two blobs of a pack this close are read with one GET (the bytes between are read too)."""
 SPAN_BYTES = 32 << 20
 """The most one GET reads."""
+NODES_AHEAD = 1 << 20
+"""How far past the nodes it needs a read of tree nodes goes: a push packs a mark's nodes
+together in walk order, so the nodes of the levels below are most likely right after."""
 
 
 class Span(NamedTuple):
@@ -126,7 +129,10 @@ class Tree:
                 missing.append(key)
             else:
                 self._decode(key, held)
-        spans = plan_spans(repo, missing)
+        spans = [
+            span._replace(end=max(span.end, min(span.end + NODES_AHEAD, repo.pack_end(span.pack))))
+            for span in plan_spans(repo, missing)
+        ]
         for span, data in zip(spans, parallel(lambda s: read_span(repo, s), spans), strict=True):
             held = _Held(span.start, span.end, data)
             self._held.setdefault(span.pack, []).append(held)

@@ -41,8 +41,10 @@ Progress = Callable[[int, int], None]
 INDEX_EVERY = 256
 """Packs after which a long push writes an index (so a push cut short loses no more)."""
 READ_CHUNK = 256
-"""Objects read from the store at once: in walk order between chunks, so a pack holds
-neighbouring paths and a restore reads each pack about once."""
+READ_CHUNK_BYTES = 32 << 20
+"""Objects (and content bytes) read from the store at once (``Store.get_many`` reads them in
+key order; they are packed in walk order, so a pack holds neighbouring paths, the nodes
+together, and a restore reads each pack about once)."""
 
 
 class PushResult(NamedTuple):
@@ -173,8 +175,10 @@ class _Pusher:
                     in_flight.pop(0).result()
                 in_flight.append(pool.submit(self._upload, full))
 
-            for i in range(0, len(keys), READ_CHUNK):
-                for key, data in self.store.get_many(keys[i : i + READ_CHUNK]):
+            for chunk in _chunks(keys):
+                read = dict(self.store.get_many(chunk))  # in key order: packed in walk order
+                for key in chunk:
+                    data = read.pop(key)
                     self.bytes += len(data)
                     codec, payload = objects.encode(data)
                     encoding = bytes((codec,)) + payload
@@ -211,6 +215,20 @@ class _Pusher:
         if sent:
             self.repo.write_index(sent)
             self.journal.indexed(set(sent))
+
+
+def _chunks(keys: Sequence[str]) -> Iterator[Sequence[str]]:
+    """``keys`` in runs of at most :data:`READ_CHUNK` objects and :data:`READ_CHUNK_BYTES`
+    (a larger object alone)."""
+    start = size = 0
+    for i, key in enumerate(keys):
+        n = objects.parse_key(key)[1]
+        if i > start and (i - start >= READ_CHUNK or size + n > READ_CHUNK_BYTES):
+            yield keys[start:i]
+            start, size = i, 0
+        size += n
+    if start < len(keys):
+        yield keys[start:]
 
 
 class _Needs(NamedTuple):

@@ -94,6 +94,7 @@ class Repository:
         self._records: dict[str, MarkRecord] = {}  # by object name, marks/<mac>
         self._where: dict[str, Blob] = {}  # object key -> its blob (Blob.key: the pack's id)
         self._doomed_packs: frozenset[str] = frozenset()
+        self._pack_ends: dict[str, int] = {}  # pack -> where its last indexed blob ends
         self._nodes: BoundedLru[trees.Node] = BoundedLru(NODE_CACHE, 1 << 18, len)
 
     # -- opening ------------------------------------------------------------------------------
@@ -182,6 +183,7 @@ class Repository:
             self._indexes, self._doomed, self._records = indexes, doomed, marks
             self._doomed_packs = frozenset(p for d in doomed.values() for p in d.packs)
             self._where = self._locate_all(indexes)
+            self._pack_ends = _pack_ends(indexes.values())
             self.refreshed = started
 
     def _locate_all(self, indexes: Mapping[str, IndexFile]) -> dict[str, Blob]:
@@ -236,6 +238,11 @@ class Repository:
         if found is None:
             raise RemoteMissing(f"{self.backend.url}: object {key} is in no index of the repository", key=key)
         return found
+
+    def pack_end(self, pack: str) -> int:
+        """Where the last blob an index names in ``pack`` ends (its header follows): how far a
+        ranged read of it may go."""
+        return self._pack_ends.get(pack, 0)
 
     def index_files(self) -> dict[str, IndexFile]:
         """Every index file of the view by id, superseded ones included (prune, verify)."""
@@ -378,6 +385,7 @@ class Repository:
         _cache_write(self.cache / name, data)
         with self._lock:
             self._indexes = {**self._indexes, name: index}
+            self._pack_ends.update(_pack_ends([index]))
             if supersedes:
                 self._where = self._locate_all(self._indexes)
             else:  # a push's: its objects added (dict.get from other threads stays safe)
@@ -413,6 +421,15 @@ class Repository:
         with self._lock:
             self._records = {**self._records, record.name: record}
         return True
+
+
+def _pack_ends(indexes: Iterable[IndexFile]) -> dict[str, int]:
+    ends: dict[str, int] = {}
+    for index in indexes:
+        for pack, blobs in index.packs.items():
+            if blobs:
+                ends[pack] = max(ends.get(pack, 0), max(b.offset + b.length for b in blobs))
+    return ends
 
 
 def _user() -> str:
