@@ -265,3 +265,33 @@ def test_the_daemon_keeps_the_repository_open_so_a_10_file_mark_costs_3_requests
     second = d.call("push", name="r")
     assert second["marks"] == 1 and second["objects"] >= 10, second
     assert second["requests"] <= 3, second
+
+
+def test_a_store_upgraded_from_format_8_pushes_its_whole_history_on_mark(
+    s3_server: S3Server, home: Path, tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    """tests/fixtures/store-format8 (written by the release before the pushed table) under a
+    daemon with an on-mark remote: the upgrade queues every old mark, and they all land."""
+    import json
+    import shutil
+
+    fixture = Path(__file__).parent / "fixtures" / "store-format8"
+    marks = set(json.loads((fixture / "manifest.json").read_text()))
+    spec = s3_server.spec(bucket="snapd", prefix="upgraded")
+    maker_home = tmp_path / "maker"
+    maker_home.mkdir()
+    maker = start_daemon(maker_home, _env(maker_home, s3_server))  # makes the repository
+    daemons.append(maker)
+    maker.call("remote_add", name="r", url=spec.url, endpoint=s3_server.endpoint, password=PASSWORD)
+    shutil.copytree(fixture / "store", home / "store")
+    password_file = tmp_path / "r.pass"
+    password_file.write_text(PASSWORD)
+    (home / "config.toml").write_text(
+        f'[remotes.r]\nurl = "{spec.url}"\nendpoint = "{s3_server.endpoint}"\n'
+        f'password_file = "{password_file}"\npush = "on-mark"\n'
+    )
+    d = start_daemon(home, _env(home, s3_server))
+    daemons.append(d)
+    _pending_is(d, 0, timeout=30)
+    pushed = {m["id"] for m in d.call("remote_log", name="r")["marks"]}
+    assert marks <= pushed, marks - pushed
