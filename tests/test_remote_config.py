@@ -155,3 +155,33 @@ def test_add_makes_the_file_and_refuses_what_would_break_it(tmp_path: Path) -> N
         remote_config.remove_table(path, "zz")
     assert path.read_bytes() == before  # nothing written by a refusal
     assert list(path.parent.iterdir()) == [path]  # no temp file left
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"endpoint": "localhost:9000"}, "endpoint"),  # obstore would panic at the first request
+        ({"endpoint": "http://127.0.0.1:9000/bucket"}, "endpoint"),
+        ({"region": "eu west"}, "region"),
+        ({"url": "s3://Bad_Bucket/p"}, "bucket"),
+        ({"password_file": "relative.pass"}, "password_file"),
+    ],
+)
+def test_remote_add_refuses_a_bad_table_before_anything_is_written(
+    tmp_path: Path, fields: dict[str, str], says: str
+) -> None:
+    """The daemon's `remote add` checks the table (and the URL, endpoint and region by the
+    remote library's own rules) before it reaches any server or writes config.toml."""
+    from snapd.daemon.remotes import Remotes
+    from snapd.errors import SnapdError
+    from snapd.rollback.running import Running
+    from snapd.store.store import Store
+
+    config = tmp_path / "config.toml"
+    config.write_text("# mine\n")
+    with Store.open(tmp_path / "store") as store:
+        remotes = Remotes(store, {}, config, tmp_path, Running(), password="pw")
+        with pytest.raises(SnapdError, match=says) as err:
+            remotes.add("r", {"url": "s3://bucket/p", **fields}, None, {})
+        assert err.value.code in ("usage", "config")
+    assert config.read_text() == "# mine\n" and not (tmp_path / "remotes").exists()

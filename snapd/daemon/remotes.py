@@ -127,9 +127,14 @@ class Remotes:
     ) -> tuple[Repository, bool]:
         from snapd.remote.backend import open_backend
         from snapd.remote.repo import Repository
-        from snapd.remote.spec import parse_url
+        from snapd.remote.spec import check_endpoint, check_region, parse_url
 
         remote_config.check_name(name)
+        fields = dict(fields)
+        if "endpoint" in fields:  # its own rules, before the S3 client sees it
+            fields["endpoint"] = check_endpoint(fields["endpoint"])
+        if "region" in fields:
+            check_region(fields["region"])
         remote_config.check_table(name, fields, f"remote add {name}")
         if name in self.names():
             raise UsageError(f"a remote named {name!r} exists already (`snapctl remote remove {name}` first)")

@@ -213,8 +213,7 @@ class RemoteOps:
             raise UsageError(f"a sample is a fraction in (0, 1], got {sample}")
         repo = self.remotes.repository(name, password, _aws(credentials))
         with self.running.one("verify", repo.backend.url, name) as tracker:
-            tracker.phase("listing the repository")
-            repo.refresh()
+            tracker.phase("listing the repository")  # verify reads it all itself, damaged records too
             result = verify(repo, sample, tracker)
         problems = [
             {
