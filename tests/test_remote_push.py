@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,7 @@ from remote_helpers import (
 from remote_server import S3Server
 
 from snapd.config import load_config
-from snapd.errors import RemoteCorrupt, RemoteError
+from snapd.errors import RemoteCorrupt, RemoteError, RemoteFull
 from snapd.remote.backend import Backend, open_backend
 from snapd.remote.packs import pack_name
 from snapd.remote.push import push
@@ -194,3 +195,28 @@ def test_a_tampered_pack_is_refused_naming_the_path(tmp_path: Path, s3_server: S
     with pytest.raises(RemoteCorrupt, match="src/d3/f012.txt") as caught:
         restore(reader, mark.id, tmp_path / "out")
     assert caught.value.details["paths"] == ["src/d3/f012.txt"]
+
+
+def test_a_full_server_disk_stops_the_push_and_the_next_push_finishes_it(
+    tmp_path: Path, s3_servers: Callable[..., S3Server]
+) -> None:
+    server = s3_servers(tmpfs=6 << 20)
+    ws = tmp_path / "ws"
+    build_tree(ws, files=40, big=3 << 20)
+    new_repo(s3(server), tmp_path / "cache")
+    filler = server.folder / "filler"
+    filler.write_bytes(b"\0" * (4 << 20))  # about 2 MiB left: not enough for the 3 MiB of blobs
+    with Store.open(tmp_path / "store") as store:
+        mark = baseline(store, ws)
+        with pytest.raises(RemoteFull, match="s3://snapd/repo"):
+            push(store, Repository.open(s3(server), PASSWORD, tmp_path / "cache"), [(mark, os.fsencode(ws))],
+                 "h", pack_target=256 << 10)  # fmt: skip
+        assert Repository.open(s3(server), PASSWORD, tmp_path / "reader").marks() == []
+        filler.unlink()
+        again = Recording(s3(server))
+        result = push(store, Repository.open(again, PASSWORD, tmp_path / "cache"), [(mark, os.fsencode(ws))],
+                      "h", pack_target=256 << 10)  # fmt: skip
+        assert result.marks == 1 and result.resumed > 0
+        assert store.mark(mark.id) == mark
+    assert restore(Repository.open(s3(server), PASSWORD, tmp_path / "c2"), mark.id, tmp_path / "out").ok
+    same_tree(tmp_path / "out", ws)
