@@ -29,7 +29,7 @@ from snapd.remote.repo import THREADS, Repository, parallel
 from snapd.store import trees
 
 Progress = Callable[[int, int], None]
-WINDOW_BYTES = 128 << 20
+WINDOW_BYTES = 64 << 20
 """Fetched bytes held at once (in memory) ahead of the writer."""
 GAP_BYTES = 256 << 10
 """Two blobs of a pack this close are read with one GET (the bytes between are read too)."""
