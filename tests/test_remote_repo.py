@@ -34,7 +34,7 @@ from snapd.errors import (
     WrongPassword,
 )
 from snapd.remote import crypto
-from snapd.remote.fetch import Tree, readers
+from snapd.remote.fetch import Prefetcher, Tree, readers
 from snapd.remote.files import FileBackend
 from snapd.remote.packs import pack_name
 from snapd.remote.push import Journal, push
@@ -434,3 +434,23 @@ def test_a_restore_reads_every_directory_of_a_deep_tree_in_a_few_ranges(tmp_path
     assert len(tree.nodes) == 1 + 4 + 16 + 64 + 64
     node_gets = [g for g in recording.gets[before:] if g.startswith("data/")]
     assert len(node_gets) <= 2, node_gets  # a push packs the nodes together: one range, or two
+
+
+def test_contents_are_fetched_ahead_within_the_window(tmp_path: Path, store: Store) -> None:
+    ws = tmp_path / "ws"
+    build_tree(ws, files=10, big=2 << 20)
+    mark = baseline(store, ws)
+    repo = new_repo(FileBackend(tmp_path / "remote"), tmp_path / "cache")
+    push(store, repo, [(mark, os.fsencode(ws))], "h", pack_target=128 << 10)
+    reader = Repository.open(FileBackend(tmp_path / "remote"), PASSWORD, tmp_path / "c2")
+    tree = Tree(reader, reader.find(mark.id).mark.tree)
+    window = 256 << 10
+    ahead = Prefetcher(reader, tree, None, window)
+    largest = max(span.end - span.start for span in ahead.spans)
+    most = 0
+    for key in [k for k, paths in tree.holders.items() for _ in paths]:  # the writer's order
+        assert ahead.get(key) == store.get(key)
+        most = max(most, ahead.held)
+    assert ahead.total > 4 * window  # the window was needed
+    assert most <= window + largest, (most, window)
+    assert ahead.held == 0 and not ahead.futures  # everything released
