@@ -6,7 +6,9 @@ The same paths against a real S3 server: tests/test_remote_push.py (the remote t
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -36,7 +38,7 @@ from snapd.errors import (
 from snapd.remote import crypto
 from snapd.remote.fetch import Prefetcher, Tree, readers
 from snapd.remote.files import FileBackend
-from snapd.remote.packs import pack_name
+from snapd.remote.packs import Blob, pack_name
 from snapd.remote.push import Journal, push
 from snapd.remote.repo import Repository
 from snapd.store import trees
@@ -454,3 +456,26 @@ def test_contents_are_fetched_ahead_within_the_window(tmp_path: Path, store: Sto
     assert ahead.total > 4 * window  # the window was needed
     assert most <= window + largest, (most, window)
     assert ahead.held == 0 and not ahead.futures  # everything released
+
+
+def test_the_journal_survives_a_torn_line_and_keeps_each_packs_age(tmp_path: Path) -> None:
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path, max_age_s=3600)
+    blob = Blob("0" * 32 + "-3", 0, 40)
+    journal.add("a" * 64, [blob])
+    with open(path, "ab") as f:
+        f.write(b'{"pack": "' + b"t" * 64 + b'", "blo')  # the machine died while appending
+    journal.add("b" * 64, [blob])
+    assert set(journal.landed()) == {"a" * 64, "b" * 64}
+    hour = 3600 * 10**9
+    with open(path, "ab") as f:  # landed 2 h ago: prune may have deleted it (no index names it)
+        old = time.time_ns() - 2 * hour
+        f.write(json.dumps({"pack": "c" * 64, "blobs": [list(blob)], "time": old}).encode() + b"\n")
+        half = time.time_ns() - hour // 2
+        f.write(json.dumps({"pack": "d" * 64, "blobs": [list(blob)], "time": half}).encode() + b"\n")
+    assert set(journal.landed()) == {"a" * 64, "b" * 64, "d" * 64}
+    journal.indexed({"a" * 64, "b" * 64})
+    (line,) = path.read_bytes().splitlines()
+    assert json.loads(line)["time"] == half  # re-written, not re-dated
+    journal.indexed({"d" * 64})
+    assert not path.exists()

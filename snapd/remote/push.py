@@ -60,8 +60,9 @@ class PushResult(NamedTuple):
 
 class Journal:
     """Packs that landed and are not yet in an index written by this machine, one JSON line
-    each (``{"pack", "blobs", "time"}``), fsync'd as each lands; rewritten without them once an
-    index names them. A torn last line (a crash while appending) is ignored."""
+    each (``{"pack", "blobs", "time"}``: ``time`` when it landed), fsync'd as each lands;
+    rewritten without them once an index names them. A torn last line (a crash while
+    appending) is ignored, and the next line starts on a line of its own."""
 
     def __init__(self, path: Path, max_age_s: float) -> None:
         self.path = path
@@ -70,44 +71,52 @@ class Journal:
 
     def landed(self) -> dict[str, list[Blob]]:
         """Packs journaled within the age limit, with their blobs."""
+        return {pack: blobs for pack, (blobs, _) in self._entries().items()}
+
+    def _entries(self) -> dict[str, tuple[list[Blob], int]]:
         try:
             lines = self.path.read_bytes().splitlines()
         except FileNotFoundError:
             return {}
-        out: dict[str, list[Blob]] = {}
+        out: dict[str, tuple[list[Blob], int]] = {}
         oldest = time.time_ns() - self.max_age_ns
         for line in lines:
             try:
                 entry = json.loads(line)
                 if entry["time"] >= oldest:
-                    out[str(entry["pack"])] = [Blob(str(k), int(o), int(n)) for k, o, n in entry["blobs"]]
+                    blobs = [Blob(str(k), int(o), int(n)) for k, o, n in entry["blobs"]]
+                    out[str(entry["pack"])] = (blobs, int(entry["time"]))
             except (ValueError, KeyError, TypeError):
                 continue  # torn by a crash while it was appended
         return out
 
     def add(self, pack: str, blobs: Sequence[Blob]) -> None:
-        line = json.dumps({"pack": pack, "blobs": list(blobs), "time": time.time_ns()}).encode() + b"\n"
+        line = _line(pack, blobs, time.time_ns())
         with self._lock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
             try:
+                size = os.fstat(fd).st_size
+                if size and os.pread(fd, 1, size - 1) != b"\n":
+                    line = b"\n" + line  # after a torn line
                 os.write(fd, line)
                 safeio.fsync(fd)
             finally:
                 os.close(fd)
 
     def indexed(self, packs_: set[str]) -> None:
-        """Forget ``packs_``: an index the repository holds names them now."""
+        """Forget ``packs_``: an index the repository holds names them now. The others keep
+        the time they landed (their age is what says whether prune may have deleted them)."""
         with self._lock:
-            left = {p: b for p, b in self.landed().items() if p not in packs_}
+            left = {p: e for p, e in self._entries().items() if p not in packs_}
             if not left:
                 safeio.unlink(self.path)
                 return
-            now = time.time_ns()
-            text = b"".join(
-                json.dumps({"pack": p, "blobs": b, "time": now}).encode() + b"\n" for p, b in left.items()
-            )
-            safeio.write_atomic(self.path, text)
+            safeio.write_atomic(self.path, b"".join(_line(p, b, t) for p, (b, t) in left.items()))
+
+
+def _line(pack: str, blobs: Sequence[Blob], landed: int) -> bytes:
+    return json.dumps({"pack": pack, "blobs": list(blobs), "time": landed}).encode() + b"\n"
 
 
 def objects_of(load: trees.Load, tree: str, base: str | None) -> Iterator[tuple[str, bool]]:
