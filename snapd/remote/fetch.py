@@ -178,6 +178,8 @@ class Prefetcher:
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(THREADS)
         self._schedule()
+        if not spans:
+            self._pool.shutdown()  # a tree without contents
 
     def _schedule(self, also: int | None = None) -> None:
         with self._lock:
@@ -236,6 +238,7 @@ class Prefetcher:
                 f"{exc.message}; it holds {listed or 'no path of this mark'}: refused, not restored",
                 **{**exc.details, "paths": held},
             ) from None
+
 
 def readers(
     repo: Repository, record: MarkRecord, progress: Progress | None = None, *, window: int = WINDOW_BYTES
