@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,28 +32,45 @@ BUCKET, PREFIX = "snapd", "repo"
 URL = f"s3://{BUCKET}/{PREFIX}"
 MiB = 1 << 20
 
-Machine = Callable[..., Daemon]
 Ran = tuple[int, Any, subprocess.CompletedProcess[bytes]]  # exit code, JSON, the process
 
 
-@pytest.fixture
-def machines(tmp_path: Path) -> Iterator[Machine]:
-    """``machine(name)``: a daemon of its own SNAPD_HOME (another machine, as far as snapd can
-    tell), whose CLI environment carries ``password`` and the server's credentials."""
-    started: list[Daemon] = []
+class Machines:
+    """``machines(name, server)``: a daemon of its own SNAPD_HOME (another machine, as far as
+    snapd can tell), whose CLI environment carries ``password`` and the server's credentials."""
 
-    def machine(name: str, server: S3Server, password: str = PASSWORD) -> Daemon:
-        home = tmp_path / name / "snapd-home"
+    def __init__(self, top: Path) -> None:
+        self.top = top
+        self.started: list[Daemon] = []
+
+    def __call__(self, name: str, server: S3Server, password: str = PASSWORD) -> Daemon:
+        home = self.top / name / "snapd-home"
         home.parent.mkdir()
         d = start_daemon(home)
-        started.append(d)
+        self.started.append(d)
         d.env = {**d.env, "SNAPD_REMOTE_PASSWORD": password, **server.credentials}
         return d
 
+    def killed_and_started_again(self, d: Daemon) -> Daemon:
+        """SIGKILL ``d`` (a sandbox killed) unless it is dead already, then a daemon on the same
+        SNAPD_HOME."""
+        d.proc.kill()
+        d.proc.wait(10)
+        self.started.remove(d)
+        again = start_daemon(d.snapd_home)
+        self.started.append(again)
+        again.env = d.env
+        return again
+
+
+
+@pytest.fixture
+def machines(tmp_path: Path) -> Iterator[Machines]:
+    made = Machines(tmp_path)
     try:
-        yield machine
+        yield made
     finally:
-        codes = [d.stop() for d in started]
+        codes = [d.stop() for d in made.started]
         assert codes == [0] * len(codes), codes
 
 
@@ -149,7 +166,7 @@ def tricky_tree(root: Path) -> None:
 
 
 def test_a_mark_pushed_here_is_restored_exactly_on_a_machine_with_no_history(
-    s3_server: S3Server, machines: Machine, tmp_path: Path
+    s3_server: S3Server, machines: Machines, tmp_path: Path
 ) -> None:
     a = machines("a", s3_server)
     ws = watched(a, tmp_path / "work" / "proj")
@@ -215,7 +232,7 @@ class Landed:
 
 @pytest.mark.parametrize("cut", ["a pack landed", "every pack landed"])
 def test_a_push_cut_by_the_server_s_death_leaves_no_mark_and_resumes_without_resending(
-    s3_servers: MakeServer, machines: Machine, tmp_path: Path, cut: str
+    s3_servers: MakeServer, machines: Machines, tmp_path: Path, cut: str
 ) -> None:
     """The server is killed (SIGKILL) once the first of the push's packs is whole on its disk, or
     once all are (the index and the record not yet: each request is held 0.3 s on its way)."""
@@ -282,11 +299,61 @@ def test_a_push_cut_by_the_server_s_death_leaves_no_mark_and_resumes_without_res
     assert snapshot(dest) == want, snap_diff(snapshot(dest), want)
 
 
+def test_a_push_cut_by_the_daemon_s_death_resumes_from_its_journal_once_it_is_started_again(
+    s3_servers: MakeServer, machines: Machines, tmp_path: Path
+) -> None:
+    """A sandbox killed mid-push: once every pack is whole on the server (its index and record
+    not yet sent: each request is held 0.3 s), the network goes (the server is killed, so no
+    held request lands later) and the daemon gets SIGKILL. Started again on the same
+    SNAPD_HOME, its push indexes what landed from the journal and sends none of it again."""
+    server = s3_servers(proxy=True)
+    a = machines("a", server)
+    ws = watched(a, tmp_path / "proj")
+    for i in range(8):
+        random_file(ws / f"blob-{i}.bin", PAYLOAD // 8, seed=300 + i)
+    m1 = mark(a, ws, "m1")
+    want = snapshot(ws)
+    add_remote(a, server)
+    landing = Landed(server, set())
+    assert server.proxy is not None
+    server.proxy.delay_s = 0.3
+    proc = subprocess.Popen([sys.executable, "-m", "snapd", "push", "--json"], env=a.env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        def every_pack_landed() -> bool:
+            assert proc.poll() is None, f"the push ended before the cut: {proc.communicate()}"
+            return sum(landing.now().values()) >= PAYLOAD
+        wait_for(every_pack_landed, 120, interval=0.005, what="the push's packs land")
+        server.kill()  # first: the requests the proxy holds must not land after the daemon's death
+        a.proc.kill()
+        out, err = proc.communicate(timeout=60)  # the client sees its daemon gone
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 3 and json.loads(out)["error"]["code"] == "daemon_unavailable", (out, err)
+    server.restart()
+    a = machines.killed_and_started_again(a)
+    server.proxy.delay_s = 0.0
+    landed = {n: (repo_dir(server) / n).read_bytes() for n in landing.now()}
+    assert m1 not in {m["id"] for m in remote_log(a)}
+
+    resumed = push(a)
+    assert resumed["marks"] >= 1 and resumed["packs"] == 0 and resumed["bytes"] == 0, resumed
+    assert resumed["resumed"] == len(landed), resumed
+    assert {n: (repo_dir(server) / n).read_bytes() for n in landing.now()} == landed
+    b = machines("b", server)
+    add_remote(b, server)
+    code, out_, cp = restore_from(b, m1, tmp_path / "restored")
+    assert code == 0, describe(cp)
+    assert snapshot(tmp_path / "restored") == want
+
+
 # == (3) no plaintext on the server =================================================================
 
 
 def test_the_bucket_holds_no_content_name_label_or_message_in_clear(
-    s3_server: S3Server, machines: Machine, tmp_path: Path
+    s3_server: S3Server, machines: Machines, tmp_path: Path
 ) -> None:
     tag = secrets.token_hex(6)
     canaries = {
@@ -321,7 +388,7 @@ def test_the_bucket_holds_no_content_name_label_or_message_in_clear(
 
 
 def test_a_flipped_byte_in_a_pack_is_refused_by_path_and_nothing_else_is_lost(
-    s3_server: S3Server, machines: Machine, tmp_path: Path
+    s3_server: S3Server, machines: Machines, tmp_path: Path
 ) -> None:
     a = machines("a", s3_server)
     ws = watched(a, tmp_path / "proj")
@@ -370,7 +437,7 @@ def test_a_flipped_byte_in_a_pack_is_refused_by_path_and_nothing_else_is_lost(
 
 
 def test_two_stores_pushing_to_one_prefix_at_once_both_land_completely(
-    s3_server: S3Server, machines: Machine, tmp_path: Path
+    s3_server: S3Server, machines: Machines, tmp_path: Path
 ) -> None:
     shared = hashlib.shake_256(b"shared").digest(2 * MiB)
     sides: dict[str, tuple[Daemon, Path, str, dict[str, Any]]] = {}
@@ -411,7 +478,7 @@ def test_two_stores_pushing_to_one_prefix_at_once_both_land_completely(
 
 
 def test_a_wrong_password_is_a_clear_error_and_writes_nothing(
-    s3_server: S3Server, machines: Machine, tmp_path: Path
+    s3_server: S3Server, machines: Machines, tmp_path: Path
 ) -> None:
     a = machines("a", s3_server)
     ws = watched(a, tmp_path / "proj")
@@ -442,7 +509,7 @@ def test_a_wrong_password_is_a_clear_error_and_writes_nothing(
 
 
 def test_remote_log_json_names_host_store_workspace_and_the_mark(
-    s3_server: S3Server, machines: Machine, tmp_path: Path
+    s3_server: S3Server, machines: Machines, tmp_path: Path
 ) -> None:
     a = machines("a", s3_server)
     ws = watched(a, tmp_path / "proj")
@@ -495,7 +562,7 @@ def _plant_lock(server: S3Server, host: str, age_s: float) -> str:
 
 
 def test_prune_is_refused_while_another_holds_the_lock_then_prunes_and_keeps_what_it_keeps(
-    s3_server: S3Server, machines: Machine, tmp_path: Path
+    s3_server: S3Server, machines: Machines, tmp_path: Path
 ) -> None:
     a = machines("a", s3_server)
     ws = watched(a, tmp_path / "proj")
@@ -541,7 +608,7 @@ def test_prune_is_refused_while_another_holds_the_lock_then_prunes_and_keeps_wha
 
 
 def test_the_readme_walk_through_runs_as_written(
-    s3_server: S3Server, machines: Machine, tmp_path: Path
+    s3_server: S3Server, machines: Machines, tmp_path: Path
 ) -> None:
     """README.md's remote section, line by line, on two machines: MinIO's address and keys are
     this server's, its bucket is made, /tmp is this test's directory."""
@@ -591,7 +658,7 @@ def test_the_readme_walk_through_runs_as_written(
 
 
 def test_a_password_file_is_read_less_its_line_end_and_refused_when_others_may_read_it(
-    s3_server: S3Server, machines: Machine, tmp_path: Path
+    s3_server: S3Server, machines: Machines, tmp_path: Path
 ) -> None:
     a = machines("a", s3_server)
     assert add_remote(a, s3_server)["created"] is True
@@ -614,7 +681,7 @@ def test_a_password_file_is_read_less_its_line_end_and_refused_when_others_may_r
 
 
 def test_push_draws_its_progress_bar_on_a_terminal_and_says_what_it_sent(
-    s3_servers: MakeServer, machines: Machine, tmp_path: Path
+    s3_servers: MakeServer, machines: Machines, tmp_path: Path
 ) -> None:
     server = s3_servers(proxy=True)
     a = machines("a", server)
@@ -642,7 +709,7 @@ def test_push_draws_its_progress_bar_on_a_terminal_and_says_what_it_sent(
 
 
 def test_a_changed_password_opens_the_repository_and_the_old_one_no_longer_does(
-    s3_server: S3Server, machines: Machine, tmp_path: Path
+    s3_server: S3Server, machines: Machines, tmp_path: Path
 ) -> None:
     a = machines("a", s3_server)
     ws = watched(a, tmp_path / "proj")
