@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -145,6 +146,7 @@ def test_two_stores_push_to_one_prefix_at_once_and_both_restore(tmp_path: Path, 
     new_repo(s3(s3_server), tmp_path / "init-cache")
     trees_: dict[str, Path] = {}
     results: dict[str, object] = {}
+    spans: dict[str, tuple[float, float]] = {}
     go = threading.Barrier(2)
 
     def one(name: str) -> None:
@@ -158,7 +160,9 @@ def test_two_stores_push_to_one_prefix_at_once_and_both_restore(tmp_path: Path, 
             go.wait(30)
             try:
                 pairs = [(mark, os.fsencode(ws))]
+                began = time.monotonic()
                 results[name] = push(store, repo, pairs, f"host-{name}", pack_target=128 << 10)
+                spans[name] = (began, time.monotonic())
             except BaseException as exc:  # reported by the main thread
                 results[name] = exc
 
@@ -169,6 +173,7 @@ def test_two_stores_push_to_one_prefix_at_once_and_both_restore(tmp_path: Path, 
         t.join(180)
     for name in ("a", "b"):
         assert not isinstance(results.get(name), BaseException), results.get(name)
+    assert max(b for b, _ in spans.values()) < min(e for _, e in spans.values()), "not at once"
     reader = Repository.open(s3(s3_server), PASSWORD, tmp_path / "reader")
     assert {r.host for r in reader.marks()} == {"host-a", "host-b"}
     for name, ws in trees_.items():
