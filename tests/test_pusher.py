@@ -124,7 +124,7 @@ def test_a_restarted_daemon_pushes_the_marks_left_pending(
     for label in ("while-down-1", "while-down-2"):
         assert _mark(d, ws, label) < PROMPT_S
     _pending_is(d, 2, timeout=5)
-    d.stop()
+    assert d.stop() == 0  # promptly, and cleanly, though a push is still retrying
     s3_server.start()
     # the password from the remote's password_file, the keys from the daemon's environment
     d = start_daemon(home, _env(home, s3_server))
@@ -283,3 +283,25 @@ def test_a_store_upgraded_from_format_8_pushes_its_whole_history_on_mark(
     _pending_is(d, 0, timeout=30)
     pushed = {m["id"] for m in d.call("remote_log", name="r")["marks"]}
     assert marks <= pushed, marks - pushed
+
+
+def test_the_daemon_stops_promptly_while_a_push_hangs(
+    s3_server: S3Server, home: Path, tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    """A push stuck on a server that answers nothing is abandoned at stop (what it sent is
+    journaled): `snapd stop` neither waits for it nor exits unclean."""
+    ws = tmp_path / "ws"
+    write(ws / "notes.txt", "start\n")
+    d = start_daemon(home, _env(home, s3_server))
+    d.call("watch", path=os.fsencode(ws))
+    _add_on_mark(d, s3_server, tmp_path)
+    _pending_is(d, 0)
+    s3_server.pause()
+    try:
+        _mark(d, ws, "hanging")
+        wait_for(lambda: _remote(d)["pushing"], 10, what="the on-mark push has started")
+        started = time.monotonic()
+        assert d.stop() == 0
+        assert time.monotonic() - started < 10, time.monotonic() - started
+    finally:
+        s3_server.resume()

@@ -15,6 +15,7 @@ anything else, then the socket guard (daemons of two stores may share a runtime 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import pwd
 import signal
@@ -64,6 +65,9 @@ class Daemon:
         self.penv = penv
         self._stop = threading.Event()
         self.notifier = Notifier(penv.notify_socket, penv.watchdog_usec)
+        #: remote operations left waiting on a server at stop: their requests' threads cannot
+        #: be cancelled, and an exit that joined them would wait for the server (main's os._exit)
+        self.abandoned = 0
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -111,9 +115,12 @@ class Daemon:
             server.stop(drain_timeout_s=10.0)
             service.stop()
             events.stop()
+            self.abandoned = service.remotes.in_flight()
             store.close()
             guard.release()
             lock.release()
+        if self.abandoned:
+            log.warning("daemon.remote_abandoned", operations=self.abandoned)
         log.info("daemon.stopped")
         return 0
 
@@ -237,7 +244,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _homes(env), env.get("NOTIFY_SOCKET"), _int(env.get("WATCHDOG_USEC")),
                 env.get("SNAPD_REMOTE_PASSWORD") or None,
             )
-            return Daemon(config, penv).run()
+            daemon = Daemon(config, penv)
+            code = daemon.run()
+            if daemon.abandoned:  # a push to a server that answers nothing: what it sent is journaled
+                logging.shutdown()
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+            return code
         if args.command == "install-service":
             from snapd.daemon.service_unit import install_service
 

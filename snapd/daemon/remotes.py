@@ -28,7 +28,8 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,7 +38,7 @@ import structlog
 
 from snapd import remote_config
 from snapd.errors import NotFound, RemoteError, SnapdError, UsageError
-from snapd.rollback.running import Running
+from snapd.rollback.running import Op, Running, Tracker
 from snapd.store.records import WorkspaceRecord
 from snapd.store.store import Store
 
@@ -88,6 +89,7 @@ class Remotes:
         self._opening: dict[str, threading.Lock] = {}  # one unlock at a time per remote
         self._busy: dict[str, threading.Lock] = {}  # one push or prune at a time per remote
         self.records: dict[str, PushRecord] = {}
+        self._working = 0  # remote operations in flight (working)
         self._ids = self._read_ids()  # name -> repository id
 
     # -- the tables ---------------------------------------------------------------------------
@@ -225,6 +227,24 @@ class Remotes:
                 known.password = new
         return old
 
+    @contextmanager
+    def working(self, op: Op, url: str, target: Path | str) -> Iterator[Tracker]:
+        """A remote operation in flight: in ``status``'s ``running`` table, and counted
+        (:meth:`in_flight`), since its requests cannot be cancelled."""
+        with self._lock:
+            self._working += 1
+        try:
+            with self.running.one(op, url, target) as tracker:
+                yield tracker
+        finally:
+            with self._lock:
+                self._working -= 1
+
+    def in_flight(self) -> int:
+        """Remote operations still running (at stop: left waiting on a server)."""
+        with self._lock:
+            return self._working
+
     def busy(self, name: str) -> threading.Lock:
         """Held while a push or a prune runs against ``name``."""
         with self._lock:
@@ -250,7 +270,7 @@ class Remotes:
         if not lock.acquire(blocking=wait):
             return None
         try:
-            with self.running.one("push", self.table(name)["url"], name) as tracker:
+            with self.working("push", self.table(name)["url"], name) as tracker:
                 tracker.phase("opening the repository")
                 try:
                     repo = self.repository(name, password, credentials)

@@ -142,7 +142,7 @@ class RemoteOps:
         policy = PrunePolicy(keep_last, keep_within_s)
         grace = DEFAULT_GRACE_S if grace_s is None else grace_s
         repo = self.remotes.repository(name, password, _aws(credentials))
-        with self.remotes.busy(name), self.running.one("prune", repo.backend.url, name) as tracker:
+        with self.remotes.busy(name), self.remotes.working("prune", repo.backend.url, name) as tracker:
             tracker.phase("listing the repository")
             result = prune(repo, policy, grace, dry_run, tracker, host=self.remotes.host)
         return {"name": name, "repo_id": repo.id, **dataclasses.asdict(result)}
@@ -212,7 +212,7 @@ class RemoteOps:
         if sample is not None and not 0 < sample <= 1:
             raise UsageError(f"a sample is a fraction in (0, 1], got {sample}")
         repo = self.remotes.repository(name, password, _aws(credentials))
-        with self.running.one("verify", repo.backend.url, name) as tracker:
+        with self.remotes.working("verify", repo.backend.url, name) as tracker:
             tracker.phase("listing the repository")  # verify reads it all itself, damaged records too
             result = verify(repo, sample, tracker)
         problems = [
@@ -267,7 +267,7 @@ def restore_from_remote(
             lost = CorruptObject if isinstance(exc, RemoteCorrupt) else MissingObject
             raise lost(exc.message, key=key) from exc
 
-    with running.one("restore", repo.backend.url, dest) as tracker:
+    with remotes.working("restore", repo.backend.url, dest) as tracker:
         tracker.phase("listing the repository")
         repo.refresh()
         record = repo.find(ref, host, workspace)
