@@ -89,8 +89,12 @@ class Recording:
         self._lock = threading.Lock()
 
     @property
-    def requests(self) -> int:  # type: ignore[override]
+    def requests(self) -> int:
         return self.inner.requests
+
+    @requests.setter
+    def requests(self, value: int) -> None:
+        self.inner.requests = value
 
     def put(self, name: str, data: bytes) -> None:
         self.inner.put(name, data)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -48,7 +49,7 @@ pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
+def store(tmp_path: Path) -> Iterator[Store]:
     s = Store.open(tmp_path / "store")
     yield s
     s.close()
@@ -160,7 +161,11 @@ def test_an_incremental_push_reads_only_the_directories_that_changed(
     second = capture_paths(store, store.add_workspace(os.fsencode(ws)), ws, [r.encode() for r in rels], "m")
     loaded: list[str] = []
     load = store.load_node
-    monkeypatch.setattr(store, "load_node", lambda key: (loaded.append(key), load(key))[1])
+    def counted(key: str) -> trees.Node:
+        loaded.append(key)
+        return load(key)
+
+    monkeypatch.setattr(store, "load_node", counted)
     result = push(store, repo, [(second, os.fsencode(ws))], "h")
     assert result.objects == len(rels) + 3  # the contents, src/d0, src and the root
     assert len(loaded) <= 6, f"{len(loaded)} nodes read: the whole tree was walked"
