@@ -736,3 +736,32 @@ def test_a_changed_password_opens_the_repository_and_the_old_one_no_longer_does(
     assert b"left as it is" in cp.stdout, describe(cp)
     assert b.ctl_json("remote", "list")["remotes"] == []
     assert keys == [n for n in objects(s3_server) if n.startswith("keys/")]
+
+
+# == a full server ===================================================================================
+
+
+def test_a_full_server_disk_is_a_clear_error_and_the_marks_go_on(
+    s3_servers: MakeServer, machines: Machines, tmp_path: Path
+) -> None:
+    """The server serves from an 8 MiB tmpfs; a push of 16 MiB fails saying the server is
+    full, no record is written, and the daemon goes on marking and restoring locally."""
+    server = s3_servers(tmpfs=8 * MiB)
+    a = machines("a", server)
+    ws = watched(a, tmp_path / "proj")
+    for i in range(4):
+        random_file(ws / f"f{i}.bin", 4 * MiB, seed=700 + i)
+    m1 = mark(a, ws, "m1")
+    want = snapshot(ws)
+    add_remote(a, server)
+    code, out, cp = ctl(a, "push")
+    assert code == 12 and out["error"]["code"] == "remote_full", describe(cp)
+    human = run_ctl(a.env, "push", timeout=300)
+    assert human.returncode == 12 and b"full" in human.stderr, describe(human)
+    assert not [n for n in objects(server) if n.startswith("marks/")]
+    write(ws / "after.txt", "after\n")
+    mark(a, ws, "m2")  # the mark path is not the push's
+    code, out, cp = ctl(a, "restore", m1, "--target", tmp_path / "local", "-w", ws)
+    assert code == 0 and snapshot(tmp_path / "local") == want, describe(cp)
+    st = a.ctl_json("status")
+    assert [r["name"] for r in st["remotes"]] == ["backup"] and st["remotes"][0]["last_error"], st["remotes"]
