@@ -22,15 +22,20 @@ Progress = Callable[[int, int], None]  # (done, how many in all)
 Op = Literal["restore", "rollback", "undo", "push", "verify", "prune"]
 
 
+#: The phase an entry shows while its work is counted, by op (default: "writing").
+COUNTING = {"push": "sending", "verify": "checking", "prune": "pruning"}
+
+
 class Tracker:
     """One entry of :class:`Running`: called as ``tracker(done, total)``, or told its phase."""
 
     def __init__(self, lock: threading.Lock, entry: dict[str, object]) -> None:
         self._lock, self._entry = lock, entry
+        self._counting = COUNTING.get(str(entry["op"]), "writing")
 
     def __call__(self, done: int, total: int) -> None:
         with self._lock:
-            self._entry.update(done=done, total=total, phase="writing")
+            self._entry.update(done=done, total=total, phase=self._counting)
 
     def phase(self, what: str) -> None:
         """What is being done now, before its work can be counted (the bar shows the words)."""
