@@ -42,7 +42,7 @@ from snapd.remote.files import FileBackend
 from snapd.remote.packs import Blob, pack_name
 from snapd.remote.push import Journal, push
 from snapd.remote.repo import Repository
-from snapd.store import trees
+from snapd.store import batch, trees
 from snapd.store.store import Store
 
 pytestmark = pytest.mark.timeout(60)
@@ -228,14 +228,25 @@ def test_find_by_id_prefix_label_host_and_workspace(tmp_path: Path, store: Store
         repo.find("ten", host="host-b")
     with pytest.raises(NotFound):
         repo.find("ten~5")
-    ids = [ma.id, mb.id, m2.id]
-    shared = os.path.commonprefix(ids)
-    if len(shared) >= 4:
-        with pytest.raises(Ambiguous):
-            repo.find(shared)
+    with pytest.raises(NotFound):
+        repo.find(m2.id, workspace=os.fsencode(b))
 
 
-# -- interrupted pushes, doomed packs ------------------------------------------------------------
+def test_find_refuses_an_ambiguous_id_prefix(
+    tmp_path: Path, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = iter(["7abcd00001", "7abcd00002"])
+    monkeypatch.setattr(batch, "new_mark_id", lambda: next(ids))
+    a = tmp_path / "a"
+    build_tree(a, files=5)
+    repo = new_repo(FileBackend(tmp_path / "remote"), tmp_path / "cache")
+    first = baseline(store, a)
+    second = ten_file_mark(store, a, "ten")
+    push(store, repo, [(first, os.fsencode(a)), (second, os.fsencode(a))], "h")
+    with pytest.raises(Ambiguous, match="7abcd00001.*7abcd00002|7abcd00002.*7abcd00001") as caught:
+        repo.find("7abcd")
+    assert sorted(caught.value.details["candidates"]) == ["7abcd00001", "7abcd00002"]
+    assert repo.find("7abcd00002").mark.label == "ten"  # a full id is never ambiguous
 
 
 class Cut(Recording):
