@@ -301,7 +301,6 @@ class Repository:
         ]
         if r.is_id:
             found = [rec for rec in found if rec.mark.id.startswith(r.base)]
-            found = [rec for rec in found if rec.mark.id == r.base] or found
             if len({rec.mark.id for rec in found}) > 1:
                 listed = ", ".join(f"{r.mark.id} ({shown(r.mark.label)}, {r.host})" for r in found[:10])
                 raise Ambiguous(
