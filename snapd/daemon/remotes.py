@@ -317,14 +317,17 @@ class Remotes:
         return len(self.store.unpushed(repo_id, watched))
 
     def status(self) -> list[dict[str, Any]]:
+        """Each remote as ``status`` and ``remote_list`` show it: its table's keys (as of now: a
+        remote removed meanwhile is not listed) and its push state."""
+        with self._lock:
+            tables = {name: dict(t) for name, t in sorted(self._tables.items())}
         out = []
-        for name in self.names():
-            t = self.table(name)
+        for name, t in tables.items():
             with self._lock:
                 record = self.records.get(name) or PushRecord()
                 busy = self._busy.get(name)
             out.append({
-                "name": name, "url": t["url"], "push": t.get("push", "manual"),
+                **t, "name": name, "push": t.get("push", "manual"),
                 "pending": self.pending(name), "pushing": bool(busy and busy.locked()),
                 "last_push": record.last_push, "last_error": record.last_error,
             })  # fmt: skip

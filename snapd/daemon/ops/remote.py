@@ -98,8 +98,7 @@ class RemoteOps:
         return out
 
     def op_remote_list(self) -> dict[str, Any]:
-        remotes = [{**self.remotes.table(s["name"]), **s} for s in self.remotes.status()]
-        return {"remotes": remotes, "config_file": str(self.remotes.config_file)}
+        return {"remotes": self.remotes.status(), "config_file": str(self.remotes.config_file)}
 
     def op_remote_remove(self, name: str) -> dict[str, Any]:
         """The remote's table goes from config.toml; the repository is left as it is."""
