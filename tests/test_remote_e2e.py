@@ -186,6 +186,7 @@ def test_a_mark_pushed_here_is_restored_exactly_on_a_machine_with_no_history(
     assert pushed["marks"] >= 2 and pushed["objects"] > 0, pushed
     again = push(a)  # nothing new: nothing sent
     assert again["marks"] == 0 and again["objects"] == 0, again
+    assert b"nothing to push" in a.ctl("push").stdout
 
     b = machines("b", s3_server)
     opened = add_remote(b, s3_server)
@@ -765,3 +766,5 @@ def test_a_full_server_disk_is_a_clear_error_and_the_marks_go_on(
     assert code == 0 and snapshot(tmp_path / "local") == want, describe(cp)
     st = a.ctl_json("status")
     assert [r["name"] for r in st["remotes"]] == ["backup"] and st["remotes"][0]["last_error"], st["remotes"]
+    shown = a.ctl("status").stdout
+    assert b"remote backup" in shown and b"last error" in shown and b"full" in shown, shown

@@ -220,7 +220,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         sp.add_argument("mark", help=MARK_REF_HELP)
         sp.add_argument("file", metavar="FILE", help="the file (relative to the current directory)")
     if wanted("verify"):
-        from snapd.cli import remote
+        from snapd.cli import remote, secrets
 
         sp = add("verify", "re-hash stored objects; non-zero exit on any problem", ws=False)
         sp.add_argument(
@@ -228,7 +228,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             help="check a sample of contents: 10%% (with --remote: P%% of the packs, default 10)",
         )
         sp.add_argument("--remote", metavar="NAME", help="read back and check the remote NAME instead")
-        remote.secret_flags(sp)
+        secrets.secret_flags(sp)
     if wanted("gc"):
         sp = add("gc", "apply retention and reclaim space", ws=False)
         sp.add_argument("--dry-run", action="store_true", help="list what it would evict")
@@ -255,7 +255,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         sp.add_argument("mark", metavar="MARK", help=MARK_REF_HELP)
         sp.add_argument("--target", required=True, metavar="DEST", help="where to write it (absent or empty)")
         sp.add_argument("-y", "--yes", action="store_true", help="accepted for scripts: restore never asks")
-        from snapd.cli import remote
+        from snapd.cli import secrets
 
         sp.add_argument(
             "--from", dest="from_remote", metavar="NAME",
@@ -263,7 +263,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             "workspace as the pushing machine did)",
         )
         sp.add_argument("--host", help="with --from: the mark pushed from this host (when several match)")
-        remote.secret_flags(sp)
+        secrets.secret_flags(sp)
     if wanted("diff"):
         sp = add(
             "diff", "unified diff between two marks, or a mark and the workspace now (paths after --)",

@@ -2,11 +2,8 @@
 passwd`` and ``push``; ``restore --from`` and ``verify --remote`` come here from their own
 commands (:mod:`.rollback`, :mod:`.status`).
 
-Secrets travel in the request, never in argv: the repository password from ``--password-file``
-(a file others may read is refused) or ``SNAPD_REMOTE_PASSWORD``, and the ``AWS_*`` variables of
-this environment (``credentials``), so a daemon started elsewhere reaches the bucket as the user
-who typed the command. Neither is sent when absent: the daemon then uses its own environment
-and the remote's ``password_file``.
+Every request to a repository carries the secrets :mod:`.secrets` gathers (the password, the
+``AWS_*`` credentials); the daemon does the remote work and answers in counts.
 
 This module is loaded only by the commands it serves: none of ``mark``'s start-up cost.
 """
@@ -16,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import stat
 from typing import Any
 
 from snapd.cli import options
@@ -24,10 +20,10 @@ from snapd.cli.output import emit, path_text, size, when
 from snapd.cli.progress import Bar, Find
 from snapd.cli.prompt import confirm
 from snapd.cli.request import Env, absolute, client, human, named_workspace, show_warnings
+from snapd.cli.secrets import PASSWORD_ENV, ask_password, read_password_file, secret_flags, secrets
 from snapd.display import count
 from snapd.errors import UsageError
 
-PASSWORD_ENV = "SNAPD_REMOTE_PASSWORD"
 LOST_PASSWORD = (
     "keep this password safe: everything in the repository is encrypted with it, and a lost "
     "password is an unrecoverable loss (nobody, snapd included, can read the history without it)"
@@ -54,14 +50,6 @@ def percent(text: str) -> float:
     if not 0 < value <= 100:
         raise argparse.ArgumentTypeError(f"must be a percentage above 0 and at most 100, got {text!r}")
     return value / 100
-
-
-def secret_flags(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument(
-        "--password-file", metavar="FILE",
-        help=f"read the repository password from FILE (default: ${PASSWORD_ENV}, else the remote's "
-        "password_file); a file other users may read is refused",
-    )
 
 
 def add_parsers(sub: Any, wanted: Any) -> None:
@@ -119,64 +107,6 @@ def add_parsers(sub: Any, wanted: Any) -> None:
         options.add_common(sp)
 
 
-# -- secrets ------------------------------------------------------------------------------------
-
-
-def read_password_file(path: str) -> str:
-    """The password in ``path``: its text, less one line end. Refused when other users may
-    read it (they would hold every byte of the repository); a group may, with a warning."""
-    try:
-        with open(path, "rb") as f:
-            mode = os.fstat(f.fileno()).st_mode
-            raw = f.read(64 * 1024)
-    except OSError as exc:
-        raise UsageError(f"--password-file {path}: {exc.strerror}") from None
-    if mode & stat.S_IROTH:
-        raise UsageError(
-            f"--password-file {path} can be read by every user of this machine (mode "
-            f"{stat.S_IMODE(mode):04o}); the password opens the whole repository: chmod 600 it"
-        )
-    if mode & stat.S_IRGRP:
-        emit(f"snapctl: warning: --password-file {path} can be read by its group (mode "
-             f"{stat.S_IMODE(mode):04o}): chmod 600 it", err=True)
-    try:
-        text = raw.decode("utf-8").removesuffix("\n").removesuffix("\r")
-    except UnicodeDecodeError:
-        raise UsageError(f"--password-file {path} is not UTF-8 text") from None
-    if not text:
-        raise UsageError(f"--password-file {path} is empty")
-    return text
-
-
-def secrets(args: argparse.Namespace, env: Env) -> dict[str, Any]:
-    """The ``password`` and ``credentials`` arguments of a remote request (each when known)."""
-    out: dict[str, Any] = {}
-    if getattr(args, "password_file", None):
-        out["password"] = read_password_file(args.password_file)
-    elif PASSWORD_ENV in env:
-        if not env[PASSWORD_ENV]:
-            raise UsageError(f"{PASSWORD_ENV} is set but empty")
-        out["password"] = env[PASSWORD_ENV]
-    aws = {k: v for k, v in env.items() if k.startswith("AWS_")}
-    if aws:
-        out["credentials"] = aws
-    return out
-
-
-def _ask_password(question: str) -> str:
-    """A new password, typed twice on the terminal (never echoed)."""
-    if not os.isatty(0):
-        raise UsageError("no terminal to ask for the new password on: give --new-password-file FILE")
-    import getpass  # deferred: only a password change asks
-
-    first = getpass.getpass(question)
-    if not first:
-        raise UsageError("the new password is empty: nothing changed")
-    if getpass.getpass("the same again: ") != first:
-        raise UsageError("the two passwords differ: nothing changed")
-    return first
-
-
 # -- progress -----------------------------------------------------------------------------------
 
 
@@ -231,17 +161,39 @@ def _list(args: argparse.Namespace, env: Env) -> int:
     for x in r["remotes"]:
         where = f" (endpoint {x['endpoint']})" if x.get("endpoint") else ""
         emit(f"{x['name']}  {x['url']}{where}  push {x.get('push', 'manual')}")
-        if x.get("pending") is not None:
-            emit(f"  pending: {count(x['pending'], 'mark')}")
-        last = x.get("last_push")
-        if last:
-            emit(f"  last push {when(last.get('time'))}: {count(last.get('marks', 0), 'mark')}, "
-                 f"{count(last.get('objects', 0), 'object')} ({size(last.get('bytes', 0))})")
-        if error := x.get("last_error"):
-            text = error.get("message", "") if isinstance(error, dict) else str(error)
-            at = f" ({when(error['time'])})" if isinstance(error, dict) and error.get("time") else ""
-            emit(f"  last error{at}: {text}", err=True)
+        summary, error = _state(x)
+        emit(f"  {summary}")
+        if error:
+            emit(f"  {error}", err=True)
     return 0
+
+
+def _state(x: dict[str, Any]) -> tuple[str, str | None]:
+    """A remote's state for people (``remote list``, ``status``): pending marks and the last
+    push; then its last error, if any."""
+    pending = x.get("pending")
+    line = "? marks pending" if pending is None else f"{count(pending, 'mark')} pending"
+    if x.get("pushing"):
+        line += ", pushing now"
+    if last := x.get("last_push"):
+        line += (f"; last push {when(last.get('time'))}: {count(last.get('marks', 0), 'mark')}, "
+                 f"{count(last.get('objects', 0), 'object')} ({size(last.get('bytes', 0))})")
+    error = x.get("last_error")
+    if not error:
+        return line, None
+    text = error.get("message", "") if isinstance(error, dict) else str(error)
+    at = f" {when(error['time'])}" if isinstance(error, dict) and error.get("time") else ""
+    return line, f"last error{at}: {text}"
+
+
+def status_lines(remotes: list[dict[str, Any]]) -> list[str]:
+    """``status``'s lines about the remotes."""
+    out = []
+    for x in remotes:
+        summary, error = _state(x)
+        out.append(f"remote {x['name']} ({x.get('url', '?')}, push {x.get('push', 'manual')}): {summary}")
+        out += [f"      {error}"] if error else []
+    return out
 
 
 def _remove(args: argparse.Namespace, env: Env) -> int:
@@ -322,7 +274,7 @@ def _passwd(args: argparse.Namespace, env: Env) -> int:
     if args.new_password_file:
         new = read_password_file(args.new_password_file)
     else:
-        new = _ask_password(f"new password for remote {args.name}: ")
+        new = ask_password(f"new password for remote {args.name}: ")
     with client(args, env) as c:
         r = c.call("remote_passwd", name=args.name, new_password=new, **secrets(args, env))
     if human(args, r):
@@ -347,6 +299,9 @@ def cmd_push(args: argparse.Namespace, env: Env) -> int:
     if not human(args, r):
         return 0
     name = r.get("name", args.name)
+    if not r["marks"] and not r.get("objects"):
+        emit(f"nothing to push: {name} has every mark of {count(len(r.get('workspaces', [])), 'workspace')}")
+        return 0
     emit(f"pushed {count(r['marks'], 'mark')} to {name}: {count(r.get('objects', 0), 'new object')} "
          f"({size(r.get('bytes', 0))}) in {count(r.get('packs', 0), 'pack')}, "
          f"{count(r.get('requests', 0), 'request')}; {count(r.get('present', 0), 'mark')} already there")

@@ -54,6 +54,11 @@ def cmd_status(args: argparse.Namespace, env: Env) -> int:
                 f"      since start: {count(work['full_scans'], 'full scan')}, {listed}"
                 f"{count(work['lstats'], 'path')} lstat'ed, {count(work['files_read'], 'file')} read"
             )
+    if st.get("remotes"):  # a daemon older than the CLI has none
+        from snapd.cli.remote import status_lines
+
+        for line in status_lines(st["remotes"]):
+            emit(line)
     _integration_lines(env, st["integrations"])
     show_warnings(st.get("warnings", []))
     return 0
