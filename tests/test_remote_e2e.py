@@ -438,8 +438,11 @@ def test_a_flipped_byte_in_a_pack_is_refused_by_path_and_nothing_else_is_lost(
 
 
 def test_two_stores_pushing_to_one_prefix_at_once_both_land_completely(
-    s3_server: S3Server, machines: Machines, tmp_path: Path
+    s3_servers: MakeServer, machines: Machines, tmp_path: Path
 ) -> None:
+    """Started together, each push held 0.2 s a request: the two run at the same time (each
+    takes longer than the moment between their starts), and share one object (common.bin)."""
+    s3_server = s3_servers(proxy=True)
     shared = hashlib.shake_256(b"shared").digest(2 * MiB)
     sides: dict[str, tuple[Daemon, Path, str, dict[str, Any]]] = {}
     for i, name in enumerate(("a", "b")):
@@ -449,16 +452,24 @@ def test_two_stores_pushing_to_one_prefix_at_once_both_land_completely(
         for j in range(4):
             random_file(ws / f"own-{j}.bin", 4 * MiB, seed=1000 * (i + 1) + j)
         write(ws / f"{name}.txt", f"{name}\n")
-        m = mark(d, ws, f"{name}-mark")
+        m = mark(d, ws, "turn-end")  # one label on both: told apart by id or workspace
         sides[name] = (d, ws, m, snapshot(ws))
     add_remote(sides["a"][0], s3_server)
     assert add_remote(sides["b"][0], s3_server)["created"] is False
 
+    assert s3_server.proxy is not None
+    s3_server.proxy.delay_s = 0.2
+    started = time.monotonic()
     procs = [subprocess.Popen([sys.executable, "-m", "snapd", "push", "--json"], env=d.env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE) for d, *_ in sides.values()]
+    launched = time.monotonic() - started
     results = [p.communicate(timeout=300) for p in procs]
+    took = time.monotonic() - started
     for p, (out, err) in zip(procs, results, strict=True):
         assert p.returncode == 0, (out, err)
+        assert json.loads(out)["marks"] == 2, out  # each its baseline and its mark
+    assert took > 3 * launched and took > 1.0, (launched, took)  # they overlapped
+    s3_server.proxy.delay_s = 0.0
 
     c = machines("c", s3_server)
     add_remote(c, s3_server)
@@ -473,6 +484,15 @@ def test_two_stores_pushing_to_one_prefix_at_once_both_land_completely(
         assert snapshot(dest) == want, snap_diff(snapshot(dest), want)
     code, verified, cp = ctl(c, "verify", "--remote", "backup")
     assert code == 0 and verified["ok"], describe(cp)
+    # a label names the newest mark with it in the repository (b's), and the reply says whose;
+    # -w names a workspace as its machine had it
+    code, out, cp = restore_from(c, "turn-end", tmp_path / "c" / "newest")
+    _, ws_b, m_b, _ = sides["b"]
+    assert code == 0 and (out["mark"]["id"], out["workspace"]) == (m_b, str(ws_b)), describe(cp)
+    _, ws_a, m_a, want_a = sides["a"]
+    code, out, cp = restore_from(c, "turn-end", tmp_path / "c" / "a-by-label", "-w", str(ws_a))
+    assert code == 0 and out["mark"]["id"] == m_a, describe(cp)
+    assert snapshot(tmp_path / "c" / "a-by-label") == want_a
 
 
 # == (6) a wrong password ===========================================================================
