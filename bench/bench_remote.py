@@ -375,6 +375,9 @@ def second_daemon(scratch: Path, i: int) -> Iterator[Daemon]:
     d.start()
     try:
         yield d
+    except Exception:
+        print(f"the restoring daemon's log ends:\n{d.log()[-3000:]}", flush=True)
+        raise
     finally:
         d.stop()
         remove(home)
@@ -431,7 +434,7 @@ def main() -> None:
                 fig("snapd_watch_s", time.perf_counter() - t0,
                     "snapd: start + watch (the store's baseline capture)")
                 mark = d.call("mark", label="bench", workspace=os.fsencode(root))
-                ref = str(mark.get("mark") or "bench")
+                ref = str(mark["id"])
             run(res, args, server, restic, snap, ws, tree, scratch, ref if args.only is None else "")
         finally:
             server.stop()
@@ -546,6 +549,7 @@ def run(res: Results, args: argparse.Namespace, server: Server, restic: Restic, 
 
     for fn in ([restic_incr] if only_restic else [restic_incr, snapd_incr]):
         fn(-1)  # the round after the server's restart: untimed
+    st0 = None if only_restic else snap.d.call("status")
     sides = {"restic": restic_incr} if only_restic else {"restic": restic_incr, "snapd": snapd_incr}
     print(f"  incremental push, {args.changed} changed files, {args.reps} interleaved repetitions:",
           flush=True)
@@ -557,13 +561,23 @@ def run(res: Results, args: argparse.Namespace, server: Server, restic: Restic, 
         fig(f"incremental_requests_{side}", {"per_rep": counts, "kinds": kinds},
             f"incremental push: {side}, requests (server's log)")
     fig("replies_incremental_snapd", incr_replies[:3])
+    if st0 is not None:  # the daemon's own receipt-to-reply time of the push requests
+        from snapd.ipc.timing import difference, quantile_bound
+
+        window = difference(snap.d.call("status")["requests"], st0["requests"], "push")
+        fig("incremental_daemon_share_snapd",
+            {"p50_ms_bound": quantile_bound(window, 0.5), "max_ms_bound": quantile_bound(window, 1.0),
+             "count": sum(window)}, "incremental push: snapd, the daemon's share (bucket bounds, ms)")
+        fig("incremental_requests_snapd_reported", [r.get("requests") for r in incr_replies],
+            "incremental push: snapd, requests its reply counts")
 
     if only_restic:
         res.note("restic alone (--only restic): no verdicts")
         return
     verdicts(res, args, push, sizes, restore, incr, requests, checked)
     if args.profile:
-        profile(res, args, snap, server)
+        profile(res, args, snap, lambda i: (changes(), snapd_incr(1000 + i)))
+        profile_restore(res, args, scratch, server, ref)
 
 
 def verdicts(res: Results, args: argparse.Namespace, push: dict[str, list[float]],
@@ -596,8 +610,10 @@ def verdicts(res: Results, args: argparse.Namespace, push: dict[str, list[float]
         res.verdict("snapd's restore equals the corpus", "identical", "; ".join(checked["snapd"]), False)
 
 
-def profile(res: Results, args: argparse.Namespace, snap: Snapd, server: Server) -> None:
-    """py-spy over one more first push (a fresh prefix), on the daemon."""
+def profile(res: Results, args: argparse.Namespace, snap: Snapd,
+            incremental: Callable[[int], object]) -> None:
+    """py-spy on the daemon over one more first push (a fresh prefix), then over 20 more
+    incremental pushes (10 files changed, a mark, the push)."""
     from pyspy import Sampler, lines, summary
 
     out = RESULTS / f"remote-{args.corpus}-{args.size}.pyspy.txt"
@@ -608,6 +624,43 @@ def profile(res: Results, args: argparse.Namespace, snap: Snapd, server: Server)
     res.figure("profile_first_push", s)
     res(f"  py-spy profile of one more first push ({dt:.2f} s):")
     for line in lines(s):
+        res(f"    {line}")
+    out = RESULTS / f"remote-{args.corpus}-{args.size}.incremental.pyspy.txt"
+    with Sampler(snap.d.pid, out):
+        for i in range(20):
+            incremental(i)
+    s = summary(out)
+    res.figure("profile_incremental", s)
+    res("  py-spy profile of 20 more incremental rounds (a mark, then its push):")
+    for line in lines(s):
+        res(f"    {line}")
+
+
+RESTORE_PHASES = ("restore_from_remote", "readers", "write_tree", "fill", "Engine.run", "Engine.writes",
+                  "Engine.stage")
+
+
+def profile_restore(res: Results, args: argparse.Namespace, scratch: Path, server: Server, ref: str) -> None:
+    """py-spy on the restoring daemon over one more whole restore; the seconds of samples
+    (request threads) under each phase, by its direct callees."""
+    from pyspy import Sampler, lines, per_operation, per_operation_lines, summary
+
+    out = RESULTS / f"remote-{args.corpus}-{args.size}.restore.pyspy.txt"
+    with second_daemon(scratch, 99) as d2:
+        other = Snapd(d2, server)
+        other.add("snapd-0", "snapd-0")
+        with Sampler(d2.pid, out):
+            dt, _ = other.restore(ref, scratch / "restore-profiled", "snapd-0")
+    remove(scratch / "restore-profiled")
+    s = summary(out)
+    res.figure("profile_restore", s)
+    res(f"  py-spy profile of one more whole restore ({dt:.2f} s):")
+    for line in lines(s):
+        res(f"    {line}")
+    b = per_operation(out, 1, RESTORE_PHASES, "fsync")
+    res.figure("profile_restore_ms", b)
+    res("  the same restore, ms of request-thread samples by phase and direct callee:")
+    for line in per_operation_lines(b):
         res(f"    {line}")
 
 
