@@ -463,7 +463,8 @@ def test_contents_are_fetched_ahead_within_the_window(tmp_path: Path, store: Sto
     reader = Repository.open(FileBackend(tmp_path / "remote"), PASSWORD, tmp_path / "c2")
     tree = Tree(reader, reader.find(mark.id).mark.tree)
     window = 256 << 10
-    ahead = Prefetcher(reader, tree, None, window)
+    seen: list[tuple[int, int]] = []
+    ahead = Prefetcher(reader, tree, lambda done, total: seen.append((done, total)), window)
     largest = max(span.end - span.start for span in ahead.spans)
     most = 0
     for key in [k for k, paths in tree.holders.items() for _ in paths]:  # the writer's order
@@ -472,6 +473,7 @@ def test_contents_are_fetched_ahead_within_the_window(tmp_path: Path, store: Sto
     assert ahead.total > 4 * window  # the window was needed
     assert most <= window + largest, (most, window)
     assert ahead.held == 0 and not ahead.futures  # everything released
+    assert seen[-1] == (ahead.total, ahead.total) and [d for d, _ in seen] == sorted(d for d, _ in seen)
 
 
 def test_the_journal_survives_a_torn_line_and_keeps_each_packs_age(tmp_path: Path) -> None:

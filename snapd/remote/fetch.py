@@ -197,11 +197,10 @@ class Prefetcher:
 
     def _read(self, span: Span) -> bytes:
         data = read_span(self.repo, span)
-        with self._lock:
+        with self._lock:  # reported in order, from whichever thread read
             self.fetched += len(data)
-            done, total = self.fetched, self.total
-        if self.progress is not None:
-            self.progress(done, total)
+            if self.progress is not None:
+                self.progress(self.fetched, self.total)
         return data
 
     def get(self, key: str) -> bytes:
