@@ -208,14 +208,13 @@ class _Pusher:
         data, blobs = writer.finish()
         pack = self.repo.write_pack(data)
         self.journal.add(pack, blobs)
-        with self._lock:
+        with self._lock:  # reported in order, from whichever thread uploaded
             self.sent[pack] = blobs
             self.packs += 1
             self.objects += len(blobs)
             self.done += len(blobs)
-            done, total = self.done, self.total
-        if self.progress is not None:
-            self.progress(done, total)
+            if self.progress is not None:
+                self.progress(self.done, self.total)
 
     def write_index(self) -> None:
         """An index naming every pack sent and not yet indexed; then the journal forgets them."""
