@@ -204,6 +204,28 @@ def test_the_cache_spares_a_second_process_every_fetch(tmp_path: Path, store: St
     assert third.has(mark.tree)
 
 
+def test_a_damaged_mark_record_is_left_out_and_the_rest_stays_usable(tmp_path: Path, store: Store) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    build_tree(a, files=5)
+    build_tree(b, files=5)
+    backend = FileBackend(tmp_path / "remote")
+    repo = new_repo(backend, tmp_path / "cache")
+    ma, mb = baseline(store, a), baseline(store, b)
+    push(store, repo, [(ma, os.fsencode(a)), (mb, os.fsencode(b))], "h")
+    name = repo.record_name(store_id(store), ma.id)
+    path = tmp_path / "remote" / name
+    path.write_bytes(path.read_bytes()[:-1] + b"?")
+    reader = Repository.open(FileBackend(tmp_path / "remote"), PASSWORD, tmp_path / "c2")
+    assert [r.mark.id for r in reader.marks()] == [mb.id]
+    assert "does not authenticate" in reader.damaged[name]
+    with pytest.raises(NotFound):
+        reader.find(ma.id)
+    assert restore(reader, mb.id, tmp_path / "out").ok
+    backend.delete(name)  # gone from the server: gone from the list of damaged records too
+    reader.refresh()
+    assert reader.damaged == {}
+
+
 # -- find --------------------------------------------------------------------------------------
 
 

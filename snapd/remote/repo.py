@@ -30,6 +30,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
+import structlog
+
 from snapd.display import shown
 from snapd.errors import (
     Ambiguous,
@@ -47,6 +49,8 @@ from snapd.remote.records import MarkRecord
 from snapd.store import nodes, objects, trees
 from snapd.store.lru import BoundedLru
 from snapd.store.refs import OWN_LABELS, parse_ref
+
+log = structlog.get_logger("snapd.remote")
 
 GRACE_S = 24 * 3600.0
 """How long prune leaves a doomed pack, or a pack no index names, before deleting it: longer
@@ -95,6 +99,7 @@ class Repository:
         self._where: dict[str, Blob] = {}  # object key -> its blob (Blob.key: the pack's id)
         self._doomed_packs: frozenset[str] = frozenset()
         self._pack_ends: dict[str, int] = {}  # pack -> where its last indexed blob ends
+        self.damaged: dict[str, str] = {}  # mark records listed that do not open -> why
         self._nodes: BoundedLru[trees.Node] = BoundedLru(NODE_CACHE, 1 << 18, len)
 
     # -- opening ------------------------------------------------------------------------------
@@ -178,7 +183,13 @@ class Repository:
         master = self.master
         indexes = self._fetch_all("index/", self._indexes, lambda n, d: packs.decode_index(master, d, n))
         doomed = self._fetch_all("doomed/", self._doomed, lambda n, d: packs.decode_doomed(master, d, n))
-        marks = self._fetch_all("marks/", self._records, lambda n, d: records.decode_mark(master, d, n))
+        # A mark record that does not open is left out (verify names it): one damaged record
+        # must not make the rest of the history unreachable. An index or doomed list that does
+        # not open fails the refresh: without it, a push or a prune could count wrongly on
+        # what the packs hold.
+        marks = self._fetch_all(
+            "marks/", self._records, lambda n, d: records.decode_mark(master, d, n), self.damaged
+        )
         with self._lock:
             self._indexes, self._doomed, self._records = indexes, doomed, marks
             self._doomed_packs = frozenset(p for d in doomed.values() for p in d.packs)
@@ -203,23 +214,41 @@ class Repository:
         return where
 
     def _fetch_all(
-        self, folder: str, known: Mapping[str, T], open_: Callable[[str, bytes], T]
+        self,
+        folder: str,
+        known: Mapping[str, T],
+        open_: Callable[[str, bytes], T],
+        damaged: dict[str, str] | None = None,
     ) -> dict[str, T]:
+        """The objects listed under ``folder``, opened. With ``damaged``, one that does not
+        open is left out and noted there (not fetched again while it is listed) instead of
+        failing the whole refresh."""
         listed = [item.name for item in self.backend.list(folder) if item.name.count("/") == 1]
         out = {name: known[name] for name in listed if name in known}
+        if damaged is not None:
+            for gone in set(damaged) - set(listed):
+                del damaged[gone]
 
-        def fetch(name: str) -> tuple[str, T]:
+        def fetch(name: str) -> tuple[str, T | None]:
             path = self.cache / name
             try:
                 return name, open_(name, path.read_bytes())
             except (OSError, RemoteCorrupt):
                 pass  # not cached, or the cached copy is damaged: the server's
             data = self.backend.get(name)
-            opened = open_(name, data)
+            try:
+                opened = open_(name, data)
+            except RemoteCorrupt as exc:
+                if damaged is None:
+                    raise
+                damaged[name] = exc.message
+                log.warning("remote.damaged", remote=self.backend.url, object=name, error=exc.message)
+                return name, None
             _cache_write(path, data)
             return name, opened
 
-        out.update(parallel(fetch, [name for name in listed if name not in out]))
+        todo = [name for name in listed if name not in out and name not in (damaged or {})]
+        out.update((name, opened) for name, opened in parallel(fetch, todo) if opened is not None)
         cached = self.cache / folder
         if cached.is_dir():
             for gone in {folder + n for n in os.listdir(cached) if not n.startswith(".")} - set(listed):
