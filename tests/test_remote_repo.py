@@ -519,3 +519,26 @@ def test_the_journal_survives_a_torn_line_and_keeps_each_packs_age(tmp_path: Pat
     assert json.loads(line)["time"] == half  # re-written, not re-dated
     journal.indexed({"d" * 64})
     assert not path.exists()
+
+
+def test_a_refused_content_releases_its_range_and_the_rest_is_read(tmp_path: Path, store: Store) -> None:
+    """What the daemon's restore does: a refused content is listed, the writer goes on."""
+    ws = tmp_path / "ws"
+    build_tree(ws, files=10, big=1 << 20)
+    mark = baseline(store, ws)
+    repo = new_repo(FileBackend(tmp_path / "remote"), tmp_path / "cache")
+    push(store, repo, [(mark, os.fsencode(ws))], "h", pack_target=64 << 10)
+    bad = trees.lookup(store.load_node, mark.tree, b"blobs/b0001.bin")
+    assert bad is not None
+    flip_blob(repo, tmp_path / "remote", bad.key)
+    reader = Repository.open(FileBackend(tmp_path / "remote"), PASSWORD, tmp_path / "c2")
+    tree = Tree(reader, reader.find(mark.id).mark.tree)
+    ahead = Prefetcher(reader, tree, None, 128 << 10)
+    refused = []
+    for key in [k for k, paths in tree.holders.items() for _ in paths]:
+        try:
+            assert ahead.get(key) == store.get(key)
+        except RemoteCorrupt as exc:
+            refused.append(exc.details["paths"])
+    assert refused == [["blobs/b0001.bin"]]
+    assert ahead.held == 0 and not ahead.futures

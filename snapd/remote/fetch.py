@@ -212,20 +212,21 @@ class Prefetcher:
             future = self.futures.get(i)
         if future is None:  # released already: asked for again
             return self._checked(key, lambda: self.repo.get(key))
-        data = future.result()
         span = self.spans[i]
-        content = self._checked(key, lambda: self.repo.read_blob(key, blob_of(self.repo, span, data, key)))
-        with self._lock:
-            self.uses[i] -= 1
-            if self.uses[i] <= 0:
-                del self.futures[i]
-                self.held -= span.end - span.start
-            finished = self.next >= len(self.spans) and not self.futures
-        if finished:
-            self._pool.shutdown(wait=False)  # every range read and used: no thread left waiting
-        else:
-            self._schedule()
-        return content
+        try:
+            data = future.result()
+            return self._checked(key, lambda: self.repo.read_blob(key, blob_of(self.repo, span, data, key)))
+        finally:  # used, even when refused: the writer lists the path and goes on
+            with self._lock:
+                self.uses[i] -= 1
+                if self.uses[i] <= 0:
+                    del self.futures[i]
+                    self.held -= span.end - span.start
+                finished = self.next >= len(self.spans) and not self.futures
+            if finished:
+                self._pool.shutdown(wait=False)  # every range read and used: no thread waits
+            else:
+                self._schedule()
 
     def _checked(self, key: str, read: Callable[[], bytes]) -> bytes:
         try:
