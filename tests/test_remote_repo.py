@@ -182,7 +182,7 @@ def test_a_stale_view_is_listed_again_and_what_prune_deleted_leaves_it(tmp_path:
     assert (repo.cache / record.name).exists()
     backend.delete(record.name)  # what prune does to a mark it drops
     assert repo.marks() == [record]  # the view is fresh: not listed again
-    repo.refreshed = None
+    repo.view.refreshed = None
     assert repo.marks() == []
     assert not (repo.cache / record.name).exists()
 

@@ -25,7 +25,8 @@ from snapd.display import shown
 from snapd.errors import RemoteCorrupt
 from snapd.remote.packs import pack_name
 from snapd.remote.records import MarkRecord
-from snapd.remote.repo import THREADS, Repository, parallel
+from snapd.remote.repo import Repository
+from snapd.remote.view import THREADS, parallel
 from snapd.store import trees
 
 Progress = Callable[[int, int], None]

@@ -32,7 +32,8 @@ from typing import NamedTuple
 from snapd.errors import RemoteError
 from snapd.remote import packs, records
 from snapd.remote.packs import Blob
-from snapd.remote.repo import THREADS, Repository
+from snapd.remote.repo import Repository
+from snapd.remote.view import THREADS
 from snapd.store import nodes, objects, safeio, trees
 from snapd.store.records import Mark
 from snapd.store.store import Store

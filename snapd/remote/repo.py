@@ -1,17 +1,10 @@
-"""A remote repository opened with its password: its keys, and a view of what it holds.
+"""A remote repository opened with its password: its keys, its view, reads and writes.
 
-The view is what a reader may trust (docs/remote.md, "Repository format"): an object exists
-only through an index file naming its pack, a mark only through its record; a pack that
-landed without an index naming it is never read as anything. The view is the listing of
-``index/``, ``doomed/`` and ``marks/`` at the last :meth:`Repository.refresh`, kept between
-operations (the daemon keeps one Repository per remote open): a push lists again only when
-the view is older than :attr:`Repository.refresh_s`, so an incremental push costs its own
-writes (a pack, an index, a record) and nothing more.
-
-What a refresh fetched is kept as the server holds it (sealed) in the cache directory
-``<cache_dir>/<repo id>/``, so the next process fetches only what is new. A cached file is
-checked like the server's copy (its name is its hash or MAC, it must authenticate): the cache
-is safe to delete, and a damaged one costs a fetch.
+What the repository holds is known through its :class:`snapd.remote.view.View` (the listings
+of ``index/``, ``doomed/`` and ``marks/``, kept between operations: the daemon keeps one
+Repository per remote open). A push lists again only when the view is older than
+:attr:`Repository.refresh_s`, so an incremental push costs its own writes (a pack, an index,
+a record) and nothing more. Every object read is authenticated and checked against its key.
 
 Writes never overwrite or delete: every name is the hash of its bytes or, for a mark record,
 a keyed hash of (store, mark) whose record says the same whoever writes it.
@@ -25,19 +18,14 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import TypeVar
-
-import structlog
 
 from snapd.display import shown
 from snapd.errors import (
     Ambiguous,
     CorruptObject,
     NotFound,
-    RemoteCorrupt,
     RemoteError,
     RemoteMissing,
     WrongPassword,
@@ -46,11 +34,12 @@ from snapd.remote import crypto, keys, packs, records
 from snapd.remote.backend import Backend
 from snapd.remote.packs import Blob, Doomed, IndexFile, pack_name
 from snapd.remote.records import MarkRecord
+from snapd.remote.view import THREADS as THREADS  # verify and prune use them from here
+from snapd.remote.view import View, cache_write
+from snapd.remote.view import parallel as parallel
 from snapd.store import nodes, objects, trees
 from snapd.store.lru import BoundedLru
 from snapd.store.refs import OWN_LABELS, parse_ref
-
-log = structlog.get_logger("snapd.remote")
 
 GRACE_S = 24 * 3600.0
 """How long prune leaves a doomed pack, or a pack no index names, before deleting it: longer
@@ -58,30 +47,12 @@ than any push takes. Prune's default ``--grace``."""
 REFRESH_S = GRACE_S / 4
 """How old a view may be before a push lists the repository again. A pusher must see a
 prune's doomed list well within the grace: it then sends again what those packs held."""
-THREADS = 8
-"""Requests in flight at once (uploads, ranged reads, the fetches of a refresh)."""
 NODE_CACHE = 4096
-
-T = TypeVar("T")
-R = TypeVar("R")
-
-
-def parallel(fn: Callable[[T], R], items: Iterable[T], threads: int = THREADS) -> Iterator[R]:
-    """``fn`` of each item, ``threads`` at a time, results in the items' order. The backends'
-    clients wait without the GIL, so the requests overlap."""
-    todo = list(items)
-    if len(todo) <= 1:
-        yield from map(fn, todo)
-        return
-    with ThreadPoolExecutor(min(threads, len(todo))) as pool:
-        yield from pool.map(fn, todo)
 
 
 class Repository:
-    """One repository, opened: its master keys, id, and the view of what it holds.
-
-    Push and fetch use it from several threads: the view's dicts are replaced whole under a
-    lock, never changed in place, so a reader holds a consistent one."""
+    """One repository, opened: its master keys, id, and the view of what it holds (push and
+    fetch use it from several threads)."""
 
     def __init__(
         self, backend: Backend, master: crypto.MasterKey, repo_id: str, cache_dir: Path, refresh_s: float
@@ -91,15 +62,8 @@ class Repository:
         self.id = repo_id
         self.cache = cache_dir / repo_id
         self.refresh_s = refresh_s
-        self.refreshed: float | None = None  # time.monotonic() of the last refresh
-        self._lock = threading.Lock()
-        self._indexes: dict[str, IndexFile] = {}  # by object name, index/<id>
-        self._doomed: dict[str, Doomed] = {}  # by object name, doomed/<id>
-        self._records: dict[str, MarkRecord] = {}  # by object name, marks/<mac>
-        self._where: dict[str, Blob] = {}  # object key -> its blob (Blob.key: the pack's id)
-        self._doomed_packs: frozenset[str] = frozenset()
-        self._pack_ends: dict[str, int] = {}  # pack -> where its last indexed blob ends
-        self.damaged: dict[str, str] = {}  # mark records listed that do not open -> why
+        self.view = View(backend, master, self.cache)
+        self._lock = threading.Lock()  # the node cache
         self._nodes: BoundedLru[trees.Node] = BoundedLru(NODE_CACHE, 1 << 18, len)
 
     # -- opening ------------------------------------------------------------------------------
@@ -164,6 +128,16 @@ class Repository:
 
     # -- the view -----------------------------------------------------------------------------
 
+    @property
+    def refreshed(self) -> float | None:
+        """time.monotonic() of the last refresh (None: never)."""
+        return self.view.refreshed
+
+    @property
+    def damaged(self) -> Mapping[str, str]:
+        """Mark records listed that do not open (left out of the view), name -> why."""
+        return self.view.damaged
+
     def age(self) -> float | None:
         """Seconds since the last refresh (None: never refreshed)."""
         return None if self.refreshed is None else time.monotonic() - self.refreshed
@@ -176,120 +150,35 @@ class Repository:
             self.refresh()
 
     def refresh(self) -> None:
-        """List ``index/``, ``doomed/`` and ``marks/``; read what the view lacks (from the
-        cache directory when it holds it, else from the server, several at once); drop from
-        the view and the cache what is no longer listed (prune deleted it)."""
-        started = time.monotonic()
-        master = self.master
-        indexes = self._fetch_all("index/", self._indexes, lambda n, d: packs.decode_index(master, d, n))
-        doomed = self._fetch_all("doomed/", self._doomed, lambda n, d: packs.decode_doomed(master, d, n))
-        # A mark record that does not open is left out (verify names it): one damaged record
-        # must not make the rest of the history unreachable. An index or doomed list that does
-        # not open fails the refresh: without it, a push or a prune could count wrongly on
-        # what the packs hold.
-        marks = self._fetch_all(
-            "marks/", self._records, lambda n, d: records.decode_mark(master, d, n), self.damaged
-        )
-        with self._lock:
-            self._indexes, self._doomed, self._records = indexes, doomed, marks
-            self._doomed_packs = frozenset(p for d in doomed.values() for p in d.packs)
-            self._where = self._locate_all(indexes)
-            self._pack_ends = _pack_ends(indexes.values())
-            self.refreshed = started
-
-    def _locate_all(self, indexes: Mapping[str, IndexFile]) -> dict[str, Blob]:
-        """Where each object of the indexes no other supersedes lies (a pack no doomed list
-        names, when there is a choice)."""
-        superseded = {packs.index_name(old) for index in indexes.values() for old in index.supersedes}
-        where: dict[str, Blob] = {}
-        doomed = self._doomed_packs
-        for name, index in indexes.items():
-            if name in superseded:
-                continue
-            for pack, blobs in index.packs.items():
-                for blob in blobs:
-                    had = where.get(blob.key)
-                    if had is None or (had.key in doomed and pack not in doomed):
-                        where[blob.key] = Blob(pack, blob.offset, blob.length)
-        return where
-
-    def _fetch_all(
-        self,
-        folder: str,
-        known: Mapping[str, T],
-        open_: Callable[[str, bytes], T],
-        damaged: dict[str, str] | None = None,
-    ) -> dict[str, T]:
-        """The objects listed under ``folder``, opened. With ``damaged``, one that does not
-        open is left out and noted there (not fetched again while it is listed) instead of
-        failing the whole refresh."""
-        listed = [item.name for item in self.backend.list(folder) if item.name.count("/") == 1]
-        out = {name: known[name] for name in listed if name in known}
-        if damaged is not None:
-            for gone in set(damaged) - set(listed):
-                del damaged[gone]
-
-        def fetch(name: str) -> tuple[str, T | None]:
-            path = self.cache / name
-            try:
-                return name, open_(name, path.read_bytes())
-            except (OSError, RemoteCorrupt):
-                pass  # not cached, or the cached copy is damaged: the server's
-            data = self.backend.get(name)
-            try:
-                opened = open_(name, data)
-            except RemoteCorrupt as exc:
-                if damaged is None:
-                    raise
-                damaged[name] = exc.message
-                log.warning("remote.damaged", remote=self.backend.url, object=name, error=exc.message)
-                return name, None
-            _cache_write(path, data)
-            return name, opened
-
-        todo = [name for name in listed if name not in out and name not in (damaged or {})]
-        out.update((name, opened) for name, opened in parallel(fetch, todo) if opened is not None)
-        cached = self.cache / folder
-        if cached.is_dir():
-            for gone in {folder + n for n in os.listdir(cached) if not n.startswith(".")} - set(listed):
-                (self.cache / gone).unlink(missing_ok=True)
-        return out
+        """List ``index/``, ``doomed/`` and ``marks/`` and read what is new; drop what is no
+        longer listed (prune deleted it)."""
+        self.view.refresh()
 
     def has(self, key: str) -> bool:
         """Whether an index of the view names ``key`` in a pack no doomed list names."""
-        found = self._where.get(key)
-        return found is not None and found.key not in self._doomed_packs
+        return self.view.has(key)
 
     def locate(self, key: str) -> Blob:
         """Where ``key``'s blob lies (``Blob.key`` is the pack's id); RemoteMissing when no
         index of the view names it."""
-        found = self._where.get(key)
-        if found is None:
-            raise RemoteMissing(f"{self.backend.url}: object {key} is in no index of the repository", key=key)
-        return found
+        return self.view.locate(key)
 
     def pack_end(self, pack: str) -> int:
         """Where the last blob an index names in ``pack`` ends (its header follows): how far a
         ranged read of it may go."""
-        return self._pack_ends.get(pack, 0)
+        return self.view.pack_end(pack)
 
     def index_files(self) -> dict[str, IndexFile]:
         """Every index file of the view by id, superseded ones included (prune, verify)."""
-        return {name.removeprefix("index/"): index for name, index in self._indexes.items()}
+        return self.view.index_files()
 
     def doomed_lists(self) -> dict[str, Doomed]:
         """Every doomed list of the view by id (prune)."""
-        return {name.removeprefix("doomed/"): doomed for name, doomed in self._doomed.items()}
+        return self.view.doomed_lists()
 
     def packs(self) -> dict[str, list[Blob]]:
         """Each pack the indexes of the view name (superseded ones left out), with its blobs."""
-        superseded = {packs.index_name(old) for index in self._indexes.values() for old in index.supersedes}
-        out: dict[str, list[Blob]] = {}
-        for name, index in self._indexes.items():
-            if name not in superseded:
-                for pack, blobs in index.packs.items():
-                    out.setdefault(pack, []).extend(blobs)
-        return out
+        return self.view.packs()
 
     def read_header(self, pack: str, size: int) -> list[Blob]:
         """The blobs pack ``pack`` (``size`` bytes, as listed) lists in its own header, each
@@ -308,11 +197,11 @@ class Repository:
     def marks(self) -> list[MarkRecord]:
         """Every mark record, newest first (the view refreshed when stale)."""
         self.ensure_fresh()
-        return sorted(self._records.values(), key=lambda r: (r.mark.created, r.mark.seq), reverse=True)
+        return sorted(self.view.records().values(), key=lambda r: (r.mark.created, r.mark.seq), reverse=True)
 
     def mark_names(self) -> Collection[str]:
         """The object names of the mark records in the view (``marks/<mac>``; no refresh)."""
-        return self._records.keys()
+        return self.view.record_names()
 
     def record_name(self, store_id: str, mark_id: str) -> str:
         """The object name of the record of mark ``mark_id`` of store ``store_id``."""
@@ -350,7 +239,7 @@ class Repository:
             return base
         before = [
             rec
-            for rec in self._records.values()
+            for rec in self.view.records().values()
             if rec.store == base.store and rec.workspace == base.workspace and rec.mark.seq < base.mark.seq
         ]
         before.sort(key=lambda rec: rec.mark.seq, reverse=True)
@@ -410,19 +299,8 @@ class Repository:
         index_id = crypto.sha256_hex(data)
         name = packs.index_name(index_id)
         self.backend.put(name, data)
-        _cache_write(self.cache / name, data)
-        with self._lock:
-            self._indexes = {**self._indexes, name: index}
-            self._pack_ends.update(_pack_ends([index]))
-            if supersedes:
-                self._where = self._locate_all(self._indexes)
-            else:  # a push's: its objects added (dict.get from other threads stays safe)
-                where, doomed = self._where, self._doomed_packs
-                for pack, blobs in index.packs.items():
-                    for blob in blobs:
-                        had = where.get(blob.key)
-                        if had is None or (had.key in doomed and pack not in doomed):
-                            where[blob.key] = Blob(pack, blob.offset, blob.length)
+        cache_write(self.cache / name, data)
+        self.view.add_index(name, index)
         return index_id
 
     def write_doomed(self, packs_: Collection[str]) -> str:
@@ -431,33 +309,21 @@ class Repository:
         data = packs.encode_doomed(self.master, doomed)
         name = packs.doomed_name(data)
         self.backend.put(name, data)
-        _cache_write(self.cache / name, data)
-        with self._lock:
-            self._doomed = {**self._doomed, name: doomed}
-            self._doomed_packs = self._doomed_packs | doomed.packs
+        cache_write(self.cache / name, data)
+        self.view.add_doomed(name, doomed)
         return name.removeprefix("doomed/")
 
     def write_mark(self, record: MarkRecord) -> bool:
         """Upload a mark record, unless the view lists it (its name is fixed by its store and
         mark: never rewritten). Only once every object its tree needs is in an index. True
         when it was written."""
-        if record.name in self._records:
+        if record.name in self.view.record_names():
             return False
         data = records.encode_mark(self.master, record)
         self.backend.put(record.name, data)
-        _cache_write(self.cache / record.name, data)
-        with self._lock:
-            self._records = {**self._records, record.name: record}
+        cache_write(self.cache / record.name, data)
+        self.view.add_record(record)
         return True
-
-
-def _pack_ends(indexes: Iterable[IndexFile]) -> dict[str, int]:
-    ends: dict[str, int] = {}
-    for index in indexes:
-        for pack, blobs in index.packs.items():
-            if blobs:
-                ends[pack] = max(ends.get(pack, 0), max(b.offset + b.length for b in blobs))
-    return ends
 
 
 def _user() -> str:
@@ -482,15 +348,3 @@ def _unlock(backend: Backend, password: str) -> crypto.MasterKey:
             return master
     many = f"any of its {len(found)} key files" if len(found) > 1 else "its key file"
     raise WrongPassword(f"the password does not open {backend.url} (it opens none of {many})")
-
-
-def _cache_write(path: Path, data: bytes) -> None:
-    """Keep a fetched object in the cache: a temp file renamed, no fsync (a cache lost or
-    damaged is read again from the server)."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
-        temp.write_bytes(data)
-        os.replace(temp, path)
-    except OSError:
-        pass  # a cache that cannot be written costs a fetch next time, nothing else
