@@ -258,6 +258,7 @@ def needs(store: Store, repo: Repository, sid: str, todo: Sequence[Mark], queued
     out = _Needs([], [], set(), {})
     contents: list[str] = []  # sent after every node: a restore reads the nodes as one region
     complete: dict[int, list[Mark]] = {}
+    pushing = {m.id for m in todo}
     for mark in todo:
         done = complete.get(mark.workspace)
         if done is None:
@@ -266,7 +267,7 @@ def needs(store: Store, repo: Repository, sid: str, todo: Sequence[Mark], queued
                 m for m in store.marks(mark.workspace) if repo.record_name(sid, m.id) in names
             ]
         base = min(done, key=lambda m: abs(m.seq - mark.seq), default=None)
-        if base is not None and base not in todo:
+        if base is not None and base.id not in pushing:
             out.bases.add(repo.record_name(sid, base.id))
         found = list(objects_of(store.load_node, mark.tree, base.tree if base is not None else None))
         found += [(k, False) for k in (mark.rules, mark.ignored) if k]
