@@ -33,7 +33,7 @@ from snapd.errors import RemoteError
 from snapd.remote import packs, records
 from snapd.remote.packs import Blob
 from snapd.remote.repo import Repository
-from snapd.remote.view import THREADS
+from snapd.remote.view import THREADS, parallel
 from snapd.store import nodes, objects, safeio, trees
 from snapd.store.records import Mark
 from snapd.store.store import Store
@@ -329,14 +329,15 @@ def push(
             f"{repo.backend.url}: the objects of the marks pushed were doomed again each time they "
             "were sent (a prune with a grace shorter than the push?); nothing was recorded: push again"
         )
-    written = 0
-    for mark in todo:
+
+    def record(mark: Mark) -> bool:
         count, size = need.brought.get(mark.id, (0, 0))
-        record = records.mark_record(
+        return repo.write_mark(records.mark_record(
             repo.master, mark, host=host, store=sid, workspace=roots[mark.id],
             objects=count, nbytes=size, pushed=time.time_ns(),
-        )  # fmt: skip
-        written += repo.write_mark(record)
+        ))  # fmt: skip
+
+    written = sum(parallel(record, todo))  # every object is indexed: the records in any order
     names = repo.mark_names()
     return PushResult(
         marks=written,
