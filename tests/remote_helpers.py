@@ -85,6 +85,7 @@ class Recording:
         self.url = inner.url
         self.puts: list[str] = []
         self.gets: list[str] = []
+        self.deletes: list[str] = []
         self.after_put: Callable[[str], None] | None = None
         self._lock = threading.Lock()
 
@@ -112,4 +113,6 @@ class Recording:
         return self.inner.list(prefix)
 
     def delete(self, name: str) -> None:
+        with self._lock:
+            self.deletes.append(name)
         self.inner.delete(name)

@@ -110,6 +110,24 @@ def test_push_then_restore_from_another_repository_object_is_exact(tmp_path: Pat
     assert (again.marks, again.present, again.objects) == (0, 1, 0)
 
 
+def test_pushes_never_delete_or_overwrite(tmp_path: Path, store: Store) -> None:
+    ws = tmp_path / "ws"
+    build_tree(ws, files=30)
+    backend = FileBackend(tmp_path / "remote")
+    new_repo(backend, tmp_path / "cache")
+    recording = Recording(FileBackend(tmp_path / "remote"))
+    first = baseline(store, ws)
+    marks = [(first, os.fsencode(ws))]
+    for n in range(3):  # each push: every mark so far, one new, from a repository opened anew
+        repo = Repository.open(recording, PASSWORD, tmp_path / f"cache-{n}")
+        there = {item.name for item in backend.list("")}
+        recording.puts.clear()
+        push(store, repo, marks, "h")
+        assert not there & set(recording.puts) and len(set(recording.puts)) == len(recording.puts)
+        marks.append((ten_file_mark(store, ws, f"m{n}"), os.fsencode(ws)))
+    assert recording.deletes == []
+
+
 def test_no_plaintext_reaches_the_repository(tmp_path: Path, store: Store) -> None:
     ws = tmp_path / "ws"
     build_tree(ws)
