@@ -203,6 +203,9 @@ def test_a_mark_pushed_here_is_restored_exactly_on_a_machine_with_no_history(
 # == (2) resume after the server's death ============================================================
 
 PAYLOAD = 48 * MiB  # that does not compress: several packs, uploaded in parallel
+#: How long the proxy holds each request: the time the test has to see the last pack land and
+#: cut before the index the push sends next lands (reading and hashing 48 MiB on a busy machine)
+HELD_S = 1.0
 
 
 class Landed:
@@ -236,7 +239,7 @@ def test_a_push_cut_by_the_server_s_death_leaves_no_mark_and_resumes_without_res
     s3_servers: MakeServer, machines: Machines, tmp_path: Path, cut: str
 ) -> None:
     """The server is killed (SIGKILL) once the first of the push's packs is whole on its disk, or
-    once all are (the index and the record not yet: each request is held 0.3 s on its way)."""
+    once all are (the index and the record not yet: each request is held HELD_S on its way)."""
     server = s3_servers(proxy=True)
     a = machines("a", server)
     ws = watched(a, tmp_path / "proj")
@@ -250,7 +253,7 @@ def test_a_push_cut_by_the_server_s_death_leaves_no_mark_and_resumes_without_res
     want = snapshot(ws)
     landing = Landed(server, set(packs(server)))
     assert server.proxy is not None
-    server.proxy.delay_s = 0.3
+    server.proxy.delay_s = HELD_S
 
     proc = subprocess.Popen([sys.executable, "-m", "snapd", "push", "--json"], env=a.env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -304,7 +307,7 @@ def test_a_push_cut_by_the_daemon_s_death_resumes_from_its_journal_once_it_is_st
     s3_servers: MakeServer, machines: Machines, tmp_path: Path
 ) -> None:
     """A sandbox killed mid-push: once every pack is whole on the server (its index and record
-    not yet sent: each request is held 0.3 s), the network goes (the server is killed, so no
+    not yet sent: each request is held HELD_S), the network goes (the server is killed, so no
     held request lands later) and the daemon gets SIGKILL. Started again on the same
     SNAPD_HOME, its push indexes what landed from the journal and sends none of it again."""
     server = s3_servers(proxy=True)
@@ -317,7 +320,7 @@ def test_a_push_cut_by_the_daemon_s_death_resumes_from_its_journal_once_it_is_st
     add_remote(a, server)
     landing = Landed(server, set())
     assert server.proxy is not None
-    server.proxy.delay_s = 0.3
+    server.proxy.delay_s = HELD_S
     proc = subprocess.Popen([sys.executable, "-m", "snapd", "push", "--json"], env=a.env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -333,6 +336,7 @@ def test_a_push_cut_by_the_daemon_s_death_resumes_from_its_journal_once_it_is_st
             proc.kill()
             proc.wait()
     assert proc.returncode == 3 and json.loads(out)["error"]["code"] == "daemon_unavailable", (out, err)
+    time.sleep(HELD_S + 0.5)  # what the proxy still held meets the dead server, not the next one
     server.restart()
     a = machines.killed_and_started_again(a)
     server.proxy.delay_s = 0.0
