@@ -792,3 +792,28 @@ def test_a_full_server_disk_is_a_clear_error_and_the_marks_go_on(
     assert [r["name"] for r in st["remotes"]] == ["backup"] and st["remotes"][0]["last_error"], st["remotes"]
     shown = a.ctl("status").stdout
     assert b"remote backup" in shown and b"last error" in shown and b"full" in shown, shown
+
+
+def test_restore_from_and_verify_remote_show_their_progress_on_a_terminal(
+    s3_servers: MakeServer, machines: Machines, tmp_path: Path
+) -> None:
+    server = s3_servers(proxy=True)
+    a = machines("a", server)
+    ws = watched(a, tmp_path / "proj")
+    for i in range(40):
+        write(ws / f"d{i % 4}" / f"f{i}.txt", f"file {i}\n" * 50)
+    m = mark(a, ws, "m")
+    add_remote(a, server)
+    push(a)
+    assert server.proxy is not None
+    server.proxy.delay_s = 0.5  # each request held: both run long enough for the bar's polls
+    t = Pty(a.env, "restore", m, "--target", tmp_path / "restored", "--from", "backup", cwd=tmp_path)
+    assert t.finish(300) == 0, t.out
+    out = t.out.replace(b"\r\n", b"\n")
+    assert re.search(rb"restore: [^\r\n]+\xe2\x80\xa6|\] \d+/40 files", out), out  # a phase or a count
+    assert b"restored mark" in out and b"40 files" in out, out[-2000:]
+    assert snapshot(tmp_path / "restored") == snapshot(ws)
+    v = Pty(a.env, "verify", "--remote", "backup", cwd=tmp_path)
+    assert v.finish(300) == 0, v.out
+    assert re.search(rb"verify: [^\r\n]+\xe2\x80\xa6|\] \d+/\d+ packs?", v.out), v.out  # a phase or a count
+    assert b"clean" in v.out, v.out
