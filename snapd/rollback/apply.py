@@ -4,7 +4,8 @@ The parts: the journal (:mod:`snapd.rollback.journal`), the engine that runs the
 phase (:mod:`snapd.rollback.engine`), the directory descriptors it works through and the tally
 of what happened (:mod:`snapd.rollback.dirs`), and the comparisons it makes
 (:mod:`snapd.rollback.checks`). This module puts them together: :func:`apply` and
-:func:`recover`.
+:func:`recover`; and :func:`fill`, a plan from nothing written into an empty directory no
+workspace watches (a restore's target: :mod:`snapd.rollback.fill`, none of the below needed).
 
 Each :class:`~snapd.rollback.ops.Op` says what its path must hold now (``expect``) and what it will
 hold (``entry``). Invariants:
@@ -49,6 +50,7 @@ from snapd.rollback import journal as journals
 from snapd.rollback.checks import Contents, Get, Hasher
 from snapd.rollback.dirs import DIR_FLAGS, Dirs, Outcome
 from snapd.rollback.engine import Engine
+from snapd.rollback.fill import Fill
 from snapd.rollback.ops import MKDIR_MODE, Plan
 from snapd.rollback.running import Progress
 from snapd.store import safeio
@@ -142,18 +144,17 @@ def apply(
 
 
 def fill(root: Path, plan: Plan, get: Get, hasher: Hasher) -> ApplyResult:
-    """Apply ``plan``, made from nothing (every op creates), into the empty directory ``root``:
-    the same engine, phases and writes as :func:`apply`, without a journal. Nothing there is
-    replaced, so a fill stopped part-way has nothing to roll forward; the caller says what is
-    left (:mod:`snapd.rollback.restore`)."""
+    """Write ``plan``, made from nothing (every op creates), into the empty directory ``root``
+    that no workspace watches (a restore's target): :class:`snapd.rollback.fill.Fill`, in
+    place, without a journal or temps. Nothing there is replaced, so a fill stopped part-way
+    has nothing to roll forward; the caller says what is left (:mod:`snapd.rollback.restore`)."""
     root_fd = _open_root(root)
     try:
-        engine = _engine(root_fd, get, hasher, False)
-        engine.run(plan.ops, [temp_name() if op.kind in ("write", "symlink") else None for op in plan.ops],
-                   lambda phase: None)
+        filling = Fill(root_fd, plan.ops, Contents(get, hasher))
+        filling.run()
     finally:
         os.close(root_fd)
-    return ApplyResult(**engine.outcome.result(plan.kept, plan.left))
+    return ApplyResult(**filling.outcome.result(plan.kept, plan.left))
 
 
 def recover(root: Path, journal: Path, get: Get, hasher: Hasher) -> RecoveryResult | None:

@@ -136,8 +136,9 @@ def write_tree(
             **exc.details,
         ) from exc
     counts = {"files": 0, "symlinks": 0, "dirs": 0, "bytes": 0}
+    applied = set(result.applied)
     for op in planned.ops:
-        if op.entry is not None and op.path in result.applied:
+        if op.entry is not None and op.path in applied:
             if op.kind == "write":
                 counts["files"] += 1
                 counts["bytes"] += op.entry.size

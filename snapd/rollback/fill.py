@@ -1,0 +1,313 @@
+"""The fill: a plan made from nothing written into an empty directory that no workspace
+watches — a restore's target (:mod:`snapd.rollback.restore`, through :func:`apply.fill`).
+
+Nothing is there to re-check, replace or roll forward, so the writes are direct:
+
+- **Directories** are made 0700 (``MKDIR_MODE``) and held open (``O_PATH|O_NOFOLLOW``) while
+  what they hold is written, every change an ``*at`` call relative to them: never a path
+  walked again from the root, never a symlink followed.
+- **Files** are created under their own names ``O_CREAT|O_EXCL|O_NOFOLLOW`` (0600), written and
+  given their mode (``fchmod``); a pool of ``SYNCERS`` threads fsyncs them while the next are
+  written. **Symlinks** are made in place. A file counts as written once its fsync succeeded.
+- **A name found taken** (a process wrote into the target meanwhile) is left as found: a
+  conflict — unless it already holds what the tree has there (a directory where the tree has
+  one is filled as it is; its mode is changed only where the tree's is not 0700).
+- **At the end**, deepest first, each directory is given its mode (the root its own last) and
+  fsynced once, which makes its entries and its mode durable. When :meth:`Fill.run` returns,
+  everything it counts as written is on disk.
+
+Failures: a content the store cannot read leaves its path unwritten (damaged); an OS error
+leaves its path unwritten, a conflict (a file begun is removed), and with a directory all it
+would hold; a file whose fsync fails is removed, a conflict. A full disk, and an fsync of a
+directory that fails, stop the fill (:func:`snapd.rollback.dirs.stopped`): the target then holds
+part of the tree, which the caller says. Every change calls :func:`safeio.step` (``apply.*``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+from collections import deque
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from snapd.errors import CorruptObject, MissingObject
+from snapd.rollback.checks import Contents, describe_state
+from snapd.rollback.dirs import DIR_FLAGS, Dirs, Outcome, stopped
+from snapd.rollback.modes import order
+from snapd.rollback.ops import MKDIR_MODE, Op, show
+from snapd.store import safeio
+from snapd.store.damage import Unreadable
+
+SYNCERS = 4  # threads fsyncing written files (an fsync waits on the disk, not on the GIL)
+IN_FLIGHT = 256  # files written and not yet fsynced: bounds open descriptors
+_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _sync_and_close(fd: int) -> None:
+    try:
+        safeio.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _name(path: bytes) -> bytes:
+    return path.rpartition(b"/")[2] or b"."
+
+
+class Fill:
+    """Writes ``ops`` (a plan from nothing) below ``root_fd``; ``outcome`` says what happened."""
+
+    def __init__(self, root_fd: int, ops: Sequence[Op], contents: Contents) -> None:
+        self.root_fd, self.contents = root_fd, contents
+        self.outcome = Outcome()
+        self.children: dict[bytes, list[Op]] = {}  # directory -> the ops creating what it holds
+        self.modes: dict[bytes, int] = {}  # directory -> its mode at the end (the last chmod's)
+        self.early: list[Op] = []  # chmods before anything is written (a read-only root opened)
+        for op in ops:
+            if op.kind == "chmod":
+                assert op.entry is not None and op.entry.kind == "dir", op
+                if order(op)[0] == 0:  # before anything is written: only the root's can be
+                    assert not op.path, op
+                    self.early.append(op)
+                else:
+                    self.modes[op.path] = op.entry.mode
+            else:
+                assert op.kind in ("mkdir", "write", "symlink") and op.expect is None, op
+                self.children.setdefault(op.path.rpartition(b"/")[0], []).append(op)
+        self.made: set[bytes] = set()  # directories the fill made (adopted ones keep their mode)
+        self.pending: deque[tuple[Op, Future[None]]] = deque()  # written, being fsynced
+        self._umask_strips_owner = _umask() & 0o700 != 0
+
+    def run(self) -> None:
+        for op in self.early:
+            assert op.entry is not None
+            safeio.chmod_fd(self.root_fd, op.entry.mode)
+            safeio.step("apply.chmod")
+        with ThreadPoolExecutor(SYNCERS, thread_name_prefix="snapd-fill") as pool:
+            try:
+                self.write_all(pool)
+                self.settle(0)
+            finally:
+                self.pending.clear()  # stopped part-way: the pool's end waits for their fsyncs
+        self.finish()
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def write_all(self, pool: ThreadPoolExecutor) -> None:
+        """Every directory made and filled, parents first, each held open while it is."""
+        stack: list[tuple[int, Iterator[Op]]] = [(self.root_fd, iter(self.children.get(b"", ())))]
+        try:
+            while stack:
+                fd, todo = stack[-1]
+                op = next(todo, None)
+                if op is None:
+                    stack.pop()
+                    if stack:
+                        os.close(fd)
+                elif op.kind == "mkdir":
+                    sub = self.mkdir(fd, op)
+                    if sub is None:
+                        self.block(op.path)
+                    else:
+                        stack.append((sub, iter(self.children.get(op.path, ()))))
+                else:
+                    self.write(fd, op, pool)
+        finally:
+            for fd, _ in stack[1:]:
+                os.close(fd)
+
+    def mkdir(self, fd: int, op: Op) -> int | None:
+        """The new directory's descriptor; None (its conflict recorded) when there is none."""
+        name = _name(op.path)
+        try:
+            os.mkdir(name, MKDIR_MODE, dir_fd=fd)
+        except FileExistsError:
+            return self.adopt(fd, op)
+        except OSError as exc:
+            self.failed(op, exc)
+            return None
+        safeio.step("apply.mkdir")
+        self.made.add(op.path)
+        try:
+            if self._umask_strips_owner:
+                safeio.chmod_at(fd, name, MKDIR_MODE)  # the final chmod (finish) sets the rest
+            sub = os.open(name, DIR_FLAGS, dir_fd=fd)
+        except OSError as exc:
+            self.failed(op, exc)
+            return None
+        self.outcome.applied[op.path] = None
+        return sub
+
+    def adopt(self, fd: int, op: Op) -> int | None:
+        """A directory made there meanwhile is filled as it is; anything else is a conflict."""
+        try:
+            sub = os.open(_name(op.path), DIR_FLAGS, dir_fd=fd)
+        except OSError:
+            self.taken(fd, op)
+            return None
+        self.outcome.applied[op.path] = None
+        return sub
+
+    def taken(self, fd: int, op: Op) -> None:
+        name = _name(op.path)
+        st = safeio.lstat_at(fd, name)
+        if op.kind != "mkdir" and self.contents.holds(fd, name, st, op.entry, exact=True):
+            self.outcome.applied[op.path] = None  # holds the tree's entry already
+            return
+        self.outcome.conflicts[op.path] = "made there meanwhile, not by the restore: " + describe_state(st)
+
+    def failed(self, op: Op, exc: OSError) -> None:
+        """An OS error leaves the path unwritten (a conflict); a full disk stops the fill."""
+        if exc.errno in _FULL:
+            raise stopped(exc, f"restoring {show(op.path)}") from exc
+        self.outcome.conflicts.setdefault(op.path, f"could not {op.describe()}: {exc.strerror}")
+
+    def block(self, path: bytes) -> None:
+        """What a directory left unwritten would have held: unwritten too, and said so."""
+        why = f"{show(path)} was left as it is"
+        below = [path]
+        while below:
+            for op in self.children.get(below.pop(), ()):
+                self.outcome.conflicts.setdefault(op.path, why)
+                if op.kind == "mkdir":
+                    below.append(op.path)
+
+    def write(self, fd: int, op: Op, pool: ThreadPoolExecutor) -> None:
+        assert op.entry is not None
+        name = _name(op.path)
+        try:
+            data = self.contents.get(op.entry.key)
+        except (CorruptObject, MissingObject) as exc:
+            self.outcome.damaged.setdefault(op.path, Unreadable.of(exc))
+            return
+        try:
+            if op.kind == "symlink":
+                os.symlink(data, name, dir_fd=fd)
+                safeio.step("apply.symlink")
+                self.outcome.applied[op.path] = None
+                return
+            ffd = os.open(name, _FILE_FLAGS, safeio.FILE_MODE, dir_fd=fd)
+        except FileExistsError:
+            self.taken(fd, op)
+            return
+        except OSError as exc:
+            self.failed(op, exc)
+            return
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(ffd, view) :]
+            os.fchmod(ffd, op.entry.mode)  # after the bytes: a write clears set-user-ID
+        except OSError as exc:
+            os.close(ffd)
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=fd)
+            self.failed(op, exc)
+            return
+        safeio.step("apply.write")
+        self.pending.append((op, pool.submit(_sync_and_close, ffd)))
+        if len(self.pending) >= IN_FLIGHT:
+            self.settle(IN_FLIGHT // 2)
+
+    def settle(self, keep: int) -> None:
+        """Wait for the oldest fsyncs until ``keep`` are left: their files are written, or
+        removed and a conflict; a full disk stops the fill."""
+        while len(self.pending) > keep:
+            op, future = self.pending[0]
+            exc = future.exception()
+            self.pending.popleft()
+            if exc is None:
+                safeio.step("apply.fsync")
+                self.outcome.applied[op.path] = None
+                continue
+            if not isinstance(exc, OSError):
+                raise exc
+            self.unlink(op.path)
+            if exc.errno in _FULL:
+                raise stopped(exc, f"restoring {show(op.path)}") from exc
+            self.outcome.conflicts[op.path] = f"could not be made durable: {exc.strerror}; removed"
+
+    def unlink(self, path: bytes) -> None:
+        """Remove a file the fill wrote whose directory is closed now (rare: a failing disk)."""
+        with contextlib.suppress(OSError):
+            fd = Dirs(self.root_fd, self.outcome).open(path.rpartition(b"/")[0], replace=False)
+            if isinstance(fd, int):
+                try:
+                    os.unlink(_name(path), dir_fd=fd)
+                finally:
+                    os.close(fd)
+
+    # -- the end ---------------------------------------------------------------------------
+
+    def finish(self) -> None:
+        """Deepest first, each directory written into gets its mode and is fsynced (its entries
+        and its mode durable), the root last; an error stops the fill."""
+        stack: list[tuple[bytes, int, bool, Iterator[Op]]] = []
+        here = b""
+        try:
+            stack.append((b"", *_open_dir(self.root_fd, "."), iter(self._subdirs(b""))))
+            while stack:
+                path, fd, readable, todo = stack[-1]
+                op = next(todo, None)
+                if op is None:
+                    stack.pop()
+                    try:
+                        here = path
+                        self.settle_dir(path, fd, readable)
+                    finally:
+                        os.close(fd)
+                    continue
+                try:
+                    here = op.path
+                    stack.append((op.path, *_open_dir(fd, _name(op.path)), iter(self._subdirs(op.path))))
+                except OSError as exc:
+                    if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                        raise
+                    self.outcome.conflicts[op.path] = f"removed meanwhile ({exc.strerror})"
+        except OSError as exc:
+            raise stopped(exc, f"making {show(here) if here else 'the root'} durable") from exc
+        finally:
+            for _, fd, _, _ in stack:
+                os.close(fd)
+
+    def settle_dir(self, path: bytes, fd: int, readable: bool) -> None:
+        """A directory's mode (one the fill made: 0700 unless the tree says otherwise), then
+        its fsync; one that may not be read has its file system synced instead."""
+        mode = self.modes.get(path, MKDIR_MODE if path in self.made else None)
+        if mode is not None:
+            os.fchmod(fd, mode) if readable else safeio.chmod_fd(fd, mode)
+            safeio.step("apply.chmod")
+        if readable:
+            safeio.fsync(fd)
+        else:
+            safeio.sync_fs_at(fd)
+        safeio.step("apply.fsync_dir")
+
+    def _subdirs(self, path: bytes) -> list[Op]:
+        made = self.outcome.applied
+        return [op for op in self.children.get(path, ()) if op.kind == "mkdir" and op.path in made]
+
+
+def _open_dir(dir_fd: int, name: bytes | str) -> tuple[int, bool]:
+    """Directory ``name`` opened for reading (fsync, fchmod), or, where it may not be read,
+    ``O_PATH`` (False): a root or a directory made there meanwhile, not the user's to read."""
+    try:
+        return os.open(name, _READ_DIR, dir_fd=dir_fd), True
+    except PermissionError:
+        return os.open(name, DIR_FLAGS, dir_fd=dir_fd), False
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it (another thread may be creating files)."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o777  # unknown: assume the worst (every directory made is given 0700 at once)
