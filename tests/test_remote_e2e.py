@@ -488,12 +488,19 @@ def test_two_stores_pushing_to_one_prefix_at_once_both_land_completely(
         assert snapshot(dest) == want, snap_diff(snapshot(dest), want)
     code, verified, cp = ctl(c, "verify", "--remote", "backup")
     assert code == 0 and verified["ok"], describe(cp)
-    # a label names the newest mark with it in the repository (b's), and the reply says whose;
-    # -w names a workspace as its machine had it
-    code, out, cp = restore_from(c, "turn-end", tmp_path / "c" / "newest")
+    # a label that marks of two stores' workspaces carry is refused, naming both (id, host,
+    # workspace) and how to say which: nothing is written; -w names a workspace as its machine had it
     _, ws_b, m_b, _ = sides["b"]
-    assert code == 0 and (out["mark"]["id"], out["workspace"]) == (m_b, str(ws_b)), describe(cp)
     _, ws_a, m_a, want_a = sides["a"]
+    code, out, cp = restore_from(c, "turn-end", tmp_path / "c" / "newest")
+    assert code == 6 and out["error"]["code"] == "ambiguous", describe(cp)
+    assert sorted(out["error"]["details"]["candidates"]) == sorted([m_a, m_b]), out
+    for text in (m_a, m_b, str(ws_a), str(ws_b), "-w", "--host"):
+        assert text in out["error"]["message"], (text, out)
+    assert not (tmp_path / "c" / "newest").exists() or not any((tmp_path / "c" / "newest").iterdir())
+    human = run_ctl(c.env, "restore", "turn-end", "--target", tmp_path / "c" / "newest", "--from", "backup")
+    assert human.returncode == 6 and os.fsencode(ws_a) in human.stderr and b"Traceback" not in human.stderr, \
+        describe(human)
     code, out, cp = restore_from(c, "turn-end", tmp_path / "c" / "a-by-label", "-w", str(ws_a))
     assert code == 0 and out["mark"]["id"] == m_a, describe(cp)
     assert snapshot(tmp_path / "c" / "a-by-label") == want_a

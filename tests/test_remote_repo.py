@@ -261,7 +261,6 @@ def test_find_by_id_prefix_label_host_and_workspace(tmp_path: Path, store: Store
     assert repo.find(m2.id[:6]).mark.id == m2.id
     assert repo.find("ten").mark.id == m2.id
     assert repo.find("ten~1").mark.id == ma.id
-    assert repo.find("baseline").mark.id == mb.id  # the newest with that label
     assert repo.find("baseline", host="host-a").mark.id == ma.id
     assert repo.find("baseline", workspace=os.fsencode(a)).mark.id == ma.id
     with pytest.raises(NotFound, match="host-b"):
@@ -270,6 +269,48 @@ def test_find_by_id_prefix_label_host_and_workspace(tmp_path: Path, store: Store
         repo.find("ten~5")
     with pytest.raises(NotFound):
         repo.find(m2.id, workspace=os.fsencode(b))
+
+
+def test_a_label_of_several_workspaces_is_ambiguous_and_names_them(tmp_path: Path, store: Store) -> None:
+    """On a fresh machine the newest ``turn-end`` of a repository could be another project's:
+    a label carried by marks of more than one (store, workspace) is refused, listing each with
+    its host, workspace, id and time, and how to narrow it; within one store's workspace it
+    still names the newest."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    build_tree(a, files=5)
+    build_tree(b, files=5)
+    repo = new_repo(FileBackend(tmp_path / "remote"), tmp_path / "cache")
+    ma, mb = baseline(store, a), baseline(store, b)
+    a1 = ten_file_mark(store, a, "turn-end")
+    a2 = ten_file_mark(store, a, "turn-end")
+    push(store, repo, [(m, os.fsencode(a)) for m in (ma, a1, a2)], "host-a")
+    assert repo.find("turn-end").mark.id == a2.id  # one workspace: the newest
+    assert repo.find("turn-end~1").mark.id == a1.id
+    b1 = ten_file_mark(store, b, "turn-end")
+    push(store, repo, [(mb, os.fsencode(b)), (b1, os.fsencode(b))], "host-b")
+    with pytest.raises(Ambiguous) as caught:
+        repo.find("turn-end")
+    message = caught.value.message
+    for text in (a2.id, b1.id, "host-a", "host-b", str(a), str(b), "--host", "-w", "mark id", "UTC"):
+        assert text in message, (text, message)
+    assert a1.id not in message  # each place once, by its newest
+    assert sorted(caught.value.details["candidates"]) == sorted([a2.id, b1.id])
+    assert {(m["host"], m["workspace"]) for m in caught.value.details["marks"]} == {
+        ("host-a", str(a)), ("host-b", str(b))
+    }
+    with pytest.raises(Ambiguous):
+        repo.find("baseline")  # snapd's own labels too
+    assert repo.find("turn-end", host="host-b").mark.id == b1.id
+    assert repo.find("turn-end", workspace=os.fsencode(a)).mark.id == a2.id
+    assert repo.find(b1.id).mark.id == b1.id
+    # two stores (two machines) with one workspace path and one host: only the id tells them apart
+    with Store.open(tmp_path / "store-2") as other:
+        mc = baseline(other, a)
+        c1 = ten_file_mark(other, a, "turn-end")
+        push(other, repo, [(mc, os.fsencode(a)), (c1, os.fsencode(a))], "host-a")
+    with pytest.raises(Ambiguous, match=c1.id):
+        repo.find("turn-end", host="host-a", workspace=os.fsencode(a))
+    assert repo.find(c1.id[:8]).mark.id == c1.id
 
 
 def test_find_refuses_an_ambiguous_id_prefix(

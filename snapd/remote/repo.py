@@ -30,6 +30,7 @@ from snapd.errors import (
     RemoteMissing,
     WrongPassword,
 )
+from snapd.paths import encode_path
 from snapd.remote import crypto, keys, packs, records
 from snapd.remote.backend import Backend
 from snapd.remote.packs import Blob, Doomed, IndexFile, pack_name
@@ -209,7 +210,8 @@ class Repository:
 
     def find(self, ref: str, host: str | None = None, workspace: bytes | None = None) -> MarkRecord:
         """The mark ``ref`` names among the records (of ``host``, of ``workspace``, when
-        given): a full id, a unique id prefix, or a label (the newest mark with it), then
+        given): a full id, a unique id prefix, or a label (the newest mark with it of one
+        store's workspace: Ambiguous, listing them, when marks of several carry it), then
         ``~N``: N marks before it in the same store's workspace. NotFound or Ambiguous."""
         r = parse_ref(ref)
         found = [
@@ -229,6 +231,7 @@ class Repository:
             found = [rec for rec in found if rec.mark.label == r.base]
             if r.base in OWN_LABELS:
                 found = [rec for rec in found if rec.mark.kind == OWN_LABELS[r.base]]
+            self._one_place(r.base, found)
         if not found:
             what = f"with id {r.base}" if r.is_id else f"labelled {shown(r.base)}"
             scope = f" of host {shown(host)}" if host else ""
@@ -246,6 +249,32 @@ class Repository:
         if len(before) < r.back:
             raise NotFound(f"{ref}: {self.backend.url} holds fewer than {r.back} marks before {base.mark.id}")
         return before[r.back - 1]
+
+    def _one_place(self, label: str, found: Sequence[MarkRecord]) -> None:
+        """Refuse a label that marks of more than one (store, workspace) carry: on a machine
+        with no history of its own, the newest of them could be another project's tree.
+        Within one store's workspace a label names its newest mark."""
+        newest: dict[tuple[str, bytes], MarkRecord] = {}
+        for rec in found:  # newest first
+            newest.setdefault((rec.store, rec.workspace), rec)
+        if len(newest) < 2:
+            return
+        listed = "; ".join(
+            f"{rec.mark.id} of {rec.host}:{shown(rec.workspace)} (store {rec.store[:8]}, "
+            f"{_when(rec.mark.created)})"
+            for rec in list(newest.values())[:10]
+        )
+        raise Ambiguous(
+            f"label {shown(label)} names marks of {len(newest)} workspaces in {self.backend.url}: {listed}. "
+            "Say which: --host HOST, -w PATH (the workspace's path on the machine that pushed it), "
+            "or the mark id",
+            candidates=[rec.mark.id for rec in newest.values()],
+            marks=[
+                {"id": rec.mark.id, "host": rec.host, "store": rec.store,
+                 "workspace": encode_path(rec.workspace), "created": rec.mark.created / 1e9}
+                for rec in newest.values()
+            ],
+        )  # fmt: skip
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -324,6 +353,10 @@ class Repository:
         cache_write(self.cache / record.name, data)
         self.view.add_record(record)
         return True
+
+
+def _when(ns: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ns / 1e9))
 
 
 def _user() -> str:
