@@ -131,6 +131,23 @@ def test_s3_prefix_confines_the_repository(s3_server: S3Server) -> None:
     assert (s3_server.folder / "snapd" / "one" / "keys" / "k").read_bytes() == b"A"
 
 
+def test_s3_missing_bucket_is_remote_missing_naming_bucket_and_endpoint(s3_server: S3Server) -> None:
+    """A bucket that does not exist (never made, or removed since) is no missing object: every
+    request says which bucket, on which server, and how to create it."""
+    spec = s3_server.spec("snapd", "repo")._replace(url="s3://no-such-bucket/repo")
+    backend = open_backend(spec, s3_server.credentials, QUICK)
+    for attempt in (lambda: list(backend.list("")), lambda: backend.get("config"),
+                    lambda: backend.put("config", b"x")):  # fmt: skip
+        with pytest.raises(RemoteMissing) as caught:
+            attempt()
+        message = caught.value.message
+        for text in ("bucket no-such-bucket does not exist", s3_server.endpoint, "create it first"):
+            assert text in message, (text, message)
+        assert "<Error>" not in message and "Generic S3 error" not in message, message
+        assert caught.value.details["bucket"] == "no-such-bucket"
+    assert not (s3_server.folder / "no-such-bucket").exists()  # nothing made it
+
+
 def test_s3_wrong_secret_is_denied_naming_its_source(s3_server: S3Server) -> None:
     backend = _s3(s3_server, AWS_SECRET_ACCESS_KEY="not-the-secret-key-0123456789abcdef")
     with pytest.raises(RemoteDenied) as caught:

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
@@ -534,6 +535,41 @@ def test_a_wrong_password_is_a_clear_error_and_writes_nothing(
     code, out, cp = ctl(a, "push")
     assert code == 5 and out["error"]["code"] == "wrong_password", describe(cp)
     assert objects(s3_server) == before  # nothing written, nothing changed
+    assert a.answers()
+
+
+def test_a_missing_bucket_is_named_with_its_endpoint_at_add_push_and_log(
+    s3_server: S3Server, machines: Machines, tmp_path: Path
+) -> None:
+    a = machines("a", s3_server)
+    ws = watched(a, tmp_path / "proj")
+    write(ws / "f.txt", "f\n")
+    mark(a, ws, "m1")
+
+    def refused(bucket: str, *args: str) -> None:
+        code, out, cp = ctl(a, *args)
+        assert code == 12 and out["error"]["code"] == "remote_missing", describe(cp)
+        message = out["error"]["message"]
+        for text in (f"bucket {bucket} does not exist", s3_server.endpoint, "create it first"):
+            assert text in message, (text, message)
+        assert "<Error>" not in message and "Generic S3 error" not in message, message
+        human = run_ctl(a.env, *args)
+        assert human.returncode == 12 and b"create it first" in human.stderr, describe(human)
+        assert b"Traceback" not in human.stderr, describe(human)
+
+    s3_server.spec(BUCKET, PREFIX)  # made before the server first lists its folder (it caches that)
+    refused("absent", "remote", "add", "backup", "s3://absent/repo", "--endpoint", s3_server.endpoint)
+    assert a.ctl_json("remote", "list")["remotes"] == []  # nothing recorded
+    assert not (s3_server.folder / "absent").exists()  # nor made
+
+    add_remote(a, s3_server)
+    push(a)
+    shutil.rmtree(s3_server.folder / BUCKET)  # removed later; a server started again knows it
+    s3_server.restart()
+    write(ws / "g.txt", "g\n")
+    mark(a, ws, "m2")
+    refused(BUCKET, "push")
+    refused(BUCKET, "remote", "log", "backup")
     assert a.answers()
 
 

@@ -295,9 +295,8 @@ def test_a_label_of_several_workspaces_is_ambiguous_and_names_them(tmp_path: Pat
         assert text in message, (text, message)
     assert a1.id not in message  # each place once, by its newest
     assert sorted(caught.value.details["candidates"]) == sorted([a2.id, b1.id])
-    assert {(m["host"], m["workspace"]) for m in caught.value.details["marks"]} == {
-        ("host-a", str(a)), ("host-b", str(b))
-    }
+    places = {(m["host"], m["workspace"]) for m in caught.value.details["marks"]}
+    assert places == {("host-a", str(a)), ("host-b", str(b))}
     with pytest.raises(Ambiguous):
         repo.find("baseline")  # snapd's own labels too
     assert repo.find("turn-end", host="host-b").mark.id == b1.id

@@ -164,12 +164,16 @@ class S3Backend:
         self.url = spec.url
         self.requests = 0
         self._count = threading.Lock()
+        self._bucket = where.bucket
         self._prefix = f"{where.prefix}/" if where.prefix else ""
         # A server that answers a range request with the range but status 200 (rclone serve s3
         # 1.75 does) is refused by obstore: such a server is read whole objects at a time.
         self._ranges = True
         creds = resolve(spec, credentials, os.environ if environ is None else environ, home or Path.home())
         self.source = creds.source
+        self._server = creds.endpoint or f"AWS S3 (region {creds.region})"
+        flag = f" --endpoint-url {creds.endpoint}" if creds.endpoint else ""
+        self._mb = f"aws s3 mb s3://{where.bucket}{flag}"  # how to make the bucket, for a message
         config: S3Config = {
             "access_key_id": creds.access_key_id,
             "secret_access_key": creds.secret_access_key,
@@ -296,6 +300,15 @@ class S3Backend:
         if not isinstance(exc, Exception):  # a panic in obstore (see _passes)
             return RemoteError(
                 f"{where}: the S3 client broke down trying to {what} it ({_short(text)}): a bug", object=name
+            )
+        if "<Code>NoSuchBucket</Code>" in text:  # not an object missing: the repository's place
+            return RemoteMissing(
+                f"{self.url}: the bucket {self._bucket} does not exist on {self._server} (to {what} {name}): "
+                f"create it first: `{self._mb}` (or your provider's console, `mc mb`, `rclone mkdir`); "
+                "a bucket removed after the repository was made took its history with it",
+                object=name,
+                bucket=self._bucket,
+                endpoint=self._server,
             )
         if isinstance(exc, FileNotFoundError):
             return RemoteMissing(f"{where} is not there", object=name)
