@@ -392,6 +392,28 @@ def timed_sync() -> float:
 # --- the run ----------------------------------------------------------------------------------
 
 
+def freeze(rev: str) -> tuple[str, Path]:
+    """snapd's package as at ``rev``, extracted (``git archive``) to a directory of its own and
+    put first on the path of this process and of every process it starts (daemons, snapctl),
+    so that commits landing in the work tree during a long run are not measured half-way."""
+    from common import git_out
+
+    commit = git_out("rev-parse", "--verify", f"{rev}^{{commit}}")
+    if not commit:
+        sys.exit(f"{rev}: no such commit")
+    where = DATA / f"code-{commit[:12]}"
+    if not (where / "snapd").is_dir():
+        remove(where)
+        where.mkdir(parents=True)
+        archive = subprocess.run(["git", "-C", str(Path(__file__).resolve().parent.parent), "archive",
+                                  commit, "snapd"], check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(where)], input=archive, check=True)
+    os.environ["PYTHONPATH"] = str(where)
+    sys.path.insert(0, str(where))
+    return commit, where
+
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--corpus", default="mixed", choices=["mixed", "django", "npm"])
@@ -400,9 +422,11 @@ def main() -> None:
     ap.add_argument("--changed", type=int, default=10, help="files changed per incremental push")
     ap.add_argument("--only", choices=["restic"], help="one side alone (checks the harness; no verdicts)")
     ap.add_argument("--profile", action="store_true", help="py-spy the daemon over one more first push")
+    ap.add_argument("--at", metavar="COMMIT", help="measure snapd as at COMMIT (frozen for the run)")
     args = ap.parse_args()
     if args.reps < MIN_REPS:
         sys.exit(f"{args.reps} repetitions: the method asks for at least {MIN_REPS}")
+    frozen = freeze(args.at) if args.at else None
     tree = corpus_tree(args.corpus, args.size)
     version = subprocess.run([RESTIC, "version"], capture_output=True, text=True).stdout.strip()
     rclone = subprocess.run([RCLONE, "version"], capture_output=True, text=True).stdout.splitlines()[0]
@@ -417,7 +441,13 @@ def main() -> None:
                        "(timed: the push); requests counted in the server's log",
         "size": "bytes of the objects under the prefix in the server's folder",
     })
-    compile_bytecode()
+    if frozen is not None:  # the measured code is the commit's, whatever lands meanwhile
+        res.data["source"] = {"commit": frozen[0], "dirty": False, "frozen_in": str(frozen[1]),
+                              "head_at_start": res.data["source"]}
+        res(f"# snapd measured as at {frozen[0][:12]}, frozen in {frozen[1]}")
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(frozen[1] / "snapd")], check=True)
+    else:
+        compile_bytecode()
     _, scratch, root = scratch_copy(tree, f"remote-{args.corpus}-{args.size}")
     ws = Path(root)  # its real path: what restic records, what snapd watches
     warm(ws)
