@@ -9,6 +9,7 @@ daemon restarted with marks pending pushes them.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_helpers import Daemon, base_env, start_daemon, wait_for, write
+from e2e_helpers import Daemon, base_env, describe, run_ctl, start_daemon, wait_for, write
 from remote_server import S3Server
 
 from snapd.daemon.pusher import FIRST_DELAY_S, Pusher
@@ -165,6 +166,50 @@ def test_status_shows_the_last_error_and_the_queue_waits(
     assert _remote(d)["pending"] == 0 and _remote(d)["last_error"] is None
 
 
+def test_a_mark_rotten_here_is_skipped_shown_once_and_the_rest_pushed(
+    s3_server: S3Server, home: Path, tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    """A mark whose content rotted in the local store (tests/test_bitrot.py's flip) does not
+    block the queue: the on-mark pusher pushes every other mark, shows the skipped one once as
+    the last error (naming its path), does not try it again, and goes on with later marks;
+    ``snapctl push`` tries it, reports it (``skipped``) and exits 10."""
+    from test_bitrot import entry_at, flip
+
+    ws = tmp_path / "ws"
+    write(ws / "notes.txt", "start\n")
+    d = start_daemon(home, _env(home, s3_server))
+    daemons.append(d)
+    d.call("watch", path=os.fsencode(ws))
+    write(ws / "rots.bin", os.urandom(600))
+    rotten = d.call("mark", workspace=os.fsencode(ws), label="rotten")["id"]
+    write(ws / "rots.bin", os.urandom(700))  # the later marks hold another version
+    d.call("mark", workspace=os.fsencode(ws), label="fine")
+    key = entry_at(d, rotten, b"rots.bin").key
+    flip(d, key)
+    _add_on_mark(d, s3_server, tmp_path)  # the pusher starts at once
+    wait_for(lambda: _remote(d)["last_error"], 30, what=f"status shows the skipped mark: {_remote(d)}")
+    _pending_is(d, 1)  # baseline and fine pushed; rotten left
+    error = _remote(d)["last_error"]
+    assert error["code"] == "corrupt_object" and rotten in error["message"], error
+    assert "rots.bin" in error["message"] and key in error["message"], error
+    assert _labels(d) == {"baseline", "fine"}
+    assert _mark(d, ws, "after") < PROMPT_S  # the queue goes on past it
+    wait_for(lambda: "after" in _labels(d), 30, what="the next mark is pushed")
+    _pending_is(d, 1)
+    assert _remote(d)["last_error"] == error  # shown once: not re-dated by each push
+    assert d.log().count("remote.push_skipped") == 1, d.log()[-3000:]
+    env = {**_env(home, s3_server), "SNAPD_REMOTE_PASSWORD": PASSWORD}
+    cp = run_ctl(env, "push", "r", "--json")
+    assert cp.returncode == 10, describe(cp)
+    (skip,) = json.loads(cp.stdout)["skipped"]
+    assert (skip["mark"], skip["workspace"]) == (rotten, str(ws)), skip
+    assert "rots.bin" in skip["reason"] and skip["paths"] == ["rots.bin"], skip
+    human = run_ctl(env, "push", "r")
+    assert human.returncode == 10 and b"not pushed: mark " + rotten.encode() in human.stderr, describe(human)
+    assert b"rots.bin" in human.stderr and b"Traceback" not in human.stderr, describe(human)
+    assert _labels(d) == {"baseline", "fine", "after"} and d.answers()
+
+
 class _Flaky:
     """What the pusher needs of :class:`Remotes`, failing its first push: to count how often the
     pusher looks (a retry schedule that forgets to settle spins on ``pending``)."""
@@ -181,7 +226,7 @@ class _Flaky:
         self.looks += 1  # one round of the pusher's loop
         return list(self.names)
 
-    def pending(self, name: str) -> int:
+    def pending(self, name: str, *, queued: bool = False) -> int:
         return self.left
 
     def push(self, name: str, workspaces: Any, wait: bool) -> None:

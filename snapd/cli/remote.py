@@ -22,7 +22,7 @@ from snapd.cli.prompt import confirm
 from snapd.cli.request import Env, absolute, client, human, named_workspace, show_warnings
 from snapd.cli.secrets import PASSWORD_ENV, ask_password, read_password_file, secret_flags, secrets
 from snapd.display import count
-from snapd.errors import UsageError
+from snapd.errors import Conflict, UsageError
 
 LOST_PASSWORD = (
     "keep this password safe: everything in the repository is encrypted with it, and a lost "
@@ -296,12 +296,18 @@ def cmd_push(args: argparse.Namespace, env: Env) -> int:
         fields["workspace"] = os.fsencode(ws)
     with client(args, env) as c, Bar(args, env, running("push", args.name), "object"):
         r = c.call("push", **fields)
+    partial = Conflict.exit_code if r.get("skipped") else 0  # marks left: their objects are damaged here
     if not human(args, r):
-        return 0
+        return partial
     name = r.get("name", args.name)
+    for x in r.get("skipped", []):
+        what = f"mark {x['mark']} ({x.get('label', '')}) of {path_text(x['workspace'])}"
+        emit(f"not pushed: {what}: {x['reason']}", err=True)
     if not r["marks"] and not r.get("objects"):
-        emit(f"nothing to push: {name} has every mark of {count(len(r.get('workspaces', [])), 'workspace')}")
-        return 0
+        spaces = count(len(r.get("workspaces", [])), "workspace")
+        if not partial:
+            emit(f"nothing to push: {name} has every mark of {spaces}")
+        return partial
     emit(f"pushed {count(r['marks'], 'mark')} to {name}: {count(r.get('objects', 0), 'new object')} "
          f"({size(r.get('bytes', 0))}) in {count(r.get('packs', 0), 'pack')}, "
          f"{count(r.get('requests', 0), 'request')}; {count(r.get('present', 0), 'mark')} already there")
@@ -309,7 +315,7 @@ def cmd_push(args: argparse.Namespace, env: Env) -> int:
         emit(f"  resumed: {count(_n(r['resumed']), 'pack')} an interrupted push had sent were indexed, "
              "not sent again")
     show_warnings(r.get("warnings", []))
-    return 0
+    return partial
 
 
 def restore_fields(args: argparse.Namespace, env: Env) -> dict[str, Any]:

@@ -9,7 +9,9 @@ server was away, or before a restart, go with the next push. It also looks every
 (marks taken by other ops: a rollback's pre-rollback mark, a baseline).
 
 A failed push is retried after a delay that doubles from ``FIRST_DELAY_S`` up to ``MAX_DELAY_S``;
-a success resets it. The outcome (last push, last error) is each remote's
+a success resets it. A mark a push skipped (its objects damaged in the local store: the others
+are pushed) is not tried again by this thread: it is shown once, as the remote's last error,
+and ``snapctl push`` tries it again. The outcome (last push, last error) is each remote's
 :class:`snapd.daemon.remotes.PushRecord`, which ``status`` shows with the pending count.
 """
 
@@ -72,7 +74,7 @@ class Pusher:
 
     def _push(self, name: str) -> None:
         try:
-            if self.remotes.pending(name) != 0:
+            if self.remotes.pending(name, queued=True) != 0:  # not the marks a push skipped
                 watched = [w for w in self.remotes.store.workspaces() if w.watching]
                 self.remotes.push(name, watched, wait=False)
         except SnapdError:  # recorded by Remotes.push (status shows it): retry later

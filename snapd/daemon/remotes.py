@@ -65,6 +65,10 @@ class PushRecord:
 
     last_push: dict[str, Any] | None = None  # time (s), marks, objects, bytes, requests
     last_error: dict[str, Any] | None = None  # time (s), code, message
+    skipped: dict[str, Any] | None = None  # as last_error: marks a push left (damaged locally)
+
+    def error(self) -> dict[str, Any] | None:
+        return self.last_error or self.skipped
 
 
 class Remotes:
@@ -89,6 +93,7 @@ class Remotes:
         self._opening: dict[str, threading.Lock] = {}  # one unlock at a time per remote
         self._busy: dict[str, threading.Lock] = {}  # one push or prune at a time per remote
         self.records: dict[str, PushRecord] = {}
+        self._skipped: dict[str, set[str]] = {}  # remote -> marks a push skipped (damaged here)
         self._working = 0  # remote operations in flight (working)
         self._ids = self._read_ids()  # name -> repository id
 
@@ -167,6 +172,7 @@ class Remotes:
             self._tables.pop(name, None)
             self._open.pop(name, None)
             self.records.pop(name, None)
+            self._skipped.pop(name, None)
         self._remember_id(name, None)
 
     # -- repositories ---------------------------------------------------------------------------
@@ -263,7 +269,9 @@ class Remotes:
     ) -> PushResult | None:
         """Push every mark of ``workspaces`` that ``name``'s repository lacks, and record them
         in the store (``pushed``). ``wait=False`` (the on-mark pusher): None at once when
-        another push of this remote runs. Its outcome is :attr:`records`' to show."""
+        another push of this remote runs, and the marks a push skipped (objects damaged in the
+        local store) are not tried again: a manual push tries them. Its outcome is
+        :attr:`records`' to show."""
         from snapd.remote.push import push
 
         lock = self.busy(name)
@@ -277,6 +285,8 @@ class Remotes:
                     ids = [w.id for w in workspaces]
                     roots = {w.id: w.root for w in workspaces}
                     todo = self.store.unpushed(repo.id, ids)
+                    if not wait:
+                        todo = [m for m in todo if m.id not in self.skipping(name)]
                     tracker.phase("listing the repository")
                     marks = [(m, roots[m.workspace]) for m in todo]
                     result = push(self.store, repo, marks, self.host, tracker)
@@ -290,6 +300,8 @@ class Remotes:
             lock.release()
 
     def _note(self, name: str, *, result: PushResult | None = None, error: SnapdError | None = None) -> None:
+        from snapd.remote.unreadable import describe  # loaded by the push already
+
         with self._lock:
             record = self.records.setdefault(name, PushRecord())
             if error is not None:
@@ -298,23 +310,43 @@ class Remotes:
                 return
             assert result is not None
             record.last_error = None
+            known = self._skipped.setdefault(name, set())
+            known.difference_update(result.landed)
+            new = [s for s in result.skipped if s.mark not in known]
+            known.update(s.mark for s in result.skipped)
+            if new:  # once per mark: the on-mark pusher does not try it again
+                record.skipped = {"time": time.time(), "code": _SKIP_CODES[new[0].problem],
+                                  "message": describe(new)}  # fmt: skip
+            elif not known:
+                record.skipped = None
             record.last_push = {
                 "time": time.time(), "marks": result.marks, "present": result.present,
                 "objects": result.objects, "bytes": result.bytes, "requests": result.requests,
             }  # fmt: skip
+        if result.skipped:  # each push that leaves marks: the on-mark pusher's only once per mark
+            log.warning("remote.push_skipped", remote=name, marks=[s.mark for s in result.skipped],
+                        error=describe(result.skipped))  # fmt: skip
         if result.marks:
             log.info("remote.pushed", remote=name, marks=result.marks, objects=result.objects,
                      bytes=result.bytes, requests=result.requests)
 
-    def pending(self, name: str) -> int | None:
-        """Marks of the watched workspaces not yet in ``name``'s repository; None while its id
-        is unknown (never opened)."""
+    def skipping(self, name: str) -> set[str]:
+        """The marks a push to ``name`` skipped, their objects damaged in the local store."""
+        with self._lock:
+            return set(self._skipped.get(name, ()))
+
+    def pending(self, name: str, *, queued: bool = False) -> int | None:
+        """Marks of the watched workspaces not yet in ``name``'s repository (``queued``: less
+        those a push skipped, which the on-mark pusher leaves); None while its id is unknown
+        (never opened)."""
         with self._lock:
             repo_id = self._ids.get(name)
         if repo_id is None:
             return None
         watched = [w.id for w in self.store.workspaces() if w.watching]
-        return len(self.store.unpushed(repo_id, watched))
+        left = self.store.unpushed(repo_id, watched)
+        skipped = self.skipping(name) if queued else set()
+        return sum(m.id not in skipped for m in left)
 
     def status(self) -> list[dict[str, Any]]:
         """Each remote as ``status`` and ``remote_list`` show it: its table's keys (as of now: a
@@ -329,7 +361,7 @@ class Remotes:
             out.append({
                 **t, "name": name, "push": t.get("push", "manual"),
                 "pending": self.pending(name), "pushing": bool(busy and busy.locked()),
-                "last_push": record.last_push, "last_error": record.last_error,
+                "last_push": record.last_push, "last_error": record.error(),
             })  # fmt: skip
         return out
 
@@ -363,6 +395,9 @@ class Remotes:
             _write_atomic(self.cache_dir / NAMES_FILE, json.dumps(data, indent=1, sort_keys=True).encode())
         except OSError as exc:  # a cache: status shows pending as unknown until the next open
             log.warning("remote.names_not_written", error=str(exc))
+
+
+_SKIP_CODES = {"corrupt": "corrupt_object", "missing": "missing_object"}
 
 
 def _spec(name: str, t: Mapping[str, str]) -> RemoteSpec:

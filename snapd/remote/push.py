@@ -29,10 +29,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
-from snapd.errors import RemoteError
-from snapd.remote import packs, records
+from snapd.errors import CorruptObject, MissingObject, RemoteError
+from snapd.remote import packs, records, unreadable
 from snapd.remote.packs import Blob
 from snapd.remote.repo import Repository
+from snapd.remote.unreadable import ReadError, Skipped
 from snapd.remote.view import THREADS, parallel
 from snapd.store import nodes, objects, safeio, trees
 from snapd.store.records import Mark
@@ -57,6 +58,7 @@ class PushResult(NamedTuple):
     resumed: int  # packs an interrupted push had sent, indexed now without sending them again
     requests: int  # requests this push made
     landed: tuple[str, ...]  # ids of the marks the repository holds records of now
+    skipped: tuple[Skipped, ...] = ()  # marks not pushed: the local store cannot read what they need
 
 
 class Journal:
@@ -155,6 +157,7 @@ class _Pusher:
         self.journal = Journal(repo.cache / "journal.jsonl", repo.refresh_s * 2)
         self.sent: dict[str, list[Blob]] = {}  # packs landed, not in an index yet
         self.queued: set[str] = set()  # keys this push sent or is sending
+        self.bad: dict[str, ReadError] = {}  # keys the store could not read: not sent
         self.objects = self.bytes = self.packs = self.resumed = 0
         self.done = self.total = 0
         self._lock = threading.Lock()
@@ -186,9 +189,11 @@ class _Pusher:
                 in_flight.append(pool.submit(self._upload, full))
 
             for chunk in _chunks(keys):
-                read = dict(self.store.get_many(chunk))  # in key order: packed in walk order
+                read = unreadable.read(self.store, chunk, self.bad)  # in key order: packed in walk order
                 for key in chunk:
-                    data = read.pop(key)
+                    data = read.pop(key, None)
+                    if data is None:  # damaged here: the marks needing it are skipped
+                        continue
                     self.bytes += len(data)
                     codec, payload = objects.encode(data)
                     encoding = bytes((codec,)) + payload
@@ -249,13 +254,14 @@ class _Needs(NamedTuple):
     relied: list[str]
     bases: set[str]
     brought: dict[str, tuple[int, int]]
+    unwalked: dict[str, ReadError]  # mark id -> why its tree could not be walked (skipped)
 
 
 def needs(store: Store, repo: Repository, sid: str, todo: Sequence[Mark], queued: set[str]) -> _Needs:
     """Walk each mark of ``todo`` (oldest first) against the closest mark of its workspace
     whose tree is complete in the repository (its record is there, or it comes earlier in
     this push): the keys neither there nor in ``queued`` (which this adds them to)."""
-    out = _Needs([], [], set(), {})
+    out = _Needs([], [], set(), {}, {})
     contents: list[str] = []  # sent after every node: a restore reads the nodes as one region
     complete: dict[int, list[Mark]] = {}
     pushing = {m.id for m in todo}
@@ -267,9 +273,16 @@ def needs(store: Store, repo: Repository, sid: str, todo: Sequence[Mark], queued
                 m for m in store.marks(mark.workspace) if repo.record_name(sid, m.id) in names
             ]
         base = min(done, key=lambda m: abs(m.seq - mark.seq), default=None)
+        try:
+            found = list(objects_of(store.load_node, mark.tree, base.tree if base is not None else None))
+        except (CorruptObject, MissingObject) as exc:
+            try:  # the base's node, perhaps: the whole tree, then
+                base, found = None, list(objects_of(store.load_node, mark.tree, None))
+            except (CorruptObject, MissingObject):
+                out.unwalked[mark.id] = exc  # never a base: it is not complete anywhere
+                continue
         if base is not None and base.id not in pushing:
             out.bases.add(repo.record_name(sid, base.id))
-        found = list(objects_of(store.load_node, mark.tree, base.tree if base is not None else None))
         found += [(k, False) for k in (mark.rules, mark.ignored) if k]
         count = size = 0
         for key, is_node in found:
@@ -297,21 +310,27 @@ def push(
     pack_target: int = packs.PACK_TARGET,
 ) -> PushResult:
     """Send the marks of ``marks`` (each with its workspace's root) the repository lacks:
-    the objects, an index, then their records. ``progress(done, total)`` counts objects;
-    ``pack_target``: the pack size (tests lower it to make many packs of little data)."""
+    the objects, an index, then their records. A mark needing an object the local store cannot
+    read gets no record: it is in the result's ``skipped``, the others are pushed.
+    ``progress(done, total)`` counts objects; ``pack_target``: the pack size (tests lower it to
+    make many packs of little data)."""
     before = repo.backend.requests
     repo.ensure_fresh()
     sid = store.store_id()
     pusher = _Pusher(store, repo, progress, pack_target)
     pusher.resume()
     roots = {m.id: root for m, root in marks}
+    skipped: dict[str, Skipped] = {}
     for _attempt in range(3):
         names = repo.mark_names()
-        todo = [m for m, _ in marks if repo.record_name(sid, m.id) not in names]
+        todo = [m for m, _ in marks if repo.record_name(sid, m.id) not in names and m.id not in skipped]
         todo.sort(key=lambda m: (m.created, m.seq))
         need = needs(store, repo, sid, todo, pusher.queued)
         pusher.send(need.send)
         pusher.write_index()
+        bad = {**{unreadable.failed_key(e): e for e in need.unwalked.values()}, **pusher.bad}
+        skipped.update((s.mark, s) for s in unreadable.skipped(store, todo, bad, roots, need.unwalked))
+        todo = [m for m in todo if m.id not in skipped]
         # A prune may have doomed packs (or dropped a mark walked against) while the view
         # aged: past half the grace, look again before a record says the objects are there.
         age = repo.age()
@@ -320,7 +339,7 @@ def push(
         repo.refresh()
         # what this push sent counts too: a prune may have doomed (or, past the grace,
         # deleted) a pack of it that no record referenced yet
-        sent_and_relied = [*need.relied, *need.send]
+        sent_and_relied = [k for k in (*need.relied, *need.send) if k not in pusher.bad]
         if all(repo.has(k) for k in sent_and_relied) and need.bases <= set(repo.mark_names()):
             break
         pusher.queued.difference_update(k for k in sent_and_relied if not repo.has(k))
@@ -341,11 +360,12 @@ def push(
     names = repo.mark_names()
     return PushResult(
         marks=written,
-        present=len(marks) - len(todo),
+        present=len(marks) - len(todo) - len(skipped),
         objects=pusher.objects,
         bytes=pusher.bytes,
         packs=pusher.packs,
         resumed=pusher.resumed,
         requests=repo.backend.requests - before,
         landed=tuple(m.id for m, _ in marks if repo.record_name(sid, m.id) in names),
+        skipped=tuple(skipped.values()),
     )

@@ -188,6 +188,11 @@ class RemoteOps:
             "present": result.present, "objects": result.objects,
             "bytes": result.bytes, "packs": result.packs, "resumed": result.resumed,
             "requests": result.requests, "workspaces": [str(Path(os.fsdecode(w.root))) for w in spaces],
+            "skipped": [
+                {"mark": s.mark, "label": s.label, "workspace": encode_path(s.workspace), "reason": s.reason,
+                 "problem": s.problem, "paths": list(s.paths)}
+                for s in result.skipped
+            ],
         }  # fmt: skip
 
     def _only_remote(self) -> str:
