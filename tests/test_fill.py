@@ -73,10 +73,15 @@ def restore(store: Store, tree: str, dest: Path, get: Callable[[str], bytes] | N
     return write_tree(dest, tree, 0o751, store.load_node, get or store.get, store.hasher, [])
 
 
-def test_every_kind_is_written_exactly(captured: tuple[Store, str, Path], tmp_path: Path) -> None:
+@pytest.mark.parametrize("held", [fill.IN_FLIGHT_BYTES, 1 << 20])
+def test_every_kind_is_written_exactly(
+    captured: tuple[Store, str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, held: int
+) -> None:
     """Kinds, bytes, modes (set-user-ID and set-group-ID files, 0000 files and directories,
     sticky), symlinks as their text, empty directories, names that are not UTF-8, the root's own
-    mode: into an absent target, and into an empty one."""
+    mode: into an absent target, and into an empty one; also when the contents held for the
+    writers are bounded below the size of one file (``big.bin``, 3 MiB)."""
+    monkeypatch.setattr(fill, "IN_FLIGHT_BYTES", held)
     store, tree, src = captured
     want = snapshot(src, with_root=True)
     for dest in (tmp_path / "absent", tmp_path / "empty"):
@@ -211,4 +216,4 @@ def test_a_written_file_costs_a_few_system_calls(
     assert calls["open"] <= files + 2 * (dirs + 1) + 3, (calls, files, dirs)  # + the root's
     assert calls["fsync"] == files + dirs + 2, calls  # + the root, + its parent (made)
     assert calls.get("chmod", 0) <= 1, calls  # the root's: made 0700 whatever the umask
-    assert fill.SYNCERS > 1
+    assert fill.WRITERS > 1

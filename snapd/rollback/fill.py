@@ -6,9 +6,10 @@ Nothing is there to re-check, replace or roll forward, so the writes are direct:
 - **Directories** are made 0700 (``MKDIR_MODE``) and held open (``O_PATH|O_NOFOLLOW``) while
   what they hold is written, every change an ``*at`` call relative to them: never a path
   walked again from the root, never a symlink followed.
-- **Files** are created under their own names ``O_CREAT|O_EXCL|O_NOFOLLOW`` (0600), written and
-  given their mode (``fchmod``); a pool of ``SYNCERS`` threads fsyncs them while the next are
-  written. **Symlinks** are made in place. A file counts as written once its fsync succeeded.
+- **Files** are created under their own names ``O_CREAT|O_EXCL|O_NOFOLLOW`` (0600), written,
+  given their mode (``fchmod``) and fsynced by a pool of ``WRITERS`` threads, while this one
+  reads the next contents and makes the directories; a file counts as written once its fsync
+  succeeded. **Symlinks** are made in place.
 - **A name found taken** (a process wrote into the target meanwhile) is left as found: a
   conflict — unless it already holds what the tree has there (a directory where the tree has
   one is filled as it is; its mode is changed only where the tree's is not 0700).
@@ -34,24 +35,43 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from snapd.errors import CorruptObject, MissingObject
 from snapd.rollback.checks import Contents, describe_state
-from snapd.rollback.dirs import DIR_FLAGS, Dirs, Outcome, stopped
+from snapd.rollback.dirs import DIR_FLAGS, Outcome, stopped
 from snapd.rollback.modes import order
 from snapd.rollback.ops import MKDIR_MODE, Op, show
 from snapd.store import safeio
 from snapd.store.damage import Unreadable
 
-SYNCERS = 4  # threads fsyncing written files (an fsync waits on the disk, not on the GIL)
-IN_FLIGHT = 256  # files written and not yet fsynced: bounds open descriptors
+WRITERS = 4  # threads writing files (system calls, waits on the disk: not on the GIL)
+IN_FLIGHT = 256  # files handed to them and not settled: bounds open descriptors
+IN_FLIGHT_BYTES = 64 << 20  # and their contents held in memory (one larger file is alone)
 _FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
-def _sync_and_close(fd: int) -> None:
+def _write_file(dir_fd: int, name: bytes, data: bytes, mode: int) -> tuple[str, OSError] | None:
+    """Create ``name`` in ``dir_fd`` (``O_EXCL``), write it, give it ``mode`` and fsync it: None
+    when done; else the step that failed (``"create"``: nothing made; ``"write"``, ``"sync"``:
+    the file removed) and its error. Run by the pool's threads."""
     try:
-        safeio.fsync(fd)
+        fd = os.open(name, _FILE_FLAGS, safeio.FILE_MODE, dir_fd=dir_fd)
+    except OSError as exc:
+        return "create", exc
+    step = "write"
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fchmod(fd, mode)  # after the bytes: a write clears set-user-ID
+        step = "sync"
+        safeio.fsync(fd)  # an error is final: the file is removed, never counted as written
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=dir_fd)
+        return step, exc
     finally:
         os.close(fd)
+    return None
 
 
 def _name(path: bytes) -> bytes:
@@ -79,7 +99,10 @@ class Fill:
                 assert op.kind in ("mkdir", "write", "symlink") and op.expect is None, op
                 self.children.setdefault(op.path.rpartition(b"/")[0], []).append(op)
         self.made: set[bytes] = set()  # directories the fill made (adopted ones keep their mode)
-        self.pending: deque[tuple[Op, Future[None]]] = deque()  # written, being fsynced
+        self.pending: deque[tuple[Op, int, int, Future[tuple[str, OSError] | None]]] = deque()  # in the pool
+        self.held = 0  # bytes of the pending files' contents
+        self.closing: deque[tuple[int, int]] = deque()  # (files submitted before, directory fd)
+        self.submitted = self.settled = 0
         self._umask_strips_owner = _umask() & 0o700 != 0
 
     def run(self) -> None:
@@ -87,12 +110,18 @@ class Fill:
             assert op.entry is not None
             safeio.chmod_fd(self.root_fd, op.entry.mode)
             safeio.step("apply.chmod")
-        with ThreadPoolExecutor(SYNCERS, thread_name_prefix="snapd-fill") as pool:
+        with ThreadPoolExecutor(WRITERS, thread_name_prefix="snapd-fill") as pool:
             try:
                 self.write_all(pool)
                 self.settle(0)
+            except BaseException:
+                pool.shutdown(wait=True)  # stopped part-way: the files being written first
+                self.pending.clear()
+                raise
             finally:
-                self.pending.clear()  # stopped part-way: the pool's end waits for their fsyncs
+                for _, fd in self.closing:
+                    os.close(fd)
+                self.closing.clear()
         self.finish()
 
     # -- writing ---------------------------------------------------------------------------
@@ -107,7 +136,7 @@ class Fill:
                 if op is None:
                     stack.pop()
                     if stack:
-                        os.close(fd)
+                        self.close_dir(fd)
                 elif op.kind == "mkdir":
                     sub = self.mkdir(fd, op)
                     if sub is None:
@@ -116,9 +145,8 @@ class Fill:
                         stack.append((sub, iter(self.children.get(op.path, ()))))
                 else:
                     self.write(fd, op, pool)
-        finally:
-            for fd, _ in stack[1:]:
-                os.close(fd)
+        finally:  # stopped part-way: closed once the pool is done with them (run)
+            self.closing.extend((self.submitted, fd) for fd, _ in stack[1:])
 
     def mkdir(self, fd: int, op: Op) -> int | None:
         """The new directory's descriptor; None (its conflict recorded) when there is none."""
@@ -177,69 +205,58 @@ class Fill:
                     below.append(op.path)
 
     def write(self, fd: int, op: Op, pool: ThreadPoolExecutor) -> None:
+        """A symlink made now; a file handed to the pool with its directory's descriptor
+        (closed only once the file is settled: :meth:`close_dir`)."""
         assert op.entry is not None
-        name = _name(op.path)
         try:
             data = self.contents.get(op.entry.key)
         except (CorruptObject, MissingObject) as exc:
             self.outcome.damaged.setdefault(op.path, Unreadable.of(exc))
             return
+        if op.kind == "write":
+            keep = IN_FLIGHT // 2 if len(self.pending) >= IN_FLIGHT else len(self.pending)
+            self.settle(keep, IN_FLIGHT_BYTES - len(data))
+            future = pool.submit(_write_file, fd, _name(op.path), data, op.entry.mode)
+            self.pending.append((op, fd, len(data), future))
+            self.submitted += 1
+            self.held += len(data)
+            return
         try:
-            if op.kind == "symlink":
-                os.symlink(data, name, dir_fd=fd)
-                safeio.step("apply.symlink")
-                self.outcome.applied[op.path] = None
-                return
-            ffd = os.open(name, _FILE_FLAGS, safeio.FILE_MODE, dir_fd=fd)
+            os.symlink(data, _name(op.path), dir_fd=fd)
         except FileExistsError:
             self.taken(fd, op)
             return
         except OSError as exc:
             self.failed(op, exc)
             return
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(ffd, view) :]
-            os.fchmod(ffd, op.entry.mode)  # after the bytes: a write clears set-user-ID
-        except OSError as exc:
-            os.close(ffd)
-            with contextlib.suppress(OSError):
-                os.unlink(name, dir_fd=fd)
-            self.failed(op, exc)
-            return
-        safeio.step("apply.write")
-        self.pending.append((op, pool.submit(_sync_and_close, ffd)))
-        if len(self.pending) >= IN_FLIGHT:
-            self.settle(IN_FLIGHT // 2)
+        safeio.step("apply.symlink")
+        self.outcome.applied[op.path] = None
 
-    def settle(self, keep: int) -> None:
-        """Wait for the oldest fsyncs until ``keep`` are left: their files are written, or
-        removed and a conflict; a full disk stops the fill."""
-        while len(self.pending) > keep:
-            op, future = self.pending[0]
-            exc = future.exception()
+    def settle(self, keep: int, room: int = IN_FLIGHT_BYTES) -> None:
+        """Wait for the oldest files until ``keep`` are left holding at most ``room`` bytes:
+        each is written (and fsynced), or unwritten and a conflict; a full disk stops the fill."""
+        while self.pending and (len(self.pending) > keep or self.held > room):
+            op, fd, size, future = self.pending[0]
+            failure = future.result()
             self.pending.popleft()
-            if exc is None:
-                safeio.step("apply.fsync")
+            self.settled += 1
+            self.held -= size
+            if failure is None:
+                safeio.step("apply.write")
                 self.outcome.applied[op.path] = None
-                continue
-            if not isinstance(exc, OSError):
-                raise exc
-            self.unlink(op.path)
-            if exc.errno in _FULL:
-                raise stopped(exc, f"restoring {show(op.path)}") from exc
-            self.outcome.conflicts[op.path] = f"could not be made durable: {exc.strerror}; removed"
+            elif isinstance(failure[1], FileExistsError):
+                self.taken(fd, op)
+            elif failure[0] == "sync" and failure[1].errno not in _FULL:
+                self.outcome.conflicts[op.path] = f"could not be made durable: {failure[1].strerror}; removed"
+            else:
+                self.failed(op, failure[1])
+        while self.closing and self.closing[0][0] <= self.settled:
+            os.close(self.closing.popleft()[1])
 
-    def unlink(self, path: bytes) -> None:
-        """Remove a file the fill wrote whose directory is closed now (rare: a failing disk)."""
-        with contextlib.suppress(OSError):
-            fd = Dirs(self.root_fd, self.outcome).open(path.rpartition(b"/")[0], replace=False)
-            if isinstance(fd, int):
-                try:
-                    os.unlink(_name(path), dir_fd=fd)
-                finally:
-                    os.close(fd)
+    def close_dir(self, fd: int) -> None:
+        """Close a directory once the files handed to the pool in it are settled."""
+        self.closing.append((self.submitted, fd))
+        self.settle(len(self.pending))
 
     # -- the end ---------------------------------------------------------------------------
 
