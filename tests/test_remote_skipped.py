@@ -68,7 +68,9 @@ def test_a_mark_whose_content_is_rotten_is_skipped_by_path_and_the_others_land(
     rot(store, bad)
     repo = new_repo(FileBackend(tmp_path / "remote"), tmp_path / "cache")
     marks = [(ma, os.fsencode(a)), (m2, os.fsencode(a)), (m3, os.fsencode(a)), (mb, os.fsencode(b))]
-    result = push(store, repo, marks, "h")
+    done: list[tuple[int, int]] = []
+    result = push(store, repo, marks, "h", lambda d, t: done.append((d, t)))
+    assert done[-1][0] == done[-1][1] == result.objects + 1  # the rotten one counted as done, not sent
     assert [s.mark for s in result.skipped] == [m2.id]
     skip = result.skipped[0]
     assert (skip.workspace, skip.problem, skip.paths) == (os.fsencode(a), "corrupt", ("src/d1/f001.txt",))

@@ -193,6 +193,7 @@ class _Pusher:
                 for key in chunk:
                     data = read.pop(key, None)
                     if data is None:  # damaged here: the marks needing it are skipped
+                        self._count(1)
                         continue
                     self.bytes += len(data)
                     codec, payload = objects.encode(data)
@@ -214,11 +215,16 @@ class _Pusher:
         data, blobs = writer.finish()
         pack = self.repo.write_pack(data)
         self.journal.add(pack, blobs)
-        with self._lock:  # reported in order, from whichever thread uploaded
+        with self._lock:
             self.sent[pack] = blobs
             self.packs += 1
             self.objects += len(blobs)
-            self.done += len(blobs)
+        self._count(len(blobs))
+
+    def _count(self, n: int) -> None:
+        """Progress: ``n`` more objects uploaded, or left out (the store could not read them)."""
+        with self._lock:  # reported in order, from whichever thread uploaded
+            self.done += n
             if self.progress is not None:
                 self.progress(self.done, self.total)
 

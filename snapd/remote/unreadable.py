@@ -8,7 +8,7 @@ rest. Which marks need a failed object is then found in their trees
 of the same push does not list the objects they share, and needs them all the same. Those
 marks get no record (a record says every object of the tree is in the repository); each is
 reported as a :class:`Skipped`, naming the paths that need the damaged objects. Everything
-here runs on the error path only.
+here but :func:`read`'s first attempt runs on the error path only.
 """
 
 from __future__ import annotations
