@@ -208,6 +208,11 @@ def test_a_mark_rotten_here_is_skipped_shown_once_and_the_rest_pushed(
     assert human.returncode == 10 and b"not pushed: mark " + rotten.encode() in human.stderr, describe(human)
     assert b"rots.bin" in human.stderr and b"Traceback" not in human.stderr, describe(human)
     assert _labels(d) == {"baseline", "fine", "after"} and d.answers()
+    flip(d, key)  # the same byte flipped back: repaired
+    cp = run_ctl(env, "push", "r", "--json")
+    assert cp.returncode == 0 and json.loads(cp.stdout)["skipped"] == [], describe(cp)
+    assert _labels(d) == {"baseline", "rotten", "fine", "after"}
+    assert _remote(d)["last_error"] is None and _remote(d)["pending"] == 0, _remote(d)
 
 
 class _Flaky:
