@@ -13,10 +13,13 @@ Rules:
 - DEST is absent (made, 0700 while it is filled) or an empty directory; a symlink is never
   followed; anything else is refused before a byte is written (:class:`TargetRefused`), as is
   a DEST equal to, inside or around snapd's own directories. Its parent must exist.
-- The writing is the rollback's: a plan from nothing to the tree (:func:`plan.plan` with no
-  current state), run by the same engine (:func:`apply.fill`): files and symlinks through
-  fsynced temps renamed into place, directories 0700 while filled and given their modes
-  deepest first, DEST's own mode (the root's at REF) last. One way of writing a tree.
+- The plan is the rollback's: a plan from nothing to the tree (:func:`plan.plan` with no
+  current state). The fill writes it (:func:`apply.fill`, :mod:`snapd.rollback.fill`): DEST
+  holds nothing to re-check or roll forward, so every name is created in place (``O_EXCL``:
+  what another process put there meanwhile is left as found, a conflict) through directories
+  held open; files fsynced; directories 0700 while they are filled, given their modes deepest
+  first, DEST's own mode (the root's at REF) last, each fsynced once. When this returns, what
+  it counts as written is on disk.
 - What the tree holds without content (not captured at REF: over the size cap, unreadable,
   FIFOs and other special files) is listed as not restored, as are directories that could
   not be listed then (only what was captured in them by name is written); the reply is then
