@@ -20,6 +20,7 @@ from remote_repo_helpers import (
     listing,
     make_backend,
     new_repo,
+    record_of,
     restored,
 )
 
@@ -446,3 +447,46 @@ def test_two_prunes_taking_the_lock_at_once_agree_on_one(
         held = locks.acquire(seen, repo.master, "us")
         assert sorted(x.host for x in locks.read_locks(where.backend, repo.master)) == ["rival-box", "us"]
         locks.release(where.backend, held)
+
+
+def test_a_push_walked_against_a_mark_that_counted_on_a_doomed_pack_sends_its_objects_again(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """m4 lands counting on m1's doomed pack (its pusher's view predates the list: allowed, the
+    case phase 2 rescues). A later pusher whose view holds the list pushes m5 of the same
+    workspace and walks it against m4: x.bin (A, in the doomed pack) is unchanged there, so the
+    walk skips it. Then, while m5's packs land and before its record exists, m4 is dropped (as a
+    --keep-within policy drops a mark created long before it was pushed) and phase 2 settles the
+    aged list: nothing listed needs A, the pack goes. m5's record must not count on it."""
+    where = make_backend("file", tmp_path, request)
+    repo = new_repo(where.backend, tmp_path)
+    ws = _history(tmp_path, repo)
+    m1_a = _key(ws, 1, b"x.bin")
+    m1_pack = _pack_of(repo, m1_a)
+    stale = fresh(where.backend, tmp_path, "stale-pusher")
+    assert prune(fresh(where.backend, tmp_path, "p1"), KEEP_TWO, grace_s=3600).packs_doomed == [m1_pack]
+    m4 = ws.mark("m4", {"x.bin": ws.store.get(m1_a)})
+    push(ws.store, stale, [(m4, os.fsencode(ws.root))], HOST)
+    (listed,) = [x.name for x in where.backend.list("doomed/")]
+    where.backend.delete(listed)
+    aged = packs.encode_doomed(
+        repo.master, packs.Doomed(frozenset([m1_pack]), time.time_ns() - 2 * 3600 * 10**9)
+    )
+    where.backend.put(packs.doomed_name(aged), aged)
+
+    pusher = fresh(where.backend, tmp_path, "pusher")
+    assert not pusher.has(m1_a)
+    m5 = ws.mark("m5", {"w.bin": os.urandom(20000)})  # x.bin still A
+    assert _key(ws, 5, b"x.bin") == m1_a
+    settled: list[PruneResult] = []
+
+    def drop_m4_then_phase_two(done: int, total: int) -> None:
+        if not settled:
+            where.backend.delete(record_of(pusher, m4).name)
+            settled.append(
+                prune(fresh(where.backend, tmp_path, "phase2"), PrunePolicy(keep_last=5), grace_s=3600)
+            )
+
+    push(ws.store, pusher, [(m5, os.fsencode(ws.root))], HOST, drop_m4_then_phase_two)
+    assert settled and settled[0].packs_deleted == [m1_pack]
+    _assert_kept_restore(where.backend, tmp_path, ws, 2, 3, 5, view="r")

@@ -13,7 +13,8 @@ grace has passed) and its objects are sent again.
 Which objects: a mark's tree is walked against the tree of a mark of the same workspace whose
 record the repository holds (or that this push sends first): a subtree whose key is equal on
 both sides is complete in the repository already and is not walked, so an incremental push
-reads only the directories that changed. Every object found is then checked against the
+reads only the directories that changed (not while the view names a doomed pack: the base's
+record may count on it, so then every object is checked). Every object found is then checked against the
 repository's index view (:meth:`Repository.has`, which counts an object of a doomed pack as
 absent). Nothing is ever deleted or overwritten.
 """
@@ -271,6 +272,11 @@ def needs(store: Store, repo: Repository, sid: str, todo: Sequence[Mark], queued
     contents: list[str] = []  # sent after every node: a restore reads the nodes as one region
     complete: dict[int, list[Mark]] = {}
     pushing = {m.id for m in todo}
+    # A record may count on a doomed pack (its pusher's view predated the list: phase 2 keeps
+    # the pack only while that record is listed). Walked against such a base, a subtree equal
+    # on both sides would be counted on unchecked, and the base may be dropped before this
+    # push's records land: while the view names a doomed pack, every object is checked.
+    trust_bases = not any(d.packs for d in repo.doomed_lists().values())
     for mark in todo:
         done = complete.get(mark.workspace)
         if done is None:
@@ -278,7 +284,7 @@ def needs(store: Store, repo: Repository, sid: str, todo: Sequence[Mark], queued
             done = complete[mark.workspace] = [
                 m for m in store.marks(mark.workspace) if repo.record_name(sid, m.id) in names
             ]
-        base = min(done, key=lambda m: abs(m.seq - mark.seq), default=None)
+        base = min(done, key=lambda m: abs(m.seq - mark.seq), default=None) if trust_bases else None
         try:
             found = list(objects_of(store.load_node, mark.tree, base.tree if base is not None else None))
         except (CorruptObject, MissingObject) as exc:
