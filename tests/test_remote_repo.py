@@ -90,6 +90,21 @@ def test_change_password_keeps_the_repository_and_drops_the_old_password(tmp_pat
     assert Repository.open(backend, "new one", tmp_path / "cache").master == repo.master
 
 
+def test_a_damaged_key_file_does_not_lock_out_the_passwords_of_the_others(tmp_path: Path) -> None:
+    """Key files are tried one by one: one that cannot be read (damaged, or junk a server put
+    there) is passed over, not a refusal of every password; with no other, it is named."""
+    backend = FileBackend(tmp_path / "remote")
+    repo = new_repo(backend, tmp_path / "cache")
+    (real,) = [n for n in listing(backend) if n.startswith("keys/")]
+    backend.put("keys/" + "0" * 64, b"{not a key file")  # listed first; not the hash of its bytes
+    assert Repository.open(backend, PASSWORD, tmp_path / "cache").master == repo.master
+    with pytest.raises(WrongPassword, match="does not open"):
+        Repository.open(backend, "not the password", tmp_path / "cache")
+    backend.delete(real)
+    with pytest.raises(RemoteCorrupt, match="key file keys/0{64}"):
+        Repository.open(backend, PASSWORD, tmp_path / "cache")
+
+
 # -- round trips -----------------------------------------------------------------------------
 
 

@@ -21,11 +21,14 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
+import structlog
+
 from snapd.display import shown
 from snapd.errors import (
     Ambiguous,
     CorruptObject,
     NotFound,
+    RemoteCorrupt,
     RemoteError,
     RemoteMissing,
     WrongPassword,
@@ -41,6 +44,8 @@ from snapd.remote.view import parallel as parallel
 from snapd.store import nodes, objects, trees
 from snapd.store.lru import BoundedLru
 from snapd.store.refs import OWN_LABELS, parse_ref
+
+log = structlog.get_logger("snapd.remote")
 
 GRACE_S = 24 * 3600.0
 """How long prune leaves a doomed pack, or a pack no index names, before deleting it: longer
@@ -117,7 +122,7 @@ class Repository:
         ``old`` opens (WrongPassword, nothing written, when none does). The new file is written
         first: a change cut short leaves both passwords working, never neither."""
         found = _key_files(self.backend)
-        opened = [name for name, data in found if keys.open_key_file(data, old, name=name) is not None]
+        opened = [n for n, data in found if _try_key_file(self.backend, n, data, old, []) is not None]
         if not opened:
             raise WrongPassword(f"{self.backend.url}: the old password opens none of its key files")
         key_file = keys.make_key_file(self.master, new, host=socket.gethostname(), user=_user(), cost=cost)
@@ -375,9 +380,27 @@ def _unlock(backend: Backend, password: str) -> crypto.MasterKey:
     found = _key_files(backend)
     if not found:
         raise RemoteMissing(f"{backend.url} holds no repository (no key files): `remote add` makes one")
+    damaged: list[RemoteCorrupt] = []
     for name, data in found:
-        master = keys.open_key_file(data, password, name=name)
+        master = _try_key_file(backend, name, data, password, damaged)
         if master is not None:
             return master
+    if len(damaged) == len(found):
+        raise damaged[0]
     many = f"any of its {len(found)} key files" if len(found) > 1 else "its key file"
-    raise WrongPassword(f"the password does not open {backend.url} (it opens none of {many})")
+    also = f"; {len(damaged)} more could not be read: {damaged[0].message}" if damaged else ""
+    raise WrongPassword(f"the password does not open {backend.url} (it opens none of {many}){also}")
+
+
+def _try_key_file(
+    backend: Backend, name: str, data: bytes, password: str, damaged: list[RemoteCorrupt]
+) -> crypto.MasterKey | None:
+    """The master keys key file ``name`` gives with ``password``; None when it does not open
+    with it, or cannot be read (noted in ``damaged``): one damaged or foreign key file must not
+    refuse every password the others open."""
+    try:
+        return keys.open_key_file(data, password, name=name)
+    except RemoteCorrupt as exc:
+        log.warning("remote.damaged", remote=backend.url, object=name, error=exc.message)
+        damaged.append(exc)
+        return None
