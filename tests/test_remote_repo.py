@@ -390,6 +390,30 @@ def test_a_push_cut_short_resumes_without_sending_landed_packs(tmp_path: Path, s
     same_tree(tmp_path / "out", ws)
 
 
+def test_a_resumed_push_indexes_only_packs_that_are_on_this_server(tmp_path: Path, store: Store) -> None:
+    """A copy of a repository (another bucket, synced from this one) has its id and keys, so
+    both share one cache directory and its journal. A push to the copy cut short journals
+    packs that landed there only; a push to the original must not take them as landed there
+    (an index naming packs that are not there, a record counting on it): it sends them."""
+    import shutil
+
+    ws = tmp_path / "ws"
+    build_tree(ws, files=40, big=1 << 20)
+    mark = baseline(store, ws)
+    new_repo(FileBackend(tmp_path / "remote"), tmp_path / "cache")
+    shutil.copytree(tmp_path / "remote", tmp_path / "copy")
+    cut = Cut(FileBackend(tmp_path / "copy"), packs=5)
+    with pytest.raises(RemoteUnreachable):
+        push(store, Repository.open(cut, PASSWORD, tmp_path / "cache"), [(mark, os.fsencode(ws))], "h",
+             pack_target=64 << 10)  # fmt: skip
+    push(store, Repository.open(FileBackend(tmp_path / "remote"), PASSWORD, tmp_path / "cache"),
+         [(mark, os.fsencode(ws))], "h", pack_target=64 << 10)  # fmt: skip
+    restored = restore(Repository.open(FileBackend(tmp_path / "remote"), PASSWORD, tmp_path / "c3"), mark.id,
+                       tmp_path / "out")  # fmt: skip
+    assert restored.ok
+    same_tree(tmp_path / "out", ws)
+
+
 def test_objects_of_a_doomed_pack_are_sent_again(tmp_path: Path, store: Store) -> None:
     ws = tmp_path / "ws"
     build_tree(ws, files=20)

@@ -30,7 +30,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
-from snapd.errors import CorruptObject, MissingObject, RemoteError
+from snapd.errors import CorruptObject, MissingObject, RemoteError, RemoteMissing
 from snapd.remote import packs, records, unreadable
 from snapd.remote.packs import Blob
 from snapd.remote.repo import Repository
@@ -167,13 +167,23 @@ class _Pusher:
         """Take the packs an interrupted push left in the journal as sent by this one (the
         index this push writes names them); forget those an index names already."""
         landed = self.journal.landed()
-        for pack, blobs in landed.items():
-            if not all(self.repo.has(b.key) for b in blobs):
-                self.sent[pack] = blobs
-                self.queued.update(b.key for b in blobs)
+        wanted = [p for p, blobs in landed.items() if not all(self.repo.has(b.key) for b in blobs)]
+        # The journal is the cache directory's, and a copy of the repository elsewhere (its id
+        # and keys) shares it: a pack is taken as landed only where the server has it.
+        for pack, there in zip(wanted, parallel(self._there, wanted), strict=True):
+            if there:
+                self.sent[pack] = landed[pack]
+                self.queued.update(b.key for b in landed[pack])
                 self.resumed += 1
         if len(self.sent) < len(landed):
             self.journal.indexed(set(landed) - set(self.sent))
+
+    def _there(self, pack: str) -> bool:
+        try:
+            self.repo.backend.get(packs.pack_name(pack), 0, 1)
+        except RemoteMissing:
+            return False
+        return True
 
     def send(self, keys: Sequence[str]) -> None:
         """Read ``keys`` from the store (in their order, :data:`READ_CHUNK` at a time), pack,
