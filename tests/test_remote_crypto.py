@@ -194,6 +194,21 @@ def test_a_malformed_key_file_is_refused_by_name(change: dict[str, Any]) -> None
         keys.open_key_file(data, "pw")
 
 
+@pytest.mark.parametrize(
+    "change",
+    [{"memory_kib": 2 * 1024 * 1024}, {"iterations": 32}, {"lanes": 32, "memory_kib": 1 << 16}],
+    ids=repr,
+)
+def test_a_key_file_asking_more_than_a_reader_spends_is_refused_before_any_derivation(
+    change: dict[str, Any],
+) -> None:
+    """The cost is the server's word: 2 GiB or 32 passes per try (and a try per key file
+    listed) would let a hostile server take the daemon's memory or minutes on every open."""
+    data = mangled(change)
+    with pytest.raises(RemoteCorrupt, match=f"key file {keys.key_file_name(data)} "):
+        keys.read_key_file(data)
+
+
 @pytest.mark.parametrize("data", [b"", b"\xff\xfe", b"[1, 2]", b"{", b'"text"'], ids=repr)
 def test_a_key_file_that_is_not_a_json_object_is_refused(data: bytes) -> None:
     with pytest.raises(RemoteCorrupt, match="key file keys/"):

@@ -100,6 +100,11 @@ def test_a_damaged_key_file_does_not_lock_out_the_passwords_of_the_others(tmp_pa
     assert Repository.open(backend, PASSWORD, tmp_path / "cache").master == repo.master
     with pytest.raises(WrongPassword, match="does not open"):
         Repository.open(backend, "not the password", tmp_path / "cache")
+    huge = "keys/" + "1" * 64
+    (tmp_path / "remote" / huge).write_bytes(b" " * (1 << 20))  # never fetched: past a key file's size
+    fetched = Recording(backend)
+    assert Repository.open(fetched, PASSWORD, tmp_path / "cache").master == repo.master
+    assert huge not in fetched.gets
     backend.delete(real)
     with pytest.raises(RemoteCorrupt, match="key file keys/0{64}"):
         Repository.open(backend, PASSWORD, tmp_path / "cache")

@@ -56,9 +56,12 @@ DEFAULT_COST: Final = KdfCost(iterations=3, memory_kib=64 * 1024, lanes=4)
 """What a key file is made with unless a caller says otherwise (~0.25 s on one core)."""
 LOW_COST: Final = KdfCost(iterations=1, memory_kib=64, lanes=1)
 """For tests only, and only ever passed explicitly: no guess is expensive at this cost."""
-MAX_COST: Final = KdfCost(iterations=64, memory_kib=4 * 1024 * 1024, lanes=64)
+MAX_COST: Final = KdfCost(iterations=16, memory_kib=1024 * 1024, lanes=16)
 """The most a key file may ask of a reader (the file comes from the server: a cost past this
-is refused as corrupt rather than spent)."""
+is refused as corrupt rather than spent). Every key file listed is tried, by a daemon that
+also captures history: 16 times the default's memory, passes and lanes is a generous ceiling
+for a password that must be stronger, never one a hostile server can use to take gigabytes or
+minutes per try."""
 
 
 def new_master() -> MasterKey:

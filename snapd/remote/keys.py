@@ -41,6 +41,9 @@ SALT_BYTES: Final = 16
 MIN_SALT_BYTES: Final = 8  # Argon2's own minimum
 MAX_SALT_BYTES: Final = 64
 MAX_SEALED_BYTES: Final = 4096  # the master's JSON is ~100 bytes
+MAX_FILE_BYTES: Final = 64 * 1024
+"""The most a key file may weigh (its sealed master in base64 and a few short fields): a reader
+does not fetch a larger one."""
 DIR: Final = "keys/"
 
 

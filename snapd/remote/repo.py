@@ -372,8 +372,15 @@ def _user() -> str:
 
 
 def _key_files(backend: Backend) -> list[tuple[str, bytes]]:
-    names = [item.name for item in backend.list(keys.DIR)]
-    return list(zip(names, parallel(backend.get, names), strict=True))
+    """Each key file listed, with its bytes; one listed larger than a key file can be is not
+    fetched (its bytes left empty: it reads as damaged), so a server cannot make an open hold
+    gigabytes."""
+    listed = [(item.name, item.size) for item in backend.list(keys.DIR)]
+
+    def fetch(item: tuple[str, int]) -> bytes:
+        return backend.get(item[0]) if item[1] <= keys.MAX_FILE_BYTES else b""
+
+    return list(zip((name for name, _ in listed), parallel(fetch, listed), strict=True))
 
 
 def _unlock(backend: Backend, password: str) -> crypto.MasterKey:
