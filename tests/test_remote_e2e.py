@@ -655,6 +655,7 @@ def test_prune_is_refused_while_another_holds_the_lock_then_prunes_and_keeps_wha
     _plant_lock(s3_server, "long-dead-host", age_s=2 * 3600)  # stale: taken over
     code, out, cp = ctl(a, *prune)
     assert code == 0, describe(cp)
+    assert any("shorter than the 24 h pushers count on" in w for w in out["warnings"]), out
     assert [m["id"] for m in remote_log(a)] == [last]
     assert not [n for n in objects(s3_server) if n.startswith("locks/")], "prune left a lock behind"
     code, out, cp = ctl(a, *prune)  # the grace is over: the doomed packs go

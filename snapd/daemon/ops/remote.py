@@ -144,7 +144,14 @@ class RemoteOps:
         with self.remotes.busy(name), self.remotes.working("prune", repo.backend.url, name) as tracker:
             tracker.phase("listing the repository")
             result = prune(repo, policy, grace, dry_run, tracker, host=self.remotes.host)
-        return {"name": name, "repo_id": repo.id, **dataclasses.asdict(result)}
+        warnings = []
+        if grace < DEFAULT_GRACE_S:  # pushers list the repository again only past half the default
+            warnings.append(
+                f"a grace of {grace:g} s is shorter than the {DEFAULT_GRACE_S / 3600:g} h pushers count on: "
+                "a push in flight from any machine may have counted on a pack this prune deletes; use a "
+                "short grace only while nothing pushes to this repository (docs/remote.md, prune)"
+            )
+        return {"name": name, "repo_id": repo.id, **dataclasses.asdict(result), "warnings": warnings}
 
     def op_remote_passwd(
         self,
