@@ -666,8 +666,8 @@ def profile(res: Results, args: argparse.Namespace, snap: Snapd,
         res(f"    {line}")
 
 
-RESTORE_PHASES = ("restore_from_remote", "readers", "write_tree", "fill", "Engine.run", "Engine.writes",
-                  "Engine.stage")
+RESTORE_PHASES = ("restore_from_remote", "readers", "write_tree", "Fill.run", "Fill.write_all", "Fill.write",
+                  "Prefetcher.get")
 
 
 def profile_restore(res: Results, args: argparse.Namespace, scratch: Path, server: Server, ref: str) -> None:
