@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -26,7 +26,7 @@ from remote_repo_helpers import (
 
 from snapd.errors import RemoteCorrupt, RemoteError, RemoteLocked, UsageError
 from snapd.remote import crypto, fields, locks, packs
-from snapd.remote.backend import Backend
+from snapd.remote.backend import Backend, Listed
 from snapd.remote.packs import pack_name
 from snapd.remote.prune import PrunePolicy, PruneResult, dropped, prune
 from snapd.remote.push import push
@@ -434,19 +434,15 @@ class _RivalLock(Recording):
 def test_two_prunes_taking_the_lock_at_once_agree_on_one(
     rival_first: bool, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    """Both wrote a lock before either listed again: the older lock wins, the other prune
-    deletes its own and is refused."""
+    """Both wrote a lock before either listed again: whichever time is older, we cannot know
+    the rival did not go on, so we withdraw ours and try again, where its lock refuses us;
+    nothing of ours is left."""
     where = make_backend("file", tmp_path, request)
     repo = new_repo(where.backend, tmp_path)
     seen = _RivalLock(where.backend, repo, -(10**9) if rival_first else 10**9)
-    if rival_first:
-        with pytest.raises(RemoteLocked, match="rival-box .*taken at the same time"):
-            locks.acquire(seen, repo.master, "us")
-        assert [x.host for x in locks.read_locks(where.backend, repo.master)] == ["rival-box"]
-    else:
-        held = locks.acquire(seen, repo.master, "us")
-        assert sorted(x.host for x in locks.read_locks(where.backend, repo.master)) == ["rival-box", "us"]
-        locks.release(where.backend, held)
+    with pytest.raises(RemoteLocked, match="rival-box"):
+        locks.acquire(seen, repo.master, "us")
+    assert [x.host for x in locks.read_locks(where.backend, repo.master)] == ["rival-box"]
 
 
 def test_a_push_walked_against_a_mark_that_counted_on_a_doomed_pack_sends_its_objects_again(
@@ -490,3 +486,34 @@ def test_a_push_walked_against_a_mark_that_counted_on_a_doomed_pack_sends_its_ob
     push(ws.store, pusher, [(m5, os.fsencode(ws.root))], HOST, drop_m4_then_phase_two)
     assert settled and settled[0].packs_deleted == [m1_pack]
     _assert_kept_restore(where.backend, tmp_path, ws, 2, 3, 5, view="r")
+
+
+class _RivalTakesItWhole(Recording):
+    """Our first listing of ``locks/`` (empty) is answered, then a rival prune takes the lock
+    from start to end (list, write, list: it sees only its own and goes on) before we write
+    ours. Our lock's time is the older: we started first."""
+
+    def __init__(self, inner: Backend, repo: Repository) -> None:
+        super().__init__(inner)
+        self.repo = repo
+        self.rival: locks.Held | None = None
+
+    def list(self, prefix: str) -> Iterator[Listed]:
+        found = list(super().list(prefix))
+        if prefix == locks.PREFIX and self.rival is None:
+            self.rival = locks.acquire(self.inner, self.repo.master, "rival-box")
+        return iter(found)
+
+
+def test_a_prune_that_wrote_its_lock_after_another_took_it_whole_never_holds_it_too(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The rival saw only its own lock and holds it: ours, older by its time but written
+    after, must not win as well (two prunes judging the same packs at once)."""
+    where = make_backend("file", tmp_path, request)
+    repo = new_repo(where.backend, tmp_path)
+    seen = _RivalTakesItWhole(where.backend, repo)
+    with pytest.raises(RemoteLocked, match="rival-box"):
+        locks.acquire(seen, repo.master, "us")
+    assert seen.rival is not None
+    assert [x.host for x in locks.read_locks(where.backend, repo.master)] == ["rival-box"]

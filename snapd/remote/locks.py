@@ -8,8 +8,9 @@ so the lock is a protocol over plain objects:
    its host, pid and time; a stale one is deleted (taken over) and reported;
 2. PUT our own lock file;
 3. list ``locks/`` again: if another live lock is there now, the two were written at about the
-   same time. Every contender sees the same two files, so they agree on one winner, the older
-   ``(time, name)``; a loser deletes its own file and refuses.
+   same time, and the rival may have listed before ours landed (seeing only its own: it holds
+   the lock). So whoever sees another withdraws its own, waits a random moment and starts
+   again at 1 (a few times, then refuses): two prunes may both back off, never both go on.
 
 A lock file is sealed (aad ``b"lock"``) JSON ``{"host", "pid", "time": ns, "op"}``. One that does
 not open (another repository's key, damage) still counts, aged by its listing's mtime: an
@@ -19,6 +20,7 @@ unreadable lock is never ignored, only outlived.
 from __future__ import annotations
 
 import os
+import random
 import secrets
 import time
 from collections.abc import Iterator
@@ -32,6 +34,8 @@ from snapd.remote.backend import Backend
 PREFIX = "locks/"
 STALE_S = 3600.0
 """A lock older than this is a dead prune's: taken over (and said so)."""
+ATTEMPTS = 3
+"""Tries at a lock a rival wrote at the same time as ours (each after a random wait)."""
 _AAD = b"lock"
 
 
@@ -88,33 +92,43 @@ def _live(lock: Lock, now: int) -> bool:
 
 
 def acquire(backend: Backend, master: crypto.MasterKey, host: str, op: str = "prune") -> Held:
-    """Take the repository's lock, or raise :class:`RemoteLocked` naming who holds it."""
-    now = time.time_ns()
+    """Take the repository's lock, or raise :class:`RemoteLocked` naming who holds it.
+
+    Once our lock is written, any other live lock listed with it means a rival wrote its own
+    at about the same time, and it may already have listed only its own and gone on: no rule
+    of ours (not the older time) may then hold as well. So we withdraw ours, wait a random
+    moment and try once more from the start (where a rival that won is a lock like any other);
+    two that keep meeting are both refused, never both let in."""
     took_over: list[Lock] = []
-    for lock in read_locks(backend, master):
-        if _live(lock, now):
-            raise RemoteLocked(
-                f"{backend.url} is locked: {lock.describe()}; try again once it is done "
-                f"(a lock older than {STALE_S / 3600:g} h is taken over)",
-                host=lock.host,
-                pid=lock.pid,
-                time=lock.time,
-            )
-        backend.delete(lock.name)
-        took_over.append(lock)
-    mine = _write(backend, master, host, op, now)
-    now = time.time_ns()
-    live = [lock for lock in read_locks(backend, master) if lock.name == mine.name or _live(lock, now)]
-    winner = min(live, key=lambda lock: (lock.time, lock.name), default=mine)
-    if winner.name != mine.name:
+    for attempt in range(ATTEMPTS):
+        now = time.time_ns()
+        for lock in read_locks(backend, master):
+            if _live(lock, now):
+                raise RemoteLocked(
+                    f"{backend.url} is locked: {lock.describe()}; try again once it is done "
+                    f"(a lock older than {STALE_S / 3600:g} h is taken over)",
+                    host=lock.host,
+                    pid=lock.pid,
+                    time=lock.time,
+                )
+            backend.delete(lock.name)
+            took_over.append(lock)
+        mine = _write(backend, master, host, op, now)
+        now = time.time_ns()
+        rivals = [lock for lock in read_locks(backend, master) if lock.name != mine.name and _live(lock, now)]
+        if not rivals:
+            return Held(backend, master, mine, took_over)
         backend.delete(mine.name)
-        raise RemoteLocked(
-            f"{backend.url} is locked: {winner.describe()} (taken at the same time as ours)",
-            host=winner.host,
-            pid=winner.pid,
-            time=winner.time,
-        )
-    return Held(backend, master, mine, took_over)
+        if attempt + 1 == ATTEMPTS:
+            rival = rivals[0]
+            raise RemoteLocked(
+                f"{backend.url} is locked: {rival.describe()} (taken at the same time as ours; try again)",
+                host=rival.host,
+                pid=rival.pid,
+                time=rival.time,
+            )
+        time.sleep(random.uniform(0.05, 0.5))
+    raise AssertionError("unreachable")
 
 
 def _write(backend: Backend, master: crypto.MasterKey, host: str, op: str, now: int) -> Lock:
