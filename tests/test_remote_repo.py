@@ -130,6 +130,34 @@ def test_push_then_restore_from_another_repository_object_is_exact(tmp_path: Pat
     assert (again.marks, again.present, again.objects) == (0, 1, 0)
 
 
+def test_an_index_file_that_does_not_open_leaves_restores_and_pushes_working_and_stops_prune(
+    tmp_path: Path, store: Store
+) -> None:
+    """Any machine that may push may write ``index/<sha256>`` (the bucket policy allows it): junk
+    there must not make every other machine's history unreachable. Readers and pushers leave it
+    out (they are only more cautious without it); prune, to which the packs it might name would
+    look like a dead push's, deletes nothing while it is listed, and says so by name."""
+    from snapd.remote.prune import PrunePolicy, prune
+
+    ws = tmp_path / "ws"
+    build_tree(ws)
+    mark = baseline(store, ws)
+    backend = FileBackend(tmp_path / "remote")
+    push(store, new_repo(backend, tmp_path / "cache"), [(mark, os.fsencode(ws))], "host-a")
+    junk = b"written by a compromised sandbox"
+    backend.put(f"index/{crypto.sha256_hex(junk)}", junk)
+    elsewhere = Repository.open(FileBackend(tmp_path / "remote"), PASSWORD, tmp_path / "other-cache")
+    restored = restore(elsewhere, mark.id, tmp_path / "out")
+    assert restored.ok
+    same_tree(tmp_path / "out", ws)
+    ten = ten_file_mark(store, ws)
+    assert push(store, elsewhere, [(ten, os.fsencode(ws))], "host-a").marks == 1
+    before = listing(backend)
+    with pytest.raises(RemoteCorrupt, match=f"index/{crypto.sha256_hex(junk)}"):
+        prune(elsewhere, PrunePolicy(keep_last=1), grace_s=0)
+    assert listing(backend) == before
+
+
 def test_pushes_never_delete_or_overwrite(tmp_path: Path, store: Store) -> None:
     ws = tmp_path / "ws"
     build_tree(ws, files=30)

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from snapd.errors import UsageError
+from snapd.errors import RemoteCorrupt, UsageError
 from snapd.remote import fetch, locks
 from snapd.remote.packs import Blob, pack_name
 from snapd.remote.records import MarkRecord
@@ -124,9 +124,21 @@ class _Pruner:
         self.needed: set[str] = set()  # every object a kept mark needs
         self.walked_marks: set[str] = set()
 
+    def refresh(self) -> None:
+        """The repository listed again; refused (RemoteCorrupt, nothing more deleted) while an
+        index file that does not open is listed: the packs it names, if it was a real one,
+        would look like a dead push's and be deleted."""
+        self.repo.refresh()
+        for name, why in sorted(self.repo.view.damaged_indexes.items()):
+            raise RemoteCorrupt(
+                f"{why}; prune deletes nothing while it is listed (`snapctl verify --remote` names "
+                f"every problem; delete {name} if it is junk)",
+                object=name,
+            )
+
     def run(self) -> PruneResult:
         repo, r = self.repo, self.result
-        repo.refresh()
+        self.refresh()
         records = repo.marks()
         drop = dropped(records, self.policy, time.time_ns())
         names = {record.name for record in drop}
@@ -135,7 +147,7 @@ class _Pruner:
         for record in drop:
             self.delete(record.name)
         if drop and not self.dry_run:
-            repo.refresh()
+            self.refresh()
         kept = [record for record in repo.marks() if record.name not in names]
         self.need(kept)  # and the marks pushed meanwhile
         r.marks_kept = len(kept)
@@ -155,7 +167,7 @@ class _Pruner:
         ripe = {list_id: packs for list_id, (at, packs) in doomed.items() if now - at >= self.grace_ns}
         r.packs_waiting = sum(len(packs) for list_id, (_, packs) in doomed.items() if list_id not in ripe)
         if ripe and not self.dry_run:
-            repo.refresh()
+            self.refresh()
             self.need(repo.marks())
             live = self.live_packs()
         all_doomed = set().union(*(packs for _, packs in doomed.values()))
@@ -182,7 +194,7 @@ class _Pruner:
         if self.dry_run:
             live = {pack: blobs for pack, blobs in live.items() if pack not in going}
         else:
-            repo.refresh()  # a push's index written meanwhile names its packs: not leftovers
+            self.refresh()  # a push's index written meanwhile names its packs: not leftovers
             live = self.live_packs()
         cutoff = time.time_ns() - self.grace_ns
         r.leftovers = sorted(

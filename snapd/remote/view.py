@@ -62,6 +62,7 @@ class View:
         self.backend, self.master, self.cache = backend, master, cache
         self.refreshed: float | None = None  # time.monotonic() of the last refresh
         self.damaged: dict[str, str] = {}  # mark records listed that do not open -> why
+        self.damaged_indexes: dict[str, str] = {}  # index files listed that do not open -> why
         self._lock = threading.Lock()
         self._indexes: dict[str, IndexFile] = {}  # by object name, index/<id>
         self._doomed: dict[str, Doomed] = {}  # by object name, doomed/<id>
@@ -76,12 +77,18 @@ class View:
         the view and the cache what is no longer listed (prune deleted it)."""
         started = time.monotonic()
         master = self.master
-        indexes = self._fetch_all("index/", self._indexes, lambda n, d: packs.decode_index(master, d, n))
+        # An index file that does not open is left out and noted (verify names it; prune
+        # refuses to run while one is listed: the packs it may name would look like no index's).
+        # Anyone who may push may write one, and a reader or a pusher is only ever more
+        # cautious without it (an object it alone names is absent: sent again, or missing).
+        indexes = self._fetch_all(
+            "index/", self._indexes, lambda n, d: packs.decode_index(master, d, n), self.damaged_indexes
+        )
+        # A doomed list that does not open fails the refresh: without it, a push could count
+        # on a pack prune is about to delete.
         doomed = self._fetch_all("doomed/", self._doomed, lambda n, d: packs.decode_doomed(master, d, n))
         # A mark record that does not open is left out (verify names it): one damaged record
-        # must not make the rest of the history unreachable. An index or doomed list that does
-        # not open fails the refresh: without it, a push or a prune could count wrongly on
-        # what the packs hold.
+        # must not make the rest of the history unreachable.
         marks = self._fetch_all(
             "marks/", self._records, lambda n, d: records.decode_mark(master, d, n), self.damaged
         )
