@@ -130,13 +130,13 @@ def test_push_then_restore_from_another_repository_object_is_exact(tmp_path: Pat
     assert (again.marks, again.present, again.objects) == (0, 1, 0)
 
 
-def test_an_index_file_that_does_not_open_leaves_restores_and_pushes_working_and_stops_prune(
+def test_an_index_file_that_does_not_open_leaves_restores_working_and_stops_push_and_prune(
     tmp_path: Path, store: Store
 ) -> None:
     """Any machine that may push may write ``index/<sha256>`` (the bucket policy allows it): junk
-    there must not make every other machine's history unreachable. Readers and pushers leave it
-    out (they are only more cautious without it); prune, to which the packs it might name would
-    look like a dead push's, deletes nothing while it is listed, and says so by name."""
+    there must not make every other machine's history unreachable: readers leave it out. Push
+    and prune refuse by name while it is listed (it could be a superseding index, whose old ones
+    a prune cut short left naming deleted packs), and go on once it is gone."""
     from snapd.remote.prune import PrunePolicy, prune
 
     ws = tmp_path / "ws"
@@ -151,11 +151,15 @@ def test_an_index_file_that_does_not_open_leaves_restores_and_pushes_working_and
     assert restored.ok
     same_tree(tmp_path / "out", ws)
     ten = ten_file_mark(store, ws)
-    assert push(store, elsewhere, [(ten, os.fsencode(ws))], "host-a").marks == 1
     before = listing(backend)
-    with pytest.raises(RemoteCorrupt, match=f"index/{crypto.sha256_hex(junk)}"):
+    with pytest.raises(RemoteCorrupt, match=f"index/{crypto.sha256_hex(junk)} .*nothing is pushed"):
+        push(store, elsewhere, [(ten, os.fsencode(ws))], "host-a")
+    with pytest.raises(RemoteCorrupt, match=f"index/{crypto.sha256_hex(junk)} .*prune deletes nothing"):
         prune(elsewhere, PrunePolicy(keep_last=1), grace_s=0)
     assert listing(backend) == before
+    backend.delete(f"index/{crypto.sha256_hex(junk)}")
+    elsewhere.refresh()
+    assert push(store, elsewhere, [(ten, os.fsencode(ws))], "host-a").marks == 1
 
 
 def test_pushes_never_delete_or_overwrite(tmp_path: Path, store: Store) -> None:

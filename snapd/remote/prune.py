@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from snapd.errors import RemoteCorrupt, UsageError
+from snapd.errors import UsageError
 from snapd.remote import fetch, locks
 from snapd.remote.packs import Blob, pack_name
 from snapd.remote.records import MarkRecord
@@ -129,12 +129,7 @@ class _Pruner:
         index file that does not open is listed: the packs it names, if it was a real one,
         would look like a dead push's and be deleted."""
         self.repo.refresh()
-        for name, why in sorted(self.repo.view.damaged_indexes.items()):
-            raise RemoteCorrupt(
-                f"{why}; prune deletes nothing while it is listed (`snapctl verify --remote` names "
-                f"every problem; delete {name} if it is junk)",
-                object=name,
-            )
+        self.repo.refuse_damaged_indexes("prune deletes nothing")
 
     def run(self) -> PruneResult:
         repo, r = self.repo, self.result

@@ -338,6 +338,7 @@ def push(
     make many packs of little data)."""
     before = repo.backend.requests
     repo.ensure_fresh()
+    repo.refuse_damaged_indexes("nothing is pushed")
     sid = store.store_id()
     pusher = _Pusher(store, repo, progress, pack_target)
     pusher.resume()
@@ -359,6 +360,7 @@ def push(
         if age is not None and age <= repo.refresh_s * 2:
             break
         repo.refresh()
+        repo.refuse_damaged_indexes("no record is written")
         # what this push sent counts too: a prune may have doomed (or, past the grace,
         # deleted) a pack of it that no record referenced yet
         sent_and_relied = [k for k in (*need.relied, *need.send) if k not in pusher.bad]

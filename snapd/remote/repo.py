@@ -144,6 +144,17 @@ class Repository:
         """Mark records listed that do not open (left out of the view), name -> why."""
         return self.view.damaged
 
+    def refuse_damaged_indexes(self, doing: str) -> None:
+        """RemoteCorrupt naming the first index file of the view that does not open, if any.
+        Reads go on without it; a push or a prune may not: it may be a superseding index
+        whose old ones, left by a prune cut short, name packs deleted since."""
+        for name, why in sorted(self.view.damaged_indexes.items()):
+            raise RemoteCorrupt(
+                f"{why}; {doing} while it is listed (`snapctl verify --remote` names every problem; "
+                f"if it is junk, delete {name})",
+                object=name,
+            )
+
     def age(self) -> float | None:
         """Seconds since the last refresh (None: never refreshed)."""
         return None if self.refreshed is None else time.monotonic() - self.refreshed

@@ -77,10 +77,10 @@ class View:
         the view and the cache what is no longer listed (prune deleted it)."""
         started = time.monotonic()
         master = self.master
-        # An index file that does not open is left out and noted (verify names it; prune
-        # refuses to run while one is listed: the packs it may name would look like no index's).
-        # Anyone who may push may write one, and a reader or a pusher is only ever more
-        # cautious without it (an object it alone names is absent: sent again, or missing).
+        # An index file that does not open is left out and noted (verify names it): anyone who
+        # may push may write one, and a reader is only more cautious without it (an object it
+        # alone names is missing). Push and prune refuse while one is listed
+        # (Repository.refuse_damaged_indexes): it may supersede indexes naming deleted packs.
         indexes = self._fetch_all(
             "index/", self._indexes, lambda n, d: packs.decode_index(master, d, n), self.damaged_indexes
         )
