@@ -517,3 +517,18 @@ def test_a_prune_that_wrote_its_lock_after_another_took_it_whole_never_holds_it_
         locks.acquire(seen, repo.master, "us")
     assert seen.rival is not None
     assert [x.host for x in locks.read_locks(where.backend, repo.master)] == ["rival-box"]
+
+
+def test_a_prune_whose_lock_was_taken_over_while_it_stalled_stops_at_its_next_renewal(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Stalled past the stale age (the machine suspended), its lock deleted by a prune that took
+    it over: renewing must not write a new lock and go on beside the other."""
+    where = make_backend("file", tmp_path, request)
+    repo = new_repo(where.backend, tmp_path)
+    held = locks.acquire(where.backend, repo.master, "sleeper")
+    held.lock = held.lock._replace(time=held.lock.time - int((locks.STALE_S + 60) * 1e9))
+    where.backend.delete(held.lock.name)  # taken over
+    with pytest.raises(RemoteLocked, match="taken over as stale meanwhile"):
+        held.renew()
+    assert locks.read_locks(where.backend, repo.master) == []

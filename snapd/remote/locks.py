@@ -66,6 +66,17 @@ class Held:
         now = time.time_ns()
         if now - self.lock.time < STALE_S / 4 * 1e9:
             return
+        # Stalled past STALE_S (a suspended machine, a hung request), our lock may have been
+        # taken over as a dead prune's, and another prune may be working: stop, delete nothing.
+        if not any(lock.name == self.lock.name for lock in read_locks(self.backend, self.master)):
+            raise RemoteLocked(
+                f"{self.backend.url}: this prune's lock ({self.lock.name}, taken "
+                f"{(now - self.lock.time) / 3.6e12:.1f} h ago) was taken over as stale meanwhile; it "
+                "stopped before deleting anything more: run it again",
+                host=self.lock.host,
+                pid=self.lock.pid,
+                time=self.lock.time,
+            )
         old, self.lock = self.lock, _write(self.backend, self.master, self.lock.host, self.lock.op, now)
         self.backend.delete(old.name)
 
