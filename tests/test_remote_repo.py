@@ -294,6 +294,12 @@ def test_a_damaged_mark_record_is_left_out_and_the_rest_stays_usable(tmp_path: P
     backend.delete(name)  # gone from the server: gone from the list of damaged records too
     reader.refresh()
     assert reader.damaged == {}
+    with open(path, "wb") as f:  # past any record's size (sparse): never fetched, never held
+        f.truncate(1 << 30)
+    fetched = Recording(FileBackend(tmp_path / "remote"))
+    reader = Repository.open(fetched, PASSWORD, tmp_path / "c3")
+    assert [r.mark.id for r in reader.marks()] == [mb.id]
+    assert "past the" in reader.damaged[name] and name not in fetched.gets
 
 
 # -- find --------------------------------------------------------------------------------------

@@ -39,6 +39,10 @@ log = structlog.get_logger("snapd.remote")
 THREADS = 8
 """Requests in flight at once (uploads, ranged reads, the fetches of a refresh)."""
 
+MAX_BYTES = {"index/": packs.MAX_INDEX_JSON, "doomed/": 1 << 30, "marks/": 16 << 20}
+"""The most a file of each folder may weigh to be fetched by a refresh (an index: its JSON's
+bound; a mark record is a few KiB): a larger one is damaged, never held in memory."""
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -127,11 +131,19 @@ class View:
         """The objects listed under ``folder``, opened. With ``damaged``, one that does not
         open is left out and noted there (not fetched again while it is listed) instead of
         failing the whole refresh."""
-        listed = [item.name for item in self.backend.list(folder) if item.name.count("/") == 1]
+        sizes = {item.name: item.size for item in self.backend.list(folder) if item.name.count("/") == 1}
+        listed = list(sizes)
         out = {name: known[name] for name in listed if name in known}
         if damaged is not None:
             for gone in set(damaged) - set(listed):
                 del damaged[gone]
+        for name in listed:  # the listing's size is the server's: anyone who may push sets it
+            if name not in out and sizes[name] > MAX_BYTES[folder]:
+                error = crypto.corrupt(name, f"it is {sizes[name]} bytes, past the {MAX_BYTES[folder]} "
+                                       "such a file may weigh: not read")  # fmt: skip
+                if damaged is None:
+                    raise error
+                damaged[name] = error.message
 
         def fetch(name: str) -> tuple[str, T | None]:
             path = self.cache / name
