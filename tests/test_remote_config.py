@@ -185,3 +185,19 @@ def test_remote_add_refuses_a_bad_table_before_anything_is_written(
             remotes.add("r", {"url": "s3://bucket/p", **fields}, None, {})
         assert err.value.code in ("usage", "config")
     assert config.read_text() == "# mine\n" and not (tmp_path / "remotes").exists()
+
+
+def test_an_open_remote_s_repr_holds_no_secret() -> None:
+    """The daemon keeps a remote's password and AWS keys in memory (snapd/daemon/remotes.py):
+    a repr of that record — in a log line, a traceback's locals, a debugger — shows neither."""
+    from snapd.daemon.remotes import _Open
+
+    held = _Open(
+        repo=None,  # type: ignore[arg-type]
+        password="canary-password-41",
+        credentials={"AWS_SECRET_ACCESS_KEY": "canary-secret-42"},
+        url="s3://b/p",
+    )
+    text = repr(held)
+    assert "canary-password-41" not in text and "canary-secret-42" not in text
+    assert "s3://b/p" in text

@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,9 +54,9 @@ NAMES_FILE = "names.json"
 @dataclass
 class _Open:
     repo: Repository
-    password: str
-    credentials: dict[str, str]
-    url: str
+    password: str = field(repr=False)  # secrets: never in a repr, a log line or a traceback's
+    credentials: dict[str, str] = field(repr=False)
+    url: str = ""
 
 
 @dataclass
