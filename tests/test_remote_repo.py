@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -636,6 +637,39 @@ def test_contents_are_fetched_ahead_within_the_window(tmp_path: Path, store: Sto
     assert most <= window + largest, (most, window)
     assert ahead.held == 0 and not ahead.futures  # everything released
     assert seen[-1] == (ahead.total, ahead.total) and [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+def test_contents_are_opened_by_the_reader_threads_once_each(
+    tmp_path: Path, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer's get hands over contents already authenticated and decoded (the AES-GCM and
+    zstd work is off its thread), and a content several paths hold is opened once."""
+    ws = tmp_path / "ws"
+    build_tree(ws, files=60, big=1 << 20)
+    for i in range(3):  # contents several paths hold
+        write(ws / f"copies/b{i}.bin", (ws / "blobs/b0001.bin").read_bytes())
+        write(ws / f"copies/s{i}.txt", (ws / "secret.txt").read_bytes())
+    mark = baseline(store, ws)
+    repo = new_repo(FileBackend(tmp_path / "remote"), tmp_path / "cache")
+    push(store, repo, [(mark, os.fsencode(ws))], "h", pack_target=128 << 10)
+    reader = Repository.open(FileBackend(tmp_path / "remote"), PASSWORD, tmp_path / "c2")
+    opened: list[tuple[str, bool]] = []  # key, on the writer's thread
+    read_blob = reader.read_blob
+
+    def recording(key: str, sealed: bytes) -> bytes:
+        opened.append((key, threading.current_thread() is threading.main_thread()))
+        return read_blob(key, sealed)
+
+    monkeypatch.setattr(reader, "read_blob", recording)
+    tree = Tree(reader, reader.find(mark.id).mark.tree)
+    opened.clear()  # the nodes: read before the writer starts
+    ahead = Prefetcher(reader, tree, None, 256 << 10)
+    wanted = [k for k, paths in tree.holders.items() for _ in paths]  # the writer's order
+    assert len(wanted) == len(tree.holders) + 6
+    for key in wanted:
+        assert ahead.get(key) == store.get(key)
+    assert sorted(k for k, _ in opened) == sorted(tree.holders)
+    assert not any(on_writer for _, on_writer in opened)
 
 
 def test_the_journal_survives_a_torn_line_and_keeps_each_packs_age(tmp_path: Path) -> None:

@@ -5,13 +5,15 @@ One request per file would make a restore of 85,000 files 85,000 round trips. In
 tree's nodes are read level by level, every node of a level at once; then the contents are
 read in the order the writer asks for them (the tree's walk order): the blobs grouped by pack,
 neighbouring ranges of a pack coalesced into one ranged GET (a *span*), a few spans in flight
-at once, and at most :data:`WINDOW_BYTES` of fetched spans held at a time (a span is dropped
-once each path that needs its blobs has read them). Pushes write packs in walk order, so a
+at once, and at most :data:`WINDOW_BYTES` of contents held at a time (a span's are dropped
+once each path that needs them has read them). Pushes write packs in walk order, so a
 restore reads each pack about once, whole or nearly.
 
-Every blob is authenticated and checked against its key as it is read. A blob that fails is
-refused as :class:`RemoteCorrupt` naming the paths that hold it (this module knows the tree),
-so a restore stops saying which files a damaged pack would have given.
+Every blob is authenticated, decoded and checked against its key by the thread that read its
+span, so the writer is handed contents ready to write (on 2 cores AES-GCM and zstd, which
+release the GIL, overlap its work). A blob that fails is refused, when the writer asks for it,
+as :class:`RemoteCorrupt` naming the paths that hold it (this module knows the tree), so a
+restore stops saying which files a damaged pack would have given.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from snapd.store import trees
 
 Progress = Callable[[int, int], None]
 WINDOW_BYTES = 64 << 20
-"""Fetched bytes held at once (in memory) ahead of the writer."""
+"""Bytes held at once (in memory) ahead of the writer: a span's while it is read, then its
+contents' once decoded."""
 GAP_BYTES = 256 << 10
 """Two blobs of a pack this close are read with one GET (the bytes between are read too)."""
 SPAN_BYTES = 32 << 20
@@ -175,7 +178,8 @@ class Prefetcher:
         self.fetched = 0
         self.held = 0  # bytes of spans scheduled and not yet released
         self.next = 0  # the next span to schedule
-        self.futures: dict[int, Future[bytes]] = {}
+        self.size = [span.end - span.start for span in spans]  # counted in held: read, then decoded
+        self.futures: dict[int, Future[dict[str, bytes | RemoteCorrupt]]] = {}
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(THREADS)
         self._schedule()
@@ -192,17 +196,28 @@ class Prefetcher:
                 self.next += 1
 
     def _start(self, i: int) -> None:
-        span = self.spans[i]
-        self.held += span.end - span.start
-        self.futures[i] = self._pool.submit(self._read, span)
+        self.held += self.size[i]
+        self.futures[i] = self._pool.submit(self._read, i)
 
-    def _read(self, span: Span) -> bytes:
-        data = read_span(self.repo, span)
+    def _read(self, i: int) -> dict[str, bytes | RemoteCorrupt]:
+        """Span ``i`` read, and each of its blobs opened: its content, or why it is refused."""
+        span, repo = self.spans[i], self.repo
+        data = read_span(repo, span)
         with self._lock:  # reported in order, from whichever thread read
             self.fetched += len(data)
             if self.progress is not None:
                 self.progress(self.fetched, self.total)
-        return data
+        contents: dict[str, bytes | RemoteCorrupt] = {}
+        for key in span.keys:
+            try:
+                contents[key] = repo.read_blob(key, blob_of(repo, span, data, key))
+            except RemoteCorrupt as exc:
+                contents[key] = exc
+        decoded = sum(len(c) for c in contents.values() if isinstance(c, bytes))
+        with self._lock:  # the window counts the contents now, not the span's bytes
+            self.held += decoded - self.size[i]
+            self.size[i] = decoded
+        return contents
 
     def get(self, key: str) -> bytes:
         i = self.span_of.get(key)
@@ -213,16 +228,15 @@ class Prefetcher:
             future = self.futures.get(i)
         if future is None:  # released already: asked for again
             return self._checked(key, lambda: self.repo.get(key))
-        span = self.spans[i]
         try:
-            data = future.result()
-            return self._checked(key, lambda: self.repo.read_blob(key, blob_of(self.repo, span, data, key)))
+            content = future.result()[key]
+            return self._checked(key, lambda: _opened(content))
         finally:  # used, even when refused: the writer lists the path and goes on
             with self._lock:
                 self.uses[i] -= 1
                 if self.uses[i] <= 0:
                     del self.futures[i]
-                    self.held -= span.end - span.start
+                    self.held -= self.size[i]
                 finished = self.next >= len(self.spans) and not self.futures
             if finished:
                 self._pool.shutdown(wait=False)  # every range read and used: no thread waits
@@ -239,6 +253,12 @@ class Prefetcher:
                 f"{exc.message}; it holds {listed or 'no path of this mark'}: refused, not restored",
                 **{**exc.details, "paths": held},
             ) from None
+
+
+def _opened(content: bytes | RemoteCorrupt) -> bytes:
+    if isinstance(content, RemoteCorrupt):
+        raise content
+    return content
 
 
 def readers(
