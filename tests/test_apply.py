@@ -696,7 +696,7 @@ def test_gc_keeps_every_object_an_unfinished_rollback_reads(tmp_path: Path) -> N
         Op("chmod", b"g", Entry("file", 0o755, 9, collided), Entry("file", 0o644, 9, collided)),
         Op("remove", b"h", None, Entry("file", 0o644, 7, plain)),
     )
-    p = Plan(ops, (), {}, "token")
+    p = Plan(ops, (), {})
     path = tmp_path / "journal.json"
     journals.Writer(path, tmp_path, p, [None] * len(ops), False).record(0)
     assert journals.needs(path) == {written, link_then, link_now, collided}

@@ -14,7 +14,7 @@ import pytest
 from plan_difference import difference
 
 from snapd.errors import BadRequest
-from snapd.rollback.ops import Op, Plan
+from snapd.rollback.ops import Op, Plan, token_of
 from snapd.store.trees import Entry
 
 F = Entry("file", 0o644, 3, "a" * 32 + ".0")
@@ -88,13 +88,13 @@ def test_what_a_person_confirms() -> None:
 
 def _plan(ops: list[Op], kept: list[tuple[bytes, str]] | None = None) -> Plan:
     left = ((b"ign", "ignored at the mark"),)
-    return Plan(tuple(ops), tuple(kept or ()), {"restore": len(ops)}, "tok", left)
+    return Plan(tuple(ops), tuple(kept or ()), {"restore": len(ops)}, left)
 
 
 def test_the_plan_as_sent() -> None:
     p = _plan(OPS[:2], [(b"k", "unreadable")])
     assert p.to_json() == {
-        "token": "tok",
+        "token": token_of(p.ops, p.kept, p.left),
         "counts": {"restore": 2},
         "ops": [OPS[0].to_json(), OPS[1].to_json()],
         "kept": [{"path": "k", "reason": "unreadable"}],

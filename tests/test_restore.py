@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from plan_difference import difference
 
 from snapd.errors import NotFound, UsageError
+from snapd.rollback import ops
 from snapd.rollback.ops import MKDIR_MODE, Op, Plan
 from snapd.rollback.plan import plan
 from snapd.store import nodes, trees
@@ -334,11 +335,15 @@ specs = st.one_of(
 tree_specs = st.dictionaries(rel_paths, specs, max_size=12)
 
 
-def _build(m: Mem, spec: dict[bytes, tuple[str, str, int]]) -> str:
+def trees_of(spec: dict[bytes, tuple[str, str, int]]) -> dict[bytes, trees.Change]:
     changes: dict[bytes, trees.Change] = {}
     for path, (kind, content, mode) in spec.items():
         changes[path] = f(content, mode) if kind == "file" else ln(content) if kind == "link" else Dir(mode)
-    return m.tree(changes)
+    return changes
+
+
+def _build(m: Mem, spec: dict[bytes, tuple[str, str, int]]) -> str:
+    return m.tree(trees_of(spec))
 
 
 @settings(max_examples=300, deadline=None)
@@ -361,6 +366,45 @@ def test_plan_turns_current_into_target(
     for top in only:
         inside = lambda p, top=top: p == top or p.startswith(top + b"/")  # noqa: E731
         assert {p: v for p, v in result.items() if inside(p)} == {p: v for p, v in want.items() if inside(p)}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    tree_specs,
+    st.lists(rel_paths, max_size=2),
+    st.sampled_from([None, 0o700, 0o500, 0o755]),
+    st.sampled_from([None, 0o755, 0o500]),
+)
+def test_a_plan_from_nothing_is_the_plan_from_an_empty_tree(
+    tgt: dict[bytes, tuple[str, str, int]], odd: list[bytes], now: int | None, then: int | None
+) -> None:
+    """A restore plans from no current tree, and plan() takes shortcuts there (no differences
+    pass, no directory but the root to open, no token made): its plan is the one the general
+    path makes from an empty tree. ``odd``: paths M holds as not captured."""
+    m = Mem()
+    changes: dict[bytes, trees.Change] = {
+        p: trees.uncaptured("unreadable", 0o600, 3, None)
+        for p in odd
+        if not any(p.startswith(q + b"/") for q in tgt)
+    }
+    changes.update({p: v for p, v in trees_of(tgt).items() if not any(p.startswith(q + b"/") for q in odd)})
+    target, empty = m.tree(changes), m.tree({})
+    fast = plan(m.load, None, target, root_modes=(now, then))
+    general = plan(m.load, empty, target, root_modes=(now, then))
+    assert fast.ops == general.ops and fast.kept == general.kept and fast.left == general.left
+    assert dict(fast.counts) == dict(general.counts) and fast.token == general.token
+
+
+def test_the_token_is_made_only_when_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restore's plan of 160,000 ops never shows nor checks its token: no second spent on it."""
+    m = Mem()
+    target = m.tree({b"d/a": f("x"), b"b": ln("d")})
+    made: list[int] = []
+    token_of = ops.token_of
+    monkeypatch.setattr(ops, "token_of", lambda *args: made.append(1) or token_of(*args))
+    p = plan(m.load, None, target)
+    assert made == []
+    assert p.token == token_of(p.ops, p.kept, p.left) and p.token == p.token and made == [1]
 
 
 # -- the branches of plan() the end-to-end tests reach and mutmut does not --------------------

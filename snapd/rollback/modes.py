@@ -59,6 +59,9 @@ def open_read_only_dirs(
         if not op.path:
             continue
         parent = op.path.rpartition(b"/")[0]
+        if parent and current is None:  # from nothing, no directory but the root is there: searched
+            need[b""] = need.get(b"", 0) | stat.S_IXUSR
+            continue
         need[parent] = need.get(parent, 0) | _OWNER_WX
         for anc in [b"", *ancestors(parent)] if parent else []:
             need[anc] = need.get(anc, 0) | stat.S_IXUSR

@@ -17,6 +17,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal
 
 from snapd.display import shown
@@ -112,8 +113,13 @@ class Plan:
     ops: tuple[Op, ...]
     kept: tuple[tuple[bytes, str], ...]  # differences left in place: the rollback is not exact
     counts: Mapping[str, int]  # restore, recreate, delete, mode, type
-    token: str
     left: tuple[tuple[bytes, str], ...] = ()  # ignored at the mark: never touched, and no difference
+
+    @cached_property
+    def token(self) -> str:
+        """:func:`token_of` the plan, made when first asked for: a restore's plan of 160,000 ops
+        never is, and would spend a second on it."""
+        return token_of(self.ops, self.kept, self.left)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from snapd.errors import NotFound
 from snapd.paths import ancestors, at_or_below, strictly_below
 from snapd.rollback import modes, scope
-from snapd.rollback.ops import COUNT, Op, Plan, ops_for, parts, show, token_of
+from snapd.rollback.ops import COUNT, Op, Plan, ops_for, parts, show
 from snapd.store import trees
 from snapd.store.ignored import IgnoredNames
 
@@ -232,7 +232,7 @@ def plan(
     ordered = tuple(sorted(ops, key=modes.order))
     kept_t = tuple(sorted(kept.items(), key=lambda kv: parts(kv[0])))
     left_t = tuple(sorted(left.items(), key=lambda kv: parts(kv[0])))
-    return Plan(ordered, kept_t, counts, token_of(ordered, kept_t, left_t), left_t)
+    return Plan(ordered, kept_t, counts, left_t)
 
 
 def _is_file_op(op: Op) -> bool:

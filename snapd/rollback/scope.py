@@ -37,6 +37,8 @@ def differences(
 ) -> list[Difference]:
     """What differs from ``current`` to ``target``: everywhere, or within ``only`` (tops, see
     :func:`normalize_only`) plus the parent directories those need, as they are at M."""
+    if not only and current is None:  # from nothing (a restore): every path is added, in walk order
+        return [Difference(path, "added", None, entry) for path, entry in trees.walk(load, target)]
     if not only:
         return list(treediff.diff(load, current, target))
 
@@ -102,7 +104,7 @@ class Uncaptured:
 
     def blocker(self, op: Op) -> bytes | None:
         """The uncaptured path ``op`` would overwrite or delete, if any (chmod never does)."""
-        if op.kind == "chmod":
+        if op.kind == "chmod" or not self.reasons:
             return None
         hit = self.at_or_above(op.path)
         if hit is None and op.kind in ("remove", "rmdir") and op.path in self.below:
