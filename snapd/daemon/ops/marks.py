@@ -75,6 +75,10 @@ class MarkOps:
         if limit is not None and limit < 1:
             raise UsageError(f"log: a limit must be at least 1, got {limit} (`all` lists every mark)")
         ws_id, root = self.registry.stored(workspace, cwd)
+        # The evictions before the marks: a GC that commits between the two reads then shows
+        # as a mark listed and not yet counted pruned, never as one both listed and counted
+        # (the order it commits them in: the eviction rows and the marks' deletion together)
+        evictions = self.store.evictions(ws_id)
         marks = self.store.marks(ws_id)
         changing = None
         if path is not None:
@@ -90,7 +94,6 @@ class MarkOps:
         if changing is not None:
             marks = [m for m in marks if m.id in changing]
         page = marks if all else marks[: limit or LOG_LIMIT]
-        evictions = self.store.evictions(ws_id)
         return {
             "workspace": str(root),
             "marks": [mark_json(m) for m in page],
