@@ -28,12 +28,18 @@ def test_node_client_suite_passes_against_a_real_daemon(daemon: Daemon, ws: Path
     cp = subprocess.run([node, "--test", "test/"], cwd=NODE_DIR, env=env, capture_output=True, timeout=150)
     assert cp.returncode == 0, describe(cp)
     out = cp.stdout.decode()
-    assert "# fail 0" in out and "# pass 8" in out, out[-2000:]
+    assert "# fail 0" in out and "# pass 12" in out, out[-2000:]
     # What the Node client did is really in the daemon's history.
     marks = daemon.ctl_json("log", "-w", ws, "--all")["marks"]
     node_marks = [m for m in marks if m["agent"] == "node"]
     assert len(node_marks) == 22, [m["label"] for m in marks]
     assert (ws / "from-node.txt").read_text() == "written by node\n"
+    # Two reverts applied (a turn, a run's turn), each behind its pre-rollback mark; the
+    # refused one took none. Two runs, each a turn with the command in its turn-end mark.
+    reverts = [m for m in marks if m["kind"] == "pre-rollback"]
+    assert [m["message"].startswith("before revert of") for m in reverts] == [True, True], reverts
+    runs = [m for m in marks if m["agent"] == "run" and m["label"] == "turn-end"]
+    assert sorted(m["summary"]["run"]["argv"][0] for m in runs) == ["sh", "sleep"], runs
 
 
 def _node() -> str:

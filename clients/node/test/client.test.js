@@ -3,11 +3,13 @@
 // workspace (SNAPD_TEST_WORKSPACE) and runs `node --test` here. Nothing is mocked.
 
 const assert = require("node:assert/strict")
+const childProcess = require("node:child_process")
+const crypto = require("node:crypto")
 const fs = require("node:fs")
 const path = require("node:path")
 const { test } = require("node:test")
 const {
-  Client, Events, Sequencer, SnapdError, encodePath, decodePath, findEndpoint, parseJSON, stringifyJSON,
+  Client, Events, Sequencer, SnapdError, encodePath, decodePath, findEndpoint, parseJSON, stringifyJSON, shellQuote,
 } = require("../lib/snapd")
 
 const WS = process.env.SNAPD_TEST_WORKSPACE
@@ -173,4 +175,145 @@ test("the gap and restart rule", () => {
   assert.deepEqual(s.check(ev("a", 7)), [{ notice: "gap", workspace: "/w", lost: 2, first_missing: 5 }])
   assert.deepEqual(s.check(ev("b", 1)), [{ notice: "restart", old_instance: "a", new_instance: "b" }])
   assert.deepEqual(s.check(ev("b", 2)), [])
+})
+
+/** Poll `fn` until it returns something truthy, or fail after `ms` saying what was awaited. */
+async function until(fn, ms, what) {
+  const deadline = Date.now() + ms
+  for (;;) {
+    const got = await fn()
+    if (got) return got
+    if (Date.now() > deadline) assert.fail(`no ${what} within ${ms} ms`)
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  }
+}
+
+const numbered = (n, edits = {}) => Array.from({ length: n }, (_, i) => edits[i + 1] ?? `line ${i + 1}`).join("\n") + "\n"
+
+test("reverts one turn, after asking, keeping a later edit of the same file (merged)", async () => {
+  needDaemon()
+  const client = new Client()
+  const t = path.join(WS, "turned.txt")
+  const made = path.join(WS, "made-in-turn.txt")
+  try {
+    fs.writeFileSync(t, numbered(10))
+    const session = `node-rv-${crypto.randomBytes(3).toString("hex")}`
+    const start = await client.mark("turn-start", { workspace: WS, agent: "node-rv", session })
+    fs.writeFileSync(t, numbered(10, { 2: "changed by the turn" }))
+    fs.writeFileSync(made, "made by the turn\n")
+    await client.mark("turn-end", { workspace: WS, agent: "node-rv", session })
+    fs.writeFileSync(t, numbered(10, { 2: "changed by the turn", 9: "changed later" }))
+
+    const plan = await client.revertPlan({ workspace: WS, turn: start.id })
+    assert.equal(plan.revert.spans[0].from.id, start.id)
+    assert.deepEqual(plan.revert.merged, ["turned.txt"])
+    assert.match(plan.plan.token, /^[0-9a-f]{32}$/)
+    assert.ok(plan.plan.ops.some((op) => op.kind === "remove" && op.path === "made-in-turn.txt"), stringifyJSON(plan.plan.ops))
+
+    const seen = []
+    assert.equal(await client.revert({ workspace: WS, turn: start.id, confirm: (p) => { seen.push(p); return false } }), null)
+    assert.equal(seen.length, 1)
+    assert.deepEqual(seen[0].plan.ops, plan.plan.ops)
+    assert.ok(fs.existsSync(made), "refused, yet the revert wrote")
+
+    const res = await client.revert({ workspace: WS, turn: start.id, confirm: async () => true })
+    assert.match(res.pre_rollback, /^[0-9a-z]+$/)
+    assert.equal(res.ok, true)
+    assert.deepEqual(res.revert.merged, ["turned.txt"])
+    assert.equal(fs.readFileSync(t, "utf8"), numbered(10, { 9: "changed later" }))
+    assert.ok(!fs.existsSync(made))
+  } finally {
+    client.close()
+  }
+})
+
+test("a later overlapping edit: revert_conflict with its hunks, nothing asked, nothing written", async () => {
+  needDaemon()
+  const client = new Client()
+  const c = path.join(WS, "clash.txt")
+  try {
+    fs.writeFileSync(c, numbered(6))
+    const session = `node-rv-${crypto.randomBytes(3).toString("hex")}`
+    const start = await client.mark("turn-start", { workspace: WS, agent: "node-rv", session })
+    fs.writeFileSync(c, numbered(6, { 4: "the turn's line 4" }))
+    await client.mark("turn-end", { workspace: WS, agent: "node-rv", session })
+    const later = numbered(6, { 4: "the user's line 4" })
+    fs.writeFileSync(c, later)
+    const before = (await client.log({ workspace: WS, limit: 1 })).marks[0].id
+
+    await assert.rejects(client.revertPlan({ workspace: WS, turn: start.id }), (err) => {
+      assert.ok(err instanceof SnapdError)
+      assert.equal(err.code, "revert_conflict")
+      const [x] = err.details.conflicts
+      assert.equal(x.path, "clash.txt")
+      const [h] = x.hunks
+      assert.equal(h.line, 4)
+      assert.deepEqual([h.base, h.ours, h.theirs].map((lines) => lines.join("")),
+        ["the turn's line 4\n", "the user's line 4\n", "line 4\n"])
+      return true
+    })
+    let asked = 0
+    await assert.rejects(client.revert({ workspace: WS, turn: start.id, confirm: () => { asked++; return true } }),
+      (err) => err.code === "revert_conflict")
+    assert.equal(asked, 0)
+    assert.equal(fs.readFileSync(c, "utf8"), later)
+    assert.equal((await client.log({ workspace: WS, limit: 1 })).marks[0].id, before) // no pre-rollback mark
+  } finally {
+    client.close()
+  }
+})
+
+test("run: a turn around the command, its exit status and argv in the turn-end mark; reverted as a turn", async () => {
+  needDaemon()
+  const client = new Client()
+  const argv = ["sh", "-c", "echo ran > ran-by-node.txt; exit 3", "it's"]
+  try {
+    const r = await client.run(argv, { workspace: WS, cwd: WS, label: "node-run", stdio: "ignore" })
+    assert.equal(r.status, 3)
+    assert.equal(r.exit, 3)
+    assert.equal(r.signal, null)
+    assert.equal(r.start.label, "turn-start")
+    assert.equal(r.end.label, "turn-end")
+    assert.equal(r.start.agent, "run")
+    assert.match(r.start.session, /^run-[0-9a-f]{8}$/)
+    assert.equal(r.end.session, r.start.session)
+    assert.equal(r.start.message, `node-run: ${shellQuote(argv)}`)
+    assert.equal(r.start.message, "node-run: sh -c 'echo ran > ran-by-node.txt; exit 3' 'it'\\''s'")
+    assert.deepEqual(r.end.summary.run, { argv, exit: 3, signal: null })
+    assert.deepEqual(r.end.summary.examples.added, ["ran-by-node.txt"])
+    const res = await client.revert({ workspace: WS, turn: r.start.id, confirm: () => true })
+    assert.ok(res.pre_rollback)
+    assert.ok(!fs.existsSync(path.join(WS, "ran-by-node.txt")))
+  } finally {
+    client.close()
+  }
+})
+
+test("run passes a signal on to the command and exits 128+N; the turn-end mark says which", async () => {
+  needDaemon()
+  const client = new Client()
+  const session = `node-sig-${crypto.randomBytes(3).toString("hex")}`
+  const bin = path.join(__dirname, "..", "bin", "snapd-node.js")
+  const proc = childProcess.spawn(process.execPath, [bin, "run", "-w", WS, "--session", session, "--", "sleep", "60"],
+    { stdio: ["ignore", "ignore", "pipe"] })
+  const exited = new Promise((resolve) => proc.once("exit", (code, signal) => resolve({ code, signal })))
+  try {
+    // The command runs once a child `sleep` of the command's process is there.
+    await until(() => fs.readdirSync("/proc").filter((d) => /^[0-9]+$/.test(d)).some((d) => {
+      try {
+        const stat = fs.readFileSync(`/proc/${d}/stat`, "utf8")
+        return stat.includes("(sleep)") && Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]) === proc.pid
+      } catch { return false }
+    }), 20000, "sleep started by snapd-node run")
+    proc.kill("SIGTERM")
+    const { code, signal } = await exited
+    assert.equal(signal, null, "snapd-node itself was killed: it did not pass the signal on")
+    assert.equal(code, 128 + 15)
+    const marks = (await client.log({ workspace: WS, session, limit: 5 })).marks
+    assert.deepEqual(marks.map((m) => m.label), ["turn-end", "turn-start"])
+    assert.deepEqual(marks[0].summary.run, { argv: ["sleep", "60"], exit: null, signal: "SIGTERM" })
+  } finally {
+    proc.kill("SIGKILL")
+    client.close()
+  }
 })
