@@ -38,7 +38,7 @@ Op = Literal[
 ]
 OPS: frozenset[str] = frozenset(get_args(Op))
 
-ArgKind = Literal["str", "int", "bool", "float", "path", "paths", "strs", "strmap"]
+ArgKind = Literal["str", "int", "bool", "float", "path", "paths", "strs", "strmap", "run"]
 
 
 class Arg(NamedTuple):
@@ -70,7 +70,7 @@ OP_ARGS: dict[str, dict[str, Arg]] = {
     "mark": {
         **_WHERE, "label": Arg("str", required=True), "message": Arg("str"),
         "agent": Arg("str"), "session": Arg("str"), "register": Arg("bool"),
-        "late_after_s": Arg("float"), "interrupted": Arg("bool"),
+        "late_after_s": Arg("float"), "interrupted": Arg("bool"), "run": Arg("run"),
     },
     "log": {
         **_WHERE, "limit": Arg("int"), "agent": Arg("str"), "session": Arg("str"),
@@ -186,6 +186,7 @@ _EXPECTED: dict[str, str] = {
     "str": "a string", "int": "an integer", "bool": "a boolean", "float": "a number",
     "path": "a path", "paths": "an array of paths", "strs": "an array of strings",
     "strmap": "an object of strings",
+    "run": 'an object {"argv": [strings, at least one], "exit": integer or null, "signal": string or null}',
 }
 
 
@@ -200,6 +201,8 @@ def _check_arg(op: str, name: str, spec: Arg, value: Any) -> Any:
         _check_text(what, [value] if isinstance(value, str) else value)
     if kind == "strmap" and isinstance(value, dict):
         _check_text(what, [*value, *value.values()])
+    if kind == "run" and _is_run(value):
+        _check_text(what, [*value["argv"], value["signal"]])
     ok = {
         "str": isinstance(value, str),
         "int": isinstance(value, int) and not isinstance(value, bool),
@@ -207,11 +210,24 @@ def _check_arg(op: str, name: str, spec: Arg, value: Any) -> Any:
         "float": isinstance(value, int | float) and not isinstance(value, bool),
         "strs": isinstance(value, list) and all(isinstance(v, str) for v in value),
         "strmap": isinstance(value, dict) and all(isinstance(v, str) for v in value.values()),
+        "run": _is_run(value),
         "paths": False,
     }[kind]
     if not ok:
         raise BadRequest(f"{what} must be {_EXPECTED[kind]}, got {json_kind(value)}", arg=name)
     return float(value) if kind == "float" else value
+
+
+def _is_run(value: Any) -> bool:
+    """mark's ``run``: the command ``snapctl run`` ran, and how it ended (null before it ends)."""
+    if not isinstance(value, dict) or set(value) != {"argv", "exit", "signal"}:
+        return False
+    argv, code, sig = value["argv"], value["exit"], value["signal"]
+    return (
+        isinstance(argv, list) and bool(argv) and all(isinstance(a, str) for a in argv)
+        and (code is None or isinstance(code, int) and not isinstance(code, bool))
+        and (sig is None or isinstance(sig, str))
+    )
 
 
 def _check_text(what: str, values: Any) -> None:
