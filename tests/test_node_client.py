@@ -35,11 +35,12 @@ def test_node_client_suite_passes_against_a_real_daemon(daemon: Daemon, ws: Path
     assert len(node_marks) == 22, [m["label"] for m in marks]
     assert (ws / "from-node.txt").read_text() == "written by node\n"
     # Two reverts applied (a turn, a run's turn), each behind its pre-rollback mark; the
-    # refused one took none. Two runs, each a turn with the command in its turn-end mark.
+    # refused one took none. Three runs, each a turn with the command in its turn-end mark.
     reverts = [m for m in marks if m["kind"] == "pre-rollback"]
     assert [m["message"].startswith("before revert of") for m in reverts] == [True, True], reverts
     runs = [m for m in marks if m["agent"] == "run" and m["label"] == "turn-end"]
-    assert sorted(m["summary"]["run"]["argv"][0] for m in runs) == ["sh", "sleep"], runs
+    ended = sorted((m["summary"]["run"]["argv"][0], m["summary"]["run"]["exit"]) for m in runs)
+    assert ended == [("no-such-command-for-node", 127), ("sh", 3), ("sleep", None)], runs
 
 
 def _node() -> str:

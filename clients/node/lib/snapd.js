@@ -225,36 +225,35 @@ class Client {
     }
   }
 
-  /** Run `argv` as a turn: a `turn-start` mark, the command (stdio inherited; SIGINT, SIGTERM,
-   * SIGHUP, SIGQUIT passed on to it), a `turn-end` mark carrying `run: {argv, exit, signal}`.
-   * Both marks have agent "run" and session `run-<random>` unless given, and the command line
-   * as their message (after `label: `). The pair is a turn `revert({turn: start.id})` takes
-   * back. Returns `{start, end, exit, signal, status}` (`status`: the exit status, or 128+N
-   * when signal N ended it). No daemon: the first mark fails and the command is not run. */
+  /** Run `argv` as a turn, as `snapctl run` does: a `turn-start` mark, the command (stdio
+   * inherited; SIGINT, SIGTERM, SIGHUP, SIGQUIT sent to this process passed on to it), a
+   * `turn-end` mark; both carry `run: {argv, exit, signal}` (null until it ended), agent "run",
+   * session `run-<random>` unless given, and the command line as their message (after
+   * `label: `). The pair is a turn `revert({turn: start.id})` takes back. Returns `{start, end,
+   * exit, signal, status}`: `status` is the exit status, 128+N when signal N ended it, 127 (not
+   * found) or 126 (not runnable) when it could not start. No daemon: the first mark fails and
+   * the command is not run. */
   async run(argv, { workspace, cwd = process.cwd(), label, session, agent = "run", stdio = "inherit", env } = {}) {
     if (!Array.isArray(argv) || argv.length === 0) throw new SnapdError("usage", "run: give the command to run")
     session = session ?? `run-${crypto.randomBytes(4).toString("hex")}`
-    const message = (label ? `${label}: ` : "") + shellQuote(argv)
-    const marks = { workspace, cwd, agent, session, message }
-    const start = await this.mark("turn-start", marks)
+    const line = shellQuote(argv)
+    const marks = { workspace, cwd, agent, session, message: label ? `${label}: ${line}` : line }
+    const start = await this.mark("turn-start", { ...marks, run: { argv, exit: null, signal: null } })
     const child = childProcess.spawn(argv[0], argv.slice(1), { cwd, stdio, env })
     const pass = Object.fromEntries(FORWARDED.map((sig) => [sig, () => { child.kill(sig) }]))
     for (const [sig, fn] of Object.entries(pass)) process.on(sig, fn)
-    let ended
+    let exit, signal
     try {
-      ended = await new Promise((resolve) => {
-        child.once("error", (error) => resolve({ error }))
-        child.once("exit", (exit, signal) => resolve({ exit, signal }))
-      })
+      ({ exit, signal } = await new Promise((resolve) => {
+        child.once("error", (err) => resolve({ exit: err.code === "ENOENT" ? 127 : 126, signal: null }))
+        child.once("exit", (code, sig) => resolve({ exit: code, signal: sig }))
+      }))
     } finally {
       for (const [sig, fn] of Object.entries(pass)) process.removeListener(sig, fn)
     }
-    const exit = ended.error ? null : ended.exit
-    const signal = ended.error ? null : ended.signal
-    const end = await this.mark("turn-end", { ...marks, run: { argv, exit, signal } })
-    if (ended.error) throw ended.error // the turn is closed; the command never ran
-    const status = signal ? 128 + os.constants.signals[signal] : exit
-    return { start, end, exit, signal, status }
+    // The same workspace as the start's, whatever the command did meanwhile.
+    const end = await this.mark("turn-end", { ...marks, workspace: decodePath(start.workspace), run: { argv, exit, signal } })
+    return { start, end, exit, signal, status: signal ? 128 + os.constants.signals[signal] : exit }
   }
 
   /** One page of marks, newest first: `{workspace, marks, more, pruned}`. */
@@ -286,10 +285,11 @@ function revertArgs({ workspace, cwd = process.cwd(), from, to, turn, session, s
   }
 }
 
-/** A command line as a POSIX shell reads it back: words of safe characters as they are, the
- * others in single quotes (a single quote inside as '\''). */
+/** A command line as a POSIX shell reads it back, word for word as Python's `shlex.join` (so
+ * as snapctl run) writes it: words of safe characters as they are, the others in single
+ * quotes, a single quote inside as '"'"'. */
 function shellQuote(argv) {
-  return argv.map((w) => (/^[A-Za-z0-9_@%+=:,./-]+$/.test(w) ? w : `'${w.replace(/'/g, "'\\''")}'`)).join(" ")
+  return argv.map((w) => (/^[A-Za-z0-9_@%+=:,./-]+$/.test(w) ? w : `'${w.replace(/'/g, `'"'"'`)}'`)).join(" ")
 }
 
 // -- events ("Events") ------------------------------------------------------------------------

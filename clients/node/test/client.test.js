@@ -278,12 +278,17 @@ test("run: a turn around the command, its exit status and argv in the turn-end m
     assert.match(r.start.session, /^run-[0-9a-f]{8}$/)
     assert.equal(r.end.session, r.start.session)
     assert.equal(r.start.message, `node-run: ${shellQuote(argv)}`)
-    assert.equal(r.start.message, "node-run: sh -c 'echo ran > ran-by-node.txt; exit 3' 'it'\\''s'")
+    assert.equal(r.start.message, `node-run: sh -c 'echo ran > ran-by-node.txt; exit 3' 'it'"'"'s'`) // shlex.join's
+    assert.deepEqual(r.start.summary.run, { argv, exit: null, signal: null })
     assert.deepEqual(r.end.summary.run, { argv, exit: 3, signal: null })
     assert.deepEqual(r.end.summary.examples.added, ["ran-by-node.txt"])
     const res = await client.revert({ workspace: WS, turn: r.start.id, confirm: () => true })
     assert.ok(res.pre_rollback)
     assert.ok(!fs.existsSync(path.join(WS, "ran-by-node.txt")))
+    // A command that cannot start: 127, as a shell says, and the turn is closed all the same.
+    const lost = await client.run(["no-such-command-for-node"], { workspace: WS, stdio: "ignore" })
+    assert.equal(lost.status, 127)
+    assert.deepEqual(lost.end.summary.run, { argv: ["no-such-command-for-node"], exit: 127, signal: null })
   } finally {
     client.close()
   }
