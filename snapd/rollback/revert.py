@@ -1,0 +1,373 @@
+"""What a revert makes of the workspace: the tree now with the changes of spans taken back.
+
+Pure, like :mod:`snapd.store.trees`: nodes are read through ``load``, contents through ``get``
+and merged contents stored through ``put``; what comes out is the changes to apply to the
+current tree (:func:`snapd.store.trees.apply_changes`), which the live side turns into the
+target of an ordinary rollback (plan, token, pre-rollback mark, journal).
+
+For each path that differs between a span's trees A (before) and B (after), with base = B's
+entry, theirs = A's and ours = the entry now: ours equal to base takes theirs (content, mode,
+kind; a created path is removed, a deleted one made again); ours equal to theirs needs
+nothing; three text files are merged line by line (:mod:`snapd.rollback.merge`); anything
+else is a :class:`Clash`. Two rules hold the tree together: a directory is removed only when
+nothing is left in it (a path made after B keeps it, named in ``keeps``), and a path is made
+only inside a directory that is there (or that the span makes again).
+
+Spans are applied in the order given, newest first, each onto the result of the one before:
+ours of a span is what the spans before it left. Entries compare by kind, mode and key (a
+directory by kind and mode: its contents are compared path by path).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from snapd.paths import ancestors, at_or_below, join, strictly_below
+from snapd.rollback.merge import Hunk, merge, text_lines
+from snapd.store import treediff, trees
+from snapd.store.trees import Change, Dir, Entry, Load
+
+Get = Callable[[str], bytes]
+Put = Callable[[bytes], str]
+IgnoredNow = Callable[[bytes, bool], bool]
+
+
+@dataclass(frozen=True)
+class Span:
+    """The changes from tree ``before`` (A) to tree ``after`` (B), to take back. ``name``:
+    ``"A..B"`` as people know the two ends (mark ids or times): a conflict's markers name the
+    side after ``..`` as base and the side before it as theirs."""
+
+    before: str
+    after: str
+    name: str
+
+
+@dataclass(frozen=True)
+class Clash:
+    """A path where a later change overlaps the span's: what the revert would have to
+    overwrite. ``hunks``: for a text file, each overlapping place."""
+
+    path: bytes
+    reason: str
+    hunks: tuple[Hunk, ...] = ()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """``changes``: to apply to the current tree (merged contents already put). ``merged``:
+    text files merged with later edits; ``keeps``: later work the revert leaves, and why;
+    ``markers``: files written with conflict markers; ``clashes``: the conflicts (with
+    markers, only those no marker can show)."""
+
+    changes: dict[bytes, Change]
+    merged: tuple[bytes, ...]
+    keeps: dict[bytes, str]
+    markers: tuple[bytes, ...]
+    clashes: tuple[Clash, ...]
+
+
+HOLDS_LATER = "holds later files"
+IGNORED_NOW = "ignored now"
+
+
+def revert(
+    load: Load,
+    get: Get,
+    put: Put,
+    current: str,
+    spans: Sequence[Span],
+    *,
+    markers: bool,
+    only: Sequence[bytes] = (),
+    ignored_now: IgnoredNow | None = None,
+) -> Outcome:
+    """Take back ``spans`` (newest first) from the tree ``current``. ``only``: look at these
+    paths and below (and at the directories above them the span removed, to make them again);
+    ``ignored_now(path, is_dir)``: the paths today's rules leave out, left as they are."""
+    view = _View(load, current)
+    acc = _Found()
+    for span in spans:
+        _Reverting(view, acc, get, put, span, markers, only, ignored_now).run()
+    return Outcome(
+        view.settled(), tuple(acc.merged), acc.keeps, tuple(acc.markers), tuple(acc.clashes.values())
+    )
+
+
+class _Found:
+    """What the spans found so far (each path listed once, in the order found)."""
+
+    def __init__(self) -> None:
+        self.merged: dict[bytes, None] = {}
+        self.markers: dict[bytes, None] = {}
+        self.keeps: dict[bytes, str] = {}
+        self.clashes: dict[bytes, Clash] = {}
+
+
+def _as_entry(change: Change) -> Entry | None:
+    if isinstance(change, Dir):
+        return Entry("dir", change.mode, 0 if change.listed else trees.UNLISTED, "")
+    return change
+
+
+def _same(x: Entry | None, y: Entry | None) -> bool:
+    if x is None or y is None:
+        return x is y
+    return x.kind == y.kind and x.mode == y.mode and (x.kind == "dir" or x.key == y.key)
+
+
+def _change(e: Entry | None) -> Change:
+    if e is not None and e.kind == "dir":
+        return Dir(e.mode, listed=not trees.unlisted(e))
+    return e
+
+
+class _View:
+    """The current tree with the changes decided so far laid over it, read as
+    :func:`trees.apply_changes` will make it: a ``Dir`` over a directory keeps what it holds,
+    over anything else starts empty; a removal takes everything below."""
+
+    def __init__(self, load: Load, current: str) -> None:
+        self.load, self.current = load, current
+        self.final: dict[bytes, Change] = {}
+        self._kids: dict[bytes, set[bytes]] = {}
+
+    def now(self, path: bytes) -> Entry | None:
+        """The current entry at ``path`` (as captured, before any change)."""
+        return trees.lookup(self.load, self.current, path)
+
+    def _shows_current(self, path: bytes, *, inclusive: bool) -> bool | None:
+        """Whether the current tree still shows through at ``path``; None: a removal or a
+        file above it, so nothing is there."""
+        carried = True
+        for q in [*ancestors(path), *([path] if inclusive else [])]:
+            if q in self.final:
+                ch = self.final[q]
+                if not isinstance(ch, Dir):
+                    return None if q != path else False
+                now = self.now(q)
+                carried = carried and now is not None and now.kind == "dir"
+        return carried
+
+    def entry(self, path: bytes) -> Entry | None:
+        carried = self._shows_current(path, inclusive=False)
+        if carried is None:
+            return None
+        if path in self.final:
+            return _as_entry(self.final[path])
+        return self.now(path) if carried else None
+
+    def children(self, path: bytes) -> list[bytes]:
+        """The names in directory ``path`` as the view has it."""
+        names = set(self._kids.get(path, ()))
+        if self._shows_current(path, inclusive=True):
+            now = self.now(path)
+            if now is not None and now.kind == "dir":
+                names.update(self.load(now.key))
+        return sorted(n for n in names if self.entry(join(path, n)) is not None)
+
+    def set(self, path: bytes, change: Change) -> None:
+        self.final[path] = change
+        parent, _, name = path.rpartition(b"/")
+        self._kids.setdefault(parent, set()).add(name)
+
+    def settled(self) -> dict[bytes, Change]:
+        """The changes, less those that leave a path as it is now."""
+        out: dict[bytes, Change] = {}
+        for path, ch in self.final.items():
+            now = self.now(path)
+            if isinstance(ch, Dir):
+                same = now is not None and now.kind == "dir" and now.mode == ch.mode
+                same = same and trees.unlisted(now) != ch.listed
+            else:
+                same = ch == now
+            if not same:
+                out[path] = ch
+        return out
+
+
+@dataclass
+class _Path:
+    """One path of a span: its three entries and what becomes of it."""
+
+    path: bytes
+    base: Entry | None
+    theirs: Entry | None
+    ours: Entry | None
+    change: Change = None
+    sets: bool = False  # ``change`` is to be made
+    clash: Clash | None = None
+    blocked: bool = False  # its directory is in conflict: left as it is
+
+
+class _Reverting:
+    """One span taken back over the view."""
+
+    def __init__(
+        self,
+        view: _View,
+        acc: _Found,
+        get: Get,
+        put: Put,
+        span: Span,
+        markers: bool,
+        only: Sequence[bytes],
+        ignored_now: IgnoredNow | None,
+    ) -> None:
+        self.view, self.acc, self.get, self.put, self.span = view, acc, get, put, span
+        self.markers, self.only, self.ignored_now = markers, only, ignored_now
+        theirs_name, dots, base_name = span.name.partition("..")
+        self.names = ("now", base_name if dots else span.name, theirs_name)
+        self.held: list[bytes] = []  # paths left out (ignored now) that keep their directories
+        self.later: set[bytes] = set()  # directories kept because they hold later files
+
+    def run(self) -> None:
+        paths = [p for p in self._paths() if p is not None]
+        for p in paths:
+            self._decide(p)
+        by_path = {p.path: p for p in paths}
+        for p in reversed(paths):
+            self._keep_nonempty(p, by_path)
+        for p in paths:
+            self._need_parent(p, by_path)
+        for p in paths:
+            if p.clash is not None and p.path not in self.acc.clashes:
+                self.acc.clashes[p.path] = p.clash
+            if p.sets and p.clash is None and not p.blocked:
+                self.view.set(p.path, p.change)
+
+    def _paths(self) -> Iterable[_Path | None]:
+        view, ignored = self.view, None
+        for d in treediff.diff(view.load, self.span.before, self.span.after):
+            path, theirs, base = d.path, d.old, d.new
+            if ignored is not None and strictly_below(path, ignored):
+                continue
+            ours = view.entry(path)
+            if self.only and not any(at_or_below(path, top) for top in self.only):
+                parent_needed = any(strictly_below(top, path) for top in self.only)
+                if not (parent_needed and theirs is not None and theirs.kind == "dir"):
+                    continue
+                if ours is not None and ours.kind == "dir":
+                    continue
+            if self.ignored_now is not None and any(
+                self.ignored_now(path, e.kind == "dir") for e in (base, theirs) if e is not None
+            ):
+                ignored = path
+                self.held.append(path)
+                self.acc.keeps.setdefault(path, IGNORED_NOW)
+                continue
+            yield _Path(path, base, theirs, ours)
+
+    def _decide(self, p: _Path) -> None:
+        base, theirs, ours = p.base, p.theirs, p.ours
+        if _same(ours, theirs):
+            return
+        if _same(ours, base):
+            if theirs is not None and not trees.holds_object(theirs):
+                p.clash = Clash(p.path, "not captured before the span")
+            else:
+                p.change, p.sets = _change(theirs), True
+            return
+        if base is None or theirs is None or ours is None or not base.kind == theirs.kind == ours.kind:
+            p.clash = Clash(p.path, _why(base, ours))
+        elif base.kind in ("file", "symlink") and all(map(trees.holds_object, (base, theirs, ours))):
+            self._merge(p, base, theirs, ours)
+        else:
+            p.clash = Clash(p.path, _why(base, ours))
+
+    def _merge(self, p: _Path, base: Entry, theirs: Entry, ours: Entry) -> None:
+        """Content and mode taken back apart: each from theirs where ours still has base's,
+        kept where ours already has theirs; two text files merged line by line."""
+        hunks: tuple[Hunk, ...] = ()
+        if ours.key == base.key:
+            key, size = theirs.key, theirs.size
+        elif ours.key == theirs.key:
+            key, size = ours.key, ours.size
+        else:
+            b, t, o = self._texts(base, theirs, ours)
+            if b is None or t is None or o is None:
+                p.clash = Clash(p.path, _why(base, ours))
+                return
+            got = merge(b, o, t, markers=self.markers, names=self.names)
+            if got.data is None:
+                p.clash = Clash(p.path, "edited since where the span changed it", got.hunks)
+                return
+            key, size, hunks = self.put(got.data), len(got.data), got.hunks
+        if ours.mode == base.mode:
+            mode = theirs.mode
+        elif theirs.mode in (base.mode, ours.mode):
+            mode = ours.mode
+        else:
+            p.clash = Clash(p.path, "mode changed since", hunks)
+            return
+        if key == ours.key and mode == ours.mode:
+            return
+        p.change, p.sets = Entry(ours.kind, mode, size, key), True
+        if key not in (theirs.key, ours.key):
+            (self.acc.markers if hunks else self.acc.merged)[p.path] = None
+
+    def _texts(self, *entries: Entry) -> list[bytes | None]:
+        """The contents of ``entries`` if they are all text files, else Nones."""
+        if any(e.kind != "file" for e in entries):
+            return [None] * len(entries)
+        datas = [self.get(e.key) for e in entries]
+        if any(text_lines(d) is None for d in datas):
+            return [None] * len(entries)
+        return list(datas)
+
+    def _keep_nonempty(self, p: _Path, by_path: dict[bytes, _Path]) -> None:
+        """A directory the span made (or that it turned a file into) is removed only when
+        nothing is left in it; children come before their directory here."""
+        if not p.sets or p.ours is None or p.ours.kind != "dir" or isinstance(p.change, Dir):
+            return
+        later = False
+        left = trees.unlisted(p.ours) or any(strictly_below(h, p.path) for h in self.held)
+        for name in self.view.children(p.path):
+            child = by_path.get(join(p.path, name))
+            if child is None or child.path in self.later:
+                later = left = True
+            elif not (child.sets and child.change is None):
+                left = True
+        if not left:
+            return
+        p.sets, p.change = False, None
+        if later:
+            self.later.add(p.path)
+        if p.theirs is None:
+            if later:
+                self.acc.keeps.setdefault(p.path, HOLDS_LATER)
+        else:
+            p.clash = Clash(p.path, HOLDS_LATER if later else "holds paths kept")
+
+    def _need_parent(self, p: _Path, by_path: dict[bytes, _Path]) -> None:
+        """A path is made only inside a directory that will be there; parents come first."""
+        if not p.sets or p.change is None or p.ours is not None:
+            return
+        parent = p.path.rpartition(b"/")[0]
+        if not parent:
+            return
+        up = by_path.get(parent)
+        if up is not None and (up.clash is not None or up.blocked):
+            p.blocked = True
+            return
+        after = _as_entry(up.change) if up is not None and up.sets else self.view.entry(parent)
+        if after is None or after.kind != "dir":
+            p.clash = Clash(p.path, "its directory is gone since")
+
+
+def _why(base: Entry | None, ours: Entry | None) -> str:
+    """Why a path is a conflict (ours is neither base nor theirs, and no merge applies)."""
+    if ours is None:
+        return "deleted since"
+    if base is None:
+        return "made again since, with other content"
+    if ours.kind != base.kind:
+        return "kind changed since"
+    if not trees.holds_object(ours) or not trees.holds_object(base):
+        return "not captured"
+    if ours.kind == "symlink":
+        return "symlink retargeted since"
+    if ours.kind == "dir":
+        return "mode changed since"
+    return "changed since (not text)"
