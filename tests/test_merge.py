@@ -4,6 +4,9 @@ endings and a missing final newline kept exactly. Pure: no I/O."""
 
 from __future__ import annotations
 
+import random
+import time
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -56,14 +59,70 @@ def test_markers_are_diff3_style_in_the_files_line_ending() -> None:
 
 
 def test_blank_lines_in_a_long_file_do_not_make_conflicts() -> None:
-    """difflib's default treats lines found in more than 1% of a 200+ line file as junk and
-    never matches them: every blank line would be unmatched and these edits would clash."""
-    base = b"".join(b"line %d\n\n}\n" % i for i in range(400))
-    ours = base.replace(b"line 10\n", b"line ten\n")
-    theirs = base.replace(b"line 390\n", b"line three-ninety\n")
+    """difflib's default treats lines found in more than 1% of 200 or more as junk: no match
+    starts at one. Between ours' two edits lie 400 such lines, so ours' side would count them
+    all changed, and theirs' edit among them, far from both, would clash."""
+    block = b"".join(b"line %d\n\n}\n" % i for i in range(150))
+    middle = [b"}\n", b"\n"] * 200
+    noted = list(middle)
+    noted[200] = b"// note\n"
+    base = block + b"X\n" + b"".join(middle) + b"Z\n" + block
+    ours = block + b"X2\n" + b"".join(middle) + b"Z2\n" + block
+    theirs = block + b"X\n" + b"".join(noted) + b"Z\n" + block
     got = merge(base, ours, theirs, markers=False, names=NAMES)
     assert got.hunks == ()
-    assert got.data == ours.replace(b"line 390\n", b"line three-ninety\n")
+    assert got.data == block + b"X2\n" + b"".join(noted) + b"Z2\n" + block
+
+
+def test_lines_found_once_anchor_a_long_merge() -> None:
+    """Too long for difflib alone: the lines found once on each side match the rest, so
+    edits far apart merge."""
+    base = [b"statement %d;\n" % i for i in range(3000)]
+    ours, theirs, both = list(base), list(base), list(base)
+    for k in (100, 2900):
+        ours[k] = both[k] = b"ours %d;\n" % k
+    theirs[1500] = both[1500] = b"theirs;\n"
+    del ours[700], both[700]
+    got = merge(b"".join(base), b"".join(ours), b"".join(theirs), markers=False, names=NAMES)
+    assert got.hunks == () and got.data == b"".join(both)
+
+
+@pytest.mark.timeout(60)
+def test_a_megabyte_of_repeated_lines_merges_in_bounded_time() -> None:
+    """60,000 lines from a vocabulary of 100: no line anchors anything, and difflib over the
+    span of each side's edits would take minutes (its cost grows with lines x repeats). That
+    span is left unmatched: edits in two halves still merge; interleaved ones clash."""
+    rnd = random.Random(34)
+    vocab = [b"    stmt_%d;\n" % i for i in range(100)]
+    base = [rnd.choice(vocab) for _ in range(60000)]
+    ours, theirs, both = list(base), list(base), list(base)
+    for k in range(20):
+        ours[k * 1000 + 7] = both[k * 1000 + 7] = b"ours %d\n" % k
+        theirs[40000 + k * 1000] = both[40000 + k * 1000] = b"theirs %d\n" % k
+    started = time.monotonic()
+    got = merge(b"".join(base), b"".join(ours), b"".join(theirs), markers=False, names=NAMES)
+    assert got.hunks == () and got.data == b"".join(both)
+    theirs[10000] = b"theirs inside ours' span\n"
+    got = merge(b"".join(base), b"".join(ours), b"".join(theirs), markers=False, names=NAMES)
+    assert len(got.hunks) == 1 and got.data is None
+    assert time.monotonic() - started < 20
+
+
+@pytest.mark.timeout(60)
+def test_a_megabyte_of_distinct_lines_merges_in_bounded_time() -> None:
+    """30,000 lines found once each, 3,000 edits: the anchors are the longest run in order,
+    found in one pass (an anchor a pass would recurse an edit deep)."""
+    base = [b"value_%d = compute(%d)\n" % (i, i) for i in range(30000)]
+    ours, theirs, both = list(base), list(base), list(base)
+    for k in range(0, 30000, 20):
+        ours[k] = both[k] = b"ours %d\n" % k
+        theirs[k + 10] = both[k + 10] = b"theirs %d\n" % k
+    ours[5000], ours[25000] = ours[25000], ours[5000]  # a moved line anchors nothing
+    both[5000], both[25000] = both[25000], both[5000]
+    started = time.monotonic()
+    got = merge(b"".join(base), b"".join(ours), b"".join(theirs), markers=False, names=NAMES)
+    assert got.hunks == () and got.data == b"".join(both)
+    assert time.monotonic() - started < 20
 
 
 endings = st.sampled_from([b"\n", b"\r\n"])

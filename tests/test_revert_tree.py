@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tree_helpers import Mem
 
+from snapd.paths import at_or_below, strictly_below
 from snapd.rollback.revert import HOLDS_LATER, IGNORED_NOW, Outcome, Span, revert
-from snapd.store import trees
+from snapd.store import treediff, trees
 from snapd.store.objects import xxh3_hex
 from snapd.store.trees import Change, Dir, Entry
 
@@ -309,6 +310,32 @@ def test_an_ignored_directory_is_named_once() -> None:
     assert after == w.flat(now)
 
 
+def test_a_directory_the_span_removed_and_made_again_since() -> None:
+    """Made again with A's mode (to hold a later file): the span's files go back into it.
+    With another mode: a conflict, and nothing goes into it."""
+    w = World()
+    a = w.tree({b"d": Dir(0o755), b"d/f": b"f"})
+    b = w.tree({b"d": None}, a)
+    now = w.tree({b"d/later": b"l"}, b)
+    got, after = w.revert(now, (a, b))
+    assert got.clashes == () and set(after) == {b"d", b"d/f", b"d/later"}
+    now = w.tree({b"d": Dir(0o700), b"d/later": b"l"}, b)
+    got, after = w.revert(now, (a, b))
+    assert [(c.path, c.reason) for c in got.clashes] == [(b"d", "made again since, with another mode")]
+    assert after == w.flat(now)
+
+
+def test_content_not_captured_before_the_span_cannot_come_back() -> None:
+    w = World()
+    a = w.tree({b"x": b"x"})
+    big = trees.uncaptured("over the size cap", 0o644, 1 << 40, (7, 8))
+    a = trees.apply_changes(w.m.load, w.m.save, a, {b"big": big})
+    b = w.tree({b"big": b"small now"}, a)
+    got, after = w.revert(b, (a, b))
+    assert [(c.path, c.reason) for c in got.clashes] == [(b"big", "not captured before the span")]
+    assert after == w.flat(b)
+
+
 # -- several spans, and only some paths --------------------------------------------------------
 
 
@@ -337,6 +364,18 @@ def test_a_later_span_s_result_is_the_next_one_s_ours() -> None:
     got, after = w.revert(t2, (t1, t2), (t0, t1))
     assert got.clashes == ()
     assert after == w.flat(t0)
+
+
+def test_spans_that_cancel_out_change_nothing() -> None:
+    """The changes hold nothing equal to the tree now: two spans that undo each other's
+    effect leave no change at all (the rollback's plan would find none either way)."""
+    w = World()
+    t0 = w.tree({b"f": b"1\n", b"d/x": b"x"})
+    t1 = w.tree({b"f": b"2\n", b"d": None}, t0)
+    t2 = w.tree({b"f": b"1\n", b"d/x": b"x"}, t1)
+    got, after = w.revert(t2, (t1, t2), (t0, t1))
+    assert got.changes == {} and got.clashes == ()
+    assert after == w.flat(t2)
 
 
 def test_only_limits_every_span_and_makes_the_parents_it_needs() -> None:
@@ -389,17 +428,14 @@ def test_a_span_up_to_now_is_a_rollback(a_spec: Spec, b_spec: Spec) -> None:
 @given(specs, specs, st.lists(paths, max_size=4))
 def test_later_files_survive_a_revert(a_spec: Spec, b_spec: Spec, later: list[bytes]) -> None:
     """Files made after B, where the span changed nothing (no path of A or B, inside
-    directories B has): A's tree comes back and they stay, with the directories holding them."""
+    directories B has or new ones): A's tree comes back and they stay, with the directories
+    holding them."""
     w = World()
     a = w.tree(a_spec)
     b = w.tree(b_spec, a)
     fa, fb = w.flat(a), w.flat(b)
     later = [
-        p
-        for p in later
-        if p not in fa
-        and p not in fb
-        and all(fb.get(q, folder())[0] == "dir" and fa.get(q, folder())[0] == "dir" for q in _ancestors(p))
+        p for p in later if p not in fa and p not in fb and all(_holds(fa, fb, q) for q in _ancestors(p))
     ]
     later = [p for p in later if not any(q in later for q in _ancestors(p))]
     now = w.tree({p: b"later " + p for p in later}, b)
@@ -413,6 +449,39 @@ def test_later_files_survive_a_revert(a_spec: Spec, b_spec: Spec, later: list[by
     assert all(v == HOLDS_LATER for v in got.keeps.values())
 
 
+def _holds(fa: dict[bytes, Seen], fb: dict[bytes, Seen], q: bytes) -> bool:
+    """A later file may lie in ``q``: a directory in B (and in A if A has it), or new."""
+    if q in fb:
+        return fb[q][0] == "dir" and fa.get(q, folder())[0] == "dir"
+    return q not in fa
+
+
 def _ancestors(path: bytes) -> list[bytes]:
     parts = path.split(b"/")
     return [b"/".join(parts[:i]) for i in range(1, len(parts))]
+
+
+@settings(max_examples=400, deadline=None)
+@given(specs, specs, specs, st.booleans())
+def test_a_revert_touches_only_what_the_span_changed(
+    a_spec: Spec, b_spec: Spec, n_spec: Spec, markers: bool
+) -> None:
+    """Random A, B and later changes: a path the span did not change is as it is now; one it
+    changed is A's, or as it is now where a conflict, a later file or a merge says so."""
+    w = World()
+    a = w.tree(a_spec)
+    b = w.tree(b_spec, a)
+    now = w.tree(n_spec, b)
+    got, after = w.revert(now, (a, b), markers=markers)
+    fa, fn = w.flat(a), w.flat(now)
+    changed = {d.path for d in treediff.diff(w.m.load, a, b)}
+    clashed = [c.path for c in got.clashes]
+    for p in fn.keys() | after.keys():
+        if p not in changed:
+            assert after.get(p) == fn.get(p), p
+    for p in changed:
+        if p in got.merged or p in got.markers:
+            assert after[p][0] == "file"
+        elif after.get(p) != fa.get(p):
+            assert after.get(p) == fn.get(p), p
+            assert p in got.keeps or any(at_or_below(p, c) or strictly_below(c, p) for c in clashed), p

@@ -137,34 +137,25 @@ class _View:
         """The current entry at ``path`` (as captured, before any change)."""
         return trees.lookup(self.load, self.current, path)
 
-    def _shows_current(self, path: bytes, *, inclusive: bool) -> bool | None:
-        """Whether the current tree still shows through at ``path``; None: a removal or a
-        file above it, so nothing is there."""
-        carried = True
-        for q in [*ancestors(path), *([path] if inclusive else [])]:
-            if q in self.final:
-                ch = self.final[q]
-                if not isinstance(ch, Dir):
-                    return None if q != path else False
-                now = self.now(q)
-                carried = carried and now is not None and now.kind == "dir"
-        return carried
+    def _hidden(self, paths: Iterable[bytes]) -> bool:
+        """Whether a removal or a file decided at one of ``paths`` hides what the current
+        tree holds below it (a ``Dir`` keeps it: where the current tree has no directory,
+        there is nothing below to keep)."""
+        return any(q in self.final and not isinstance(self.final[q], Dir) for q in paths)
 
     def entry(self, path: bytes) -> Entry | None:
-        carried = self._shows_current(path, inclusive=False)
-        if carried is None:
+        if self._hidden(ancestors(path)):
             return None
         if path in self.final:
             return _as_entry(self.final[path])
-        return self.now(path) if carried else None
+        return self.now(path)
 
     def children(self, path: bytes) -> list[bytes]:
         """The names in directory ``path`` as the view has it."""
         names = set(self._kids.get(path, ()))
-        if self._shows_current(path, inclusive=True):
-            now = self.now(path)
-            if now is not None and now.kind == "dir":
-                names.update(self.load(now.key))
+        now = self.now(path)
+        if now is not None and now.kind == "dir" and not self._hidden([*ancestors(path), path]):
+            names.update(self.load(now.key))
         return sorted(n for n in names if self.entry(join(path, n)) is not None)
 
     def set(self, path: bytes, change: Change) -> None:
@@ -270,11 +261,11 @@ class _Reverting:
                 p.change, p.sets = _change(theirs), True
             return
         if base is None or theirs is None or ours is None or not base.kind == theirs.kind == ours.kind:
-            p.clash = Clash(p.path, _why(base, ours))
+            p.clash = Clash(p.path, _why(base, theirs, ours))
         elif base.kind in ("file", "symlink") and all(map(trees.holds_object, (base, theirs, ours))):
             self._merge(p, base, theirs, ours)
         else:
-            p.clash = Clash(p.path, _why(base, ours))
+            p.clash = Clash(p.path, _why(base, theirs, ours))
 
     def _merge(self, p: _Path, base: Entry, theirs: Entry, ours: Entry) -> None:
         """Content and mode taken back apart: each from theirs where ours still has base's,
@@ -287,7 +278,7 @@ class _Reverting:
         else:
             b, t, o = self._texts(base, theirs, ours)
             if b is None or t is None or o is None:
-                p.clash = Clash(p.path, _why(base, ours))
+                p.clash = Clash(p.path, _why(base, theirs, ours))
                 return
             got = merge(b, o, t, markers=self.markers, names=self.names)
             if got.data is None:
@@ -356,11 +347,13 @@ class _Reverting:
             p.clash = Clash(p.path, "its directory is gone since")
 
 
-def _why(base: Entry | None, ours: Entry | None) -> str:
+def _why(base: Entry | None, theirs: Entry | None, ours: Entry | None) -> str:
     """Why a path is a conflict (ours is neither base nor theirs, and no merge applies)."""
     if ours is None:
         return "deleted since"
     if base is None:
+        if theirs is not None and theirs.kind == ours.kind == "dir":
+            return "made again since, with another mode"
         return "made again since, with other content"
     if ours.kind != base.kind:
         return "kind changed since"
