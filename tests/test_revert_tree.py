@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from tree_helpers import Mem
 
 from snapd.paths import at_or_below, strictly_below
-from snapd.rollback.revert import HOLDS_LATER, IGNORED_NOW, Outcome, Span, revert
+from snapd.rollback.revert import HOLDS_LATER, IGNORED_NOW, UNKNOWN, Outcome, Span, revert
 from snapd.store import treediff, trees
 from snapd.store.objects import xxh3_hex
 from snapd.store.trees import Change, Dir, Entry
@@ -248,6 +248,16 @@ def test_a_directory_made_in_the_span_that_holds_later_files_is_kept() -> None:
     assert got.clashes == ()
     assert got.keeps == {b"new": HOLDS_LATER, b"new/deep": HOLDS_LATER}
     assert set(after) == {b"x", b"new", b"new/deep", b"new/deep/later"}
+
+
+def test_a_directory_that_could_not_be_listed_is_kept() -> None:
+    w = World()
+    a = w.tree({b"x": b"x"})
+    b = w.tree({b"d/f": b"f"}, a)
+    now = w.tree({b"d": Dir(0o755, listed=False)}, b)  # what else it holds is unknown
+    got, after = w.revert(now, (a, b))
+    assert got.keeps == {b"d": UNKNOWN} and got.clashes == ()
+    assert set(after) == {b"x", b"d"}
 
 
 def test_a_directory_the_span_turned_a_file_into_cannot_turn_back_with_later_files_in_it() -> None:

@@ -20,7 +20,7 @@ directory by kind and mode: its contents are compared path by path).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from snapd.paths import ancestors, at_or_below, join, strictly_below
@@ -70,6 +70,7 @@ class Outcome:
 
 HOLDS_LATER = "holds later files"
 IGNORED_NOW = "ignored now"
+UNKNOWN = "could not be listed: what it holds now is unknown"
 
 
 def revert(
@@ -210,11 +211,11 @@ class _Reverting:
         self.markers, self.only, self.ignored_now = markers, only, ignored_now
         theirs_name, dots, base_name = span.name.partition("..")
         self.names = ("now", base_name if dots else span.name, theirs_name)
-        self.held: list[bytes] = []  # paths left out (ignored now) that keep their directories
+        self.held: set[bytes] = set()  # the directories above paths left out (ignored now)
         self.later: set[bytes] = set()  # directories kept because they hold later files
 
     def run(self) -> None:
-        paths = [p for p in self._paths() if p is not None]
+        paths = list(self._paths())
         for p in paths:
             self._decide(p)
         by_path = {p.path: p for p in paths}
@@ -228,7 +229,7 @@ class _Reverting:
             if p.sets and p.clash is None and not p.blocked:
                 self.view.set(p.path, p.change)
 
-    def _paths(self) -> Iterable[_Path | None]:
+    def _paths(self) -> Iterator[_Path]:
         view, ignored = self.view, None
         for d in treediff.diff(view.load, self.span.before, self.span.after):
             path, theirs, base = d.path, d.old, d.new
@@ -245,7 +246,7 @@ class _Reverting:
                 self.ignored_now(path, e.kind == "dir") for e in (base, theirs) if e is not None
             ):
                 ignored = path
-                self.held.append(path)
+                self.held.update(ancestors(path))
                 self.acc.keeps.setdefault(path, IGNORED_NOW)
                 continue
             yield _Path(path, base, theirs, ours)
@@ -313,7 +314,10 @@ class _Reverting:
         if not p.sets or p.ours is None or p.ours.kind != "dir" or isinstance(p.change, Dir):
             return
         later = False
-        left = trees.unlisted(p.ours) or any(strictly_below(h, p.path) for h in self.held)
+        left = p.path in self.held
+        if trees.unlisted(p.ours):
+            left = True
+            self.acc.keeps.setdefault(p.path, UNKNOWN)
         for name in self.view.children(p.path):
             child = by_path.get(join(p.path, name))
             if child is None or child.path in self.later:
