@@ -364,6 +364,23 @@ def test_several_spans_newest_first() -> None:
     assert [c.path for c in wrong_order.clashes] == [b"t"]
 
 
+def test_markers_of_a_newer_span_are_text_to_an_older_one() -> None:
+    w = World()
+    t0 = w.tree({b"t": b"1\n2\n3\n4\n5\n"})
+    t1 = w.tree({b"t": b"1\ntwo\n3\n4\n5\n"}, t0)
+    t2 = w.tree({b"t": b"1\ntwo\n3\nfour\n5\n"}, t1)
+    now = w.tree({b"t": b"1\nTWO\n3\nFOUR\n5\n"}, t2)
+    got, after = w.revert(now, (t1, t2), (t0, t1), markers=True)
+    assert got.markers == (b"t",) and got.clashes == () and got.merged == ()
+    assert after[b"t"] == file(
+        b"1\n<<<<<<< now\nTWO\n||||||| B1\ntwo\n=======\n2\n>>>>>>> A1\n3\n"
+        b"<<<<<<< now\nFOUR\n||||||| B0\nfour\n=======\n4\n>>>>>>> A0\n5\n"
+    )
+    refused, _ = w.revert(now, (t1, t2), (t0, t1))
+    (c,) = refused.clashes  # listed once, with each span's hunk
+    assert [(h.line, h.ours) for h in c.hunks] == [(2, (b"TWO\n",)), (4, (b"FOUR\n",))]
+
+
 def test_a_later_span_s_result_is_the_next_one_s_ours() -> None:
     """The newer span made again what the older one had removed (a directory and a file in
     it): ours of the older span is that result, so it takes them back too."""

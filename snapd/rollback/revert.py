@@ -224,10 +224,19 @@ class _Reverting:
         for p in paths:
             self._need_parent(p, by_path)
         for p in paths:
-            if p.clash is not None and p.path not in self.acc.clashes:
-                self.acc.clashes[p.path] = p.clash
+            if p.clash is not None:
+                self._clash(p.clash)
             if p.sets and p.clash is None and not p.blocked:
                 self.view.set(p.path, p.change)
+
+    def _clash(self, clash: Clash) -> None:
+        """A path listed once: the first span's reason, every span's hunks (a path in conflict
+        is left as it is, so all of them number the lines of the same file)."""
+        was = self.acc.clashes.get(clash.path)
+        if was is not None:
+            hunks = sorted({*was.hunks, *clash.hunks}, key=lambda h: (h.line, h.ours, h.base, h.theirs))
+            clash = Clash(was.path, was.reason, tuple(hunks))
+        self.acc.clashes[clash.path] = clash
 
     def _paths(self) -> Iterator[_Path]:
         view, ignored = self.view, None
