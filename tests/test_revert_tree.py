@@ -30,7 +30,7 @@ class F:
     link: bool = False
 
 
-Spec = dict[bytes, "bytes | F | Dir | None"]
+Spec = dict[bytes, "bytes | F | Dir | Entry | None"]
 Seen = tuple[str, int, bytes | None]  # kind, mode, content (None: a directory)
 
 
@@ -60,12 +60,12 @@ class World:
     def tree(self, spec: Spec, base: str | None = None) -> str:
         changes: dict[bytes, Change] = {}
         for path, v in spec.items():
-            changes[path] = v if v is None or isinstance(v, Dir) else self.entry(v)
+            changes[path] = v if v is None or isinstance(v, Dir | Entry) else self.entry(v)
         return trees.apply_changes(self.m.load, self.m.save, base, changes)
 
     def flat(self, root: str) -> dict[bytes, Seen]:
         return {
-            p: (e.kind, e.mode, None if e.kind == "dir" else self.blobs[e.key])
+            p: (e.kind, e.mode, self.blobs[e.key] if e.kind in ("file", "symlink") else None)
             for p, e in trees.walk(self.m.load, root)
         }
 
@@ -344,6 +344,10 @@ def test_content_not_captured_before_the_span_cannot_come_back() -> None:
     got, after = w.revert(b, (a, b))
     assert [(c.path, c.reason) for c in got.clashes] == [(b"big", "not captured before the span")]
     assert after == w.flat(b)
+    bigger = trees.uncaptured("over the size cap", 0o644, 1 << 41, (7, 9))  # grown past the cap since
+    now = trees.apply_changes(w.m.load, w.m.save, b, {b"big": bigger})
+    got, after = w.revert(now, (a, b))
+    assert [(c.path, c.reason) for c in got.clashes] == [(b"big", "not captured now (over the size cap)")]
 
 
 # -- several spans, and only some paths --------------------------------------------------------
@@ -436,6 +440,8 @@ values = st.one_of(
     st.none(),
 )
 specs = st.dictionaries(paths, values, max_size=8)
+uncaptured = st.integers(1, 2).map(lambda i: trees.uncaptured("over the size cap", 0o644, 1 << 30, (i, i)))
+any_specs = st.dictionaries(paths, st.one_of(values, uncaptured), max_size=8)
 
 
 @settings(max_examples=400, deadline=None)
@@ -489,7 +495,7 @@ def _ancestors(path: bytes) -> list[bytes]:
 
 
 @settings(max_examples=400, deadline=None)
-@given(specs, specs, specs, st.booleans())
+@given(any_specs, any_specs, any_specs, st.booleans())
 def test_a_revert_touches_only_what_the_span_changed(
     a_spec: Spec, b_spec: Spec, n_spec: Spec, markers: bool
 ) -> None:

@@ -8,10 +8,12 @@ target of an ordinary rollback (plan, token, pre-rollback mark, journal).
 For each path that differs between a span's trees A (before) and B (after), with base = B's
 entry, theirs = A's and ours = the entry now: ours equal to base takes theirs (content, mode,
 kind; a created path is removed, a deleted one made again); ours equal to theirs needs
-nothing; three text files are merged line by line (:mod:`snapd.rollback.merge`); anything
-else is a :class:`Clash`. Two rules hold the tree together: a directory is removed only when
-nothing is left in it (a path made after B keeps it, named in ``keeps``), and a path is made
-only inside a directory that is there (or that the span makes again).
+nothing; a file or symlink has its content and its mode taken back apart, each where ours
+still has base's, two texts edited on both sides merged line by line
+(:mod:`snapd.rollback.merge`); anything else is a :class:`Clash`. Two rules hold the tree
+together: a directory is removed only when nothing is left in it (a path made after B keeps
+it, named in ``keeps``), and a path is made only inside a directory that is there (or that
+the span makes again).
 
 Spans are applied in the order given, newest first, each onto the result of the one before:
 ours of a span is what the spans before it left. Entries compare by kind, mode and key (a
@@ -364,14 +366,16 @@ def _why(base: Entry | None, theirs: Entry | None, ours: Entry | None) -> str:
     """Why a path is a conflict (ours is neither base nor theirs, and no merge applies)."""
     if ours is None:
         return "deleted since"
+    if not trees.holds_object(ours):
+        return f"not captured now ({trees.uncaptured_reason(ours)})"
     if base is None:
         if theirs is not None and theirs.kind == ours.kind == "dir":
             return "made again since, with another mode"
         return "made again since, with other content"
     if ours.kind != base.kind:
         return "kind changed since"
-    if not trees.holds_object(ours) or not trees.holds_object(base):
-        return "not captured"
+    if not trees.holds_object(base):
+        return "not captured after the span"
     if ours.kind == "symlink":
         return "symlink retargeted since"
     if ours.kind == "dir":
