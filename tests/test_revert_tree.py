@@ -518,3 +518,55 @@ def test_a_revert_touches_only_what_the_span_changed(
         elif after.get(p) != fa.get(p):
             assert after.get(p) == fn.get(p), p
             assert p in got.keeps or any(at_or_below(p, c) or strictly_below(c, p) for c in clashed), p
+
+
+leaves = st.sampled_from([b"x", b"d/y", b"d/z", b"e/f/g", b"e/h"])  # no path holds another
+contents = st.sampled_from([b"1\n2\n3\n", b"1\nB\n3\n", b"A\n2\n3\n", b"1\n2\nC\n", b"\0bin", b"\0bin2"])
+file_specs = st.dictionaries(leaves, st.one_of(contents, st.none()), max_size=5)
+
+
+@settings(max_examples=400, deadline=None)
+@given(file_specs, file_specs, file_specs)
+def test_files_come_out_as_a_simple_model_says(a_spec: Spec, b_spec: Spec, n_spec: Spec) -> None:
+    """A model of files alone, path by path, the table's rows as a plain rule: the files a
+    revert leaves, and where it conflicts, are the model's."""
+    w = World()
+    a = w.tree(a_spec)
+    b = w.tree(b_spec, a)
+    now = w.tree(n_spec, b)
+    fa, fb, fn = (_files(w, t) for t in (a, b, now))
+    expected, clashes = dict(fn), set()
+    for p in fa.keys() | fb.keys():
+        base, theirs, ours = fb.get(p), fa.get(p), fn.get(p)
+        if base == theirs or ours == theirs:
+            continue
+        if ours == base:
+            expected.pop(p, None) if theirs is None else expected.__setitem__(p, theirs)
+        elif base and theirs and ours and not any(b"\0" in x for x in (base, theirs, ours)):
+            merged = _merge_three_lines(base, ours, theirs)
+            if merged is None:
+                clashes.add(p)
+            else:
+                expected[p] = merged
+        else:
+            clashes.add(p)
+    got, after = w.revert(now, (a, b))
+    assert {c.path for c in got.clashes} == clashes
+    if not clashes:
+        assert {p: v[2] for p, v in after.items() if v[0] == "file"} == expected
+
+
+def _files(w: World, root: str) -> dict[bytes, bytes]:
+    return {p: v[2] for p, v in w.flat(root).items() if v[0] == "file" and v[2] is not None}
+
+
+def _merge_three_lines(base: bytes, ours: bytes, theirs: bytes) -> bytes | None:
+    """Three-line files differing line by line (the contents above): each line from the side
+    that changed it; changed on both sides to different lines, or on adjacent lines, clashes
+    (merge3 counts adjacent edits as one overlapping place)."""
+    b, o, t = base.splitlines(True), ours.splitlines(True), theirs.splitlines(True)
+    changed_o = [i for i in range(3) if o[i] != b[i]]
+    changed_t = [i for i in range(3) if t[i] != b[i]]
+    if any(abs(i - j) <= 1 for i in changed_o for j in changed_t if o[i] != t[j] or i != j):
+        return None
+    return b"".join(o[i] if i in changed_o else t[i] for i in range(3))
