@@ -217,10 +217,20 @@ def test_markers_write_the_conflict_into_the_file() -> None:
         ({b"p": b"1\n"}, {b"p": b"2\n"}, {b"p": None}, "deleted since"),
         ({b"p": b"1\n"}, {b"p": None}, {b"p": b"other\n"}, "made again since, with other content"),
         ({b"p": F(b"t1", link=True)}, {b"p": F(b"t2", link=True)}, {b"p": F(b"t3", link=True)}, None),
-        ({}, {b"p": b"made\n"}, {b"p": b"made and edited\n"}, "changed since (not text)"),
+        ({}, {b"p": b"made\n"}, {b"p": b"made and edited\n"}, "changed since the span made it"),
+        ({b"p": F(b"t", link=True)}, {b"p": b"1\n"}, {b"p": b"2\n"}, "changed since the span made it a file"),
         ({b"d": Dir(0o755)}, {b"d": Dir(0o700)}, {b"d": Dir(0o750)}, "mode changed since"),
     ],
-    ids=["binary", "kind", "deleted", "remade", "symlink", "created-then-edited", "dir-mode"],
+    ids=[
+        "binary",
+        "kind",
+        "deleted",
+        "remade",
+        "symlink",
+        "created-then-edited",
+        "kind-then-edited",
+        "dir-mode",
+    ],
 )
 def test_anything_else_is_a_conflict_and_left_as_it_is(
     a_spec: Spec, b_spec: Spec, now_spec: Spec, reason: str | None

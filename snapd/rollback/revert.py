@@ -376,6 +376,10 @@ def _why(base: Entry | None, theirs: Entry | None, ours: Entry | None) -> str:
         return "kind changed since"
     if not trees.holds_object(base):
         return "not captured after the span"
+    if theirs is None:
+        return "changed since the span made it"
+    if theirs.kind != base.kind:
+        return "changed since the span made it a " + base.kind
     if ours.kind == "symlink":
         return "symlink retargeted since"
     if ours.kind == "dir":
