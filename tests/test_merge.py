@@ -56,6 +56,8 @@ def test_markers_are_diff3_style_in_the_files_line_ending() -> None:
     got = merge(base, b"a\r\nX\r\nc\r\n", b"a\r\nY\r\nc\r\n", markers=True, names=("now", "m2", "m1"))
     assert got.data == (b"a\r\n<<<<<<< now\r\nX\r\n||||||| m2\r\nb\r\n=======\r\nY\r\n>>>>>>> m1\r\nc\r\n")
     assert len(got.hunks) == 1
+    named = merge(base, b"a\r\nX\r\nc\r\n", b"a\r\nY\r\nc\r\n", markers=True, names=("now", "m\n2", "m\r1"))
+    assert named.data is not None and b"||||||| m 2\r\n" in named.data and b">>>>>>> m 1\r\n" in named.data
 
 
 def test_blank_lines_in_a_long_file_do_not_make_conflicts() -> None:

@@ -186,7 +186,9 @@ def merge(base: bytes, ours: bytes, theirs: bytes, *, markers: bool, names: tupl
 
 
 def _marked(hunk: Hunk, names: tuple[str, str, str], eol: bytes) -> list[bytes]:
-    ours_name, base_name, theirs_name = (n.encode("utf-8", "surrogateescape") for n in names)
+    ours_name, base_name, theirs_name = (
+        " ".join(n.split()).encode("utf-8", "surrogateescape") for n in names
+    )
     out = [b"<<<<<<< " + ours_name + eol]
     out += _ended(hunk.ours, eol)
     out.append(b"||||||| " + base_name + eol)
