@@ -34,7 +34,7 @@ Op = Literal[
     "ping", "status", "stop", "watch", "unwatch", "forget", "mark", "log", "show", "verify",
     "gc", "pin", "unpin", "rollback_plan", "rollback_apply", "undo", "diff", "cat", "history", "restore",
     "remote_add", "remote_list", "remote_remove", "remote_log", "remote_prune", "remote_passwd", "push",
-    "remote_verify",
+    "remote_verify", "revert_plan", "revert_apply",
 ]
 OPS: frozenset[str] = frozenset(get_args(Op))
 
@@ -59,6 +59,10 @@ _REF = {**_WHERE, "session": Arg("str")}
 # client sent earlier for that remote (kept in memory only). Neither is ever logged or stored.
 _SECRETS = {"password": Arg("str"), "credentials": Arg("strmap")}
 _REMOTE = {"name": Arg("str", required=True), **_SECRETS}
+_REVERT = {
+    **_WHERE, "from": Arg("str"), "to": Arg("str"), "turn": Arg("str"), "session": Arg("str"),
+    "since": Arg("str"), "paths": Arg("paths"), "conflicts": Arg("str"), "force": Arg("bool"),
+}
 
 OP_ARGS: dict[str, dict[str, Arg]] = {
     "ping": {},
@@ -93,6 +97,9 @@ OP_ARGS: dict[str, dict[str, Arg]] = {
         "token": Arg("str"),
     },
     "undo": {**_WHERE, "force": Arg("bool"), "token": Arg("str")},
+    # what a revert takes back: from..to (marks or times; no to: up to now), a turn, or a session's turns
+    "revert_plan": {**_REVERT},
+    "revert_apply": {**_REVERT, "token": Arg("str")},
     "diff": {
         **_REF, "from": Arg("str"), "to": Arg("str"), "paths": Arg("paths"),
         "stat": Arg("bool"),

@@ -23,6 +23,7 @@ from snapd.store.records import Mark
 
 @dataclass(frozen=True)
 class Prepared:
+    target: Mark  # what the plan goes to (a revert's: made from ``current``)
     only: tuple[bytes, ...]  # the paths the rollback is limited to (none: everything)
     current: str  # the captured tree (today's rules)
     extras: tuple[bytes, ...]  # left out by today's rules, captured by M's
@@ -70,7 +71,7 @@ def _prepare(ws: Workspace, target: Mark, only: Sequence[bytes], force: bool, cu
         extras = [p for p in extras if any(at_or_below(p, t) for t in only)]
     held, unreadable = ws.hold(current, extras)
     planned = _plan(ws, held, target, m_rules, only, force, unreadable)
-    return Prepared(tuple(only), current, tuple(extras), held, planned, force)
+    return Prepared(target, tuple(only), current, tuple(extras), held, planned, force)
 
 
 def _plan(

@@ -96,6 +96,29 @@ def effect(target: Mark, plan: Plan) -> dict[str, Any]:
     return out
 
 
+REVERT = "revert"  # the id, label and kind of a revert's made-up target (snapd.rollback.revert_target)
+
+
+def is_made(target: Mark) -> bool:
+    """Whether ``target`` is made up from the workspace now (a revert's), not a mark."""
+    return target.kind == REVERT
+
+
+def pre_message(target: Mark) -> str:
+    """The message of the pre-rollback mark of a rollback to ``target``."""
+    if is_made(target):
+        return f"before {target.message}"  # "before revert of A..B"
+    return f"before rollback to {target.id} ({target.label})"
+
+
+def pre_note(target: Mark, plan: Plan) -> dict[str, Any]:
+    """What the pre-rollback mark records: the rollback's :func:`effect`, and a revert's spans."""
+    note: dict[str, Any] = {"rollback": effect(target, plan)}
+    if is_made(target):
+        note[REVERT] = target.summary.get(REVERT)
+    return note
+
+
 def result(
     ws: Workspace,
     target: Mark,
