@@ -11,17 +11,25 @@ plan and apply caught by the token. The spans themselves (pure) are checked at t
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import time
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 from e2e_helpers import Daemon, Snap, base_env, snap_diff, snapshot, start_daemon, wait_for, write
 
+from snapd.capture.workspace import Workspace
+from snapd.config import Retention
 from snapd.errors import PlanChanged, RevertConflict, SnapdError, UsageError
 from snapd.ipc.client import Client
 from snapd.rollback import spans
+from snapd.rollback.revert_target import RevertTarget
+from snapd.store import gc, trees
 from snapd.store.records import Mark
+from snapd.store.store import Store
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -385,3 +393,37 @@ def test_a_turn_ends_at_its_turn_end_or_at_the_next_start_and_an_open_one_is_ref
     parts = spans.session_spans(newest_first, "S")
     got = [(p.start.seq, p.end.seq if p.end else None, p.others) for p in parts]
     assert got == [(3, 4, ("T",)), (2, 3, ("T",)), (1, 2, ())]
+
+
+# -- the merged contents and GC -----------------------------------------------------------------------
+
+
+def test_merged_contents_are_held_against_gc_until_the_target_is_closed(tmp_path: Path) -> None:
+    """A merge's result is named by no mark until the revert's result is captured: GC (here
+    with no grace period) must spare it while the target is open, and may take it after."""
+    store = Store.open(tmp_path / "store")
+    root = tmp_path / "ws"
+    root.mkdir()
+    ws_id = store.add_workspace(os.fsencode(root))
+
+    def tree(lines: list[str]) -> str:
+        data = text(lines).encode()
+        with store.batch() as b:
+            return b.apply(None, {b"a.txt": trees.Entry("file", 0o644, len(data), b.put(data))})
+
+    a, b, now = tree(LINES), tree(edited(2, "turn\n")), tree(edited(9, "user\n", edited(2, "turn\n")))
+    start, end = dataclasses.replace(_m(1, "a", None), tree=a), dataclasses.replace(_m(2, "b", None), tree=b)
+    part = spans.Part(start, end)
+    rules = SimpleNamespace(is_ignored=lambda path, is_dir=False: False)
+    ws = cast(Workspace, SimpleNamespace(store=store, id=ws_id, rules=rules, rootb=os.fsencode(root)))
+    target = RevertTarget(ws, [part], name="m1..m2", spans=[], markers=False)
+    made = target(now)
+    entry = trees.lookup(store.load_node, made.tree, b"a.txt")
+    assert entry is not None and store.get(entry.key) == text(edited(9, "user\n")).encode()
+    later = time.time_ns() + 10**9
+    gc.run(store, Retention(grace_s=0), now=later)
+    assert store.has(entry.key) and store.has(made.tree), "GC took the merged content of an open revert"
+    target.close()
+    gc.run(store, Retention(grace_s=0), now=later)
+    assert not store.has(entry.key), "closed: nothing holds it any more"
+    store.close()
