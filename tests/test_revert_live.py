@@ -99,7 +99,7 @@ def test_a_turn_reverted_keeps_later_edits_merged_and_its_created_and_deleted_pa
 
     plan = c.call("revert_plan", workspace=os.fsencode(root), turn=start)
     assert plan["target"]["id"] == "revert"
-    assert plan["revert"]["merged"] == ["a.txt"]
+    assert plan["revert"]["merged"] == ["a.txt"] and plan["revert"]["sessions_kept"] == []
     assert [s["from"]["id"] for s in plan["revert"]["spans"]] == [start]
     assert snapshot(root) == before, "a plan writes nothing"
 
@@ -236,6 +236,7 @@ def test_one_of_two_interleaved_sessions_is_reverted(daemon: Daemon, tmp_path: P
     for name in ("s1", "s2", "s3", "s4"):
         want[f"{name}.txt"] = ("file", 0o644, b"original\n")
     same(snapshot(root), want)
+    assert done["revert"]["sessions_kept"] == [{"session": "T", "agent": "test"}]  # T's work is kept
     others = [sp["others"] for sp in done["revert"]["spans"]]
     assert others.count(["T"]) == 1 and len(others) == 5, done["revert"]["spans"]
 

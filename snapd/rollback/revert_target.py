@@ -40,7 +40,8 @@ class RevertTarget:
     tree, it returns the mark to roll back to, or raises :class:`RevertConflict` (nothing
     written) when a change cannot be taken back and ``markers`` is off. ``only``: the paths
     the revert is limited to; ``name``: what it reverts, for people (``A..B``, ``turn M``);
-    ``spans``: the parts' wire form, as replies and the pre-rollback mark show them."""
+    ``spans``: the parts' wire form, as replies and the pre-rollback mark show them;
+    ``sessions``: the other sessions whose later work the revert keeps."""
 
     def __init__(
         self,
@@ -51,8 +52,10 @@ class RevertTarget:
         spans: list[dict[str, Any]],
         markers: bool,
         only: Sequence[bytes] = (),
+        sessions: Sequence[tuple[str, str | None]] = (),
     ) -> None:
         self.ws, self.parts, self.name, self.spans = ws, tuple(parts), name, spans
+        self.sessions = [{"session": s, "agent": a} for s, a in sessions]
         self.markers, self.only = markers, tuple(only)
         self.outcome: revert.Outcome | None = None  # of the last call: what the reply says
         self.clashes: tuple[revert.Clash, ...] = ()
@@ -145,11 +148,13 @@ class RevertTarget:
         return out
 
     def describe(self) -> dict[str, Any]:
-        """The ``revert`` field of the replies: the spans, the paths merged with later edits,
-        the later work kept and why, the files written with markers, the conflicts."""
+        """The ``revert`` field of the replies: the spans, the other sessions whose later work
+        is kept, the paths merged with later edits, the later work kept and why, the files
+        written with markers, the conflicts."""
         o = self.outcome
         return {
             "spans": self.spans,
+            "sessions_kept": self.sessions,
             "merged": [encode_path(p) for p in o.merged] if o else [],
             "keeps": [{"path": encode_path(p), "reason": why} for p, why in sorted(o.keeps.items())]
             if o

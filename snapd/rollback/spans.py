@@ -82,6 +82,20 @@ def session_spans(marks: Sequence[Mark], session: str, since: Mark | None = None
     return parts[::-1]
 
 
+def later_sessions(marks: Sequence[Mark], parts: Sequence[Part]) -> list[tuple[str, str | None]]:
+    """The (session, agent) pairs, other than the reverted ones, with a mark after the oldest
+    part's start: the sessions whose later work a revert of ``parts`` keeps (oldest first)."""
+    if not parts:
+        return []
+    first = min(p.start.seq for p in parts)
+    reverted = {p.session for p in parts}
+    found: dict[str, str | None] = {}
+    for m in _oldest_first(marks):
+        if m.seq > first and m.session and m.session not in reverted:
+            found.setdefault(m.session, m.agent)
+    return list(found.items())
+
+
 def _after(m: Mark, since: Mark | None) -> bool:
     """Whether ``m`` was taken after ``since`` (a time reference: after its instant)."""
     if since is None:

@@ -86,6 +86,7 @@ class RevertOps:
             spans=[_span_json(p, times) for p in parts],
             markers=conflicts == "markers",
             only=only,
+            sessions=spans.later_sessions(marks, parts),
         )
         return target, only
 
