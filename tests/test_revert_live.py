@@ -141,6 +141,46 @@ def test_created_since_with_other_bytes_and_deleted_since_are_conflicts(
     assert len(marks(c, root)) == n, "a refused revert takes no mark"
 
 
+def test_paths_limit_the_revert_and_a_span_may_run_to_now(daemon: Daemon, tmp_path: Path) -> None:
+    root, c = watched(daemon, tmp_path)
+    write(root / "src" / "a.txt", "a1\n")
+    write(root / "b.txt", "b1\n")
+    a = mark(c, root, "a")
+    write(root / "src" / "a.txt", "a2\n")
+    write(root / "src" / "new.txt", "new\n")
+    write(root / "b.txt", "b2\n")
+    b = mark(c, root, "b")
+    write(root / "b.txt", "b3\n")  # overlaps A..B's change: a conflict, but outside the paths
+    revert(c, root, paths=[b"src"], **{"from": a, "to": b})
+    assert (root / "src" / "a.txt").read_text() == "a1\n" and not (root / "src" / "new.txt").exists()
+    assert (root / "b.txt").read_text() == "b3\n", "outside the paths: untouched"
+    done = revert(c, root, paths=[b"b.txt"], **{"from": b})  # B.. : up to now
+    assert done["revert"]["spans"][0]["to"] is None
+    assert (root / "b.txt").read_text() == "b2\n" and (root / "src" / "a.txt").read_text() == "a1\n"
+
+
+def test_a_revert_that_cannot_be_asked_so_is_refused_and_the_daemon_serves_on(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    root, c = watched(daemon, tmp_path)
+    write(root / "a.txt", "a\n")
+    plain = mark(c, root, "plain")
+    start = mark(c, root, "turn-start", "s1")
+    here = os.fsencode(root)
+    for args, words in [
+        ({}, "say what to revert"),
+        ({"turn": start, "session": "s1"}, "not turn and session"),
+        ({"to": plain}, "say what to revert"),
+        ({"turn": plain}, "does not start a turn"),
+        ({"turn": start}, "has not ended"),
+        ({"session": "nobody"}, "has no turn"),
+        ({"session": "s1", "conflicts": "merge"}, "conflicts must be one of"),
+    ]:
+        with pytest.raises(UsageError, match=words):
+            c.call("revert_plan", workspace=here, **args)
+    assert c.call("revert_plan", workspace=here, **{"from": plain})["plan"]["ops"] == []
+
+
 # -- conflicts -------------------------------------------------------------------------------------
 
 
