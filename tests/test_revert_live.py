@@ -167,7 +167,7 @@ def test_a_revert_that_cannot_be_asked_so_is_refused_and_the_daemon_serves_on(
     plain = mark(c, root, "plain")
     start = mark(c, root, "turn-start", "s1")
     here = os.fsencode(root)
-    for args, words in [
+    asked: list[tuple[dict[str, Any], str]] = [
         ({}, "say what to revert"),
         ({"turn": start, "session": "s1"}, "not turn and session"),
         ({"to": plain}, "say what to revert"),
@@ -175,10 +175,12 @@ def test_a_revert_that_cannot_be_asked_so_is_refused_and_the_daemon_serves_on(
         ({"turn": start}, "has not ended"),
         ({"session": "nobody"}, "has no turn"),
         ({"session": "s1", "conflicts": "merge"}, "conflicts must be one of"),
-    ]:
+    ]
+    for args, words in asked:
         with pytest.raises(UsageError, match=words):
             c.call("revert_plan", workspace=here, **args)
-    assert c.call("revert_plan", workspace=here, **{"from": plain})["plan"]["ops"] == []
+    span: dict[str, Any] = {"from": plain}
+    assert c.call("revert_plan", workspace=here, **span)["plan"]["ops"] == []
 
 
 # -- conflicts -------------------------------------------------------------------------------------
