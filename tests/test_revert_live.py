@@ -25,6 +25,7 @@ from snapd.capture.workspace import Workspace
 from snapd.config import Retention
 from snapd.errors import PlanChanged, RevertConflict, SnapdError, UsageError
 from snapd.ipc.client import Client
+from snapd.ipc.events import Subscriber, events_endpoint
 from snapd.rollback import spans
 from snapd.rollback.revert_target import RevertTarget
 from snapd.store import gc, trees
@@ -68,6 +69,15 @@ def revert(c: Client, root: Path, **args: Any) -> dict[str, Any]:
     return c.call("revert_apply", workspace=os.fsencode(root), token=plan["plan"]["token"], **args)
 
 
+def next_event(sub: Subscriber, kind: str, timeout: float = 10.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        event = sub.receive(0.2)
+        if event is not None and event["event"] == kind:
+            return event
+    raise AssertionError(f"no {kind} event within {timeout}s")
+
+
 def marks(c: Client, root: Path) -> list[dict[str, Any]]:
     return list(c.call("log", workspace=os.fsencode(root), limit=1000)["marks"])
 
@@ -103,8 +113,13 @@ def test_a_turn_reverted_keeps_later_edits_merged_and_its_created_and_deleted_pa
     assert [s["from"]["id"] for s in plan["revert"]["spans"]] == [start]
     assert snapshot(root) == before, "a plan writes nothing"
 
-    done = c.call("revert_apply", workspace=os.fsencode(root), turn=start, token=plan["plan"]["token"])
+    with Subscriber(events_endpoint(daemon.endpoint), [os.fsencode(root)]) as sub:
+        assert sub.connect(10.0), "no subscription to the daemon's events"
+        done = c.call("revert_apply", workspace=os.fsencode(root), turn=start, token=plan["plan"]["token"])
+        event = next_event(sub, "revert.applied")
     assert done["ok"], done
+    assert event["target"]["id"] == "revert" and event["pre_rollback"] == done["pre_rollback"]
+    assert [s["from"]["id"] for s in event["revert"]] == [start]
     want = dict(before)
     want["a.txt"] = ("file", 0o644, text(edited(9, "user's line 9\n")).encode())
     want["gone.txt"] = ("file", 0o644, b"deleted in the turn\n")
