@@ -21,6 +21,7 @@ from typing import Any, cast
 import pytest
 from e2e_helpers import Daemon, Snap, base_env, snap_diff, snapshot, start_daemon, wait_for, write
 
+from snapd import timeref
 from snapd.capture.workspace import Workspace
 from snapd.config import Retention
 from snapd.errors import PlanChanged, RevertConflict, SnapdError, UsageError
@@ -172,6 +173,24 @@ def test_paths_limit_the_revert_and_a_span_may_run_to_now(daemon: Daemon, tmp_pa
     done = revert(c, root, paths=[b"b.txt"], **{"from": b})  # B.. : up to now
     assert done["revert"]["spans"][0]["to"] is None
     assert (root / "b.txt").read_text() == "b2\n" and (root / "src" / "a.txt").read_text() == "a1\n"
+
+
+def test_a_span_may_start_at_a_time(daemon: Daemon, tmp_path: Path) -> None:
+    """``from`` a time reference: the state captured then, as rollback resolves it; the reply
+    names it by a time object."""
+    root, c = watched(daemon, tmp_path)
+    write(root / "a.txt", "before\n")
+    mark(c, root, "a")
+    instant = time.time_ns()
+    wait_for(lambda: time.time_ns() > instant + 1_000_000, what="a clock tick")
+    write(root / "a.txt", "in the span\n")
+    write(root / "b.txt", "made in the span\n")
+    b = mark(c, root, "b")
+    write(root / "c.txt", "later\n")
+    done = revert(c, root, **{"from": timeref.wire(instant), "to": b})
+    assert done["revert"]["spans"][0]["from"]["instant_ns"] == instant
+    assert (root / "a.txt").read_text() == "before\n" and not (root / "b.txt").exists()
+    assert (root / "c.txt").read_text() == "later\n"
 
 
 def test_a_revert_that_cannot_be_asked_so_is_refused_and_the_daemon_serves_on(
