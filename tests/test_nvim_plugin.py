@@ -309,8 +309,11 @@ def test_revert_a_turn_from_the_timeline_keeps_later_edits(daemon: Daemon, ws: P
     end = next(line for line in lines(nvim, name)[2:] if "turn-end" in line)
     cursor_on(nvim, name, end.split()[0])
     answer(nvim, True)
+    nvim.exec_lua("_G.notes = {}; vim.notify = function(msg) table.insert(_G.notes, msg) end")
     nvim.feedkeys("R", "x", False)
     assert nvim.exec_lua("return #_G.asked") == 0  # not a turn-start: nothing asked, nothing done
+    notes = nvim.exec_lua("return _G.notes")
+    assert len(notes) == 1 and "(turn-end) does not start a turn" in notes[0], notes  # the daemon's word
     assert (ws / "new.txt").exists()
     cursor_on(nvim, name, start["id"])
     answer(nvim, False)
@@ -342,7 +345,8 @@ def test_a_revert_that_clashes_lists_the_conflicts_and_changes_nothing(
     write(path, numbered(6, l4="the user's line 4"))
     before = daemon.ctl_json("log", "-w", ws, "-n", "1")["marks"][0]["id"]
     answer(nvim, True)
-    nvim.command(f"SnapdRevert {start['id']}")
+    ok, err = nvim.exec_lua("return {pcall(vim.cmd, ...)}", f"SnapdRevert {start['id']}")
+    assert not ok and "conflicts with later changes at 1 path: nothing was changed" in err, err  # an error
     assert nvim.exec_lua("return #_G.asked") == 0
     assert path.read_text() == numbered(6, l4="the user's line 4")
     assert daemon.ctl_json("log", "-w", ws, "-n", "1")["marks"][0]["id"] == before  # no pre-rollback mark

@@ -216,11 +216,23 @@ test("reverts one turn, after asking, keeping a later edit of the same file (mer
     assert.deepEqual(seen[0].plan.ops, plan.plan.ops)
     assert.ok(fs.existsSync(made), "refused, yet the revert wrote")
 
-    const res = await client.revert({ workspace: WS, turn: start.id, confirm: async () => true })
+    // What was confirmed is what runs: the file changes again while the plan is shown, so the
+    // apply with that plan's token is refused and the new plan is asked about.
+    const asked = []
+    const res = await client.revert({
+      workspace: WS, turn: start.id, confirm: async (p) => {
+        asked.push(p)
+        if (asked.length === 1) fs.writeFileSync(t, numbered(10, { 2: "changed by the turn", 6: "changed while asked", 9: "changed later" }))
+        return true
+      },
+    })
+    assert.equal(asked.length, 2)
+    assert.notEqual(asked[1].plan.token, asked[0].plan.token)
+    assert.deepEqual(asked[1].revert.merged, ["turned.txt"])
     assert.match(res.pre_rollback, /^[0-9a-z]+$/)
     assert.equal(res.ok, true)
     assert.deepEqual(res.revert.merged, ["turned.txt"])
-    assert.equal(fs.readFileSync(t, "utf8"), numbered(10, { 9: "changed later" }))
+    assert.equal(fs.readFileSync(t, "utf8"), numbered(10, { 6: "changed while asked", 9: "changed later" }))
     assert.ok(!fs.existsSync(made))
   } finally {
     client.close()

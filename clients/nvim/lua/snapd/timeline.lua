@@ -51,7 +51,7 @@ function M.refresh(root)
     table.insert(lines, string.format("… %d older mark(s)", page.more))
   end
   vim.b[buf].snapd_marks = vim.tbl_map(function(m)
-    return { id = m.id, label = cli.text(m.label), kind = cli.text(m.kind), session = cli.text(m.session) }
+    return { id = m.id, label = cli.text(m.label), session = cli.text(m.session) }
   end, page.marks)
   vim.bo[buf].modifiable = true
   vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
@@ -63,16 +63,13 @@ local function mark_under_cursor()
   return marks[vim.api.nvim_win_get_cursor(0)[1] - HEADER]
 end
 
---- Revert the turn on the cursor's line of the timeline (it must be a `turn-start` mark).
+--- Revert the turn on the cursor's line of the timeline (the daemon refuses a mark that is
+--- not a `turn-start`, saying so).
 function M.revert_here()
   local root = vim.b.snapd_root
   local m = root and vim.bo.filetype == "snapd-timeline" and mark_under_cursor()
   if not m then
     snapd.notify("put the cursor on a turn-start line of :SnapdTimeline (or give :SnapdRevert a mark)", vim.log.levels.WARN)
-    return nil
-  end
-  if m.label ~= "turn-start" or m.kind ~= "user" then
-    snapd.notify(m.id .. " (" .. m.label .. ") does not start a turn: put the cursor on a turn-start line", vim.log.levels.WARN)
     return nil
   end
   local who = m.session ~= "" and (" of session " .. m.session) or ""
