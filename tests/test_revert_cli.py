@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from e2e_helpers import Daemon, Pty, describe, snapshot, write
 
-from snapd.errors import NotFound, RevertConflict, UsageError
+from snapd.errors import Conflict, NotFound, RevertConflict, UsageError
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -171,3 +171,20 @@ def test_what_to_revert_is_checked_before_any_request(daemon: Daemon, ws: Path) 
         assert cp.returncode == UsageError.exit_code and said in cp.stderr, describe(cp)
     rc, err = _ctl(daemon, ws, "A..B")  # no such marks: the daemon says so, as JSON
     assert rc == NotFound.exit_code and err["error"]["code"] == "not_found", err
+
+
+def test_a_plan_token_applies_only_the_plan_shown(daemon: Daemon, ws: Path) -> None:
+    """An editor's flow: --dry-run --json shows the plan, --yes --plan-token applies it; when a
+    later edit to a merged file makes the plan differ, nothing is applied (plan_changed, 10)."""
+    start = _turn(daemon, ws)
+    rc, plan = _ctl(daemon, ws, "--turn", start, "--dry-run")
+    assert rc == 0, plan
+    _edit(ws / "a.txt", 7, "line 7 by the user")  # a.txt is merged: its result is another now
+    before = snapshot(ws)
+    rc, err = _ctl(daemon, ws, "--turn", start, "--yes", "--plan-token", plan["plan"]["token"])
+    assert rc == Conflict.exit_code and err["error"]["code"] == "plan_changed", err
+    assert snapshot(ws) == before
+    rc, plan = _ctl(daemon, ws, "--turn", start, "--dry-run")
+    rc, res = _ctl(daemon, ws, "--turn", start, "--yes", "--plan-token", plan["plan"]["token"])
+    assert rc == 0 and res["revert"]["merged"] == ["a.txt"], res
+    assert (ws / "a.txt").read_text() == _reverted().replace("line 7\n", "line 7 by the user\n")

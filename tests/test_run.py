@@ -100,22 +100,27 @@ def test_json_after_the_command_and_a_session_given(daemon: Daemon, ws: Path) ->
     assert r["end"]["summary"]["run"]["exit"] == 0
 
 
-def test_a_kill_is_forwarded_and_the_exit_is_128_plus_the_signal(daemon: Daemon, ws: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
+def test_a_kill_is_forwarded_and_the_exit_is_128_plus_the_signal(
+    daemon: Daemon, ws: Path, sig: signal.Signals
+) -> None:
+    """A SIGINT that ends the command closes an interrupted turn, as an agent's interrupt does."""
     started = ws.parent / "started"
     sleeper = f"import pathlib, time; pathlib.Path({str(started)!r}).touch(); time.sleep(60)"
     argv = [sys.executable, "-m", "snapd", "run", "--json", "--", sys.executable, "-c", sleeper]
     proc = subprocess.Popen(argv, env=daemon.env, cwd=ws, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         wait_for(started.exists, 30, what="the command to start")
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         out, err = proc.communicate(timeout=30)
     finally:
         proc.kill()
-    assert proc.returncode == 128 + signal.SIGTERM, (out, err)
+    assert proc.returncode == 128 + sig, (out, err)
     r = json.loads(out)
-    assert (r["exit"], r["signal"]) == (None, "SIGTERM")
+    assert (r["exit"], r["signal"]) == (None, sig.name)
     assert r["end"]["summary"]["run"] == {"argv": [sys.executable, "-c", sleeper], "exit": None,
-                                         "signal": "SIGTERM"}
+                                         "signal": sig.name}
+    assert r["end"]["summary"].get("interrupted") == (r["start"]["id"] if sig == signal.SIGINT else None)
 
 
 #: Counts the SIGINTs delivered to it, for a second after the first, into COUNT; exits 0. Python
