@@ -193,3 +193,13 @@ def test_run_needs_a_command(daemon: Daemon, ws: Path) -> None:
     cp = daemon.ctl("run", cwd=ws, check=False)
     assert cp.returncode == 2 and b"after --" in cp.stderr, describe(cp)
     assert [m["label"] for m in _marks(daemon, ws)] == ["baseline"]  # nothing marked
+
+
+def test_an_argument_that_is_not_utf8_is_passed_as_is_and_shown_escaped(daemon: Daemon, ws: Path) -> None:
+    """The command gets its bytes; the marks (JSON text) show them as \\xNN, never refused."""
+    got = ws.parent / "got"
+    code = f"import os, sys; open({str(got)!r}, 'wb').write(os.fsencode(sys.argv[1]))"
+    cp = daemon.ctl("run", "--", sys.executable, "-c", code, b"caf\xe9", cwd=ws, check=False)
+    assert cp.returncode == 0, describe(cp)
+    assert got.read_bytes() == b"caf\xe9"
+    assert _marks(daemon, ws)[0]["summary"]["run"]["argv"][-1] == "caf\\xe9"
