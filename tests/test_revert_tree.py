@@ -5,6 +5,7 @@ the outcome's changes make of now."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import pytest
@@ -436,6 +437,22 @@ def test_nothing_is_put_for_a_refused_text_merge() -> None:
     w.puts = 0
     got, _ = w.revert(now, (a, b))
     assert got.clashes and w.puts == 0
+
+
+@pytest.mark.timeout(60)
+def test_a_big_span_is_taken_back_in_bounded_time() -> None:
+    """A turn that installed 6,000 files in 600 directories and touched half of 2,000 files
+    in one directory: each path is looked up from the root, so each directory's node must be
+    read once, not at each look (here that was minutes)."""
+    w = World()
+    a = w.tree({b"src/f%d" % i: b"%d\n" % i for i in range(2000)})
+    b_spec: Spec = {b"deps/d%d/f%d" % (i // 10, i): b"n%d\n" % i for i in range(6000)}
+    b_spec.update({b"src/f%d" % i: b"x%d\n" % i for i in range(0, 2000, 2)})
+    b = w.tree(b_spec, a)
+    started = time.monotonic()
+    got, after = w.revert(b, (a, b))
+    assert time.monotonic() - started < 15
+    assert got.clashes == () and after == w.flat(a)
 
 
 # -- properties --------------------------------------------------------------------------------

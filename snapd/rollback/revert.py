@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from snapd.paths import ancestors, at_or_below, join, strictly_below
 from snapd.rollback.merge import Hunk, merge, text_lines
 from snapd.store import treediff, trees
-from snapd.store.trees import Change, Dir, Entry, Load
+from snapd.store.trees import Change, Dir, Entry, Load, Node
 
 Get = Callable[[str], bytes]
 Put = Callable[[bytes], str]
@@ -89,13 +89,27 @@ def revert(
     """Take back ``spans`` (newest first) from the tree ``current``. ``only``: look at these
     paths and below (and at the directories above them the span removed, to make them again);
     ``ignored_now(path, is_dir)``: the paths today's rules leave out, left as they are."""
-    view = _View(load, current)
+    view = _View(_remembering(load), current)
     acc = _Found()
     for span in spans:
         _Reverting(view, acc, get, put, span, markers, only, ignored_now).run()
     return Outcome(
         view.settled(), tuple(acc.merged), acc.keeps, tuple(acc.markers), tuple(acc.clashes.values())
     )
+
+
+def _remembering(load: Load) -> Load:
+    """``load`` reading each node once: a revert looks paths up one by one from the root, and a
+    directory of thousands of names is decoded again at each look (nodes never change)."""
+    seen: dict[str, Node] = {}
+
+    def once(key: str) -> Node:
+        node = seen.get(key)
+        if node is None:
+            node = seen[key] = load(key)
+        return node
+
+    return once
 
 
 class _Found:
