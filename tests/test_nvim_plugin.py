@@ -301,6 +301,7 @@ def test_revert_a_turn_from_the_timeline_keeps_later_edits(daemon: Daemon, ws: P
     write(path, numbered(10))
     start = turn(daemon, ws, "s1", lambda: (write(path, numbered(10, l2="the turn's line")),
                                             write(ws / "new.txt", "made by the turn\n")))
+    turn(daemon, ws, "s2", lambda: write(ws / "other.txt", "another session's\n"))
     nvim.command(f"edit {path}")
     nvim.current.buffer[8] = "a later edit"  # line 9, saved from Neovim
     nvim.command("write")
@@ -322,12 +323,14 @@ def test_revert_a_turn_from_the_timeline_keeps_later_edits(daemon: Daemon, ws: P
     assert len(asked) == 1 and start["id"] in asked[0] and "s1" in asked[0], asked
     plan = "\n".join(plans[0])
     assert "merged with later changes: a.txt" in plan and "new.txt" in plan, plan
+    assert "keeps the later changes of session s2 (claude)" in plan and "other.txt" not in plan, plan
     assert path.read_text() == numbered(10, l2="the turn's line", l9="a later edit")  # refused
     assert (ws / "new.txt").exists()
     answer(nvim, True)
     nvim.command("SnapdRevert")  # the command does what R does, on the cursor's line
     assert path.read_text() == numbered(10, l9="a later edit")
     assert not (ws / "new.txt").exists()
+    assert (ws / "other.txt").read_text() == "another session's\n"
     a_buf = nvim.funcs.bufnr(str(path))
     assert list(nvim.api.buf_get_lines(a_buf, 0, -1, False)) == numbered(10, l9="a later edit").splitlines()
     pre = daemon.ctl_json("log", "-w", ws, "-n", "1")["marks"][0]

@@ -3,7 +3,8 @@
 // A small command line over lib/snapd.js: `mark LABEL [--agent A] [--session S] [-w PATH]`,
 // `log [-w PATH] [-n N]`, `events [-w PATH]` (one JSON object per line, notices included),
 // `revert (--turn M | --session S [--since R] | FROM..[TO]) [-w PATH] [--markers] [--dry-run | --yes]`
-// (the plan as JSON, asked on a terminal, applied with its token; the result as JSON), and
+// (the plan as JSON, asked on a terminal, applied with its token; the result as JSON; exit 10
+// when it left paths as they were: conflicts --markers cannot show), and
 // `run [-w PATH] [--label L] [--session S] -- CMD...` (exits as CMD did; the marks' ids on stderr).
 // Errors print the daemon's message on stderr and exit 1 (a revert's conflicts are listed
 // there, one a line); `--help` prints the usage and exits 0, a command it does not know exits 2.

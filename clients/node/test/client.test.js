@@ -13,6 +13,7 @@ const {
 } = require("../lib/snapd")
 
 const WS = process.env.SNAPD_TEST_WORKSPACE
+const BIN = path.join(__dirname, "..", "bin", "snapd-node.js")
 
 function needDaemon() {
   if (!process.env.SNAPD_HOME || !WS) {
@@ -239,37 +240,82 @@ test("reverts one turn, after asking, keeping a later edit of the same file (mer
   }
 })
 
-test("a later overlapping edit: revert_conflict with its hunks, nothing asked, nothing written", async () => {
+test("later overlapping edits: revert_conflict with the hunks, nothing asked or written; --markers writes them", async () => {
   needDaemon()
   const client = new Client()
   const c = path.join(WS, "clash.txt")
+  const blob = path.join(WS, "clash.bin")
   try {
     fs.writeFileSync(c, numbered(6))
+    fs.writeFileSync(blob, Buffer.from([0, 1, 2]))
     const session = `node-rv-${crypto.randomBytes(3).toString("hex")}`
     const start = await client.mark("turn-start", { workspace: WS, agent: "node-rv", session })
     fs.writeFileSync(c, numbered(6, { 4: "the turn's line 4" }))
+    fs.writeFileSync(blob, Buffer.from([0, 1, 2, 3]))
     await client.mark("turn-end", { workspace: WS, agent: "node-rv", session })
     const later = numbered(6, { 4: "the user's line 4" })
     fs.writeFileSync(c, later)
+    fs.writeFileSync(blob, Buffer.from([0, 1, 2, 3, 4]))
     const before = (await client.log({ workspace: WS, limit: 1 })).marks[0].id
 
     await assert.rejects(client.revertPlan({ workspace: WS, turn: start.id }), (err) => {
       assert.ok(err instanceof SnapdError)
       assert.equal(err.code, "revert_conflict")
-      const [x] = err.details.conflicts
-      assert.equal(x.path, "clash.txt")
+      assert.deepEqual(err.details.conflicts.map((x) => x.path).sort(), ["clash.bin", "clash.txt"])
+      const x = err.details.conflicts.find((x) => x.path === "clash.txt")
       const [h] = x.hunks
       assert.equal(h.line, 4)
       assert.deepEqual([h.base, h.ours, h.theirs].map((lines) => lines.join("")),
         ["the turn's line 4\n", "the user's line 4\n", "line 4\n"])
+      assert.deepEqual(err.details.conflicts.find((x) => x.path === "clash.bin").hunks, [])
       return true
     })
     let asked = 0
     await assert.rejects(client.revert({ workspace: WS, turn: start.id, confirm: () => { asked++; return true } }),
       (err) => err.code === "revert_conflict")
     assert.equal(asked, 0)
+    const revert = (...flags) => childProcess.spawnSync(process.execPath, [BIN, "revert", "--turn", start.id, "-w", WS, ...flags],
+      { encoding: "utf8" })
+    const refused = revert("--yes")
+    assert.equal(refused.status, 1, refused.stderr)
+    assert.match(refused.stderr, /revert_conflict: .*\n {2}conflict: clash\.(bin|txt): /)
     assert.equal(fs.readFileSync(c, "utf8"), later)
     assert.equal((await client.log({ workspace: WS, limit: 1 })).marks[0].id, before) // no pre-rollback mark
+
+    // --markers: the text conflict written with markers, the binary one left (so exit 10).
+    const marked = revert("--markers", "--yes")
+    assert.equal(marked.status, 10, marked.stderr)
+    const done = parseJSON(marked.stdout.trim().split("\n")[1])
+    assert.deepEqual(done.revert.markers, ["clash.txt"])
+    assert.deepEqual(done.kept.map((k) => k.path), ["clash.bin"])
+    assert.match(fs.readFileSync(c, "utf8"), /^<<<<<<< now\nthe user's line 4\n\|{7} .*\nthe turn's line 4\n=======\nline 4\n>>>>>>> /m)
+    assert.deepEqual(fs.readFileSync(blob), Buffer.from([0, 1, 2, 3, 4]))
+  } finally {
+    client.close()
+  }
+})
+
+test("snapd-node revert: --dry-run prints the plan and changes nothing; --yes applies the plan it printed", async () => {
+  needDaemon()
+  const client = new Client()
+  const f = path.join(WS, "made-for-the-command.txt")
+  try {
+    const session = `node-rv-${crypto.randomBytes(3).toString("hex")}`
+    const start = await client.mark("turn-start", { workspace: WS, agent: "node-rv", session })
+    fs.writeFileSync(f, "made\n")
+    await client.mark("turn-end", { workspace: WS, agent: "node-rv", session })
+    const revert = (...flags) => childProcess.spawnSync(process.execPath, [BIN, "revert", "--turn", start.id, "-w", WS, ...flags],
+      { encoding: "utf8" })
+    const dry = revert("--dry-run")
+    assert.equal(dry.status, 0, dry.stderr)
+    assert.deepEqual(parseJSON(dry.stdout).lines, ["delete made-for-the-command.txt"])
+    assert.ok(fs.existsSync(f))
+    const yes = revert("--yes")
+    assert.equal(yes.status, 0, yes.stderr)
+    const [shown, done] = yes.stdout.trim().split("\n").map(parseJSON)
+    assert.equal(done.plan.token, shown.plan.token)
+    assert.match(done.pre_rollback, /^[0-9a-z]+$/)
+    assert.ok(!fs.existsSync(f))
   } finally {
     client.close()
   }
@@ -310,8 +356,7 @@ test("run passes a signal on to the command and exits 128+N; the turn-end mark s
   needDaemon()
   const client = new Client()
   const session = `node-sig-${crypto.randomBytes(3).toString("hex")}`
-  const bin = path.join(__dirname, "..", "bin", "snapd-node.js")
-  const proc = childProcess.spawn(process.execPath, [bin, "run", "-w", WS, "--session", session, "--", "sleep", "60"],
+  const proc = childProcess.spawn(process.execPath, [BIN, "run", "-w", WS, "--session", session, "--", "sleep", "60"],
     { stdio: ["ignore", "ignore", "pipe"] })
   const exited = new Promise((resolve) => proc.once("exit", (code, signal) => resolve({ code, signal })))
   try {

@@ -75,6 +75,10 @@ local function plan_lines(title, plan)
   for _, k in ipairs(revert.keeps or {}) do
     table.insert(lines, "keeps: " .. cli.path(k.path) .. ": " .. cli.text(k.reason))
   end
+  for _, x in ipairs(revert.sessions_kept or {}) do
+    local agent = cli.text(x.agent) ~= "" and (" (" .. cli.text(x.agent) .. ")") or ""
+    table.insert(lines, "keeps the later changes of session " .. cli.text(x.session) .. agent)
+  end
   for _, p in ipairs(revert.markers or {}) do
     table.insert(lines, "conflict markers written into: " .. cli.path(p))
   end
