@@ -360,3 +360,25 @@ def test_a_revert_that_clashes_lists_the_conflicts_and_changes_nothing(
     assert shown[at + 2].split(None, 1) == ["now:", "the user's line 4"], shown
     assert shown[at + 3].split(None, 3)[3] == "the turn's line 4", shown
     assert shown[at + 4].split(None, 2)[2] == "line 4", shown
+
+
+def test_a_run_turn_shows_its_command_in_the_timeline_and_reverts_from_there(
+    daemon: Daemon, ws: Path, nvim: Any
+) -> None:
+    """`snapctl run` marks a turn around a command: the timeline shows the command line on both
+    marks and how it ended on the turn-end (a newline in it escaped: one buffer line per mark);
+    R on its turn-start takes back what the command did."""
+    script = "echo made > ran.txt\nexit 3"
+    cp = daemon.ctl("run", "-w", ws, "--label", "gen", "--", "sh", "-c", script, check=False)
+    assert cp.returncode == 3, cp
+    nvim.command("SnapdTimeline")
+    name = f"snapd://timeline{ws}"
+    shown = lines(nvim, name)
+    end, start = shown[2], shown[3]
+    command = "  $ gen: sh -c 'echo made > ran.txt\\x0aexit 3'"
+    assert "turn-end" in end and end.endswith(command + " → exit 3"), shown
+    assert "turn-start" in start and start.endswith(command), shown
+    nvim.current.window.cursor = (4, 0)
+    answer(nvim, True)
+    nvim.feedkeys("R", "x", False)
+    assert not (ws / "ran.txt").exists()

@@ -23,10 +23,25 @@ local function changed(m)
   return tostring(s.changed) .. " changed"
 end
 
+--- What a `snapctl run` turn ran (its marks carry `summary.run`), and how it ended.
+local function ran(m)
+  local r = type(m.summary) == "table" and m.summary.run
+  if type(r) ~= "table" then
+    return ""
+  end
+  local ended = ""
+  if cli.text(r.signal) ~= "" then
+    ended = " → " .. cli.shown(r.signal)
+  elseif cli.text(r.exit) ~= "" then
+    ended = " → exit " .. cli.text(r.exit)
+  end
+  return "  $ " .. cli.shown(m.message) .. ended
+end
+
 local function line(m)
   local label = cli.text(m.label)
-  return string.format("%s  %s  %-24s %-10s %s", m.id, os.date("%Y-%m-%d %H:%M:%S", math.floor(m.created)),
-    label, cli.text(m.agent) ~= "" and cli.text(m.agent) or "-", changed(m))
+  return string.format("%s  %s  %-24s %-10s %s%s", m.id, os.date("%Y-%m-%d %H:%M:%S", math.floor(m.created)),
+    label, cli.text(m.agent) ~= "" and cli.text(m.agent) or "-", changed(m), ran(m))
 end
 
 --- Re-read the log of `root` into its timeline buffer (if one is open).
