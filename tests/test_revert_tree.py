@@ -315,6 +315,21 @@ def test_ignored_now_is_left_and_keeps_its_directory() -> None:
     assert set(after) == {b"x", b"build"}
 
 
+def test_a_path_ignored_in_a_newer_span_keeps_its_directory_in_an_older_one() -> None:
+    w = World()
+    t0 = w.tree({b"x": b"x"})
+    t1 = w.tree({b"d/notes": b"n"}, t0)
+    t2 = w.tree({b"d/cache.o": b"\0o"}, t1)
+    now = w.tree({b"d/cache.o": None}, t2)  # today's rules leave *.o out
+
+    def ignored(path: bytes, is_dir: bool) -> bool:
+        return path.endswith(b".o")
+
+    got, after = w.revert(now, (t1, t2), (t0, t1), ignored_now=ignored)
+    assert got.keeps == {b"d/cache.o": IGNORED_NOW} and got.clashes == ()
+    assert set(after) == {b"x", b"d"}
+
+
 def test_an_ignored_directory_is_named_once() -> None:
     w = World()
     a = w.tree({b"x": b"x"})

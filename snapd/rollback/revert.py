@@ -120,6 +120,7 @@ class _Found:
         self.markers: dict[bytes, None] = {}
         self.keeps: dict[bytes, str] = {}
         self.clashes: dict[bytes, Clash] = {}
+        self.held: set[bytes] = set()  # the directories above paths left out (ignored now)
 
 
 def _as_entry(change: Change) -> Entry | None:
@@ -227,7 +228,6 @@ class _Reverting:
         self.markers, self.only, self.ignored_now = markers, only, ignored_now
         theirs_name, dots, base_name = span.name.partition("..")
         self.names = ("now", base_name if dots else span.name, theirs_name)
-        self.held: set[bytes] = set()  # the directories above paths left out (ignored now)
         self.later: set[bytes] = set()  # directories kept because they hold later files
 
     def run(self) -> None:
@@ -271,7 +271,7 @@ class _Reverting:
                 self.ignored_now(path, e.kind == "dir") for e in (base, theirs) if e is not None
             ):
                 ignored = path
-                self.held.update(ancestors(path))
+                self.acc.held.update(ancestors(path))
                 self.acc.keeps.setdefault(path, IGNORED_NOW)
                 continue
             yield _Path(path, base, theirs, ours)
@@ -339,7 +339,7 @@ class _Reverting:
         if not p.sets or p.ours is None or p.ours.kind != "dir" or isinstance(p.change, Dir):
             return
         later = False
-        left = p.path in self.held
+        left = p.path in self.acc.held
         if trees.unlisted(p.ours):
             left = True
             self.acc.keeps.setdefault(p.path, UNKNOWN)
