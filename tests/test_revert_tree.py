@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from tree_helpers import Mem
 
 from snapd.paths import at_or_below, strictly_below
-from snapd.rollback.revert import HOLDS_LATER, IGNORED_NOW, UNKNOWN, Outcome, Span, revert
+from snapd.rollback.revert import HOLDS_LATER, IGNORED_BEFORE, IGNORED_NOW, UNKNOWN, Outcome, Span, revert
 from snapd.store import treediff, trees
 from snapd.store.objects import xxh3_hex
 from snapd.store.trees import Change, Dir, Entry
@@ -328,6 +328,24 @@ def test_a_path_ignored_in_a_newer_span_keeps_its_directory_in_an_older_one() ->
     got, after = w.revert(now, (t1, t2), (t0, t1), ignored_now=ignored)
     assert got.keeps == {b"d/cache.o": IGNORED_NOW} and got.clashes == ()
     assert set(after) == {b"x", b"d"}
+
+
+def test_a_path_the_span_only_stopped_ignoring_is_left() -> None:
+    """app.log and build/ were there at A, left out by A's rules; the span stopped ignoring
+    them, so B is the first to hold them. The span did not make them: they stay."""
+    w = World()
+    a = w.tree({b".gitignore": b"*.log\nbuild/\n"})
+    b = w.tree({b".gitignore": b"", b"app.log": b"log\n", b"build/out/x.o": b"\0o", b"new": b"n"}, a)
+    names = {b"app.log", b"build"}
+
+    def there(path: bytes) -> bool:
+        return path in names or any(q in names for q in _ancestors(path))
+
+    got = revert(w.m.load, w.get, w.put, b, [Span(a, b, "A..B", ignored_before=there)], markers=False)
+    assert got.keeps == {b"app.log": IGNORED_BEFORE, b"build": IGNORED_BEFORE} and got.clashes == ()
+    after = w.flat(trees.apply_changes(w.m.load, w.m.save, b, got.changes))
+    assert set(after) == {b".gitignore", b"app.log", b"build", b"build/out", b"build/out/x.o"}
+    assert after[b".gitignore"] == file(b"*.log\nbuild/\n")
 
 
 def test_an_ignored_directory_is_named_once() -> None:

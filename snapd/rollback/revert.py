@@ -39,11 +39,14 @@ IgnoredNow = Callable[[bytes, bool], bool]
 class Span:
     """The changes from tree ``before`` (A) to tree ``after`` (B), to take back. ``name``:
     ``"A..B"`` as people know the two ends (mark ids or times): a conflict's markers name the
-    side after ``..`` as base and the side before it as theirs."""
+    side after ``..`` as base and the side before it as theirs. ``ignored_before``: whether a
+    path was there at A but left out by A's rules (A's ignored names cover it; None: not
+    known). Such a path, first captured in the span, was not made by it: it is left."""
 
     before: str
     after: str
     name: str
+    ignored_before: Callable[[bytes], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,7 @@ class Outcome:
 
 HOLDS_LATER = "holds later files"
 IGNORED_NOW = "ignored now"
+IGNORED_BEFORE = "there before the span, ignored then"
 UNKNOWN = "could not be listed: what it holds now is unknown"
 
 
@@ -267,14 +271,25 @@ class _Reverting:
                     continue
                 if ours is not None and ours.kind == "dir":
                     continue
-            if self.ignored_now is not None and any(
-                self.ignored_now(path, e.kind == "dir") for e in (base, theirs) if e is not None
-            ):
+            why = self._left_out(path, base, theirs)
+            if why is not None:
                 ignored = path
                 self.acc.held.update(ancestors(path))
-                self.acc.keeps.setdefault(path, IGNORED_NOW)
+                self.acc.keeps.setdefault(path, why)
                 continue
             yield _Path(path, base, theirs, ours)
+
+    def _left_out(self, path: bytes, base: Entry | None, theirs: Entry | None) -> str | None:
+        """Why ``path`` (and what is below it) is left as it is, if it is: today's rules
+        ignore it, or it was there before the span, ignored then, and only captured since."""
+        if self.ignored_now is not None and any(
+            self.ignored_now(path, e.kind == "dir") for e in (base, theirs) if e is not None
+        ):
+            return IGNORED_NOW
+        before = self.span.ignored_before
+        if theirs is None and before is not None and before(path):
+            return IGNORED_BEFORE
+        return None
 
     def _decide(self, p: _Path) -> None:
         base, theirs, ours = p.base, p.theirs, p.ours
