@@ -217,6 +217,28 @@ def test_a_revert_that_cannot_be_asked_so_is_refused_and_the_daemon_serves_on(
     assert c.call("revert_plan", workspace=here, **span)["plan"]["ops"] == []
 
 
+def test_todays_rules_judge_the_target_and_a_path_ignored_at_the_start_stays(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    """The span stopped ignoring ``*.log`` and started ignoring ``out/``. Reverting it puts the
+    old ``.gitignore`` back, yet ``out/`` made since is ignored now: untouched; ``app.log`` was
+    there at A, ignored: the span did not make it, so it is not deleted."""
+    root, c = watched(daemon, tmp_path)
+    write(root / ".gitignore", "*.log\n")
+    write(root / "app.log", "older than A\n")
+    a = mark(c, root, "a")
+    write(root / ".gitignore", "out/\n")
+    b = mark(c, root, "b")
+    write(root / "out" / "o.bin", "built since B, in no mark\n")
+    done = revert(c, root, **{"from": a, "to": b})
+    assert (root / ".gitignore").read_text() == "*.log\n"
+    assert (root / "out" / "o.bin").read_text() == "built since B, in no mark\n"
+    assert (root / "app.log").read_text() == "older than A\n"
+    assert {k["path"]: k["reason"] for k in done["revert"]["keeps"]} == {
+        "app.log": "there before the span, ignored then"
+    }, done["revert"]
+
+
 # -- conflicts -------------------------------------------------------------------------------------
 
 

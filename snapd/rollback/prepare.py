@@ -15,7 +15,7 @@ from snapd.capture import ignore
 from snapd.capture.workspace import Workspace
 from snapd.errors import CorruptObject, MissingObject
 from snapd.paths import at_or_below
-from snapd.rollback import plan, rules
+from snapd.rollback import plan, report, rules
 from snapd.rollback.ops import Plan
 from snapd.store import damage, ignored
 from snapd.store.records import Mark
@@ -65,7 +65,9 @@ def prepare(
 
 
 def _prepare(ws: Workspace, target: Mark, only: Sequence[bytes], force: bool, current: str) -> Prepared:
-    m_rules = rules.rules_at(ws, target)
+    # A revert's made-up target is judged by today's rules, its rule files too: what is
+    # ignored now is never touched, whatever .gitignore the revert puts back.
+    m_rules = ws.rules if report.is_made(target) else rules.rules_at(ws, target)
     extras = rules.left_out(ws, current, target, m_rules)
     if only:
         extras = [p for p in extras if any(at_or_below(p, t) for t in only)]

@@ -20,7 +20,7 @@ Changes made in a span while another session's turn was open too (:class:`spans.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from snapd.capture.workspace import Workspace
@@ -30,7 +30,7 @@ from snapd.rollback import revert
 from snapd.rollback.prepare import root_mode
 from snapd.rollback.report import REVERT
 from snapd.rollback.spans import Part
-from snapd.store import treediff
+from snapd.store import ignored, treediff
 from snapd.store.batch import Batch
 from snapd.store.records import Mark
 
@@ -88,7 +88,12 @@ class RevertTarget:
             return made[key] if key in made else store.get(key)
 
         own = [
-            revert.Span(p.start.tree, current if p.end is None else p.end.tree, _span_name(p))
+            revert.Span(
+                p.start.tree,
+                current if p.end is None else p.end.tree,
+                _span_name(p),
+                ignored_before=_ignored_at(store, p.start),
+            )
             for p in self.parts
             if not p.others
         ]
@@ -152,13 +157,12 @@ class RevertTarget:
         is kept, the paths merged with later edits, the later work kept and why, the files
         written with markers, the conflicts."""
         o = self.outcome
+        keeps = o.keeps if o else {}
         return {
             "spans": self.spans,
             "sessions_kept": self.sessions,
             "merged": [encode_path(p) for p in o.merged] if o else [],
-            "keeps": [{"path": encode_path(p), "reason": why} for p, why in sorted(o.keeps.items())]
-            if o
-            else [],
+            "keeps": [{"path": encode_path(p), "reason": why} for p, why in sorted(keeps.items())],
             "markers": [encode_path(p) for p in o.markers] if o else [],
             "conflicts": [clash_json(c) for c in self.clashes],
         }
@@ -175,6 +179,12 @@ class RevertTarget:
             out["kept"] = [*out["kept"], *left]
             out["ok"] = False
         return out
+
+
+def _ignored_at(store: ignored.Objects, start: Mark) -> Callable[[bytes], bool] | None:
+    """Whether a path was there at ``start`` but ignored then (None: not recorded)."""
+    names = ignored.at_mark(store, start)
+    return names.covers if names is not None else None
 
 
 def _span_name(p: Part) -> str:
