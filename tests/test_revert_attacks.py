@@ -8,12 +8,14 @@ it says it is (line endings, modes, names that are not UTF-8).
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_helpers import Daemon, Snap, snap_diff, snapshot, write
+from e2e_helpers import Daemon, Snap, snap_diff, snapshot, wait_for, write
 
+from snapd import timeref
 from snapd.errors import NotFound, RevertConflict, SnapdError, UsageError
 from snapd.ipc.client import Client
 from snapd.paths import encode_path
@@ -49,6 +51,13 @@ def undo(c: Client, root: Path) -> dict[str, Any]:
 
 def n_marks(c: Client, root: Path) -> int:
     return len(c.call("log", workspace=os.fsencode(root), limit=1000)["marks"])
+
+
+def time_ref() -> str:
+    """Now as a time reference, once the clock has moved past the last mark."""
+    at = time.time_ns()
+    wait_for(lambda: time.time_ns() > at + 1_000_000, what="a clock tick")
+    return str(timeref.wire(time.time_ns()))
 
 
 def numbered(changed: dict[int, str]) -> str:
@@ -436,3 +445,60 @@ def test_another_sessions_work_in_a_shared_part_is_never_reverted(daemon: Daemon
     revert(c, root, turn=s, conflicts="markers")
     assert (root / "t.txt").read_text() == "t1\n", "T's work was reverted"
     assert (root / "s.txt").read_text() == "s0\n"
+
+
+def test_two_reverts_at_once_each_hold_what_they_overwrite(daemon: Daemon, tmp_path: Path) -> None:
+    """Two clients apply reverts of the same workspace at the same moment: they run one after
+    the other (or one is refused), and undoing what applied returns to the start exactly."""
+    import threading
+
+    root, c = watched(daemon, tmp_path)
+    write(root / "a.txt", "a0\n")
+    write(root / "b.txt", "b0\n")
+    t1 = mark(c, root, "turn-start", "s1")
+    write(root / "a.txt", "a1\n")
+    mark(c, root, "turn-end", "s1")
+    t2 = mark(c, root, "turn-start", "s2")
+    write(root / "b.txt", "b1\n")
+    mark(c, root, "turn-end", "s2")
+    before = snapshot(root)
+    results: dict[str, Any] = {}
+
+    def go(turn: str) -> None:
+        try:
+            with daemon.client(30.0) as cc:
+                results[turn] = cc.call("revert_apply", workspace=os.fsencode(root), turn=turn)
+        except SnapdError as exc:
+            results[turn] = exc
+
+    threads = [threading.Thread(target=go, args=(t,)) for t in (t1, t2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    applied = [r for r in results.values() if isinstance(r, dict) and r.get("pre_rollback")]
+    assert applied, results
+    if len(applied) == 2:
+        assert (root / "a.txt").read_text() == "a0\n" and (root / "b.txt").read_text() == "b0\n"
+    pres = [c.call("show", workspace=os.fsencode(root), mark=r["pre_rollback"]) for r in applied]
+    first = min(pres, key=lambda m: m["seq"])
+    plan = c.call("rollback_plan", workspace=os.fsencode(root), to=first["id"])
+    c.call("rollback_apply", workspace=os.fsencode(root), to=first["id"], token=plan["plan"]["token"])
+    same(snapshot(root), before)
+
+
+def test_time_ends_in_the_wrong_order_are_refused(daemon: Daemon, tmp_path: Path) -> None:
+    root, c = watched(daemon, tmp_path)
+    write(root / "a.txt", "v1\n")
+    mark(c, root, "a")
+    t1 = time_ref()
+    write(root / "a.txt", "v2\n")
+    mark(c, root, "b")
+    t2 = time_ref()
+    before, n = snapshot(root), n_marks(c, root)
+    with pytest.raises(UsageError):
+        revert(c, root, **{"from": t2, "to": t1})
+    same(snapshot(root), before)
+    assert n_marks(c, root) == n
+    revert(c, root, **{"from": t1, "to": t2})
+    assert (root / "a.txt").read_text() == "v1\n"
