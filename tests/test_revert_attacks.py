@@ -98,6 +98,24 @@ def test_a_span_that_changed_gitignore_leaves_what_is_ignored_now_untouched(
     assert (root / "build" / "new.o").exists(), "an ignored path was deleted"
 
 
+def test_a_turn_that_made_gitignore_leaves_what_it_ignores_untouched(daemon: Daemon, tmp_path: Path) -> None:
+    """The usual agent turn: it writes ``.gitignore`` (``deps/``) and installs ``deps/`` (never
+    captured: ignored from the start). Reverting the turn deletes ``.gitignore``; ``deps/`` is
+    ignored now and in no mark: the revert must leave it (not delete it and hold all of it)."""
+    root, c = watched(daemon, tmp_path)
+    write(root / "main.js", "run()\n")
+    start = mark(c, root, "turn-start", "agent")
+    write(root / ".gitignore", "deps/\n")
+    mark(c, root, "turn-end", "agent")
+    write(root / "deps" / "lib" / "index.js", "installed, in no mark\n")
+    c.call("mark", workspace=os.fsencode(root), label="settled")
+    plan = c.call("revert_plan", workspace=os.fsencode(root), turn=start)
+    assert [op["path"] for op in plan["plan"]["ops"]] == [".gitignore"], plan["lines"]
+    c.call("revert_apply", workspace=os.fsencode(root), turn=start, token=plan["plan"]["token"])
+    assert not (root / ".gitignore").exists()
+    assert (root / "deps" / "lib" / "index.js").exists(), "an ignored path was deleted"
+
+
 # -- never outside the root ------------------------------------------------------------------------
 
 
@@ -502,3 +520,33 @@ def test_time_ends_in_the_wrong_order_are_refused(daemon: Daemon, tmp_path: Path
     assert n_marks(c, root) == n
     revert(c, root, **{"from": t1, "to": t2})
     assert (root / "a.txt").read_text() == "v1\n"
+
+
+def test_a_fifo_the_span_made_is_not_deleted_unheld(daemon: Daemon, tmp_path: Path) -> None:
+    """A special file is there but not captured: no mark can hold it, so a revert (without
+    --force) must not delete it, and must not hang opening it."""
+    root, c = watched(daemon, tmp_path)
+    write(root / "a.txt", "v1\n")
+    a = mark(c, root, "a")
+    os.mkfifo(root / "pipe")
+    write(root / "a.txt", "v2\n")
+    b = mark(c, root, "b")
+    try:
+        revert(c, root, **{"from": a, "to": b})
+    except SnapdError:
+        pass
+    assert (root / "pipe").exists(), "a path no mark holds was deleted"
+
+
+def test_a_text_file_named_in_bytes_is_merged_and_named_exactly(daemon: Daemon, tmp_path: Path) -> None:
+    root, c = watched(daemon, tmp_path)
+    name = b"r\xe9sum\xe9.txt"
+    path = Path(os.fsdecode(os.fsencode(root) + b"/" + name))
+    path.write_text(numbered({}))
+    a = mark(c, root, "a")
+    path.write_text(numbered({1: "TURN"}))
+    b = mark(c, root, "b")
+    path.write_text(numbered({1: "TURN", 8: "USER"}))
+    done = revert(c, root, **{"from": a, "to": b})
+    assert done["revert"]["merged"] == [encode_path(name)], done["revert"]
+    assert path.read_text() == numbered({8: "USER"})
