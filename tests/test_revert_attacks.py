@@ -88,6 +88,7 @@ def test_a_span_that_changed_gitignore_leaves_what_is_ignored_now_untouched(
     b = mark(c, root, "b")
     write(root / "build" / "out.o", "rebuilt since B: in no mark\n")
     write(root / "build" / "new.o", "built since B: in no mark\n")
+    before = snapshot(root)
     done = revert(c, root, **{"from": a, "to": b})
     keeps = {k["path"]: k["reason"] for k in done["revert"]["keeps"]}
     assert keeps.get("build") == "ignored now", done["revert"]
@@ -96,6 +97,8 @@ def test_a_span_that_changed_gitignore_leaves_what_is_ignored_now_untouched(
         "an ignored path was touched"
     )
     assert (root / "build" / "new.o").exists(), "an ignored path was deleted"
+    undo(c, root)
+    same(snapshot(root), before)
 
 
 def test_a_turn_that_made_gitignore_leaves_what_it_ignores_untouched(daemon: Daemon, tmp_path: Path) -> None:
@@ -355,9 +358,12 @@ def test_a_span_that_stopped_ignoring_a_file_does_not_delete_it(daemon: Daemon, 
     a = mark(c, root, "a")
     write(root / ".gitignore", "")
     b = mark(c, root, "b")
+    before = snapshot(root)
     revert(c, root, **{"from": a, "to": b})
     assert (root / ".gitignore").read_text() == "*.log\n"
     assert (root / "app.log").read_text() == "the user's log, older than A\n"
+    undo(c, root)
+    same(snapshot(root), before)
 
 
 def test_a_file_replaced_by_a_symlink_out_of_the_root_is_not_written_through(
@@ -550,3 +556,21 @@ def test_a_text_file_named_in_bytes_is_merged_and_named_exactly(daemon: Daemon, 
     done = revert(c, root, **{"from": a, "to": b})
     assert done["revert"]["merged"] == [encode_path(name)], done["revert"]
     assert path.read_text() == numbered({8: "USER"})
+
+
+def test_a_file_the_span_stopped_ignoring_is_not_deleted_from_a_time_either(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    """As above, the span starting at a time (the state then is rebuilt from captures), and the
+    file edited since B (not a conflict: the span never made it)."""
+    root, c = watched(daemon, tmp_path)
+    write(root / ".gitignore", "*.log\n")
+    write(root / "app.log", "the user's log, older than A\n")
+    mark(c, root, "a")
+    t = time_ref()
+    write(root / ".gitignore", "")
+    b = mark(c, root, "b")
+    write(root / "app.log", "the user's log, older than A\nand a line since B\n")
+    revert(c, root, **{"from": t, "to": b})
+    assert (root / ".gitignore").read_text() == "*.log\n"
+    assert (root / "app.log").read_text() == "the user's log, older than A\nand a line since B\n"
