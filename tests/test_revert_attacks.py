@@ -574,3 +574,65 @@ def test_a_file_the_span_stopped_ignoring_is_not_deleted_from_a_time_either(
     revert(c, root, **{"from": t, "to": b})
     assert (root / ".gitignore").read_text() == "*.log\n"
     assert (root / "app.log").read_text() == "the user's log, older than A\nand a line since B\n"
+
+
+# -- the command line --------------------------------------------------------------------------------
+
+
+def test_markers_mode_with_a_binary_conflict_exits_10_and_leaves_it(daemon: Daemon, tmp_path: Path) -> None:
+    root, c = watched(daemon, tmp_path)
+    write(root / "t.txt", numbered({}))
+    write(root / "b.bin", b"\x00one")
+    a = mark(c, root, "a")
+    write(root / "t.txt", numbered({1: "TURN"}))
+    write(root / "b.bin", b"\x00two")
+    b = mark(c, root, "b")
+    write(root / "t.txt", numbered({1: "USER"}))
+    write(root / "b.bin", b"\x00three")
+    cp = daemon.ctl("revert", f"{a}..{b}", "--conflicts=markers", "--yes", "--json", cwd=root, check=False)
+    assert cp.returncode == 10, cp
+    assert (root / "b.bin").read_bytes() == b"\x00three"
+    assert b"<<<<<<< now" in (root / "t.txt").read_bytes()
+
+
+def test_run_whose_daemon_goes_away_keeps_the_commands_status(tmp_path: Path) -> None:
+    """The command stops the daemon: the turn-end mark cannot be taken; snapctl says so and
+    exits with the command's status all the same."""
+    import sys
+
+    from e2e_helpers import start_daemon
+
+    d = start_daemon(tmp_path / "home")
+    try:
+        root, _ = watched(d, tmp_path)
+        d.close_clients()
+        script = "import subprocess, sys; subprocess.run(sys.argv[1:]); sys.exit(7)"
+        stop = [sys.executable, "-m", "snapd", "stop"]
+        cp = d.ctl("run", "--", sys.executable, "-c", script, *stop, cwd=root, check=False, timeout=60)
+        assert cp.returncode == 7, cp
+        assert b"turn-end" in cp.stderr, cp
+    finally:
+        d.stop()
+
+
+def test_an_edit_the_revert_does_not_touch_leaves_the_plan_and_its_token(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    """docs/rollback.md: "An edit to a path the revert does not touch leaves the plan as it
+    was" — the token confirmed still applies, and the edit is kept."""
+    root, c = watched(daemon, tmp_path)
+    write(root / "t.txt", numbered({}))
+    write(root / "other.txt", "o1\n")
+    a = mark(c, root, "a")
+    write(root / "t.txt", numbered({1: "TURN"}))
+    b = mark(c, root, "b")
+    write(root / "t.txt", numbered({1: "TURN", 8: "USER"}))
+    span = {"from": a, "to": b}
+    plan = c.call("revert_plan", workspace=os.fsencode(root), **span)
+    write(root / "other.txt", "o2: between plan and apply\n")
+    write(root / "new.txt", "made between plan and apply\n")
+    done = c.call("revert_apply", workspace=os.fsencode(root), token=plan["plan"]["token"], **span)
+    assert done["ok"], done
+    assert (root / "t.txt").read_text() == numbered({8: "USER"})
+    assert (root / "other.txt").read_text() == "o2: between plan and apply\n"
+    assert (root / "new.txt").exists()
