@@ -636,3 +636,58 @@ def test_an_edit_the_revert_does_not_touch_leaves_the_plan_and_its_token(
     assert (root / "t.txt").read_text() == numbered({8: "USER"})
     assert (root / "other.txt").read_text() == "o2: between plan and apply\n"
     assert (root / "new.txt").exists()
+
+
+def test_markers_in_a_crlf_file_use_its_ending_and_undo_returns(daemon: Daemon, tmp_path: Path) -> None:
+    root, c = watched(daemon, tmp_path)
+    lines = [f"line {i}\r\n".encode() for i in range(1, 11)]
+
+    def with_(i: int, new: bytes, base: list[bytes] | None = None) -> bytes:
+        out = list(base or lines)
+        out[i] = new
+        return b"".join(out)
+
+    write(root / "w.txt", b"".join(lines))
+    a = mark(c, root, "a")
+    write(root / "w.txt", with_(1, b"turn\r\n"))
+    b = mark(c, root, "b")
+    write(root / "w.txt", with_(1, b"user\r\n"))
+    before = snapshot(root)
+    done = revert(c, root, conflicts="markers", **{"from": a, "to": b})
+    assert done["revert"]["markers"] == ["w.txt"], done["revert"]
+    got = (root / "w.txt").read_bytes()
+    want = b"".join(
+        [
+            lines[0],
+            b"<<<<<<< now\r\n",
+            b"user\r\n",
+            f"||||||| {b}\r\n".encode(),
+            b"turn\r\n",
+            b"=======\r\n",
+            lines[1],
+            f">>>>>>> {a}\r\n".encode(),
+            *lines[2:],
+        ]
+    )
+    assert got == want
+    undo(c, root)
+    same(snapshot(root), before)
+
+
+def test_paths_limit_every_span_of_a_session(daemon: Daemon, tmp_path: Path) -> None:
+    root, c = watched(daemon, tmp_path)
+    write(root / "src" / "a.txt", "a0\n")
+    write(root / "b.txt", "b0\n")
+    mark(c, root, "turn-start", "S")
+    write(root / "src" / "a.txt", "a1\n")
+    write(root / "b.txt", "b1\n")
+    mark(c, root, "turn-end", "S")
+    write(root / "b.txt", "b-user\n")  # overlaps S's change of b.txt: outside the paths
+    mark(c, root, "turn-start", "S")
+    write(root / "src" / "a.txt", "a2\n")
+    write(root / "src" / "new.txt", "new\n")
+    mark(c, root, "turn-end", "S")
+    revert(c, root, session="S", paths=[b"src"])
+    assert (root / "src" / "a.txt").read_text() == "a0\n"
+    assert not (root / "src" / "new.txt").exists()
+    assert (root / "b.txt").read_text() == "b-user\n"
