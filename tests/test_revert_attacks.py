@@ -691,3 +691,49 @@ def test_paths_limit_every_span_of_a_session(daemon: Daemon, tmp_path: Path) -> 
     assert (root / "src" / "a.txt").read_text() == "a0\n"
     assert not (root / "src" / "new.txt").exists()
     assert (root / "b.txt").read_text() == "b-user\n"
+
+
+def test_a_directory_the_span_made_a_symlink_out_of_the_root_is_made_again_inside(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    """The span replaced ``d/`` by a symlink to a directory outside the root (holding a file of
+    the same name). Taking it back removes the symlink and makes ``d/`` again: nothing is
+    written through the link."""
+    root, c = watched(daemon, tmp_path)
+    outside = tmp_path / "outside"
+    write(outside / "f.txt", "outside's own\n")
+    write(root / "d" / "f.txt", "v1\n")
+    write(root / "d" / "sub" / "g.txt", "g\n")
+    a = mark(c, root, "a")
+    for p in (root / "d" / "sub" / "g.txt", root / "d" / "f.txt"):
+        p.unlink()
+    (root / "d" / "sub").rmdir()
+    (root / "d").rmdir()
+    (root / "d").symlink_to(outside)
+    b = mark(c, root, "b")
+    out_before = snapshot(outside)
+    done = revert(c, root, **{"from": a, "to": b})
+    assert done["ok"], done
+    same(snapshot(outside), out_before)
+    assert not (root / "d").is_symlink()
+    assert (root / "d" / "f.txt").read_text() == "v1\n" and (
+        root / "d" / "sub" / "g.txt"
+    ).read_text() == "g\n"
+
+
+def test_a_repository_made_since_inside_a_directory_the_span_made_is_kept(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    """``git init`` since B inside a directory the span made: its ``.git`` is in no mark and
+    never written; the directory stays to hold it."""
+    root, c = watched(daemon, tmp_path)
+    write(root / "a.txt", "a\n")
+    a = mark(c, root, "a")
+    write(root / "sub" / "made.txt", "made in the span\n")
+    b = mark(c, root, "b")
+    write(root / "sub" / ".git" / "HEAD", "ref: refs/heads/main\n")
+    write(root / "sub" / ".git" / "objects" / "ab" / "cdef", b"\x78\x01blob")
+    done = revert(c, root, **{"from": a, "to": b})
+    assert (root / "sub" / ".git" / "HEAD").read_text() == "ref: refs/heads/main\n", done
+    assert (root / "sub" / ".git" / "objects" / "ab" / "cdef").exists()
+    assert not (root / "sub" / "made.txt").exists()
