@@ -737,3 +737,18 @@ def test_a_repository_made_since_inside_a_directory_the_span_made_is_kept(
     assert (root / "sub" / ".git" / "HEAD").read_text() == "ref: refs/heads/main\n", done
     assert (root / "sub" / ".git" / "objects" / "ab" / "cdef").exists()
     assert not (root / "sub" / "made.txt").exists()
+
+
+def test_a_killed_run_does_not_block_every_later_turns_revert(daemon: Daemon, tmp_path: Path) -> None:
+    """``snapctl run`` killed (SIGKILL: no turn-end) leaves its turn open, in a session named at
+    random that never marks again. An agent's later turn, made while nothing else happened,
+    must still be revertable: not refused as "changed while sessions ... both had turns open"."""
+    root, c = watched(daemon, tmp_path)
+    write(root / "a.txt", "a0\n")
+    cp = daemon.ctl("run", "--", "sh", "-c", "kill -KILL $PPID", cwd=root, check=False)
+    assert cp.returncode == -9, cp  # snapctl itself was killed: its turn never ended
+    start = mark(c, root, "turn-start", "agent")
+    write(root / "a.txt", "a1\n")
+    mark(c, root, "turn-end", "agent")
+    revert(c, root, turn=start)
+    assert (root / "a.txt").read_text() == "a0\n"
