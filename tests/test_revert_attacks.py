@@ -752,3 +752,21 @@ def test_a_killed_run_does_not_block_every_later_turns_revert(daemon: Daemon, tm
     mark(c, root, "turn-end", "agent")
     revert(c, root, turn=start)
     assert (root / "a.txt").read_text() == "a0\n"
+
+
+def test_a_precious_file_git_ignores_is_reverted_and_undo_returns_it(daemon: Daemon, tmp_path: Path) -> None:
+    """``.env`` is ignored by ``.gitignore`` but precious (captured): the span's edit of it and
+    the ``.env.local`` it made are taken back; undo returns both exactly."""
+    root, c = watched(daemon, tmp_path)
+    write(root / ".gitignore", ".env\n.env.*\n")
+    write(root / ".env", "KEY=old\n", mode=0o600)
+    a = mark(c, root, "a")
+    write(root / ".env", "KEY=leaked-by-the-turn\n", mode=0o600)
+    write(root / ".env.local", "LOCAL=1\n", mode=0o600)
+    b = mark(c, root, "b")
+    before = snapshot(root)
+    revert(c, root, **{"from": a, "to": b})
+    assert (root / ".env").read_text() == "KEY=old\n" and (root / ".env").stat().st_mode & 0o777 == 0o600
+    assert not (root / ".env.local").exists()
+    undo(c, root)
+    same(snapshot(root), before)
