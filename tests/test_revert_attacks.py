@@ -627,7 +627,7 @@ def test_an_edit_the_revert_does_not_touch_leaves_the_plan_and_its_token(
     write(root / "t.txt", numbered({1: "TURN"}))
     b = mark(c, root, "b")
     write(root / "t.txt", numbered({1: "TURN", 8: "USER"}))
-    span = {"from": a, "to": b}
+    span: dict[str, Any] = {"from": a, "to": b}
     plan = c.call("revert_plan", workspace=os.fsencode(root), **span)
     write(root / "other.txt", "o2: between plan and apply\n")
     write(root / "new.txt", "made between plan and apply\n")
