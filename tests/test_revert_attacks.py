@@ -770,3 +770,19 @@ def test_a_precious_file_git_ignores_is_reverted_and_undo_returns_it(daemon: Dae
     assert not (root / ".env.local").exists()
     undo(c, root)
     same(snapshot(root), before)
+
+
+def test_the_cli_shows_a_span_that_starts_at_a_time(daemon: Daemon, tmp_path: Path) -> None:
+    """``snapctl revert @T..B``: the plan names the time end (it crashed with a KeyError on the
+    time object, after applying with ``--yes``)."""
+    root, c = watched(daemon, tmp_path)
+    write(root / "a.txt", "a0\n")
+    mark(c, root, "a")
+    t = time_ref()
+    write(root / "a.txt", "a1\n")
+    b = mark(c, root, "b")
+    for args in ((f"{t}..{b}", "--dry-run"), (f"{t}..", "--dry-run"), (f"{t}..{b}", "--yes")):
+        cp = daemon.ctl("revert", *args, cwd=root, check=False)
+        assert cp.returncode == 0 and b"Traceback" not in cp.stderr, cp
+        assert b"the state at" in cp.stdout, cp
+    assert (root / "a.txt").read_text() == "a0\n"

@@ -104,6 +104,8 @@ def _side(m: dict[str, Any] | str | None) -> str:
         return "now"
     if isinstance(m, str):
         return m
+    if "instant" in m:  # a time object (docs/protocol.md): the state captured then
+        return f"the state at {when(m['instant'])}"
     return f"{m['id']} {m['label']} ({when(m['created'])})"
 
 
