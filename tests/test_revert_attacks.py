@@ -297,8 +297,11 @@ def test_a_name_that_is_not_utf8_in_conflict_is_listed_and_refused(daemon: Daemo
         revert(c, root, **{"from": a, "to": b})
     assert [x["path"] for x in err.value.details["conflicts"]] == [encode_path(name)], err.value.details
     same(snapshot(root), before)
-    cp = daemon.ctl("revert", f"{a}..{b}", "--yes", "--json", cwd=root, check=False)
-    assert cp.returncode == 13, cp
+    for json_ in ((), ("--json",)):
+        cp = daemon.ctl("revert", f"{a}..{b}", "--yes", *json_, cwd=root, check=False)
+        assert cp.returncode == 13 and b"Traceback" not in cp.stderr, cp
+        if not json_:
+            assert b"conflict: caf" in cp.stdout + cp.stderr, cp
     same(snapshot(root), before)
 
 
