@@ -789,3 +789,23 @@ def test_the_cli_shows_a_span_that_starts_at_a_time(daemon: Daemon, tmp_path: Pa
         assert cp.returncode == 0 and b"Traceback" not in cp.stderr, cp
         assert b"the state at" in cp.stdout, cp
     assert (root / "a.txt").read_text() == "a0\n"
+
+
+def test_a_path_in_a_directory_the_span_removed_is_made_again_with_its_directory_only(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    root, c = watched(daemon, tmp_path)
+    write(root / "old" / "deep" / "o.txt", "o\n")
+    write(root / "old" / "deep" / "p.txt", "p\n")
+    (root / "old").chmod(0o750)
+    a = mark(c, root, "a")
+    (root / "old").chmod(0o755)
+    for p in ("o.txt", "p.txt"):
+        (root / "old" / "deep" / p).unlink()
+    (root / "old" / "deep").rmdir()
+    (root / "old").rmdir()
+    b = mark(c, root, "b")
+    revert(c, root, paths=[b"old/deep/o.txt"], **{"from": a, "to": b})
+    assert (root / "old" / "deep" / "o.txt").read_text() == "o\n"
+    assert not (root / "old" / "deep" / "p.txt").exists(), "outside the paths"
+    assert (root / "old").stat().st_mode & 0o777 == 0o750
