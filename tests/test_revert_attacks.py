@@ -809,3 +809,27 @@ def test_a_path_in_a_directory_the_span_removed_is_made_again_with_its_directory
     assert (root / "old" / "deep" / "o.txt").read_text() == "o\n"
     assert not (root / "old" / "deep" / "p.txt").exists(), "outside the paths"
     assert (root / "old").stat().st_mode & 0o777 == 0o750
+
+
+def test_the_agent_is_told_its_turn_was_reverted_not_that_the_workspace_was_rolled_back(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    """The next ``turn-start`` reply lists what happened since the session's last mark, and the
+    notice the agent's model reads says it. After a revert of one turn it must not say "rollback
+    to mark revert": there is no such mark, and a rollback would mean everything since is gone."""
+    from snapd.integrations import notice
+
+    root, c = watched(daemon, tmp_path)
+    write(root / "a.txt", "a0\n")
+    write(root / "b.txt", "b0\n")
+    start = mark(c, root, "turn-start", "agent")
+    write(root / "a.txt", "a1\n")
+    mark(c, root, "turn-end", "agent")
+    mark(c, root, "turn-start", "agent")
+    write(root / "b.txt", "b1\n")
+    mark(c, root, "turn-end", "agent")
+    revert(c, root, turn=start)
+    reply = c.call("mark", workspace=os.fsencode(root), label="turn-start", session="agent", agent="attacker")
+    text = notice.render(reply)
+    assert "a.txt" in text, text
+    assert "mark revert" not in text and "revert" in text and start in text, text
