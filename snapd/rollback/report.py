@@ -79,7 +79,7 @@ def effect(target: Mark, plan: Plan) -> dict[str, Any]:
     """What a rollback to ``target`` changes, for people and agents who were not watching: the
     paths it restores (they existed and change back), recreates (they were gone) and deletes
     (they did not exist at ``target``). Recorded in its pre-rollback mark, so an agent's next
-    turn can be told (``daemon.turns``)."""
+    turn can be told (``daemon.turns``); a revert's says what it took back (``revert``)."""
     kinds: dict[str, list[bytes]] = {"restored": [], "recreated": [], "deleted": []}
     for op in plan.ops:
         if op.kind in ("write", "symlink"):
@@ -92,6 +92,8 @@ def effect(target: Mark, plan: Plan) -> dict[str, Any]:
         "undo": target.kind == "pre-rollback",
         "counts": {k: len(v) for k, v in kinds.items()},
     }
+    if target.kind == REVERT:  # no mark of that id: what it took back ("revert of turn M")
+        out[REVERT] = target.message
     out.update({k: [os.fsdecode(p) for p in sorted(v)[:EFFECT_EXAMPLES]] for k, v in kinds.items()})
     return out
 
