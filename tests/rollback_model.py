@@ -11,7 +11,8 @@ of files and directories (read-only ones included), ``.gitignore`` and ``.git/in
 with ignored files around (``.env``, ``__pycache__/m.pyc``, ``*.log``), ``git checkout``, ``git
 stash``, ``git commit``, dates far from now on any path (2400, 1600: past an int64 of
 nanoseconds). Between batches it takes marks (``snapctl mark``); at random it runs
-``snapctl rollback --to M --yes`` and ``snapctl undo --yes``, and after each one it compares the
+``snapctl rollback --to M --yes``, ``snapctl undo --yes`` and ``snapctl revert A..B --yes`` (judged
+by the model's own three-way model: :mod:`model_revert`), and after each one it compares the
 WHOLE tree — kind, permission bits, bytes, link text, the root's own mode — with the model.
 
 The model is the rollback rules of docs/rollback.md and nothing else:
@@ -67,7 +68,7 @@ from model_steps import SIZE_CAP, Step, World, dump_steps, git_env, load_steps, 
 from snapd import timeref
 
 DEFAULT_SEED: Final = 20260508
-DEFAULT_ROUNDS: Final = 12
+DEFAULT_ROUNDS: Final = 18  # 12 until revert steps joined (issue 34): as many rollbacks as before
 DEFAULT_STEPS: Final = 100
 
 
