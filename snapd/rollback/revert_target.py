@@ -110,10 +110,20 @@ class RevertTarget:
         )
         self.outcome, self.clashes = outcome, shared + outcome.clashes
         if self.clashes and not self.markers:
-            n = len(self.clashes)
+            n, plural = len(self.clashes), "s" if len(self.clashes) != 1 else ""
+            why = "conflicts with later changes"
+            if not outcome.clashes:
+                why = "cannot be told from another session's work"
+            hint = ""
+            if shared:  # a session that died mid-turn never closes it: its turn stays open
+                hint = (
+                    "; a turn that never ended counts as open until its session marks again: if that "
+                    "session has stopped, `snapctl revert START..END` (the turn's marks) takes the span "
+                    "back as a whole"
+                )
             raise RevertConflict(
-                f"the revert of {self.name} conflicts with later changes at {n} path{'s' if n != 1 else ''}: "
-                "nothing was changed (--conflicts=markers writes text conflicts with markers)",
+                f"the revert of {self.name} {why} at {n} path{plural}: nothing was changed "
+                f"(--conflicts=markers writes text conflicts with markers){hint}",
                 conflicts=[clash_json(c) for c in self.clashes],
                 revert=self.describe(),
             )
