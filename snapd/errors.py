@@ -183,6 +183,13 @@ class PlanChanged(Conflict):
     code = "plan_changed"
 
 
+class RevertConflict(SnapdError):
+    """A revert refused, nothing written: later changes overlap what it takes back (``details``)."""
+
+    code = "revert_conflict"
+    exit_code = 13
+
+
 class IntegrationRefused(SnapdError):
     """An agent's configuration snapctl integrate will not rewrite (comments, a foreign file)."""
 

@@ -10,12 +10,17 @@ from collections.abc import Iterable, Sequence
 from typing import Final
 
 from e2e_helpers import Snap
-from model_steps import SIZE_CAP, Step, depth, under
+from model_steps import SIZE_CAP, Step, depth, rows, under
 
 # Operations that hit a failure issue 8 already lists stay out of the generator until that fix
 # lands (the issue's point number is the value). Turn one on by deleting its line; turn everything
 # on with SNAPD_MODEL_STRICT=1. (Every point was here until its fix landed: 1, 2, 3, 4, 5, 9, 10, 12.)
 OFF_UNTIL_FIXED: Final[dict[str, int]] = {}
+
+# ``snapctl revert A..B`` steps (issue 34), judged by the model's own three-way model
+# (:func:`model_oracle.revert_expected`). Off: the generator makes none (rows files and their
+# line edits stay: the rollbacks take them back too).
+REVERT_STEPS: Final = True
 
 DIR_NAMES: Final = ("a", "b", "src", "pkg", "out", "out.new", "build", "__pycache__", "docs")
 FILE_NAMES: Final = (
@@ -106,14 +111,20 @@ class Generator:
         "instant": 4,
         "rollback": 7,
         "undo": 4,
+        "rows": 4,
+        "edit_lines": 9,
+        "revert": 5,
+        "span": 8,
     }
 
     def __init__(self, rng: random.Random, off: Iterable[str]) -> None:
         self.rng = rng
         self.off = frozenset(off)
-        self.weights = {k: v for k, v in self.WEIGHTS.items() if k not in self.off}
+        off = self.off if REVERT_STEPS else self.off | {"revert", "span"}
+        self.weights = {k: v for k, v in self.WEIGHTS.items() if k not in off}
         self.n = 0
         self.outside_names: list[str] = []  # files outside the tree with a hard link inside
+        self.queued: list[Step] = []  # a revert set up by construction (see "span"), step by step
 
     def data(self) -> str:
         """A content spec (see :func:`content`): short, so step lists stay readable."""
@@ -127,8 +138,37 @@ class Generator:
             return f"bin{self.n}*{rng.randint(1, 64)}"
         return f"line{self.n}*{rng.randint(40, 400)}"
 
+    def span(self, disk: Snap, files: Sequence[str]) -> Step | None:
+        """A revert whose merge is known by construction: a rows file edited between two new
+        marks, edited again after them — far from those lines (they merge), on the same ones
+        or on a neighbour (they clash) — then the span reverted. Queued, and mixed with other
+        steps as they come (one may overwrite the file: then it is just another revert)."""
+        rng = self.rng
+        shaped = [p for p in files if (r := rows(disk[p][2])) and len(r) >= 4]
+        if not shaped:
+            self.n += 1
+            spec = f"rows{self.n}*{rng.randint(4, 12)}"
+            return Step("write", (rng.choice(files) if files else "g.txt", spec, 0o644))
+        p = rng.choice(shaped)
+        k = len(rows(disk[p][2]) or ())
+        first = rng.randrange(k)
+        how = rng.choice(("far", "far", "same", "next"))
+        far = [i for i in range(k) if abs(i - first) > 1]
+        later = {"far": rng.choice(far) if far else first, "same": first, "next": min(first + 1, k - 1)}[how]
+        a, b = f"m{self.n + 1}", f"m{self.n + 3}"
+        self.n += 4
+        self.queued = [
+            Step("edit_lines", (p, (first,), self.n - 2)),
+            Step("mark", (b,)),
+            Step("edit_lines", (p, (later,), self.n)),
+            Step("revert", (a, b, "", "markers" if rng.random() < 0.3 else "refuse")),
+        ]
+        return Step("mark", (a,))
+
     def next(self, disk: Snap, marks: Sequence[str], can_undo: bool) -> Step | None:
         rng = self.rng
+        if self.queued and rng.random() < 0.75:
+            return self.queued.pop(0)
         op = rng.choices(list(self.weights), weights=list(self.weights.values()))[0]
         if "rule_file_writes" in self.off:  # the ordinary operations leave rule files alone
             disk = {p: v for p, v in disk.items() if p.rpartition("/")[2] != ".gitignore"}
@@ -257,6 +297,30 @@ class Generator:
                 return Step(op, (f"t{self.n}",))
             case "rollback" if marks:
                 return Step(op, (rng.choice(marks),))
+            case "rows":  # a file of rows (every line names its index): line edits merge predictably
+                self.n += 1
+                spec = f"rows{self.n}*{rng.randint(3, 12)}"
+                return Step("write", (any_file(), spec, rng.choice(FILE_MODES)))
+            case "edit_lines" if files:
+                shaped = [p for p in files if rows(disk[p][2])]
+                p = rng.choice(shaped) if shaped and rng.random() < 0.9 else rng.choice(files)
+                n = len(rows(disk[p][2]) or disk[p][2].splitlines()) or 1
+                self.n += 1
+                lines = tuple(sorted(rng.sample(range(n), min(n, rng.choice((1, 1, 2, 3))))))
+                return Step(op, (p, lines, self.n))
+            case "span" if not self.queued:
+                return self.span(disk, files)
+            case "revert":  # two marks, older first; a span limited to one path at times
+                ordered = sorted((m for m in marks if m.startswith("m")), key=lambda m: int(m[1:]))
+                if len(ordered) >= 2:  # the last span half of the time: later edits are on top of it
+                    last = len(ordered) - 1
+                    pair = (last - 1, last) if rng.random() < 0.5 else rng.sample(range(len(ordered)), 2)
+                    a, b = sorted(pair)
+                    only = ""
+                    if len(disk) > 1 and rng.random() < 0.25:
+                        only = rng.choice(sorted(p for p in disk if p != "."))
+                    how = "markers" if rng.random() < 0.3 else "refuse"
+                    return Step(op, (ordered[a], ordered[b], only, how))
             case "undo" if can_undo:
                 return Step(op)
         return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import time
@@ -129,6 +130,11 @@ class Step:
                 return f"snapctl rollback --to {a[0]} --yes"
             case "undo":
                 return "snapctl undo --yes"
+            case "edit_lines":
+                return f"sed -i '{';'.join(f'{i + 1}s/.*/e{a[2]}.{i}/' for i in a[1])}' {a[0]}"
+            case "revert":
+                how = " --conflicts=markers" if a[3] == "markers" else ""
+                return f"snapctl revert {a[0]}..{a[1]} --yes{how}{f' -- {a[2]}' if a[2] else ''}"
         return f"{self.op} {a}"
 
 
@@ -140,16 +146,44 @@ def seconds(ns: int) -> str:
 
 def content(spec: str) -> bytes:
     """The bytes a content spec stands for: ``empty``, ``vN*K`` (K lines "vN"), ``lineN*K``,
-    ``binN*K`` (K bytes, random but fixed by N), ``big*K`` (K bytes "B")."""
+    ``binN*K`` (K bytes, random but fixed by N), ``big*K`` (K bytes "B"), ``rowsN*K`` (K rows
+    "rN.0" ... "rN.K-1": every line names its own index, see :func:`rows`)."""
     if spec == "empty":
         return b""
     word, _, k = spec.partition("*")
     n = int(k)
+    if word.startswith("rows"):
+        return "".join(f"r{word[4:]}.{i}\n" for i in range(n)).encode()
     if word.startswith("bin"):
         return random.Random(word).randbytes(n)
     if word == "big":
         return b"B" * n
     return f"{word}\n".encode() * n
+
+
+ROW: Final = re.compile(rb"[re][0-9]+\.([0-9]+)\n")
+
+
+def rows(data: bytes) -> list[bytes] | None:
+    """The lines of a rows file, or None for any other content. A rows file's every line names
+    its own index (``r7.0``, ``e12.1``, ``r7.2``: made by a ``rowsN*K`` spec, then edited in
+    place by :func:`edit_rows`), so two versions of it can only match line i to line i: the one
+    alignment any line diff finds, which is what lets the model predict a three-way merge."""
+    lines = data.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        m = ROW.fullmatch(line)
+        if m is None or int(m.group(1)) != i:
+            return None
+    return lines or None
+
+
+def edit_rows(data: bytes, indices: Sequence[int], n: int) -> bytes:
+    """``data`` with line i replaced by ``eN.i`` for each i of ``indices`` it has (any file)."""
+    lines = data.splitlines(keepends=True)
+    for i in indices:
+        if i < len(lines):
+            lines[i] = f"e{n}.{i}\n".encode()
+    return b"".join(lines)
 
 
 def dump_steps(steps: Sequence[Step]) -> str:
@@ -209,6 +243,8 @@ class World:
                 os.rename(tmp, r / a[0])
             case "append":
                 _fd_write(r / a[0], content(a[1]), os.O_APPEND, None)
+            case "edit_lines":  # an editor's save in place: read, change lines, write back
+                _fd_write(r / a[0], edit_rows((r / a[0]).read_bytes(), a[1], a[2]), os.O_TRUNC, None)
             case "unlink":
                 os.unlink(r / a[0])
             case "mkdir":

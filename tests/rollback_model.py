@@ -11,7 +11,8 @@ of files and directories (read-only ones included), ``.gitignore`` and ``.git/in
 with ignored files around (``.env``, ``__pycache__/m.pyc``, ``*.log``), ``git checkout``, ``git
 stash``, ``git commit``, dates far from now on any path (2400, 1600: past an int64 of
 nanoseconds). Between batches it takes marks (``snapctl mark``); at random it runs
-``snapctl rollback --to M --yes`` and ``snapctl undo --yes``, and after each one it compares the
+``snapctl rollback --to M --yes``, ``snapctl undo --yes`` and ``snapctl revert A..B --yes`` (judged
+by the model's own three-way model: :mod:`model_revert`), and after each one it compares the
 WHOLE tree — kind, permission bits, bytes, link text, the root's own mode — with the model.
 
 The model is the rollback rules of docs/rollback.md and nothing else:
@@ -59,14 +60,15 @@ from pathlib import Path
 from typing import Any, Final
 
 from e2e_helpers import NOBODY, Daemon, OtherUser, Snap, base_env, other_user, snapshot, start_daemon
-from model_generator import OFF_UNTIL_FIXED, Generator
+from model_generator import OFF_UNTIL_FIXED, REVERT_STEPS, Generator
 from model_oracle import GitOracle, Ref, Reply, Rules, diff_lines, expected, uncapturable, unlisted_dirs
+from model_revert import RevertReply, expect, judge
 from model_steps import SIZE_CAP, Step, World, dump_steps, git_env, load_steps, make_repo, under
 
 from snapd import timeref
 
 DEFAULT_SEED: Final = 20260508
-DEFAULT_ROUNDS: Final = 12
+DEFAULT_ROUNDS: Final = 18  # 12 until revert steps joined (issue 34): as many rollbacks as before
 DEFAULT_STEPS: Final = 100
 
 
@@ -125,6 +127,7 @@ class Round:
         self.last_pre: Ref | None = None  # the state before the last rollback that changed something
         self.last_changed: bool | None = None  # whether the last rollback or undo changed anything
         self.lost = False  # the root was deleted (or re-made) and no rollback has adopted it yet
+        self.ignored_cache: dict[str, set[str]] = {}  # a mark's id -> the paths its rules ignore
         self.disk = self.read()
         self.take_mark("m0")
 
@@ -135,9 +138,11 @@ class Round:
         return snapshot(self.root, with_root=True)
 
     def ctl(self, *args: str) -> subprocess.CompletedProcess[bytes]:
+        cut = args.index("--") if "--" in args else len(args)  # paths after "--" stay last
+        opts, paths = args[:cut], args[cut:]
         if not os.path.isdir(self.root):  # gone: named with -w, from elsewhere
-            return self.d.ctl(*args, "-w", self.root, "--json", cwd="/", timeout=120, check=False)
-        return self.d.ctl(*args, "--json", cwd=self.root, timeout=120, check=False)
+            return self.d.ctl(*opts, "-w", self.root, "--json", *paths, cwd="/", timeout=120, check=False)
+        return self.d.ctl(*opts, "--json", *paths, cwd=self.root, timeout=120, check=False)
 
     def take_mark(self, label: str) -> str | None:
         cp = self.ctl("mark", label)
@@ -212,10 +217,70 @@ class Round:
                 return self.check(ref, self.ctl("rollback", "--to", ref.name, "--yes"), what)
             case "undo":
                 return self.check(self.last_pre, self.ctl("undo", "--yes"), "undo")
+            case "revert":
+                return self.revert(*s.args)
         err = self.lab.act(self.world.apply, s)
         self.tally.add("failed user commands" if err else f"op {s.op}")
         self.lost = self.lost or (err is None and s.op in ("rmtree_root", "remake_root"))
         self.disk = self.read()
+        return None
+
+    def ignored_at(self, ref: Ref) -> set[str]:
+        """The paths of ``ref.disk`` its own rules ignore (asked of git once per mark)."""
+        if ref.name not in self.ignored_cache:
+            self.ignored_cache[ref.name] = self.oracle.ignored(ref.rules, ref.disk)
+        return self.ignored_cache[ref.name]
+
+    def revert(self, a: str, b: str, only: str, how: str) -> str | None:
+        """``snapctl revert A..B --yes``, judged by the model's own three-way model
+        (:mod:`model_revert`): exact (exit 0, the tree is the model), refused (exit 13, nothing
+        written, every clash listed with its hunks) or loud (exit 10, what differs named)."""
+        ra, rb = self.refs.get(a), self.refs.get(b)
+        if ra is None or rb is None:  # a replay without that mark's step
+            return None
+        if self.lost:  # no workspace to revert in until a rollback brings the root back
+            self.tally.add("reverts skipped: the root gone or re-made")
+            return None
+        before, uid, ig = self.disk, self.lab.uid, self.oracle.ignored
+        rules = Rules.read(self.root, before)
+        doubt = ig(rules, before) | ig(rules, ra.disk) | ig(rules, rb.disk) | uncapturable(before, uid)
+        everything = ra.disk.keys() | rb.disk.keys() | before.keys()
+        for ref in (ra, rb):
+            doubt |= self.ignored_at(ref) | uncapturable(ref.disk, uid)
+            doubt |= {p for p in ref.disk if ref.unknown(p)}
+            # below an ignored directory there at A or B: what it held then is not known (a
+            # mark records the names of the top-most ignored entries, not what is in them)
+            hidden = [q for q in self.ignored_at(ref) if ref.disk[q][0] == "dir"]
+            doubt |= {p for p in everything if any(under(p, q) for q in hidden)}
+        markers = how == "markers"
+        ex = expect(ra.disk, rb.disk, before, doubt, only, markers)
+        opts = ["--conflicts=markers"] if markers else []
+        cp = self.ctl("revert", f"{ra.name}..{rb.name}", "--yes", *opts, *(["--", only] if only else []))
+        after = self.read()
+        self.disk = after
+        reply = RevertReply.parse(cp.stdout)
+        if cp.returncode == 6 and only and after == before and (only in doubt or only not in before):
+            # `-- PATH` naming what snapd does not capture (ignored, not capturable): not_found,
+            # as for a rollback (a revert's span limited to it holds nothing either)
+            self.tally.add("reverts limited to a path snapd does not capture: not found")
+            return None
+        verdict, broken = judge(ex, before, after, cp.returncode, reply, markers)
+        self.tally.add("reverts")
+        self.tally.add(f"reverts {verdict}")
+        if reply.markers:
+            self.tally.add("reverts with markers written")
+        for what, n in (("paths changed in spans", ex.spans), ("of them not judged", ex.unjudged),
+                        ("rows merges predicted", ex.rows_merged), ("clashes predicted", len(ex.clashes))):
+            self.tally.add(f"revert {what}", n)
+        self.last_changed = after != before
+        if after != before:
+            self.tally.add("reverts that changed something")
+            changed = {p for p in before.keys() | after.keys() if before.get(p) != after.get(p)}
+            self.last_pre = Ref("pre-revert", before, rules, frozenset(changed | reply.planned),
+                                unlisted_dirs(before, uid))
+        if broken:
+            out = f"exit {cp.returncode}; stdout {cp.stdout[-1500:]!r}; stderr {cp.stderr[-800:]!r}"
+            return f"{broken}\n{out}"
         return None
 
     def workspace_state(self) -> str:
@@ -282,8 +347,10 @@ class Round:
             # records the names of the ignored entries present, so a non-directory that R's rules
             # ignore as a directory is decided exactly: no longer a reason to be loud.)
             blind = uncapturable(ref.disk, self.lab.uid) | uncapturable(before, self.lab.uid)
+            # (or one inside a directory snapd could not list at R: it cannot know what is there)
             defensible = [
-                p for p in reply.blocking() if len(want.get(p, ())) > 1 or any(under(q, p) for q in blind)
+                p for p in reply.blocking()
+                if len(want.get(p, ())) > 1 or any(under(q, p) for q in blind) or ref.unknown(p)
             ]
             if not differ and not defensible:
                 return f"{what} exited {cp.returncode} although the tree is exactly the model: {out}"
@@ -350,6 +417,7 @@ class Settings:
         return (
             f"SNAPD_MODEL_SEED={self.seed} SNAPD_MODEL_ROUNDS={self.rounds} SNAPD_MODEL_STEPS={self.steps}"
             f"{' SNAPD_MODEL_STRICT=1' if not self.off else ''}; off until fixed (issue 8 point): {off}"
+            f"; revert steps {'on' if REVERT_STEPS and 'revert' not in self.off else 'off'}"
         )
 
 

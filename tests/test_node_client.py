@@ -28,12 +28,20 @@ def test_node_client_suite_passes_against_a_real_daemon(daemon: Daemon, ws: Path
     cp = subprocess.run([node, "--test", "test/"], cwd=NODE_DIR, env=env, capture_output=True, timeout=150)
     assert cp.returncode == 0, describe(cp)
     out = cp.stdout.decode()
-    assert "# fail 0" in out and "# pass 8" in out, out[-2000:]
+    assert "# fail 0" in out and "# pass 13" in out, out[-2000:]
     # What the Node client did is really in the daemon's history.
     marks = daemon.ctl_json("log", "-w", ws, "--all")["marks"]
     node_marks = [m for m in marks if m["agent"] == "node"]
     assert len(node_marks) == 22, [m["label"] for m in marks]
     assert (ws / "from-node.txt").read_text() == "written by node\n"
+    # Four reverts applied (three turns, two of them by snapd-node, and a run's turn), each
+    # behind its pre-rollback mark; the refused ones took none. Three runs, each a turn with
+    # the command in its turn-end mark.
+    reverts = [m for m in marks if m["kind"] == "pre-rollback"]
+    assert [m["message"].startswith("before revert of turn ") for m in reverts] == [True] * 4, reverts
+    runs = [m for m in marks if m["agent"] == "run" and m["label"] == "turn-end"]
+    ended = sorted((m["summary"]["run"]["argv"][0], m["summary"]["run"]["exit"]) for m in runs)
+    assert ended == [("no-such-command-for-node", 127), ("sh", 3), ("sleep", None)], runs
 
 
 def _node() -> str:

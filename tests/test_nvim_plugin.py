@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +99,8 @@ def answer(vim: Any, *answers: bool | str) -> None:
 def test_version_and_commands(nvim: Any) -> None:
     """Neovim 0.10 or later (the plugin's floor), every command defined, mark on save off."""
     assert nvim.funcs.has("nvim-0.10") == 1
-    for name in ("SnapdTimeline", "SnapdHistory", "SnapdMark", "SnapdRollback", "SnapdRestore", "SnapdUndo"):
+    for name in ("SnapdTimeline", "SnapdHistory", "SnapdMark", "SnapdRollback", "SnapdRestore", "SnapdRevert",
+                 "SnapdUndo"):
         assert nvim.funcs.exists(f":{name}") == 2, name
     assert nvim.exec_lua("return require('snapd').config.mark_on_save") is False
     assert nvim.exec_lua("return #vim.api.nvim_get_autocmds({group = 'snapd_mark_on_save'})") == 0
@@ -271,3 +272,113 @@ def test_history_of_the_buffer_diffs_a_version_and_restores_it(daemon: Daemon, w
     assert (ws / "other.txt").read_text() == "other 2\n"
     src = nvim.funcs.bufnr(str(path))
     assert list(nvim.api.buf_get_lines(src, 0, -1, False)) == saves[1]
+
+
+def numbered(n: int, **edits: str) -> str:
+    """``n`` lines ``line K``, with line K replaced by ``edits["lK"]``."""
+    return "".join(edits.get(f"l{k}", f"line {k}") + "\n" for k in range(1, n + 1))
+
+
+def turn(daemon: Daemon, ws: Path, session: str, change: Callable[[], object]) -> dict[str, Any]:
+    """A turn of ``session`` (marked as an agent's hooks mark it) that makes ``change``; its
+    turn-start mark."""
+    start = daemon.ctl_json("mark", "turn-start", "-w", ws, "--agent", "claude", "--session", session)
+    change()
+    daemon.ctl("mark", "turn-end", "-w", ws, "--agent", "claude", "--session", session)
+    return start  # type: ignore[no-any-return]
+
+
+def cursor_on(vim: Any, name: str, mark_id: str) -> None:
+    row = next(i for i, line in enumerate(lines(vim, name)) if line.startswith(mark_id))
+    vim.current.window.cursor = (row + 1, 0)
+
+
+def test_revert_a_turn_from_the_timeline_keeps_later_edits(daemon: Daemon, ws: Path, nvim: Any) -> None:
+    """On a turn-start line, R shows the revert's plan (the file merged with a later edit, the
+    file the turn made deleted), asks, and applies only on yes: the turn's edit is taken back,
+    the later one kept, the buffer read again; on any other line it refuses and asks nothing."""
+    path = ws / "a.txt"
+    write(path, numbered(10))
+    start = turn(daemon, ws, "s1", lambda: (write(path, numbered(10, l2="the turn's line")),
+                                            write(ws / "new.txt", "made by the turn\n")))
+    turn(daemon, ws, "s2", lambda: write(ws / "other.txt", "another session's\n"))
+    nvim.command(f"edit {path}")
+    nvim.current.buffer[8] = "a later edit"  # line 9, saved from Neovim
+    nvim.command("write")
+    nvim.command("SnapdTimeline")
+    name = f"snapd://timeline{ws}"
+    end = next(line for line in lines(nvim, name)[2:] if "turn-end" in line)
+    cursor_on(nvim, name, end.split()[0])
+    answer(nvim, True)
+    nvim.exec_lua("_G.notes = {}; vim.notify = function(msg) table.insert(_G.notes, msg) end")
+    nvim.feedkeys("R", "x", False)
+    assert nvim.exec_lua("return #_G.asked") == 0  # not a turn-start: nothing asked, nothing done
+    notes = nvim.exec_lua("return _G.notes")
+    assert len(notes) == 1 and "(turn-end) does not start a turn" in notes[0], notes  # the daemon's word
+    assert (ws / "new.txt").exists()
+    cursor_on(nvim, name, start["id"])
+    answer(nvim, False)
+    nvim.feedkeys("R", "x", False)
+    asked, plans = nvim.exec_lua("return {_G.asked, _G.plans}")
+    assert len(asked) == 1 and start["id"] in asked[0] and "s1" in asked[0], asked
+    plan = "\n".join(plans[0])
+    assert "merged with later changes: a.txt" in plan and "new.txt" in plan, plan
+    assert "keeps the later changes of session s2 (claude)" in plan and "other.txt" not in plan, plan
+    assert path.read_text() == numbered(10, l2="the turn's line", l9="a later edit")  # refused
+    assert (ws / "new.txt").exists()
+    answer(nvim, True)
+    nvim.command("SnapdRevert")  # the command does what R does, on the cursor's line
+    assert path.read_text() == numbered(10, l9="a later edit")
+    assert not (ws / "new.txt").exists()
+    assert (ws / "other.txt").read_text() == "another session's\n"
+    a_buf = nvim.funcs.bufnr(str(path))
+    assert list(nvim.api.buf_get_lines(a_buf, 0, -1, False)) == numbered(10, l9="a later edit").splitlines()
+    pre = daemon.ctl_json("log", "-w", ws, "-n", "1")["marks"][0]
+    assert pre["kind"] == "pre-rollback" and pre["message"].startswith("before revert of"), pre
+
+
+def test_a_revert_that_clashes_lists_the_conflicts_and_changes_nothing(
+    daemon: Daemon, ws: Path, nvim: Any
+) -> None:
+    """A later edit of the very line the turn changed: nothing is asked or written, and
+    snapd://conflicts names the file and shows the hunk: the line now, after the turn, before it."""
+    path = ws / "c.txt"
+    write(path, numbered(6))
+    start = turn(daemon, ws, "s2", lambda: write(path, numbered(6, l4="the turn's line 4")))
+    write(path, numbered(6, l4="the user's line 4"))
+    before = daemon.ctl_json("log", "-w", ws, "-n", "1")["marks"][0]["id"]
+    answer(nvim, True)
+    ok, err = nvim.exec_lua("return {pcall(vim.cmd, ...)}", f"SnapdRevert {start['id']}")
+    assert not ok and "conflicts with later changes at 1 path: nothing was changed" in err, err  # an error
+    assert nvim.exec_lua("return #_G.asked") == 0
+    assert path.read_text() == numbered(6, l4="the user's line 4")
+    assert daemon.ctl_json("log", "-w", ws, "-n", "1")["marks"][0]["id"] == before  # no pre-rollback mark
+    shown = lines(nvim, "snapd://conflicts")
+    assert "refused, nothing changed" in shown[0], shown
+    at = next(i for i, line in enumerate(shown) if line.startswith("conflict: c.txt"))
+    assert shown[at + 1] == "  at line 4 of the file now:", shown
+    assert shown[at + 2].split(None, 1) == ["now:", "the user's line 4"], shown
+    assert shown[at + 3].split(None, 3)[3] == "the turn's line 4", shown
+    assert shown[at + 4].split(None, 2)[2] == "line 4", shown
+
+
+def test_a_run_turn_shows_its_command_in_the_timeline_and_reverts_from_there(
+    daemon: Daemon, ws: Path, nvim: Any
+) -> None:
+    """`snapctl run` marks a turn around a command: the timeline shows the command line on both
+    marks and how it ended on the turn-end (a newline in it escaped: one buffer line per mark);
+    R on its turn-start takes back what the command did."""
+    script = "echo made > ran.txt\nexit 3"
+    cp = daemon.ctl("run", "-w", ws, "--label", "gen", "--", "sh", "-c", script, check=False)
+    assert cp.returncode == 3, cp
+    nvim.command("SnapdTimeline")
+    name = f"snapd://timeline{ws}"
+    shown = lines(nvim, name)
+    end, start = shown[2], shown[3]
+    command = "  $ gen: sh -c 'echo made > ran.txt\\x0aexit 3'"
+    assert "turn-end" in end and end.endswith(command + " → exit 3"), shown
+    assert "turn-start" in start and start.endswith(command), shown
+    nvim.current.window.cursor = (4, 0)
+    answer(nvim, True)
+    nvim.feedkeys("R", "x", False)
+    assert not (ws / "ran.txt").exists()

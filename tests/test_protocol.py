@@ -105,7 +105,7 @@ def test_every_op_has_a_table_and_valid_kinds() -> None:
     assert set(protocol.OP_ARGS) == protocol.OPS
     for table in protocol.OP_ARGS.values():
         for arg in table.values():
-            assert arg.kind in {"str", "int", "bool", "float", "path", "paths", "strs", "strmap"}
+            assert arg.kind in {"str", "int", "bool", "float", "path", "paths", "strs", "strmap", "run"}
 
 
 def test_strmap_argument_is_an_object_of_strings() -> None:

@@ -1,7 +1,8 @@
 """``snapctl``: the command-line client. One function per command, in a module per noun:
 :mod:`.status` (the daemon as a whole), :mod:`.workspaces`, :mod:`.marks`, :mod:`.rollback`,
-:mod:`.history`, :mod:`.events`, :mod:`.integrate`; :mod:`.request` is what they share, and
-:mod:`.times` turns time references into instants before anything is sent.
+:mod:`.revert`, :mod:`.run`, :mod:`.history`, :mod:`.events`, :mod:`.integrate`; :mod:`.request`
+is what they share, and :mod:`.times` turns time references into instants before anything is
+sent.
 
 Start-up cost matters (agents run ``snapctl mark`` on every turn), so this package imports
 only the client, configuration, protocol and display modules — never the store or the
@@ -35,7 +36,7 @@ from snapd.errors import SnapdError, UsageError
 
 #: Arguments that are paths: sent as bytes, any byte allowed. Every other string is text.
 _PATH_ARGS = frozenset({"workspace", "path", "file", "paths", "only_path", "target"})
-_TAKES_PATHS = frozenset({"rollback", "diff"})  # the commands that accept "-- PATH..."
+_TAKES_PATHS = frozenset({"rollback", "diff", "revert"})  # the commands that accept "-- PATH..."
 
 
 class _Parser(argparse.ArgumentParser):
@@ -106,6 +107,24 @@ def _deadlines_help() -> str:
 MARK_REF_HELP = "a mark (id, id prefix, label, LABEL~N) or a time (@10m, @'2026-11-30 14:03')"
 
 
+class _Span(argparse.Action):
+    """revert's ``A..B``: sets ``from_mark`` and ``to_mark`` (None for ``A..``: up to now), the
+    names :mod:`.times` rewrites when they are times."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        if values is None:
+            return
+        text = str(values)
+        if text.count("..") != 1 or text.startswith(".."):
+            raise argparse.ArgumentError(
+                self, f"{text!r} is no span: give A..B (or A.. for A up to now), A and B marks or times; "
+                "--turn M for one turn"
+            )
+        before, after = text.split("..")
+        namespace.from_mark, namespace.to_mark = before, after or None
+
+
 def _rollback_flags(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--dry-run", action="store_true", help="show the plan, change nothing")
     sp.add_argument("-y", "--yes", action="store_true", help="apply without asking (needed with no terminal)")
@@ -126,6 +145,7 @@ COMMANDS: dict[str, str] = {
     "verify": "status", "gc": "status", "pin": "marks", "unpin": "marks", "rollback": "rollback",
     "undo": "rollback", "restore": "rollback", "diff": "marks", "stop": "status", "events": "events",
     "integrate": "integrate", "hook": "integrate", "remote": "remote", "push": "remote",
+    "revert": "revert", "run": "run",
 }
 
 
@@ -242,6 +262,33 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         )
         sp.add_argument("--to", required=True, metavar="MARK", help=f"the target: {MARK_REF_HELP}")
         _rollback_flags(sp)
+    if wanted("revert"):
+        sp = add(
+            "revert",
+            "take back the changes made between two marks (or one turn, or a session's turns), keeping "
+            "everything changed since: a three-way merge per path (paths after -- limit it; asks first)",
+        )
+        which = sp.add_mutually_exclusive_group(required=True)
+        which.add_argument(
+            "span", nargs="?", action=_Span, metavar="A..B",
+            help=f"the changes from A to B, each {MARK_REF_HELP}; A.. : from A to now",
+        )
+        which.add_argument("--turn", metavar="M", help="one turn: from its turn-start mark M to its end")
+        which.add_argument("--session", metavar="S", help="every turn of session S (others' changes stay)")
+        sp.add_argument("--since", metavar="REF", help="with --session: only its turns started after REF")
+        sp.add_argument(
+            "--conflicts", choices=("refuse", "markers"), default="refuse",
+            help="where a later change overlaps: refuse the whole revert, writing nothing (exit 13, the "
+            "default), or write git-style conflict markers into the text files and list them",
+        )
+        _rollback_flags(sp)
+    if wanted("run"):
+        sp = add("run", "run CMD (after --) as a turn: a turn-start mark before, a turn-end mark after; "
+                 "exits with CMD's status")
+        sp.add_argument(
+            "--label", metavar="L", help="a note put before the command line in the marks' message"
+        )
+        sp.add_argument("--session", help="the session of the two marks (default: run-<random>)")
     if wanted("undo"):
         sp = add("undo", "return to the state before the last rollback (or undo); asks first")
         _rollback_flags(sp)
@@ -317,13 +364,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     _whole_stdout()
     argv = list(sys.argv[1:] if argv is None else argv)
     paths: list[str] = []
-    if "--" in argv:  # paths after "--" limit rollback and diff; they are never options
+    if "--" in argv:  # paths after "--" limit rollback, revert and diff (run's CMD); never options
         cut = argv.index("--")
         argv, paths = argv[:cut], argv[cut + 1 :]
     want_json = "--json" in argv
     try:
         args = build_parser(command_named(argv)).parse_args(argv)
-        if paths and args.command not in _TAKES_PATHS:
+        if paths and args.command not in _TAKES_PATHS | {"run"}:  # run: CMD comes after --
             raise UsageError(f"snapctl {args.command}: takes no paths after --")
         args.paths = paths
         _check_text(args)

@@ -101,7 +101,7 @@ def _what(ev: dict[str, Any]) -> str:
         m = ev["mark"]
         agent = f" agent {m['agent']}" if m.get("agent") else ""
         return f"{m['id']} {m['label']}{agent} ({summary_line(m.get('summary') or {})})"
-    if kind in ("rollback.applied", "undo.applied"):
+    if kind in ("rollback.applied", "undo.applied", "revert.applied"):
         t = ev["target"]
         extra = "".join(f", {ev[k]} {k}" for k in ("conflicts", "kept") if ev.get(k))
         pre = f"; undo returns to {ev['pre_rollback']}" if ev.get("pre_rollback") else ""

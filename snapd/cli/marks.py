@@ -49,6 +49,7 @@ def cmd_log(args: argparse.Namespace, env: Env) -> int:
         pin = " [pinned]" if m["pinned"] else ""
         pin += " [interrupted]" if m["id"] in interrupted else ""
         pin += " [late]" if m["summary"].get("late") else ""
+        pin += f" [{ended}]" if (ended := _run_end(m["summary"].get("run"))) else ""
         changed = m["summary"].get("changed", 0)
         line = f"{m['id']}  {when(m['created'])}  {m['label']:<16} {changed:>5} changed  {who}{pin}"
         emit(line.rstrip())
@@ -61,6 +62,14 @@ def cmd_log(args: argparse.Namespace, env: Env) -> int:
             f"the newest from {when(r['pruned_newest'])})"
         )
     return 0
+
+
+def _run_end(run: dict[str, Any] | None) -> str | None:
+    """How the command ``snapctl run`` wrapped ended (its turn-end mark), for people; None for
+    a mark that is no run's end."""
+    if not run or (run["exit"] is None and run["signal"] is None):
+        return None
+    return f"killed by {run['signal']}" if run["signal"] else f"exit {run['exit']}"
 
 
 def _next_page(args: argparse.Namespace, last: str) -> str:
@@ -85,6 +94,8 @@ def cmd_show(args: argparse.Namespace, env: Env) -> int:
     for k in ("message", "agent", "session", "git_head"):
         if r.get(k):
             emit(f"  {k:<9} {r[k]}")
+    if run := r["summary"].get("run"):
+        emit(f"  run       {shlex.join(run['argv'])}" + (f"  ({ended})" if (ended := _run_end(run)) else ""))
     emit(f"  changes   {summary_line(r['summary'])}")
     for ch in r["changes"]:
         emit(f"    {ch['status']:<8} {path_text(ch['path'])}")

@@ -31,7 +31,7 @@ DEADLINES: dict[str, float] = {
     "status": 5, "watch": 3600, "unwatch": 10, "forget": 60, "mark": 120, "log": 10, "show": 10,
     "cat": 10, "verify": 3600, "gc": 3600, "pin": 10, "unpin": 10, "rollback": 3600,
     "undo": 3600, "restore": 3600, "diff": 600, "stop": 10, "history": 30, "events": 5,
-    "remote": 3600, "push": 3600,
+    "remote": 3600, "push": 3600, "revert": 3600, "run": 120,
 }
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 import base64
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from snapd.cli import request, times
 from snapd.cli.output import emit, path_text, print_json, size, when
@@ -22,6 +23,7 @@ from snapd.cli.request import Env, client, human, named_workspace, ref_fields, s
 from snapd.display import count
 from snapd.errors import Conflict, PlanChanged, SnapdError, UsageError
 from snapd.ipc.client import Client
+from snapd.ipc.protocol import Op
 from snapd.paths import at_or_below
 
 
@@ -33,19 +35,51 @@ def _rollback_fields(args: argparse.Namespace, undo: bool) -> dict[str, Any]:
     return fields
 
 
-def _plan_lines(r: dict[str, Any], *, kept: bool, asked: str | None = None, limit: int = 200) -> list[str]:
-    """The plan for people; ``kept``: with the paths it leaves alone (else the result lists them);
-    ``asked``: the target as sent (a time before the workspace's history is noted)."""
+class Flow(NamedTuple):
+    """What a command that rewrites the workspace by a plan sends and says (rollback, undo,
+    revert); :func:`execute` does the rest, the same for each."""
+
+    plan_op: Op  # the op that plans ("rollback_plan")
+    apply_op: Op  # the op that applies ("rollback_apply")
+    fields: dict[str, Any]  # what both are sent
+    #: The plan for people: ``seen`` the plan asked about (kept paths and notes included),
+    #: else the plan an apply with --yes replied, printed after it (its result lists the kept).
+    lines: Callable[[dict[str, Any], bool], list[str]]
+    running: tuple[str, ...]  # its ops in the status's ``running`` table (the progress bar)
+    refusal: str  # what is refused with no terminal to ask on: "roll the workspace back"
+    noun: str  # "apply this rollback?"
+    done: str  # "rolled back: 3 paths"
+    same: str  # "nothing to change: <same>"
+    target: str = "the mark"  # what the workspace is rolled back to, in "differs from <target>"
+    applied: Callable[[Client, dict[str, Any]], None] = lambda c, res: None  # told the apply's reply
+    tail: Callable[[dict[str, Any]], list[str]] = lambda res: []  # said after the result's line
+
+
+def plan_lines(r: dict[str, Any], *, kept: bool, asked: str | None = None, limit: int = 200) -> list[str]:
+    """A rollback's plan for people; ``kept``: with the paths it leaves alone (else the result
+    lists them); ``asked``: the target as sent (a time before the workspace's history is noted)."""
     t = r["target"]
-    out = [f"rollback of {r['workspace']} to {t['id']} {t['label']} ({when(t['created'])})"]
+    head = [f"rollback of {r['workspace']} to {t['id']} {t['label']} ({when(t['created'])})"]
     lines = r["lines"]
     if "time" in r:  # a time target: what it was built from, and the version of each path
-        out = times.target_lines(r, asked)
+        head = times.target_lines(r, asked)
         used = times.versions_used(r)
         paths = [path_text(op["path"]) for op in r["plan"]["ops"]]
         lines = [f"{line}  [{used[p]}]" if p in used else line for line, p in zip(lines, paths, strict=True)]
+    return plan_body(r, head, lines, kept=kept, limit=limit)
+
+
+def plan_body(
+    r: dict[str, Any], head: list[str], lines: list[str], *, kept: bool, limit: int = 200,
+    target: str = "the mark",
+) -> list[str]:
+    """A plan (a rollback's, a revert's) for people: ``head``, what it is; ``lines``, its
+    operations as shown; then what it leaves and its counts. ``kept``: with the paths it leaves
+    alone (else the result lists them); ``target``: what it puts the workspace back to."""
+    out = head[:1]
     if "root_note" in r:  # the root is gone, or another directory: said before anything else
-        out.insert(1, f"  {r['root_note']}")
+        out.append(f"  {r['root_note']}")
+    out += head[1:]
     out += [f"  {line}" for line in lines[:limit]]
     if len(lines) > limit:
         out.append(f"  … and {len(lines) - limit} more (--json lists them all)")
@@ -55,7 +89,7 @@ def _plan_lines(r: dict[str, Any], *, kept: bool, asked: str | None = None, limi
     counts = ", ".join(f"{n} {k}" for k, n in sorted(r["plan"]["counts"].items()) if n)
     if not counts and r["plan"]["kept"]:  # it differs, but only where nothing may be changed
         n = count(len(r["plan"]["kept"]), "path")
-        counts = f"nothing can be changed: {n} differing from the mark kept as they are"
+        counts = f"nothing can be changed: {n} differing from {target} kept as they are"
     out.append(f"  {counts or 'nothing to change'}")
     return out
 
@@ -78,23 +112,35 @@ def _plan_change(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return out
 
 
-def _applying(args: argparse.Namespace, env: Env) -> Bar:
-    """The bar of this rollback's (or undo's) apply: the changes of its plan, made."""
+def _applying(args: argparse.Namespace, env: Env, flow: Flow) -> Bar:
+    """The bar of this apply: the changes of its plan, made."""
     here = os.path.realpath(named_workspace(args) or os.getcwd())
-    return Bar(args, env, _running(("rollback", "undo"), {here}, below=True), "change")
+    return Bar(args, env, _running(flow.running, {here}, below=True), "change")
 
 
 def _rollback(args: argparse.Namespace, env: Env, undo: bool) -> int:
     fields = _rollback_fields(args, undo)
-    what = "undo the last rollback" if undo else "roll the workspace back"
+
+    def lines(r: dict[str, Any], seen: bool) -> list[str]:
+        shown = plan_lines(r, kept=seen, asked=fields.get("to"))
+        return shown + _hooks_kept_lines(r, env) if seen else shown
+
+    return execute(args, env, Flow(
+        "rollback_plan", "rollback_apply", fields, lines, ("rollback", "undo"),
+        refusal="undo the last rollback" if undo else "roll the workspace back", noun="rollback",
+        done="rolled back", same="the workspace already matches the mark",
+        applied=lambda c, res: _keep_hooks(c, res, env),
+    ))
+
+
+def execute(args: argparse.Namespace, env: Env, flow: Flow) -> int:
+    """Plan, show, ask, apply exactly the plan shown (module docstring); with ``--yes``, one
+    request (:func:`_apply_unseen`). The exit: the result's, or 1 when the answer was no."""
     with client(args, env) as c:
         if args.yes and not args.dry_run:
-            return _apply_unseen(args, c, fields, env)
-        r = c.call("rollback_plan", force=args.force, **fields)
-        # Kept paths are listed once: in the plan when it is confirmed or only shown, else
-        # (--yes) in the result, which also names any the apply itself had to leave.
-        plan_lists_kept = args.dry_run or not args.yes
-        shown_plan = _plan_lines(r, kept=plan_lists_kept, asked=fields.get("to")) + _hooks_kept_lines(r, env)
+            return _apply_unseen(args, env, c, flow)
+        r = c.call(flow.plan_op, force=args.force, **flow.fields)
+        shown_plan = flow.lines(r, True)
         if args.json and args.dry_run:
             print_json(r)
         elif not args.json:
@@ -103,19 +149,15 @@ def _rollback(args: argparse.Namespace, env: Env, undo: bool) -> int:
         show_warnings(r.get("warnings", []))
         if args.dry_run:
             return 0 if not r["plan"]["kept"] else Conflict.exit_code
-        # With --yes nothing was confirmed here: the fresh plan is applied, unless --plan-token
-        # names the plan another client (an editor) showed and had confirmed.
-        token: str | None = args.plan_token
-        if not args.yes:
-            if not confirm("apply this rollback? [y/N] ", shown_plan, shown_on_stdout=not args.json,
-                           refusal=what):
-                emit("nothing changed", err=args.json)
-                return 1
-            token = r["plan"]["token"]
+        if not confirm(f"apply this {flow.noun}? [y/N] ", shown_plan, shown_on_stdout=not args.json,
+                       refusal=flow.refusal):
+            emit("nothing changed", err=args.json)
+            return 1
+        token = r["plan"]["token"]
         while True:
             try:
-                with _applying(args, env):
-                    res = c.call("rollback_apply", force=args.force, token=token, **fields)
+                with _applying(args, env, flow):
+                    res = c.call(flow.apply_op, force=args.force, token=token, **flow.fields)
                 break
             except PlanChanged as exc:
                 if args.plan_token:  # its client confirmed that plan, not this one: it asks again
@@ -126,28 +168,31 @@ def _rollback(args: argparse.Namespace, env: Env, undo: bool) -> int:
                     for line in change:
                         emit(line)
                 if not confirm("apply the new plan? [y/N] ", change, shown_on_stdout=not args.json,
-                               refusal=what):
+                               refusal=flow.refusal):
                     emit("nothing changed", err=args.json)
                     return 1
                 r, token = new, new["plan"]["token"]
-        _keep_hooks(c, res, env)
-    listed = {path_text(k["path"]) for k in r["plan"]["kept"]} if plan_lists_kept else set()
-    return _result(args, res, listed)
+        flow.applied(c, res)
+    # Kept paths are listed once: in the plan confirmed, else (--yes) in the result, which
+    # also names any the apply itself had to leave.
+    return _result(args, res, {path_text(k["path"]) for k in r["plan"]["kept"]}, flow)
 
 
-def _apply_unseen(args: argparse.Namespace, c: Client, fields: dict[str, Any], env: Env) -> int:
+def _apply_unseen(args: argparse.Namespace, env: Env, c: Client, flow: Flow) -> int:
     """``--yes``: nothing is shown before, so nothing is planned apart: one request, which
     plans, marks and applies under the workspace's lock (one re-stat of the workspace, not
     two), and whose reply describes the plan it applied — printed after, kept paths with the
-    result. With ``--plan-token`` a plan that changed is refused (its client asks again)."""
-    with _applying(args, env):
-        res = c.call("rollback_apply", force=args.force, token=args.plan_token, **fields)
-    _keep_hooks(c, res, env)
+    result. With ``--plan-token`` a plan that changed is refused (its client asks again).
+    With ``--yes`` nothing was confirmed here: the fresh plan is applied, unless
+    ``--plan-token`` names the plan another client (an editor) showed and had confirmed."""
+    with _applying(args, env, flow):
+        res = c.call(flow.apply_op, force=args.force, token=args.plan_token, **flow.fields)
+    flow.applied(c, res)
     if not args.json:
-        for line in _plan_lines(res, kept=False, asked=fields.get("to")):
+        for line in flow.lines(res, False):
             emit(line)
     show_warnings(res.get("warnings", []))
-    return _result(args, res, set())
+    return _result(args, res, set(), flow)
 
 
 def _hooks_kept_lines(r: dict[str, Any], env: Env) -> list[str]:
@@ -174,16 +219,19 @@ def _keep_hooks(c: Client, res: dict[str, Any], env: Env) -> None:
     res["hooks_merged_back"] = remerge.after_rollback(res, env, cat)
 
 
-def _result(args: argparse.Namespace, res: dict[str, Any], listed: set[str]) -> int:
+def _result(args: argparse.Namespace, res: dict[str, Any], listed: set[str], flow: Flow) -> int:
     """What the apply did; ``listed``: kept paths the confirmed plan already named."""
     if not human(args, res):
         return 0 if res["ok"] else Conflict.exit_code
     if res["pre_rollback"] is None and (res["kept"] or res["conflicts"]):
-        emit("nothing changed: the workspace differs from the mark only in paths that are kept as they are")
+        emit(f"nothing changed: the workspace differs from {flow.target} only in paths that are kept as "
+             "they are")
     elif res["pre_rollback"] is None:
-        emit("nothing to change: the workspace already matches the mark")
+        emit(f"nothing to change: {flow.same}")
     else:
-        emit(f"rolled back: {count(res['applied'], 'path')}; `snapctl undo` returns to {res['pre_rollback']}")
+        emit(f"{flow.done}: {count(res['applied'], 'path')}; `snapctl undo` returns to {res['pre_rollback']}")
+    for line in flow.tail(res):
+        emit(line)
     for x in res.get("hooks_merged_back", []):
         if "error" in x:
             emit(f"  snapd's {x['agent']} hooks in {x['path']} could not be merged back: {x['error']} "

@@ -18,7 +18,7 @@ from snapd import timeref
 from snapd.cli.output import path_text, when
 
 #: The arguments that hold a mark reference (and so may hold a time).
-REF_ARGS = ("to", "mark", "from_mark", "to_mark", "before")
+REF_ARGS = ("to", "mark", "from_mark", "to_mark", "before", "since")
 
 
 def local_offset(t: int) -> int:

@@ -24,6 +24,7 @@ from snapd.daemon.ops.daemon import DaemonOps
 from snapd.daemon.ops.files import FileOps
 from snapd.daemon.ops.marks import MarkOps
 from snapd.daemon.ops.remote import RemoteOps
+from snapd.daemon.ops.revert import RevertOps
 from snapd.daemon.ops.rollback import RollbackOps
 from snapd.daemon.ops.workspaces import WorkspaceOps
 from snapd.daemon.pusher import Pusher
@@ -61,12 +62,15 @@ class Service:
         self.workspaces = WorkspaceOps(store, self.registry, sink, self.maintenance)
         self.marks = MarkOps(store, self.registry, self.pusher.wake)
         self.rollback = RollbackOps(store, self.registry, sink, running, self.remotes)
+        self.revert = RevertOps(store, self.registry, sink, running)
         self.files = FileOps(store, self.registry, config.retention)
         self.remote = RemoteOps(store, self.registry, self.remotes, self.pusher, running)
         #: op name -> its handler: the bound method ``op_NAME`` of one group
         self.ops: dict[str, Callable[..., dict[str, Any]]] = {
             name.removeprefix("op_"): getattr(group, name)
-            for group in (self.daemon, self.workspaces, self.marks, self.rollback, self.files, self.remote)
+            for group in (
+                self.daemon, self.workspaces, self.marks, self.rollback, self.revert, self.files, self.remote
+            )
             for name in dir(group)
             if name.startswith("op_")
         }

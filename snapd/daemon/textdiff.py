@@ -1,7 +1,7 @@
 """Unified diffs of file versions, for ``snapctl diff`` (pure: bytes in, records out).
 
-Text is anything that decodes as UTF-8 with no NUL byte; anything else is summarised by size
-and never dumped. Very large texts are summarised too: a diff is for reading.
+Text is what a revert merges (:func:`snapd.rollback.merge.text_lines`: UTF-8, no NUL byte, at
+most 1 MiB); anything else is summarised by size and never dumped.
 """
 
 from __future__ import annotations
@@ -10,19 +10,14 @@ import difflib
 from typing import Any
 
 from snapd.display import shown
-
-MAX_TEXT = 1 << 20
+from snapd.rollback.merge import text_lines
 
 
 def _text(data: bytes | None) -> list[str] | None:
     if data is None:
         return []
-    if b"\0" in data or len(data) > MAX_TEXT:
-        return None
-    try:
-        return data.decode("utf-8").splitlines(keepends=True)
-    except UnicodeDecodeError:
-        return None
+    lines = text_lines(data)
+    return None if lines is None else [line.decode("utf-8") for line in lines]
 
 
 def file_diff(path: bytes, status: str, old: bytes | None, new: bytes | None) -> dict[str, Any]:

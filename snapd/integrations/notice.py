@@ -55,6 +55,8 @@ def _kind(verb: str, paths: Sequence[object], total: int) -> str:
 def rollback_line(r: dict[str, Any], now: float) -> str:
     target = f"mark {shown(str(r.get('to', '?')))} ({shown(str(r.get('label', '?')))})"
     what = "undo: back to the state before an earlier rollback" if r.get("undo") else f"rollback to {target}"
+    if isinstance(r.get("revert"), str):  # one span taken back, the work after it kept
+        what = f"{shown(r['revert'])} (the changes after it were kept)"
     counts = r.get("counts")
     parts = []
     for key in ("restored", "recreated", "deleted"):

@@ -35,6 +35,7 @@ Kind = Literal[
     "mark.created",
     "rollback.applied",
     "undo.applied",
+    "revert.applied",
     "workspace.watched",
     "workspace.unwatched",
     "workspace.rescanned",

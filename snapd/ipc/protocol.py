@@ -34,11 +34,11 @@ Op = Literal[
     "ping", "status", "stop", "watch", "unwatch", "forget", "mark", "log", "show", "verify",
     "gc", "pin", "unpin", "rollback_plan", "rollback_apply", "undo", "diff", "cat", "history", "restore",
     "remote_add", "remote_list", "remote_remove", "remote_log", "remote_prune", "remote_passwd", "push",
-    "remote_verify",
+    "remote_verify", "revert_plan", "revert_apply",
 ]
 OPS: frozenset[str] = frozenset(get_args(Op))
 
-ArgKind = Literal["str", "int", "bool", "float", "path", "paths", "strs", "strmap"]
+ArgKind = Literal["str", "int", "bool", "float", "path", "paths", "strs", "strmap", "run"]
 
 
 class Arg(NamedTuple):
@@ -59,6 +59,10 @@ _REF = {**_WHERE, "session": Arg("str")}
 # client sent earlier for that remote (kept in memory only). Neither is ever logged or stored.
 _SECRETS = {"password": Arg("str"), "credentials": Arg("strmap")}
 _REMOTE = {"name": Arg("str", required=True), **_SECRETS}
+_REVERT = {
+    **_WHERE, "from": Arg("str"), "to": Arg("str"), "turn": Arg("str"), "session": Arg("str"),
+    "since": Arg("str"), "paths": Arg("paths"), "conflicts": Arg("str"), "force": Arg("bool"),
+}
 
 OP_ARGS: dict[str, dict[str, Arg]] = {
     "ping": {},
@@ -70,7 +74,7 @@ OP_ARGS: dict[str, dict[str, Arg]] = {
     "mark": {
         **_WHERE, "label": Arg("str", required=True), "message": Arg("str"),
         "agent": Arg("str"), "session": Arg("str"), "register": Arg("bool"),
-        "late_after_s": Arg("float"), "interrupted": Arg("bool"),
+        "late_after_s": Arg("float"), "interrupted": Arg("bool"), "run": Arg("run"),
     },
     "log": {
         **_WHERE, "limit": Arg("int"), "agent": Arg("str"), "session": Arg("str"),
@@ -93,6 +97,9 @@ OP_ARGS: dict[str, dict[str, Arg]] = {
         "token": Arg("str"),
     },
     "undo": {**_WHERE, "force": Arg("bool"), "token": Arg("str")},
+    # what a revert takes back: from..to (marks or times; no to: up to now), a turn, or a session's turns
+    "revert_plan": {**_REVERT},
+    "revert_apply": {**_REVERT, "token": Arg("str")},
     "diff": {
         **_REF, "from": Arg("str"), "to": Arg("str"), "paths": Arg("paths"),
         "stat": Arg("bool"),
@@ -186,6 +193,7 @@ _EXPECTED: dict[str, str] = {
     "str": "a string", "int": "an integer", "bool": "a boolean", "float": "a number",
     "path": "a path", "paths": "an array of paths", "strs": "an array of strings",
     "strmap": "an object of strings",
+    "run": 'an object {"argv": [strings, at least one], "exit": integer or null, "signal": string or null}',
 }
 
 
@@ -200,6 +208,8 @@ def _check_arg(op: str, name: str, spec: Arg, value: Any) -> Any:
         _check_text(what, [value] if isinstance(value, str) else value)
     if kind == "strmap" and isinstance(value, dict):
         _check_text(what, [*value, *value.values()])
+    if kind == "run" and _is_run(value):
+        _check_text(what, [*value["argv"], value["signal"]])
     ok = {
         "str": isinstance(value, str),
         "int": isinstance(value, int) and not isinstance(value, bool),
@@ -207,11 +217,24 @@ def _check_arg(op: str, name: str, spec: Arg, value: Any) -> Any:
         "float": isinstance(value, int | float) and not isinstance(value, bool),
         "strs": isinstance(value, list) and all(isinstance(v, str) for v in value),
         "strmap": isinstance(value, dict) and all(isinstance(v, str) for v in value.values()),
+        "run": _is_run(value),
         "paths": False,
     }[kind]
     if not ok:
         raise BadRequest(f"{what} must be {_EXPECTED[kind]}, got {json_kind(value)}", arg=name)
     return float(value) if kind == "float" else value
+
+
+def _is_run(value: Any) -> bool:
+    """mark's ``run``: the command ``snapctl run`` ran, and how it ended (null before it ends)."""
+    if not isinstance(value, dict) or set(value) != {"argv", "exit", "signal"}:
+        return False
+    argv, code, sig = value["argv"], value["exit"], value["signal"]
+    return (
+        isinstance(argv, list) and bool(argv) and all(isinstance(a, str) for a in argv)
+        and (code is None or isinstance(code, int) and not isinstance(code, bool))
+        and (sig is None or isinstance(sig, str))
+    )
 
 
 def _check_text(what: str, values: Any) -> None:

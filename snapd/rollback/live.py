@@ -26,11 +26,17 @@ held by the pre-rollback mark before anything is written or deleted (:mod:`snapd
 
 ``undo`` is a rollback to the newest ``pre-rollback`` mark, which itself takes a new
 ``pre-rollback`` mark first: an undo can be undone (a second undo redoes).
+
+A revert is a rollback to a target made from the captured tree (:data:`Target`: a callable
+instead of a mark, :mod:`snapd.rollback.revert_target`): it is made again from each tree the
+rollback captures, so the plan at apply is made to the target as it is then. Its pre-rollback
+mark says ``before revert of ...`` and records the spans; a revert never shares an earlier
+rollback's pre-rollback mark (each is undone on its own).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import structlog
@@ -47,6 +53,16 @@ from snapd.store.records import Mark
 log = structlog.get_logger(__name__)
 _MARK_ATTEMPTS = 3  # pre-rollback marks taken while concurrent writes keep changing the plan
 
+Target = Mark | Callable[[str], Mark]
+"""What a rollback goes to: a mark, or how to make one from the tree just captured (a revert's)."""
+
+
+def _prepared(ws: Workspace, target: Target, only: Sequence[bytes], force: bool) -> Prepared:
+    """Capture (the caller holds the lock), make the target from what was captured, and plan."""
+    current = ws.capture_to_now_under_lock(rescan=True)
+    goal = target if isinstance(target, Mark) else target(current)
+    return prepare(ws, goal, only, force, current)
+
 
 def undo_target(ws: Workspace) -> Mark:
     """The state before the last rollback (or undo) of ``ws`` that changed something."""
@@ -56,10 +72,10 @@ def undo_target(ws: Workspace) -> Mark:
     raise NotFound(f"nothing to undo in {ws.root}: it has never been rolled back")
 
 
-def propose(ws: Workspace, target: Mark, only: Sequence[bytes] = (), force: bool = False) -> dict[str, Any]:
+def propose(ws: Workspace, target: Target, only: Sequence[bytes] = (), force: bool = False) -> dict[str, Any]:
     with ws.lock:
-        prep = prepare(ws, target, only, force, ws.capture_to_now_under_lock(rescan=True))
-    return report.describe(ws, target, prep.plan, prep.held)
+        prep = _prepared(ws, target, only, force)
+    return report.describe(ws, prep.target, prep.plan, prep.held)
 
 
 def propose_missing(
@@ -83,7 +99,7 @@ def propose_missing(
 
 def execute(
     ws: Workspace,
-    target: Mark,
+    target: Target,
     only: Sequence[bytes],
     force: bool,
     token: str | None,
@@ -95,20 +111,21 @@ def execute(
     tell = tracker.phase if tracker is not None else (lambda what: None)
     tell("capturing the workspace")
     with ws.lock:
-        prep = prepare(ws, target, only, force, ws.capture_to_now_under_lock(rescan=True))
+        prep = _prepared(ws, target, only, force)
         if ws.unfinished:  # an earlier rollback stopped part-way and still cannot be finished
             raise Conflict(f"{ws.unfinished}; retry once that is fixed")
         plan = prep.plan
-        _check(ws, target, plan, prep.held, token)
+        _check(ws, prep.target, plan, prep.held, token)
         if not plan.ops:  # nothing to change: no pre-rollback mark, so undo keeps its meaning
-            return report.result(ws, target, plan, prep.held, None, None)
-        pre = _shared_pre(ws, target, prep)
+            return report.result(ws, prep.target, plan, prep.held, None, None)
+        pre = _shared_pre(ws, prep)
         if pre is None:
             tell("taking the pre-rollback mark")
             pre, prep = _mark_before(ws, target, prep, token)
             plan = prep.plan
+        goal = prep.target
         log.info(
-            "rollback.applying", workspace=str(ws.root), target=target.id, token=plan.token, ops=len(plan.ops)
+            "rollback.applying", workspace=str(ws.root), target=goal.id, token=plan.token, ops=len(plan.ops)
         )
         try:
             result = apply.apply(
@@ -127,7 +144,7 @@ def execute(
     # the repeat could overwrite: not after a conflict (a concurrent writer's content is in
     # ``after`` but in no pre-rollback mark), and only for the same paths.
     record = {
-        "target": target.id,
+        "target": goal.id,
         "after": after,
         "root_mode": root_mode(ws),  # not in the tree: a change of it alone is a change too
         "pre": pre.id,
@@ -137,16 +154,16 @@ def execute(
     log.info(
         "rollback.applied",
         workspace=str(ws.root),
-        target=target.id,
+        target=goal.id,
         pre_rollback=pre.id,
         applied=len(result.applied),
         conflicts=len(result.conflicts),
         kept=len(result.kept),
     )
-    return report.result(ws, target, plan, pre.tree, pre, result)
+    return report.result(ws, goal, plan, pre.tree, pre, result)
 
 
-def _mark_before(ws: Workspace, target: Mark, prep: Prepared, token: str | None) -> tuple[Mark, Prepared]:
+def _mark_before(ws: Workspace, target: Target, prep: Prepared, token: str | None) -> tuple[Mark, Prepared]:
     """The pre-rollback mark: everything captured, plus the extras the plan touches (held
     whatever today's rules) and the paths it creates (absent before). When the mark captured a
     change the plan was not made from, plan again (and check the token) and mark again."""
@@ -154,24 +171,26 @@ def _mark_before(ws: Workspace, target: Mark, prep: Prepared, token: str | None)
         pre = ws.mark_under_lock(
             "pre-rollback",
             kind="pre-rollback",
-            message=f"before rollback to {target.id} ({target.label})",
+            message=report.pre_message(prep.target),
             hold=prep.touched_extras,
             absent=prep.created,
-            note={"rollback": report.effect(target, prep.plan)},
+            note=report.pre_note(prep.target, prep.plan),
         )
         if ws.tree == prep.current:
             return pre, prep
-        prep = prepare(ws, target, prep.only, prep.force, ws.capture_to_now_under_lock(rescan=True))
-        _check(ws, target, prep.plan, prep.held, token)
+        prep = _prepared(ws, target, prep.only, prep.force)
+        _check(ws, prep.target, prep.plan, prep.held, token)
     raise Conflict("the workspace kept changing while the rollback was prepared; nothing was changed")
 
 
-def _shared_pre(ws: Workspace, target: Mark, prep: Prepared) -> Mark | None:
+def _shared_pre(ws: Workspace, prep: Prepared) -> Mark | None:
     """The last rollback's pre-rollback mark, when this one repeats it (same mark, nothing
     captured since, nothing held beyond the captured state): undo must still return to the
-    work that rollback replaced, not to its own result."""
+    work that rollback replaced, not to its own result. Never a revert's: its target is made
+    from the state it starts from, so two reverts in a row are two steps to undo."""
     last = ws.store.last_rollback(ws.id)
-    if last is None or prep.touched_extras or last.get("target") != target.id:
+    target = prep.target
+    if last is None or prep.touched_extras or report.is_made(target) or last.get("target") != target.id:
         return None
     if last.get("after") != prep.current:
         return None

@@ -15,7 +15,7 @@ from snapd.capture import ignore
 from snapd.capture.workspace import Workspace
 from snapd.errors import CorruptObject, MissingObject
 from snapd.paths import at_or_below
-from snapd.rollback import plan, rules
+from snapd.rollback import plan, report, rules
 from snapd.rollback.ops import Plan
 from snapd.store import damage, ignored
 from snapd.store.records import Mark
@@ -23,6 +23,7 @@ from snapd.store.records import Mark
 
 @dataclass(frozen=True)
 class Prepared:
+    target: Mark  # what the plan goes to (a revert's: made from ``current``)
     only: tuple[bytes, ...]  # the paths the rollback is limited to (none: everything)
     current: str  # the captured tree (today's rules)
     extras: tuple[bytes, ...]  # left out by today's rules, captured by M's
@@ -64,13 +65,15 @@ def prepare(
 
 
 def _prepare(ws: Workspace, target: Mark, only: Sequence[bytes], force: bool, current: str) -> Prepared:
-    m_rules = rules.rules_at(ws, target)
+    # A revert's made-up target is judged by today's rules, its rule files too: what is
+    # ignored now is never touched, whatever .gitignore the revert puts back.
+    m_rules = ws.rules if report.is_made(target) else rules.rules_at(ws, target)
     extras = rules.left_out(ws, current, target, m_rules)
     if only:
         extras = [p for p in extras if any(at_or_below(p, t) for t in only)]
     held, unreadable = ws.hold(current, extras)
     planned = _plan(ws, held, target, m_rules, only, force, unreadable)
-    return Prepared(tuple(only), current, tuple(extras), held, planned, force)
+    return Prepared(target, tuple(only), current, tuple(extras), held, planned, force)
 
 
 def _plan(

@@ -79,7 +79,7 @@ def effect(target: Mark, plan: Plan) -> dict[str, Any]:
     """What a rollback to ``target`` changes, for people and agents who were not watching: the
     paths it restores (they existed and change back), recreates (they were gone) and deletes
     (they did not exist at ``target``). Recorded in its pre-rollback mark, so an agent's next
-    turn can be told (``daemon.turns``)."""
+    turn can be told (``daemon.turns``); a revert's says what it took back (``revert``)."""
     kinds: dict[str, list[bytes]] = {"restored": [], "recreated": [], "deleted": []}
     for op in plan.ops:
         if op.kind in ("write", "symlink"):
@@ -92,8 +92,33 @@ def effect(target: Mark, plan: Plan) -> dict[str, Any]:
         "undo": target.kind == "pre-rollback",
         "counts": {k: len(v) for k, v in kinds.items()},
     }
+    if target.kind == REVERT:  # no mark of that id: what it took back ("revert of turn M")
+        out[REVERT] = target.message
     out.update({k: [os.fsdecode(p) for p in sorted(v)[:EFFECT_EXAMPLES]] for k, v in kinds.items()})
     return out
+
+
+REVERT = "revert"  # the id, label and kind of a revert's made-up target (snapd.rollback.revert_target)
+
+
+def is_made(target: Mark) -> bool:
+    """Whether ``target`` is made up from the workspace now (a revert's), not a mark."""
+    return target.kind == REVERT
+
+
+def pre_message(target: Mark) -> str:
+    """The message of the pre-rollback mark of a rollback to ``target``."""
+    if is_made(target):
+        return f"before {target.message}"  # "before revert of A..B"
+    return f"before rollback to {target.id} ({target.label})"
+
+
+def pre_note(target: Mark, plan: Plan) -> dict[str, Any]:
+    """What the pre-rollback mark records: the rollback's :func:`effect`, and a revert's spans."""
+    note: dict[str, Any] = {"rollback": effect(target, plan)}
+    if is_made(target):
+        note[REVERT] = target.summary.get(REVERT)
+    return note
 
 
 def result(

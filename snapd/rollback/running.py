@@ -1,4 +1,4 @@
-"""The long operations in flight — restores, rollbacks and undos, and a remote's pushes,
+"""The long operations in flight — restores, rollbacks, undos and reverts, and a remote's pushes,
 verifies and prunes — and how far each has come, for ``status``: a terminal's progress bar
 polls it (as ``watch``'s polls a workspace's baseline ``progress``). One table, one wire form,
 one bar in the CLI, whatever the operation.
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 Progress = Callable[[int, int], None]  # (done, how many in all)
-Op = Literal["restore", "rollback", "undo", "push", "verify", "prune"]
+Op = Literal["restore", "rollback", "undo", "revert", "push", "verify", "prune"]
 
 
 #: The phase an entry shows while its work is counted, by op (default: "writing").

@@ -4,6 +4,7 @@
 // the protocol's gap and restart rule. Every call has a deadline and every socket LINGER=0,
 // as the protocol advises: connecting to a path nobody listens on "succeeds" in ZeroMQ.
 
+const childProcess = require("node:child_process")
 const crypto = require("node:crypto")
 const fs = require("node:fs")
 const net = require("node:net")
@@ -14,6 +15,8 @@ const zmq = require("zeromq")
 const PROTOCOL_VERSION = 1
 const IPC_PATH_MAX = 107
 const DAEMON_TOPIC = Buffer.from([0])
+const LONG_MS = 120000 // ops that capture the workspace first (mark, revert_plan, revert_apply)
+const FORWARDED = ["SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT"] // what run() passes to its command
 
 /** An error reply of the daemon (or a client-side failure named with a protocol code). */
 class SnapdError extends Error {
@@ -177,13 +180,80 @@ class Client {
     }
   }
 
-  /** Mark the workspace holding `cwd` (default: this process's directory) or `workspace`. */
-  mark(label, { workspace, cwd = process.cwd(), message, agent, session } = {}) {
+  /** Mark the workspace holding `cwd` (default: this process's directory) or `workspace`.
+   * `run`: `{argv, exit, signal}`, the command a turn ran (kept in the mark's `summary.run`). */
+  mark(label, { workspace, cwd = process.cwd(), message, agent, session, run } = {}) {
     return this.call("mark", {
-      label, message, agent, session,
+      label, message, agent, session, run,
       cwd: encodePath(cwd),
       workspace: workspace === undefined ? undefined : encodePath(workspace),
-    }, { timeoutMs: Math.max(this.timeoutMs, 120000) })
+    }, { timeoutMs: Math.max(this.timeoutMs, LONG_MS) })
+  }
+
+  /** The plan of a revert (nothing changes): the `rollback_plan` fields plus `revert`. Name
+   * the spans one way: `turn` (a turn-start mark), `session` (+ `since`), or `from` (+ `to`;
+   * none: up to now). A conflict with later changes is a SnapdError `revert_conflict` whose
+   * `details.conflicts` list them with their hunks (unless `conflicts: "markers"`). */
+  revertPlan(opts = {}) {
+    return this.call("revert_plan", revertArgs(opts), { timeoutMs: Math.max(this.timeoutMs, LONG_MS) })
+  }
+
+  /** Plan, ask, apply: `confirm(plan)` (may be async) sees the plan and answers; true applies
+   * exactly that plan (its token). If the workspace changed so that the plan differs, the
+   * new plan is asked about again. Returns the `revert_apply` result, or null when refused.
+   * With `token` (a plan confirmed elsewhere) and no `confirm`: applies that plan or fails
+   * with `plan_changed` (the new plan in `details`). */
+  async revert({ confirm, token, ...opts } = {}) {
+    const args = revertArgs(opts)
+    const apply = (t) => this.call("revert_apply", { ...args, token: t }, { timeoutMs: Math.max(this.timeoutMs, LONG_MS) })
+    if (confirm === undefined) {
+      if (token === undefined) throw new SnapdError("usage", "revert: give a confirm callback, or the token of a plan already confirmed")
+      return apply(token)
+    }
+    let plan = token === undefined ? await this.revertPlan(opts) : null
+    for (;;) {
+      if (plan !== null) {
+        if (!(await confirm(plan))) return null
+        token = plan.plan.token
+      }
+      try {
+        return await apply(token)
+      } catch (err) {
+        if (!(err instanceof SnapdError) || err.code !== "plan_changed") throw err
+        plan = err.details // the workspace changed: this plan was not the one confirmed
+      }
+    }
+  }
+
+  /** Run `argv` as a turn, as `snapctl run` does: a `turn-start` mark, the command (stdio
+   * inherited; SIGINT, SIGTERM, SIGHUP, SIGQUIT sent to this process passed on to it), a
+   * `turn-end` mark; both carry `run: {argv, exit, signal}` (null until it ended), agent "run",
+   * session `run-<random>` unless given, and the command line as their message (after
+   * `label: `). The pair is a turn `revert({turn: start.id})` takes back. Returns `{start, end,
+   * exit, signal, status}`: `status` is the exit status, 128+N when signal N ended it, 127 (not
+   * found) or 126 (not runnable) when it could not start. No daemon: the first mark fails and
+   * the command is not run. */
+  async run(argv, { workspace, cwd = process.cwd(), label, session, agent = "run", stdio = "inherit", env } = {}) {
+    if (!Array.isArray(argv) || argv.length === 0) throw new SnapdError("usage", "run: give the command to run")
+    session = session ?? `run-${crypto.randomBytes(4).toString("hex")}`
+    const line = shellQuote(argv)
+    const marks = { workspace, cwd, agent, session, message: label ? `${label}: ${line}` : line }
+    const start = await this.mark("turn-start", { ...marks, run: { argv, exit: null, signal: null } })
+    const child = childProcess.spawn(argv[0], argv.slice(1), { cwd, stdio, env })
+    const pass = Object.fromEntries(FORWARDED.map((sig) => [sig, () => { child.kill(sig) }]))
+    for (const [sig, fn] of Object.entries(pass)) process.on(sig, fn)
+    let exit, signal
+    try {
+      ({ exit, signal } = await new Promise((resolve) => {
+        child.once("error", (err) => resolve({ exit: err.code === "ENOENT" ? 127 : 126, signal: null }))
+        child.once("exit", (code, sig) => resolve({ exit: code, signal: sig }))
+      }))
+    } finally {
+      for (const [sig, fn] of Object.entries(pass)) process.removeListener(sig, fn)
+    }
+    // The same workspace as the start's, whatever the command did meanwhile.
+    const end = await this.mark("turn-end", { ...marks, workspace: decodePath(start.workspace), run: { argv, exit, signal } })
+    return { start, end, exit, signal, status: signal ? 128 + os.constants.signals[signal] : exit }
   }
 
   /** One page of marks, newest first: `{workspace, marks, more, pruned}`. */
@@ -203,6 +273,23 @@ class Client {
     if (this.socket) this.socket.close()
     this.socket = null
   }
+}
+
+/** `revert_plan` / `revert_apply` arguments from `revertPlan`'s options. */
+function revertArgs({ workspace, cwd = process.cwd(), from, to, turn, session, since, paths, conflicts, force } = {}) {
+  return {
+    from, to, turn, session, since, conflicts, force,
+    paths: paths === undefined ? undefined : paths.map(encodePath),
+    cwd: encodePath(cwd),
+    workspace: workspace === undefined ? undefined : encodePath(workspace),
+  }
+}
+
+/** A command line as a POSIX shell reads it back, word for word as Python's `shlex.join` (so
+ * as snapctl run) writes it: words of safe characters as they are, the others in single
+ * quotes, a single quote inside as '"'"'. */
+function shellQuote(argv) {
+  return argv.map((w) => (/^[A-Za-z0-9_@%+=:,./-]+$/.test(w) ? w : `'${w.replace(/'/g, `'"'"'`)}'`)).join(" ")
 }
 
 // -- events ("Events") ------------------------------------------------------------------------
@@ -268,5 +355,6 @@ class Events {
 }
 
 module.exports = {
-  Client, Events, Sequencer, SnapdError, findEndpoint, encodePath, decodePath, parseJSON, stringifyJSON, PROTOCOL_VERSION,
+  Client, Events, Sequencer, SnapdError, findEndpoint, encodePath, decodePath, parseJSON, stringifyJSON, shellQuote,
+  PROTOCOL_VERSION,
 }

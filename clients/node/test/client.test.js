@@ -3,14 +3,17 @@
 // workspace (SNAPD_TEST_WORKSPACE) and runs `node --test` here. Nothing is mocked.
 
 const assert = require("node:assert/strict")
+const childProcess = require("node:child_process")
+const crypto = require("node:crypto")
 const fs = require("node:fs")
 const path = require("node:path")
 const { test } = require("node:test")
 const {
-  Client, Events, Sequencer, SnapdError, encodePath, decodePath, findEndpoint, parseJSON, stringifyJSON,
+  Client, Events, Sequencer, SnapdError, encodePath, decodePath, findEndpoint, parseJSON, stringifyJSON, shellQuote,
 } = require("../lib/snapd")
 
 const WS = process.env.SNAPD_TEST_WORKSPACE
+const BIN = path.join(__dirname, "..", "bin", "snapd-node.js")
 
 function needDaemon() {
   if (!process.env.SNAPD_HOME || !WS) {
@@ -173,4 +176,206 @@ test("the gap and restart rule", () => {
   assert.deepEqual(s.check(ev("a", 7)), [{ notice: "gap", workspace: "/w", lost: 2, first_missing: 5 }])
   assert.deepEqual(s.check(ev("b", 1)), [{ notice: "restart", old_instance: "a", new_instance: "b" }])
   assert.deepEqual(s.check(ev("b", 2)), [])
+})
+
+/** Poll `fn` until it returns something truthy, or fail after `ms` saying what was awaited. */
+async function until(fn, ms, what) {
+  const deadline = Date.now() + ms
+  for (;;) {
+    const got = await fn()
+    if (got) return got
+    if (Date.now() > deadline) assert.fail(`no ${what} within ${ms} ms`)
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  }
+}
+
+const numbered = (n, edits = {}) => Array.from({ length: n }, (_, i) => edits[i + 1] ?? `line ${i + 1}`).join("\n") + "\n"
+
+test("reverts one turn, after asking, keeping a later edit of the same file (merged)", async () => {
+  needDaemon()
+  const client = new Client()
+  const t = path.join(WS, "turned.txt")
+  const made = path.join(WS, "made-in-turn.txt")
+  try {
+    fs.writeFileSync(t, numbered(10))
+    const session = `node-rv-${crypto.randomBytes(3).toString("hex")}`
+    const start = await client.mark("turn-start", { workspace: WS, agent: "node-rv", session })
+    fs.writeFileSync(t, numbered(10, { 2: "changed by the turn" }))
+    fs.writeFileSync(made, "made by the turn\n")
+    await client.mark("turn-end", { workspace: WS, agent: "node-rv", session })
+    fs.writeFileSync(t, numbered(10, { 2: "changed by the turn", 9: "changed later" }))
+
+    const plan = await client.revertPlan({ workspace: WS, turn: start.id })
+    assert.equal(plan.revert.spans[0].from.id, start.id)
+    assert.deepEqual(plan.revert.merged, ["turned.txt"])
+    assert.match(plan.plan.token, /^[0-9a-f]{32}$/)
+    assert.ok(plan.plan.ops.some((op) => op.kind === "remove" && op.path === "made-in-turn.txt"), stringifyJSON(plan.plan.ops))
+
+    const seen = []
+    assert.equal(await client.revert({ workspace: WS, turn: start.id, confirm: (p) => { seen.push(p); return false } }), null)
+    assert.equal(seen.length, 1)
+    assert.deepEqual(seen[0].plan.ops, plan.plan.ops)
+    assert.ok(fs.existsSync(made), "refused, yet the revert wrote")
+
+    // What was confirmed is what runs: the file changes again while the plan is shown, so the
+    // apply with that plan's token is refused and the new plan is asked about.
+    const asked = []
+    const res = await client.revert({
+      workspace: WS, turn: start.id, confirm: async (p) => {
+        asked.push(p)
+        if (asked.length === 1) fs.writeFileSync(t, numbered(10, { 2: "changed by the turn", 6: "changed while asked", 9: "changed later" }))
+        return true
+      },
+    })
+    assert.equal(asked.length, 2)
+    assert.notEqual(asked[1].plan.token, asked[0].plan.token)
+    assert.deepEqual(asked[1].revert.merged, ["turned.txt"])
+    assert.match(res.pre_rollback, /^[0-9a-z]+$/)
+    assert.equal(res.ok, true)
+    assert.deepEqual(res.revert.merged, ["turned.txt"])
+    assert.equal(fs.readFileSync(t, "utf8"), numbered(10, { 6: "changed while asked", 9: "changed later" }))
+    assert.ok(!fs.existsSync(made))
+  } finally {
+    client.close()
+  }
+})
+
+test("later overlapping edits: revert_conflict with the hunks, nothing asked or written; --markers writes them", async () => {
+  needDaemon()
+  const client = new Client()
+  const c = path.join(WS, "clash.txt")
+  const blob = path.join(WS, "clash.bin")
+  try {
+    fs.writeFileSync(c, numbered(6))
+    fs.writeFileSync(blob, Buffer.from([0, 1, 2]))
+    const session = `node-rv-${crypto.randomBytes(3).toString("hex")}`
+    const start = await client.mark("turn-start", { workspace: WS, agent: "node-rv", session })
+    fs.writeFileSync(c, numbered(6, { 4: "the turn's line 4" }))
+    fs.writeFileSync(blob, Buffer.from([0, 1, 2, 3]))
+    await client.mark("turn-end", { workspace: WS, agent: "node-rv", session })
+    const later = numbered(6, { 4: "the user's line 4" })
+    fs.writeFileSync(c, later)
+    fs.writeFileSync(blob, Buffer.from([0, 1, 2, 3, 4]))
+    const before = (await client.log({ workspace: WS, limit: 1 })).marks[0].id
+
+    await assert.rejects(client.revertPlan({ workspace: WS, turn: start.id }), (err) => {
+      assert.ok(err instanceof SnapdError)
+      assert.equal(err.code, "revert_conflict")
+      assert.deepEqual(err.details.conflicts.map((x) => x.path).sort(), ["clash.bin", "clash.txt"])
+      const x = err.details.conflicts.find((x) => x.path === "clash.txt")
+      const [h] = x.hunks
+      assert.equal(h.line, 4)
+      assert.deepEqual([h.base, h.ours, h.theirs].map((lines) => lines.join("")),
+        ["the turn's line 4\n", "the user's line 4\n", "line 4\n"])
+      assert.deepEqual(err.details.conflicts.find((x) => x.path === "clash.bin").hunks, [])
+      return true
+    })
+    let asked = 0
+    await assert.rejects(client.revert({ workspace: WS, turn: start.id, confirm: () => { asked++; return true } }),
+      (err) => err.code === "revert_conflict")
+    assert.equal(asked, 0)
+    const revert = (...flags) => childProcess.spawnSync(process.execPath, [BIN, "revert", "--turn", start.id, "-w", WS, ...flags],
+      { encoding: "utf8" })
+    const refused = revert("--yes")
+    assert.equal(refused.status, 1, refused.stderr)
+    assert.match(refused.stderr, /revert_conflict: .*\n {2}conflict: clash\.(bin|txt): /)
+    assert.equal(fs.readFileSync(c, "utf8"), later)
+    assert.equal((await client.log({ workspace: WS, limit: 1 })).marks[0].id, before) // no pre-rollback mark
+
+    // --markers: the text conflict written with markers, the binary one left (so exit 10).
+    const marked = revert("--markers", "--yes")
+    assert.equal(marked.status, 10, marked.stderr)
+    const done = parseJSON(marked.stdout.trim().split("\n")[1])
+    assert.deepEqual(done.revert.markers, ["clash.txt"])
+    assert.deepEqual(done.kept.map((k) => k.path), ["clash.bin"])
+    assert.match(fs.readFileSync(c, "utf8"), /^<<<<<<< now\nthe user's line 4\n\|{7} .*\nthe turn's line 4\n=======\nline 4\n>>>>>>> /m)
+    assert.deepEqual(fs.readFileSync(blob), Buffer.from([0, 1, 2, 3, 4]))
+  } finally {
+    client.close()
+  }
+})
+
+test("snapd-node revert: --dry-run prints the plan and changes nothing; --yes applies the plan it printed", async () => {
+  needDaemon()
+  const client = new Client()
+  const f = path.join(WS, "made-for-the-command.txt")
+  try {
+    const session = `node-rv-${crypto.randomBytes(3).toString("hex")}`
+    const start = await client.mark("turn-start", { workspace: WS, agent: "node-rv", session })
+    fs.writeFileSync(f, "made\n")
+    await client.mark("turn-end", { workspace: WS, agent: "node-rv", session })
+    const revert = (...flags) => childProcess.spawnSync(process.execPath, [BIN, "revert", "--turn", start.id, "-w", WS, ...flags],
+      { encoding: "utf8" })
+    const dry = revert("--dry-run")
+    assert.equal(dry.status, 0, dry.stderr)
+    assert.deepEqual(parseJSON(dry.stdout).lines, ["delete made-for-the-command.txt"])
+    assert.ok(fs.existsSync(f))
+    const yes = revert("--yes")
+    assert.equal(yes.status, 0, yes.stderr)
+    const [shown, done] = yes.stdout.trim().split("\n").map(parseJSON)
+    assert.equal(done.plan.token, shown.plan.token)
+    assert.match(done.pre_rollback, /^[0-9a-z]+$/)
+    assert.ok(!fs.existsSync(f))
+  } finally {
+    client.close()
+  }
+})
+
+test("run: a turn around the command, its exit status and argv in the turn-end mark; reverted as a turn", async () => {
+  needDaemon()
+  const client = new Client()
+  const argv = ["sh", "-c", "echo ran > ran-by-node.txt; exit 3", "it's"]
+  try {
+    const r = await client.run(argv, { workspace: WS, cwd: WS, label: "node-run", stdio: "ignore" })
+    assert.equal(r.status, 3)
+    assert.equal(r.exit, 3)
+    assert.equal(r.signal, null)
+    assert.equal(r.start.label, "turn-start")
+    assert.equal(r.end.label, "turn-end")
+    assert.equal(r.start.agent, "run")
+    assert.match(r.start.session, /^run-[0-9a-f]{8}$/)
+    assert.equal(r.end.session, r.start.session)
+    assert.equal(r.start.message, `node-run: ${shellQuote(argv)}`)
+    assert.equal(r.start.message, `node-run: sh -c 'echo ran > ran-by-node.txt; exit 3' 'it'"'"'s'`) // shlex.join's
+    assert.deepEqual(r.start.summary.run, { argv, exit: null, signal: null })
+    assert.deepEqual(r.end.summary.run, { argv, exit: 3, signal: null })
+    assert.deepEqual(r.end.summary.examples.added, ["ran-by-node.txt"])
+    const res = await client.revert({ workspace: WS, turn: r.start.id, confirm: () => true })
+    assert.ok(res.pre_rollback)
+    assert.ok(!fs.existsSync(path.join(WS, "ran-by-node.txt")))
+    // A command that cannot start: 127, as a shell says, and the turn is closed all the same.
+    const lost = await client.run(["no-such-command-for-node"], { workspace: WS, stdio: "ignore" })
+    assert.equal(lost.status, 127)
+    assert.deepEqual(lost.end.summary.run, { argv: ["no-such-command-for-node"], exit: 127, signal: null })
+  } finally {
+    client.close()
+  }
+})
+
+test("run passes a signal on to the command and exits 128+N; the turn-end mark says which", async () => {
+  needDaemon()
+  const client = new Client()
+  const session = `node-sig-${crypto.randomBytes(3).toString("hex")}`
+  const proc = childProcess.spawn(process.execPath, [BIN, "run", "-w", WS, "--session", session, "--", "sleep", "60"],
+    { stdio: ["ignore", "ignore", "pipe"] })
+  const exited = new Promise((resolve) => proc.once("exit", (code, signal) => resolve({ code, signal })))
+  try {
+    // The command runs once a child `sleep` of the command's process is there.
+    await until(() => fs.readdirSync("/proc").filter((d) => /^[0-9]+$/.test(d)).some((d) => {
+      try {
+        const stat = fs.readFileSync(`/proc/${d}/stat`, "utf8")
+        return stat.includes("(sleep)") && Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]) === proc.pid
+      } catch { return false }
+    }), 20000, "sleep started by snapd-node run")
+    proc.kill("SIGTERM")
+    const { code, signal } = await exited
+    assert.equal(signal, null, "snapd-node itself was killed: it did not pass the signal on")
+    assert.equal(code, 128 + 15)
+    const marks = (await client.log({ workspace: WS, session, limit: 5 })).marks
+    assert.deepEqual(marks.map((m) => m.label), ["turn-end", "turn-start"])
+    assert.deepEqual(marks[0].summary.run, { argv: ["sleep", "60"], exit: null, signal: "SIGTERM" })
+  } finally {
+    proc.kill("SIGKILL")
+    client.close()
+  }
 })

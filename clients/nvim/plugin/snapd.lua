@@ -32,6 +32,17 @@ cmd("SnapdRestore", function(o)
     snapd.rollback(root, o.args, { path }, "restore " .. path .. " to " .. o.args)
   end
 end, { nargs = 1, desc = "snapd: restore this file to a mark or a time (@10m…) (plan, confirm)" })
+cmd("SnapdRevert", function(o)
+  if o.args == "" then
+    require("snapd.timeline").revert_here()
+    return
+  end
+  local snapd = require("snapd")
+  local root = snapd.current_root()
+  if root then
+    snapd.revert(root, o.args)
+  end
+end, { nargs = "?", desc = "snapd: revert the turn on this timeline line (or that turn-start MARK): plan, confirm" })
 cmd("SnapdUndo", function()
   require("snapd").undo()
 end, { desc = "snapd: undo the last rollback (plan, confirm)" })

@@ -35,12 +35,15 @@ class MarkOps:
         register: bool = True,
         late_after_s: float | None = None,
         interrupted: bool = False,
+        run: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """A mark; ``register=False``: only in a workspace already watched. With a ``session``,
         the reply also says what happened since the session's previous mark (:mod:`.turns`).
         ``late_after_s``: the caller stops waiting after this long; a mark taken later (behind
         a baseline) is flagged ``late``. ``interrupted``: a ``turn-end`` the user's interrupt
-        ended (the session's open turn is recorded as interrupted)."""
+        ended (the session's open turn is recorded as interrupted). ``run``: the command
+        ``snapctl run`` wraps in a turn (``argv``; ``exit`` and ``signal`` once it ended), kept
+        in the summary for ``log`` and ``show``."""
         validate_label(label)
         started = time.monotonic()
         ws, _ = self.registry.find(workspace, cwd, register=register)
@@ -49,6 +52,8 @@ class MarkOps:
         note = turns.interrupted_note(label, previous, interrupted)
         if late_after_s is not None and time.monotonic() - started > late_after_s:
             note["late"] = True
+        if run is not None:
+            note["run"] = run
         mark = ws.mark(label, message=message, agent=agent, session=session, note=note)
         self.marked()
         out = mark_json(mark, ws.root)

@@ -71,6 +71,25 @@ function M.follow(root, on_event)
   })
 end
 
+--- Text a person reads, with control characters as \xNN (a label, a message, a file name
+--- may hold a newline or an escape sequence; a buffer line holds no newline).
+function M.shown(text)
+  return (M.text(text):gsub("%c", function(c)
+    return string.format("\\x%02x", c:byte())
+  end))
+end
+
+--- A path from a reply (a string, or {b64 = …} when its bytes are not UTF-8) as text, as
+--- `shown` says (in a b64 path, every byte past ASCII as \xNN too).
+function M.path(p)
+  if type(p) == "table" and type(p.b64) == "string" then
+    return (vim.base64.decode(p.b64):gsub("[%c\128-\255]", function(c)
+      return string.format("\\x%02x", c:byte())
+    end))
+  end
+  return M.shown(p)
+end
+
 --- A JSON value as text: null (vim.NIL) and nil as "".
 function M.text(v)
   if v == nil or v == vim.NIL then

@@ -1,10 +1,11 @@
 -- snapd for Neovim: a timeline of the workspace's marks that follows the daemon's events,
--- per-file history with diffs, restore and rollback with the plan shown and confirmed, undo,
--- and an optional mark on save. Everything goes through `snapctl --json` (snapd/cli.lua).
+-- per-file history with diffs, restore, rollback and the revert of one turn with the plan
+-- shown and confirmed, undo, and an optional mark on save. Everything goes through
+-- `snapctl --json` (snapd/cli.lua).
 --
--- "What you confirmed is what runs": a rollback is planned (--dry-run), the plan is shown in a
--- buffer and confirmed, then applied with that plan's token (--plan-token); if the workspace
--- changed so that the plan differs, the new plan is shown and confirmed again.
+-- "What you confirmed is what runs": a rollback (or revert) is planned (--dry-run), the plan
+-- is shown in a buffer and confirmed, then applied with that plan's token (--plan-token); if
+-- the workspace changed so that the plan differs, the new plan is shown and confirmed again.
 local cli = require("snapd.cli")
 
 local M = {}
@@ -65,7 +66,21 @@ local function plan_lines(title, plan)
   end
   vim.list_extend(lines, plan.lines or {})
   for _, k in ipairs((plan.plan or {}).kept or {}) do
-    table.insert(lines, "kept: " .. cli.text(k.path) .. ": " .. cli.text(k.reason))
+    table.insert(lines, "kept: " .. cli.path(k.path) .. ": " .. cli.text(k.reason))
+  end
+  local revert = type(plan.revert) == "table" and plan.revert or {}
+  for _, p in ipairs(revert.merged or {}) do
+    table.insert(lines, "merged with later changes: " .. cli.path(p))
+  end
+  for _, k in ipairs(revert.keeps or {}) do
+    table.insert(lines, "keeps: " .. cli.path(k.path) .. ": " .. cli.text(k.reason))
+  end
+  for _, x in ipairs(revert.sessions_kept or {}) do
+    local agent = cli.text(x.agent) ~= "" and (" (" .. cli.text(x.agent) .. ")") or ""
+    table.insert(lines, "keeps the later changes of session " .. cli.text(x.session) .. agent)
+  end
+  for _, p in ipairs(revert.markers or {}) do
+    table.insert(lines, "conflict markers written into: " .. cli.path(p))
   end
   for _, w in ipairs(plan.warnings or {}) do
     table.insert(lines, "warning: " .. w)
@@ -128,21 +143,75 @@ local function unsaved_under(root)
   end
 end
 
+--- The conflicts a revert was refused for, with their hunks, in the snapd://conflicts buffer.
+function M.show_conflicts(title, conflicts)
+  local lines = { title .. ": refused, nothing changed", "" }
+  local function side(name, texts)
+    for i, t in ipairs(texts or {}) do
+      -- one buffer line per line of the file: its line ending is not part of it
+      table.insert(lines, string.format("    %-16s %s", i == 1 and name or "", (cli.text(t):gsub("\r?\n$", ""):gsub("\n", "\\n"))))
+    end
+    if #(texts or {}) == 0 then
+      table.insert(lines, string.format("    %-16s (no lines)", name))
+    end
+  end
+  for _, c in ipairs(conflicts) do
+    table.insert(lines, "conflict: " .. cli.path(c.path) .. ": " .. cli.text(c.reason))
+    for _, h in ipairs(c.hunks or {}) do
+      table.insert(lines, "  at line " .. cli.text(h.line) .. " of the file now:")
+      side("now:", h.ours)
+      side("after the turn:", h.base)
+      side("before it:", h.theirs)
+    end
+  end
+  local buf = vim.fn.bufnr("snapd://conflicts")
+  if buf == -1 then
+    buf = vim.api.nvim_create_buf(false, true)
+    vim.api.nvim_buf_set_name(buf, "snapd://conflicts")
+  end
+  vim.bo[buf].modifiable = true
+  vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
+  vim.bo[buf].modifiable = false
+  if vim.fn.bufwinid(buf) == -1 then
+    vim.cmd("botright split")
+    vim.api.nvim_win_set_buf(0, buf)
+    vim.cmd("wincmd p")
+  end
+  return buf
+end
+
 --- Plan, show, confirm, apply: `rollback --to target` (or undo when target is nil), limited to
 --- `paths` when given. Returns the result, or nil when nothing was applied.
 function M.rollback(root, target, paths, title)
+  local base = target and { "rollback", "-w", root, "--to", target } or { "undo", "-w", root }
+  title = title or (target and ("roll " .. root .. " back to " .. target) or ("undo the last rollback of " .. root))
+  return M.planned(root, base, paths, title, "rolled back")
+end
+
+--- Revert the turn that `mark` (a turn-start mark's id) began: take back what the turn changed,
+--- keep everything changed since. Plan, show, confirm, apply; a conflict with a later change
+--- refuses the whole revert, and the conflicts are listed in snapd://conflicts.
+function M.revert(root, mark, title)
+  title = title or ("revert the turn " .. mark .. " in " .. root)
+  return M.planned(root, { "revert", "-w", root, "--turn", mark }, nil, title, "reverted")
+end
+
+--- The one plan → show → confirm → apply flow: `base` is the snapctl command without
+--- --dry-run / -y; `done` says what happened ("rolled back"). Returns the result, or nil.
+function M.planned(root, base, paths, title, done)
   local dirty = unsaved_under(root)
   if dirty then
     notify("save or discard the changes to " .. dirty .. " first", vim.log.levels.WARN)
     return nil
   end
-  local base = target and { "rollback", "-w", root, "--to", target } or { "undo", "-w", root }
-  local plan, err = cli.run(vim.list_extend(vim.deepcopy(base), { "--dry-run" }), paths)
+  local plan, err, e = cli.run(vim.list_extend(vim.deepcopy(base), { "--dry-run" }), paths)
   if not plan then
+    if e and e.code == "revert_conflict" and type(e.details) == "table" then
+      M.show_conflicts(title, e.details.conflicts or {})
+    end
     notify(err, vim.log.levels.ERROR)
     return nil
   end
-  title = title or (target and ("roll " .. root .. " back to " .. target) or ("undo the last rollback of " .. root))
   while true do
     M.show_plan(plan_lines(title, plan))
     if #(plan.lines or {}) == 0 then
@@ -159,12 +228,21 @@ function M.rollback(root, target, paths, title)
     if res then
       close_plan()
       M.reload(root)
-      local how = res.ok and "done" or "done, with paths left as they were (see :messages)"
+      local how = res.ok and done or (done .. ", with paths left as they were (see :messages)")
       notify(string.format("%s: %d path(s) changed; undo returns to %s", how, res.applied or 0, cli.text(res.pre_rollback)))
       for _, x in ipairs(vim.list_extend(vim.deepcopy(res.conflicts or {}), res.kept or {})) do
-        notify("left: " .. cli.text(x.path) .. ": " .. cli.text(x.reason), vim.log.levels.WARN)
+        notify("left: " .. cli.path(x.path) .. ": " .. cli.text(x.reason), vim.log.levels.WARN)
+      end
+      for _, p in ipairs(type(res.revert) == "table" and res.revert.markers or {}) do
+        notify("conflict markers in " .. cli.path(p), vim.log.levels.WARN)
       end
       return res
+    end
+    if e and e.code == "revert_conflict" and type(e.details) == "table" then
+      close_plan() -- it changed since the plan, and now clashes: nothing was written
+      M.show_conflicts(title, e.details.conflicts or {})
+      notify(msg, vim.log.levels.ERROR)
+      return nil
     end
     if not (e and e.code == "plan_changed" and type(e.details) == "table") then
       notify(msg, vim.log.levels.ERROR)

@@ -1,7 +1,8 @@
 -- The timeline: a buffer per workspace listing its marks, newest first (id, time, label,
 -- agent, files changed), kept current by `snapctl events`: any event of the workspace (a mark,
--- a rollback, an undo; a gap or a restart notice too) re-reads the log, so a lost event can
--- never leave it stale for longer than the next one.
+-- a rollback, a revert, an undo; a gap or a restart notice too) re-reads the log, so a lost
+-- event can never leave it stale for longer than the next one. On a `turn-start` line, `R`
+-- (or :SnapdRevert) reverts that turn.
 local cli = require("snapd.cli")
 local snapd = require("snapd")
 
@@ -22,10 +23,25 @@ local function changed(m)
   return tostring(s.changed) .. " changed"
 end
 
+--- What a `snapctl run` turn ran (its marks carry `summary.run`), and how it ended.
+local function ran(m)
+  local r = type(m.summary) == "table" and m.summary.run
+  if type(r) ~= "table" then
+    return ""
+  end
+  local ended = ""
+  if cli.text(r.signal) ~= "" then
+    ended = " → " .. cli.shown(r.signal)
+  elseif cli.text(r.exit) ~= "" then
+    ended = " → exit " .. cli.text(r.exit)
+  end
+  return "  $ " .. cli.shown(m.message) .. ended
+end
+
 local function line(m)
   local label = cli.text(m.label)
-  return string.format("%s  %s  %-24s %-10s %s", m.id, os.date("%Y-%m-%d %H:%M:%S", math.floor(m.created)),
-    label, cli.text(m.agent) ~= "" and cli.text(m.agent) or "-", changed(m))
+  return string.format("%s  %s  %-24s %-10s %s%s", m.id, os.date("%Y-%m-%d %H:%M:%S", math.floor(m.created)),
+    label, cli.text(m.agent) ~= "" and cli.text(m.agent) or "-", changed(m), ran(m))
 end
 
 --- Re-read the log of `root` into its timeline buffer (if one is open).
@@ -40,7 +56,7 @@ function M.refresh(root)
     return
   end
   local lines = {
-    "snapd timeline of " .. root .. "   <CR> roll back to the mark · u undo · r refresh · q close",
+    "snapd timeline of " .. root .. "   <CR> roll back to the mark · R revert the turn · u undo · r refresh · q close",
     string.rep("-", 60),
   }
   for _, m in ipairs(page.marks) do
@@ -50,7 +66,7 @@ function M.refresh(root)
     table.insert(lines, string.format("… %d older mark(s)", page.more))
   end
   vim.b[buf].snapd_marks = vim.tbl_map(function(m)
-    return { id = m.id, label = cli.text(m.label) }
+    return { id = m.id, label = cli.text(m.label), session = cli.text(m.session) }
   end, page.marks)
   vim.bo[buf].modifiable = true
   vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
@@ -60,6 +76,19 @@ end
 local function mark_under_cursor()
   local marks = vim.b.snapd_marks or {}
   return marks[vim.api.nvim_win_get_cursor(0)[1] - HEADER]
+end
+
+--- Revert the turn on the cursor's line of the timeline (the daemon refuses a mark that is
+--- not a `turn-start`, saying so).
+function M.revert_here()
+  local root = vim.b.snapd_root
+  local m = root and vim.bo.filetype == "snapd-timeline" and mark_under_cursor()
+  if not m then
+    snapd.notify("put the cursor on a turn-start line of :SnapdTimeline (or give :SnapdRevert a mark)", vim.log.levels.WARN)
+    return nil
+  end
+  local who = m.session ~= "" and (" of session " .. m.session) or ""
+  return snapd.revert(root, m.id, "revert the turn " .. m.id .. who .. " in " .. root)
 end
 
 --- End every `snapctl events` this Neovim started (also on exit: they would outlive it).
@@ -119,6 +148,7 @@ function M.open()
         snapd.rollback(root, m.id, nil, "roll " .. root .. " back to " .. m.id .. " (" .. m.label .. ")")
       end
     end)
+    map("R", M.revert_here)
     map("u", function()
       snapd.undo(root)
     end)
