@@ -136,6 +136,30 @@ def test_rollback_shows_the_plan_applies_it_on_y_and_undo_returns(ws: Path, daem
     run(scenario)
 
 
+def test_a_plan_that_changed_before_y_is_shown_again_not_applied(ws: Path, daemon: Daemon) -> None:
+    write(ws / "a.txt", "v1\n")
+    mark(daemon, ws, "first")
+    write(ws / "a.txt", "v2\n")
+
+    async def scenario() -> None:
+        app = Timeline(Source(daemon.env, str(ws)), live=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.shown_rows, "the timeline loaded")
+            await pilot.press("r")
+            await until(pilot, lambda: isinstance(app.screen, PlanScreen), "the plan shown")
+            assert "new.txt" not in text_of(app, "#plan-lines")
+            write(ws / "new.txt", "made after the plan was shown\n")
+            await pilot.press("y")  # the shown plan's token no longer matches: asked again
+            await until(pilot, lambda: "plan changed" in text_of(app, "#question"), "asked again")
+            assert "new.txt" in text_of(app, "#plan-lines")
+            assert (ws / "a.txt").read_text() == "v2\n" and (ws / "new.txt").exists()
+            await pilot.press("y")
+            await until(pilot, lambda: not (ws / "new.txt").exists(), "the new plan applied")
+            assert (ws / "a.txt").read_text() == "v1\n"
+
+    run(scenario)
+
+
 def test_v_reverts_the_selected_turn_keeping_a_later_edit(ws: Path, daemon: Daemon) -> None:
     write(ws / "f.txt", lines10())
     mark(daemon, ws, "before")
@@ -218,6 +242,39 @@ def test_restore_one_file_from_its_diff(ws: Path, daemon: Daemon) -> None:
             assert (ws / "b.txt").read_text() == "b2\n"
 
     run(scenario)
+
+
+def test_history_and_the_filter(ws: Path, daemon: Daemon) -> None:
+    write(ws / "a.txt", "1\n")
+    mark(daemon, ws, "one")
+    write(ws / "a.txt", "2\n")
+    turn(daemon, ws, "s9", lambda: write(ws / "a.txt", "3\n"))
+
+    async def scenario() -> None:
+        app = Timeline(Source(daemon.env, str(ws)), live=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: len(app.shown_rows) == 3, "the timeline loaded")
+            await pilot.press("slash", "s", "9")  # only the rows of session s9
+            await until(pilot, lambda: [r.label for r in app.shown_rows] == ["turn"], "filtered to the turn")
+            await pilot.press("escape")
+            await until(pilot, lambda: len(app.shown_rows) == 3, "the filter cleared")
+            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, FilesScreen), "the turn's files")
+            await pilot.press("h")
+            await until(pilot, lambda: app.screen.id == "history", "a.txt's history")
+            body = text_of(app, "#body")
+            assert body.count("modified") >= 2 and "s9 (claude)" in body, body
+
+    run(scenario)
+
+
+def test_no_color_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NO_COLOR (no-color.org): the app draws in monochrome (Textual's filter, kept on)."""
+    from textual.filter import Monochrome
+
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = Timeline(Source({}, "/"), live=False)
+    assert app.no_color and any(isinstance(f, Monochrome) for f in app._filters)
 
 
 # -- the timeline, pure ----------------------------------------------------------------------

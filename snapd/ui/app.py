@@ -37,6 +37,7 @@ from snapd.ui.timeline import Row, filtered, group
 
 CSS = """
 #heading { height: auto; padding: 0 1; }
+#body { padding: 0 1; }
 #filter { display: none; }
 #filter.shown { display: block; }
 #timeline, #files { height: 1fr; }
