@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_helpers import Daemon, write
+from e2e_helpers import Daemon, Pty, write
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -266,6 +266,39 @@ def test_history_and_the_filter(ws: Path, daemon: Daemon) -> None:
             assert body.count("modified") >= 2 and "s9 (claude)" in body, body
 
     run(scenario)
+
+
+def test_snapctl_ui_in_a_real_terminal_draws_the_timeline_and_q_quits(ws: Path, daemon: Daemon) -> None:
+    """The command itself, in a pseudo-terminal (as over SSH: no mouse needed): it draws the
+    workspace's marks, and q ends it with exit 0."""
+    mark(daemon, ws, "seen-in-a-pty")
+    env = {**daemon.env, "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "30"}
+    term = Pty(env, "ui", "-w", ws, cwd=ws)
+    try:
+        term.read_until(b"seen-in-a-pty")
+        term.send(b"q")
+        assert term.finish() == 0
+    finally:
+        if term.proc.poll() is None:
+            term.proc.kill()
+            term.proc.wait(10)
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (("--port", "8080"), "--port and --host go with --web"),
+    (("--json",), "--json goes with --web"),
+    ((), "needs a terminal"),
+])
+def test_snapctl_ui_refuses_what_it_cannot_do(ws: Path, daemon: Daemon, argv: tuple[str, ...], says: str,
+                                              ) -> None:
+    cp = daemon.ctl("ui", "-w", ws, *argv, check=False)
+    assert cp.returncode == 2 and says in (cp.stderr + cp.stdout).decode(), cp
+
+
+def test_snapctl_ui_outside_a_workspace_fails_at_once(tmp_path: Path, daemon: Daemon) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    cp = daemon.ctl("ui", "-w", tmp_path / "elsewhere", check=False)
+    assert cp.returncode == 6 and b"workspace" in cp.stderr, cp
 
 
 def test_no_color_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
