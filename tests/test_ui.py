@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 pytest.importorskip("textual", reason="the ui extra is not installed: pip install -e '.[ui]'")
 
 from textual.pilot import Pilot  # noqa: E402
-from textual.widgets import Static  # noqa: E402
+from textual.widgets import DataTable, Static  # noqa: E402
 
 from snapd.ui.app import Timeline  # noqa: E402
 from snapd.ui.screens import FilesScreen, MessageScreen, PlanScreen, TextScreen  # noqa: E402
@@ -299,6 +299,27 @@ def test_snapctl_ui_outside_a_workspace_fails_at_once(tmp_path: Path, daemon: Da
     (tmp_path / "elsewhere").mkdir()
     cp = daemon.ctl("ui", "-w", tmp_path / "elsewhere", check=False)
     assert cp.returncode == 6 and b"workspace" in cp.stderr, cp
+
+
+def test_names_are_shown_escaped_never_as_markup_or_terminal_codes(ws: Path, daemon: Daemon) -> None:
+    hostile = "\x1b]0;owned\x07[red]x[/red]"
+    write(ws / "[b]x.txt", "x\n")
+    mark(daemon, ws, "odd", agent=hostile, session=hostile)
+
+    async def scenario() -> None:
+        app = Timeline(Source(daemon.env, str(ws)), live=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.shown_rows, "the timeline loaded")
+            table = app.main.query_one("#timeline", DataTable)
+            cells = [str(c) for c in table.get_row_at(0)]
+            assert cells[2] == cells[3] == "\\x1b]0;owned\\x07[red]x[/red]", cells
+            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, FilesScreen), "its files")
+            await pilot.press("enter")
+            await until(pilot, lambda: app.screen.id == "diff", "the diff of [b]x.txt")
+            assert "diff of [b]x.txt" in text_of(app, "#heading")
+
+    run(scenario)
 
 
 def test_no_color_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:

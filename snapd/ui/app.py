@@ -22,6 +22,7 @@ from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
 
@@ -138,9 +139,13 @@ class Timeline(App[None]):
             self.source.follow(tell, self.subscribed)
         except SnapdError as exc:
             try:
-                self.call_from_thread(self.notify, shown(f"live updates stopped: {exc}"), severity="warning")
+                self.call_from_thread(self.say, f"live updates stopped: {exc}", "warning")
             except RuntimeError:
                 pass
+
+    def say(self, text: str, severity: SeverityLevel = "information") -> None:
+        """A line for the user, escaped and never read as markup (a path may hold ``[``)."""
+        self.notify(shown(text), severity=severity, timeout=10, markup=False)
 
     # -- keys --------------------------------------------------------------------------------
 
@@ -176,7 +181,7 @@ class Timeline(App[None]):
         try:
             reply = await asyncio.to_thread(self.source.files, row.span)
         except SnapdError as exc:
-            self.notify(shown(str(exc)), severity="error")
+            self.say(str(exc), "error")
             return
         changed = count(len(reply["files"]), "file")
         title = f"{row.label} {row.mark['id']} ({when(row.created)}): {changed} changed"
@@ -189,7 +194,7 @@ class Timeline(App[None]):
         try:
             reply = await asyncio.to_thread(self.source.diff, row.span, path)
         except SnapdError as exc:
-            self.notify(shown(str(exc)), severity="error")
+            self.say(str(exc), "error")
             return
         start, end = row.span
         title = f"diff of {path_text(path)}: {start} .. {end or 'now'}"
@@ -200,7 +205,7 @@ class Timeline(App[None]):
         try:
             reply = await asyncio.to_thread(self.source.history, path)
         except SnapdError as exc:
-            self.notify(shown(str(exc)), severity="error")
+            self.say(str(exc), "error")
             return
         title = f"history of {path_text(path)}"
         await self.push_screen(TextScreen(title, history_body(reply), path, "history"))
@@ -217,7 +222,7 @@ class Timeline(App[None]):
             return
         row = self.current()
         if not row.is_turn:
-            self.notify("v reverts a turn: select a turn row", severity="warning")
+            self.say("v reverts a turn: select a turn row", "warning")
             return
         self.change(actions.revert(row.first["id"]))
 
@@ -237,12 +242,12 @@ class Timeline(App[None]):
             await self._refused(exc)
             return
         except SnapdError as exc:
-            self.notify(shown(str(exc)), severity="error", timeout=10)
+            self.say(str(exc), "error")
             return
         question = f"apply this {action.what}? y / n"
         while True:
             if not await self.push_screen_wait(PlanScreen(_plan_lines(action, plan), question)):
-                self.notify("nothing changed")
+                self.say("nothing changed")
                 return
             try:
                 result = await asyncio.to_thread(self.source.apply, action, plan["plan"]["token"])
@@ -253,9 +258,9 @@ class Timeline(App[None]):
                 await self._refused(exc)
                 return
             except SnapdError as exc:
-                self.notify(shown(str(exc)), severity="error", timeout=10)
+                self.say(str(exc), "error")
                 return
-        self.notify(shown(_result_line(action, result)), timeout=8)
+        self.say(_result_line(action, result))
         await self.reload()
 
     async def _refused(self, exc: RevertConflict) -> None:
