@@ -218,7 +218,11 @@ def test_a_live_mark_appears_without_a_key(ws: Path, daemon: Daemon) -> None:
             write(ws / "x.txt", "x\n")
             made = await asyncio.to_thread(mark, daemon, ws, "from-outside")
             await until(pilot, lambda: app.shown_rows[0].mark["id"] == made["id"], "the new mark on top")
-            assert app.current().mark["id"] == made["id"] or app.current().label == "baseline"
+            assert app.current().mark["id"] == made["id"]  # the newest was selected: it follows
+            await pilot.press("down")  # a row further down (the baseline) stays selected as marks come
+            await asyncio.to_thread(mark, daemon, ws, "second-from-outside")
+            await until(pilot, lambda: len(app.shown_rows) == 3, "the second one listed")
+            assert app.current().label == "baseline"
 
     run(scenario)
 

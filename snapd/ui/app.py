@@ -113,7 +113,8 @@ class Timeline(App[None]):
 
     def refill(self) -> None:
         table = self.main.query_one("#timeline", DataTable)
-        keep = self.current().key if self.shown_rows and table.row_count else None
+        # The selection stays on its row; on the newest row it follows what comes (as tail -f).
+        keep = self.current().key if self.shown_rows and table.row_count and table.cursor_row else None
         self.shown_rows = filtered(self.rows, self.main.query_one("#filter", Input).value)
         table.clear()
         for row in self.shown_rows:
