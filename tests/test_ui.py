@@ -331,6 +331,19 @@ def test_names_are_shown_escaped_never_as_markup_or_terminal_codes(ws: Path, dae
     run(scenario)
 
 
+def test_enter_on_the_oldest_mark_says_there_is_nothing_before_it(ws: Path, daemon: Daemon) -> None:
+    async def scenario() -> None:
+        app = Timeline(Source(daemon.env, str(ws)), live=False)
+        async with app.run_test(size=SIZE, notifications=True) as pilot:
+            await until(pilot, lambda: app.shown_rows, "the timeline loaded")
+            await pilot.press("enter")  # the baseline, alone
+            said = lambda: [n.message for n in app._notifications]  # noqa: E731
+            await until(pilot, lambda: any("oldest mark" in m for m in said()), "told why there is no diff")
+            assert app.screen is app.main
+
+    run(scenario)
+
+
 def test_no_color_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
     """NO_COLOR (no-color.org): the app draws in monochrome (Textual's filter, kept on)."""
     from textual.filter import Monochrome

@@ -30,7 +30,7 @@ from snapd.cli import revert as revert_text
 from snapd.cli.output import path_text, when
 from snapd.cli.rollback import plan_lines
 from snapd.display import count, shown
-from snapd.errors import PlanChanged, RevertConflict, SnapdError
+from snapd.errors import NotFound, PlanChanged, RevertConflict, SnapdError
 from snapd.ui import source as actions
 from snapd.ui.screens import FilesScreen, MessageScreen, PlanScreen, TextScreen, diff_body, history_body
 from snapd.ui.source import Action, Source
@@ -181,6 +181,11 @@ class Timeline(App[None]):
         self.selected_row = row
         try:
             reply = await asyncio.to_thread(self.source.files, row.span)
+        except NotFound as exc:
+            first = row.state == "mark" and row.key == self.rows[-1].key  # ID~1 of the oldest: none
+            self.say(f"{row.key} is the oldest mark: nothing before it to compare with" if first
+                     else str(exc), "information" if first else "error")
+            return
         except SnapdError as exc:
             self.say(str(exc), "error")
             return
