@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -340,6 +341,28 @@ def test_enter_on_the_oldest_mark_says_there_is_nothing_before_it(ws: Path, daem
             said = lambda: [n.message for n in app._notifications]  # noqa: E731
             await until(pilot, lambda: any("oldest mark" in m for m in said()), "told why there is no diff")
             assert app.screen is app.main
+
+    run(scenario)
+
+
+def test_a_daemon_that_does_not_answer_never_freezes_the_app(ws: Path, daemon: Daemon) -> None:
+    """Requests run in threads: with the daemon stopped (SIGSTOP) mid-request, keys still work."""
+    write(ws / "a.txt", "1\n")
+    mark(daemon, ws, "one")
+
+    async def scenario() -> None:
+        app = Timeline(Source(daemon.env, str(ws)), live=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: len(app.shown_rows) == 2, "the timeline loaded")
+            os.kill(daemon.pid, signal.SIGSTOP)
+            try:
+                await pilot.press("enter")  # asks the stopped daemon for the files: no answer
+                await pilot.press("slash", "z", "z")
+                await until(pilot, lambda: app.shown_rows == [], "the filter applied meanwhile", timeout=10)
+                assert app.screen is app.main
+            finally:
+                os.kill(daemon.pid, signal.SIGCONT)
+            await until(pilot, lambda: isinstance(app.screen, FilesScreen), "the answer shown once it came")
 
     run(scenario)
 
