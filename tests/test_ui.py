@@ -367,6 +367,28 @@ def test_a_daemon_that_does_not_answer_never_freezes_the_app(ws: Path, daemon: D
     run(scenario)
 
 
+class _Unfocused(Timeline):
+    """An app that starts without the terminal's focus (a browser page blurs it first)."""
+
+    def on_load(self) -> None:
+        self.set_reactive(Timeline.app_focus, False)
+
+
+def test_the_timeline_has_the_keys_even_when_the_app_starts_unfocused(ws: Path, daemon: Daemon) -> None:
+    write(ws / "a.txt", "1\n")
+    mark(daemon, ws, "one")
+
+    async def scenario() -> None:
+        app = _Unfocused(Source(daemon.env, str(ws)), live=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: len(app.shown_rows) == 2, "the timeline loaded")
+            assert app.focused is app.main.query_one("#timeline", DataTable)
+            await pilot.press("down")
+            assert app.current().label == "baseline"
+
+    run(scenario)
+
+
 def test_no_color_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
     """NO_COLOR (no-color.org): the app draws in monochrome (Textual's filter, kept on)."""
     from textual.filter import Monochrome

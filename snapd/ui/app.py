@@ -68,6 +68,11 @@ class TimelineScreen(Screen[None]):
         yield table
         yield Footer()
 
+    def on_mount(self) -> None:
+        # Focused here, not only by AUTO_FOCUS, which Textual skips while the app has no focus
+        # (a browser page, or a terminal that reports focus-out, blurs it before the screen is up).
+        self.query_one("#timeline", DataTable).focus()
+
 
 class Timeline(App[None]):
     CSS = CSS
