@@ -383,8 +383,11 @@ def test_the_timeline_has_the_keys_even_when_the_app_starts_unfocused(ws: Path, 
         async with app.run_test(size=SIZE) as pilot:
             await until(pilot, lambda: len(app.shown_rows) == 2, "the timeline loaded")
             assert app.focused is app.main.query_one("#timeline", DataTable)
-            await pilot.press("down")
-            assert app.current().label == "baseline"
+            await pilot.press("down", "up", "enter")
+            await until(pilot, lambda: isinstance(app.screen, FilesScreen), "the mark's files")
+            assert app.focused is app.screen.query_one("#files", DataTable)
+            await pilot.press("enter")
+            await until(pilot, lambda: app.screen.id == "diff", "its diff")
 
     run(scenario)
 
