@@ -105,9 +105,6 @@ class FilesScreen(Screen[None]):
         yield table
         yield Footer()
 
-    def on_mount(self) -> None:
-        self.query_one("#files", DataTable).focus()  # as the timeline's (app.py): even unfocused
-
     def selected(self) -> dict[str, Any] | None:
         table = self.query_one("#files", DataTable)
         if not self.files:
@@ -151,9 +148,6 @@ class TextScreen(Screen[None]):
         with VerticalScroll():
             yield Static(self.body, id="body")
         yield Footer()
-
-    def on_mount(self) -> None:
-        self.query_one(VerticalScroll).focus()  # the keys scroll it
 
     def action_history(self) -> None:
         self.app.show_history(self.path)  # type: ignore[attr-defined]
