@@ -10,6 +10,7 @@ text in it with the escape sequences taken out."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import os
 import re
@@ -26,25 +27,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from e2e_helpers import base_env, unavailable, wait_for
+from e2e_helpers import Daemon, cli_mark, unavailable, wait_for, write
 
 pytestmark = [pytest.mark.clients, pytest.mark.timeout(120)]
-
-TINY_APP = '''
-from pathlib import Path
-from textual.app import App
-from textual.widgets import Static
-
-class Tiny(App[None]):
-    BINDINGS = [("r", "roll", "roll")]
-    def compose(self):
-        yield Static("tiny timeline", id="s")
-    def action_roll(self):
-        Path(__file__).with_name("rolled").write_text("yes")
-        self.query_one("#s", Static).update("rolled back")
-
-Tiny().run()
-'''
 
 # Set before the page's scripts run: every frame the app sends, as text.
 SEEN = """
@@ -91,6 +76,11 @@ class Served:
 
         return str(wait_for(url, timeout, what=f"the server's URL: {self.out!r}"))
 
+    def apps(self) -> list[int]:
+        """The app processes it runs (its children: one per open page)."""
+        tasks = Path(f"/proc/{self.proc.pid}/task")
+        return [int(pid) for task in tasks.iterdir() for pid in (task / "children").read_text().split()]
+
     @property
     def origin(self) -> str:
         parts = urlsplit(self.url)
@@ -106,19 +96,16 @@ class Served:
             raise AssertionError(f"the server did not end on SIGTERM: {self.out!r}") from None
 
 
-@pytest.fixture
-def tiny(tmp_path: Path) -> Iterator[Served]:
-    """The serving of web.py around a tiny app of the test's own."""
-    app = tmp_path / "tiny.py"
-    app.write_text(TINY_APP)
-    serve = ("import sys; from snapd.ui import web; "
-             "web.serve(sys.argv[1:], host='127.0.0.1', port=0, announce=lambda u: print(u, flush=True))")
-    env = base_env(tmp_path / "snapd-home")
-    served = Served([sys.executable, "-c", serve, sys.executable, str(app)], env, tmp_path)
+@contextlib.contextmanager
+def served(daemon: Daemon, ws: Path) -> Iterator[Served]:
+    """`snapctl ui --web --port 0 -w WS`, running until the block ends (then it must end on
+    SIGTERM with 0)."""
+    argv = [sys.executable, "-m", "snapd", "ui", "--web", "--port", "0", "-w", str(ws)]
+    server = Served(argv, daemon.env, ws)
     try:
-        yield served
+        yield server
     finally:
-        assert served.stop() == 0, served.out
+        assert server.stop() == 0, server.out
 
 
 # -- the browser ---------------------------------------------------------------------------------
@@ -138,7 +125,7 @@ def browser(tmp_path: Path) -> Iterator[Any]:
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1280,800", f"--user-data-dir={tmp_path / 'chromium'}"):
+                "--window-size=1000,440", f"--user-data-dir={tmp_path / 'chromium'}"):
         options.add_argument(arg)
     try:
         chrome = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=driver))
@@ -157,14 +144,35 @@ def shown(chrome: Any) -> str:
 
 
 def wait_shown(chrome: Any, text: str, timeout: float = 30.0) -> None:
-    wait_for(lambda: text in shown(chrome), timeout, what=f"{text!r} on the page")
+    try:
+        wait_for(lambda: text in shown(chrome), timeout)
+    except AssertionError:
+        raise AssertionError(f"no {text!r} on the page in {timeout}s: it shows\n{shown(chrome)}") from None
+
+
+def screenshot(chrome: Any, path: Path) -> None:
+    """The page as a PNG at ``path``, and at ``$SNAPD_UI_WEB_SCREENSHOT`` when set (how
+    docs/ui-web.png, the README's, is made)."""
+    assert chrome.save_screenshot(str(path)) and path.stat().st_size > 1000
+    if os.environ.get("SNAPD_UI_WEB_SCREENSHOT"):
+        shutil.copyfile(path, os.environ["SNAPD_UI_WEB_SCREENSHOT"])
+
+
+def focus(chrome: Any) -> None:
+    """A click on the terminal's top line (the heading: it selects nothing), as a person gives
+    the page the focus: the app then takes keys (and draws its footer)."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    screen = chrome.find_element(By.CSS_SELECTOR, ".xterm-screen")
+    top_left = (-screen.size["width"] // 2 + 4, -screen.size["height"] // 2 + 4)
+    ActionChains(chrome).move_to_element_with_offset(screen, *top_left).click().perform()
 
 
 def press(chrome: Any, keys: str) -> None:
-    """Keys typed into the terminal (its hidden textarea has the focus, as after a click)."""
+    """Keys typed into the page (which has the focus: :func:`focus`)."""
     from selenium.webdriver.common.action_chains import ActionChains
 
-    chrome.execute_script("document.querySelector('.xterm-helper-textarea').focus()")
     ActionChains(chrome).send_keys(keys).perform()
 
 
@@ -206,22 +214,51 @@ def listening(port: int) -> set[str]:
     return found
 
 
-def test_only_the_token_opens_anything_and_only_on_127_0_0_1(tiny: Served) -> None:
-    token = urlsplit(tiny.url).path.strip("/")
-    assert urlsplit(tiny.url).hostname == "127.0.0.1"
-    assert listening(urlsplit(tiny.url).port or 0) == {"0100007F"}  # 127.0.0.1, nothing else
-    assert status(tiny.url) == 200
-    assert websocket_status(tiny.origin, f"/{token}/ws?width=80&height=24") == 101
-    for path in ("/", "/ws", "/static/js/textual.js", f"/{token[:-1]}/", f"/{token}x/ws", f"/x/{token}/"):
-        assert status(tiny.origin + path) == 403, path
-        assert websocket_status(tiny.origin, path) == 403, path
+def test_only_the_token_opens_anything_and_only_on_127_0_0_1(daemon: Daemon, ws: Path) -> None:
+    with served(daemon, ws) as web:
+        token = urlsplit(web.url).path.strip("/")
+        assert urlsplit(web.url).hostname == "127.0.0.1"
+        assert listening(urlsplit(web.url).port or 0) == {"0100007F"}  # 127.0.0.1, nothing else
+        assert status(web.url) == 200
+        assert websocket_status(web.origin, f"/{token}/ws?width=80&height=24") == 101
+        for path in ("/", "/ws", "/static/js/textual.js", f"/{token[:-1]}/", f"/{token}x/ws", f"/x/{token}/"):
+            assert status(web.origin + path) == 403, path
+            assert websocket_status(web.origin, path) == 403, path
 
 
-def test_the_page_opens_with_the_token_and_takes_keys(tiny: Served, browser: Any, tmp_path: Path) -> None:
-    browser.get(tiny.url)
-    wait_shown(browser, "tiny timeline")
-    shot = tmp_path / "ui-web.png"
-    assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 1000
-    press(browser, "r")
-    wait_for(lambda: (tmp_path / "rolled").exists(), 20, what="the key reached the app")
-    wait_shown(browser, "rolled back")
+def turn(daemon: Daemon, ws: Path, agent: str, session: str, message: str, files: dict[str, str]) -> None:
+    """An agent's turn: turn-start, the files written, turn-end."""
+    cli_mark(daemon, ws, "turn-start", "--agent", agent, "--session", session, "-m", message)
+    for name, text in files.items():
+        write(ws / name, text)
+    cli_mark(daemon, ws, "turn-end", "--agent", agent, "--session", session, "-m", message)
+
+
+def test_a_rollback_keyed_through_the_page_lands_on_disk(
+    daemon: Daemon, ws: Path, tmp_path: Path, browser: Any
+) -> None:
+    from selenium.webdriver.common.keys import Keys
+
+    turn(daemon, ws, "claude", "s-41", "write the notes", {"notes.txt": "first draft\n"})
+    turn(daemon, ws, "codex", "s-42", "rework the notes",
+         {"notes.txt": "second draft\n", "extra.txt": "made in the second turn\n"})
+    with served(daemon, ws) as web:
+        browser.get(web.url)
+        wait_shown(browser, "codex")  # the turns' rows
+        wait_shown(browser, "claude")
+        focus(browser)
+        wait_shown(browser, "quit")  # the footer: all drawn
+        screenshot(browser, tmp_path / "ui-web.png")
+        press(browser, Keys.ARROW_DOWN)  # from the newest turn (selected) to the first one
+        press(browser, "r")
+        wait_shown(browser, "extra.txt")  # the plan: extra.txt deleted
+        assert (ws / "notes.txt").read_text() == "second draft\n"  # nothing applied before `y`
+        press(browser, "y")
+
+        def rolled_back() -> bool:
+            return (ws / "notes.txt").read_text() == "first draft\n" and not (ws / "extra.txt").exists()
+
+        wait_for(rolled_back, 20, what="the rollback on disk")
+        assert len(web.apps()) == 1
+        browser.get("about:blank")  # the page closed: its app ends
+        wait_for(lambda: not web.apps(), 20, what="the app's end once its page is closed")
