@@ -228,6 +228,25 @@ def test_a_live_mark_appears_without_a_key(ws: Path, daemon: Daemon) -> None:
     run(scenario)
 
 
+def test_a_mark_taken_before_the_subscription_is_listed_too(ws: Path, daemon: Daemon) -> None:
+    """A mark between the first read and the subscription (no event reaches the app): the app
+    reads again once subscribed, as the protocol says."""
+
+    class Late(Source):
+        def call(self, op: Any, deadline: str, **fields: Any) -> dict[str, Any]:
+            if op == "status":  # the events thread's first request, before it subscribes
+                mark(daemon, ws, "in-between")
+            return super().call(op, deadline, **fields)
+
+    async def scenario() -> None:
+        app = Timeline(Late(daemon.env, str(ws)))
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.subscribed.is_set(), "subscribed")
+            await until(pilot, lambda: app.shown_rows[0].label == "in-between", "the mark in between listed")
+
+    run(scenario)
+
+
 def test_restore_one_file_from_its_diff(ws: Path, daemon: Daemon) -> None:
     write(ws / "a.txt", "a1\n")
     write(ws / "b.txt", "b1\n")

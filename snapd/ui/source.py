@@ -97,8 +97,9 @@ class Source:
     # -- live --------------------------------------------------------------------------------
 
     def follow(self, tell: Callable[[dict[str, Any]], None], ready: threading.Event | None = None) -> None:
-        """Call ``tell`` with each event that changes the timeline (and ``{"event": "gap"}``
-        when some were lost or the daemon restarted: read it all again) until :meth:`stop`.
+        """Call ``tell`` with each event that changes the timeline (``{"event": "gap"}`` when
+        some were lost or the daemon restarted, ``{"event": "subscribed"}`` once subscribed: read
+        it all again) until :meth:`stop`.
         Runs in a thread of its own; ``ready`` is set once the subscription is on its way."""
         status = self.call("status", "status")
         info = status.get("events") or {}
@@ -108,6 +109,9 @@ class Source:
         topics = None if self.root is None else [self.root]
         with Subscriber(info["endpoint"], topics) as sub:
             sub.connect()
+            # What happened between the first read and the subscription reaches no subscriber
+            # (the protocol's late joiner): read again now that events are on their way.
+            tell({"event": "subscribed"})
             if ready is not None:
                 ready.set()
             while not self._stop.is_set():
