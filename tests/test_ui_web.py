@@ -97,10 +97,10 @@ class Served:
 
 
 @contextlib.contextmanager
-def served(daemon: Daemon, ws: Path) -> Iterator[Served]:
-    """`snapctl ui --web --port 0 -w WS`, running until the block ends (then it must end on
-    SIGTERM with 0)."""
-    argv = [sys.executable, "-m", "snapd", "ui", "--web", "--port", "0", "-w", str(ws)]
+def served(daemon: Daemon, ws: Path, *extra: str) -> Iterator[Served]:
+    """`snapctl ui --web --port 0 -w WS EXTRA`, running until the block ends (then it must end
+    on SIGTERM with 0)."""
+    argv = [sys.executable, "-m", "snapd", "ui", "--web", "--port", "0", "-w", str(ws), *extra]
     server = Served(argv, daemon.env, ws)
     try:
         yield server
@@ -224,6 +224,14 @@ def test_only_the_token_opens_anything_and_only_on_127_0_0_1(daemon: Daemon, ws:
         for path in ("/", "/ws", "/static/js/textual.js", f"/{token[:-1]}/", f"/{token}x/ws", f"/x/{token}/"):
             assert status(web.origin + path) == 403, path
             assert websocket_status(web.origin, path) == 403, path
+
+
+def test_another_address_only_when_asked(daemon: Daemon, ws: Path) -> None:
+    with served(daemon, ws, "--host", "127.0.0.2") as web:  # a loopback address of its own
+        assert urlsplit(web.url).hostname == "127.0.0.2"
+        assert listening(urlsplit(web.url).port or 0) == {"0200007F"}
+        assert status(web.url) == 200
+        assert status(web.origin + "/") == 403
 
 
 def turn(daemon: Daemon, ws: Path, agent: str, session: str, message: str, files: dict[str, str]) -> None:
