@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 $(BIN)/snapd: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test,ui]'
 	touch $@
 
 .PHONY: install run check lint lint-unit lint-ci test bench mutants

@@ -36,6 +36,15 @@ XFSPROGS = (
     "{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq xfsprogs >/dev/null; }"
 )
 
+# Debian's chromium and its driver for the web UI's test (tests/test_ui_web.py drives them with
+# Selenium, pinned in pyproject's `ui` extra).
+CHROMIUM = (
+    "command -v chromium >/dev/null && command -v chromedriver >/dev/null || "
+    "{ [ \"$(id -u)\" != 0 ] && echo 'chromium missing and not root: the clients tier will say why'; } || "
+    "{ apt-get update -qq && "
+    "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }"
+)
+
 INSTALL_AGENTS = [".venv/bin/python", "tests/agents/agent_harness.py"]
 # The Node.js client's dependencies (zeromq, its prebuilt addon inside the package), pinned by
 # clients/node/package-lock.json; node and npm from Debian's packages when missing. ~5 s here.
@@ -50,8 +59,10 @@ CORE = PYTEST + ["-q", "-n", "2", "-m", " and ".join(f"not {m}" for m in MARKED)
 
 # name, budget in seconds, what it runs (several commands run in order, the first failure stops it)
 TIERS: list[tuple[str, int, list[list[str]]]] = [
-    # xfsprogs (mkfs.xfs, xfs_io) for the power-cut tier: from Debian's packages when missing.
-    ("install", 10 * 60, [["sh", "-c", XFSPROGS], ["make", "install"], NODE_CLIENT, NVIM_CLIENT]),
+    # xfsprogs (mkfs.xfs, xfs_io) for the power-cut tier, chromium for the clients tier: from
+    # Debian's packages when missing.
+    ("install", 10 * 60, [["sh", "-c", XFSPROGS], ["sh", "-c", CHROMIUM], ["make", "install"], NODE_CLIENT,
+                          NVIM_CLIENT]),
     # the core tests on two worker processes (pytest-xdist): 1200 tests, 443 s on a loaded machine
     # against 700-800 s in one; each test has its own daemon, SNAPD_HOME and tmp_path
     ("core", 15 * 60, [["make", "lint"], CORE]),

@@ -75,6 +75,32 @@ def test_the_remote_commands_leave_the_remote_library_to_the_daemon(ws: Path, da
     assert "snapd.cli.remote" in loaded and not heavy, heavy
 
 
+def test_only_the_ui_command_loads_textual(ws: Path, daemon: Daemon) -> None:
+    """`snapctl ui` (issue 35) is the one command that needs Textual and rich: `log` and `mark`,
+    run on every turn, never load them, nor the app's package."""
+    for argv in (("log", "-w", str(ws)), ("mark", "t", "-w", str(ws))):
+        loaded = set(probe(daemon, ws, *argv)["modules"])
+        ui = {m for m in loaded if m.split(".")[0] in ("textual", "textual_serve", "rich")
+              or m == "snapd.ui" or m.startswith(("snapd.ui.", "snapd.cli.ui"))}
+        assert not ui, (argv, ui)
+
+
+#: `snapctl ui` where Textual cannot be imported.
+NO_TEXTUAL = """
+import sys
+sys.modules["textual"] = None  # what importing it finds: nothing (as when it is not installed)
+from snapd.__main__ import ctl
+sys.exit(ctl(sys.argv[1:]))
+"""
+
+
+def test_ui_without_textual_names_the_install_command(ws: Path, daemon: Daemon) -> None:
+    cp = subprocess.run([sys.executable, "-c", NO_TEXTUAL, "ui", "-w", str(ws)], env=daemon.env, cwd=ws,
+                        capture_output=True, timeout=60)
+    assert cp.returncode == 1, cp
+    assert "needs Textual" in cp.stderr.decode() and "pip install 'snapd[ui]'" in cp.stderr.decode(), cp
+
+
 def test_the_process_ends_without_collecting_its_objects(ws: Path, daemon: Daemon) -> None:
     """The teardown's collections walked every module's objects once more: ~10 ms of CPU for
     a hook. The entry point freezes them out of the collector once the command is done."""

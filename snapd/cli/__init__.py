@@ -1,6 +1,7 @@
 """``snapctl``: the command-line client. One function per command, in a module per noun:
 :mod:`.status` (the daemon as a whole), :mod:`.workspaces`, :mod:`.marks`, :mod:`.rollback`,
-:mod:`.revert`, :mod:`.run`, :mod:`.history`, :mod:`.events`, :mod:`.integrate`; :mod:`.request`
+:mod:`.revert`, :mod:`.run`, :mod:`.history`, :mod:`.events`, :mod:`.integrate`, :mod:`.ui` (the
+timeline app, which alone loads Textual); :mod:`.request`
 is what they share, and :mod:`.times` turns time references into instants before anything is
 sent.
 
@@ -71,6 +72,13 @@ def _at_least_one(text: str, hint: str = "") -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}{hint}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text) if text.isdigit() else -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port from 0 (any free one) to 65535, got {text!r}")
     return value
 
 
@@ -145,7 +153,7 @@ COMMANDS: dict[str, str] = {
     "verify": "status", "gc": "status", "pin": "marks", "unpin": "marks", "rollback": "rollback",
     "undo": "rollback", "restore": "rollback", "diff": "marks", "stop": "status", "events": "events",
     "integrate": "integrate", "hook": "integrate", "remote": "remote", "push": "remote",
-    "revert": "revert", "run": "run",
+    "revert": "revert", "run": "run", "ui": "ui",
 }
 
 
@@ -321,6 +329,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         sp.add_argument("--stat", action="store_true", help="only the changed files and line counts")
     if wanted("stop"):
         add("stop", "ask the daemon to exit", ws=False)
+    if wanted("ui"):
+        sp = add("ui", "the timeline: marks and turns to browse, diff, roll back, undo and revert "
+                 "(a terminal app; --web: in a browser)")
+        sp.add_argument("--web", action="store_true", help="serve it to a browser on 127.0.0.1, behind a "
+                        "random token in the URL it prints")
+        sp.add_argument("--port", type=_port, metavar="P", help="with --web: the port (default 0: any free)")
+        sp.add_argument("--host", metavar="H", help="with --web: the address to bind (default 127.0.0.1)")
     if wanted("events"):
         sp = add(
             "events", "follow live events (all workspaces, or -w PATH's); gaps and restarts are reported"
