@@ -112,7 +112,10 @@ def test_a_kill_is_forwarded_and_the_exit_is_128_plus_the_signal(
     try:
         wait_for(started.exists, 30, what="the command to start")
         proc.send_signal(sig)
-        out, err = proc.communicate(timeout=30)
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:  # once in a loaded CI run (SIGINT): say where it stood
+            raise AssertionError(f"snapctl run did not end after {sig.name}: {_where(proc.pid)}") from None
     finally:
         proc.kill()
     assert proc.returncode == 128 + sig, (out, err)
@@ -121,6 +124,23 @@ def test_a_kill_is_forwarded_and_the_exit_is_128_plus_the_signal(
     assert r["end"]["summary"]["run"] == {"argv": [sys.executable, "-c", sleeper], "exit": None,
                                          "signal": sig.name}
     assert r["end"]["summary"].get("interrupted") == (r["start"]["id"] if sig == signal.SIGINT else None)
+
+
+def _where(pid: int) -> str:
+    """What a hung ``snapctl run`` was doing: its signal masks and wait channel, and its
+    children (the command) with theirs."""
+    def state(p: int) -> str:
+        try:
+            status = Path(f"/proc/{p}/status").read_text().splitlines()
+            wchan = Path(f"/proc/{p}/wchan").read_text()
+            cmd = Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ")[:120]
+        except OSError as exc:
+            return f"{p}: gone ({exc.strerror})"
+        sig = [ln for ln in status if ln.startswith(("State", "Sig", "Shd", "Threads"))]
+        return f"{p} {cmd!r} wchan={wchan} " + " ".join(ln.replace("\t", " ") for ln in sig)
+
+    kids = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    return "; ".join([state(pid), *(state(int(k)) for k in kids)])
 
 
 #: Counts the SIGINTs delivered to it, for a second after the first, into COUNT; exits 0. Python
