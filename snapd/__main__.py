@@ -34,6 +34,10 @@ def _dispatch(argv: list[str]) -> int:
         return hook_main(argv[1:], dict(os.environ))
     from snapd.cli import main as ctl_main
 
+    if argv[:1] == ["ui"]:  # the timeline app is built on the CLI's helpers: handed down to it
+        from snapd.ui.command import cmd_ui
+
+        return ctl_main(argv, {"ui": cmd_ui})
     return ctl_main(argv)
 
 

@@ -81,7 +81,7 @@ def test_only_the_ui_command_loads_textual(ws: Path, daemon: Daemon) -> None:
     for argv in (("log", "-w", str(ws)), ("mark", "t", "-w", str(ws))):
         loaded = set(probe(daemon, ws, *argv)["modules"])
         ui = {m for m in loaded if m.split(".")[0] in ("textual", "textual_serve", "rich")
-              or m == "snapd.ui" or m.startswith(("snapd.ui.", "snapd.cli.ui"))}
+              or m == "snapd.ui" or m.startswith("snapd.ui.")}
         assert not ui, (argv, ui)
 
 

@@ -1,7 +1,8 @@
 """``snapctl``: the command-line client. One function per command, in a module per noun:
 :mod:`.status` (the daemon as a whole), :mod:`.workspaces`, :mod:`.marks`, :mod:`.rollback`,
-:mod:`.revert`, :mod:`.run`, :mod:`.history`, :mod:`.events`, :mod:`.integrate`, :mod:`.ui` (the
-timeline app, which alone loads Textual); :mod:`.request`
+:mod:`.revert`, :mod:`.run`, :mod:`.history`, :mod:`.events`, :mod:`.integrate` (``ui``, the
+timeline app built on these helpers, is :mod:`snapd.ui.command`, handed in by ``python -m
+snapd``: the CLI never imports it); :mod:`.request`
 is what they share, and :mod:`.times` turns time references into instants before anything is
 sent.
 
@@ -26,7 +27,7 @@ import io
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from snapd import __version__
@@ -34,6 +35,9 @@ from snapd.cli import integrate, options, request, times
 from snapd.cli.output import emit, print_json
 from snapd.display import shown
 from snapd.errors import SnapdError, UsageError
+
+Handler = Callable[[argparse.Namespace, dict[str, str]], int]
+"""A command: its parsed arguments and the environment; the exit code."""
 
 #: Arguments that are paths: sent as bytes, any byte allowed. Every other string is text.
 _PATH_ARGS = frozenset({"workspace", "path", "file", "paths", "only_path", "target"})
@@ -153,7 +157,7 @@ COMMANDS: dict[str, str] = {
     "verify": "status", "gc": "status", "pin": "marks", "unpin": "marks", "rollback": "rollback",
     "undo": "rollback", "restore": "rollback", "diff": "marks", "stop": "status", "events": "events",
     "integrate": "integrate", "hook": "integrate", "remote": "remote", "push": "remote",
-    "revert": "revert", "run": "run", "ui": "ui",
+    "revert": "revert", "run": "run",
 }
 
 
@@ -375,7 +379,9 @@ def _whole_stdout() -> None:
         )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, handlers: Mapping[str, Handler] | None = None) -> int:
+    """snapctl: parse ``argv``, run its command. ``handlers``: commands of the layers above the
+    CLI (``ui``: :mod:`snapd.ui.command`), handed down by ``python -m snapd``."""
     _whole_stdout()
     argv = list(sys.argv[1:] if argv is None else argv)
     paths: list[str] = []
@@ -390,8 +396,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.paths = paths
         _check_text(args)
         times.absolute_times(args, time.time_ns())
-        module = importlib.import_module(f"snapd.cli.{COMMANDS[args.command]}")
-        return int(getattr(module, "cmd_" + args.command.replace("-", "_"))(args, dict(os.environ)))
+        handler = (handlers or {}).get(args.command)
+        if handler is None:
+            if args.command not in COMMANDS:  # ui: only through python -m snapd (snapctl)
+                raise UsageError(f"snapctl {args.command}: run it as `snapctl {args.command}`")
+            module = importlib.import_module(f"snapd.cli.{COMMANDS[args.command]}")
+            handler = getattr(module, "cmd_" + args.command.replace("-", "_"))
+        return int(handler(args, dict(os.environ)))
     except SnapdError as exc:
         _report(exc, want_json)
         return exc.exit_code

@@ -1,11 +1,12 @@
 """``snapctl ui``: the timeline of a workspace, in the terminal or (``--web``) in a browser.
 
-This module parses and checks; the app itself (:mod:`snapd.ui`) is imported only here, and
-only once the arguments are right, so Textual stays off every other command's path (a test
-guards it). Before anything is drawn or served, the workspace is asked for once: a daemon that
-is not running or a ``-w`` that is no workspace fails at once, as for any command. Every request
-the app makes then carries the deadline ``snapctl`` gives the same command (``--timeout``: one
-for all of them).
+snapctl's parser reads the arguments (:mod:`snapd.cli`); ``python -m snapd`` (the top of the
+layers) hands this command to it for ``ui`` alone, so the CLI never imports the app built on
+its helpers. The app's modules are imported only once the arguments are right, so Textual
+stays off every other command's path (a test guards it). Before anything is drawn or served,
+the workspace is asked for once: a daemon that is not running or a ``-w`` that is no workspace
+fails at once, as for any command. Every request the app makes then carries the deadline
+``snapctl`` gives the same command (``--timeout``: one for all of them).
 """
 
 from __future__ import annotations
