@@ -108,7 +108,9 @@ def test_a_kill_is_forwarded_and_the_exit_is_128_plus_the_signal(
     started = ws.parent / "started"
     sleeper = f"import pathlib, time; pathlib.Path({str(started)!r}).touch(); time.sleep(60)"
     argv = [sys.executable, "-m", "snapd", "run", "--json", "--", sys.executable, "-c", sleeper]
-    proc = subprocess.Popen(argv, env=daemon.env, cwd=ws, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        argv, env=daemon.env, cwd=ws, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_foreground
+    )
     try:
         wait_for(started.exists, 30, what="the command to start")
         proc.send_signal(sig)
@@ -124,6 +126,30 @@ def test_a_kill_is_forwarded_and_the_exit_is_128_plus_the_signal(
     assert r["end"]["summary"]["run"] == {"argv": [sys.executable, "-c", sleeper], "exit": None,
                                          "signal": sig.name}
     assert r["end"]["summary"].get("interrupted") == (r["start"]["id"] if sig == signal.SIGINT else None)
+
+
+def _foreground() -> None:
+    """In the child, before snapctl starts: the dispositions of a shell's foreground job. A test
+    run started in the background (``sh -c 'cmd &'``, ``nohup``) ignores SIGINT, SIGQUIT and
+    SIGHUP, and snapctl run passes on what it inherited (the next test): the command would
+    ignore the forwarded SIGINT (seen in CI, through :func:`_where`)."""
+    for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def test_the_command_keeps_the_signal_dispositions_snapctl_inherited(daemon: Daemon, ws: Path) -> None:
+    """A background job of a shell ignores SIGINT; wrapped in ``snapctl run`` it still does (as
+    the shell started it), and one not ignored is not made ignored."""
+    probe = "import signal; print(signal.getsignal(signal.SIGINT) == signal.SIG_IGN)"
+    argv = [sys.executable, "-m", "snapd", "run", "--", sys.executable, "-c", probe]
+    for disposition, ignored in ((signal.SIG_IGN, "True"), (signal.SIG_DFL, "False")):
+
+        def inherit(d: signal.Handlers = disposition) -> None:
+            signal.signal(signal.SIGINT, d)
+
+        cp = subprocess.run(argv, env=daemon.env, cwd=ws, capture_output=True, text=True, timeout=60,
+                            preexec_fn=inherit)
+        assert cp.returncode == 0 and cp.stdout.strip() == ignored, (disposition, describe(cp))
 
 
 def _where(pid: int) -> str:
