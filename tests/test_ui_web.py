@@ -268,5 +268,5 @@ def test_a_rollback_keyed_through_the_page_lands_on_disk(
 
         wait_for(rolled_back, 20, what="the rollback on disk")
         assert len(web.apps()) == 1
-        browser.get("about:blank")  # the page closed: its app ends
+        browser.quit()  # the page closed (the whole browser: no cache can keep its socket): its app ends
         wait_for(lambda: not web.apps(), 20, what="the app's end once its page is closed")
