@@ -88,12 +88,12 @@ local function plan_lines(title, plan)
   return lines
 end
 
---- Show `lines` in the plan buffer (snapd://plan), in a window of its own; returns the buffer.
-function M.show_plan(lines)
-  local buf = vim.fn.bufnr("snapd://plan")
+--- Show `lines` in the read-only scratch buffer `name`, in a window of its own; returns the buffer.
+local function show_in(name, lines)
+  local buf = vim.fn.bufnr(name)
   if buf == -1 then
     buf = vim.api.nvim_create_buf(false, true)
-    vim.api.nvim_buf_set_name(buf, "snapd://plan")
+    vim.api.nvim_buf_set_name(buf, name)
   end
   vim.bo[buf].modifiable = true
   vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
@@ -104,6 +104,11 @@ function M.show_plan(lines)
     vim.cmd("wincmd p")
   end
   return buf
+end
+
+--- Show `lines` in the plan buffer (snapd://plan), in a window of its own; returns the buffer.
+function M.show_plan(lines)
+  return show_in("snapd://plan", lines)
 end
 
 local function close_plan()
@@ -164,20 +169,7 @@ function M.show_conflicts(title, conflicts)
       side("before it:", h.theirs)
     end
   end
-  local buf = vim.fn.bufnr("snapd://conflicts")
-  if buf == -1 then
-    buf = vim.api.nvim_create_buf(false, true)
-    vim.api.nvim_buf_set_name(buf, "snapd://conflicts")
-  end
-  vim.bo[buf].modifiable = true
-  vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
-  vim.bo[buf].modifiable = false
-  if vim.fn.bufwinid(buf) == -1 then
-    vim.cmd("botright split")
-    vim.api.nvim_win_set_buf(0, buf)
-    vim.cmd("wincmd p")
-  end
-  return buf
+  return show_in("snapd://conflicts", lines)
 end
 
 --- Plan, show, confirm, apply: `rollback --to target` (or undo when target is nil), limited to
