@@ -28,7 +28,12 @@ SNAPD_REMOTE_PASSWORD, both read the keys from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCE
    ``snapctl remote add`` (opening the repository and its key, as restic's restore does) and
    ``snapctl restore MARK --target DEST --from NAME --json``). After each, ``sync`` (timed
    apart: restic does not fsync what it restores). The first restore of each side is compared
-   with the corpus: kinds, modes and bytes of every entry.
+   with the corpus: kinds, modes and bytes of every entry. The targets are removed only after
+   the last restore (~1.1 GB each, 2 x ``--reps`` of them): a tree of 80k files removed
+   between two restores made the next one slower by its removal's work (this machine's root
+   file system is mounted ``discard``: the freed blocks are trimmed at the journal's commits,
+   while the next restore runs), and by more each repetition (session 21: 40,000 ``mkdir``s
+   took 1.5 s on a fresh ext4 and 13-15 s on the root file system after such removals).
 3. **Incremental push**: the server restarted on the same port and folder with its request
    log (``-vv``; requests are counted there, not by the clients); interleaved (restic first),
    after 10 files changed (``peer.Changes``): restic (``restic backup WS`` timed, its parent
@@ -517,6 +522,7 @@ def run(res: Results, args: argparse.Namespace, server: Server, restic: Restic, 
     snapshot = replies["restic_backup"]["snapshot_id"]
     syncs: dict[str, list[float]] = {"restic": [], "snapd": []}
     checked: dict[str, list[str]] = {}
+    left: list[Path] = []  # the targets, removed once every restore is timed (see the docstring)
 
     def restic_restore(i: int) -> float:
         dest = scratch / f"restore-restic-{i}"
@@ -524,8 +530,7 @@ def run(res: Results, args: argparse.Namespace, server: Server, restic: Restic, 
         syncs["restic"].append(timed_sync())
         if i == 0:  # restic restores the backed-up path under the target
             checked["restic"] = differences(tree, Path(f"{dest}{ws}"))
-        remove(dest)
-        remove(scratch / f"restic-cache-restore-{i}")
+        left.extend((dest, scratch / f"restic-cache-restore-{i}"))
         return dt
 
     def snapd_restore(i: int) -> float:
@@ -539,12 +544,14 @@ def run(res: Results, args: argparse.Namespace, server: Server, restic: Restic, 
             checked["snapd"] = differences(tree, dest, ignored_by_snapd(ws))
             replies["snapd_restore"] = reply
             replies["snapd_restore_add_s"] = t_add
-        remove(dest)
+        left.append(dest)
         return t_add + t_restore
 
     sides = {"restic": restic_restore} if only_restic else {"restic": restic_restore, "snapd": snapd_restore}
     print(f"  whole restore, {args.reps} interleaved repetitions:", flush=True)
     restore = interleave(args.reps, sides)
+    for path in left:
+        remove(path)
     for side, xs in restore.items():
         fig(f"restore_{side}", spread(xs), f"restore: {side}")
         fig(f"restore_sync_{side}", spread(syncs[side]), f"restore: {side}, the sync after it")

@@ -6,22 +6,29 @@ Nothing is there to re-check, replace or roll forward, so the writes are direct:
 - **Directories** are made 0700 (``MKDIR_MODE``) and held open (``O_PATH|O_NOFOLLOW``) while
   what they hold is written, every change an ``*at`` call relative to them: never a path
   walked again from the root, never a symlink followed.
-- **Files** are created under their own names ``O_CREAT|O_EXCL|O_NOFOLLOW`` (0600), written,
-  given their mode (``fchmod``) and fsynced by a pool of ``WRITERS`` threads, while this one
-  reads the next contents and makes the directories; a file counts as written once its fsync
-  succeeded. **Symlinks** are made in place.
+- **Files** are created under their own names ``O_CREAT|O_EXCL|O_NOFOLLOW`` (0600), written
+  and given their mode (``fchmod``) by a pool of ``WRITERS`` threads, while this one reads
+  the next contents and makes the directories. **Symlinks** are made in place.
 - **A name found taken** (a process wrote into the target meanwhile) is left as found: a
   conflict — unless it already holds what the tree has there (a directory where the tree has
   one is filled as it is; its mode is changed only where the tree's is not 0700).
-- **At the end**, deepest first, each directory is given its mode (the root its own last) and
-  fsynced once, which makes its entries and its mode durable. When :meth:`Fill.run` returns,
-  everything it counts as written is on disk.
+- **At the end**, deepest first, each directory is given its mode (the root its own last),
+  then the target's file system is synced once (``syncfs``), which makes every file's bytes,
+  every entry and every mode durable together. When :meth:`Fill.run` returns, everything it
+  counts as written is on disk.
+
+One ``syncfs`` instead of an ``fsync`` per file and per directory: the same promise at the
+end, and a quarter of the time on a fresh file system (the journal commits once, not once per
+file: docs/benchmarks.md, session 21). Its price is that a write error the disk reports is
+known only for the whole target, not per file: it stops the fill, and the restore says the
+target holds part of the tree (what :func:`snapd.rollback.dirs.stopped` says of a failing
+disk).
 
 Failures: a content the store cannot read leaves its path unwritten (damaged); an OS error
 leaves its path unwritten, a conflict (a file begun is removed), and with a directory all it
-would hold; a file whose fsync fails is removed, a conflict. A full disk, and an fsync of a
-directory that fails, stop the fill (:func:`snapd.rollback.dirs.stopped`): the target then holds
-part of the tree, which the caller says. Every change calls :func:`safeio.step` (``apply.*``).
+would hold. A full disk, and a failing sync, stop the fill
+(:func:`snapd.rollback.dirs.stopped`): the target then holds part of the tree, which the
+caller says. Every change calls :func:`safeio.step` (``apply.*``).
 """
 
 from __future__ import annotations
@@ -50,9 +57,10 @@ _FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 def _write_file(dir_fd: int, name: bytes, data: bytes, mode: int) -> tuple[str, OSError] | None:
-    """Create ``name`` in ``dir_fd`` (``O_EXCL``), write it, give it ``mode`` and fsync it: None
-    when done; else the step that failed (``"create"``: nothing made; ``"write"``, ``"sync"``:
-    the file removed) and its error. Run by the pool's threads."""
+    """Create ``name`` in ``dir_fd`` (``O_EXCL``), write it and give it ``mode`` (made durable
+    with the rest at the end: :meth:`Fill.finish`): None when done; else the step that failed
+    (``"create"``: nothing made; ``"write"``: the file removed) and its error. Run by the
+    pool's threads."""
     try:
         fd = os.open(name, _FILE_FLAGS, safeio.FILE_MODE, dir_fd=dir_fd)
     except OSError as exc:
@@ -63,8 +71,6 @@ def _write_file(dir_fd: int, name: bytes, data: bytes, mode: int) -> tuple[str, 
         while view:
             view = view[os.write(fd, view) :]
         os.fchmod(fd, mode)  # after the bytes: a write clears set-user-ID
-        step = "sync"
-        safeio.fsync(fd)  # an error is final: the file is removed, never counted as written
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.unlink(name, dir_fd=dir_fd)
@@ -106,6 +112,22 @@ class Fill:
         self._umask_strips_owner = _umask() & 0o700 != 0
 
     def run(self) -> None:
+        """Fill the target and sync it (:meth:`finish`); the descriptor that syncs it is opened
+        first, so that the sync answers for every write of the fill."""
+        try:
+            sync_fd: int | None = os.open(".", _READ_DIR, dir_fd=self.root_fd)
+        except PermissionError:  # a root we may not read: every file system is synced instead
+            sync_fd = None
+        except OSError as exc:
+            raise stopped(exc, "opening the target") from exc
+        try:
+            self.fill()
+            self.finish(sync_fd)
+        finally:
+            if sync_fd is not None:
+                os.close(sync_fd)
+
+    def fill(self) -> None:
         for op in self.early:
             assert op.entry is not None
             safeio.chmod_fd(self.root_fd, op.entry.mode)
@@ -122,7 +144,6 @@ class Fill:
                 for _, fd in self.closing:
                     os.close(fd)
                 self.closing.clear()
-        self.finish()
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -234,7 +255,7 @@ class Fill:
 
     def settle(self, keep: int, room: int = IN_FLIGHT_BYTES) -> None:
         """Wait for the oldest files until ``keep`` are left holding at most ``room`` bytes:
-        each is written (and fsynced), or unwritten and a conflict; a full disk stops the fill."""
+        each is written, or unwritten and a conflict; a full disk stops the fill."""
         while self.pending and (len(self.pending) > keep or self.held > room):
             op, fd, size, future = self.pending[0]
             failure = future.result()
@@ -246,8 +267,6 @@ class Fill:
                 self.outcome.applied[op.path] = None
             elif isinstance(failure[1], FileExistsError):
                 self.taken(fd, op)
-            elif failure[0] == "sync" and failure[1].errno not in _FULL:
-                self.outcome.conflicts[op.path] = f"could not be made durable: {failure[1].strerror}; removed"
             else:
                 self.failed(op, failure[1])
         while self.closing and self.closing[0][0] <= self.settled:
@@ -260,9 +279,10 @@ class Fill:
 
     # -- the end ---------------------------------------------------------------------------
 
-    def finish(self) -> None:
-        """Deepest first, each directory written into gets its mode and is fsynced (its entries
-        and its mode durable), the root last; an error stops the fill."""
+    def finish(self, sync_fd: int | None) -> None:
+        """Deepest first, each directory written into gets its mode, the root last; then the
+        target's file system is synced once, which makes all of it durable (the files' bytes
+        and modes, every entry, the directories' modes). An error stops the fill."""
         stack: list[tuple[bytes, int, bool, Iterator[Op]]] = []
         here = b""
         try:
@@ -286,23 +306,25 @@ class Fill:
                         raise
                     self.outcome.conflicts[op.path] = f"removed meanwhile ({exc.strerror})"
         except OSError as exc:
-            raise stopped(exc, f"making {show(here) if here else 'the root'} durable") from exc
+            raise stopped(exc, f"giving {show(here) if here else 'the root'} its mode") from exc
         finally:
             for _, fd, _, _ in stack:
                 os.close(fd)
+        try:
+            if sync_fd is None:
+                safeio.sync_fs_at(self.root_fd)
+            else:
+                safeio.syncfs(sync_fd)
+        except OSError as exc:
+            raise stopped(exc, "making the restored tree durable (the disk reported an error)") from exc
+        safeio.step("apply.sync")
 
     def settle_dir(self, path: bytes, fd: int, readable: bool) -> None:
-        """A directory's mode (one the fill made: 0700 unless the tree says otherwise), then
-        its fsync; one that may not be read has its file system synced instead."""
+        """A directory's mode: one the fill made 0700 unless the tree says otherwise."""
         mode = self.modes.get(path, MKDIR_MODE if path in self.made else None)
         if mode is not None:
             os.fchmod(fd, mode) if readable else safeio.chmod_fd(fd, mode)
             safeio.step("apply.chmod")
-        if readable:
-            safeio.fsync(fd)
-        else:
-            safeio.sync_fs_at(fd)
-        safeio.step("apply.fsync_dir")
 
     def _subdirs(self, path: bytes) -> list[Op]:
         made = self.outcome.applied
@@ -310,7 +332,7 @@ class Fill:
 
 
 def _open_dir(dir_fd: int, name: bytes | str) -> tuple[int, bool]:
-    """Directory ``name`` opened for reading (fsync, fchmod), or, where it may not be read,
+    """Directory ``name`` opened for reading (``fchmod``), or, where it may not be read,
     ``O_PATH`` (False): a root or a directory made there meanwhile, not the user's to read."""
     try:
         return os.open(name, _READ_DIR, dir_fd=dir_fd), True

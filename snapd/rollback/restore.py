@@ -17,9 +17,10 @@ Rules:
   current state). The fill writes it (:func:`apply.fill`, :mod:`snapd.rollback.fill`): DEST
   holds nothing to re-check or roll forward, so every name is created in place (``O_EXCL``:
   what another process put there meanwhile is left as found, a conflict) through directories
-  held open; files fsynced; directories 0700 while they are filled, given their modes deepest
-  first, DEST's own mode (the root's at REF) last, each fsynced once. When this returns, what
-  it counts as written is on disk.
+  held open; directories 0700 while they are filled, given their modes deepest first, DEST's
+  own mode (the root's at REF) last; then DEST's file system synced once (``syncfs``, which
+  reports the write errors it met since the fill began: one stops the restore). When this
+  returns, what it counts as written is on disk.
 - What the tree holds without content (not captured at REF: over the size cap, unreadable,
   FIFOs and other special files) is listed as not restored, as are directories that could
   not be listed then (only what was captured in them by name is written); the reply is then

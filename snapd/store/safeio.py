@@ -255,12 +255,20 @@ def sync_fs_at(dir_fd: int) -> None:
         os.sync()
         return
     try:
-        if _libc().syncfs(fd) != 0:
-            code = ctypes.get_errno()
-            raise OSError(code, os.strerror(code))
-        os.fstat(fd)  # alive afterwards: see fsync
+        syncfs(fd)
     finally:
         os.close(fd)
+
+
+def syncfs(fd: int) -> None:
+    """``syncfs`` the file system of open descriptor ``fd``: it reports the write errors the
+    file system met since ``fd`` was opened (Linux >= 5.8: open it before the writes it is to
+    answer for), and is believed only if the file system is alive afterwards (see
+    :func:`fsync`). Any error raises, and is final."""
+    if _libc().syncfs(fd) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+    os.fstat(fd)
 
 
 @functools.cache
