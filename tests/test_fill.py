@@ -7,6 +7,7 @@ the system calls a written file costs bounded. A failing disk: tests/test_restor
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -205,3 +206,29 @@ def test_a_written_file_costs_a_few_system_calls(
     assert calls.get("fsync", 0) == 1 and calls["syncfs"] == 1, calls  # the fsync: the root's parent (made)
     assert calls.get("chmod", 0) <= 1, calls  # the root's: made 0700 whatever the umask
     assert fill.WRITERS > 1
+
+
+def test_directories_waiting_on_their_files_are_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory's descriptor stays open until the files queued before it closes are written;
+    no more than ``IN_FLIGHT`` directories wait so, however long the next batch takes to fill:
+    a file, then 1,500 empty directories, restored under a limit of 400 open descriptors."""
+    src = tmp_path / "src"
+    write(src / "a/f", "first\n", 0o644)
+    for i in range(1500):
+        (src / f"d{i:04}").mkdir(parents=True)
+    monkeypatch.setattr(fill, "BATCH", 10_000)  # never full: the file waits in the batch
+    monkeypatch.setattr(fill, "BATCH_BYTES", 1 << 30)
+    with Store.open(tmp_path / "store") as store:
+        tree = ingest_tree(store, store.add_workspace(os.fsencode(src)), src).tree
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (400, hard))
+        try:
+            done = restore(store, tree, tmp_path / "copy")
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert done.ok and done.counts == {"files": 1, "symlinks": 0, "dirs": 1501, "bytes": 6}, (
+        done.counts, done.conflicts[:3])
+    got, want = snapshot(tmp_path / "copy"), snapshot(src)
+    assert got == want, snap_diff(got, want)

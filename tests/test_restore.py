@@ -7,6 +7,8 @@ holds exactly ``expect``, removed directories are empty) — and the result must
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,6 +18,7 @@ from snapd.errors import NotFound, UsageError
 from snapd.rollback import ops
 from snapd.rollback.ops import MKDIR_MODE, Op, Plan
 from snapd.rollback.plan import plan
+from snapd.rollback.restore import write_tree
 from snapd.store import nodes, trees
 from snapd.store.ignored import IgnoredNames
 from snapd.store.objects import xxh3_hex
@@ -594,6 +597,24 @@ def test_what_lies_in_a_directory_unlisted_at_the_mark_is_left() -> None:
         (p.decode(), why) for p, why in hidden.left
     ]
     assert all(op.path != b"locked/huge" for op in hidden.ops)
+
+
+def test_a_restore_names_each_directory_unlisted_at_the_mark(tmp_path: Path) -> None:
+    """``write_tree`` (a restore's writer) lists every directory that could not be listed at the
+    mark, at any depth, as not restored, and writes what was captured in it by name."""
+    m = Mem()
+    contents = {e.key: c.encode() for c in ("a", "b", "c") for e in (f(c),)}
+    tree = m.tree({
+        b"locked": Dir(0o700, listed=False), b"locked/a": f("a"),
+        b"deep/er/shut": Dir(0o700, listed=False), b"deep/er/b": f("b"), b"open/c": f("c"),
+    })
+    done = write_tree(tmp_path / "dest", tree, 0o755, m.load, contents.__getitem__,
+                      lambda data: xxh3_hex(data), [])
+    why = "could not be listed at the mark: only what was captured in it by name is restored"
+    assert sorted(done.not_restored) == [(b"deep/er/shut", why), (b"locked", why)], done.not_restored
+    assert (tmp_path / "dest/locked/a").read_bytes() == b"a"
+    assert (tmp_path / "dest/deep/er/b").read_bytes() == b"b"
+    assert (tmp_path / "dest/open/c").read_bytes() == b"c"
 
 
 def test_a_path_not_captured_at_the_mark_is_never_replaced_even_forced() -> None:

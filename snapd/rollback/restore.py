@@ -150,9 +150,9 @@ def write_tree(
                 counts["symlinks"] += 1
             elif op.kind == "mkdir":
                 counts["dirs"] += 1
-    unlisted = [
-        (p, "could not be listed at the mark: only what was captured in it by name is restored")
-        for p, e in trees.walk(load, tree)
-        if trees.unlisted(e)
+    unlisted = [  # every directory of the tree has its mkdir: no second walk of the tree
+        (op.path, "could not be listed at the mark: only what was captured in it by name is restored")
+        for op in planned.ops
+        if op.kind == "mkdir" and trees.unlisted(op.entry)
     ]
     return Restored(real, mode_now is None, counts, (*result.kept, *unlisted), result.conflicts)
