@@ -51,6 +51,7 @@ from snapd.store.damage import Unreadable
 WRITERS = 4  # threads writing files (system calls, waits on the disk: not on the GIL)
 IN_FLIGHT = 256  # files handed to them and not settled: bounds open descriptors
 IN_FLIGHT_BYTES = 64 << 20  # and their contents held in memory (one larger file is alone)
+MKDIRS = 16  # directories made in one task
 BATCH = 32  # files handed over in one task: a task (a future, a queue entry, a wake-up) per
 BATCH_BYTES = 1 << 20  # file cost the request thread more than the writes (mixed-83k: 4 of 20 s)
 _FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -58,7 +59,10 @@ _READ_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
-def _write_file(dir_fd: int, name: bytes, data: bytes, mode: int) -> tuple[str, OSError] | None:
+Failure = tuple[str, OSError] | None  # what a pool's task says of one file or directory
+
+
+def _write_file(dir_fd: int, name: bytes, data: bytes, mode: int) -> Failure:
     """Create ``name`` in ``dir_fd`` (``O_EXCL``), write it and give it ``mode`` (made durable
     with the rest at the end: :meth:`Fill.finish`): None when done; else the step that failed
     (``"create"``: nothing made; ``"write"``: the file removed) and its error. Run by the
@@ -82,12 +86,35 @@ def _write_file(dir_fd: int, name: bytes, data: bytes, mode: int) -> tuple[str, 
     return None
 
 
-Failure = tuple[str, OSError] | None  # what _write_file says of one file
+
+
+Started = dict[bytes, tuple["Future[list[Failure]]", int]]  # directory -> the task making it, its place
 
 
 def _write_files(files: list[tuple[int, bytes, bytes, int]]) -> list[Failure]:
     """:func:`_write_file` of each (directory, name, content, mode), in order."""
     return [_write_file(*f) for f in files]
+
+
+def _make_dirs(dir_fd: int, names: list[bytes], strip: bool) -> list[Failure]:
+    """Make each directory ``names`` in ``dir_fd``, 0700 (``strip``: the umask takes owner
+    bits, so chmod it too): None for each made, else the step that failed and its error
+    (``"mkdir"``: nothing made; ``"chmod"``: made, left as it is). Run by the pool's threads."""
+    out: list[Failure] = []
+    for name in names:
+        try:
+            os.mkdir(name, MKDIR_MODE, dir_fd=dir_fd)
+        except OSError as exc:
+            out.append(("mkdir", exc))
+            continue
+        try:
+            if strip:
+                safeio.chmod_at(dir_fd, name, MKDIR_MODE)  # the final chmod (finish) sets the rest
+        except OSError as exc:
+            out.append(("chmod", exc))
+            continue
+        out.append(None)
+    return out
 
 
 def _name(path: bytes) -> bytes:
@@ -164,41 +191,61 @@ class Fill:
 
     def write_all(self, pool: ThreadPoolExecutor) -> None:
         """Every directory made and filled, parents first, each held open while it is."""
-        stack: list[tuple[int, Iterator[Op]]] = [(self.root_fd, iter(self.children.get(b"", ())))]
+        stack = [self.enter(self.root_fd, b"", pool)]
         try:
             while stack:
-                fd, todo = stack[-1]
+                fd, todo, started = stack[-1]
                 op = next(todo, None)
                 if op is None:
                     stack.pop()
                     if stack:
                         self.close_dir(fd, pool)
                 elif op.kind == "mkdir":
-                    sub = self.mkdir(fd, op)
+                    task = started.pop(op.path, None)
+                    if task is None:
+                        failure = _make_dirs(fd, [_name(op.path)], self._umask_strips_owner)[0]
+                    else:
+                        failure = task[0].result()[task[1]]
+                    sub = self.mkdir(fd, op, failure)
                     if sub is None:
                         self.block(op.path)
                     else:
-                        stack.append((sub, iter(self.children.get(op.path, ()))))
+                        stack.append(self.enter(sub, op.path, pool))
                 else:
                     self.write(fd, op, pool)
         finally:  # stopped part-way: closed once the pool is done with them (run)
-            self.closing.extend((self.queued, fd) for fd, _ in stack[1:])
+            self.closing.extend((self.queued, fd) for fd, _, _ in stack[1:])
 
-    def mkdir(self, fd: int, op: Op) -> int | None:
-        """The new directory's descriptor; None (its conflict recorded) when there is none."""
+    def enter(self, fd: int, path: bytes, pool: ThreadPoolExecutor) -> tuple[int, Iterator[Op], Started]:
+        """Directory ``path``, open as ``fd``, entered: the ops of what it holds, and the
+        directories among them but the first handed to the pool to be made (``MKDIRS`` a task)
+        while this thread makes the first and fills it. A ``mkdir`` waits on the file system's
+        journal, and an aged, busy one makes them by the millisecond (docs/benchmarks.md,
+        session 21); the first is made here when it is reached, since waiting on a task for it
+        at once would cost as much as making it."""
+        subdirs = [op for op in self.children.get(path, ()) if op.kind == "mkdir"][1:]
+        started: Started = {}
+        for i in range(0, len(subdirs), MKDIRS):
+            chunk = subdirs[i : i + MKDIRS]
+            task = pool.submit(_make_dirs, fd, [_name(op.path) for op in chunk], self._umask_strips_owner)
+            started.update((op.path, (task, j)) for j, op in enumerate(chunk))
+        return fd, iter(self.children.get(path, ())), started
+
+    def mkdir(self, fd: int, op: Op, failure: Failure) -> int | None:
+        """The new directory's descriptor, once made (``failure`` None) or found made there
+        meanwhile; None (its conflict recorded) when there is none."""
         name = _name(op.path)
-        try:
-            os.mkdir(name, MKDIR_MODE, dir_fd=fd)
-        except FileExistsError:
-            return self.adopt(fd, op)
-        except OSError as exc:
-            self.failed(op, exc)
+        if failure is not None and failure[0] == "mkdir":
+            if isinstance(failure[1], FileExistsError):
+                return self.adopt(fd, op)
+            self.failed(op, failure[1])
             return None
         safeio.step("apply.mkdir")
         self.made.add(op.path)
+        if failure is not None:  # made, but its chmod failed
+            self.failed(op, failure[1])
+            return None
         try:
-            if self._umask_strips_owner:
-                safeio.chmod_at(fd, name, MKDIR_MODE)  # the final chmod (finish) sets the rest
             sub = os.open(name, DIR_FLAGS, dir_fd=fd)
         except OSError as exc:
             self.failed(op, exc)

@@ -133,15 +133,17 @@ def plan(
         group = ops_for(d)
         if not group:
             continue
-        made = any(at_or_below(d.path, a) for a in absent)  # absent at M whatever its rules
-        if any(strictly_below(d.path, k) for k in unrestorable) or (
-            not made and any(strictly_below(d.path, k) for k in left)
+        # (each search guarded by its list being non-empty: a restore's plan from nothing has
+        # ~10^5 differences and empty lists, and a generator made for nothing costs 1-2 s there)
+        made = bool(absent) and any(at_or_below(d.path, a) for a in absent)  # absent at M whatever its rules
+        if (unrestorable and any(strictly_below(d.path, k) for k in unrestorable)) or (
+            not made and left and any(strictly_below(d.path, k) for k in left)
         ):
             continue  # below an ignored directory (never touched), or below a path kept as it is
         if d.new is None and (hidden := inside_unlisted(d.path)) is not None:
             left[d.path] = f"inside {show(hidden)}, which could not be listed at the mark"
             continue
-        blind = next((u for u in blind_now if at_or_below(d.path, u)), None)
+        blind = next((u for u in blind_now if at_or_below(d.path, u)), None) if blind_now else None
         if blind is not None:
             kept[blind] = f"cannot be listed now ({unc.reasons[blind]}): what it holds is unknown"
             continue
@@ -149,7 +151,7 @@ def plan(
             kept[d.path] = f"not captured at the mark ({trees.uncaptured_reason(d.new)}): cannot be restored"
             unrestorable.append(d.path)
             continue
-        outer = next((k for k in kept_dirs if strictly_below(d.path, k)), None)
+        outer = next((k for k in kept_dirs if strictly_below(d.path, k)), None) if kept_dirs else None
         if outer is not None:
             kept[d.path] = f"its directory {show(outer)} is kept"
             continue
@@ -170,7 +172,7 @@ def plan(
                     "there, so this is left as it is"
                 )
                 continue
-        blocker = next((u for u in map(unc.blocker, group) if u is not None), None)
+        blocker = next((u for u in map(unc.blocker, group) if u is not None), None) if unc.reasons else None
         if blocker is not None and not force:
             if blocker == d.path and any(strictly_below(d.path, k) for k in kept):
                 continue  # named already: its directory is kept because it holds this path
