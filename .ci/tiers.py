@@ -30,10 +30,14 @@ TOTAL_BUDGET_S = 60 * 60
 PYTEST = [".venv/bin/python", "-m", "pytest", "-p", "no:cacheprovider"]
 NO_TESTS_COLLECTED = 5  # pytest's exit code when it selects no test: a failure of the tier
 MARKED = ("model", "powercut", "agents", "clients", "remote")
+# The power-cut tier's file systems: xfsprogs (mkfs.xfs, xfs_io), and libfuse2 for fusepy's
+# FUSE file system (tests/fuse_passthrough.py).
 XFSPROGS = (
-    "command -v mkfs.xfs >/dev/null && command -v xfs_io >/dev/null || "
-    "{ [ \"$(id -u)\" != 0 ] && echo 'xfsprogs missing and not root: the power-cut tier will say why'; } || "
-    "{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq xfsprogs >/dev/null; }"
+    "command -v mkfs.xfs >/dev/null && command -v xfs_io >/dev/null && "
+    "ldconfig -p | grep -q 'libfuse.so.2 ' || "
+    "{ [ \"$(id -u)\" != 0 ] && echo 'xfsprogs or libfuse2 missing, not root: see the power-cut tier'; } || "
+    "{ apt-get update -qq && "
+    "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq xfsprogs libfuse2 >/dev/null; }"
 )
 
 # Debian's chromium and its driver for the web UI's test (tests/test_ui_web.py drives them with

@@ -10,11 +10,13 @@ import os
 import resource
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import FsyncFaults
 from e2e_helpers import snap_diff, snapshot, unavailable, write
 from ingest_helpers import ingest_tree
 
@@ -169,6 +171,61 @@ def test_a_name_another_process_took_meanwhile_is_left_as_found_and_listed(
     gone = ("plain.txt", "link", "sticky")
     want = {p: v for p, v in want.items() if p not in gone and not p.startswith("ro")}
     assert got == want, snap_diff(got, want)
+
+
+def test_where_syncfs_is_not_trusted_a_file_whose_fsync_fails_is_removed_and_listed(
+    captured: tuple[Store, str, Path],
+    tmp_path: Path,
+    fsync_faults: FsyncFaults,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a file system whose ``syncfs`` is not trusted (FUSE: tests/test_restore_durable.py
+    shows why; here the fill is told so) each file is fsynced, and an fsync error is final:
+    the file's bytes may not be on disk, so it is removed, never counted as written, and listed
+    as a conflict; the rest is written, each directory fsynced."""
+    monkeypatch.setattr(fill.safeio, "syncfs_reaches_disk", lambda fd: False)
+    store, tree, src = captured
+    dest = tmp_path / "copy"
+    fsync_faults.fail_when = lambda p: p == str(dest / "ro/a.txt")
+    done = restore(store, tree, dest)
+    assert fsync_faults.failed == [str(dest / "ro/a.txt")]
+    assert [(p, why) for p, why in done.conflicts] == [
+        (b"ro/a.txt", "could not be made durable: Input/output error; removed")
+    ], done.conflicts
+    got, want = snapshot(dest, with_root=True), snapshot(src, with_root=True)
+    want.pop("ro/a.txt")
+    assert got == want, snap_diff(got, want)
+    assert done.counts["files"] == 10
+    dirs = {str(dest / p) for p, v in want.items() if v[0] == "dir"}
+    assert dirs - {str(dest)} <= set(fsync_faults.synced), "each directory fsynced"
+
+
+def test_a_directory_the_writers_made_then_taken_meanwhile_is_said_so(
+    captured: tuple[Store, str, Path], tmp_path: Path
+) -> None:
+    """A directory after the first in its parent is made by the writers as soon as the parent
+    is entered, and opened only once its earlier siblings are filled: a process that removes it
+    meanwhile and puts its own file there is left as found, and the conflict says so (not
+    "could not create directory"). Found by an attack on the writers' mkdirs."""
+    store, tree, _ = captured
+    dest = tmp_path / "copy"
+    theirs = b"written by another process\n"
+    once: list[bool] = []
+
+    def meanwhile(key: str) -> bytes:  # the first content read: the root entered, bin/ being filled
+        if not once:
+            once.append(True)
+            end = time.monotonic() + 10
+            while not (dest / "sticky").is_dir() and time.monotonic() < end:
+                time.sleep(0.001)
+            os.rmdir(dest / "sticky")
+            write(dest / "sticky", theirs, 0o600)
+        return store.get(key)
+
+    done = restore(store, tree, dest, meanwhile)
+    assert (dest / "sticky").read_bytes() == theirs  # left as found
+    why = dict(done.conflicts)
+    assert why[b"sticky"].startswith("made there meanwhile, not by the restore: it is now a file"), why
 
 
 def test_a_written_file_costs_a_few_system_calls(

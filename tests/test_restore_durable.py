@@ -10,18 +10,26 @@ without ``-f``: whatever was not made durable is lost; tests/disks.py):
   them (XFS keeps new files in its in-memory log until something forces it).
 - cut right before the sync: the restore does not return a result; it raises the error that
   says the target holds part of the tree.
+- a FUSE file system over the XFS one (tests/fuse_passthrough.py: fsync is the backing file's,
+  as sshfs's): a ``syncfs`` sends its server nothing, so there each file and directory is
+  fsynced; cut after the restore returned, nothing it counted is lost.
+- a file system mounted on a directory of the target while the restore runs: not the
+  target's, so not filled (a conflict); its disk cut afterwards loses nothing counted.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from disks import XfsDisk, need_mounts, xfs_disk
-from e2e_helpers import snap_diff, snapshot, write
+from disks import XfsDisk, _run, mounted, need_mounts, umount, xfs_disk
+from e2e_helpers import snap_diff, snapshot, unavailable, write
 from ingest_helpers import ingest_tree
 
 from snapd.errors import SnapdError
@@ -96,3 +104,71 @@ def test_a_disk_cut_before_the_sync_stops_the_restore(
     message = raised.value.message
     assert f"the restore into {dest} stopped part-way" in message, message
     assert "making the restored tree durable" in message and "remove it and restore again" in message, message
+
+
+def test_a_restore_into_a_fuse_file_system_is_durable_when_it_returns(
+    captured: tuple[Store, str, Path], disk: XfsDisk, tmp_path: Path
+) -> None:
+    """A FUSE file system's ``syncfs`` sends its server no request (only virtiofs's does), so
+    a fill that trusted it would make nothing durable there: the fill fsyncs each file and
+    directory through the server instead (found by an attack on the single sync)."""
+    try:
+        import fuse  # type: ignore[import-untyped]  # noqa: F401  (the test extra's fusepy)
+    except (ImportError, OSError) as exc:
+        unavailable(f"needs fusepy and libfuse2 (apt-get install libfuse2 fuse): {exc}")
+    if not Path("/dev/fuse").exists():
+        unavailable("needs /dev/fuse")
+    store, tree, src = captured
+    backing, mnt = disk.mount / "backing", tmp_path / "fuse"
+    backing.mkdir()
+    mnt.mkdir()
+    script = Path(__file__).parent / "fuse_passthrough.py"
+    server = subprocess.Popen([sys.executable, script, backing, mnt], stderr=subprocess.PIPE)
+    try:
+        end = time.monotonic() + 20
+        while not mounted(mnt):
+            assert server.poll() is None and time.monotonic() < end, server.stderr and server.stderr.read()
+            time.sleep(0.05)
+        done = write_tree(mnt / "copy", tree, 0o751, store.load_node, store.get, store.hasher, [])
+        assert done.ok and done.counts["files"] == 301, done
+        disk.cut()  # the power cut, right after the restore returned
+    finally:
+        if mounted(mnt):
+            umount(mnt)
+        server.wait(timeout=20)
+    disk.remount()
+    got, want = snapshot(backing / "copy"), snapshot(src)
+    assert got == want, snap_diff(got, want)
+
+
+def test_a_file_system_mounted_in_the_target_meanwhile_is_not_filled(
+    captured: tuple[Store, str, Path], disk: XfsDisk, tmp_path: Path
+) -> None:
+    """Another process mounts a disk on ``DEST/d1`` as the restore begins: the target's final
+    sync would not cover it, and it is not the target's. ``d1`` is a conflict, with what it
+    would have held; nothing is written there; the rest is restored."""
+    store, tree, src = captured
+    dest = tmp_path / "copy"
+    _run("umount", disk.mount)
+
+    def meanwhile(key: str) -> bytes:
+        if not mounted(dest / "d1"):
+            (dest / "d1").mkdir(mode=0o755, exist_ok=True)  # made already by the writers, or not
+            _run("mount", disk.loop, dest / "d1")
+        return store.get(key)
+
+    try:
+        done = write_tree(dest, tree, 0o751, store.load_node, meanwhile, store.hasher, [])
+        assert mounted(dest / "d1")
+        why = dict(done.conflicts)
+        mounted_why = "another file system was mounted there meanwhile: left as it is"
+        assert why.pop(b"d1") == mounted_why, done.conflicts
+        assert why and all(p.startswith(b"d1/") and v == "d1 was left as it is" for p, v in why.items()), why
+        assert os.listdir(dest / "d1") == [], "nothing is written into another file system"
+    finally:
+        if mounted(dest / "d1"):
+            umount(dest / "d1")
+        _run("mount", disk.loop, disk.mount)
+    got = {p: v for p, v in snapshot(dest).items() if p != "d1"}
+    want = {p: v for p, v in snapshot(src).items() if not p.startswith("d1")}
+    assert got == want, snap_diff(got, want)

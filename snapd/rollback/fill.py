@@ -13,16 +13,21 @@ Nothing is there to re-check, replace or roll forward, so the writes are direct:
   conflict — unless it already holds what the tree has there (a directory where the tree has
   one is filled as it is; its mode is changed only where the tree's is not 0700).
 - **At the end**, deepest first, each directory is given its mode (the root its own last),
-  then the target's file system is synced once (``syncfs``), which makes every file's bytes,
-  every entry and every mode durable together. When :meth:`Fill.run` returns, everything it
-  counts as written is on disk.
+  then the target's file system is synced once (``syncfs``, through a descriptor opened
+  before the first write), which makes every file's bytes, every entry and every mode durable
+  together. When :meth:`Fill.run` returns, everything it counts as written is on disk.
+- **Where a sync of the file system is not trusted to reach the disk** (any file system but
+  the local ones :data:`safeio.SYNCFS_REACHES_DISK` names: a FUSE server, sshfs's among them,
+  gets no request from a ``syncfs``), each file is fsynced by its writer instead, a file
+  whose fsync fails is removed (a conflict), and each directory is fsynced at the end.
+- **A directory on another file system** (one mounted there meanwhile) is not filled: a
+  conflict, with what it would have held.
 
 One ``syncfs`` instead of an ``fsync`` per file and per directory: the same promise at the
-end, and a quarter of the time on a fresh file system (the journal commits once, not once per
-file: docs/benchmarks.md, session 21). Its price is that a write error the disk reports is
-known only for the whole target, not per file: it stops the fill, and the restore says the
-target holds part of the tree (what :func:`snapd.rollback.dirs.stopped` says of a failing
-disk).
+end, and a quarter of the time on a fresh ext4 (the journal commits once, not once per file:
+docs/benchmarks.md, session 21). Its price is that a write error the disk reports is known
+only for the whole target, not per file: it stops the fill, and the restore says the target
+holds part of the tree (what :func:`snapd.rollback.dirs.stopped` says of a failing disk).
 
 Failures: a content the store cannot read leaves its path unwritten (damaged); an OS error
 leaves its path unwritten, a conflict (a file begun is removed), and with a directory all it
@@ -33,7 +38,6 @@ caller says. Every change calls :func:`safeio.step` (``apply.*``).
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 from collections import deque
@@ -45,6 +49,7 @@ from snapd.rollback.checks import Contents, describe_state
 from snapd.rollback.dirs import DIR_FLAGS, Outcome, stopped
 from snapd.rollback.modes import order
 from snapd.rollback.ops import MKDIR_MODE, Op, show
+from snapd.rollback.writers import Failure, make_dirs, write_files
 from snapd.store import safeio
 from snapd.store.damage import Unreadable
 
@@ -54,67 +59,9 @@ IN_FLIGHT_BYTES = 64 << 20  # and their contents held in memory (one larger file
 MKDIRS = 16  # directories made in one task
 BATCH = 32  # files handed over in one task: a task (a future, a queue entry, a wake-up) per
 BATCH_BYTES = 1 << 20  # file cost the request thread more than the writes (mixed-83k: 4 of 20 s)
-_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FULL = (errno.ENOSPC, errno.EDQUOT)
-
-
-Failure = tuple[str, OSError] | None  # what a pool's task says of one file or directory
-
-
-def _write_file(dir_fd: int, name: bytes, data: bytes, mode: int) -> Failure:
-    """Create ``name`` in ``dir_fd`` (``O_EXCL``), write it and give it ``mode`` (made durable
-    with the rest at the end: :meth:`Fill.finish`): None when done; else the step that failed
-    (``"create"``: nothing made; ``"write"``: the file removed) and its error. Run by the
-    pool's threads."""
-    try:
-        fd = os.open(name, _FILE_FLAGS, safeio.FILE_MODE, dir_fd=dir_fd)
-    except OSError as exc:
-        return "create", exc
-    step = "write"
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fchmod(fd, mode)  # after the bytes: a write clears set-user-ID
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(name, dir_fd=dir_fd)
-        return step, exc
-    finally:
-        os.close(fd)
-    return None
-
-
-
-
 Started = dict[bytes, tuple["Future[list[Failure]]", int]]  # directory -> the task making it, its place
-
-
-def _write_files(files: list[tuple[int, bytes, bytes, int]]) -> list[Failure]:
-    """:func:`_write_file` of each (directory, name, content, mode), in order."""
-    return [_write_file(*f) for f in files]
-
-
-def _make_dirs(dir_fd: int, names: list[bytes], strip: bool) -> list[Failure]:
-    """Make each directory ``names`` in ``dir_fd``, 0700 (``strip``: the umask takes owner
-    bits, so chmod it too): None for each made, else the step that failed and its error
-    (``"mkdir"``: nothing made; ``"chmod"``: made, left as it is). Run by the pool's threads."""
-    out: list[Failure] = []
-    for name in names:
-        try:
-            os.mkdir(name, MKDIR_MODE, dir_fd=dir_fd)
-        except OSError as exc:
-            out.append(("mkdir", exc))
-            continue
-        try:
-            if strip:
-                safeio.chmod_at(dir_fd, name, MKDIR_MODE)  # the final chmod (finish) sets the rest
-        except OSError as exc:
-            out.append(("chmod", exc))
-            continue
-        out.append(None)
-    return out
 
 
 def _name(path: bytes) -> bytes:
@@ -150,6 +97,8 @@ class Fill:
         self.closing: deque[tuple[int, int]] = deque()  # (files queued before, directory fd)
         self.queued = self.settled = 0
         self._umask_strips_owner = _umask() & 0o700 != 0
+        self.root_dev = os.fstat(root_fd).st_dev  # a directory on another device is not filled
+        self.each = False  # each file and directory fsynced: syncfs is not trusted there (run)
 
     def run(self) -> None:
         """Fill the target and sync it (:meth:`finish`); the descriptor that syncs it is opened
@@ -159,6 +108,12 @@ class Fill:
         except PermissionError:  # a root we may not read: every file system is synced instead
             sync_fd = None
         except OSError as exc:
+            raise stopped(exc, "opening the target") from exc
+        try:
+            self.each = not safeio.syncfs_reaches_disk(self.root_fd)
+        except OSError as exc:
+            if sync_fd is not None:
+                os.close(sync_fd)
             raise stopped(exc, "opening the target") from exc
         try:
             self.fill()
@@ -203,7 +158,7 @@ class Fill:
                 elif op.kind == "mkdir":
                     task = started.pop(op.path, None)
                     if task is None:
-                        failure = _make_dirs(fd, [_name(op.path)], self._umask_strips_owner)[0]
+                        failure = make_dirs(fd, [_name(op.path)], self._umask_strips_owner)[0]
                     else:
                         failure = task[0].result()[task[1]]
                     sub = self.mkdir(fd, op, failure)
@@ -227,7 +182,7 @@ class Fill:
         started: Started = {}
         for i in range(0, len(subdirs), MKDIRS):
             chunk = subdirs[i : i + MKDIRS]
-            task = pool.submit(_make_dirs, fd, [_name(op.path) for op in chunk], self._umask_strips_owner)
+            task = pool.submit(make_dirs, fd, [_name(op.path) for op in chunk], self._umask_strips_owner)
             started.update((op.path, (task, j)) for j, op in enumerate(chunk))
         return fd, iter(self.children.get(path, ())), started
 
@@ -248,7 +203,25 @@ class Fill:
         try:
             sub = os.open(name, DIR_FLAGS, dir_fd=fd)
         except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                self.taken(fd, op)  # replaced since it was made (by the writers, a while ago)
+            else:
+                self.failed(op, exc)
+            return None
+        return self.entered(sub, op)
+
+    def entered(self, sub: int, op: Op) -> int | None:
+        """``sub``, the directory at ``op.path``, unless it is on another file system (mounted
+        there meanwhile: not the target's, and not what its final sync makes durable)."""
+        try:
+            other = os.fstat(sub).st_dev != self.root_dev
+        except OSError as exc:
+            os.close(sub)
             self.failed(op, exc)
+            return None
+        if other:
+            os.close(sub)
+            self.outcome.conflicts[op.path] = "another file system was mounted there meanwhile: left as it is"
             return None
         self.outcome.applied[op.path] = None
         return sub
@@ -260,8 +233,7 @@ class Fill:
         except OSError:
             self.taken(fd, op)
             return None
-        self.outcome.applied[op.path] = None
-        return sub
+        return self.entered(sub, op)
 
     def taken(self, fd: int, op: Op) -> None:
         name = _name(op.path)
@@ -323,7 +295,7 @@ class Fill:
         if not self.batch:
             return
         files = [(fd, _name(op.path), data, mode) for op, fd, data, mode in self.batch]
-        future = pool.submit(_write_files, files)
+        future = pool.submit(write_files, files, self.each)
         self.pending.append(([(op, fd, len(data)) for op, fd, data, _ in self.batch], future))
         self.in_pool += len(self.batch)
         self.batch, self.batch_bytes = [], 0
@@ -345,6 +317,9 @@ class Fill:
                     self.outcome.applied[op.path] = None
                 elif isinstance(failure[1], FileExistsError):
                     self.taken(fd, op)
+                elif failure[0] == "sync" and failure[1].errno not in _FULL:
+                    why = f"could not be made durable: {failure[1].strerror}; removed"
+                    self.outcome.conflicts[op.path] = why
                 else:
                     self.failed(op, failure[1])
         while self.closing and self.closing[0][0] <= self.settled:
@@ -389,10 +364,12 @@ class Fill:
                         raise
                     self.outcome.conflicts[op.path] = f"removed meanwhile ({exc.strerror})"
         except OSError as exc:
-            raise stopped(exc, f"giving {show(here) if here else 'the root'} its mode") from exc
+            raise stopped(exc, f"making {show(here) if here else 'the root'} durable") from exc
         finally:
             for _, fd, _, _ in stack:
                 os.close(fd)
+        if self.each:
+            return
         try:
             if sync_fd is None:
                 safeio.sync_fs_at(self.root_fd)
@@ -403,11 +380,16 @@ class Fill:
         safeio.step("apply.sync")
 
     def settle_dir(self, path: bytes, fd: int, readable: bool) -> None:
-        """A directory's mode: one the fill made 0700 unless the tree says otherwise."""
+        """A directory's mode: one the fill made 0700 unless the tree says otherwise; where
+        ``syncfs`` is not trusted, then its fsync (one that may not be read has its file
+        system synced instead)."""
         mode = self.modes.get(path, MKDIR_MODE if path in self.made else None)
         if mode is not None:
             os.fchmod(fd, mode) if readable else safeio.chmod_fd(fd, mode)
             safeio.step("apply.chmod")
+        if self.each:
+            safeio.fsync(fd) if readable else safeio.sync_fs_at(fd)
+            safeio.step("apply.fsync_dir")
 
     def _subdirs(self, path: bytes) -> list[Op]:
         made = self.outcome.applied

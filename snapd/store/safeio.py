@@ -260,6 +260,33 @@ def sync_fs_at(dir_fd: int) -> None:
         os.close(fd)
 
 
+# File systems whose ``syncfs`` writes everything dirty to their disk and waits for it (statfs
+# f_type): ext2/3/4, XFS, btrfs, F2FS, bcachefs, ZFS, and tmpfs/ramfs (nothing to write). On the
+# others a sync of the whole file system may reach nothing durable: a FUSE server gets no
+# request from it (sshfs, and every /dev/fuse file system), network file systems differ.
+SYNCFS_REACHES_DISK = frozenset(
+    (0xEF53, 0x58465342, 0x9123683E, 0xF2F52010, 0xCA451A4E, 0x2FC12FC1, 0x01021994, 0x858458F6)
+)
+
+
+class _StatFs(ctypes.Structure):
+    _fields_ = [("f_type", ctypes.c_long), ("rest", ctypes.c_byte * 112)]
+
+
+def fs_type(fd: int) -> int:
+    """The ``f_type`` of the file system of open descriptor ``fd`` (``fstatfs``)."""
+    buf = _StatFs()
+    if _libc().fstatfs(fd, ctypes.byref(buf)) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+    return int(buf.f_type) & 0xFFFFFFFF
+
+
+def syncfs_reaches_disk(fd: int) -> bool:
+    """Whether one :func:`syncfs` makes durable what was written on ``fd``'s file system."""
+    return fs_type(fd) in SYNCFS_REACHES_DISK
+
+
 def syncfs(fd: int) -> None:
     """``syncfs`` the file system of open descriptor ``fd``: it reports the write errors the
     file system met since ``fd`` was opened (Linux >= 5.8: open it before the writes it is to
