@@ -41,6 +41,7 @@ def _root(tmp_path: Path) -> Path:
     for p in root.rglob("*"):
         if p.is_file():
             os.utime(p, ns=(OLD_NS, OLD_NS))
+    (root / "d1" / "link").symlink_to("e0")  # no file: not re-checked (docs/rollback.md)
     return root
 
 

