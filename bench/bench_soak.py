@@ -16,15 +16,28 @@ curve (issue 33): ``flat``, the largest VmRSS sampled after the reference at mos
 the reference; and every VmRSS sampled at most 150 MB. RSS is not a timing: one run, no
 repetitions, but the load is printed with each sample.
 
+``--in-process``: what holds the memory, no verdict. The same workspace and marks in this
+process (as ``profile_memory.py`` runs one: no daemon, no periodic GC), each sample adding
+Python's small-object arenas and the bytes live in them (``profile_memory.pymalloc``), glibc's
+free heap (``mallinfo2``) and the weak references alive (the catalog's connections kept one per
+statement, issue 33); with ``--gc-at N``, after mark N one ``snapd.store.gc.run`` with the
+default retention (the daemon's periodic run), its Python peak (tracemalloc, on for that call
+only) and duration, then samples after it and after one heap trim (``snapd.memtrim``).
+
     python bench/bench_soak.py                 # 10,000 marks, ~20 min
     python bench/bench_soak.py --marks 1000    # a short look
+    python bench/bench_soak.py --in-process --marks 2500 --gc-at 2500
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import gc
 import os
 import time
+import tracemalloc
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +51,7 @@ from common import (
     start_watching,
     tree_path,
 )
-from peer import Changes, count, list_files, warm
+from peer import Changes, count, list_files, remove, warm
 
 MB = 1e6
 FILES = 5_000
@@ -62,18 +75,84 @@ def sample(res: Results, curve: list[dict[str, Any]], pid: int, marks: int, t0: 
     return mem["VmRSS"]
 
 
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+                 "fordblks", "keepcost")]
+
+
+def heap(res: Results, curve: list[dict[str, Any]], marks: int, t0: float, what: str = "") -> None:
+    """One in-process sample: VmRSS, pymalloc's arenas and live bytes, glibc's free heap, the
+    weak references alive."""
+    from profile_memory import pymalloc
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = _Mallinfo2
+    mem, py, mi = proc_mem(os.getpid()), pymalloc(), libc.mallinfo2()
+    refs = sum(1 for o in gc.get_objects() if type(o) is weakref.ReferenceType)
+    row = {"marks": marks, "what": what, "s": round(time.perf_counter() - t0, 1), **mem,
+           "pymalloc_arenas": py["arenas"] << 20, "pymalloc_live": py["live_bytes"],
+           "malloc_free": mi.fordblks, "weakrefs": refs}
+    curve.append(row)
+    res(f"    {marks:6d} marks {what:<10} VmRSS {mem['VmRSS'] / MB:6.1f} MB   pymalloc arenas "
+        f"{row['pymalloc_arenas'] / MB:6.1f} MB, live {py['live_bytes'] / MB:6.1f} MB   glibc free "
+        f"{mi.fordblks / MB:5.1f} MB   weakrefs {refs:7d}")
+
+
+def in_process(res: Results, ws_dir: Path, root: str, scratch: Path, marks: int, every: int,
+               gc_at: int) -> None:
+    """:func:`heap` every ``every`` marks of a workspace run in this process; the GC at ``gc_at``."""
+    from snapd import memtrim
+    from snapd.capture.workspace import Workspace
+    from snapd.config import CaptureSettings, Retention
+    from snapd.store import gc as store_gc
+    from snapd.store.store import Store
+
+    store = Store.open(scratch / "store")
+    ws = Workspace(store, store.add_workspace(os.fsencode(root)), Path(root), CaptureSettings())
+    ws.start()
+    changed = Changes(ws_dir, APPENDS, capture_pool(Path(root)))
+    curve: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+    heap(res, curve, 0, t0)
+    for i in range(1, marks + 1):
+        changed()
+        ws.mark("turn")
+        if i % every == 0 or i in (REFERENCE, marks):
+            heap(res, curve, i, t0)
+        if i == gc_at:
+            tracemalloc.start()
+            t = time.perf_counter()
+            rep = store_gc.run(store, Retention())
+            took, peak = time.perf_counter() - t, tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+            res.figure("gc", {"s": round(took, 1), "python_peak": peak, "evicted": len(rep.evicted),
+                              "objects_deleted": rep.objects_deleted})
+            res(f"    gc.run after mark {i}: {took:.0f} s, Python peak {peak / MB:.1f} MB (tracemalloc), "
+                f"{len(rep.evicted)} marks evicted, {rep.objects_deleted} objects deleted")
+            heap(res, curve, i, t0, "after gc")
+            memtrim.trim()
+            heap(res, curve, i, t0, "after trim")
+    res.figure("heap_curve", curve)
+    ws.stop()
+    store.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--marks", type=int, default=10_000)
     ap.add_argument("--every", type=int, default=500, help="print VmRSS every this many marks")
+    ap.add_argument("--in-process", action="store_true", help="what holds the memory (no verdict)")
+    ap.add_argument("--gc-at", type=int, default=0, help="with --in-process: one GC after this mark")
     args = ap.parse_args()
     if args.marks < REFERENCE:
         raise SystemExit(f"--marks: the reference is the RSS after {REFERENCE} marks")
     tree = tree_path("django", "10k")
-    res = Results("soak", "django", "5k", {
+    res = Results("soak-in-process" if args.in_process else "soak", "django", "5k", {
         "marks": args.marks, "appends_per_mark": APPENDS, "files": FILES, "every": args.every,
         "tree": f"django-10k cut to its first {FILES} files", "daemon": "default settings",
         "mark": "Client.call mark on one connection, right after its appends",
+        "in_process": args.in_process, "gc_at": args.gc_at,
     })
     ws, scratch, root = scratch_copy(tree, "soak")
     cut(ws, FILES)
@@ -81,6 +160,13 @@ def main() -> None:
     warm(ws)
     pool = capture_pool(Path(root))
     res(f"  tree: {files} files ({len(pool)} captured by snapd's rules), {nbytes / MB:.1f} MB")
+    if args.in_process:
+        try:
+            in_process(res, ws, root, scratch, args.marks, args.every, args.gc_at)
+        finally:
+            res.write()
+            remove(scratch)
+        return
     root_b = os.fsencode(root)
     changed = Changes(ws, APPENDS, pool)
     curve: list[dict[str, Any]] = []
