@@ -56,7 +56,7 @@ def test_statements_leave_nothing_behind_on_their_connection(store: Store) -> No
     """A connection keeps a weak reference to each cursor made on it, dropped (every 200
     cursors) only when the cursor came from ``cursor()``: the catalog's statements all do, so
     a daemon's connections hold no trace of the statements they ran. A cursor made by calling
-    its class left one reference per statement for the connection's life (issue 33: ~86 a
+    its class left one reference per statement for the connection's life (issue 33: ~87 a
     mark, the daemon's steady growth over a day)."""
 
     def refs() -> int:

@@ -261,8 +261,8 @@ class _Connection(sqlite3.Connection):
 
     Each cursor is made by ``cursor()``, never by calling the class: a connection keeps a weak
     reference to every cursor made on it, and only ``cursor()`` drops the dead ones (every 200
-    cursors, CPython 3.11-3.12). Made by the class, a daemon's connection kept one per statement
-    for as long as it lived: ~86 a mark, 70 MB over 10,000 marks (``bench/bench_soak.py``)."""
+    cursors). Made by the class, a daemon's connection kept one per statement for as long as it
+    lived: ~87 a mark, ~8 MB per 1,000 marks (``bench/bench_soak.py --in-process``)."""
 
     path: Path
 
