@@ -22,7 +22,9 @@ Python's small-object arenas and the bytes live in them (``profile_memory.pymall
 free heap (``mallinfo2``) and the weak references alive (the catalog's connections kept one per
 statement, issue 33); with ``--gc-at N``, after mark N one ``snapd.store.gc.run`` with the
 default retention (the daemon's periodic run), its Python peak (tracemalloc, on for that call
-only) and duration, then samples after it and after one heap trim (``snapd.memtrim``).
+only) and duration, then samples after it and after one heap trim (``snapd.memtrim``);
+``--gc-beside``: that GC in a thread of its own while the marks go on, as the daemon's runs
+(no tracemalloc then: it would count the marks too).
 
     python bench/bench_soak.py                 # 10,000 marks, ~20 min
     python bench/bench_soak.py --marks 1000    # a short look
@@ -35,6 +37,7 @@ import argparse
 import ctypes
 import gc
 import os
+import threading
 import time
 import tracemalloc
 import weakref
@@ -100,8 +103,9 @@ def heap(res: Results, curve: list[dict[str, Any]], marks: int, t0: float, what:
 
 
 def in_process(res: Results, ws_dir: Path, root: str, scratch: Path, marks: int, every: int,
-               gc_at: int) -> None:
-    """:func:`heap` every ``every`` marks of a workspace run in this process; the GC at ``gc_at``."""
+               gc_at: int, beside: bool) -> None:
+    """:func:`heap` every ``every`` marks of a workspace run in this process; the GC at ``gc_at``
+    (``beside``: in a thread of its own while the marks go on, as the daemon runs it)."""
     from snapd import memtrim
     from snapd.capture.workspace import Workspace
     from snapd.config import CaptureSettings, Retention
@@ -114,25 +118,50 @@ def in_process(res: Results, ws_dir: Path, root: str, scratch: Path, marks: int,
     changed = Changes(ws_dir, APPENDS, capture_pool(Path(root)))
     curve: list[dict[str, Any]] = []
     t0 = time.perf_counter()
+    gc_thread: threading.Thread | None = None
+    gc_run: dict[str, Any] = {}
+
+    def collect(traced: bool) -> None:
+        """One GC with the daemon's default retention; traced: its Python peak (tracemalloc)."""
+        if traced:
+            tracemalloc.start()
+        t = time.perf_counter()
+        rep = store_gc.run(store, Retention())
+        gc_run.update({"s": round(time.perf_counter() - t, 1), "evicted": len(rep.evicted),
+                       "objects_deleted": rep.objects_deleted, "beside_marks": not traced})
+        if traced:
+            gc_run["python_peak"] = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+
+    def report(i: int) -> None:
+        res.figure("gc", dict(gc_run))
+        traced = gc_run.get("python_peak")
+        peak = "" if traced is None else f", Python peak {traced / MB:.1f} MB (tracemalloc)"
+        res(f"    gc.run from mark {gc_at} {'beside the marks ' if beside else ''}done after mark {i}: "
+            f"{gc_run['s']:.0f} s{peak}, {gc_run['evicted']} marks evicted, "
+            f"{gc_run['objects_deleted']} objects deleted")
+        heap(res, curve, i, t0, "after gc")
+        memtrim.trim()
+        heap(res, curve, i, t0, "after trim")
+
     heap(res, curve, 0, t0)
     for i in range(1, marks + 1):
         changed()
         ws.mark("turn")
         if i % every == 0 or i in (REFERENCE, marks):
             heap(res, curve, i, t0)
-        if i == gc_at:
-            tracemalloc.start()
-            t = time.perf_counter()
-            rep = store_gc.run(store, Retention())
-            took, peak = time.perf_counter() - t, tracemalloc.get_traced_memory()[1]
-            tracemalloc.stop()
-            res.figure("gc", {"s": round(took, 1), "python_peak": peak, "evicted": len(rep.evicted),
-                              "objects_deleted": rep.objects_deleted})
-            res(f"    gc.run after mark {i}: {took:.0f} s, Python peak {peak / MB:.1f} MB (tracemalloc), "
-                f"{len(rep.evicted)} marks evicted, {rep.objects_deleted} objects deleted")
-            heap(res, curve, i, t0, "after gc")
-            memtrim.trim()
-            heap(res, curve, i, t0, "after trim")
+        if i == gc_at and beside:
+            gc_thread = threading.Thread(target=collect, args=(False,), name="soak-gc")
+            gc_thread.start()
+        elif i == gc_at:
+            collect(True)
+            report(i)
+        if gc_thread is not None and not gc_thread.is_alive():
+            gc_thread = None
+            report(i)
+    if gc_thread is not None:  # the marks ended first
+        gc_thread.join()
+        report(marks)
     res.figure("heap_curve", curve)
     ws.stop()
     store.close()
@@ -144,6 +173,7 @@ def main() -> None:
     ap.add_argument("--every", type=int, default=500, help="print VmRSS every this many marks")
     ap.add_argument("--in-process", action="store_true", help="what holds the memory (no verdict)")
     ap.add_argument("--gc-at", type=int, default=0, help="with --in-process: one GC after this mark")
+    ap.add_argument("--gc-beside", action="store_true", help="that GC in a thread, beside the marks")
     args = ap.parse_args()
     if args.marks < REFERENCE:
         raise SystemExit(f"--marks: the reference is the RSS after {REFERENCE} marks")
@@ -152,7 +182,7 @@ def main() -> None:
         "marks": args.marks, "appends_per_mark": APPENDS, "files": FILES, "every": args.every,
         "tree": f"django-10k cut to its first {FILES} files", "daemon": "default settings",
         "mark": "Client.call mark on one connection, right after its appends",
-        "in_process": args.in_process, "gc_at": args.gc_at,
+        "in_process": args.in_process, "gc_at": args.gc_at, "gc_beside": args.gc_beside,
     })
     ws, scratch, root = scratch_copy(tree, "soak")
     cut(ws, FILES)
@@ -162,7 +192,7 @@ def main() -> None:
     res(f"  tree: {files} files ({len(pool)} captured by snapd's rules), {nbytes / MB:.1f} MB")
     if args.in_process:
         try:
-            in_process(res, ws, root, scratch, args.marks, args.every, args.gc_at)
+            in_process(res, ws, root, scratch, args.marks, args.every, args.gc_at, args.gc_beside)
         finally:
             res.write()
             remove(scratch)
