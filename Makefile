@@ -11,7 +11,7 @@ $(BIN)/snapd: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test,ui]'
 	touch $@
 
-.PHONY: install run check lint lint-unit lint-ci test bench mutants
+.PHONY: install run check lint lint-unit lint-ci test bench soak mutants
 install: $(BIN)/snapd
 
 run: install
@@ -59,7 +59,13 @@ bench: install
 		$(BIN)/python bench/profile_memory.py --corpus $$c --size 100k && \
 		$(BIN)/python bench/bench_cli.py --corpus $$c --size 100k || exit 1; done
 	$(BIN)/python bench/bench_baseline.py --corpus django --size 100k --cold
+	$(BIN)/python bench/bench_soak.py
 	$(BIN)/python bench/report.py
+
+# The daemon's RSS over 10,000 marks (~20 min; part of bench).
+soak: install
+	$(BIN)/python bench/make_tree.py --corpus django --size 10k
+	$(BIN)/python bench/bench_soak.py
 
 # systemd-analyze exits 0 on some bad values, so any output at all fails the check.
 lint-unit:

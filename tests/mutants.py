@@ -217,9 +217,9 @@ MUTANTS = [
     Mutant(
         "rollback-recheck-skips-files",
         "snapd/capture/scan.py",
-        "        if not seen(rel, st, now)[0]:\n            found.add(rel)\n",
+        "                if not seen(rel, packed, st, now):\n                    found.add(rel)\n",
         "",
-        _t("tests/test_model_rollback.py::test_scenario"),
+        _t("tests/test_recheck.py", "tests/test_model_rollback.py::test_scenario"),
         "the re-check stats every file but never reports one that changed",
     ),
     Mutant(

@@ -39,6 +39,18 @@ def test_a_burst_of_writes_is_trimmed_once_after_it_stops() -> None:
     assert _wait_for(lambda: len(calls) == 2)
 
 
+def test_writes_that_never_stop_are_trimmed_all_the_same() -> None:
+    """An agent marking back to back never leaves the daemon quiet: the heap is trimmed every
+    ``busy_s`` of writing all the same (issue 33: the GC's transient stayed resident all day)."""
+    calls: list[int] = []
+    trimmer = memtrim.IdleTrim(idle_s=2.0, busy_s=0.2, trim=lambda: calls.append(1))
+    deadline = time.monotonic() + 10
+    while len(calls) < 2 and time.monotonic() < deadline:  # 20 ms apart: never quiet for 2 s
+        trimmer.wrote()
+        time.sleep(0.02)
+    assert len(calls) >= 2
+
+
 def test_every_store_commit_asks_for_a_trim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     trims: list[int] = []
     monkeypatch.setattr(memtrim, "after_writes", memtrim.IdleTrim(idle_s=0.01, trim=lambda: trims.append(1)))

@@ -257,15 +257,20 @@ class _Cursor(sqlite3.Cursor):
 
 
 class _Connection(sqlite3.Connection):
-    """A connection whose statements run on :class:`_Cursor`."""
+    """A connection whose statements run on :class:`_Cursor`.
+
+    Each cursor is made by ``cursor()``, never by calling the class: a connection keeps a weak
+    reference to every cursor made on it, and only ``cursor()`` drops the dead ones (every 200
+    cursors). Made by the class, a daemon's connection kept one per statement for as long as it
+    lived: ~87 a mark, ~8 MB per 1,000 marks (``bench/bench_soak.py --in-process``)."""
 
     path: Path
 
     def execute(self, sql: str, parameters: Any = (), /) -> _Cursor:
-        return _Cursor(self).execute(sql, parameters)
+        return self.cursor(_Cursor).execute(sql, parameters)
 
     def executemany(self, sql: str, seq_of_parameters: Iterable[Any], /) -> _Cursor:
-        return _Cursor(self).executemany(sql, seq_of_parameters)
+        return self.cursor(_Cursor).executemany(sql, seq_of_parameters)
 
 
 def objects_by_key(conn: sqlite3.Connection, columns: str, keys: list[str]) -> Iterator[Any]:
