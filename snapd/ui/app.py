@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from rich.text import Text
@@ -247,13 +248,8 @@ class Timeline(App[None]):
     @work(exclusive=True, group="change")
     async def change(self, action: Action) -> None:
         """Plan, show, apply that plan on ``y`` (the module docstring)."""
-        try:
-            plan = await asyncio.to_thread(self.source.plan, action)
-        except RevertConflict as exc:
-            await self._refused(exc)
-            return
-        except SnapdError as exc:
-            self.say(str(exc), "error")
+        plan = await self._ask(self.source.plan, action)
+        if plan is None:
             return
         question = f"apply this {action.what}? y / n"
         while True:
@@ -261,18 +257,28 @@ class Timeline(App[None]):
                 self.say("nothing changed")
                 return
             try:
-                result = await asyncio.to_thread(self.source.apply, action, plan["plan"]["token"])
-                break
+                result = await self._ask(self.source.apply, action, plan["plan"]["token"])
             except PlanChanged as exc:
                 plan, question = exc.details, "the plan changed since it was shown: apply the new one? y / n"
-            except RevertConflict as exc:
-                await self._refused(exc)
+                continue
+            if result is None:
                 return
-            except SnapdError as exc:
-                self.say(str(exc), "error")
-                return
+            break
         self.say(_result_line(action, result))
         await self.reload()
+
+    async def _ask(self, call: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any] | None:
+        """``call(*args)`` off the event loop; a refused revert shown with its conflicts, any
+        other error said: None then. A changed plan is raised (the caller asks again)."""
+        try:
+            return await asyncio.to_thread(call, *args)
+        except PlanChanged:
+            raise
+        except RevertConflict as exc:
+            await self._refused(exc)
+        except SnapdError as exc:
+            self.say(str(exc), "error")
+        return None
 
     async def _refused(self, exc: RevertConflict) -> None:
         lines = [str(exc), "", *revert_text.conflict_lines(exc.details.get("conflicts", []))]
