@@ -10,6 +10,7 @@ import os
 import resource
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -138,26 +139,34 @@ def test_every_kind_is_written_exactly_as_a_user_whom_modes_bind(
 
 
 def test_a_name_another_process_took_meanwhile_is_left_as_found_and_listed(
-    captured: tuple[Store, str, Path], tmp_path: Path
+    captured: tuple[Store, str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A restore writes only names it makes (``O_EXCL``): what a process wrote into the target
     meanwhile — a file where the tree has a file, a file where it has a symlink, a file where
     it has a directory, empty or not (and so everything below it) — stays as that process left it, and each
     is a conflict (the reply is not ok). A directory made there meanwhile is filled as it is,
-    and a file that already holds the tree's bytes and mode is no conflict."""
+    and a file that already holds the tree's bytes and mode is no conflict.
+
+    The other process writes once the target's root is made, just before the restore makes its
+    first subdirectory (a pool thread may make them while the first is filled, so any later
+    moment would race the restore for ``empty-dir``)."""
     store, tree, src = captured
     dest = tmp_path / "copy"
     theirs = b"written by another process\n"
+    once = threading.Lock()
+    make_dirs = fill.make_dirs
 
-    def meanwhile(key: str) -> bytes:  # a process writing into the target as the restore runs
-        if not (dest / "plain.txt").exists():
-            for name in ("plain.txt", "link", "sticky", "ro"):
-                write(dest / name, theirs, 0o600)
-            (dest / "empty-dir").mkdir(mode=0o700)
-            write(dest / "empty-file", b"", 0o600)  # holds the tree's entry already
-        return store.get(key)
+    def meanwhile(dir_fd: int, names: list[bytes], strip: bool) -> list[fill.Failure]:
+        with once:
+            if not (dest / "plain.txt").exists():
+                for name in ("plain.txt", "link", "sticky", "ro"):
+                    write(dest / name, theirs, 0o600)
+                (dest / "empty-dir").mkdir(mode=0o700)
+                write(dest / "empty-file", b"", 0o600)  # holds the tree's entry already
+        return make_dirs(dir_fd, names, strip)
 
-    done = restore(store, tree, dest, meanwhile)
+    monkeypatch.setattr(fill, "make_dirs", meanwhile)
+    done = restore(store, tree, dest)
     assert not done.ok
     why = dict(done.conflicts)
     below = [b"ro/a.txt", b"ro/sub", b"ro/sub/b.txt"]
