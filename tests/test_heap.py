@@ -9,12 +9,14 @@ import os
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from snapd.config import load_config
 from snapd.daemon import heap
 from snapd.daemon.service import Service
+from snapd.rollback import apply, restore
 from snapd.store.store import Store
 
 pytestmark = pytest.mark.timeout(60)
@@ -67,3 +69,52 @@ def test_a_workspace_unwatched_is_reclaimed_not_kept_frozen(tmp_path: Path, serv
     service.ops["unwatch"](workspace=os.fsencode(root))
     gc.collect()
     assert gone() is None
+
+
+def test_a_restore_runs_with_the_collector_paused_and_it_resumes(
+    tmp_path: Path, service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restore makes records of every path at once (its plan): no cyclic collection walks
+    them from its plan's start to its fill's end; collection is back on once it ends (and
+    stays off while another paused work still runs)."""
+    root = workspace_tree(tmp_path)
+    for i in range(3000):  # enough records that a collection would run without the pause
+        (root / f"d{i % 60}").mkdir(exist_ok=True)
+        (root / f"d{i % 60}" / f"g{i}.txt").write_text(f"more {i}\n")
+    service.ops["watch"](path=os.fsencode(root))
+    mark = service.ops["mark"](label="turn", workspace=os.fsencode(root))
+    during: list[int] = []
+    running = False
+    plan, fill = restore.plan_of, apply.fill
+
+    def planning(*args: Any, **kwargs: Any) -> Any:
+        nonlocal running
+        running = True
+        return plan(*args, **kwargs)
+
+    def filling(*args: Any, **kwargs: Any) -> Any:
+        nonlocal running
+        try:
+            return fill(*args, **kwargs)
+        finally:
+            running = False
+
+    def seen(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and running:
+            during.append(info["generation"])
+
+    monkeypatch.setattr(restore, "plan_of", planning)
+    monkeypatch.setattr(apply, "fill", filling)
+    gc.callbacks.append(seen)
+    try:
+        service.ops["restore"](mark=mark["id"], workspace=os.fsencode(root), target=os.fsencode(tmp_path / "copy"))
+    finally:
+        gc.callbacks.remove(seen)
+    assert (tmp_path / "copy" / "d0" / "g0.txt").read_text() == "more 0\n"
+    assert during == [], f"collections (of these generations) while the restore ran: {during}"
+    assert gc.isenabled()
+    with heap.paused():
+        with heap.paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled(), "another paused work still runs"
+    assert gc.isenabled()

@@ -13,6 +13,13 @@ since. Frozen objects are still freed by reference counting when dropped; only r
 cycles among them wait. So when a workspace stops for good (unwatch, forget, a re-register),
 everything is unfrozen, collected once (its cycles go), and frozen again.
 
+A restore builds, at once, records of every path of a tree (its plan: 10^5 ops and entries,
+none of them in a reference cycle) while its fill and the remote's readers allocate more. The
+collector runs as the count of objects grows, and each full collection walks all of them:
+measured on mixed-83k (122k entries), the plan from nothing took 2.4-5.2 s with the collector
+running and 1.7 s without it. So such work runs :func:`paused`: no collection while it does;
+cycles made meanwhile (by it or by any thread) wait until it ends, when collection resumes.
+
 Giving freed memory back to the system (glibc keeps it) is :mod:`snapd.memtrim`'s, below the
 store, which tells it of every commit.
 
@@ -24,9 +31,12 @@ from __future__ import annotations
 
 import gc
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 _lock = threading.Lock()
 _managed = False
+_pausing = 0  # works running paused: the collector is off while there is one
 
 
 def manage(on: bool = True) -> None:
@@ -51,3 +61,23 @@ def release() -> None:
             gc.unfreeze()
             gc.collect()
             gc.freeze()
+
+
+@contextmanager
+def paused() -> Iterator[None]:
+    """No cyclic collection while the block runs (nor while any other paused block does): for
+    work that makes 10^5 acyclic records at once. Collection resumes when the last one ends."""
+    global _pausing
+    with _lock:
+        managed = _managed
+        if managed:
+            _pausing += 1
+            gc.disable()
+    try:
+        yield
+    finally:
+        if managed:
+            with _lock:
+                _pausing -= 1
+                if _pausing == 0:
+                    gc.enable()

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from snapd.daemon import heap
 from snapd.daemon.pusher import Pusher
 from snapd.daemon.registry import Registry
 from snapd.daemon.remotes import Remotes
@@ -278,7 +279,7 @@ def restore_from_remote(
             lost = CorruptObject if isinstance(exc, RemoteCorrupt) else MissingObject
             raise lost(exc.message, key=key) from exc
 
-    with remotes.working("restore", repo.backend.url, dest) as tracker:
+    with remotes.working("restore", repo.backend.url, dest) as tracker, heap.paused():
         tracker.phase("listing the repository")
         repo.refresh()
         record = repo.find(ref, host, workspace)

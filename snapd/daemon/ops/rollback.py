@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from snapd.capture.workspace import Workspace
+from snapd.daemon import heap
 from snapd.daemon import history as daemon_history
 from snapd.daemon.events import EventSink, emit, rollback_fields
 from snapd.daemon.ops.remote import restore_from_remote
@@ -140,7 +141,7 @@ class RollbackOps:
         ws_id, root = self.registry.stored(workspace, cwd)
         ref, at = history.resolve(self.store, ws_id, mark, session)
         dest = Path(os.fsdecode(target))
-        with self.running.one("restore", root, dest) as progress:
+        with self.running.one("restore", root, dest) as progress, heap.paused():
             done = restore.write_tree(
                 dest, ref.tree, ref.root_mode, self.store.load_node, self.store.get,
                 self.store.hasher, self.registry.own_dirs, progress,
