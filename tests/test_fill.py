@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import resource
 import shutil
+import stat
 import tempfile
 import threading
 import time
@@ -76,21 +77,28 @@ def restore(store: Store, tree: str, dest: Path, get: Callable[[str], bytes] | N
     return write_tree(dest, tree, 0o751, store.load_node, get or store.get, store.hasher, [])
 
 
-@pytest.mark.parametrize("held", [fill.IN_FLIGHT_BYTES, 1 << 20])
+@pytest.mark.parametrize(
+    ("held", "umask"), [(fill.IN_FLIGHT_BYTES, 0o022), (1 << 20, 0o022), (fill.IN_FLIGHT_BYTES, 0o077)]
+)
 def test_every_kind_is_written_exactly(
-    captured: tuple[Store, str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, held: int
+    captured: tuple[Store, str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, held: int, umask: int
 ) -> None:
     """Kinds, bytes, modes (set-user-ID and set-group-ID files, 0000 files and directories,
     sticky), symlinks as their text, empty directories, names that are not UTF-8, the root's own
     mode: into an absent target, and into an empty one; also when the contents held for the
-    writers are bounded below the size of one file (``big.bin``, 3 MiB)."""
+    writers are bounded below the size of one file (``big.bin``, 3 MiB), and whatever the
+    process's umask (a mode it would strip is not left to the create)."""
     monkeypatch.setattr(fill, "IN_FLIGHT_BYTES", held)
     store, tree, src = captured
     want = snapshot(src, with_root=True)
     for dest in (tmp_path / "absent", tmp_path / "empty"):
         if dest.name == "empty":
             dest.mkdir(mode=0o700)
-        done = restore(store, tree, dest)
+        before = os.umask(umask)
+        try:
+            done = restore(store, tree, dest)
+        finally:
+            os.umask(before)
         assert done.ok and done.made == (dest.name == "absent"), (done.conflicts, done.not_restored)
         got = snapshot(dest, with_root=True)
         assert got == want, snap_diff(got, want)
@@ -242,9 +250,10 @@ def test_a_written_file_costs_a_few_system_calls(
 ) -> None:
     """The cost that made a restore 4-10x slower than restic's (docs/rollback.md): no
     directory is walked again from the root for each write, nothing is renamed or removed,
-    no directory is listed. Per file one ``open``; per directory one to fill it, one to
-    settle it; no ``fsync`` of a file or directory it made, and one ``syncfs`` of the target
-    at the end (tests/test_restore_durable.py shows that it is durable then)."""
+    no directory is listed. Per file one ``open`` (and no ``fchmod`` where the create gives its
+    mode); per directory one to fill it, and one to settle it only where it has a mode left
+    to give; no ``fsync`` of a file or directory it made, and one ``syncfs`` of the target at
+    the end (tests/test_restore_durable.py shows that it is durable then)."""
     store, tree, _ = captured
     calls: dict[str, int] = {}
     for name in ("open", "mkdir", "rename", "unlink", "listdir", "scandir", "fsync", "chmod", "fchmod"):
@@ -268,9 +277,14 @@ def test_a_written_file_costs_a_few_system_calls(
     files, dirs = done.counts["files"], done.counts["dirs"]
     assert calls.get("rename", 0) == calls.get("unlink", 0) == 0, calls
     assert calls.get("listdir", 0) == calls.get("scandir", 0) == 0, calls
-    assert calls["open"] <= files + 2 * (dirs + 1) + 3, (calls, files, dirs)  # + the root's
+    # its end opens only the directories with a mode left to give (and those above them): the
+    # read-only, sticky and 0000 ones here; the rest were made with their modes
+    settled = len(("ro", "ro/sub", "closed", "empty-closed", "sticky"))
+    assert calls["open"] <= files + dirs + settled + 4, (calls, files, dirs)  # + the root's
     assert calls.get("fsync", 0) == 1 and calls["syncfs"] == 1, calls  # the fsync: the root's parent (made)
     assert calls.get("chmod", 0) <= 1, calls  # the root's: made 0700 whatever the umask
+    special = len(("bin/tool", "bin/gtool"))  # set-user-ID, set-group-ID: after the bytes
+    assert calls.get("fchmod", 0) <= special + settled + 1, calls  # + the root's
     assert fill.WRITERS > 1
 
 
@@ -297,4 +311,36 @@ def test_directories_waiting_on_their_files_are_bounded(
     assert done.ok and done.counts == {"files": 1, "symlinks": 0, "dirs": 1501, "bytes": 6}, (
         done.counts, done.conflicts[:3])
     got, want = snapshot(tmp_path / "copy"), snapshot(src)
+    assert got == want, snap_diff(got, want)
+
+
+def test_directories_are_made_with_their_modes_unless_others_could_write_or_the_owner_not(
+    captured: tuple[Store, str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory is made with its final mode when that lets the owner fill it and no one
+    else write into it (no chmod at the end); a read-only, 0000, sticky or group/other
+    writable one is made 0700 and given its mode once filled: while the restore runs no other
+    user may write inside it. Even under a umask of 0, which would keep every bit."""
+    store, tree, src = captured
+    dest = tmp_path / "copy"
+    seen: dict[str, int] = {}
+    make_dirs = fill.make_dirs
+
+    def watched(dir_fd: int, names: list[tuple[bytes, int]], strip: bool) -> list[fill.Failure]:
+        out = make_dirs(dir_fd, names, strip)
+        for name, _ in names:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            seen[os.fsdecode(name)] = stat.S_IMODE(st.st_mode)
+        return out
+
+    monkeypatch.setattr(fill, "make_dirs", watched)
+    before = os.umask(0)
+    try:
+        done = restore(store, tree, dest)
+    finally:
+        os.umask(before)
+    assert done.ok, done.conflicts
+    assert seen["sticky"] == 0o700 and seen["ro"] == 0o700 and seen["closed"] == 0o700, seen
+    assert seen["bin"] == 0o755 and seen["empty-dir"] == 0o750, seen
+    got, want = snapshot(dest, with_root=True), snapshot(src, with_root=True)
     assert got == want, snap_diff(got, want)

@@ -107,7 +107,8 @@ def test_a_restore_runs_with_the_collector_paused_and_it_resumes(
     monkeypatch.setattr(apply, "fill", filling)
     gc.callbacks.append(seen)
     try:
-        service.ops["restore"](mark=mark["id"], workspace=os.fsencode(root), target=os.fsencode(tmp_path / "copy"))
+        copy = os.fsencode(tmp_path / "copy")
+        service.ops["restore"](mark=mark["id"], workspace=os.fsencode(root), target=copy)
     finally:
         gc.callbacks.remove(seen)
     assert (tmp_path / "copy" / "d0" / "g0.txt").read_text() == "more 0\n"

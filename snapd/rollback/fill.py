@@ -3,19 +3,23 @@ watches — a restore's target (:mod:`snapd.rollback.restore`, through :func:`ap
 
 Nothing is there to re-check, replace or roll forward, so the writes are direct:
 
-- **Directories** are made 0700 (``MKDIR_MODE``) and held open (``O_PATH|O_NOFOLLOW``) while
-  what they hold is written, every change an ``*at`` call relative to them: never a path
-  walked again from the root, never a symlink followed.
-- **Files** are created under their own names ``O_CREAT|O_EXCL|O_NOFOLLOW`` (0600), written
-  and given their mode (``fchmod``) by a pool of ``WRITERS`` threads, while this one reads
-  the next contents and makes the directories. **Symlinks** are made in place.
+- **Directories** are made with their modes where those let the owner fill them and no one
+  else write into them (most: 0755, 0750, 0711), else 0700 (``MKDIR_MODE``: read-only, 0000,
+  sticky, group- or other-writable ones; :func:`~snapd.rollback.writers.dir_mode`), and held
+  open (``O_PATH|O_NOFOLLOW``) while what they hold is written, every change an ``*at`` call
+  relative to them: never a path walked again from the root, never a symlink followed.
+- **Files** are created under their own names ``O_CREAT|O_EXCL|O_NOFOLLOW``, written and
+  given their mode (by the create, or by ``fchmod`` after the bytes:
+  :func:`~snapd.rollback.writers.write_file`) by a pool of ``WRITERS`` threads, while this one
+  reads the next contents and makes the directories. **Symlinks** are made in place.
 - **A name found taken** (a process wrote into the target meanwhile) is left as found: a
   conflict — unless it already holds what the tree has there (a directory where the tree has
   one is filled as it is; its mode is changed only where the tree's is not 0700).
-- **At the end**, deepest first, each directory is given its mode (the root its own last),
-  then the target's file system is synced once (``syncfs``, through a descriptor opened
-  before the first write), which makes every file's bytes, every entry and every mode durable
-  together. When :meth:`Fill.run` returns, everything it counts as written is on disk.
+- **At the end**, deepest first, each directory made 0700 is given its mode (the root its own
+  last; only those and the directories above them are opened again), then the target's
+  file system is synced once (``syncfs``, through a descriptor opened before the first
+  write), which makes every file's bytes, every entry and every mode durable together. When
+  :meth:`Fill.run` returns, everything it counts as written is on disk.
 - **Where a sync of the file system is not trusted to reach the disk** (any file system but
   the local ones :data:`safeio.SYNCFS_REACHES_DISK` names: a FUSE server, sshfs's among them,
   gets no request from a ``syncfs``), each file is fsynced by its writer instead, a file
@@ -45,11 +49,12 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from snapd.errors import CorruptObject, MissingObject
+from snapd.paths import ancestors
 from snapd.rollback.checks import Contents, describe_state
 from snapd.rollback.dirs import DIR_FLAGS, Outcome, stopped
 from snapd.rollback.modes import order
 from snapd.rollback.ops import MKDIR_MODE, Op, show
-from snapd.rollback.writers import Failure, make_dirs, write_files
+from snapd.rollback.writers import Failure, dir_mode, make_dirs, write_files
 from snapd.store import safeio
 from snapd.store.damage import Unreadable
 
@@ -89,6 +94,7 @@ class Fill:
                 assert op.kind in ("mkdir", "write", "symlink") and op.expect is None, op
                 self.children.setdefault(op.path.rpartition(b"/")[0], []).append(op)
         self.made: set[bytes] = set()  # directories the fill made (adopted ones keep their mode)
+        self.unsettled: set[bytes] = set()  # directories with a mode left to give, and above them (finish)
         self.batch: list[tuple[Op, int, bytes, int]] = []  # files not yet handed to the pool (mode last)
         self.batch_bytes = 0
         self.pending: deque[tuple[list[tuple[Op, int, int]], Future[list[Failure]]]] = deque()  # in the pool
@@ -96,7 +102,8 @@ class Fill:
         self.held = 0  # bytes of the contents of the files in the batch and in the pool
         self.closing: deque[tuple[int, int]] = deque()  # (files queued before, directory fd)
         self.queued = self.settled = 0
-        self._umask_strips_owner = _umask() & 0o700 != 0
+        self.umask = _umask()
+        self._umask_strips_owner = self.umask & 0o700 != 0
         self.root_dev = os.fstat(root_fd).st_dev  # a directory on another device is not filled
         self.each = False  # each file and directory fsynced: syncfs is not trusted there (run)
 
@@ -158,7 +165,7 @@ class Fill:
                 elif op.kind == "mkdir":
                     task = started.pop(op.path, None)
                     if task is None:
-                        failure = make_dirs(fd, [_name(op.path)], self._umask_strips_owner)[0]
+                        failure = make_dirs(fd, [self.named(op)], self._umask_strips_owner)[0]
                     else:
                         failure = task[0].result()[task[1]]
                     sub = self.mkdir(fd, op, failure)
@@ -182,9 +189,14 @@ class Fill:
         started: Started = {}
         for i in range(0, len(subdirs), MKDIRS):
             chunk = subdirs[i : i + MKDIRS]
-            task = pool.submit(make_dirs, fd, [_name(op.path) for op in chunk], self._umask_strips_owner)
+            task = pool.submit(make_dirs, fd, [self.named(op) for op in chunk], self._umask_strips_owner)
             started.update((op.path, (task, j)) for j, op in enumerate(chunk))
         return fd, iter(self.children.get(path, ())), started
+
+    def named(self, op: Op) -> tuple[bytes, int]:
+        """A directory's name and the mode it is made with (:func:`writers.dir_mode`)."""
+        assert op.entry is not None
+        return _name(op.path), dir_mode(op.entry.mode, self.umask)
 
     def mkdir(self, fd: int, op: Op, failure: Failure) -> int | None:
         """The new directory's descriptor, once made (``failure`` None) or found made there
@@ -295,7 +307,7 @@ class Fill:
         if not self.batch:
             return
         files = [(fd, _name(op.path), data, mode) for op, fd, data, mode in self.batch]
-        future = pool.submit(write_files, files, self.each)
+        future = pool.submit(write_files, files, self.each, self.umask)
         self.pending.append(([(op, fd, len(data)) for op, fd, data, _ in self.batch], future))
         self.in_pool += len(self.batch)
         self.batch, self.batch_bytes = [], 0
@@ -343,6 +355,13 @@ class Fill:
         and modes, every entry, the directories' modes). An error stops the fill."""
         stack: list[tuple[bytes, int, bool, Iterator[Op]]] = []
         here = b""
+        self.unsettled = set()
+        applied = self.outcome.applied
+        for ops in self.children.values():
+            for made in ops:
+                if made.kind == "mkdir" and made.path in applied and self.mode_left(made.path) is not None:
+                    self.unsettled.add(made.path)
+                    self.unsettled.update(ancestors(made.path))
         try:
             stack.append((b"", *_open_dir(self.root_fd, "."), iter(self._subdirs(b""))))
             while stack:
@@ -380,10 +399,10 @@ class Fill:
         safeio.step("apply.sync")
 
     def settle_dir(self, path: bytes, fd: int, readable: bool) -> None:
-        """A directory's mode: one the fill made 0700 unless the tree says otherwise; where
+        """A directory's mode, when it has one left to give (:meth:`mode_left`); where
         ``syncfs`` is not trusted, then its fsync (one that may not be read has its file
         system synced instead)."""
-        mode = self.modes.get(path, MKDIR_MODE if path in self.made else None)
+        mode = self.mode_left(path) if path else self.modes.get(b"")  # the root: its own op
         if mode is not None:
             os.fchmod(fd, mode) if readable else safeio.chmod_fd(fd, mode)
             safeio.step("apply.chmod")
@@ -391,9 +410,24 @@ class Fill:
             safeio.fsync(fd) if readable else safeio.sync_fs_at(fd)
             safeio.step("apply.fsync_dir")
 
+    def mode_left(self, path: bytes) -> int | None:
+        """The mode directory ``path`` (not the root) is still to be given, if any: its final
+        one unless the fill made it with that (:func:`writers.dir_mode`); one found made there
+        meanwhile, the tree's unless that is 0700."""
+        if path not in self.made:
+            return self.modes.get(path)
+        final = self.modes.get(path, MKDIR_MODE)
+        return None if dir_mode(final, self.umask) == final else final
+
     def _subdirs(self, path: bytes) -> list[Op]:
+        """The directories in ``path`` the fill wrote into that its end must open: each, where
+        each is fsynced; else those with a mode left to give, or holding one."""
         made = self.outcome.applied
-        return [op for op in self.children.get(path, ()) if op.kind == "mkdir" and op.path in made]
+        return [
+            op
+            for op in self.children.get(path, ())
+            if op.kind == "mkdir" and op.path in made and (self.each or op.path in self.unsettled)
+        ]
 
 
 def _open_dir(dir_fd: int, name: bytes | str) -> tuple[int, bool]:

@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from snapd.errors import NotFound
 from snapd.paths import ancestors, at_or_below, strictly_below
 from snapd.rollback import modes, scope
-from snapd.rollback.ops import COUNT, Op, Plan, ops_for, parts, show
+from snapd.rollback.ops import COUNT, MKDIR_MODE, Op, Plan, ops_for, parts, show
 from snapd.store import trees
 from snapd.store.ignored import IgnoredNames
 
@@ -268,3 +268,45 @@ def _keep_what_holds_ignored(
                 kept[anc] = why  # M has a non-directory here
             else:
                 left[anc] = why
+
+
+def from_nothing(load: trees.Load, target: str, root_modes: tuple[int | None, int | None]) -> Plan:
+    """:func:`plan` from no current state to ``target`` (a restore's: ``plan(load, None,
+    target, root_modes=root_modes)``, the same plan) in one walk of the tree, without sorting.
+
+    From nothing every path is added and nothing is ignored, kept or left but what the mark
+    holds without content, so the walk's order (parents first, names in byte order, which is
+    the order of :func:`modes.order` within each phase) is already the plan's: the
+    directories' mkdirs, then the files and symlinks, then the directories' modes deepest
+    first (by depth, each depth in walk order). A restore of 122k entries spent a third of its
+    plan's time sorting them."""
+    mkdirs: list[Op] = []
+    files: list[Op] = []
+    modes_by_depth: list[list[Op]] = []
+    kept: list[tuple[bytes, str]] = []
+    for path, entry in trees.walk(load, target):
+        if trees.is_uncaptured(entry):
+            why = f"not captured at the mark ({trees.uncaptured_reason(entry)}): cannot be restored"
+            kept.append((path, why))
+        elif entry.kind != "dir":
+            files.append(Op("write" if entry.kind == "file" else "symlink", path, entry, None))
+        else:
+            mkdirs.append(Op("mkdir", path, entry, None))
+            if entry.mode != MKDIR_MODE:
+                depth = path.count(b"/")
+                while len(modes_by_depth) <= depth:
+                    modes_by_depth.append([])
+                made_as = trees.Entry("dir", MKDIR_MODE, 0, entry.key)
+                modes_by_depth[depth].append(Op("chmod", path, entry, made_as))
+    made = [*mkdirs, *files]
+    for level in reversed(modes_by_depth):
+        made.extend(level)
+    own = modes.root_mode(root_modes)
+    root = [*own, *modes.open_read_only_dirs(load, None, [*made, *own], root_modes[0])]
+    early = [op for op in root if modes.order(op)[0] == 0]
+    late = [op for op in root if modes.order(op)[0] != 0]
+    counts = dict.fromkeys(("restore", "recreate", "delete", "mode", "type"), 0)
+    counts["recreate"] = len(mkdirs) + len(files)
+    ordered = (*sorted(early, key=modes.order), *made, *sorted(late, key=modes.order))
+    return Plan(ordered, tuple(kept), counts, ())
+

@@ -14,11 +14,13 @@ Rules:
   followed; anything else is refused before a byte is written (:class:`TargetRefused`), as is
   a DEST equal to, inside or around snapd's own directories. Its parent must exist.
 - The plan is the rollback's: a plan from nothing to the tree (:func:`plan.plan` with no
-  current state). The fill writes it (:func:`apply.fill`, :mod:`snapd.rollback.fill`): DEST
+  current state, made in one walk: :func:`plan.from_nothing`). The fill writes it
+  (:func:`apply.fill`, :mod:`snapd.rollback.fill`): DEST
   holds nothing to re-check or roll forward, so every name is created in place (``O_EXCL``:
   what another process put there meanwhile is left as found, a conflict) through directories
-  held open; directories 0700 while they are filled, given their modes deepest first, DEST's
-  own mode (the root's at REF) last; then DEST's file system synced once (``syncfs``, which
+  held open; directories made with their modes, but those that would let another user write
+  in them or the owner not (made 0700 while they are filled, given their modes deepest first),
+  DEST's own mode (the root's at REF) last; then DEST's file system synced once (``syncfs``, which
   reports the write errors it met since the fill began: one stops the restore). When this
   returns, what it counts as written is on disk.
 - What the tree holds without content (not captured at REF: over the size cap, unreadable,
@@ -43,7 +45,7 @@ from snapd.rollback import apply
 from snapd.rollback.checks import Get, Hasher
 from snapd.rollback.dirs import FINISHED_LATER
 from snapd.rollback.ops import MKDIR_MODE
-from snapd.rollback.plan import plan as plan_of
+from snapd.rollback.plan import from_nothing as plan_of
 from snapd.rollback.running import Progress
 from snapd.store import trees
 
@@ -115,7 +117,7 @@ def write_tree(
 ) -> Restored:
     """Write ``tree`` (its root's mode ``root_mode``; None: DEST's is left) into ``dest``."""
     real, mode_now = check_target(dest, own_dirs)
-    planned = plan_of(load, None, tree, root_modes=(MKDIR_MODE if mode_now is None else mode_now, root_mode))
+    planned = plan_of(load, tree, (MKDIR_MODE if mode_now is None else mode_now, root_mode))
     writes = sum(op.kind in ("write", "symlink") for op in planned.ops)
     done = 0
 

@@ -15,13 +15,20 @@ _FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXE
 Failure = tuple[str, OSError] | None  # what a pool's task says of one file or directory
 
 
-def write_file(dir_fd: int, name: bytes, data: bytes, mode: int, sync: bool) -> Failure:
+def write_file(dir_fd: int, name: bytes, data: bytes, mode: int, sync: bool, umask: int) -> Failure:
     """Create ``name`` in ``dir_fd`` (``O_EXCL``), write it, give it ``mode`` and, with
     ``sync``, fsync it (else the fill's final sync makes it durable with the rest): None when
     done; else the step that failed (``"create"``: nothing made; ``"write"``, ``"sync"``: the
-    file removed) and its error. Run by the pool's threads."""
+    file removed) and its error. Run by the pool's threads.
+
+    A mode the process's ``umask`` keeps whole and without set-user-ID, set-group-ID or sticky
+    bits is given by the create itself (the creating descriptor may write whatever the mode;
+    the fill's directories are 0700 meanwhile); any other is created 0600 and given by
+    ``fchmod`` after the bytes (a write clears set-user-ID): a system call saved on nearly
+    every file."""
+    direct = mode & 0o7000 == 0 and mode & umask == 0
     try:
-        fd = os.open(name, _FILE_FLAGS, safeio.FILE_MODE, dir_fd=dir_fd)
+        fd = os.open(name, _FILE_FLAGS, mode if direct else safeio.FILE_MODE, dir_fd=dir_fd)
     except OSError as exc:
         return "create", exc
     step = "write"
@@ -29,7 +36,8 @@ def write_file(dir_fd: int, name: bytes, data: bytes, mode: int, sync: bool) -> 
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        os.fchmod(fd, mode)  # after the bytes: a write clears set-user-ID
+        if not direct:
+            os.fchmod(fd, mode)
         if sync:
             step = "sync"
             safeio.fsync(fd)  # an error is final: the file is removed, never counted as written
@@ -44,27 +52,39 @@ def write_file(dir_fd: int, name: bytes, data: bytes, mode: int, sync: bool) -> 
 
 
 
-def write_files(files: list[tuple[int, bytes, bytes, int]], sync: bool) -> list[Failure]:
+def write_files(files: list[tuple[int, bytes, bytes, int]], sync: bool, umask: int) -> list[Failure]:
     """:func:`write_file` of each (directory, name, content, mode), in order."""
-    return [write_file(*f, sync) for f in files]
+    return [write_file(*f, sync, umask) for f in files]
 
 
-def make_dirs(dir_fd: int, names: list[bytes], strip: bool) -> list[Failure]:
-    """Make each directory ``names`` in ``dir_fd``, 0700 (``strip``: the umask takes owner
-    bits, so chmod it too): None for each made, else the step that failed and its error
-    (``"mkdir"``: nothing made; ``"chmod"``: made, left as it is). Run by the pool's threads."""
+def make_dirs(dir_fd: int, names: list[tuple[bytes, int]], strip: bool) -> list[Failure]:
+    """Make each directory (name, mode) in ``dir_fd``: ``mode`` is its final one where
+    :func:`dir_mode` allows, else 0700 (``strip``: the umask takes owner bits, so chmod it
+    too; the fill's end sets the rest): None for each made, else the step that failed and its
+    error (``"mkdir"``: nothing made; ``"chmod"``: made, left as it is). Run by the pool's
+    threads, and by the fill's for a directory's first."""
     out: list[Failure] = []
-    for name in names:
+    for name, mode in names:
         try:
-            os.mkdir(name, MKDIR_MODE, dir_fd=dir_fd)
+            os.mkdir(name, mode, dir_fd=dir_fd)
         except OSError as exc:
             out.append(("mkdir", exc))
             continue
         try:
-            if strip:
-                safeio.chmod_at(dir_fd, name, MKDIR_MODE)  # the final chmod (finish) sets the rest
+            if strip and mode == MKDIR_MODE:
+                safeio.chmod_at(dir_fd, name, MKDIR_MODE)
         except OSError as exc:
             out.append(("chmod", exc))
             continue
         out.append(None)
     return out
+
+
+def dir_mode(mode: int, umask: int) -> int:
+    """The mode a directory whose final one is ``mode`` is made with: that one when it lets
+    the owner write and search it (so it can be filled), gives no one else write, has no
+    set-group-ID or sticky bit and the ``umask`` keeps it whole (a directory of most trees:
+    no chmod at the end); else 0700 (``MKDIR_MODE``), given its mode once filled."""
+    if mode & 0o700 == 0o700 and mode & 0o7022 == 0 and mode & umask == 0:
+        return mode
+    return MKDIR_MODE
