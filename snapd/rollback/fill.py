@@ -49,11 +49,11 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from snapd.errors import CorruptObject, MissingObject
-from snapd.paths import ancestors
 from snapd.rollback.checks import Contents, describe_state
 from snapd.rollback.dirs import DIR_FLAGS, Outcome, stopped
+from snapd.rollback.ending import READ_DIR, Ending
 from snapd.rollback.modes import order
-from snapd.rollback.ops import MKDIR_MODE, Op, show
+from snapd.rollback.ops import Op, show
 from snapd.rollback.writers import Failure, dir_mode, make_dirs, write_files
 from snapd.store import safeio
 from snapd.store.damage import Unreadable
@@ -64,7 +64,6 @@ IN_FLIGHT_BYTES = 64 << 20  # and their contents held in memory (one larger file
 MKDIRS = 16  # directories made in one task
 BATCH = 32  # files handed over in one task: a task (a future, a queue entry, a wake-up) per
 BATCH_BYTES = 1 << 20  # file cost the request thread more than the writes (mixed-83k: 4 of 20 s)
-_READ_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 Started = dict[bytes, tuple["Future[list[Failure]]", int]]  # directory -> the task making it, its place
 
@@ -94,7 +93,6 @@ class Fill:
                 assert op.kind in ("mkdir", "write", "symlink") and op.expect is None, op
                 self.children.setdefault(op.path.rpartition(b"/")[0], []).append(op)
         self.made: set[bytes] = set()  # directories the fill made (adopted ones keep their mode)
-        self.unsettled: set[bytes] = set()  # directories with a mode left to give, and above them (finish)
         self.batch: list[tuple[Op, int, bytes, int]] = []  # files not yet handed to the pool (mode last)
         self.batch_bytes = 0
         self.pending: deque[tuple[list[tuple[Op, int, int]], Future[list[Failure]]]] = deque()  # in the pool
@@ -108,10 +106,11 @@ class Fill:
         self.each = False  # each file and directory fsynced: syncfs is not trusted there (run)
 
     def run(self) -> None:
-        """Fill the target and sync it (:meth:`finish`); the descriptor that syncs it is opened
-        first, so that the sync answers for every write of the fill."""
+        """Fill the target, give its directories their modes and sync it
+        (:class:`~snapd.rollback.ending.Ending`); the descriptor that syncs it is opened first,
+        so that the sync answers for every write of the fill."""
         try:
-            sync_fd: int | None = os.open(".", _READ_DIR, dir_fd=self.root_fd)
+            sync_fd: int | None = os.open(".", READ_DIR, dir_fd=self.root_fd)
         except PermissionError:  # a root we may not read: every file system is synced instead
             sync_fd = None
         except OSError as exc:
@@ -124,7 +123,8 @@ class Fill:
             raise stopped(exc, "opening the target") from exc
         try:
             self.fill()
-            self.finish(sync_fd)
+            made = (self.children, self.modes, self.made, self.outcome)
+            Ending(self.root_fd, *made, self.each, self.umask).run(sync_fd)
         finally:
             if sync_fd is not None:
                 os.close(sync_fd)
@@ -346,97 +346,6 @@ class Fill:
             self.settle(0)
         else:
             self.settle(self.in_pool)
-
-    # -- the end ---------------------------------------------------------------------------
-
-    def finish(self, sync_fd: int | None) -> None:
-        """Deepest first, each directory written into gets its mode, the root last; then the
-        target's file system is synced once, which makes all of it durable (the files' bytes
-        and modes, every entry, the directories' modes). An error stops the fill."""
-        stack: list[tuple[bytes, int, bool, Iterator[Op]]] = []
-        here = b""
-        self.unsettled = set()
-        applied = self.outcome.applied
-        for ops in self.children.values():
-            for made in ops:
-                if made.kind == "mkdir" and made.path in applied and self.mode_left(made.path) is not None:
-                    self.unsettled.add(made.path)
-                    self.unsettled.update(ancestors(made.path))
-        try:
-            stack.append((b"", *_open_dir(self.root_fd, "."), iter(self._subdirs(b""))))
-            while stack:
-                path, fd, readable, todo = stack[-1]
-                op = next(todo, None)
-                if op is None:
-                    stack.pop()
-                    try:
-                        here = path
-                        self.settle_dir(path, fd, readable)
-                    finally:
-                        os.close(fd)
-                    continue
-                try:
-                    here = op.path
-                    stack.append((op.path, *_open_dir(fd, _name(op.path)), iter(self._subdirs(op.path))))
-                except OSError as exc:
-                    if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
-                        raise
-                    self.outcome.conflicts[op.path] = f"removed meanwhile ({exc.strerror})"
-        except OSError as exc:
-            raise stopped(exc, f"making {show(here) if here else 'the root'} durable") from exc
-        finally:
-            for _, fd, _, _ in stack:
-                os.close(fd)
-        if self.each:
-            return
-        try:
-            if sync_fd is None:
-                safeio.sync_fs_at(self.root_fd)
-            else:
-                safeio.syncfs(sync_fd)
-        except OSError as exc:
-            raise stopped(exc, "making the restored tree durable (the disk reported an error)") from exc
-        safeio.step("apply.sync")
-
-    def settle_dir(self, path: bytes, fd: int, readable: bool) -> None:
-        """A directory's mode, when it has one left to give (:meth:`mode_left`); where
-        ``syncfs`` is not trusted, then its fsync (one that may not be read has its file
-        system synced instead)."""
-        mode = self.mode_left(path) if path else self.modes.get(b"")  # the root: its own op
-        if mode is not None:
-            os.fchmod(fd, mode) if readable else safeio.chmod_fd(fd, mode)
-            safeio.step("apply.chmod")
-        if self.each:
-            safeio.fsync(fd) if readable else safeio.sync_fs_at(fd)
-            safeio.step("apply.fsync_dir")
-
-    def mode_left(self, path: bytes) -> int | None:
-        """The mode directory ``path`` (not the root) is still to be given, if any: its final
-        one unless the fill made it with that (:func:`writers.dir_mode`); one found made there
-        meanwhile, the tree's unless that is 0700."""
-        if path not in self.made:
-            return self.modes.get(path)
-        final = self.modes.get(path, MKDIR_MODE)
-        return None if dir_mode(final, self.umask) == final else final
-
-    def _subdirs(self, path: bytes) -> list[Op]:
-        """The directories in ``path`` the fill wrote into that its end must open: each, where
-        each is fsynced; else those with a mode left to give, or holding one."""
-        made = self.outcome.applied
-        return [
-            op
-            for op in self.children.get(path, ())
-            if op.kind == "mkdir" and op.path in made and (self.each or op.path in self.unsettled)
-        ]
-
-
-def _open_dir(dir_fd: int, name: bytes | str) -> tuple[int, bool]:
-    """Directory ``name`` opened for reading (``fchmod``), or, where it may not be read,
-    ``O_PATH`` (False): a root or a directory made there meanwhile, not the user's to read."""
-    try:
-        return os.open(name, _READ_DIR, dir_fd=dir_fd), True
-    except PermissionError:
-        return os.open(name, DIR_FLAGS, dir_fd=dir_fd), False
 
 
 def _umask() -> int:
