@@ -20,7 +20,6 @@ from collections.abc import Iterator, Mapping, Set
 from snapd.paths import ancestors
 from snapd.rollback.dirs import DIR_FLAGS, Outcome, stopped
 from snapd.rollback.ops import MKDIR_MODE, Op, show
-from snapd.rollback.writers import dir_mode
 from snapd.store import safeio
 
 READ_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -29,8 +28,9 @@ READ_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 class Ending:
     """The end of a fill of ``root_fd``: ``children`` (directory -> the ops creating what it
     holds), ``modes`` (directory -> its mode at the end, the plan's chmods), ``made`` (the
-    directories the fill made), ``outcome`` (what it applied; conflicts are added), ``each``
-    (each directory fsynced), ``umask`` (the process's, which :func:`dir_mode` heeded)."""
+    directories the fill made), ``at_final`` (those it found at their final mode once made or
+    adopted: an ``fstat``, not what it asked of ``mkdir``), ``outcome`` (what it applied;
+    conflicts are added), ``each`` (each directory fsynced)."""
 
     def __init__(
         self,
@@ -38,12 +38,12 @@ class Ending:
         children: Mapping[bytes, list[Op]],
         modes: Mapping[bytes, int],
         made: Set[bytes],
+        at_final: Set[bytes],
         outcome: Outcome,
         each: bool,
-        umask: int,
     ) -> None:
         self.root_fd, self.children, self.modes, self.made = root_fd, children, modes, made
-        self.outcome, self.each, self.umask = outcome, each, umask
+        self.at_final, self.outcome, self.each = at_final, outcome, each
         self.unsettled: set[bytes] = set()  # directories with a mode left to give, and above them
         applied = outcome.applied
         for ops in children.values():
@@ -105,13 +105,12 @@ class Ending:
             safeio.step("apply.fsync_dir")
 
     def mode_left(self, path: bytes) -> int | None:
-        """The mode directory ``path`` (not the root) is still to be given, if any: its final
-        one unless the fill made it with that (:func:`dir_mode`); one found made there
+        """The mode directory ``path`` (not the root) is still to be given, if any: none when
+        it was found at its final mode; else its final one, or, for one found made there
         meanwhile, the tree's unless that is 0700."""
-        if path not in self.made:
-            return self.modes.get(path)
-        final = self.modes.get(path, MKDIR_MODE)
-        return None if dir_mode(final, self.umask) == final else final
+        if path in self.at_final:
+            return None
+        return self.modes.get(path, MKDIR_MODE) if path in self.made else self.modes.get(path)
 
     def _subdirs(self, path: bytes) -> list[Op]:
         """The directories in ``path`` the fill wrote into that the end must open: each, where

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -53,7 +54,7 @@ from snapd.rollback.checks import Contents, describe_state
 from snapd.rollback.dirs import DIR_FLAGS, Outcome, stopped
 from snapd.rollback.ending import READ_DIR, Ending
 from snapd.rollback.modes import order
-from snapd.rollback.ops import Op, show
+from snapd.rollback.ops import MKDIR_MODE, Op, show
 from snapd.rollback.writers import Failure, dir_mode, make_dirs, write_files
 from snapd.store import safeio
 from snapd.store.damage import Unreadable
@@ -93,6 +94,8 @@ class Fill:
                 assert op.kind in ("mkdir", "write", "symlink") and op.expect is None, op
                 self.children.setdefault(op.path.rpartition(b"/")[0], []).append(op)
         self.made: set[bytes] = set()  # directories the fill made (adopted ones keep their mode)
+        self.at_final: set[bytes] = set()  # directories found at their final mode (made or adopted)
+        self.private = False  # the root lets no one in more than at the end (fill)
         self.batch: list[tuple[Op, int, bytes, int]] = []  # files not yet handed to the pool (mode last)
         self.batch_bytes = 0
         self.pending: deque[tuple[list[tuple[Op, int, int]], Future[list[Failure]]]] = deque()  # in the pool
@@ -123,8 +126,8 @@ class Fill:
             raise stopped(exc, "opening the target") from exc
         try:
             self.fill()
-            made = (self.children, self.modes, self.made, self.outcome)
-            Ending(self.root_fd, *made, self.each, self.umask).run(sync_fd)
+            made = (self.children, self.modes, self.made, self.at_final, self.outcome)
+            Ending(self.root_fd, *made, self.each).run(sync_fd)
         finally:
             if sync_fd is not None:
                 os.close(sync_fd)
@@ -134,6 +137,8 @@ class Fill:
             assert op.entry is not None
             safeio.chmod_fd(self.root_fd, op.entry.mode)
             safeio.step("apply.chmod")
+        now = stat.S_IMODE(os.fstat(self.root_fd).st_mode)
+        self.private = now & 0o077 & ~self.modes.get(b"", now) == 0
         with ThreadPoolExecutor(WRITERS, thread_name_prefix="snapd-fill") as pool:
             try:
                 self.write_all(pool)
@@ -194,9 +199,10 @@ class Fill:
         return fd, iter(self.children.get(path, ())), started
 
     def named(self, op: Op) -> tuple[bytes, int]:
-        """A directory's name and the mode it is made with (:func:`writers.dir_mode`)."""
+        """A directory's name and the mode it is made with (:func:`writers.dir_mode`; 0700
+        while the target's root lets others in more than it will at the end)."""
         assert op.entry is not None
-        return _name(op.path), dir_mode(op.entry.mode, self.umask)
+        return _name(op.path), dir_mode(op.entry.mode, self.umask) if self.private else MKDIR_MODE
 
     def mkdir(self, fd: int, op: Op, failure: Failure) -> int | None:
         """The new directory's descriptor, once made (``failure`` None) or found made there
@@ -226,11 +232,15 @@ class Fill:
         """``sub``, the directory at ``op.path``, unless it is on another file system (mounted
         there meanwhile: not the target's, and not what its final sync makes durable)."""
         try:
-            other = os.fstat(sub).st_dev != self.root_dev
+            st = os.fstat(sub)
         except OSError as exc:
             os.close(sub)
             self.failed(op, exc)
             return None
+        other = st.st_dev != self.root_dev
+        final = self.modes.get(op.path, MKDIR_MODE)
+        if stat.S_IMODE(st.st_mode) == final and (op.path in self.made or op.path in self.modes):
+            self.at_final.add(op.path)  # made (or found) with its final mode: none to give
         if other:
             os.close(sub)
             self.outcome.conflicts[op.path] = "another file system was mounted there meanwhile: left as it is"

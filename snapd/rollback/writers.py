@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 
 from snapd.rollback.ops import MKDIR_MODE
 from snapd.store import safeio
@@ -22,10 +23,10 @@ def write_file(dir_fd: int, name: bytes, data: bytes, mode: int, sync: bool, uma
     file removed) and its error. Run by the pool's threads.
 
     A mode the process's ``umask`` keeps whole and without set-user-ID, set-group-ID or sticky
-    bits is given by the create itself (the creating descriptor may write whatever the mode;
-    the fill's directories are 0700 meanwhile); any other is created 0600 and given by
-    ``fchmod`` after the bytes (a write clears set-user-ID): a system call saved on nearly
-    every file."""
+    bits is asked of the create itself (the creating descriptor may write whatever the mode),
+    and checked (``fstat``, which journals nothing): a default ACL, or a FUSE server's own
+    mask, may have changed it, and then ``fchmod`` gives it. Any other mode is created 0600
+    and given by ``fchmod`` after the bytes (a write clears set-user-ID)."""
     direct = mode & 0o7000 == 0 and mode & umask == 0
     try:
         fd = os.open(name, _FILE_FLAGS, mode if direct else safeio.FILE_MODE, dir_fd=dir_fd)
@@ -36,7 +37,7 @@ def write_file(dir_fd: int, name: bytes, data: bytes, mode: int, sync: bool, uma
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        if not direct:
+        if not direct or stat.S_IMODE(os.fstat(fd).st_mode) != mode:
             os.fchmod(fd, mode)
         if sync:
             step = "sync"
@@ -83,8 +84,10 @@ def make_dirs(dir_fd: int, names: list[tuple[bytes, int]], strip: bool) -> list[
 def dir_mode(mode: int, umask: int) -> int:
     """The mode a directory whose final one is ``mode`` is made with: that one when it lets
     the owner write and search it (so it can be filled), gives no one else write, has no
-    set-group-ID or sticky bit and the ``umask`` keeps it whole (a directory of most trees:
-    no chmod at the end); else 0700 (``MKDIR_MODE``), given its mode once filled."""
+    set-group-ID or sticky bit and the ``umask`` keeps it whole (a directory of most trees);
+    else 0700 (``MKDIR_MODE``), given its mode once filled. What the ``mkdir`` really gave
+    is checked by the fill (a set-group-ID parent, a default ACL, a FUSE server's mask may
+    change it): one that is not the final mode gets it at the end."""
     if mode & 0o700 == 0o700 and mode & 0o7022 == 0 and mode & umask == 0:
         return mode
     return MKDIR_MODE

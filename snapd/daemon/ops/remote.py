@@ -279,15 +279,16 @@ def restore_from_remote(
             lost = CorruptObject if isinstance(exc, RemoteCorrupt) else MissingObject
             raise lost(exc.message, key=key) from exc
 
-    with remotes.working("restore", repo.backend.url, dest) as tracker, heap.paused():
+    with remotes.working("restore", repo.backend.url, dest) as tracker:
         tracker.phase("listing the repository")
         repo.refresh()
         record = repo.find(ref, host, workspace)
         tracker.phase("reading the mark's tree")
         load, get = readers(repo, record)
-        done = restore.write_tree(
-            dest, record.mark.tree, record.mark.root_mode, load, checked, hasher, own_dirs, tracker
-        )
+        with heap.paused():  # the plan and the fill; the listing and the readers' fetch run before
+            done = restore.write_tree(
+                dest, record.mark.tree, record.mark.root_mode, load, checked, hasher, own_dirs, tracker
+            )
 
     def reason(why: str) -> str:
         for key, problem in refused.items():
