@@ -108,42 +108,52 @@ def test_every_kind_is_written_exactly(
         assert done.counts == {**counts, "bytes": sum(map(len, files))}, done.counts
 
 
-def test_every_kind_is_written_exactly_as_a_user_whom_modes_bind(
-    captured: tuple[Store, str, Path],
-) -> None:
-    """Root ignores modes; ``nobody`` does not: 0000 and 0555 directories are filled before
-    they get their modes (deepest first, the root last), a 0000 file is written through the
-    descriptor that made it, set-user-ID and set-group-ID bits are kept (the user's own file,
-    of the user's own group)."""
-    store, tree, src = captured
+def restore_as_nobody(
+    request: pytest.FixtureRequest, store: Store, tree: str, root_mode: int, umask: int | None = None
+) -> Path:
+    """``tree`` written by a child process running as ``nobody`` (its umask ``umask``; None:
+    ours) into a new target under a 0777 directory of /tmp (pytest's own are private to
+    root), from nodes and contents read here first (the store is root's); the target, once the
+    child said the restore was ok. The directory is removed when the test ends."""
     nodes: dict[str, trees.Node] = {}
 
     def load(key: str) -> trees.Node:
         return nodes.setdefault(key, store.load_node(key))
 
     contents = {e.key: store.get(e.key) for _, e in trees.walk(load, tree) if e.kind in ("file", "symlink")}
+    base = Path(tempfile.mkdtemp(dir="/tmp"))
+    request.addfinalizer(lambda: shutil.rmtree(base))  # root: modes do not stop it
+    base.chmod(0o777)
+    dest = base / "copy"
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            if umask is not None:
+                os.umask(umask)
+            get = contents.__getitem__
+            done = write_tree(dest, tree, root_mode, nodes.__getitem__, get, store.hasher, [])
+            code = 0 if done.ok else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    return dest
+
+
+def test_every_kind_is_written_exactly_as_a_user_whom_modes_bind(
+    captured: tuple[Store, str, Path], request: pytest.FixtureRequest
+) -> None:
+    """Root ignores modes; ``nobody`` does not: 0000 and 0555 directories are filled before
+    they get their modes (deepest first, the root last), a 0000 file is written through the
+    descriptor that made it, set-user-ID and set-group-ID bits are kept (the user's own file,
+    of the user's own group)."""
+    store, tree, src = captured
     want = snapshot(src, with_root=True)
-    base = Path(tempfile.mkdtemp(dir="/tmp"))  # pytest's own directories are private to root
-    try:
-        base.chmod(0o777)
-        dest = base / "copy"
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                os.setgid(NOBODY)
-                os.setuid(NOBODY)
-                get = contents.__getitem__
-                done = write_tree(dest, tree, 0o751, nodes.__getitem__, get, store.hasher, [])
-                code = 0 if done.ok else 2
-            finally:
-                os._exit(code)
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0
-        got = snapshot(dest, with_root=True)
-        assert got == want, snap_diff(got, want)
-    finally:
-        shutil.rmtree(base)  # root: modes do not stop it
+    got = snapshot(restore_as_nobody(request, store, tree, 0o751), with_root=True)
+    assert got == want, snap_diff(got, want)
 
 
 def test_a_name_another_process_took_meanwhile_is_left_as_found_and_listed(
@@ -164,14 +174,14 @@ def test_a_name_another_process_took_meanwhile_is_left_as_found_and_listed(
     once = threading.Lock()
     make_dirs = fill.make_dirs
 
-    def meanwhile(dir_fd: int, names: list[bytes], strip: bool) -> list[fill.Failure]:
+    def meanwhile(dir_fd: int, names: list[tuple[bytes, int]], umask: int) -> list[fill.Failure]:
         with once:
             if not (dest / "plain.txt").exists():
                 for name in ("plain.txt", "link", "sticky", "ro"):
                     write(dest / name, theirs, 0o600)
                 (dest / "empty-dir").mkdir(mode=0o700)
                 write(dest / "empty-file", b"", 0o600)  # holds the tree's entry already
-        return make_dirs(dir_fd, names, strip)
+        return make_dirs(dir_fd, names, umask)
 
     monkeypatch.setattr(fill, "make_dirs", meanwhile)
     done = restore(store, tree, dest)
@@ -326,8 +336,8 @@ def test_directories_are_made_with_their_modes_unless_others_could_write_or_the_
     seen: dict[str, int] = {}
     make_dirs = fill.make_dirs
 
-    def watched(dir_fd: int, names: list[tuple[bytes, int]], strip: bool) -> list[fill.Failure]:
-        out = make_dirs(dir_fd, names, strip)
+    def watched(dir_fd: int, names: list[tuple[bytes, int]], umask: int) -> list[fill.Failure]:
+        out = make_dirs(dir_fd, names, umask)
         for name, _ in names:
             st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
             seen[os.fsdecode(name)] = stat.S_IMODE(st.st_mode)

@@ -24,7 +24,7 @@ from e2e_helpers import snap_diff, snapshot, unavailable, write
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ingest_helpers import ingest_tree
-from test_fill import captured, every_kind, restore  # noqa: F401  (the fixture)
+from test_fill import captured, every_kind, restore, restore_as_nobody  # noqa: F401  (the fixture)
 from test_restore import Mem, f, ln, names
 
 from snapd.daemon import heap
@@ -321,31 +321,8 @@ def test_odd_modes_are_exact_as_a_user_whom_modes_bind(
     odd_captured: tuple[Store, str, Path], umask: int, request: pytest.FixtureRequest
 ) -> None:
     store, tree, src = odd_captured
-    nodes: dict[str, trees.Node] = {}
-
-    def load(key: str) -> trees.Node:
-        return nodes.setdefault(key, store.load_node(key))
-
-    contents = {e.key: store.get(e.key) for _, e in trees.walk(load, tree) if e.kind in ("file", "symlink")}
     want = snapshot(src, with_root=True)
-    base = Path(tempfile.mkdtemp(dir="/tmp"))
-    request.addfinalizer(lambda: shutil.rmtree(base))
-    base.chmod(0o777)
-    dest = base / "copy"
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            os.setgid(65534)
-            os.setuid(65534)
-            os.umask(umask)
-            done = write_tree(dest, tree, 0o755, nodes.__getitem__, contents.__getitem__, store.hasher, [])
-            code = 0 if done.ok else 2
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    got = snapshot(dest, with_root=True)
+    got = snapshot(restore_as_nobody(request, store, tree, 0o755, umask), with_root=True)
     assert got == want, snap_diff(got, want)
 
 

@@ -104,7 +104,6 @@ class Fill:
         self.closing: deque[tuple[int, int]] = deque()  # (files queued before, directory fd)
         self.queued = self.settled = 0
         self.umask = _umask()
-        self._umask_strips_owner = self.umask & 0o700 != 0
         self.root_dev = os.fstat(root_fd).st_dev  # a directory on another device is not filled
         self.each = False  # each file and directory fsynced: syncfs is not trusted there (run)
 
@@ -170,7 +169,7 @@ class Fill:
                 elif op.kind == "mkdir":
                     task = started.pop(op.path, None)
                     if task is None:
-                        failure = make_dirs(fd, [self.named(op)], self._umask_strips_owner)[0]
+                        failure = make_dirs(fd, [self.named(op)], self.umask)[0]
                     else:
                         failure = task[0].result()[task[1]]
                     sub = self.mkdir(fd, op, failure)
@@ -194,7 +193,7 @@ class Fill:
         started: Started = {}
         for i in range(0, len(subdirs), MKDIRS):
             chunk = subdirs[i : i + MKDIRS]
-            task = pool.submit(make_dirs, fd, [self.named(op) for op in chunk], self._umask_strips_owner)
+            task = pool.submit(make_dirs, fd, [self.named(op) for op in chunk], self.umask)
             started.update((op.path, (task, j)) for j, op in enumerate(chunk))
         return fd, iter(self.children.get(path, ())), started
 
@@ -238,8 +237,7 @@ class Fill:
             self.failed(op, exc)
             return None
         other = st.st_dev != self.root_dev
-        final = self.modes.get(op.path, MKDIR_MODE)
-        if stat.S_IMODE(st.st_mode) == final and (op.path in self.made or op.path in self.modes):
+        if stat.S_IMODE(st.st_mode) == self.modes.get(op.path, MKDIR_MODE):
             self.at_final.add(op.path)  # made (or found) with its final mode: none to give
         if other:
             os.close(sub)

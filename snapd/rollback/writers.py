@@ -58,12 +58,12 @@ def write_files(files: list[tuple[int, bytes, bytes, int]], sync: bool, umask: i
     return [write_file(*f, sync, umask) for f in files]
 
 
-def make_dirs(dir_fd: int, names: list[tuple[bytes, int]], strip: bool) -> list[Failure]:
+def make_dirs(dir_fd: int, names: list[tuple[bytes, int]], umask: int) -> list[Failure]:
     """Make each directory (name, mode) in ``dir_fd``: ``mode`` is its final one where
-    :func:`dir_mode` allows, else 0700 (``strip``: the umask takes owner bits, so chmod it
-    too; the fill's end sets the rest): None for each made, else the step that failed and its
-    error (``"mkdir"``: nothing made; ``"chmod"``: made, left as it is). Run by the pool's
-    threads, and by the fill's for a directory's first."""
+    :func:`dir_mode` allows, else 0700 (chmodded too when the ``umask`` takes bits of it; the
+    fill's end sets the rest): None for each made, else the step that failed and its error
+    (``"mkdir"``: nothing made; ``"chmod"``: made, left as it is). Run by the pool's threads,
+    and by the fill's for a directory's first."""
     out: list[Failure] = []
     for name, mode in names:
         try:
@@ -72,8 +72,8 @@ def make_dirs(dir_fd: int, names: list[tuple[bytes, int]], strip: bool) -> list[
             out.append(("mkdir", exc))
             continue
         try:
-            if strip and mode == MKDIR_MODE:
-                safeio.chmod_at(dir_fd, name, MKDIR_MODE)
+            if mode & umask:
+                safeio.chmod_at(dir_fd, name, mode)
         except OSError as exc:
             out.append(("chmod", exc))
             continue
