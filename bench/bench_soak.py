@@ -24,7 +24,8 @@ statement, issue 33); with ``--gc-at N``, after mark N one ``snapd.store.gc.run`
 default retention (the daemon's periodic run), its Python peak (tracemalloc, on for that call
 only) and duration, then samples after it and after one heap trim (``snapd.memtrim``);
 ``--gc-beside``: that GC in a thread of its own while the marks go on, as the daemon's runs
-(no tracemalloc then: it would count the marks too).
+(no tracemalloc then: it would count the marks too); ``--gc-child``: its mark phase in a
+process of its own, as the daemon's (``snapd.daemon.gcchild``; the process's peak printed).
 
     python bench/bench_soak.py                 # 10,000 marks, ~20 min
     python bench/bench_soak.py --marks 1000    # a short look
@@ -103,12 +104,14 @@ def heap(res: Results, curve: list[dict[str, Any]], marks: int, t0: float, what:
 
 
 def in_process(res: Results, ws_dir: Path, root: str, scratch: Path, marks: int, every: int,
-               gc_at: int, beside: bool) -> None:
+               gc_at: int, beside: bool, child: bool) -> None:
     """:func:`heap` every ``every`` marks of a workspace run in this process; the GC at ``gc_at``
-    (``beside``: in a thread of its own while the marks go on, as the daemon runs it)."""
+    (``beside``: in a thread of its own while the marks go on, as the daemon runs it;
+    ``child``: its mark phase in a process of its own, as the daemon runs it since session 23)."""
     from snapd import memtrim
     from snapd.capture.workspace import Workspace
     from snapd.config import CaptureSettings, Retention
+    from snapd.daemon.gcchild import ChildMarkPhase
     from snapd.store import gc as store_gc
     from snapd.store.store import Store
 
@@ -126,9 +129,15 @@ def in_process(res: Results, ws_dir: Path, root: str, scratch: Path, marks: int,
         if traced:
             tracemalloc.start()
         t = time.perf_counter()
-        rep = store_gc.run(store, Retention())
+        if child:
+            with ChildMarkPhase(store) as phase:
+                rep = store_gc.run(store, Retention(), mark=phase)
+            rep.mark_phase = phase.summary()
+        else:
+            rep = store_gc.run(store, Retention())
         gc_run.update({"s": round(time.perf_counter() - t, 1), "evicted": len(rep.evicted),
-                       "objects_deleted": rep.objects_deleted, "beside_marks": not traced})
+                       "objects_deleted": rep.objects_deleted, "beside_marks": not traced,
+                       "mark_phase": rep.mark_phase})
         if traced:
             gc_run["python_peak"] = tracemalloc.get_traced_memory()[1]
             tracemalloc.stop()
@@ -137,9 +146,12 @@ def in_process(res: Results, ws_dir: Path, root: str, scratch: Path, marks: int,
         res.figure("gc", dict(gc_run))
         traced = gc_run.get("python_peak")
         peak = "" if traced is None else f", Python peak {traced / MB:.1f} MB (tracemalloc)"
+        phase = gc_run["mark_phase"]
+        where = (f", mark phase in process {phase['pid']} (peak {phase['max_rss'] / MB:.1f} MB, "
+                 f"fallback {phase['fallback']})") if phase else ", mark phase in this process"
         res(f"    gc.run from mark {gc_at} {'beside the marks ' if beside else ''}done after mark {i}: "
             f"{gc_run['s']:.0f} s{peak}, {gc_run['evicted']} marks evicted, "
-            f"{gc_run['objects_deleted']} objects deleted")
+            f"{gc_run['objects_deleted']} objects deleted{where}")
         heap(res, curve, i, t0, "after gc")
         memtrim.trim()
         heap(res, curve, i, t0, "after trim")
@@ -174,6 +186,8 @@ def main() -> None:
     ap.add_argument("--in-process", action="store_true", help="what holds the memory (no verdict)")
     ap.add_argument("--gc-at", type=int, default=0, help="with --in-process: one GC after this mark")
     ap.add_argument("--gc-beside", action="store_true", help="that GC in a thread, beside the marks")
+    ap.add_argument("--gc-child", action="store_true",
+                    help="that GC's mark phase in a process of its own (as the daemon runs it)")
     args = ap.parse_args()
     if args.marks < REFERENCE:
         raise SystemExit(f"--marks: the reference is the RSS after {REFERENCE} marks")
@@ -183,6 +197,7 @@ def main() -> None:
         "tree": f"django-10k cut to its first {FILES} files", "daemon": "default settings",
         "mark": "Client.call mark on one connection, right after its appends",
         "in_process": args.in_process, "gc_at": args.gc_at, "gc_beside": args.gc_beside,
+        "gc_child": args.gc_child,
     })
     ws, scratch, root = scratch_copy(tree, "soak")
     cut(ws, FILES)
@@ -192,7 +207,8 @@ def main() -> None:
     res(f"  tree: {files} files ({len(pool)} captured by snapd's rules), {nbytes / MB:.1f} MB")
     if args.in_process:
         try:
-            in_process(res, ws, root, scratch, args.marks, args.every, args.gc_at, args.gc_beside)
+            in_process(res, ws, root, scratch, args.marks, args.every, args.gc_at, args.gc_beside,
+                       args.gc_child)
         finally:
             res.write()
             remove(scratch)

@@ -95,7 +95,7 @@ MUTANTS = [
     Mutant(
         "gc-keeps-orphans",
         "snapd/store/gc.py",
-        "    remove_orphan_files(store, young)\n",
+        "    remove_orphan_files(store, now - int(policy.grace_s * 1e9))\n",
         "",
         _t("tests/test_guarantees.py", "-k", "orphan"),
         "object and temp files left by a crash are never removed",
@@ -440,7 +440,7 @@ MUTANTS = [
     ),
     Mutant(
         "gc-live-set-without-marks",
-        "snapd/store/gc.py",
+        "snapd/store/gcmark.py",
         "    nodes.reachable(store.get_many, sorted(",  # so it still applies once GC holds states too
         "    (lambda *_: None)(sorted(",
         _t("tests/test_store.py", "-k", "gc"),
@@ -448,11 +448,29 @@ MUTANTS = [
     ),
     Mutant(
         "gc-drops-delta-bases",
-        "snapd/store/gc.py",
+        "snapd/store/gcmark.py",
         "    return with_bases(store, held)\n",
         "    return held\n",
         _t("tests/test_store_deltas.py", "-k", "gc_never_deletes_a_base"),
         "GC deletes the base a kept delta needs",
+    ),
+    Mutant(
+        "gc-marks-before-sparing",
+        "snapd/store/gc.py",
+        "    with store.holds.sweeping():  # from here on, every key a batch holds is spared\n"
+        "        found = mark.unreferenced(policy, now, extra)\n",
+        "    found = mark.unreferenced(policy, now, extra)\n"
+        "    with store.holds.sweeping():  # from here on, every key a batch holds is spared\n",
+        _t("tests/test_gc_child.py", "-k", "reuses"),
+        "GC deletes an old content a mark reused while the mark phase ran in its own process",
+    ),
+    Mutant(
+        "gc-marks-in-the-daemon",
+        "snapd/daemon/maintenance.py",
+        "rep = gc.run(store, self.policy, unfinished=unfinished, mark=phase)",
+        "rep = gc.run(store, self.policy, unfinished=unfinished)",
+        _t("tests/test_gc_child.py", "-k", "daemons_gc"),
+        "the daemon's GC holds its whole live set in the daemon's heap again (issue 33's RSS step)",
     ),
     Mutant(
         "gc-ignores-journal-holds",

@@ -11,7 +11,7 @@ from e2e_helpers import start_daemon
 
 from snapd.config import DAY_NS, Retention
 from snapd.errors import UsageError
-from snapd.store import gc, trees
+from snapd.store import gc, gcmark, trees
 from snapd.store.refs import parse_ref
 from snapd.store.store import Store
 from snapd.store.verify import verify
@@ -77,7 +77,7 @@ def test_gc_spares_an_old_object_a_concurrent_mark_reuses(
         k2 = b.put(new)
         t1 = b.apply(t0, {b"f": trees.Entry("file", 0o644, len(new), k2)})
         b.add_mark(ws, "new", t1)
-    real_live = gc.live_keys
+    real_live = gcmark.live_keys
 
     def live_then_a_mark_reusing_the_old_content(*args: object, **kwargs: object) -> set[str]:
         live = real_live(*args, **kwargs)  # type: ignore[arg-type]
@@ -86,7 +86,7 @@ def test_gc_spares_an_old_object_a_concurrent_mark_reuses(
             b.add_mark(ws, "revert", b.apply(t1, {b"f": trees.Entry("file", 0o644, len(old), key)}))
         return live
 
-    monkeypatch.setattr(gc, "live_keys", live_then_a_mark_reusing_the_old_content)
+    monkeypatch.setattr(gcmark, "live_keys", live_then_a_mark_reusing_the_old_content)
     gc.run(s, Retention(grace_s=0))
     assert verify(s).ok
     revert = s.resolve(ws, "revert")

@@ -4,7 +4,8 @@ History must not grow without bound just because nobody ran `snapctl gc`: a thre
 (``snapd-gc``) applies the retention policy and sweeps every ``gc_interval_s``, the first
 time after a tenth of it. A failure is logged and the next round runs as planned. The
 warnings of the last run, periodic or `snapctl gc` (a store over its budget), show in
-`status` until the next run, and a new one is announced once as a ``warning`` event.
+`status` until the next run, and a new one is announced once as a ``warning`` event. The
+mark phase runs in a process of its own (:mod:`snapd.daemon.gcchild`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import structlog
 
 from snapd.config import Retention
 from snapd.daemon.events import EventSink, emit
+from snapd.daemon.gcchild import ChildMarkPhase
 from snapd.errors import SnapdError
 from snapd.rollback import journal
 from snapd.store import gc, retention
@@ -45,7 +47,9 @@ class Maintenance:
         store = self.store
         try:
             unfinished = {k for w in store.workspaces() for k in journal.needs(store.journal_path(w.id))}
-            rep = gc.run(store, self.policy, unfinished=unfinished)
+            with ChildMarkPhase(store) as phase:
+                rep = gc.run(store, self.policy, unfinished=unfinished, mark=phase)
+            rep.mark_phase = phase.summary()
         except SnapdError as exc:
             self._show([f"the last GC failed, and nothing was collected: {exc.message}"])
             raise
@@ -79,4 +83,5 @@ class Maintenance:
                 objects_deleted=rep.objects_deleted,
                 bytes_freed=rep.bytes_freed,
                 stored_bytes=rep.stored_bytes,
+                mark_phase=rep.mark_phase,
             )

@@ -306,6 +306,36 @@ def _db_key(value: str | bytes | None) -> str | bytes | None:
     return objects.db_key(value) if isinstance(value, str) else value
 
 
+class CatalogReader:
+    """The catalog of a store the daemon writes, opened by another process to read alone
+    (the GC's mark phase): one query-only connection, no schema set-up or migration, no
+    checkpoints. The store must exist and have this snapd's format."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        if not path.is_file():
+            raise StoreError(f"no store catalog at {path}")
+        self._conn = _connect(path)
+        try:
+            self._conn.execute("PRAGMA query_only=ON")
+            row = self._conn.execute("SELECT value FROM meta WHERE key='format'").fetchone()
+        except sqlite3.Error as exc:
+            self._conn.close()
+            raise store_error(exc, path) from exc
+        if row is None or row[0] != str(FORMAT_VERSION):
+            self._conn.close()
+            raise StoreFormatError(
+                f"the store {path.parent} has format {row[0] if row else 'none'}; this snapd reads "
+                f"format {FORMAT_VERSION}"
+            )
+
+    def read(self) -> sqlite3.Connection:
+        return self._conn
+
+    def close(self) -> None:
+        self._conn.close()
+
+
 class Catalog:
     """One writer connection (serialised), one reader connection per thread."""
 

@@ -28,6 +28,7 @@ from snapd.store.catalog import Catalog
 from snapd.store.holds import GcHolds
 from snapd.store.lru import BoundedLru
 from snapd.store.objwrite import FLUSH_BYTES
+from snapd.store.reading import StoreReader
 from snapd.store.records import MARK_COLUMNS, Mark, Version, WorkspaceRecord, mark_from_row, version_from_row
 from snapd.store.refs import FULL_ID, OWN_LABELS, parse_ref
 
@@ -48,16 +49,16 @@ def _node_cache() -> BoundedLru[trees.Node]:
     return BoundedLru(NODE_CACHE, NODE_ENTRIES, len)
 
 
-class Store:
+class Store(StoreReader):
+    catalog: Catalog
+
     def __init__(
         self, directory: Path, hasher: objects.Hasher = objects.xxh3_hex, flush_bytes: int = FLUSH_BYTES
     ) -> None:
-        self.dir = directory
-        self.hasher = hasher
         self.flush_bytes = flush_bytes  # a batch flushes its new content past this (tests lower it)
         safeio.ensure_dir(directory)
         safeio.ensure_dir(directory / "objects")
-        self.catalog = Catalog(directory / "catalog.sqlite")
+        super().__init__(directory, Catalog(directory / "catalog.sqlite"), hasher)
         self._nodes = _node_cache()
         self._nodes_lock = threading.Lock()
         self.holds = GcHolds()  # keys write batches rely on, spared by the GC sweep
@@ -69,9 +70,6 @@ class Store:
     ) -> Store:
         return cls(Path(directory), hasher, flush_bytes)
 
-    def close(self) -> None:
-        self.catalog.close()
-
     def __enter__(self) -> Store:
         return self
 
@@ -79,47 +77,6 @@ class Store:
         self.close()
 
     # -- objects -----------------------------------------------------------------------------
-
-    def object_path(self, key: str) -> Path:
-        objects.parse_key(key)
-        return self.dir / "objects" / key[:2] / key
-
-    def _payload(self, key: str, external: int, data: bytes | None) -> bytes:
-        """An object's stored bytes, from its row or, for an external one, its file."""
-        if not external:
-            assert data is not None
-            return data
-        path = self.object_path(key)
-        try:
-            return path.read_bytes()
-        except FileNotFoundError as exc:
-            raise MissingObject(f"object file for {key} is missing", key=key) from exc
-        except OSError as exc:
-            raise safeio.os_error(exc, "read", path) from exc
-
-    def get(self, key: str) -> bytes:
-        """The content named ``key``, verified against it (CorruptObject otherwise).
-
-        A delta needs its base first (verified the same way), at most ``MAX_DEPTH`` links down:
-        the chain's rows come in one query."""
-        chains = dict(deltas.read_chains(self.catalog.read(), [key]))
-        return deltas.decode_chain(key, chains.get(key, []), self._payload, self.hasher)
-
-    def get_many(self, keys: Iterable[str], chunk: int = 64) -> Iterator[tuple[str, bytes]]:
-        """(key, :meth:`get`) for each of ``keys``: the chains of ``chunk`` keys read with one
-        query (a chunk's rows are in memory at once: 64 keeps that small even for nodes of
-        megabytes). Raises as :meth:`get` does for a key that cannot be read."""
-        for key, chain in self._chains(keys, chunk):
-            yield key, deltas.decode_chain(key, chain, self._payload, self.hasher)
-
-    def _chains(self, keys: Iterable[str], chunk: int) -> Iterator[tuple[str, list[deltas.Row]]]:
-        """Each of ``keys`` once, with its chain's rows (none for a key not stored)."""
-        wanted = sorted(set(keys))
-        for i in range(0, len(wanted), chunk):
-            part = wanted[i : i + chunk]
-            chains = dict(deltas.read_chains(self.catalog.read(), part))
-            for key in part:
-                yield key, chains.get(key, [])
 
     def load_nodes(self, keys: Iterable[str]) -> None:
         """Cache the nodes among ``keys`` that the cache lacks, their chains read with one query
@@ -307,19 +264,6 @@ class Store:
         return int(n)
 
     # -- marks -------------------------------------------------------------------------------
-
-    def marks(self, ws: int | None = None, limit: int | None = None) -> list[Mark]:
-        """Marks, newest first (all workspaces when ``ws`` is None)."""
-        sql = f"SELECT {MARK_COLUMNS} FROM marks"
-        args: list[Any] = []
-        if ws is not None:
-            sql += " WHERE workspace=?"
-            args.append(ws)
-        sql += " ORDER BY created DESC, seq DESC"
-        if limit is not None:
-            sql += " LIMIT ?"
-            args.append(limit)
-        return [mark_from_row(r) for r in self.catalog.read().execute(sql, args)]
 
     def mark(self, mark_id: str) -> Mark:
         sql = f"SELECT {MARK_COLUMNS} FROM marks WHERE id=?"

@@ -116,4 +116,5 @@ class DaemonOps:
             "waiting_until": rep.waiting_until / 1e9 if rep.waiting_until is not None else None,
             "grace_s": self.maintenance.policy.grace_s,
             "warnings": rep.warnings,
+            "mark_phase": rep.mark_phase,
         }
