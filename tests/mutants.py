@@ -473,6 +473,14 @@ MUTANTS = [
         "the daemon's GC holds its whole live set in the daemon's heap again (issue 33's RSS step)",
     ),
     Mutant(
+        "gc-repack-plans-in-the-daemon",
+        "snapd/store/gc.py",
+        "repack(store, mark.repack_plan)",
+        "repack(store)",
+        _t("tests/test_gc_child.py", "-k", "exactly_what"),
+        "the repack's plan (every object's row, every version's name) is made in the daemon's heap again",
+    ),
+    Mutant(
         "gc-ignores-journal-holds",
         "snapd/daemon/maintenance.py",
         "unfinished = {k for w in store.workspaces() for k in journal.needs(store.journal_path(w.id))}",

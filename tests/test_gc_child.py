@@ -35,9 +35,10 @@ DAY_NS = 86_400 * 10**9
 
 def _history(path: Path) -> tuple[Store, int, list[str], int]:
     """A store with 12 marks over one workspace: each replaces a file of fresh content, adds
-    one to a directory, and keeps a shared file; the versions old but the last two marks';
-    one delta chain (a file grown a line at a time). Returns the store, the workspace, the marks' ids
-    (oldest first) and a `now` 20 days after the first mark."""
+    one to a directory, and keeps a shared file; the first adds two releases of one file
+    (repack makes one a delta of the other). The versions are 40 days old but the last two
+    marks'; one delta chain (a file grown a line at a time). Returns the store, the
+    workspace, the marks' ids (oldest first) and a `now` 20 days after the first mark."""
     s = Store.open(path)
     ws = s.add_workspace(b"/ws")
     t0 = time.time_ns()
@@ -54,6 +55,10 @@ def _history(path: Path) -> tuple[Store, int, list[str], int]:
                 b"shared": trees.Entry("file", 0o644, 6, b.put(b"shared")),
                 b"grown": trees.Entry("file", 0o644, len(grown), b.put(grown)),
             }
+            if i == 0:  # two releases of one file side by side: repack makes one a delta
+                lib = b"".join(b"def function_%d(x):\n    return x * %d\n" % (n, n) for n in range(150))
+                for rel, data in ((b"rel1", lib), (b"rel2", lib.replace(b"* 7\n", b"* 8\n"))):
+                    edits[rel + b"/lib.py"] = trees.Entry("file", 0o644, len(data), b.put(data))
             tree = b.apply(tree, edits)
             when = t0 + i * 2 * DAY_NS
             for p, e in edits.items():  # the last two marks' versions recent, the others' 40 days old
@@ -88,7 +93,9 @@ def test_the_child_deletes_exactly_what_the_daemon_would(tmp_path: Path, policy:
         summary = phase.summary()
         assert summary["fallback"] is None and summary["pid"] not in (None, os.getpid()), summary
         budget = [m for m, why in a.evicted if why == "budget"]
-        assert summary["steps"] == (4 if budget else 1), (summary, a.evicted)
+        # the unreferenced objects (again after the budget's kept bytes and fewest marks), the
+        # repack's plan
+        assert summary["steps"] == (5 if budget else 2), (summary, a.evicted)
         assert summary["max_rss"] and summary["max_rss"] > 1_000_000, summary
         assert (a.evicted, a.objects_deleted, a.bytes_freed, a.versions_deleted) == (
             b.evicted, b.objects_deleted, b.bytes_freed, b.versions_deleted
@@ -96,6 +103,7 @@ def test_the_child_deletes_exactly_what_the_daemon_would(tmp_path: Path, policy:
         assert (a.waiting, a.waiting_bytes, a.waiting_until, a.warnings) == (
             b.waiting, b.waiting_bytes, b.waiting_until, b.warnings
         )
+        assert (a.repacked, a.repack_saved) == (b.repacked, b.repack_saved) and a.repacked >= 1
         assert _keys(here) == _keys(child)
         assert a.objects_deleted > 0 or a.waiting > 0, "the scenario must leave something unreferenced"
         assert bool(budget) == (policy.budget_bytes == 40_000), a.evicted

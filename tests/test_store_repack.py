@@ -158,7 +158,7 @@ def test_a_key_that_became_a_base_after_the_plan_stays_whole(tmp_path: Path) -> 
     with Store.open(tmp_path / "s") as store:
         ws, _, _ = baseline(store, root)
         start = time.time_ns()
-        plan = repack._plan(store, 0)
+        plan = repack.plan(store, 0)
         rel = b"proj-1.3/pkg/mod0.py"
         planned = trees.lookup(store.load_node, store.head(ws) or "", rel)
         assert planned is not None and planned.key in {k for k, *_ in plan}

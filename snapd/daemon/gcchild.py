@@ -35,6 +35,7 @@ import structlog
 from snapd.config import Retention
 from snapd.errors import InternalError, from_wire
 from snapd.store.gcmark import Here, Keys, Unreferenced
+from snapd.store.repack import Conversion
 from snapd.store.store import Store
 
 log = structlog.get_logger(__name__)
@@ -127,6 +128,11 @@ class ChildMarkPhase:
 
     def fewest_to_fit(self, policy: Retention, now: int, young: int, cands: list[str], extra: Keys) -> int:
         return int(self._call("fewest_to_fit", policy, now, young, cands, extra))
+
+    def repack_plan(self, since: int) -> list[Conversion]:
+        found = self._call("repack_plan", since)
+        assert isinstance(found, list)
+        return found
 
 
 def _peak_rss(pid: int) -> int | None:

@@ -181,7 +181,7 @@ def run(
             "remains is held by marks and versions that must be kept (newest, pinned, recent "
             "pre-rollback, versions inside the age window): raise the budget or unpin marks"
         )
-    report.repacked, report.repack_saved = repack(store)
+    report.repacked, report.repack_saved = repack(store, mark.repack_plan)
     with store.catalog.write() as c:
         # Python's sqlite3 steps a statement that returns no columns once, and each step of
         # incremental_vacuum frees one page: one call per free page gives them all back.

@@ -15,8 +15,15 @@ daemon runs this phase in a process of its own (:func:`serve`, started by
 :class:`~snapd.store.reading.StoreReader` and hands back only the results: the objects to
 delete, or a byte count. Its memory ends with it.
 
-The three steps GC asks of it (:class:`MarkPhase`) only read; the sweep's deletions, and the
-holds that spare what batches in flight rely on, stay with the caller (:mod:`snapd.store.gc`).
+The repack's plan (:func:`snapd.store.repack.plan`) is made there too: it reads every
+object's row and every version's name to pair contents, a transient as large as the live set
+(the daemon's Python peak in a GC stayed at 139.5 MB with the live set moved out, 2,500 marks
+into the soak), and it sends back only the conversions, which the daemon re-checks as it
+makes them.
+
+The steps GC asks of it (:class:`MarkPhase`) only read; the sweep's deletions and the
+repack's conversions, and the holds that spare what batches in flight rely on, stay with the
+caller (:mod:`snapd.store.gc`).
 :class:`Here` runs them on the caller's thread (tests, and the fallback when the process
 cannot run).
 """
@@ -35,6 +42,7 @@ from snapd.config import Retention
 from snapd.errors import SnapdError
 from snapd.store import nodes, objects
 from snapd.store.reading import StoreReader
+from snapd.store.repack import Conversion, plan
 from snapd.store.retention import newest_ids, protected
 
 Keys = set[bytes | str]
@@ -187,6 +195,8 @@ class MarkPhase(Protocol):
         self, policy: Retention, now: int, young: int, cands: list[str], extra: Keys
     ) -> int: ...
 
+    def repack_plan(self, since: int) -> list[Conversion]: ...
+
 
 class Here:
     """The mark phase on the caller's own thread, over ``store``."""
@@ -203,8 +213,11 @@ class Here:
     def fewest_to_fit(self, policy: Retention, now: int, young: int, cands: list[str], extra: Keys) -> int:
         return fewest_to_fit(self.store, policy, now, young, cands, extra)
 
+    def repack_plan(self, since: int) -> list[Conversion]:
+        return plan(self.store, since)
 
-STEPS = frozenset({"unreferenced", "kept_bytes", "fewest_to_fit"})
+
+STEPS = frozenset({"unreferenced", "kept_bytes", "fewest_to_fit", "repack_plan"})
 
 
 def serve(directory: Path, requests: IO[bytes], replies: IO[bytes]) -> None:

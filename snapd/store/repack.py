@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from snapd.store import objects
+from snapd.store.reading import StoreReader
 from snapd.store.store import Store
 
 CHUNK = 500
@@ -49,7 +50,7 @@ class _Row:
     created: int
 
 
-def _names(store: Store) -> dict[bytes, set[str]]:
+def _names(store: StoreReader) -> dict[bytes, set[str]]:
     """File base name -> the keys versions of that name hold."""
     groups: dict[bytes, set[str]] = defaultdict(set)
     rows = store.catalog.read().execute(
@@ -60,8 +61,15 @@ def _names(store: Store) -> dict[bytes, set[str]]:
     return groups
 
 
-def _plan(store: Store, since: int) -> list[tuple[str, str, bytes, int, int]]:
-    """(key, base, delta payload, depth, old stored size) for each object worth converting."""
+Conversion = tuple[str, str, bytes, int, int]
+"""(key, base, delta payload, depth, old stored size): one object worth converting."""
+
+
+def plan(store: StoreReader, since: int) -> list[Conversion]:
+    """The conversions worth making among the objects created at or after ``since`` (ns).
+    Reads only: the daemon's GC makes it in its mark process (:mod:`snapd.store.gcmark`),
+    where the table of every object's row and the name groups it needs cannot stay in the
+    daemon's heap; :func:`_convert` re-checks each under the holds lock."""
     db = store.catalog.read()
     rows = {
         objects.py_key(k): _Row(size, codec, external, base is None, depth, stored, created)
@@ -75,7 +83,7 @@ def _plan(store: Store, since: int) -> list[tuple[str, str, bytes, int, int]]:
         row = rows[key]
         return row.codec == objects.CODEC_ZSTD and row.whole and key not in bases and row.created >= since
 
-    plan = []
+    found: list[Conversion] = []
     contents = _Contents(store)
     for keys in _names(store).values():
         known = sorted((k for k in keys if k in rows and not rows[k].external), key=lambda k: rows[k].size)
@@ -93,10 +101,10 @@ def _plan(store: Store, since: int) -> list[tuple[str, str, bytes, int, int]]:
                 best = _best_delta(contents, key, _nearest(known, sizes, i, rows), row.stored)
                 if best is not None:
                     base, delta = best
-                    plan.append((key, base, delta, rows[base].depth + 1, row.stored))
+                    found.append((key, base, delta, rows[base].depth + 1, row.stored))
                     bases.add(base)  # it has a dependent now: never converted after this
                     row.whole, row.depth = False, rows[base].depth + 1
-    return plan
+    return found
 
 
 def _nearest(known: list[str], sizes: list[int], i: int, rows: dict[str, _Row]) -> list[str]:
@@ -143,7 +151,7 @@ class _Contents:
     keys, each content decoded once) instead of a query per read and up to three reads of
     each content; what the next window does not need is let go."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: StoreReader) -> None:
         self._store = store
         self._held: dict[str, bytes] = {}
 
@@ -173,7 +181,7 @@ def _best_delta(contents: _Contents, key: str, cands: list[str], stored: int) ->
 _CONVERT = "UPDATE objects SET codec=?, data=?, stored=?, base=?, depth=? WHERE key=? AND base IS NULL"
 
 
-def _convert(store: Store, chunk: list[tuple[str, str, bytes, int, int]], planned: int) -> tuple[int, int]:
+def _convert(store: Store, chunk: list[Conversion], planned: int) -> tuple[int, int]:
     """One transaction of conversions; (converted, saved). The links batches choose bases by
     (``deltas.Recent``) change under the same lock as the rows, after the commit.
 
@@ -203,14 +211,17 @@ def _convert(store: Store, chunk: list[tuple[str, str, bytes, int, int]], planne
     return len(done), saved
 
 
-def repack(store: Store) -> tuple[int, int]:
-    """Convert what is worth it; (objects converted, payload bytes saved)."""
+def repack(store: Store, planner: Callable[[int], list[Conversion]] | None = None) -> tuple[int, int]:
+    """Convert what is worth it; (objects converted, payload bytes saved). ``planner``: where
+    the plan is made (the daemon's GC: its mark process); :func:`plan` over ``store`` here
+    by default."""
     start = time.time_ns()
     row = store.catalog.read().execute("SELECT value FROM meta WHERE key=?", (META_KEY,)).fetchone()
-    plan = _plan(store, int(row[0]) if row else 0)
+    since = int(row[0]) if row else 0
+    todo = planner(since) if planner is not None else plan(store, since)
     converted = saved = 0
-    for i in range(0, len(plan), CHUNK):
-        n, b = _convert(store, plan[i : i + CHUNK], start)
+    for i in range(0, len(todo), CHUNK):
+        n, b = _convert(store, todo[i : i + CHUNK], start)
         converted, saved = converted + n, saved + b
     with store.catalog.write() as c:
         c.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (META_KEY, str(start)))
