@@ -21,7 +21,7 @@ from snapd.daemon.gcchild import ChildMarkPhase
 from snapd.errors import SnapdError
 from snapd.rollback import journal
 from snapd.store import gc, retention
-from snapd.store.records import Mark
+from snapd.store.records import MarkHead
 from snapd.store.store import Store
 
 log = structlog.get_logger(__name__)
@@ -61,9 +61,9 @@ class Maintenance:
             emit(self.events, "warning", None, {"message": warning})
         self.warnings = list(warnings)
 
-    def would_evict(self) -> list[tuple[Mark, str]]:
+    def would_evict(self) -> list[tuple[MarkHead, str]]:
         """The marks retention would evict now, with the reason (`snapctl gc --dry-run`)."""
-        return retention.plan_evictions(self.store.marks(), self.policy, time.time_ns())
+        return retention.plan_evictions(self.store.mark_heads(), self.policy, time.time_ns())
 
     def _loop(self) -> None:
         wait = self.interval_s / 10

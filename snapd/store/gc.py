@@ -22,7 +22,7 @@ from typing import Any
 from snapd.config import Retention
 from snapd.store import objects, safeio
 from snapd.store.gcmark import Here, Keys, MarkPhase
-from snapd.store.records import Mark
+from snapd.store.records import MarkHead
 from snapd.store.repack import repack
 from snapd.store.retention import budget_candidates, plan_evictions
 from snapd.store.store import Store
@@ -50,7 +50,7 @@ class GcReport:
     mark_phase: dict[str, Any] = field(default_factory=dict)
 
 
-def evict(store: Store, doomed: list[tuple[Mark, str]], now: int) -> None:
+def evict(store: Store, doomed: list[tuple[MarkHead, str]], now: int) -> None:
     with store.catalog.write() as c:
         for m, reason in doomed:
             c.execute("DELETE FROM marks WHERE id=?", (m.id,))
@@ -147,7 +147,7 @@ def run(
     now = time.time_ns() if now is None else now
     extra: Keys = {objects.db_key(k) for k in unfinished}
     report = GcReport()
-    doomed = plan_evictions(store.marks(), policy, now)
+    doomed = plan_evictions(store.mark_heads(), policy, now)
     if doomed:
         evict(store, doomed, now)
         report.evicted += [(m.id, r) for m, r in doomed]
@@ -165,7 +165,7 @@ def run(
     young = now - int(policy.grace_s * 1e9)
     settled = _settled_bytes(store, young)
     if settled > policy.budget_bytes:
-        cands = budget_candidates(store.marks(), policy, now)
+        cands = budget_candidates(store.mark_heads(), policy, now)
         if cands and mark.kept_bytes(policy, now, extra) <= policy.budget_bytes:
             k = mark.fewest_to_fit(policy, now, young, [m.id for m in cands], extra)
             batch = [(m, "budget") for m in cands[:k]]

@@ -17,7 +17,14 @@ from typing import Any, Protocol
 from snapd.errors import MissingObject
 from snapd.store import deltas, objects, safeio
 from snapd.store.catalog import CatalogReader
-from snapd.store.records import MARK_COLUMNS, Mark, mark_from_row
+from snapd.store.records import (
+    MARK_COLUMNS,
+    MARK_HEAD_COLUMNS,
+    Mark,
+    MarkHead,
+    mark_from_row,
+    mark_head_from_row,
+)
 
 
 class Reads(Protocol):
@@ -97,3 +104,9 @@ class StoreReader:
             sql += " LIMIT ?"
             args.append(limit)
         return [mark_from_row(r) for r in self.catalog.read().execute(sql, args)]
+
+    def mark_heads(self) -> list[MarkHead]:
+        """Every mark as retention judges it (:class:`MarkHead`), newest first (as :meth:`marks`)."""
+        db = self.catalog.read()
+        sql = f"SELECT {MARK_HEAD_COLUMNS} FROM marks ORDER BY created DESC, seq DESC"
+        return [mark_head_from_row(r) for r in db.execute(sql)]

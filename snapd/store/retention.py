@@ -20,26 +20,47 @@ Pure: marks in, decisions out; no store, no clock (``now`` is given).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Protocol, TypeVar
 
 from snapd.config import Retention
-from snapd.store.records import Mark
 
 
-def young_pre_rollback(mark: Mark, policy: Retention, now: int) -> bool:
+class Evictable(Protocol):
+    """A mark as retention judges it (:class:`snapd.store.records.Mark`, or the lighter
+    :class:`~snapd.store.records.MarkHead` GC reads)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def workspace(self) -> int: ...
+    @property
+    def seq(self) -> int: ...
+    @property
+    def created(self) -> int: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def pinned(self) -> bool: ...
+
+
+M = TypeVar("M", bound=Evictable)
+
+
+def young_pre_rollback(mark: Evictable, policy: Retention, now: int) -> bool:
     """A ``pre-rollback`` mark younger than the window: never evicted, not counted."""
     return mark.kind == "pre-rollback" and now - mark.created < policy.max_age_ns
 
 
-def protected(mark: Mark, newest: dict[int, str], policy: Retention, now: int) -> bool:
+def protected(mark: Evictable, newest: dict[int, str], policy: Retention, now: int) -> bool:
     return mark.pinned or newest.get(mark.workspace) == mark.id or young_pre_rollback(mark, policy, now)
 
 
-def plan_evictions(marks: Iterable[Mark], policy: Retention, now: int) -> list[tuple[Mark, str]]:
+def plan_evictions(marks: Iterable[M], policy: Retention, now: int) -> list[tuple[M, str]]:
     """Marks to evict for age and count (pure). Oldest first."""
-    by_ws: dict[int, list[Mark]] = {}
+    by_ws: dict[int, list[M]] = {}
     for m in marks:
         by_ws.setdefault(m.workspace, []).append(m)
-    out: list[tuple[Mark, str]] = []
+    out: list[tuple[M, str]] = []
     for ms in by_ws.values():
         ms.sort(key=lambda m: m.seq)
         newest = {ms[-1].workspace: ms[-1].id}
@@ -57,16 +78,16 @@ def plan_evictions(marks: Iterable[Mark], policy: Retention, now: int) -> list[t
     return out
 
 
-def newest_ids(marks: Iterable[Mark]) -> dict[int, str]:
+def newest_ids(marks: Iterable[Evictable]) -> dict[int, str]:
     """Each workspace's newest mark id (never evicted)."""
-    newest: dict[int, Mark] = {}
+    newest: dict[int, Evictable] = {}
     for m in marks:
         if m.workspace not in newest or m.seq > newest[m.workspace].seq:
             newest[m.workspace] = m
     return {ws: m.id for ws, m in newest.items()}
 
 
-def budget_candidates(marks: Iterable[Mark], policy: Retention, now: int) -> list[Mark]:
+def budget_candidates(marks: Iterable[M], policy: Retention, now: int) -> list[M]:
     """Marks that may go for the disk budget, oldest first (pure)."""
     ms = list(marks)
     ids = newest_ids(ms)
