@@ -481,6 +481,14 @@ MUTANTS = [
         "the repack's plan (every object's row, every version's name) is made in the daemon's heap again",
     ),
     Mutant(
+        "gc-touched-forgets-the-walk",
+        "snapd/store/holds.py",
+        "        self._kept = {bytes(walk[i : i + 8]) for i in range(0, len(walk), 8)} & self._candidates\n",
+        "        self._kept = set()\n",
+        _t("tests/test_regressions.py", "-k", "concurrent_mark_reuses"),
+        "a content a mark reused while GC's mark phase walked is deleted once the sweep knows its candidates",
+    ),
+    Mutant(
         "gc-ignores-journal-holds",
         "snapd/daemon/maintenance.py",
         "unfinished = {k for w in store.workspaces() for k in journal.needs(store.journal_path(w.id))}",

@@ -25,6 +25,7 @@ from snapd.config import Retention
 from snapd.daemon.gcchild import ChildMarkPhase
 from snapd.errors import MissingObject
 from snapd.store import gc, objects, trees
+from snapd.store.holds import GcHolds
 from snapd.store.store import Store
 from snapd.store.verify import verify
 
@@ -260,3 +261,26 @@ def test_the_daemons_gc_marks_in_a_process_of_its_own(tmp_path: Path) -> None:
         d.ctl("verify")
     finally:
         assert d.stop() == 0
+
+
+def test_a_sweeps_touched_keys_are_the_candidates_batches_held_before_or_after_it_knew_them() -> None:
+    """While the mark phase walks, every hold is kept (as a digest); once the sweep knows its
+    candidates, only theirs: a candidate held and released during the walk, or after, is
+    spared to the sweep's end; nothing is spared once it ends."""
+    h = GcHolds()
+    with h.sweeping():
+        with h.lock:
+            h.hold("k1")
+            h.hold("k2")
+        h.release(["k1", "k2"])
+        with h.lock:
+            assert h.spared("k1") and h.spared("k2") and not h.spared("k3")  # before the candidates
+        h.narrow(["k1", "k3", "k4"])
+        with h.lock:
+            h.hold("k3")
+        h.release(["k3"])
+        with h.lock:
+            assert h.spared("k1") and h.spared("k3")
+            assert not h.spared("k4") and not h.spared("k2")
+    with h.lock:
+        assert not any(h.spared(k) for k in ("k1", "k2", "k3"))

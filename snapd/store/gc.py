@@ -65,6 +65,7 @@ def sweep(store: Store, policy: Retention, now: int, report: GcReport, mark: Mar
     with store.holds.sweeping():  # from here on, every key a batch holds is spared
         found = mark.unreferenced(policy, now, extra)
         dead = found.dead
+        store.holds.narrow(objects.py_key(k) for k, _, _ in dead)  # only these may need sparing now
         report.waiting, report.waiting_bytes, report.waiting_until = (
             found.waiting, found.waiting_bytes, found.waiting_until
         )

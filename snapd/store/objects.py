@@ -49,6 +49,12 @@ def xxh3_hex(data: bytes) -> str:
     return xxhash.xxh3_128_hexdigest(data)
 
 
+def xxh3_64_digest(key: str) -> bytes:
+    """8 bytes standing for an object key where a set of many would cost too much (a sweep's
+    touched keys, :mod:`snapd.store.holds`): equal keys, equal digests; a collision is rare."""
+    return xxhash.xxh3_64_digest(key.encode())
+
+
 def fingerprint(data: bytes) -> bytes:
     """A cryptographic digest standing in for the bytes wherever a content is compared without
     them: a batch re-meeting a content, a content read by a reader process (SHA-256:
