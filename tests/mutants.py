@@ -483,7 +483,8 @@ MUTANTS = [
     Mutant(
         "gc-touched-forgets-the-walk",
         "snapd/store/holds.py",
-        "        self._kept = {bytes(walk[i : i + 8]) for i in range(0, len(walk), 8)} & self._candidates\n",
+        "        self._kept = {d for i in range(0, len(walk), 8) if (d := walk[i : i + 8].tobytes())"
+        " in wanted}\n",
         "        self._kept = set()\n",
         _t("tests/test_regressions.py", "-k", "concurrent_mark_reuses"),
         "a content a mark reused while GC's mark phase walked is deleted once the sweep knows its candidates",

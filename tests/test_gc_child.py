@@ -284,3 +284,42 @@ def test_a_sweeps_touched_keys_are_the_candidates_batches_held_before_or_after_i
             assert not h.spared("k4") and not h.spared("k2")
     with h.lock:
         assert not any(h.spared(k) for k in ("k1", "k2", "k3"))
+
+
+def test_a_second_sweep_beside_a_running_one_is_refused() -> None:
+    """Two sweeps at once would share one set of touched keys, and the first to end would
+    clear the other's: the second is refused (the daemon runs its GCs one at a time)."""
+    h = GcHolds()
+    with h.sweeping():
+        with pytest.raises(RuntimeError, match="one at a time"), h.sweeping():
+            pass
+        with h.lock:
+            h.hold("k1")
+        h.release(["k1"])
+        with h.lock:
+            assert h.spared("k1")  # the refused one left the running sweep's keys alone
+
+
+def test_gcs_asked_for_at_once_run_one_after_the_other(tmp_path: Path) -> None:
+    """Several `snapctl gc` at once (and the periodic run beside them) all succeed: the daemon
+    runs them one at a time instead of two sweeps sharing the holds."""
+    home = tmp_path / "snapd-home"
+    d = start_daemon(home, {**base_env(home), "SNAPD_RETENTION_GRACE_S": "0.01"})
+    try:
+        root = tmp_path / "ws"
+        root.mkdir()
+        d.ctl("watch", root)
+        for i in range(3):
+            (root / "f.bin").write_bytes(os.urandom(3000))
+            d.ctl("mark", f"m{i}", "-w", root)
+        env = {**d.env}
+        procs = [
+            subprocess.Popen([sys.executable, "-m", "snapd", "gc", "--json"], env=env, cwd=root,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            for _ in range(4)
+        ]
+        outs = [(p.wait(60), *p.communicate()) for p in procs]
+        assert all(code == 0 for code, _, _ in outs), outs
+        d.ctl("verify")
+    finally:
+        assert d.stop() == 0

@@ -32,6 +32,7 @@ class Maintenance:
         self.store, self.policy, self.interval_s, self.events = store, policy, interval_s, events
         self.warnings: list[str] = []  # from the last GC (e.g. over budget)
         self._stopping = threading.Event()
+        self._collecting = threading.Lock()  # one GC at a time: `snapctl gc` during a periodic run waits
 
     def start(self) -> None:
         threading.Thread(target=self._loop, daemon=True, name="snapd-gc").start()
@@ -43,7 +44,12 @@ class Maintenance:
         """Apply retention and GC now (`snapctl gc`, and each periodic run); its warnings
         replace the ones `status` shows. A run that fails says so there until one succeeds:
         a store that cannot be collected (a rollback journal it cannot read, a full disk)
-        grows, and the periodic run's error would be in the log alone."""
+        grows, and the periodic run's error would be in the log alone. One run at a time: a
+        second sweep beside the first would drop the keys the first must spare."""
+        with self._collecting:
+            return self._collect()
+
+    def _collect(self) -> gc.GcReport:
         store = self.store
         try:
             unfinished = {k for w in store.workspaces() for k in journal.needs(store.journal_path(w.id))}

@@ -48,7 +48,10 @@ class _Touched:
             raise RuntimeError("a sweep's candidates are known once")
         self._candidates = {xxh3_64_digest(k) for k in candidates}
         walk, self._walk = memoryview(self._walk), None
-        self._kept = {bytes(walk[i : i + 8]) for i in range(0, len(walk), 8)} & self._candidates
+        # One digest at a time, kept only if a candidate: a set of every touched digest first
+        # was a transient of ~30 MB at 367,707 holds (VmHWM 137 -> 185 MB at a GC's end).
+        wanted = self._candidates
+        self._kept = {d for i in range(0, len(walk), 8) if (d := walk[i : i + 8].tobytes()) in wanted}
 
     def __contains__(self, key: str) -> bool:
         d = xxh3_64_digest(key)
@@ -97,6 +100,8 @@ class GcHolds:
     def sweeping(self) -> Iterator[None]:
         """While the block runs, every key a batch holds is spared until it ends."""
         with self.lock:
+            if self._touched is not None:  # the second would clear the first's touched keys
+                raise RuntimeError("a sweep is running already: GC runs one at a time")
             self._touched = _Touched()
         try:
             yield
