@@ -448,7 +448,10 @@ def one_cut(run: Run, roots: list[Path], kind: str) -> None:
     with Client(run.d.endpoint, 10.0) as c:
         with pytest.raises(SnapdError) as err:
             c.call("mark", label="after-cut", workspace=os.fsencode(roots[0]))
-    assert err.value.code == "store", f"after the cut: {err.value.code}: {err.value}"
+    assert err.value.code == "store", (
+        f"after the cut ({kind}, cut {run.cycle}): {err.value.code}: {err.value}; the daemon "
+        f"{'is alive' if run.d.alive() else 'is gone'}; its log's end:\n{run.d.log()[-4000:]}"
+    )
     assert "Input/output error" in str(err.value) or "disk I/O error" in str(err.value), str(err.value)
     assert time.monotonic() - t0 < 10
     stop.set()

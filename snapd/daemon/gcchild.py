@@ -18,7 +18,8 @@ Invariants:
   and the rest of the run go on in the daemon (:class:`~snapd.store.gcmark.Here`), and
   :attr:`ChildMarkPhase.fallback` says why (the report and the log carry it).
 - The process ends with the run (its stdin closed: it reads EOF and exits); if the daemon
-  dies, it exits at the end of the step it is in (EOF, or EPIPE on its reply).
+  dies, the kernel kills it (``PR_SET_PDEATHSIG``: an orphan walking on kept the store's
+  file system busy).
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ class ChildMarkPhase:
         if self._popen is None:
             # cwd "/": ``-m`` puts the cwd first on sys.path, where a "snapd" directory would shadow us
             self._popen = subprocess.Popen(
-                [*self.argv, os.fspath(self.store.dir)],
+                [*self.argv, os.fspath(self.store.dir), str(os.getpid())],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd="/", close_fds=True,
             )
             self.pid = self._popen.pid

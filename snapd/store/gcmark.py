@@ -30,6 +30,7 @@ cannot run).
 
 from __future__ import annotations
 
+import os
 import pickle
 import sys
 import traceback
@@ -244,8 +245,24 @@ def serve(directory: Path, requests: IO[bytes], replies: IO[bytes]) -> None:
         replies.flush()
 
 
+def _die_with_the_daemon() -> None:
+    """Be killed when the daemon's thread that started this process ends (the daemon killed):
+    an orphan would go on walking for minutes with the store's files open, keeping its file
+    system busy (an unmount after a crash fails). Linux only; elsewhere EOF ends it later."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+
+
 def main() -> int:
-    """``python -m snapd.store.gcmark STORE_DIR``: :func:`serve` on stdin and stdout."""
+    """``python -m snapd.store.gcmark STORE_DIR PARENT_PID``: :func:`serve` on stdin and stdout."""
+    _die_with_the_daemon()
+    if len(sys.argv) > 2 and os.getppid() != int(sys.argv[2]):
+        return 1  # the daemon died before the line above took effect
     try:
         serve(Path(sys.argv[1]), sys.stdin.buffer, sys.stdout.buffer)
     except BrokenPipeError:  # the daemon went while this step ran
