@@ -490,6 +490,14 @@ MUTANTS = [
         "a content a mark reused while GC's mark phase walked is deleted once the sweep knows its candidates",
     ),
     Mutant(
+        "gc-mark-process-outlives-the-daemon",
+        "snapd/store/gcmark.py",
+        "        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG\n",
+        "        pass\n",
+        _t("tests/test_gc_child.py", "-k", "busy_in_a_step"),
+        "GC's mark process, busy walking, outlives a daemon killed -9 and keeps the store's file system busy",
+    ),
+    Mutant(
         "gc-ignores-journal-holds",
         "snapd/daemon/maintenance.py",
         "unfinished = {k for w in store.workspaces() for k in journal.needs(store.journal_path(w.id))}",

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from e2e_helpers import OtherUser, base_env, describe, run_ctl, unavailable, wait_for
+from e2e_helpers import OtherUser, base_env, describe, run_ctl, start_daemon, unavailable, wait_for
 
 from snapd.errors import PermissionRefused
 
@@ -143,3 +143,18 @@ def test_a_snapd_home_the_user_cannot_use(nobody: OtherUser, command: tuple[str,
     code = NO_DAEMON if command[0] == "snapctl" and where == "cannot-create" else PermissionRefused.exit_code
     _one_clear_line(cp, home, code)
     assert os.stat(parent).st_uid == 0 and not (parent / "snapd").exists()
+
+
+def test_a_daemon_killed_by_a_fault_leaves_its_stacks_in_its_log(tmp_path: Path) -> None:
+    """SQLite's index of its log is a mapped file: when the store's disk fails, a write to it
+    can fault, and the kernel kills the daemon with SIGBUS (docs/reliability.md). Nothing is
+    lost, but the log must say what killed it and where: faulthandler is on in the daemon."""
+    home = tmp_path / "snapd-home"
+    env = base_env(home)
+    env.pop("PYTHONFAULTHANDLER", None)  # the daemon's own doing, not the environment's
+    d = start_daemon(home, env)
+    os.kill(d.pid, signal.SIGBUS)
+    assert d.proc.wait(15) == -signal.SIGBUS
+    log = d.log()
+    assert "Fatal Python error: Bus error" in log, log[-2000:]
+    assert "snapd/daemon/main.py" in log, log[-2000:]  # the threads' stacks, the main one among them

@@ -236,6 +236,51 @@ def test_the_child_ends_with_the_run_and_when_the_daemon_dies(tmp_path: Path) ->
     wait_for(lambda: _gone(child), what="the orphaned mark process exits", timeout=20)
 
 
+def test_a_mark_process_busy_in_a_step_is_killed_with_the_daemon(tmp_path: Path) -> None:
+    """A parent killed while its child walks (busy, not reading its pipe, so no EOF tells it):
+    the kernel kills the child with it (``PR_SET_PDEATHSIG``). An orphan walking on kept the
+    store's file system busy: the power-cut test's unmount after a kill -9 failed."""
+    s, _, _, now = _history(tmp_path / "store")
+    s.close()
+    pid_file = tmp_path / "child.pid"
+    slow_child = textwrap.dedent(
+        f"""
+        import os, sys, time
+        from snapd.store import gcmark
+        def walk(*args):  # a walk of a store far larger than this one
+            open({str(pid_file)!r}, "w").write(str(os.getpid()))
+            time.sleep(600)
+        gcmark.Here.kept_bytes = walk
+        sys.exit(gcmark.main())
+        """
+    )
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from pathlib import Path
+        from snapd.config import Retention
+        from snapd.daemon.gcchild import ChildMarkPhase
+        from snapd.store.store import Store
+        s = Store.open(Path({str(tmp_path / "store")!r}))
+        ChildMarkPhase(s, argv=[sys.executable, "-c", {slow_child!r}]).kept_bytes(Retention(), {now}, set())
+        """
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], cwd="/")
+    child = None
+    try:
+        wait_for(lambda: pid_file.exists() and pid_file.read_text() != "", what="the child walks", timeout=30)
+        child = int(pid_file.read_text())
+        assert not _gone(child)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        wait_for(lambda: _gone(child), what="the busy mark process is killed with its parent", timeout=10)
+    finally:
+        parent.kill()
+        parent.wait()
+        if child is not None and not _gone(child):
+            os.kill(child, signal.SIGKILL)  # this test failed: leave no orphan behind
+
+
 def test_the_daemons_gc_marks_in_a_process_of_its_own(tmp_path: Path) -> None:
     """`snapctl gc` on a real daemon: the mark phase ran in another process (its pid, steps and
     peak memory in the reply), and the GC did its work: the evicted marks' content is gone,

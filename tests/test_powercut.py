@@ -128,6 +128,7 @@ class Run:
     lock: threading.Lock = field(default_factory=threading.Lock)
     cycle: int = 0
     rollbacks_cut: Counter[str] = field(default_factory=Counter)  # unanswered at the cut: then?
+    killed_by_the_mapped_index: int = 0  # cuts after which SIGBUS ended the daemon (see one_cut)
     took: dict[str, list[float]] = field(default_factory=dict)  # request durations, by kind
     starts: Counter[str] = field(default_factory=Counter)  # requests begun this cycle, by kind
     started: threading.Condition = field(default_factory=threading.Condition)
@@ -170,7 +171,7 @@ class Run:
         except SnapdError as exc:
             if not self.cut_begun.is_set():
                 self.failures.append(f"cycle {self.cycle}: {op} failed before any cut: {exc.code}: {exc}")
-            elif exc.code != "store":
+            elif exc.code not in ("store", "daemon_unavailable"):  # the second: see one_cut
                 self.failures.append(f"cycle {self.cycle}: {op} after the cut: {exc.code}: {exc}")
             with self.lock:
                 self.after_cut[exc.code] += 1
@@ -362,6 +363,27 @@ def crashed(d: Daemon) -> list[str]:
     return [ln[:600] for ln in d.log().splitlines() if '"exception"' in ln or "request.crashed" in ln]
 
 
+def killed_by_the_mapped_index(d: Daemon) -> str | None:
+    """None when ``d`` died as a dead disk may kill it, else how it did die (or that it lives).
+
+    SQLite keeps its index of the WAL in a file it maps (``catalog.sqlite-shm``). Once the
+    kernel has written a page of it back (any sync, or 30 s after it was dirtied), the next
+    write to that page asks the file system, and a shut-down XFS answers with SIGBUS: the
+    process dies at once, with no chance to reply (plain SQLite does the same:
+    docs/reliability.md). So the only death allowed here is SIGBUS raised inside a catalog
+    call (faulthandler's "Current thread" stack, in the daemon's log)."""
+    if d.alive():
+        return "it did not die, yet a request found no daemon"
+    status = d.proc.wait(5)
+    if status != -signal.SIGBUS:
+        return f"exit status {status}, not SIGBUS"
+    log = d.log()
+    current = log.split("Current thread", 1)[1].split("\n\n", 1)[0] if "Current thread" in log else ""
+    if not any(f"snapd/store/{m}.py" in current for m in ("catalog", "checkpoint")):
+        return "SIGBUS outside the catalog's SQLite calls"
+    return None
+
+
 def test_power_cuts_lose_no_acknowledged_mark(tmp_path: Path) -> None:
     print(f"\npowercut seed {SEED} (SNAPD_POWERCUT_SEED replays it), {CUTS} cuts")
     started = time.monotonic()
@@ -406,6 +428,7 @@ def test_power_cuts_lose_no_acknowledged_mark(tmp_path: Path) -> None:
         "acknowledged_marks_verified": sum(a.verified for a in run.acked),
         "error_replies_after_cuts": dict(run.after_cut),
         "rollbacks_cut": dict(run.rollbacks_cut),
+        "daemon_killed_by_sigbus_in_sqlite": run.killed_by_the_mapped_index,
         "seconds": round(time.monotonic() - started, 1),
         "op_ms": {k: round(1000 * sum(v) / len(v)) for k, v in run.took.items()},
     }
@@ -443,23 +466,28 @@ def one_cut(run: Run, roots: list[Path], kind: str) -> None:
     run.disk.cut()
     time.sleep(0.05)  # replies sent before the cut reach their actors
     os.kill(run.d.pid, signal.SIGCONT)
-    # The daemon meets the dead disk: a request gets an error reply with a code, at once.
+    # The daemon meets the dead disk: a request gets an error reply with a code, at once; or
+    # the kernel kills it with SIGBUS inside SQLite (its log index is a mapped file: killed_by).
     t0 = time.monotonic()
     with Client(run.d.endpoint, 10.0) as c:
         with pytest.raises(SnapdError) as err:
             c.call("mark", label="after-cut", workspace=os.fsencode(roots[0]))
-    assert err.value.code == "store", (
-        f"after the cut ({kind}, cut {run.cycle}): {err.value.code}: {err.value}; the daemon "
-        f"{'is alive' if run.d.alive() else 'is gone'}; its log's end:\n{run.d.log()[-4000:]}"
-    )
-    assert "Input/output error" in str(err.value) or "disk I/O error" in str(err.value), str(err.value)
+    if err.value.code != "daemon_unavailable":
+        where = f"after the cut ({kind}, cut {run.cycle})"
+        assert err.value.code == "store", f"{where}: {err.value.code}: {err.value}"
+        assert "Input/output error" in str(err.value) or "disk I/O error" in str(err.value), str(err.value)
     assert time.monotonic() - t0 < 10
     stop.set()
     for t in threads:
         t.join(60)
         assert not t.is_alive(), f"an actor's request hung after the cut (seed {SEED}, cut {run.cycle})"
     assert not run.failures, run.failures
-    assert run.d.alive(), "the daemon died at the cut\n" + run.d.log()[-3000:]
+    if not run.d.alive() or err.value.code == "daemon_unavailable" or run.after_cut["daemon_unavailable"]:
+        why = killed_by_the_mapped_index(run.d)
+        where = f"the daemon died at the cut ({kind}, cut {run.cycle})"
+        assert why is None, f"{where}: {why}\n{run.d.log()[-4000:]}"
+        run.killed_by_the_mapped_index += 1
+        run.after_cut.pop("daemon_unavailable", None)
     assert not crashed(run.d), crashed(run.d)
     run.d.proc.kill()
     run.d.proc.wait(10)

@@ -15,6 +15,7 @@ anything else, then the socket guard (daemons of two stores may share a runtime 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
 import pwd
@@ -238,6 +239,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 extra = [f"--log-level={args.log_level}"] if args.log_level else []
                 return start_background(config, extra)
             configure_logging(config.log_level, json=True if args.log_json else None, file=config.log_file)
+            # A fault kills the daemon at once (SIGBUS: SQLite's index of its log is a mapped file,
+            # and a store's disk that fails makes a write to it fault; docs/reliability.md): its
+            # threads' stacks go to stderr (the journal), so the log says where and why.
+            faulthandler.enable(file=sys.stderr, all_threads=True)
             for warning in config.warnings:
                 log.warning("config.warning", warning=warning)
             penv = ProcessEnv(
