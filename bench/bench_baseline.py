@@ -201,6 +201,15 @@ def main() -> None:
                         f"{du_snapd / du_peer_gc:.2f}x ({du_snapd / MB:.1f} MB after snapctl gc, "
                         f"{du_written / MB:.1f} MB before, vs {du_peer_gc / MB:.1f} MB; "
                         f"peer loose {du_peer / MB:.1f} MB)", du_snapd <= du_peer_gc)
+        if args.size == "500k" and not args.cold:  # issue 33's 500k row
+            res.verdict("500k: baseline time vs the peer's first snapshot", "<= 0.5x the peer's",
+                        f"{1 / ratio:.2f}x (snapd {fig['snapd_s']['median']:.1f} s, peer "
+                        f"{fig['peer_s']['median']:.1f} s, medians of {args.reps})", ratio >= 2)
+            res.verdict("500k: daemon peak RSS during the baseline", "<= 500 MB",
+                        f"{tree['median']:.0f} MB with its reader processes (max {tree['max']:.0f}); "
+                        f"the daemon alone {hwm['median']:.0f} MB (max {hwm['max']:.0f})", tree["max"] <= 500)
+            res.verdict("500k: daemon RSS watching, after the baseline", "<= 300 MB",
+                        f"{rss['median']:.0f} MB (max {rss['max']:.0f})", rss["max"] <= 300)
         if args.profile:
             from pyspy import Sampler, lines, summary
 

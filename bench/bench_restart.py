@@ -183,6 +183,10 @@ def main() -> None:
             res.verdict("restart, nothing changed: process start -> first mark done", "<= 1 s",
                         f"{mk['median']:.2f} s (min {mk['min']:.2f}, max {mk['max']:.2f}); "
                         f"its floors alone sum to {floor_sum:.2f} s", mk["median"] <= 1.0)
+        if args.size == "500k":  # issue 33's 500k row
+            res.verdict("500k: restart, nothing changed: process start -> first mark done", "<= 2 s",
+                        f"{mk['median']:.2f} s (min {mk['min']:.2f}, max {mk['max']:.2f}); "
+                        f"its floors alone sum to {floor_sum:.2f} s", mk["median"] <= 2.0)
         if args.profile:
             from pyspy import PY_SPY, lines, summary
 

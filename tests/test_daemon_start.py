@@ -148,13 +148,28 @@ def test_a_snapd_home_the_user_cannot_use(nobody: OtherUser, command: tuple[str,
 def test_a_daemon_killed_by_a_fault_leaves_its_stacks_in_its_log(tmp_path: Path) -> None:
     """SQLite's index of its log is a mapped file: when the store's disk fails, a write to it
     can fault, and the kernel kills the daemon with SIGBUS (docs/reliability.md). Nothing is
-    lost, but the log must say what killed it and where: faulthandler is on in the daemon."""
+    lost, but the log must say what killed it and where: faulthandler is on in the daemon,
+    writing to stderr (the journal) or, with ``--log-file``, to that file."""
     home = tmp_path / "snapd-home"
     env = base_env(home)
     env.pop("PYTHONFAULTHANDLER", None)  # the daemon's own doing, not the environment's
     d = start_daemon(home, env)
-    os.kill(d.pid, signal.SIGBUS)
-    assert d.proc.wait(15) == -signal.SIGBUS
-    log = d.log()
-    assert "Fatal Python error: Bus error" in log, log[-2000:]
-    assert "snapd/daemon/main.py" in log, log[-2000:]  # the threads' stacks, the main one among them
+    log_file = tmp_path / "own.log"
+    own = subprocess.Popen(
+        [sys.executable, "-m", "snapd", "start", "--log-file", str(log_file)],
+        env={**base_env(tmp_path / "other-home"), "PYTHONFAULTHANDLER": ""}, cwd="/",
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(lambda: "daemon.started" in log_file.read_text() if log_file.exists() else False,
+                 timeout=30, what="the second daemon is ready")
+        for proc, text in ((d.proc, d.log), (own, log_file.read_text)):
+            os.kill(proc.pid, signal.SIGBUS)
+            assert proc.wait(15) == -signal.SIGBUS
+            log = text()
+            assert "Fatal Python error: Bus error" in log, log[-2000:]
+            assert "Current thread" in log and "snapd/daemon/main.py" in log, log[-2000:]  # every stack
+    finally:
+        for proc in (d.proc, own):
+            proc.kill()
+            proc.wait(10)

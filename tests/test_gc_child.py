@@ -265,7 +265,7 @@ def test_a_mark_process_busy_in_a_step_is_killed_with_the_daemon(tmp_path: Path)
         ChildMarkPhase(s, argv=[sys.executable, "-c", {slow_child!r}]).kept_bytes(Retention(), {now}, set())
         """
     )
-    parent = subprocess.Popen([sys.executable, "-c", script], cwd="/")
+    parent = subprocess.Popen([sys.executable, "-c", script], cwd="/", start_new_session=True)
     child = None
     try:
         wait_for(lambda: pid_file.exists() and pid_file.read_text() != "", what="the child walks", timeout=30)
@@ -275,10 +275,11 @@ def test_a_mark_process_busy_in_a_step_is_killed_with_the_daemon(tmp_path: Path)
         parent.wait()
         wait_for(lambda: _gone(child), what="the busy mark process is killed with its parent", timeout=10)
     finally:
-        parent.kill()
+        try:
+            os.killpg(parent.pid, signal.SIGKILL)  # this test failed: leave no orphan behind
+        except ProcessLookupError:
+            pass
         parent.wait()
-        if child is not None and not _gone(child):
-            os.kill(child, signal.SIGKILL)  # this test failed: leave no orphan behind
 
 
 def test_the_daemons_gc_marks_in_a_process_of_its_own(tmp_path: Path) -> None:

@@ -29,7 +29,11 @@ import errno
 import json
 import os
 import random
+import resource
 import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from collections import Counter
@@ -379,14 +383,25 @@ def killed_by_the_mapped_index(d: Daemon) -> str | None:
         return f"exit status {status}, not SIGBUS"
     log = d.log()
     current = log.split("Current thread", 1)[1].split("\n\n", 1)[0] if "Current thread" in log else ""
-    if not any(f"snapd/store/{m}.py" in current for m in ("catalog", "checkpoint")):
-        return "SIGBUS outside the catalog's SQLite calls"
+    frames = current.splitlines()[1:2]  # the innermost: every SQLite call goes through catalog.py
+    if not any(f"snapd/store/{m}.py" in f for f in frames for m in ("catalog", "checkpoint")):
+        return f"SIGBUS outside the catalog's SQLite calls (innermost frame: {frames})"
     return None
 
 
 def test_power_cuts_lose_no_acknowledged_mark(tmp_path: Path) -> None:
     print(f"\npowercut seed {SEED} (SNAPD_POWERCUT_SEED replays it), {CUTS} cuts")
     started = time.monotonic()
+    # A daemon SIGBUS kills must be gone at once, not alive (its socket open) dumping core.
+    cores = resource.getrlimit(resource.RLIMIT_CORE)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, cores[1]))
+    try:
+        cut_again_and_again(tmp_path, started)
+    finally:
+        resource.setrlimit(resource.RLIMIT_CORE, cores)
+
+
+def cut_again_and_again(tmp_path: Path, started: float) -> None:
     with xfs_disk(tmp_path) as disk:
         home = disk.mount  # the daemon logs beside it, off the disk that is cut
         env = base_env(home)
@@ -487,7 +502,8 @@ def one_cut(run: Run, roots: list[Path], kind: str) -> None:
         where = f"the daemon died at the cut ({kind}, cut {run.cycle})"
         assert why is None, f"{where}: {why}\n{run.d.log()[-4000:]}"
         run.killed_by_the_mapped_index += 1
-        run.after_cut.pop("daemon_unavailable", None)
+        # Few, or the store-error replies above would go unchecked: 0-2 in 100 cuts (session 24)
+        assert run.killed_by_the_mapped_index <= CUTS // 10, f"{where}: SIGBUS ends too many cuts"
     assert not crashed(run.d), crashed(run.d)
     run.d.proc.kill()
     run.d.proc.wait(10)
@@ -517,3 +533,48 @@ def test_a_directory_fsync_on_a_shut_down_file_system_is_an_error(tmp_path: Path
             os.close(fd)
         with pytest.raises(StoreError, match="Input/output error"):
             safeio.fsync_dir(d)
+
+
+def test_plain_sqlite_in_wal_mode_dies_of_sigbus_on_a_shut_down_xfs(tmp_path: Path) -> None:
+    """Why the power-cut test allows one death (``killed_by_the_mapped_index``): SQLite alone,
+    no snapd code. A WAL database on XFS; its pages written back (one ``sync``, as the kernel
+    does by itself 30 s after a page is dirtied); the file system shut down; one more insert.
+    SQLite's next write to its mapped index (``-shm``) faults and the kernel kills the process
+    with SIGBUS. Should this ever end in an error instead, the power-cut test can go back to
+    wanting an error reply after every cut."""
+    script = textwrap.dedent(
+        """
+        import os, sqlite3, sys
+        db = sqlite3.connect(sys.argv[1], isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("CREATE TABLE t(x BLOB)")
+        for _ in range(3000):
+            db.execute("INSERT INTO t VALUES (?)", (os.urandom(200),))
+        os.sync()
+        print("written back", flush=True)
+        sys.stdin.readline()
+        try:
+            db.execute("INSERT INTO t VALUES (?)", (os.urandom(200),))
+        except sqlite3.Error as exc:
+            print("error:", exc, flush=True)
+        """
+    )
+    with xfs_disk(tmp_path) as disk:
+        cores = resource.getrlimit(resource.RLIMIT_CORE)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, cores[1]))
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", script, str(disk.mount / "plain.sqlite")],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            )
+        finally:
+            resource.setrlimit(resource.RLIMIT_CORE, cores)
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            assert proc.stdout.readline().strip() == "written back"
+            disk.cut()
+            out, _ = proc.communicate("go\n", timeout=60)
+        finally:
+            proc.kill()
+            proc.wait(10)
+        assert proc.returncode == -signal.SIGBUS, f"status {proc.returncode}: {out}"

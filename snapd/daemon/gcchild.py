@@ -19,7 +19,8 @@ Invariants:
   :attr:`ChildMarkPhase.fallback` says why (the report and the log carry it).
 - The process ends with the run (its stdin closed: it reads EOF and exits); if the daemon
   dies, the kernel kills it (``PR_SET_PDEATHSIG``: an orphan walking on kept the store's
-  file system busy).
+  file system busy). The kernel's signal follows the *thread* that started the process, so
+  the process is started, asked and closed on the GC run's own thread, which outlives it.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import IO
 
 import structlog
 
@@ -177,6 +178,23 @@ def start_background(config: Config, argv_extra: list[str]) -> int:
     return 1
 
 
+def _stacks_on_a_fault(log_file: Path | None) -> None:
+    """Have a fault that kills the daemon at once leave every thread's stack in its log: the
+    log file (appended to; after a rotation, the rotated file), else stderr (the journal).
+    SIGBUS is the one expected: SQLite's index of its log is a mapped file, and a write to it
+    on a store's disk that has failed faults (docs/reliability.md)."""
+    global _fault_log
+    try:
+        if log_file is not None:
+            _fault_log = open(log_file, "a")  # noqa: SIM115 - open for the daemon's whole life
+        faulthandler.enable(file=_fault_log or sys.stderr, all_threads=True)
+    except (OSError, RuntimeError, ValueError) as exc:  # no stderr, an unwritable file
+        log.warning("daemon.no_stacks_on_a_fault", error=str(exc))
+
+
+_fault_log: IO[str] | None = None  # faulthandler's file (kept open: it holds only the descriptor)
+
+
 def _homes(env: dict[str, str]) -> tuple[Path, ...]:
     """The user's home as $HOME says and as the passwd database says (they can differ)."""
     homes = [Path(env["HOME"])] if env.get("HOME") else []
@@ -239,10 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 extra = [f"--log-level={args.log_level}"] if args.log_level else []
                 return start_background(config, extra)
             configure_logging(config.log_level, json=True if args.log_json else None, file=config.log_file)
-            # A fault kills the daemon at once (SIGBUS: SQLite's index of its log is a mapped file,
-            # and a store's disk that fails makes a write to it fault; docs/reliability.md): its
-            # threads' stacks go to stderr (the journal), so the log says where and why.
-            faulthandler.enable(file=sys.stderr, all_threads=True)
+            _stacks_on_a_fault(config.log_file)
             for warning in config.warnings:
                 log.warning("config.warning", warning=warning)
             penv = ProcessEnv(
