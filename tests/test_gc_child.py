@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_helpers import base_env, start_daemon, wait_for
+from e2e_helpers import Daemon, base_env, start_daemon, wait_for
 
 from snapd.config import Retention
 from snapd.daemon.gcchild import ChildMarkPhase
@@ -282,21 +282,30 @@ def test_a_mark_process_busy_in_a_step_is_killed_with_the_daemon(tmp_path: Path)
         parent.wait()
 
 
-def test_the_daemons_gc_marks_in_a_process_of_its_own(tmp_path: Path) -> None:
-    """`snapctl gc` on a real daemon: the mark phase ran in another process (its pid, steps and
-    peak memory in the reply), and the GC did its work: the evicted marks' content is gone,
-    the store verifies."""
+def _daemon_with_marks(tmp_path: Path, marks: int, **env: str) -> tuple[Daemon, Path]:
+    """A real daemon (retention's grace 10 ms, ``env`` on top) watching a workspace with
+    ``marks`` marks of one changing file."""
     home = tmp_path / "snapd-home"
-    env = {**base_env(home), "SNAPD_RETENTION_GRACE_S": "0.01",
-           "SNAPD_RETENTION_MAX_AGE_DAYS": "0.000001"}
-    d = start_daemon(home, env)
+    d = start_daemon(home, {**base_env(home), "SNAPD_RETENTION_GRACE_S": "0.01", **env})
     try:
         root = tmp_path / "ws"
         root.mkdir()
         d.ctl("watch", root)
-        for i in range(5):
+        for i in range(marks):
             (root / "f.bin").write_bytes(os.urandom(3000))
             d.ctl("mark", f"m{i}", "-w", root)
+    except BaseException:
+        d.stop()
+        raise
+    return d, root
+
+
+def test_the_daemons_gc_marks_in_a_process_of_its_own(tmp_path: Path) -> None:
+    """`snapctl gc` on a real daemon: the mark phase ran in another process (its pid, steps and
+    peak memory in the reply), and the GC did its work: the evicted marks' content is gone,
+    the store verifies."""
+    d, _ = _daemon_with_marks(tmp_path, 5, SNAPD_RETENTION_MAX_AGE_DAYS="0.000001")
+    try:
         time.sleep(0.2)  # past the grace period and the age window
         rep = d.ctl_json("gc")
         phase = rep["mark_phase"]
@@ -349,15 +358,8 @@ def test_a_second_sweep_beside_a_running_one_is_refused() -> None:
 def test_gcs_asked_for_at_once_run_one_after_the_other(tmp_path: Path) -> None:
     """Several `snapctl gc` at once (and the periodic run beside them) all succeed: the daemon
     runs them one at a time instead of two sweeps sharing the holds."""
-    home = tmp_path / "snapd-home"
-    d = start_daemon(home, {**base_env(home), "SNAPD_RETENTION_GRACE_S": "0.01"})
+    d, root = _daemon_with_marks(tmp_path, 3)
     try:
-        root = tmp_path / "ws"
-        root.mkdir()
-        d.ctl("watch", root)
-        for i in range(3):
-            (root / "f.bin").write_bytes(os.urandom(3000))
-            d.ctl("mark", f"m{i}", "-w", root)
         env = {**d.env}
         procs = [
             subprocess.Popen([sys.executable, "-m", "snapd", "gc", "--json"], env=env, cwd=root,
