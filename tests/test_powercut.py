@@ -376,9 +376,10 @@ def killed_by_the_mapped_index(d: Daemon) -> str | None:
     process dies at once, with no chance to reply (plain SQLite does the same:
     docs/reliability.md). So the only death allowed here is SIGBUS raised inside a catalog
     call (faulthandler's "Current thread" stack, in the daemon's log)."""
-    if d.alive():
+    try:
+        status = d.proc.wait(10)  # a dying daemon may still be writing its stacks
+    except subprocess.TimeoutExpired:
         return "it did not die, yet a request found no daemon"
-    status = d.proc.wait(5)
     if status != -signal.SIGBUS:
         return f"exit status {status}, not SIGBUS"
     log = d.log()
