@@ -455,6 +455,7 @@ def one_cut(run: Run, roots: list[Path], kind: str) -> None:
     """Actors at work, a cut at a random moment, the error replies, kill -9, remount, restart."""
     stop = threading.Event()
     run.cut_begun.clear()
+    unavailable_before = run.after_cut["daemon_unavailable"]  # the count runs over every cut
     seed = run.rng.randrange(1 << 30)
     actors = [
         ("A", actor_marks, roots[0]),
@@ -498,7 +499,8 @@ def one_cut(run: Run, roots: list[Path], kind: str) -> None:
         t.join(60)
         assert not t.is_alive(), f"an actor's request hung after the cut (seed {SEED}, cut {run.cycle})"
     assert not run.failures, run.failures
-    if not run.d.alive() or err.value.code == "daemon_unavailable" or run.after_cut["daemon_unavailable"]:
+    found_no_daemon = run.after_cut["daemon_unavailable"] > unavailable_before  # at this cut
+    if not run.d.alive() or err.value.code == "daemon_unavailable" or found_no_daemon:
         why = killed_by_the_mapped_index(run.d)
         where = f"the daemon died at the cut ({kind}, cut {run.cycle})"
         assert why is None, f"{where}: {why}\n{run.d.log()[-4000:]}"
