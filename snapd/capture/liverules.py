@@ -11,12 +11,18 @@ object per distinct set (:meth:`LiveRules.record`).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
+import threading
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from snapd.capture import git, ignore, ingest, reader
+from snapd.capture.statcache import StatCache
 from snapd.store.batch import Batch
 from snapd.store.store import Store
+
+_Precious = tuple[ignore.IgnoreRules, StatCache, set[bytes], list[bytes] | None]
+"""What :meth:`LiveRules.precious_files` judged last: the rules, the stat cache, the precious
+files found, and those sorted (None until asked)."""
 
 
 class LiveRules:
@@ -33,7 +39,8 @@ class LiveRules:
         self._outside: list[Path] = []  # ignore.outside_rule_files, stat'ed with the index
         self._sig: tuple[int, ...] | None = None
         self._record: tuple[ignore.RuleInputs, bytes, str] | None = None  # inputs, bytes, digest
-        self._precious_seen: tuple[ignore.IgnoreRules, str | None, list[bytes]] | None = None
+        self._precious_seen: _Precious | None = None
+        self._precious_lock = threading.Lock()
 
     def load(self) -> None:
         """Find the repository (if any) and build the rules with git's tracked files."""
@@ -95,15 +102,36 @@ class LiveRules:
 
         return ignored
 
-    def precious_files(self, files: Callable[[], Iterable[bytes]], tree: str | None) -> list[bytes]:
-        """The captured ``files`` kept only because they are precious (for status), judged
-        again only when the rules or the head ``tree`` changed since the last call."""
-        seen = self._precious_seen
-        if seen is None or seen[0] is not self.current or seen[1] != tree:
-            rules = self.current
-            found = sorted(p for p in files() if rules.is_precious(p))
-            seen = self._precious_seen = (rules, tree, found)
-        return seen[2]
+    def precious_files(self, stats: StatCache) -> list[bytes]:
+        """The files of ``stats`` captured only because they are precious (for status), in
+        byte order. Judged whole when the rules or the cache are new to this call, else
+        again only at the paths the cache set or removed since (:meth:`StatCache.take_touched`):
+        a status after each mark of a 500,000-file workspace judged them all (0.45 s)."""
+        with self._precious_lock:  # two requests' statuses at once: one judges, then the other
+            return self._precious_files(stats)
+
+    def _precious_files(self, stats: StatCache) -> list[bytes]:
+        touched = stats.take_touched()  # first: what changes while judging is in the next one
+        rules, seen = self.current, self._precious_seen
+        if touched is None or seen is None or seen[0] is not rules or seen[1] is not stats:
+            found = {p for p in stats.regular_files() if rules.is_precious(p)}
+            seen = self._precious_seen = (rules, stats, found, None)
+        elif touched:
+            found = seen[2]
+            for p in touched:
+                if stats.is_file(p) and rules.is_precious(p):
+                    found.add(p)
+                else:
+                    found.discard(p)
+            # A path removed took everything below it along; some may be back since.
+            below = [p for p in found if any(a in touched for a in _above(p))]
+            found.difference_update(p for p in below if not stats.is_file(p))
+            seen = self._precious_seen = (rules, stats, found, None)
+        listed = seen[3]
+        if listed is None:
+            listed = sorted(seen[2])
+            self._precious_seen = (*seen[:3], listed)
+        return listed
 
     def record(self, store: Store, batch: Batch) -> str:
         """The key of the current rules' outside inputs, stored in ``batch`` (one object per
@@ -114,3 +142,10 @@ class LiveRules:
             self._record = (inputs, data, store.hasher(data))
         _, data, digest = self._record
         return batch.put(data, digest)
+
+
+def _above(path: bytes) -> Iterable[bytes]:
+    """Each directory above ``path`` (``a/b/c``: ``a/b``, ``a``)."""
+    while b"/" in path:
+        path = path.rpartition(b"/")[0]
+        yield path

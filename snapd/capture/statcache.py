@@ -26,6 +26,10 @@ resident set. The catalog stores the same bytes, so loading an entry builds noth
 entry with a value past that row's range (a file dated 2400, an inode number past 2^63) is 84
 bytes (:data:`snapd.statrow.WIDE`); the scan's byte comparison holds only for 44-byte rows.
 The regular-file count is kept as entries change, so ``status`` does not walk the cache.
+
+What ``status`` lists of the cache (its precious files) is judged again only at the paths
+set or removed since it last looked (:meth:`take_touched`): judged whole after each commit,
+it cost ``status`` 0.45 s at 500,000 files after every mark.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from __future__ import annotations
 import os
 import stat
 import struct
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Final
 
@@ -57,6 +62,7 @@ SAME: Final = (True, False)
 SAME_LISTING: Final = (True, True)
 _SHORT: Final = 32  # children kept in a list up to this many, in a set beyond
 _FILE_BYTE: Final = stat.S_IFREG >> 8  # a regular file's type, in a packed entry's second byte
+TOUCHED_MAX: Final = 1 << 16  # paths :meth:`StatCache.take_touched` lists; past it, "everything"
 
 
 def _type(packed: bytes) -> int:
@@ -84,6 +90,10 @@ class StatCache:
         self._changed: set[bytes] = set()  # paths set or removed since take_changes()
         self._links: dict[bytes, tuple[Inode, int]] = {}  # path -> (inode, st_nlink), nlink > 1
         self._by_ino: dict[int, set[bytes]] | None = None  # st_ino -> file paths, built on demand
+        # Paths set or removed since take_touched() (another thread's: status); None is
+        # "everything": not taken yet (a baseline's 10^5 puts record nothing), or too many.
+        self._touched: set[bytes] | None = None
+        self._touched_lock = threading.Lock()
         if entries:
             self._load({p: _pack(sig, read) for p, (sig, read) in entries.items()})
 
@@ -185,6 +195,31 @@ class StatCache:
         """How many regular files are cached (kept as entries come and go: status asks)."""
         return self._files
 
+    def is_file(self, path: bytes) -> bool:
+        """``path`` is cached as a regular file."""
+        packed = self._entries.get(path)
+        return packed is not None and _type(packed) == stat.S_IFREG
+
+    def take_touched(self) -> set[bytes] | None:
+        """The paths set or removed since the last call (a removed directory: its own path
+        only, everything below it went with it), or None for "anything may have changed":
+        the first call, or more than :data:`TOUCHED_MAX` paths since the last. Safe beside
+        the capture thread that changes the cache."""
+        with self._touched_lock:
+            touched, self._touched = self._touched, set()
+        return touched
+
+    def _touch(self, path: bytes) -> None:
+        if self._touched is None:
+            return  # "everything" already: nothing to add (and no lock in a baseline's puts)
+        with self._touched_lock:
+            touched = self._touched
+            if touched is not None:
+                if len(touched) < TOUCHED_MAX:
+                    touched.add(path)
+                else:
+                    self._touched = None
+
     def _put(self, path: bytes, entry: Entry) -> None:
         sig = entry[0]
         old = self._entries.get(path)
@@ -204,6 +239,7 @@ class StatCache:
                 self._by_ino.setdefault(sig[4], set()).add(path)
         self._entries[path] = _pack(sig, entry[1])
         self._changed.add(path)
+        self._touch(path)
 
     def set(self, path: bytes, sig: Sig, read_ns: int) -> None:
         self._put(path, (sig, read_ns))
@@ -222,6 +258,7 @@ class StatCache:
             self._links.pop(p, None)
             stack.extend(self._children.pop(p, ()))
         self._changed.add(path)
+        self._touch(path)
 
     # -- hard links ---------------------------------------------------------------------------
 

@@ -368,7 +368,7 @@ class Workspace:
 
     def status(self) -> dict[str, Any]:
         capturer, watcher = self.capturer, self.watcher
-        precious = self.live_rules.precious_files(capturer.stats.regular_files, self.tree)
+        precious = self.live_rules.precious_files(capturer.stats)
         return {
             "root": str(self.root),
             "files": capturer.stats.files(),
