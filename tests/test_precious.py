@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -395,3 +396,30 @@ def test_the_paths_waiting_for_status_are_bounded(tmp_path: Path) -> None:
     stats.set(b".env", (_FILE, 1, 1, 1, 0), 1)
     assert stats._touched is None
     assert lr.precious_files(stats) == [b".env"]
+
+
+def test_status_judges_the_whole_cache_beside_a_capture_that_changes_it(tmp_path: Path) -> None:
+    """``status`` runs on a request thread while the capture thread sets and removes paths: a
+    whole judgement (the first status, or after many changes) must not meet a cache changing
+    under it ("dictionary changed size during iteration": an internal error, 10 of 10 here)."""
+    lr, stats = _rules_and_cache(tmp_path)
+    for i in range(200_000):
+        stats.set(b"d%d/m.py" % i, (_FILE, 1, 1, 1, i), 1)
+    stop = threading.Event()
+
+    def capture() -> None:
+        n = 0
+        while not stop.is_set():
+            path = b"new%d/.env" % (n % 1000)
+            stats.set(path, (_FILE, 1, 1, 1, n), 1) if n % 2000 < 1000 else stats.remove(path)
+            n += 1
+
+    t = threading.Thread(target=capture)
+    t.start()
+    try:
+        for _ in range(5):
+            stats._touched = None  # "everything": the next status judges the whole cache
+            lr.precious_files(stats)
+    finally:
+        stop.set()
+        t.join()

@@ -173,8 +173,10 @@ class StatCache:
             stack.extend(self._children.get(p, ()))
 
     def regular_files(self) -> list[bytes]:
-        """Every cached regular file."""
-        return [p for p, v in self._entries.items() if _type(v) == stat.S_IFREG]
+        """Every cached regular file. Safe beside the capture thread (``status`` asks from a
+        request thread): the walk is over a copy, made in one step the GIL is never let go
+        in; over the dict itself, a path the capture added meanwhile made it raise."""
+        return [p for p, v in self._entries.copy().items() if _type(v) == stat.S_IFREG]
 
     def file_rows(self) -> list[Row]:
         """(path, packed entry) of every cached regular file: what
