@@ -178,35 +178,44 @@ def catch_up(
     cut: dict[bytes, bool] = {}  # path -> True: vanished (below: dirty); False: not a directory
     paths = sorted(cache.paths())
     total = checked = len(paths)
-    for done, rel in enumerate(paths, 1):
-        parent = rel.rpartition(b"/")[0]
-        if cut:
-            below = cut.get(parent)
-            if below is not None:
-                cut[rel] = below
-                checked -= 1
-                if below:
-                    dirty.add(rel)
+    lstat_at = os.lstat
+    try:  # each name stat'ed relative to the root, opened once, as recheck_files does
+        top: int | None = os.open(root, _ROOT)
+    except OSError:
+        top = None  # by whole paths, then: each fails as the root's absence says
+    try:
+        for done, rel in enumerate(paths, 1):
+            parent = rel.rpartition(b"/")[0]
+            if cut:
+                below = cut.get(parent)
+                if below is not None:
+                    cut[rel] = below
+                    checked -= 1
+                    if below:
+                        dirty.add(rel)
+                    continue
+            kids = relist.get(parent)
+            if kids is not None:
+                kids.append(rel)
+            if progress is not None and done % 5000 == 0:
+                progress(done, total)
+            try:
+                st = lstat_at(rel, dir_fd=top) if top is not None else lstat_at(root + b"/" + rel)
+            except OSError:
+                dirty.add(rel)
+                cut[rel] = True
                 continue
-        kids = relist.get(parent)
-        if kids is not None:
-            kids.append(rel)
-        if progress is not None and done % 5000 == 0:
-            progress(done, total)
-        try:
-            st = os.lstat(root + b"/" + rel)
-        except OSError:
-            dirty.add(rel)
-            cut[rel] = True
-            continue
-        same, same_listing = seen(rel, st, now)
-        if not same:
-            dirty.add(rel)
-        if not stat.S_ISDIR(st.st_mode):
+            same, same_listing = seen(rel, st, now)
             if not same:
-                cut[rel] = False
-        elif not same_listing:
-            relist[rel] = []
+                dirty.add(rel)
+            if not stat.S_ISDIR(st.st_mode):
+                if not same:
+                    cut[rel] = False
+            elif not same_listing:
+                relist[rel] = []
+    finally:
+        if top is not None:
+            os.close(top)
     if counters is not None:
         counters.stat(checked)
     for d, known in relist.items():
