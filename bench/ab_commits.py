@@ -94,7 +94,7 @@ def main() -> None:
     ap.add_argument("--new", default="HEAD", help="commit B")
     ap.add_argument("--what", choices=["restart", "marks", "baseline", "gc"], required=True)
     ap.add_argument("--corpus", choices=["django", "npm"], default="django")
-    ap.add_argument("--size", choices=["1k", "10k", "100k"], default="100k")
+    ap.add_argument("--size", choices=["1k", "10k", "100k", "500k"], default="100k")
     ap.add_argument("--rounds", type=int, default=8, help="rounds; each runs both sides once")
     ap.add_argument("--marks", type=int, default=30, help="marks per side and round (--what marks)")
     ap.add_argument("--gap", choices=["peer", "sleep", "none"], default="peer")
