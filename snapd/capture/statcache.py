@@ -41,8 +41,6 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Final
 
-from sortedcontainers import SortedList
-
 from snapd import statrow
 
 Inode = tuple[int, int]  # (st_dev, st_ino)
@@ -62,6 +60,7 @@ _READ: Final = struct.Struct("<q")  # its last: the read time
 CHANGED: Final = (False, False)
 SAME: Final = (True, False)
 SAME_LISTING: Final = (True, True)
+_SHORT: Final = 32  # children kept in a list up to this many, in a set beyond
 _FILE_BYTE: Final = stat.S_IFREG >> 8  # a regular file's type, in a packed entry's second byte
 TOUCHED_MAX: Final = 1 << 16  # paths :meth:`StatCache.take_touched` lists; past it, "everything"
 
@@ -84,11 +83,10 @@ class StatCache:
     def __init__(self, entries: Mapping[bytes, Entry] | None = None) -> None:
         self._entries: dict[bytes, bytes] = {}
         self._files = 0  # regular files among the entries
-        # The paths in byte order, built on demand (children, under, remove): everything below
-        # a directory is one range of it. A dict of each directory's children held 56 MB and
-        # took 0.51 s to build at django-500k (on the first file a capture removed); this
-        # 12 MB and 0.09 s.
-        self._sorted: SortedList | None = None
+        # dir -> child paths, built on demand: a list while short (a directory holds a few
+        # entries on average, and a set costs 216 bytes at least: 10 MB at 10^5 paths), a set
+        # past _SHORT (removing names one by one from a big directory stays O(1) each).
+        self._kids: dict[bytes, list[bytes] | set[bytes]] | None = None
         self._changed: set[bytes] = set()  # paths set or removed since take_changes()
         self._links: dict[bytes, tuple[Inode, int]] = {}  # path -> (inode, st_nlink), nlink > 1
         self._by_ino: dict[int, set[bytes]] | None = None  # st_ino -> file paths, built on demand
@@ -112,36 +110,42 @@ class StatCache:
         self._files = sum(1 for v in packed.values() if _type(v) == stat.S_IFREG)
 
     @property
-    def _ordered(self) -> SortedList:
-        if self._sorted is None:
-            self._sorted = SortedList(self._entries)  # the rows load in path order: quick
-        return self._sorted
+    def _children(self) -> dict[bytes, list[bytes] | set[bytes]]:
+        if self._kids is None:
+            # Directories first: their keys are the entries' own bytes, not a copy per parent.
+            lists: dict[bytes, list[bytes]] = {p: [] for p in self.directories()}
+            for path in self._entries:
+                lists.setdefault(path.rpartition(b"/")[0], []).append(path)
+            kids: dict[bytes, list[bytes] | set[bytes]] = dict(lists)
+            for parent, names in lists.items():
+                if len(names) > _SHORT:
+                    kids[parent] = set(names)
+            self._kids = kids
+        return self._kids
 
-    def _below(self, top: bytes) -> list[bytes]:
-        """Every cached path strictly below ``top`` (everything for ``b""``), in byte order:
-        the paths from ``top/`` up to ``top0`` (``0`` follows ``/``)."""
-        if not top:
-            return list(self._entries)
-        return list(self._ordered.irange(top + b"/", top + b"0", inclusive=(True, False)))
+    def _add_child(self, path: bytes) -> None:
+        assert self._kids is not None
+        parent = path.rpartition(b"/")[0]
+        group = self._kids.get(parent)
+        if group is None:
+            self._kids[parent] = [path]
+        elif isinstance(group, set):
+            group.add(path)
+        else:
+            group.append(path)
+            if len(group) > _SHORT:
+                self._kids[parent] = set(group)
+
+    def _drop_child(self, path: bytes) -> None:
+        group = self._children.get(path.rpartition(b"/")[0])
+        if isinstance(group, set):
+            group.discard(path)
+        elif group is not None and path in group:
+            group.remove(path)
 
     def children(self, path: bytes) -> set[bytes]:
-        """Cached paths directly below ``path`` (b"" for the root): one bisection per child
-        and per subdirectory's range, which is skipped whole."""
-        index = self._ordered
-        lo, hi, skip = (path + b"/", path + b"0", len(path) + 1) if path else (b"", None, 0)
-        out: set[bytes] = set()
-        i, n = index.bisect_left(lo), len(index)
-        while i < n:
-            p = index[i]
-            if hi is not None and p >= hi:
-                break
-            slash = p.find(b"/", skip)
-            if slash < 0:
-                out.add(p)
-                i += 1
-            else:  # below a child: past everything under it
-                i = index.bisect_left(p[:slash] + b"0")
-        return out
+        """Cached paths directly below ``path`` (b"" for the root)."""
+        return set(self._children.get(path, ()))
 
     def get(self, path: bytes) -> Entry | None:
         packed = self._entries.get(path)
@@ -158,9 +162,15 @@ class StatCache:
 
     def under(self, top: bytes) -> Iterator[bytes]:
         """``top`` and every cached path below it (everything for ``b""``)."""
-        if top and top in self._entries:
-            yield top
-        yield from self._below(top)
+        if not top:
+            yield from list(self._entries)
+            return
+        stack = [top]
+        while stack:
+            p = stack.pop()
+            if p in self._entries:
+                yield p
+            stack.extend(self._children.get(p, ()))
 
     def regular_files(self) -> list[bytes]:
         """Every cached regular file. Safe beside the capture thread (``status`` asks from a
@@ -216,8 +226,8 @@ class StatCache:
         sig = entry[0]
         old = self._entries.get(path)
         if old is None:
-            if self._sorted is not None:
-                self._sorted.add(path)
+            if self._kids is not None:
+                self._add_child(path)
         elif _type(old) == stat.S_IFREG:
             self._files -= 1
         if stat.S_ISREG(sig[0]):
@@ -238,20 +248,17 @@ class StatCache:
 
     def remove(self, path: bytes) -> None:
         """Forget ``path`` and, for a directory, everything below it."""
-        below = self._below(path)
-        for p in (path, *below) if path else below:
+        stack = [path]
+        while stack:
+            p = stack.pop()
             packed = self._entries.pop(p, None)
             if packed is not None:
+                self._drop_child(p)
                 if _type(packed) == stat.S_IFREG:
                     self._files -= 1
                 self._unindex(p, packed)
             self._links.pop(p, None)
-        index = self._sorted
-        if index is not None and not path:
-            index.clear()
-        elif index is not None:
-            index.discard(path)
-            del index[index.bisect_left(path + b"/") : index.bisect_left(path + b"0")]
+            stack.extend(self._children.pop(p, ()))
         self._changed.add(path)
         self._touch(path)
 
