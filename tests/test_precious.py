@@ -360,6 +360,7 @@ _NAMES = [
 
 @example(ops=[("file", b"a/b/.env"), ("status", b"a"), ("remove", b"a")])  # a directory taken whole
 @example(ops=[("file", b"a/b/.env"), ("status", b"a"), ("remove", b"a/b"), ("file", b"a/b")])
+@example(ops=[("file", b".env"), ("status", b""), ("remove", b"")])  # the root: everything went
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     ops=st.lists(

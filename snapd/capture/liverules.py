@@ -113,7 +113,8 @@ class LiveRules:
     def _precious_files(self, stats: StatCache) -> list[bytes]:
         touched = stats.take_touched()  # first: what changes while judging is in the next one
         rules, seen = self.current, self._precious_seen
-        if touched is None or seen is None or seen[0] is not rules or seen[1] is not stats:
+        whole = touched is None or b"" in touched  # the root itself removed: everything went
+        if whole or seen is None or seen[0] is not rules or seen[1] is not stats:
             found = {p for p in stats.regular_files() if rules.is_precious(p)}
             seen = self._precious_seen = (rules, stats, found, None)
         elif touched:
