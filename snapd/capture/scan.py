@@ -15,10 +15,12 @@ it, so only scans see what changes there).
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from snapd.capture.counters import Counters
 from snapd.capture.reader import Ignored, LeftOut, list_dir, lstat
@@ -126,12 +128,10 @@ def recheck_files(root: bytes, cache: StatCache, counters: Counters | None = Non
     rows = cache.file_rows()
     seen = cache.file_seen
     lstat = os.lstat
-    try:
-        top = os.open(root, _ROOT)
-    except OSError:
-        found.update(rel for rel, _ in rows)
-    else:
-        try:
+    with _root_opened(root) as top:
+        if top is None:  # the root gone: every file is
+            found.update(rel for rel, _ in rows)
+        else:
             for rel, packed in rows:
                 try:
                     st = lstat(rel, dir_fd=top)
@@ -140,8 +140,6 @@ def recheck_files(root: bytes, cache: StatCache, counters: Counters | None = Non
                     continue
                 if not seen(rel, packed, st, now):
                     found.add(rel)
-        finally:
-            os.close(top)
     if counters is not None:
         counters.stat(len(rows))
         counters.rechecked()
@@ -178,12 +176,15 @@ def catch_up(
     cut: dict[bytes, bool] = {}  # path -> True: vanished (below: dirty); False: not a directory
     paths = sorted(cache.paths())
     total = checked = len(paths)
-    lstat_at = os.lstat
-    try:  # each name stat'ed relative to the root, opened once, as recheck_files does
-        top: int | None = os.open(root, _ROOT)
-    except OSError:
-        top = None  # by whole paths, then: each fails as the root's absence says
-    try:
+    with _root_opened(root) as top:  # each name stat'ed relative to it, as recheck_files does
+        if top is not None:
+            stat_of: Callable[[bytes], os.stat_result] = functools.partial(os.lstat, dir_fd=top)
+        else:  # by whole paths, then: each fails as the root's absence says
+
+            def by_whole_path(rel: bytes) -> os.stat_result:
+                return os.lstat(root + b"/" + rel)
+
+            stat_of = by_whole_path
         for done, rel in enumerate(paths, 1):
             parent = rel.rpartition(b"/")[0]
             if cut:
@@ -200,7 +201,7 @@ def catch_up(
             if progress is not None and done % 5000 == 0:
                 progress(done, total)
             try:
-                st = lstat_at(rel, dir_fd=top) if top is not None else lstat_at(root + b"/" + rel)
+                st = stat_of(rel)
             except OSError:
                 dirty.add(rel)
                 cut[rel] = True
@@ -213,9 +214,6 @@ def catch_up(
                     cut[rel] = False
             elif not same_listing:
                 relist[rel] = []
-    finally:
-        if top is not None:
-            os.close(top)
     if counters is not None:
         counters.stat(checked)
     for d, known in relist.items():
@@ -232,6 +230,21 @@ def catch_up(
 
 
 _UNLISTABLE: list[bytes] = []
+
+
+@contextmanager
+def _root_opened(root: bytes) -> Iterator[int | None]:
+    """``root`` opened to stat names relative to it (``O_PATH``: the kernel then walks only
+    each name's own components), closed after; None when it cannot be opened."""
+    try:
+        top = os.open(root, _ROOT)
+    except OSError:
+        yield None
+        return
+    try:
+        yield top
+    finally:
+        os.close(top)
 
 
 def _list(
