@@ -20,9 +20,9 @@ from snapd.capture.statcache import StatCache
 from snapd.store.batch import Batch
 from snapd.store.store import Store
 
-_Precious = tuple[ignore.IgnoreRules, StatCache, set[bytes], list[bytes] | None]
+_Precious = tuple[ignore.IgnoreRules, StatCache, set[bytes]]
 """What :meth:`LiveRules.precious_files` judged last: the rules, the stat cache, the precious
-files found, and those sorted (None until asked)."""
+files found (kept up to date in place)."""
 
 
 class LiveRules:
@@ -116,9 +116,10 @@ class LiveRules:
         whole = touched is None or b"" in touched  # the root itself removed: everything went
         if whole or seen is None or seen[0] is not rules or seen[1] is not stats:
             found = {p for p in stats.regular_files() if rules.is_precious(p)}
-            seen = self._precious_seen = (rules, stats, found, None)
-        elif touched:
-            found = seen[2]
+            self._precious_seen = (rules, stats, found)
+            return sorted(found)
+        found = seen[2]
+        if touched:
             for p in touched:
                 if stats.is_file(p) and rules.is_precious(p):
                     found.add(p)
@@ -127,12 +128,7 @@ class LiveRules:
             # A path removed took everything below it along; some may be back since.
             below = [p for p in found if any(a in touched for a in _above(p))]
             found.difference_update(p for p in below if not stats.is_file(p))
-            seen = self._precious_seen = (rules, stats, found, None)
-        listed = seen[3]
-        if listed is None:
-            listed = sorted(seen[2])
-            self._precious_seen = (*seen[:3], listed)
-        return listed
+        return sorted(found)  # few: sorted each time rather than kept twice
 
     def record(self, store: Store, batch: Batch) -> str:
         """The key of the current rules' outside inputs, stored in ``batch`` (one object per
