@@ -115,6 +115,23 @@ def test_successive_versions_are_small_deltas_in_bounded_chains(store: Store, tm
     assert verify(store).ok
 
 
+def test_the_recent_links_keep_the_newest_of_each_chain(store: Store, tmp_path: Path) -> None:
+    """The store's recent chain links (``deltas.Recent``) serve the next version's base: a
+    version a newer one superseded must leave them, whether the newer one is a delta on it, a
+    delta rebased on its chain's first object (past ``MAX_DEPTH``) or stored whole. Kept, a
+    long day's marks filled the whole bound (65,536 links, 12 MB, for a workspace of 5,000
+    files: issue 33's soak)."""
+    _, taken = edit_series(store, tmp_path / "ws", 3 * objects.MAX_DEPTH)
+    head = store.mark(taken[-1][0]).tree
+    live = {head} | {e.key for _, e in trees.walk(store.load_node, head)}
+    kept = {k for k in rows(store) if k in store.recent}
+    assert kept - live == set(), f"{len(kept - live)} superseded versions kept of {len(kept)}"
+    # The newest versions stay (the next mark's bases): the file, its directory, the root
+    newest = [trees.lookup(store.load_node, head, p) for p in (b"src/pkg/a.py", b"src/pkg")]
+    assert all(e is not None and e.key in store.recent for e in newest) and head in store.recent
+    assert len(store.recent) == len(kept)
+
+
 def test_a_delta_whose_base_is_corrupt_or_missing_is_an_error(store: Store, tmp_path: Path) -> None:
     _, taken = edit_series(store, tmp_path / "ws", 2)
     objs = rows(store)
