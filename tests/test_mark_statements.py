@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from ingest_helpers import capture_paths, ingest_tree
 
-from snapd.store import trees
+from snapd.store import objects, trees
 from snapd.store.store import Store
 
 pytestmark = pytest.mark.timeout(60)
@@ -83,3 +83,33 @@ def test_a_mark_in_a_reopened_store_reads_its_nodes_a_level_at_a_time(tmp_path: 
         capture_paths(store, ws, root, [f.encode() for f in files], "turn")
         reads = [s for s in seen if s.startswith("WITH RECURSIVE chain")]
         assert len(reads) == 4 + 4, f"{len(reads)} object reads for 10 nodes on 4 levels and 4 files"
+
+
+def test_a_chain_at_full_depth_is_rebased_without_a_lookup_per_link(tmp_path: Path) -> None:
+    """Past ``MAX_DEPTH`` a version is stored against its chain's first object, found by
+    walking the chain's links down; the store keeps only each chain's newest link in memory
+    (``deltas.Recent``), so the links below come in one query per mark, not one per link
+    (a file and the three nodes above it, rebased twice in 18 marks: 48 lookups without it)."""
+    root = tmp_path / "ws"
+    (root / "a" / "b").mkdir(parents=True)
+    source = b"".join(b"def f%d(x):\n    return x * %d\n" % (j, j * j) for j in range(300))
+    (root / "a" / "b" / "f.txt").write_bytes(source)
+    for i in range(100):  # nodes large enough to be stored as deltas
+        (root / "a" / "b" / f"other{i}.txt").write_bytes(b"%d\n" % i)
+        (root / "a" / f"other{i}.txt").write_bytes(b"%d\n" % i)
+    with Store.open(tmp_path / "store") as store:
+        ws = store.add_workspace(bytes(root))
+        ingest_tree(store, ws, root)
+        one_by_one: list[str] = []
+        deepest = 0
+        for turn in range(2 * objects.MAX_DEPTH + 2):  # every chain rebased twice
+            (root / "a" / "b" / "f.txt").write_bytes(source + b"# turn %d\n" % turn)
+            seen: list[str] = []
+            store.catalog.read().set_trace_callback(seen.append)
+            capture_paths(store, ws, root, [b"a/b/f.txt"], "turn")
+            store.catalog.read().set_trace_callback(None)
+            one_by_one += [s for s in seen if s.startswith("SELECT base, depth FROM objects WHERE key=")]
+            (depth,) = store.catalog.read().execute("SELECT MAX(depth) FROM objects").fetchone()
+            deepest = max(deepest, depth)
+        assert deepest == objects.MAX_DEPTH, "the chains reached their full depth"
+        assert one_by_one == [], f"{len(one_by_one)} single-key link lookups"

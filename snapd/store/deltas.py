@@ -146,12 +146,28 @@ class Chooser:
 
     def prefetch_links(self, keys: Iterable[str]) -> None:
         """Look up the chain links of many likely bases at once, holding each one found
-        against GC, so :meth:`link` asks the catalog nothing for them."""
+        against GC, so :meth:`link` asks the catalog nothing for them. A base as deep as a
+        chain goes is rebased on the chain's first object (:func:`against` walks down to it),
+        and the recent links hold only the newest of each chain: the links below such bases
+        come in one more query, not one per link."""
         wanted = [k for k in set(keys) if k not in self._pending and k not in self._links]
+        deep: list[str] = []  # the bases of the bases at full depth: where the walks go on
         with self.store.holds.lock:
-            wanted = [k for k in wanted if self.store.recent.get(k) is None]
-            for key, base, depth in objects_by_key(self.store.catalog.read(), "base, depth", wanted):
-                self._links[key] = (None if base is None else objects.py_key(base), int(depth))
+            missing = []
+            for key in wanted:
+                link = self.store.recent.get(key)
+                if link is None:
+                    missing.append(key)
+                elif link[0] is not None and link[1] >= objects.MAX_DEPTH:
+                    deep.append(link[0])
+            conn = self.store.catalog.read()
+            for key, base, depth in objects_by_key(conn, "base, depth", missing):
+                self._links[key] = link = (None if base is None else objects.py_key(base), int(depth))
+                self._hold(key)
+                if link[0] is not None and link[1] >= objects.MAX_DEPTH:
+                    deep.append(link[0])
+            for key, link in chain_links(conn, [k for k in deep if k not in self._links]):
+                self._links[key] = link
                 self._hold(key)
 
     def content(self, key: str) -> bytes:
@@ -224,6 +240,21 @@ def chains_sql(count: int) -> str:
     SELECT c.top, c.n + 1, o.key, o.codec, o.external, o.data, o.base FROM chain c
     JOIN objects o ON o.key = c.base WHERE c.codec = {objects.CODEC_DELTA} AND c.n < {objects.MAX_DEPTH})
 SELECT top, key, codec, external, data, base FROM chain ORDER BY top, n"""
+
+
+def chain_links(conn: sqlite3.Connection, keys: list[str]) -> Iterator[tuple[str, tuple[str | None, int]]]:
+    """(key, (base, depth)) of each of ``keys`` found and of every object down its chain to
+    the one stored whole: one recursive query per 500 keys (SQLite caps the parameters)."""
+    for i in range(0, len(keys), 500):
+        chunk = [objects.db_key(k) for k in keys[i : i + 500]]
+        sql = f"""WITH RECURSIVE chain(n, key, base, depth) AS (
+    SELECT 0, key, base, depth FROM objects WHERE key IN ({",".join("?" * len(chunk))})
+    UNION ALL
+    SELECT c.n + 1, o.key, o.base, o.depth FROM chain c JOIN objects o ON o.key = c.base
+    WHERE c.n < {objects.MAX_DEPTH})
+SELECT key, base, depth FROM chain"""
+        for key, base, depth in conn.execute(sql, chunk):
+            yield objects.py_key(key), (None if base is None else objects.py_key(base), int(depth))
 
 
 Row = tuple[str, int, int, bytes | None, str | None]
