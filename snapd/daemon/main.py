@@ -32,7 +32,7 @@ from typing import IO
 
 import structlog
 
-from snapd import __version__
+from snapd import __version__, memtrim
 from snapd.config import Config, ensure_private_dir, load_config
 from snapd.daemon import heap
 from snapd.daemon.lock import acquire_instance_lock, acquire_socket_guard
@@ -79,6 +79,7 @@ class Daemon:
         self._stop.set()
 
     def run(self) -> int:
+        memtrim.limit_arenas()  # before any thread of the daemon's starts
         loc = self.config.locations
         lock = acquire_instance_lock(loc.state_dir)
         guard = acquire_socket_guard(loc.runtime_dir)  # held until both sockets are gone
