@@ -113,3 +113,37 @@ def test_a_chain_at_full_depth_is_rebased_without_a_lookup_per_link(tmp_path: Pa
             deepest = max(deepest, depth)
         assert deepest == objects.MAX_DEPTH, "the chains reached their full depth"
         assert one_by_one == [], f"{len(one_by_one)} single-key link lookups"
+
+
+def test_a_base_that_is_also_another_paths_deep_base_gets_the_links_below_it(tmp_path: Path) -> None:
+    """q holds the content p's newest version is a delta on (depth 7 under p's depth 8): in
+    the mark that edits both, that content is q's base, looked up itself, and the base below
+    p's newest, whose links the rebase walks. Its own link known must not stand for the links
+    below it (7 single-key lookups when it did; found by review)."""
+    root = tmp_path / "ws"
+    (root / "a").mkdir(parents=True)
+    source = b"".join(b"def f%d(x):\n    return x * %d\n" % (j, j * j) for j in range(300))
+    p, q = root / "a" / "p.txt", root / "a" / "q.txt"
+    p.write_bytes(source)
+    for i in range(50):
+        (root / "a" / f"o{i}.txt").write_bytes(b"%d\n" % i)
+    with Store.open(tmp_path / "store") as store:
+        ws = store.add_workspace(bytes(root))
+        ingest_tree(store, ws, root)
+        for turn in range(objects.MAX_DEPTH):
+            p.write_bytes(source + b"# %d\n" % turn)
+            paths = [b"a/p.txt"]
+            if turn == objects.MAX_DEPTH - 1:  # q takes p's version before this one
+                q.write_bytes(source + b"# %d\n" % (turn - 1))
+                paths.append(b"a/q.txt")
+            capture_paths(store, ws, root, paths, "turn")
+        last = store.last_objects(ws, [b"a/p.txt", b"a/q.txt"])
+        assert store.delta_link(last[b"a/p.txt"]) == (last[b"a/q.txt"], objects.MAX_DEPTH)
+        p.write_bytes(source + b"# last\n")
+        q.write_bytes(source + b"# q\n")
+        seen: list[str] = []
+        store.catalog.read().set_trace_callback(seen.append)
+        capture_paths(store, ws, root, [b"a/p.txt", b"a/q.txt"], "both")
+        store.catalog.read().set_trace_callback(None)
+        one_by_one = [s for s in seen if s.startswith("SELECT base, depth FROM objects WHERE key=")]
+        assert one_by_one == [], f"{len(one_by_one)} single-key link lookups"

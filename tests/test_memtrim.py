@@ -104,8 +104,8 @@ def test_the_daemons_threads_share_two_malloc_arenas(daemon: Daemon, ws: Path) -
          "time.sleep(30)"],
     )
     try:
-        time.sleep(1.0)
-        assert thread_arenas(control.pid) >= 2, "the count sees the arenas of threads that allocate"
+        seen = _wait_for(lambda: thread_arenas(control.pid) >= 2)
+        assert seen, "the count sees the arenas of threads that allocate"
     finally:
         control.kill()
         control.wait()

@@ -166,7 +166,9 @@ class Chooser:
                 self._hold(key)
                 if link[0] is not None and link[1] >= objects.MAX_DEPTH:
                     deep.append(link[0])
-            for key, link in chain_links(conn, [k for k in deep if k not in self._links]):
+            # Not filtered by what _links knows: a deep key found above as a base itself has
+            # its own link there, not the ones below it (a chain fetched twice is harmless)
+            for key, link in chain_links(conn, sorted(set(deep))):
                 self._links[key] = link
                 self._hold(key)
 
