@@ -110,3 +110,15 @@ def test_a_wide_node_is_cached_at_about_the_size_of_its_encoding(tmp_path: Path)
             tracemalloc.stop()
         assert loaded == node and s.cached_node(key) is not None
         assert kept <= 4 * len(data), f"the cache keeps {kept:,} bytes for a node of {len(data):,}"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(names, entries, entries), max_size=12))
+def test_two_packed_nodes_of_the_same_names_differ_where_their_entries_do(
+    rows: list[tuple[bytes, Entry, Entry]],
+) -> None:
+    """The usual case of a rollback's plan and a mark's summary: the same names on both
+    sides (compared record by record in one pass, not merged name by name)."""
+    a = {n: x for n, x, _ in rows}
+    b = {n: y for n, _, y in rows}
+    assert packed(a).changed_names(packed(b)) == sorted(n for n in a if a[n] != b[n])

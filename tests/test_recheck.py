@@ -3,7 +3,8 @@
 :func:`snapd.capture.scan.recheck_files` is the one place a write through a hard link made
 outside the watches is found before a rollback plans. It is also the rollback's largest cost at
 10^5 files (docs/benchmarks.md, "Session 21"), so it does less than a scan per file: names
-stat'ed relative to the root, and :meth:`StatCache.file_seen` instead of :meth:`StatCache.seen`.
+stat'ed relative to the root, and most of them judged inside :meth:`StatCache.files_changed`'s
+loop instead of by :meth:`StatCache.seen`.
 These tests hold it to the same answers: on real files, a change wherever it sits in the
 cache's order, of every kind an event may miss, and none when nothing changed; on made-up
 stats, the very verdicts and link notes of :meth:`StatCache.seen`; and through a real daemon,
@@ -178,7 +179,14 @@ T = 1_000 * S
 @example((1, T, T, 5), (1, T, T + 1, 5), (True, True, False, True), FILE, 1, 5, 5, False)
 @example((1, T, T, 5), (1, T, T, 5), (True, True, True, True), FILE, 2, 5, 5, False)
 @example((1, T, T, 5), (1, T, T, 5), (True, True, True, True), FILE, 1, 1, 5, True)
-def test_file_seen_is_seen(
+# A stat past a narrow row's range (a file dated before 1677) against a narrow row.
+@example((1, T, T, 5), (1, -(2**63) - 1, T, 5), (True, False, True, True), FILE, 1, 5, 5, False)
+# A wide row whose first bytes are a narrow row's signature of the stat found (size 5, mtime
+# 0, ctime T, inode 1 against size 5, mtime 2^64 + T): never read as a narrow row.
+@example((5, 2**64 + T, T, 9), (5, 0, T, 1), (True, False, False, False), FILE, 1, 5, 5, False)
+# A link noted before, and the file now with one link: noted again (its note dropped).
+@example((1, T, T, 5), (1, T, T, 5), (True, True, True, True), FILE, 1, 5, 5, True)
+def test_files_changed_is_seen(
     was: tuple[int, int, int, int],
     other: tuple[int, int, int, int],
     keep: tuple[bool, bool, bool, bool],
@@ -198,11 +206,18 @@ def test_file_seen_is_seen(
     if linked_before:  # a link noted before: every file's count is noted again
         for c in caches:
             c.note_links(b"q", (1, 7), 2)
+            c.note_links(b"p", (1, 9), 2)
     size, mtime, ctime, ino = (v if k else o for v, o, k in zip(was, other, keep, strict=True))
     fake = os.stat_result((mode, ino, 1, nlink, 0, 0, size, 0, 0, 0, 0.0, 0.0, 0.0, 0, mtime, ctime))
-    (path, packed), _ = caches[1].file_rows()
-    assert path == b"p" and len(packed) in (ROW.size, 84)
-    assert caches[1].file_seen(b"p", packed, fake, clock) == caches[0].seen(b"p", fake, clock)[0]
+    rows = caches[1].file_rows()
+    assert rows[0][0] == b"p" and len(rows[0][1]) in (ROW.size, 84)
+
+    def lstat(path: bytes, *, dir_fd: int) -> os.stat_result:
+        assert dir_fd == 7
+        return fake
+
+    found = caches[1].files_changed(rows[:1], lstat, 7, clock)
+    assert (b"p" not in found) == caches[0].seen(b"p", fake, clock)[0] and found <= {b"p"}
     assert caches[1].loose_links() == caches[0].loose_links()
 
 

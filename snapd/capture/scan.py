@@ -121,25 +121,15 @@ def recheck_files(root: bytes, cache: StatCache, counters: Counters | None = Non
 
     Each ``lstat`` is of a name relative to the root, opened once (``O_PATH``): the kernel
     walks only the name's own components, not the root's again for every file; the root
-    gone, every file is. Each verdict is :meth:`StatCache.file_seen`: one pack and one byte
-    comparison per unchanged file."""
+    gone, every file is. The verdicts are :meth:`StatCache.files_changed`'s: one pack and one
+    byte comparison per unchanged file."""
     now = time.time_ns()
-    found: set[bytes] = set()
     rows = cache.file_rows()
-    seen = cache.file_seen
-    lstat = os.lstat
     with _root_opened(root) as top:
         if top is None:  # the root gone: every file is
-            found.update(rel for rel, _ in rows)
+            found = {rel for rel, _ in rows}
         else:
-            for rel, packed in rows:
-                try:
-                    st = lstat(rel, dir_fd=top)
-                except OSError:
-                    found.add(rel)
-                    continue
-                if not seen(rel, packed, st, now):
-                    found.add(rel)
+            found = cache.files_changed(rows, os.lstat, top, now)
     if counters is not None:
         counters.stat(len(rows))
         counters.rechecked()

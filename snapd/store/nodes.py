@@ -20,10 +20,13 @@ does.
 
 from __future__ import annotations
 
+import re
 import struct
 from bisect import bisect_left
 from collections.abc import Callable, ItemsView, Iterable, Iterator, Mapping, ValuesView
 from functools import lru_cache
+from itertools import compress
+from operator import ne
 from typing import Any
 
 from snapd.errors import CorruptObject
@@ -77,6 +80,12 @@ def _entry(record: bytes) -> Entry:
     return Entry(CODE_KINDS[code & ~TEXT_KEY], mode, size, key)
 
 
+def _index(names: list[bytes], name: bytes) -> int:
+    """Where ``name`` is in the sorted ``names``; -1: absent."""
+    i = bisect_left(names, name)
+    return i if i < len(names) and names[i] == name else -1
+
+
 class PackedNode(Mapping[bytes, Entry]):
     """A node held as its records (:data:`Records`): each entry decoded only when asked for.
 
@@ -95,9 +104,7 @@ class PackedNode(Mapping[bytes, Entry]):
     def _at(self, name: object) -> int:
         if not isinstance(name, bytes):
             return -1  # as a dict of bytes names answers: absent
-        names = self.names
-        i = bisect_left(names, name)
-        return i if i < len(names) and names[i] == name else -1
+        return _index(self.names, name)
 
     def record(self, name: bytes) -> bytes | None:
         """The stored record of ``name``, or None."""
@@ -139,6 +146,8 @@ class PackedNode(Mapping[bytes, Entry]):
         byte order: one merge of the sorted names, records compared as bytes (an edited node
         shares its unchanged records with its base, so most compare by identity)."""
         an, ar, bn, br = self.names, self.records, other.names, other.records
+        if an == bn:  # the same names (a rollback's, a summary's usual case): compared in C
+            return list(compress(an, map(ne, ar, br)))
         out: list[bytes] = []
         i = j = 0
         while i < len(an) and j < len(bn):
@@ -227,9 +236,63 @@ def decode_node(data: bytes) -> Node:
     return decode_records(data)[0]
 
 
+# The tail of a key blob after its 16 digest bytes, as :func:`objects.py_key` accepts it: the
+# size as a LEB128 varint, then perhaps a variant, which is never 0.
+_KEY_TAIL = re.compile(
+    rb"[\x80-\xff]*[\x00-\x7f]"  # the size
+    rb"(?:[\x80-\xff]*[\x01-\x7f]|[\x80-\xff]*[\x81-\xff][\x80-\xff]*[\x00-\x7f])?"  # a variant, not 0
+)
+_NAMELESS = (b".", b"..")
+
+
+def _ordered_records(data: bytes) -> Records | None:
+    """The records of a ``snapd-tree-2`` encoding :func:`encode_node` writes (names in byte
+    order, every record sound), checked as :func:`_decode_any` checks them but without a key
+    converted or an entry built: a directory of 21,231 names decoded in 13 ms, not 44
+    (a mark's summary and a rollback's plan read such nodes; issue 33). None for anything
+    else (out of order, damaged, truncated), which :func:`_decode_any` decodes or refuses."""
+    names: list[bytes] = []
+    records: list[bytes] = []
+    unpack, head, tail = _HEAD.unpack_from, _HEAD.size, _KEY_TAIL.fullmatch
+    pos, end, last = len(MAGIC), len(data), b""
+    try:
+        while pos < end:
+            start = pos
+            code, _, _, nlen, klen = unpack(data, pos)
+            pos += head + nlen
+            name = data[start + head : pos]
+            key_at, pos = pos, pos + klen
+            if pos > end or name <= last:
+                return None  # (the empty name sorts before any other, and is refused so)
+            if code & TEXT_KEY:
+                if code & ~TEXT_KEY not in CODE_KINDS or not data[key_at:pos].isascii():
+                    return None
+            elif code not in CODE_KINDS or klen < 17 or tail(data, key_at + 16, pos) is None:
+                return None
+            names.append(name)
+            records.append(data[start:pos])
+            last = name
+    except struct.error:
+        return None
+    if b"/" in b"".join(names) or any(_index(names, n) >= 0 for n in _NAMELESS):
+        return None
+    return names, records
+
+
+
+
 def decode_records(data: bytes) -> tuple[Node, Records | None]:
     """:func:`decode_node`, and the encoding's records: None for a node :func:`encode_node`
     would not write so (the text-key format, or names out of order), which is never spliced."""
+    if data.startswith(MAGIC):
+        records = _ordered_records(data)
+        if records is not None:
+            return PackedNode(*records), records
+    return _decode_any(data)
+
+
+def _decode_any(data: bytes) -> tuple[Node, Records | None]:
+    """:func:`decode_records` of any encoding, an entry at a time: every damage refused."""
     if data.startswith(MAGIC):
         text_keys = False
     elif data.startswith(MAGIC_TEXT_KEYS):
