@@ -27,7 +27,12 @@ started again before the next step), so no WAL is counted on either side. Counte
 numeric ``status`` fields before and after, per mark (``reads``: files read). The daemon's
 fsync calls for one mark are counted with strace (untimed, after the rest).
 
+``--widest``: every change among the files of the tree's widest directory (npm: Material UI's
+icons, 21,231 names), so every mark rewrites that directory; the verdict is issue 33's "mark in
+a directory of 20k+ names" (results in ``mark-widest-<corpus>-<size>.json``).
+
     python bench/bench_mark.py --corpus django --size 100k
+    python bench/bench_mark.py --corpus npm --size 100k --widest
 """
 
 from __future__ import annotations
@@ -133,6 +138,17 @@ def settled_marks(
 QUIET_S = 2.0
 
 
+def widest_directory(ws: Path) -> tuple[bytes, int]:
+    """The directory of ``ws`` with the most names (relative to ``ws``), and how many."""
+    best = (b"", -1)
+    top = os.fsencode(ws)
+    for dirpath, dirnames, filenames in os.walk(top):
+        if len(dirnames) + len(filenames) > best[1]:
+            rel = os.path.relpath(dirpath, top)
+            best = (b"" if rel == b"." else rel, len(dirnames) + len(filenames))
+    return best
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     common_args(ap)
@@ -140,11 +156,12 @@ def main() -> None:
     ap.add_argument("--changed", type=int, default=10)
     ap.add_argument("--profile", action="store_true", help="py-spy over 50 more in-process marks")
     ap.add_argument("--settled", type=int, default=50, help="marks sent SETTLE_S after their changes")
+    ap.add_argument("--widest", action="store_true", help="change files of the widest directory only")
     args = ap.parse_args()
     if args.marks < 200:
         raise SystemExit("--marks: p99 needs at least 200 marks")
     tree = tree_path(args.corpus, args.size)
-    res = Results("mark", args.corpus, args.size, {
+    res = Results("mark-widest" if args.widest else "mark", args.corpus, args.size, {
         "reps": args.reps, "marks": args.marks, "changed_per_mark": args.changed,
         "order": ["peer", "snapd"],
         "snapd": "snapctl mark turn -w WS --json (subprocess); daemon's share from status requests.ops.mark",
@@ -157,6 +174,13 @@ def main() -> None:
     warm(ws)
     pool = capture_pool(Path(root))
     res(f"  tree {tree.name}: {files} files ({len(pool)} captured by snapd's rules), {nbytes / MB:.1f} MB")
+    widest = widest_directory(ws) if args.widest else None
+    if widest is not None:
+        pool = [p for p in pool if p.rpartition(b"/")[0] == widest[0]]
+        res(f"  changes only in its widest directory, {os.fsdecode(widest[0])}: {widest[1]} names, "
+            f"{len(pool)} of them captured files")
+        res.figure("widest_directory",
+                   {"path": os.fsdecode(widest[0]), "names": widest[1], "files": len(pool)})
     misses: list[str] = []
     changed = Changes(ws, args.changed, pool)
 
@@ -254,7 +278,13 @@ def main() -> None:
         res.figure("fsyncs_per_mark", fsyncs_of_one_mark(d, ws, pool, root_b),
                    "snapd: fsync calls for one mark of 10 files (strace)")
         res.figure("mark_check_failures", misses, f"mark checks failed ({len(misses)})")
-        if args.size == "100k":
+        if widest is not None and widest[1] >= 20_000:  # issue 33's row
+            res.verdict("mark in a directory of 20k+ names, 10 changed files there (issue 33)",
+                        "p50 <= 10 ms, p99 <= 20 ms",
+                        f"p50 <= {p50:g} ms, p99 <= {p99:g} ms over {n} marks (bucket bounds) in "
+                        f"{os.fsdecode(widest[0])} ({widest[1]} names)",
+                        p50 <= 10 and p99 <= 20)
+        elif args.size == "100k" and widest is None:
             res.verdict("daemon's share of a mark, 10 changed files", "p50 <= 10 ms, p99 <= 20 ms",
                         f"p50 <= {p50:g} ms, p99 <= {p99:g} ms over {n} marks (bucket bounds; "
                         f"max {st1['requests']['ops']['mark']['max_ms']:.1f} ms since start)",
@@ -267,7 +297,7 @@ def main() -> None:
                         f"{growth_s / max(growth_p, 1):.2f}x ({versions} versions of 10 changed files: "
                         f"snapd +{growth_s / MB:.2f} MB, peer after gc +{growth_p / MB:.2f} MB)",
                         growth_s <= growth_p)
-        if args.size == "500k":  # issue 33's 500k row
+        if args.size == "500k" and widest is None:  # issue 33's 500k row
             cli = res.data["figures"]["cli_mark_s"]
             res.verdict("500k: snapctl mark after 10 changed files", "<= 150 ms (median)",
                         f"{cli['median'] * 1000:.0f} ms (min {cli['min'] * 1000:.0f}, "
@@ -282,7 +312,7 @@ def main() -> None:
         if args.profile:
             from pyspy import Sampler, lines, per_operation, per_operation_lines, summary
 
-            out = RESULTS / f"mark-{args.corpus}-{args.size}.pyspy.txt"
+            out = RESULTS / f"{res.data['script']}-{args.corpus}-{args.size}.pyspy.txt"
             with Sampler(d.pid, out):
                 for _ in range(50):
                     changed()
