@@ -241,9 +241,9 @@ class FaultProxy:
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 if self.command != "HEAD":
-                    self.wfile.write(data)
-                    with proxy._lock:
+                    with proxy._lock:  # counted first: the client may read ``sent`` once it has them
                         proxy.sent += len(data)
+                    self.wfile.write(data)
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any
 
