@@ -62,7 +62,7 @@ def test_a_node_not_written_in_order_or_in_the_old_format_is_never_spliced() -> 
     backwards = nodes.MAGIC + b"".join(reversed(records))
     assert nodes.decode_records(backwards) == (node, None)
     old = nodes.MAGIC_TEXT_KEYS + b"".join(
-        nodes._HEAD.pack(1, e.mode, e.size, len(n), len(e.key)) + n + e.key.encode() for n, e in node.items()
+        nodes.HEAD.pack(1, e.mode, e.size, len(n), len(e.key)) + n + e.key.encode() for n, e in node.items()
     )
     assert nodes.decode_records(old) == (node, None)
     assert nodes.decode_records(nodes.joined((names, records))) == (node, (names, records))
@@ -122,7 +122,7 @@ def test_reachable_reads_nodes_of_the_old_format_and_refuses_damaged_ones() -> N
     m = Mem()
     node = {b"a": f("1"), b"gone": trees.uncaptured("a FIFO", 0o600, 0, None)}
     old = nodes.MAGIC_TEXT_KEYS + b"".join(
-        nodes._HEAD.pack(nodes.KIND_CODES[e.kind], e.mode, e.size, len(n), len(e.key)) + n + e.key.encode()
+        nodes.HEAD.pack(nodes.KIND_CODES[e.kind], e.mode, e.size, len(n), len(e.key)) + n + e.key.encode()
         for n, e in node.items()
     )
     m.nodes["old"] = old
@@ -158,7 +158,7 @@ def test_decode_says_which_way_a_node_is_damaged() -> None:
         nodes.decode_node(not_ascii)
 
 
-# -- the lean decode (nodes._ordered_records) against the entry-at-a-time one (_decode_any) --
+# -- the lean decode (nodes.ordered_records) against the entry-at-a-time one (_decode_any) --
 
 
 def _outcome(decode: object, data: bytes) -> object:
@@ -181,7 +181,7 @@ def test_the_lean_decode_reads_and_refuses_what_the_whole_decode_does(
     no key converted: 3x faster on a wide directory), and gives exactly the records; bytes
     damaged anywhere are read or refused exactly as the entry-at-a-time decode does."""
     data = nodes.encode_node(node)
-    assert nodes._ordered_records(data) == nodes.encode_records(node)
+    assert nodes.ordered_records(data) == nodes.encode_records(node)
     damaged = bytearray(data)
     for at, byte in flips:
         if len(nodes.MAGIC) <= at < len(damaged):
@@ -191,7 +191,7 @@ def test_the_lean_decode_reads_and_refuses_what_the_whole_decode_does(
 
 
 def _with_key_blob(blob: bytes) -> bytes:
-    return nodes.MAGIC + nodes._HEAD.pack(1, 0o644, 3, 1, len(blob)) + b"a" + blob
+    return nodes.MAGIC + nodes.HEAD.pack(1, 0o644, 3, 1, len(blob)) + b"a" + blob
 
 
 @settings(max_examples=500, deadline=None)
@@ -207,26 +207,26 @@ def test_the_lean_decode_takes_a_key_blob_exactly_when_the_key_conversion_does(t
     except CorruptObject:
         valid = False
     data = _with_key_blob(blob)
-    assert (nodes._ordered_records(data) is not None) == valid
+    assert (nodes.ordered_records(data) is not None) == valid
     assert _outcome(nodes.decode_records, data) == _outcome(nodes._decode_any, data)
 
 
 @pytest.mark.parametrize(
     "record",
     [
-        nodes._HEAD.pack(1, 0o644, 3, 3, 17) + b"a/b" + bytes(16) + b"\x03",  # a name with a slash
-        nodes._HEAD.pack(1, 0o644, 3, 1, 17) + b"." + bytes(16) + b"\x03",
-        nodes._HEAD.pack(1, 0o644, 3, 2, 17) + b".." + bytes(16) + b"\x03",
-        nodes._HEAD.pack(1, 0o644, 3, 0, 17) + b"" + bytes(16) + b"\x03",  # no name
-        nodes._HEAD.pack(5, 0o644, 3, 1, 17) + b"a" + bytes(16) + b"\x03",  # no such kind
-        nodes._HEAD.pack(0x85, 0o644, 3, 1, 1) + b"a" + b"k",  # a text key of no kind
-        nodes._HEAD.pack(0x81, 0o644, 3, 1, 2) + b"a" + b"k\xe9",  # a text key not ASCII
-        nodes._HEAD.pack(1, 0o644, 3, 1, 16) + b"a" + bytes(16),  # a key blob with no size
-        nodes._HEAD.pack(1, 0o644, 3, 1, 18) + b"a" + bytes(16) + b"\x03\x00",  # variant 0
-        nodes._HEAD.pack(1, 0o644, 3, 1, 19) + b"a" + bytes(16) + b"\x03\x80\x00",  # variant 0, long
-        nodes._HEAD.pack(1, 0o644, 3, 1, 20) + b"a" + bytes(16) + b"\x03\x01\x01\x01",  # 3 numbers
-        nodes._HEAD.pack(1, 0o644, 3, 1, 18) + b"a" + bytes(16) + b"\x83\x80",  # a varint unended
-        nodes._HEAD.pack(1, 0o644, 3, 1, 30) + b"a" + bytes(16) + b"\x03",  # truncated
+        nodes.HEAD.pack(1, 0o644, 3, 3, 17) + b"a/b" + bytes(16) + b"\x03",  # a name with a slash
+        nodes.HEAD.pack(1, 0o644, 3, 1, 17) + b"." + bytes(16) + b"\x03",
+        nodes.HEAD.pack(1, 0o644, 3, 2, 17) + b".." + bytes(16) + b"\x03",
+        nodes.HEAD.pack(1, 0o644, 3, 0, 17) + b"" + bytes(16) + b"\x03",  # no name
+        nodes.HEAD.pack(5, 0o644, 3, 1, 17) + b"a" + bytes(16) + b"\x03",  # no such kind
+        nodes.HEAD.pack(0x85, 0o644, 3, 1, 1) + b"a" + b"k",  # a text key of no kind
+        nodes.HEAD.pack(0x81, 0o644, 3, 1, 2) + b"a" + b"k\xe9",  # a text key not ASCII
+        nodes.HEAD.pack(1, 0o644, 3, 1, 16) + b"a" + bytes(16),  # a key blob with no size
+        nodes.HEAD.pack(1, 0o644, 3, 1, 18) + b"a" + bytes(16) + b"\x03\x00",  # variant 0
+        nodes.HEAD.pack(1, 0o644, 3, 1, 19) + b"a" + bytes(16) + b"\x03\x80\x00",  # variant 0, long
+        nodes.HEAD.pack(1, 0o644, 3, 1, 20) + b"a" + bytes(16) + b"\x03\x01\x01\x01",  # 3 numbers
+        nodes.HEAD.pack(1, 0o644, 3, 1, 18) + b"a" + bytes(16) + b"\x83\x80",  # a varint unended
+        nodes.HEAD.pack(1, 0o644, 3, 1, 30) + b"a" + bytes(16) + b"\x03",  # truncated
     ],
 )
 def test_the_lean_decode_leaves_every_damaged_record_to_the_whole_decode(record: bytes) -> None:
@@ -234,7 +234,7 @@ def test_the_lean_decode_leaves_every_damaged_record_to_the_whole_decode(record:
     would write outside its directory), a kind or a key no encoding writes, a truncation.
     After a sound record too, so that it is the record that is refused, not its place."""
     for data in (nodes.MAGIC + record, nodes.encode_node({b"0": f("x")}) + record):
-        assert nodes._ordered_records(data) is None
+        assert nodes.ordered_records(data) is None
         with pytest.raises(CorruptObject):
             nodes.decode_records(data)
 
@@ -244,6 +244,6 @@ def test_a_name_twice_or_out_of_order_is_left_to_the_whole_decode() -> None:
     never spliced, decoded as the dict they stand for (the last record of a name wins)."""
     names, records = nodes.encode_records({b"a": f("1"), b"b": f("2")})
     for data in (nodes.MAGIC + records[0] + records[0], nodes.MAGIC + records[1] + records[0]):
-        assert nodes._ordered_records(data) is None
+        assert nodes.ordered_records(data) is None
         assert nodes.decode_records(data) == nodes._decode_any(data)
         assert nodes.decode_records(data)[1] is None

@@ -861,3 +861,48 @@ def test_restore_from_and_verify_remote_show_their_progress_on_a_terminal(
     assert v.finish(300) == 0, v.out
     assert re.search(rb"verify: [^\r\n]+\xe2\x80\xa6|\] \d+/\d+ packs?", v.out), v.out  # a phase or a count
     assert b"clean" in v.out, v.out
+
+
+# == a wide directory, stored in parts (store format 10) ============================================
+
+
+def test_a_wide_directory_is_pushed_in_parts_restored_verified_and_kept_by_prune(
+    s3_server: S3Server, machines: Machines, tmp_path: Path
+) -> None:
+    """A directory of 1,500 names is stored as a fan of parts (snapd.store.fan): a push sends
+    every part, the next push after one name changed sends only the parts that changed (not
+    the directory again), a machine with no history restores both marks exactly, verify walks
+    the parts, and prune keeps the parts of the mark it keeps."""
+    a = machines("a", s3_server)
+    ws = watched(a, tmp_path / "proj")
+    for i in range(1500):
+        write(ws / "icons" / f"Icon{i:04d}.js", f"export default {i};\n")
+    m1 = mark(a, ws, "m1")
+    want_m1 = snapshot(ws)
+    add_remote(a, s3_server)
+    first = push(a)
+    write(ws / "icons" / "Icon0777.js", "export default 'changed';\n")
+    m2 = mark(a, ws, "m2")
+    want_m2 = snapshot(ws)
+    second = push(a)
+    # the root, the fan, one part, one content (two parts should the change fall on a boundary)
+    assert second["marks"] == 1 and 4 <= second["objects"] <= 5, (first, second)
+
+    b = machines("b", s3_server)
+    add_remote(b, s3_server)
+    for ref, want in ((m1, want_m1), (m2, want_m2)):
+        code, out, cp = restore_from(b, ref, tmp_path / "b" / ref)
+        assert code == 0 and out["ok"], describe(cp) + b.log()[-3000:]
+        assert snapshot(tmp_path / "b" / ref) == want, snap_diff(snapshot(tmp_path / "b" / ref), want)
+    code, verified, cp = ctl(b, "verify", "--remote", "backup")
+    assert code == 0 and verified["ok"], describe(cp)
+
+    prune = ("remote", "prune", "backup", "--keep-last", "1", "--grace", "0", "--yes")
+    for _ in range(2):  # the second run deletes what the first doomed
+        code, out, cp = ctl(a, *prune)
+        assert code == 0, describe(cp)
+    code, out, cp = restore_from(b, m2, tmp_path / "after-prune")
+    assert code == 0 and out["ok"], describe(cp) + b.log()[-3000:]
+    assert snapshot(tmp_path / "after-prune") == want_m2
+    code, verified, cp = ctl(b, "verify", "--remote", "backup")
+    assert code == 0 and verified["ok"], describe(cp)

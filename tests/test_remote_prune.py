@@ -532,3 +532,26 @@ def test_a_prune_whose_lock_was_taken_over_while_it_stalled_stops_at_its_next_re
     with pytest.raises(RemoteLocked, match="taken over as stale meanwhile"):
         held.renew()
     assert locks.read_locks(where.backend, repo.master) == []
+
+
+def test_the_parts_of_a_wide_directory_are_kept_by_prune_and_walked_by_a_sampled_verify(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A directory of 1,500 names is stored in parts (store format 10), pushed in packs so
+    small that most hold a part and nothing else. Prune, keeping the last mark only, keeps every
+    part that mark's directory is made of (they are needed as its nodes are, though no entry
+    names them); a verify that reads a sample of the packs fetches the parts it walks."""
+    where = make_backend("file", tmp_path, request)
+    repo = new_repo(where.backend, tmp_path)
+    ws = Workspace(tmp_path)
+    first = ws.baseline({f"icons/Icon{i:04d}.js": b"export default %d;\n" % i for i in range(1500)})
+    second = ws.mark("m2", {"icons/Icon0777.js": b"export default 'changed';\n"})
+    for mark in (first, second):
+        push(ws.store, repo, [(mark, os.fsencode(ws.root))], HOST, pack_target=2048)
+    got = prune(fresh(where.backend, tmp_path, "p1"), PrunePolicy(keep_last=1), grace_s=0)
+    assert got.marks_kept == 1 and got.packs_deleted  # the first mark's own packs went
+    _assert_kept_restore(where.backend, tmp_path, ws, 1, view="r1")
+    sampled = verify(fresh(where.backend, tmp_path, "v"), sample=0.01, seed=1)
+    assert sampled.ok and sampled.packs_read == 1 and sampled.nodes == 3, [
+        p.describe() for p in sampled.problems
+    ]

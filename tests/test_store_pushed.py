@@ -48,7 +48,7 @@ def _workspace(tmp: Path) -> Path:
     return ws
 
 
-def test_a_new_store_is_format_9_with_an_empty_queue_per_repository(tmp_path: Path) -> None:
+def test_a_new_store_has_the_pushed_table_with_an_empty_queue_per_repository(tmp_path: Path) -> None:
     ws = _workspace(tmp_path)
     with Store.open(tmp_path / "store") as s:
         wid = s.add_workspace(os.fsencode(ws))
@@ -62,7 +62,7 @@ def test_a_new_store_is_format_9_with_an_empty_queue_per_repository(tmp_path: Pa
         assert s.pushed("repo1") == {first}
         s.record_pushed("repo1", [first, second])  # again: harmless
         assert s.unpushed("repo1", [wid]) == [] and s.unpushed("repo1", []) == []
-    assert _format(tmp_path / "store") == str(FORMAT_VERSION) == "9"
+    assert _format(tmp_path / "store") == str(FORMAT_VERSION) == "10"
     with Store.open(tmp_path / "store") as s:  # the queue is the table: it survives a reopen
         assert s.pushed("repo1") == {first, second}
 
@@ -106,7 +106,7 @@ def test_upgrade_from_format_8_queues_every_old_mark(tmp_path: Path) -> None:
         s.record_pushed("r", marks[:2])
         assert len(s.unpushed("r", [wid])) == len(marks) - 2
         made = s.store_id()  # an upgraded store has none until asked
-    assert _format(store_dir) == "9"
+    assert _format(store_dir) == "10"  # 8 -> 9 -> 10 in one open
     with Store.open(store_dir) as s:
         assert s.pushed("r") == set(marks[:2]) and s.store_id() == made
 
@@ -122,7 +122,7 @@ def test_a_crash_at_every_point_of_the_upgrade_leaves_a_store_that_upgrades(tmp_
     safeio.crash_after(None)
     _upgrade(_fixture(tmp_path / "count")[0])
     total = safeio.operations()
-    assert total == 2  # CREATE TABLE pushed, COMMIT
+    assert total == 2  # CREATE TABLE pushed, COMMIT (9 -> 10 has no statement of its own)
     for n in range(1, total + 1):
         store_dir, marks = _fixture(tmp_path / f"n{n}")
         pid = os.fork()
@@ -135,8 +135,8 @@ def test_a_crash_at_every_point_of_the_upgrade_leaves_a_store_that_upgrades(tmp_
                 os._exit(code)
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == safeio.CRASH_EXIT_CODE, n
-        assert _format(store_dir) == ("8" if n < total else "9"), n
+        assert _format(store_dir) == ("8" if n < total else "10"), n
         with Store.open(store_dir) as s:
             (wid,) = [w.id for w in s.workspaces()]
             assert sorted(m.id for m in s.unpushed("r", [wid])) == sorted(marks), n
-        assert _format(store_dir) == "9"
+        assert _format(store_dir) == "10"

@@ -36,7 +36,7 @@ from snapd.remote import fetch, locks
 from snapd.remote.packs import Blob, pack_name
 from snapd.remote.records import MarkRecord
 from snapd.remote.repo import GRACE_S, Repository, parallel
-from snapd.store import trees
+from snapd.store import fan, trees
 
 Progress = Callable[[int, int], None]
 Blobs = list[Blob]
@@ -220,6 +220,8 @@ class _Pruner:
             self.needed.update(level)
             below: list[str] = []
             for node in self.load_nodes(level):
+                if isinstance(node, fan.FanNode):  # a wide directory: its parts are live too
+                    self.needed.update(node.parts)
                 for entry in node.values():
                     if entry.kind == "dir":
                         if entry.key not in self.walked:

@@ -36,7 +36,7 @@ from snapd.remote.packs import Blob
 from snapd.remote.repo import Repository
 from snapd.remote.unreadable import ReadError, Skipped
 from snapd.remote.view import THREADS, parallel
-from snapd.store import nodes, objects, safeio, trees
+from snapd.store import fan, nodes, objects, safeio, trees
 from snapd.store.records import Mark
 from snapd.store.store import Store
 
@@ -132,6 +132,9 @@ def objects_of(load: trees.Load, tree: str, base: str | None) -> Iterator[tuple[
         return
     new = load(tree)
     old = load(base) if base is not None else {}
+    if isinstance(new, fan.FanNode):  # a wide directory: the parts the base does not hold too
+        held = set(old.parts) if isinstance(old, fan.FanNode) else set()
+        yield from ((part, True) for part in new.parts if part not in held)
     if isinstance(new, nodes.PackedNode) and isinstance(old, nodes.PackedNode):
         names = new.changed_names(old)
     else:

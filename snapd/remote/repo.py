@@ -41,7 +41,7 @@ from snapd.remote.records import MarkRecord
 from snapd.remote.view import THREADS as THREADS  # verify and prune use them from here
 from snapd.remote.view import View, cache_write
 from snapd.remote.view import parallel as parallel
-from snapd.store import nodes, objects, trees
+from snapd.store import fan, nodes, objects, trees
 from snapd.store.lru import BoundedLru
 from snapd.store.refs import OWN_LABELS, parse_ref
 
@@ -319,7 +319,10 @@ class Repository:
     def decode_node(self, key: str, data: bytes) -> trees.Node:
         """Node ``key`` from its verified content; cached for :meth:`load_node`."""
         try:
-            node = nodes.decode_node(data)
+            if fan.is_fan(data):  # a wide directory: its parts read (each verified) and joined
+                node: trees.Node = fan.assemble(data, {p.key: self.get(p.key) for p in fan.decode(data)})
+            else:
+                node = nodes.decode_node(data)
         except CorruptObject as exc:
             raise crypto.corrupt(f"object {key}", f"it is not a tree node ({exc.message})") from None
         with self._lock:

@@ -32,7 +32,7 @@ from snapd.remote.crypto import sha256_hex
 from snapd.remote.packs import pack_name
 from snapd.remote.records import MarkRecord, decode_config, decode_mark
 from snapd.remote.repo import THREADS, Repository, parallel
-from snapd.store import nodes, objects, trees
+from snapd.store import fan, nodes, objects, trees
 
 Progress = Callable[[int, int], None]
 
@@ -339,25 +339,16 @@ class _Verifier:
         level = list(dict.fromkeys(roots))
         while level:
             seen.update(level)
-            todo = [
-                key
-                for key in level
-                if key not in self.node_data and key not in self.bad and key in self.where
-            ]
-            ranges = spans((key, self.where[key][0]) for key in todo)
-            for (pack, start, _, held), data in zip(ranges, parallel(self.fetch_range, ranges), strict=True):
-                name = pack_name(pack)
-                for key in held:
-                    if data is None:
-                        self.bad[key] = Problem("missing", name, f"object {key} is in missing {name}", key)
-                        continue
-                    copy = self.where[key][0]
-                    content = self.open_blob(
-                        name, key, data[copy.offset - start : copy.offset - start + copy.length]
-                    )
-                    if content is not None:
-                        self.node_data[key] = content
-                self.result.bytes_read += len(data or b"")
+            self.fetch_nodes(level)
+            parts: list[str] = []  # of the wide directories among them, read before they decode
+            for key in level:
+                data = self.node_data.get(key)
+                if data is not None and fan.is_fan(data):
+                    try:
+                        parts += [part.key for part in fan.decode(data)]
+                    except CorruptObject:
+                        continue  # load_node records it
+            self.fetch_nodes(parts)
             below: list[str] = []
             for key in level:
                 node = self.load_node(key)
@@ -367,12 +358,39 @@ class _Verifier:
                         below.append(entry.key)
             level = below
 
+    def fetch_nodes(self, keys: list[str]) -> None:
+        """The encodings of the nodes ``keys`` no pack read whole held, into ``node_data``."""
+        todo = [
+            key for key in keys if key not in self.node_data and key not in self.bad and key in self.where
+        ]
+        ranges = spans((key, self.where[key][0]) for key in todo)
+        for (pack, start, _, held), data in zip(ranges, parallel(self.fetch_range, ranges), strict=True):
+            name = pack_name(pack)
+            for key in held:
+                if data is None:
+                    self.bad[key] = Problem("missing", name, f"object {key} is in missing {name}", key)
+                    continue
+                copy = self.where[key][0]
+                content = self.open_blob(
+                    name, key, data[copy.offset - start : copy.offset - start + copy.length]
+                )
+                if content is not None:
+                    self.node_data[key] = content
+            self.result.bytes_read += len(data or b"")
+
     def fetch_range(self, span: _Span) -> bytes | None:
         """The bytes of ``span`` (None: the pack is gone). Run in a worker thread: reads only."""
         try:
             return self.backend.get(pack_name(span.pack), span.start, span.end)
         except RemoteMissing:
             return None
+
+    def decode_node(self, data: bytes) -> trees.Node:
+        """A node from its verified encoding; a wide directory's parts from ``node_data``
+        (:meth:`read_nodes` fetched them; KeyError for one it could not)."""
+        if not fan.is_fan(data):
+            return nodes.decode_node(data)
+        return fan.assemble(data, {p.key: self.node_data[p.key] for p in fan.decode(data)})
 
     def load_node(self, key: str) -> trees.Node | None:
         """The node ``key`` (None: damaged or in no index; recorded), decoded once."""
@@ -382,10 +400,14 @@ class _Verifier:
         data = self.node_data.pop(key, None)
         if data is not None:
             try:
-                node = nodes.decode_node(data)
+                node = self.decode_node(data)
                 self.result.nodes += 1
             except CorruptObject as exc:
                 self.bad[key] = Problem("corrupt", key, f"tree node {key} does not decode: {_why(exc)}", key)
+            except KeyError as exc:  # a part of a wide directory: damaged or in no index (recorded)
+                self.bad[key] = Problem(
+                    "corrupt", key, f"tree node {key} has a part that cannot be read: {exc}", key
+                )
         self.decoded[key] = node
         return node
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
-from snapd.store import deltas, nodes, objects, trees
+from snapd.store import deltas, fan, nodes, objects, trees
 from snapd.store.objects import fingerprint
 from snapd.store.objwrite import Destination, ObjectWriter
 from snapd.store.records import MARK_COLUMNS, STATE_COLUMNS, Mark, State, mark_row, state_row
@@ -42,6 +42,7 @@ class ObjectStore(Destination, Protocol):
 
 
 _NO_ENTRY = (None, None, None)  # a deletion's kind, mode, object
+_Put = Callable[[bytes, str, str | None], str]  # a node's object stored (bytes, digest, base): its key
 
 
 class StatChanges(Protocol):
@@ -145,13 +146,51 @@ class Batch(deltas.Chooser):
         again after a collision or a replay's (its records kept, as :meth:`apply` keeps them;
         spliced from its base's when those are known, as :meth:`apply` splices)."""
         records = self._records_of(node, base, changed)
-        data = nodes.joined(records)
-        key = self.put(data, base=base)
+        key, packed, data = self._node_objects(records, base, changed, self._put_now)
         # For this batch's reads and deltas:
-        self._nodes[key], self._encoded[key] = nodes.PackedNode(*records), data
+        self._nodes[key], self._encoded[key] = packed, data
         if changed is not None:
             self._records[key] = records
         return key
+
+    def _put_now(self, data: bytes, digest: str, base: str | None) -> str:
+        return self.put(data, digest, base)
+
+    def _node_objects(
+        self, records: nodes.Records, base: str | None, changed: Iterable[bytes] | None, put: _Put
+    ) -> tuple[str, trees.Node, bytes]:
+        """Have ``put`` store the node ``records`` encode, which replaces node ``base``: one
+        object, or for a directory of more than :data:`fan.FLAT_MAX` names its parts (only those
+        the edit at ``changed`` made new: :func:`fan.plan`) and then its fan. Return its key, the
+        node as read back, and its encoding."""
+        names, recs = records
+        if len(names) <= fan.FLAT_MAX:
+            data = nodes.joined(records)
+            return put(data, self.store.hasher(data), base), nodes.PackedNode(names, recs), data
+        was = self._fan_at(base)
+        planned = fan.plan(names, was, changed if was is not None else None)
+        made: list[fan.PartRecord] = []
+        for p in planned:
+            key = p.key
+            if key is None:
+                data = nodes.joined((names[p.start : p.end], recs[p.start : p.end]))
+                if was is not None and p.base is not None and p.base not in self._encoded:
+                    # the part it replaces, as its delta base: bytes at hand (checked against
+                    # the key where used, as every base's are), not a catalog read
+                    self._encoded[p.base] = nodes.joined(was.part_records(was.parts.index(p.base)))
+                key = put(data, self.store.hasher(data), p.base)
+            made.append(fan.PartRecord(names[p.start], p.end - p.start, key))
+        data = fan.encode(made)
+        key = put(data, self.store.hasher(data), base if was is not None else None)
+        parts, ends = tuple(m.key for m in made), tuple(p.end for p in planned)
+        return key, fan.FanNode(names, recs, parts, ends, data), data
+
+    def _fan_at(self, base: str | None) -> fan.FanNode | None:
+        """Node ``base`` if it is a directory stored in parts (it was read for the edit)."""
+        if base is None:
+            return None
+        node = self._nodes.get(base) or self.store.cached_node(base)
+        return node if isinstance(node, fan.FanNode) else None
 
     def apply(self, root: str | None, changes: Mapping[bytes, trees.Change]) -> str:
         """A new tree: ``root`` with ``changes`` applied (only the changed paths are touched).
@@ -163,25 +202,30 @@ class Batch(deltas.Chooser):
         A tree built from nothing (a baseline) is stored as built."""
         if root is None:
             return trees.apply_changes(self.load_node, self.save_node, root, changes)
-        staged: list[tuple[str, str, trees.Node, bytes, str | None, nodes.Records]] = []
+        objs: list[tuple[str, str, bytes, str | None]] = []  # key, digest, bytes, base: in order
+        staged: list[tuple[str, trees.Node, bytes, nodes.Records]] = []
+
+        def later(data: bytes, digest: str, base: str | None) -> str:
+            key = objects.base_key(digest, len(data))
+            objs.append((key, digest, data, base))
+            return key
 
         def stage(node: trees.Node, base: str | None = None, changed: Iterable[bytes] | None = None) -> str:
             records = self._records_of(node, base, changed)
-            data = nodes.joined(records)
-            digest = self.store.hasher(data)
-            key = objects.base_key(digest, len(data))
+            key, packed, data = self._node_objects(records, base, changed, later)
             # Recorded as key's records only once the put gives key (below): a key taken by other
             # bytes (a collision, perhaps with this node's own base) must not name these.
-            staged.append((key, digest, nodes.PackedNode(*records), data, base, records))
+            staged.append((key, packed, data, records))
             return key
 
         trees.load_levels(self.store.load_nodes, self.store.cached_node, root, changes)
         tree = trees.apply_changes(self.load_node, stage, root, changes)
-        self.prefetch(key for key, *_ in staged)
-        self.prefetch_links(base for _, _, _, _, base, _ in staged if base is not None)
-        for key, digest, node, data, base, records in staged:
+        self.prefetch(key for key, *_ in objs)
+        self.prefetch_links(base for *_, base in objs if base is not None)
+        for key, digest, data, base in objs:
             if self.put(data, digest, base) != key:
                 return trees.apply_changes(self.load_node, self.save_node, root, changes)
+        for key, node, data, records in staged:
             self._nodes[key], self._encoded[key], self._records[key] = node, data, records
         return tree
 

@@ -33,7 +33,7 @@ from snapd.errors import DiskFull, StoreError, StoreFormatError
 from snapd.store import objects, safeio
 from snapd.store.checkpoint import BACKSTOP_PAGES, Checkpointer, log_limit
 
-FORMAT_VERSION = 9
+FORMAT_VERSION = 10
 # Each entry upgrades a store of that format to the next one; they run in order on open.
 # Format 1 lacked the marks' rule inputs and root mode, and the workspace's last rollback (such
 # marks are judged under today's outside rules, and their root mode is not restored).
@@ -114,6 +114,9 @@ _MIGRATIONS: dict[str, tuple[str, ...]] = {
         _STATES_INDEX,
     ),
     "8": (_PUSHED,),
+    # 9 -> 10: directories of more than 1,024 names are written in parts (snapd.store.fan);
+    # the nodes a store holds stay as they are, read as before (nothing to convert)
+    "9": (),
 }
 
 # Object keys (objects.key, objects.base, versions.object) are BLOBs from format 6 on

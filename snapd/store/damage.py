@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 from snapd.display import shown
 from snapd.errors import CorruptObject, MissingObject, StoreError
 from snapd.paths import encode_path
-from snapd.store import nodes, objects, trees
+from snapd.store import fan, nodes, objects, trees
 from snapd.store.store import Store
 
 ReadError = CorruptObject | MissingObject
@@ -107,6 +107,10 @@ def finder(store: Store, bad: Collection[str]) -> Callable[[str], Found]:
         if cached is not None:
             return cached
         data = store.get(key)
+        if fan.is_fan(data):  # a wide directory, read whole: a bad part makes it unreadable
+            if any(part.key in bad for part in fan.decode(data)):
+                raise CorruptObject(f"tree node {key} has a part that cannot be read")
+            return store.decode_node(data)[0]
         contents, dirs = nodes.node_keys(data)
         if not bad_db.intersection(contents) and not any(under(objects.py_key(d)) for d in dirs):
             return None
@@ -237,4 +241,3 @@ def explain(store: Store, exc: ReadError, trees_read: Mapping[str, str | None], 
     message = f"{doing}: {exc.message}{needed}. `snapctl verify` lists every path and mark it affects"
     details = {k: v for k, v in exc.details.items() if k != "paths"}
     return type(exc)(message, **details, paths=[{k: v for k, v in n.items() if k != "text"} for n in named])
-

@@ -175,8 +175,10 @@ class Chooser:
     def content(self, key: str) -> bytes:
         """:meth:`Host.content`: a node's bytes as a cache holds them (checked against the
         key), or a verified read."""
-        records = self._records.get(key)
-        data = nodes.joined(records) if records else self._encoded.get(key) or self.store.node_bytes(key)
+        data = self._encoded.get(key)  # a fan's own bytes, not its parts' records joined
+        if data is None:
+            records = self._records.get(key)
+            data = nodes.joined(records) if records else self.store.node_bytes(key)
         if data is None:
             node = self._nodes.get(key) or self.store.cached_node(key)
             data = None if node is None else nodes.encode_node(node)

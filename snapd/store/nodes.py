@@ -37,8 +37,12 @@ KIND_CODES: dict[str, int] = {"file": 1, "symlink": 2, "dir": 3, "uncaptured": 4
 CODE_KINDS: dict[int, Kind] = {1: "file", 2: "symlink", 3: "dir", 4: "uncaptured"}
 MAGIC = b"snapd-tree-2\n"  # store format 6: object keys as objects.db_key blobs
 MAGIC_TEXT_KEYS = b"snapd-tree-1\n"  # formats 1-5: every key as ASCII text; still read
+# Format 10: a directory of many names stored in parts (snapd.store.fan): its records are the
+# parts', in the layout of a node's, of kind PART.
+FAN_MAGIC = b"snapd-fan-1\n"
+PART = 5
 TEXT_KEY = 0x80  # in a snapd-tree-2 entry's kind code: its key is text, not a key blob
-_HEAD = struct.Struct(">BIQHB")  # kind, mode, size, name length, key length
+HEAD = struct.Struct(">BIQHB")  # kind, mode, size, name length, key length
 
 # A mark decodes and encodes the nodes above each changed path (~2,100 entries at
 # django-100k), mostly of unchanged siblings: their keys' conversions are remembered. 2^13 of
@@ -66,21 +70,21 @@ def _record(name: bytes, e: Entry) -> bytes:
     (an uncaptured entry's text) as ASCII, its kind code with :data:`TEXT_KEY` set."""
     key = _key_bytes(e.key)
     if isinstance(key, bytes):
-        return _HEAD.pack(KIND_CODES[e.kind], e.mode, e.size, len(name), len(key)) + name + key
+        return HEAD.pack(KIND_CODES[e.kind], e.mode, e.size, len(name), len(key)) + name + key
     text = key.encode("ascii")
-    return _HEAD.pack(KIND_CODES[e.kind] | TEXT_KEY, e.mode, e.size, len(name), len(text)) + name + text
+    return HEAD.pack(KIND_CODES[e.kind] | TEXT_KEY, e.mode, e.size, len(name), len(text)) + name + text
 
 
 def _entry(record: bytes) -> Entry:
     """The entry a record (checked when its node was decoded, or made by :func:`_record`)
     encodes."""
-    code, mode, size, nlen, klen = _HEAD.unpack_from(record)
-    raw = record[_HEAD.size + nlen :]
+    code, mode, size, nlen, klen = HEAD.unpack_from(record)
+    raw = record[HEAD.size + nlen :]
     key = raw.decode("ascii") if code & TEXT_KEY else _node_key(raw)
     return Entry(CODE_KINDS[code & ~TEXT_KEY], mode, size, key)
 
 
-def _index(names: list[bytes], name: bytes) -> int:
+def index_of(names: list[bytes], name: bytes) -> int:
     """Where ``name`` is in the sorted ``names``; -1: absent."""
     i = bisect_left(names, name)
     return i if i < len(names) and names[i] == name else -1
@@ -104,7 +108,7 @@ class PackedNode(Mapping[bytes, Entry]):
     def _at(self, name: object) -> int:
         if not isinstance(name, bytes):
             return -1  # as a dict of bytes names answers: absent
-        return _index(self.names, name)
+        return index_of(self.names, name)
 
     def record(self, name: bytes) -> bytes | None:
         """The stored record of ``name``, or None."""
@@ -245,7 +249,7 @@ _KEY_TAIL = re.compile(
 _NAMELESS = (b".", b"..")
 
 
-def _ordered_records(data: bytes) -> Records | None:
+def ordered_records(data: bytes) -> Records | None:
     """The records of a ``snapd-tree-2`` encoding :func:`encode_node` writes (names in byte
     order, every record sound), checked as :func:`_decode_any` checks them but without a key
     converted or an entry built: a directory of 21,231 names decoded in 13 ms, not 44
@@ -253,7 +257,7 @@ def _ordered_records(data: bytes) -> Records | None:
     else (out of order, damaged, truncated), which :func:`_decode_any` decodes or refuses."""
     names: list[bytes] = []
     records: list[bytes] = []
-    unpack, head, tail = _HEAD.unpack_from, _HEAD.size, _KEY_TAIL.fullmatch
+    unpack, head, tail = HEAD.unpack_from, HEAD.size, _KEY_TAIL.fullmatch
     pos, end, last = len(MAGIC), len(data), b""
     try:
         while pos < end:
@@ -274,18 +278,16 @@ def _ordered_records(data: bytes) -> Records | None:
             last = name
     except struct.error:
         return None
-    if b"/" in b"".join(names) or any(_index(names, n) >= 0 for n in _NAMELESS):
+    if b"/" in b"".join(names) or any(index_of(names, n) >= 0 for n in _NAMELESS):
         return None
     return names, records
-
-
 
 
 def decode_records(data: bytes) -> tuple[Node, Records | None]:
     """:func:`decode_node`, and the encoding's records: None for a node :func:`encode_node`
     would not write so (the text-key format, or names out of order), which is never spliced."""
     if data.startswith(MAGIC):
-        records = _ordered_records(data)
+        records = ordered_records(data)
         if records is not None:
             return PackedNode(*records), records
     return _decode_any(data)
@@ -307,8 +309,8 @@ def _decode_any(data: bytes) -> tuple[Node, Records | None]:
     try:
         while pos < len(data):
             start = pos
-            code, mode, size, nlen, klen = _HEAD.unpack_from(data, pos)
-            pos += _HEAD.size
+            code, mode, size, nlen, klen = HEAD.unpack_from(data, pos)
+            pos += HEAD.size
             name = data[pos : pos + nlen]
             pos += nlen
             raw = data[pos : pos + klen]
@@ -348,19 +350,24 @@ def node_keys(data: bytes) -> tuple[list[bytes | str], list[bytes | str]]:
         node = decode_node(data)
         keys = [(e.kind, objects.db_key(e.key)) for e in node.values() if holds_object(e)]
         return [k for kind, k in keys if kind != "dir"], [k for kind, k in keys if kind == "dir"]
-    if not data.startswith(MAGIC):
+    parted = data.startswith(FAN_MAGIC)  # a wide directory: its parts are walked as nodes are
+    if not parted and not data.startswith(MAGIC):
         raise CorruptObject("tree node has an unknown format")
     contents: list[bytes | str] = []
     dirs: list[bytes | str] = []
-    unpack, head = _HEAD.unpack_from, _HEAD.size
-    pos, end = len(MAGIC), len(data)
+    unpack, head = HEAD.unpack_from, HEAD.size
+    pos, end = len(FAN_MAGIC if parted else MAGIC), len(data)
     try:
         while pos < end:
             code, _, _, nlen, klen = unpack(data, pos)
             pos += head + nlen
             raw = data[pos : pos + klen]
             pos += klen
-            if code == 1 or code == 2:
+            if parted:
+                if code != PART:
+                    raise CorruptObject("tree node holds an invalid part")
+                dirs.append(raw)
+            elif code == 1 or code == 2:
                 contents.append(raw)
             elif code == 3:
                 dirs.append(raw)

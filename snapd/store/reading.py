@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from snapd.errors import MissingObject
-from snapd.store import deltas, objects, safeio
+from snapd.store import deltas, fan, nodes, objects, safeio, trees
 from snapd.store.catalog import CatalogReader
 from snapd.store.records import (
     MARK_COLUMNS,
@@ -82,6 +82,13 @@ class StoreReader:
         megabytes). Raises as :meth:`get` does for a key that cannot be read."""
         for key, chain in self._chains(keys, chunk):
             yield key, deltas.decode_chain(key, chain, self._payload, self.hasher)
+
+    def decode_node(self, data: bytes) -> tuple[trees.Node, nodes.Records | None]:
+        """A node from its verified encoding (:func:`nodes.decode_records`); a wide directory
+        stored in parts (:mod:`snapd.store.fan`) with its parts read, each verified, and joined."""
+        if fan.is_fan(data):
+            return fan.assemble(data, dict(self.get_many(part.key for part in fan.decode(data)))), None
+        return nodes.decode_records(data)
 
     def _chains(self, keys: Iterable[str], chunk: int) -> Iterator[tuple[str, list[deltas.Row]]]:
         """Each of ``keys`` once, with its chain's rows (none for a key not stored)."""

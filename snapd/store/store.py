@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from snapd.errors import Ambiguous, CorruptObject, MissingObject, NotFound
-from snapd.store import deltas, nodes, objects, pushed, safeio, trees
+from snapd.store import deltas, fan, nodes, objects, pushed, safeio, trees
 from snapd.store.batch import Batch
 from snapd.store.catalog import Catalog
 from snapd.store.holds import GcHolds
@@ -81,11 +81,34 @@ class Store(StoreReader):
     def load_nodes(self, keys: Iterable[str]) -> None:
         """Cache the nodes among ``keys`` that the cache lacks, their chains read with one query
         (per 500 nodes); one that cannot be read is left for :meth:`load_node` to report."""
+        fans: list[tuple[str, bytes]] = []  # wide directories: their parts read next, together
         for key, chain in self._chains((k for k in keys if self.cached_node(k) is None), 500):
             try:
                 data = deltas.decode_chain(key, chain, self._payload, self.hasher)
-                self.cache_node(key, *nodes.decode_records(data))
+                if fan.is_fan(data):
+                    fans.append((key, data))
+                else:
+                    self.cache_node(key, *nodes.decode_records(data))
             except (CorruptObject, MissingObject):
+                continue
+        if not fans:
+            return
+        parts: dict[str, bytes] = {}
+        wanted = []
+        for _, data in fans:
+            try:
+                wanted += [part.key for part in fan.decode(data)]
+            except CorruptObject:
+                continue
+        for key, chain in self._chains(wanted, 500):
+            try:
+                parts[key] = deltas.decode_chain(key, chain, self._payload, self.hasher)
+            except (CorruptObject, MissingObject):
+                continue
+        for key, data in fans:
+            try:
+                self.cache_node(key, fan.assemble(data, parts))
+            except (CorruptObject, KeyError):  # a part damaged or missing: load_node reports it
                 continue
 
     def delta_link(self, key: str) -> tuple[str | None, int] | None:
@@ -101,7 +124,11 @@ class Store(StoreReader):
     def node_bytes(self, key: str) -> bytes | None:
         """The encoding of node ``key`` if read or written lately (checked against the key
         when it was cached: a read verified it, a batch hashed it to make the key)."""
-        records = self.node_records(key)
+        with self._nodes_lock:
+            node = self._nodes.get(key)
+        if isinstance(node, fan.FanNode):  # its own bytes, not its parts' records joined
+            return node.encoding
+        records = nodes.records_of(node)
         return None if records is None else nodes.joined(records)
 
     def node_records(self, key: str) -> nodes.Records | None:
@@ -118,7 +145,7 @@ class Store(StoreReader):
             node = self._nodes.touch(key)
             if node is not None:
                 return node
-        node, records = nodes.decode_records(self.get(key))
+        node, records = self.decode_node(self.get(key))
         self.cache_node(key, node, records)
         return node
 
