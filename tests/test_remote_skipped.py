@@ -119,3 +119,26 @@ def test_a_rotten_directory_node_skips_its_mark_naming_the_directory(tmp_path: P
     assert result.skipped[0].paths == ("src/d1",) and "the directory src/d1" in result.skipped[0].reason
     assert set(result.landed) == {ma.id, m2.id, mb.id}
     assert restore(repo, m2.id, tmp_path / "out").ok
+
+
+def test_a_mark_whose_wide_directory_has_a_rotten_part_is_skipped_though_the_fan_is_cached(
+    tmp_path: Path, store: Store
+) -> None:
+    """A directory of 1,500 names is stored in parts (store format 10). One part rots while the
+    fan is still in the node cache (as right after a mark): the mark is skipped with the
+    directory named, not recorded as pushed without that part (found by review: the damage
+    walk returned the cached fan before looking at its parts)."""
+    from snapd.store import fan
+
+    ws = tmp_path / "ws"
+    for i in range(1500):
+        (ws / "icons").mkdir(parents=True, exist_ok=True)
+        (ws / "icons" / f"Icon{i:04d}.js").write_bytes(b"export default %d;\n" % i)
+    mark = baseline(store, ws)
+    node = store.load_node(key_at(store, mark, b"icons"))  # cached, as after a mark
+    assert isinstance(node, fan.FanNode)
+    rot(store, node.parts[2])
+    repo = new_repo(FileBackend(tmp_path / "remote"), tmp_path / "cache")
+    result = push(store, repo, [(mark, os.fsencode(ws))], "h")
+    assert [s.mark for s in result.skipped] == [mark.id] and not result.landed, result
+    assert result.skipped[0].paths == ("icons",), result.skipped

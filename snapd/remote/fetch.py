@@ -24,7 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import NamedTuple
 
 from snapd.display import shown
-from snapd.errors import RemoteCorrupt
+from snapd.errors import RemoteCorrupt, RemoteMissing
 from snapd.remote.packs import pack_name
 from snapd.remote.records import MarkRecord
 from snapd.remote.repo import Repository
@@ -126,9 +126,7 @@ class Tree:
         repo = self.repo
         missing: list[str] = []
         for key in keys:
-            where = repo.locate(key)
-            held = next((h for h in self._held.get(where.key, ()) if h.start <= where.offset and
-                         where.offset + where.length <= h.end), None)  # fmt: skip
+            held = self._holding(key)
             if held is None:
                 missing.append(key)
             else:
@@ -143,15 +141,30 @@ class Tree:
             for key in span.keys:
                 self._decode(key, held)
 
+    def _holding(self, key: str) -> _Held | None:
+        """The span read so far that holds ``key``'s blob, if one does."""
+        where = self.repo.locate(key)
+        return next((h for h in self._held.get(where.key, ()) if h.start <= where.offset and
+                     where.offset + where.length <= h.end), None)  # fmt: skip
+
+    def _blob(self, key: str, held: _Held) -> bytes:
+        where = self.repo.locate(key)
+        at = where.offset - held.start
+        return self.repo.read_blob(key, held.data[at : at + where.length])
+
+    def _part(self, key: str) -> bytes:
+        """A wide directory's part: from the spans read for the nodes (a push packs a fan's parts
+        beside it), else one ranged GET."""
+        held = self._holding(key)
+        return self.repo.get(key) if held is None else self._blob(key, held)
+
     def _decode(self, key: str, held: _Held) -> None:
         repo = self.repo
-        where = repo.locate(key)
-        sealed = held.data[where.offset - held.start : where.offset - held.start + where.length]
         try:
-            self.nodes[key] = repo.decode_node(key, repo.read_blob(key, sealed))
-        except RemoteCorrupt as exc:
+            self.nodes[key] = repo.decode_node(key, self._blob(key, held), self._part)
+        except (RemoteCorrupt, RemoteMissing) as exc:  # missing: a wide directory's part
             path = self.dirs[key].rstrip(b"/") or b"."
-            raise RemoteCorrupt(
+            raise type(exc)(
                 f"{exc.message}; it is the directory {shown(path)} of the mark: nothing under it "
                 "can be restored",
                 **{**exc.details, "paths": [shown(path)]},

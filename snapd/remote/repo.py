@@ -18,7 +18,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
 import structlog
@@ -316,11 +316,13 @@ class Repository:
             node = self._nodes.touch(key)
         return node if node is not None else self.decode_node(key, self.get(key))
 
-    def decode_node(self, key: str, data: bytes) -> trees.Node:
-        """Node ``key`` from its verified content; cached for :meth:`load_node`."""
+    def decode_node(self, key: str, data: bytes, part: Callable[[str], bytes] | None = None) -> trees.Node:
+        """Node ``key`` from its verified content; cached for :meth:`load_node`. A wide
+        directory's parts are read with ``part`` (verified content of a key; :meth:`get`)."""
+        part = part or self.get
         try:
             if fan.is_fan(data):  # a wide directory: its parts read (each verified) and joined
-                node: trees.Node = fan.assemble(data, {p.key: self.get(p.key) for p in fan.decode(data)})
+                node: trees.Node = fan.assemble(data, {p.key: part(p.key) for p in fan.decode(data)})
             else:
                 node = nodes.decode_node(data)
         except CorruptObject as exc:

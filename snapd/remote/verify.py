@@ -140,6 +140,7 @@ class _Verifier:
         self.where: dict[str, list[_Where]] = {}  # key -> its copies in the live indexes
         self.bad: dict[str, Problem] = {}  # key -> what is wrong with it (no refs yet)
         self.node_data: dict[str, bytes] = {}  # node contents met in the packs read whole
+        self.held: set[str] = set()  # the parts of the fans of the level being read: not popped
         self.decoded: dict[str, trees.Node | None] = {}  # node key -> the node (None: unreadable)
         self.below: dict[str, list[tuple[bytes, str]]] = {}  # node key -> (path, bad key) beneath
 
@@ -241,7 +242,7 @@ class _Verifier:
                 )
         for key, offset, length in blobs:
             content = self.open_blob(name, key, data[offset : offset + length])
-            if content is not None and content.startswith(nodes.MAGIC):
+            if content is not None and content.startswith((nodes.MAGIC, fan.MAGIC)):
                 self.node_data[key] = content
 
     def open_blob(self, name: str, key: str, blob: bytes) -> bytes | None:
@@ -349,6 +350,7 @@ class _Verifier:
                     except CorruptObject:
                         continue  # load_node records it
             self.fetch_nodes(parts)
+            self.held = set(parts)  # kept for the fans that need them, though a node shares the key
             below: list[str] = []
             for key in level:
                 node = self.load_node(key)
@@ -356,6 +358,9 @@ class _Verifier:
                     if entry.kind == "dir" and entry.key not in seen:
                         seen.add(entry.key)
                         below.append(entry.key)
+            for part in parts:
+                self.node_data.pop(part, None)
+            self.held = set()
             level = below
 
     def fetch_nodes(self, keys: list[str]) -> None:
@@ -397,7 +402,7 @@ class _Verifier:
         if key in self.decoded:
             return self.decoded[key]
         node: trees.Node | None = None
-        data = self.node_data.pop(key, None)
+        data = self.node_data.get(key) if key in self.held else self.node_data.pop(key, None)
         if data is not None:
             try:
                 node = self.decode_node(data)

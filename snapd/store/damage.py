@@ -104,17 +104,24 @@ def finder(store: Store, bad: Collection[str]) -> Callable[[str], Found]:
     def node_of(key: str) -> trees.Node | None:
         """Node ``key`` — None when nothing below it is bad, so its names are not needed."""
         cached = store.cached_node(key)  # not cached from here: the walk would evict what marks use
+        if isinstance(cached, fan.FanNode):  # a wide directory: a bad part makes it unreadable
+            return _whole(key, cached.parts, cached)
         if cached is not None:
             return cached
         data = store.get(key)
-        if fan.is_fan(data):  # a wide directory, read whole: a bad part makes it unreadable
-            if any(part.key in bad for part in fan.decode(data)):
-                raise CorruptObject(f"tree node {key} has a part that cannot be read")
-            return store.decode_node(data)[0]
+        if fan.is_fan(data):  # read whole (its parts read and verified)
+            return _whole(key, [part.key for part in fan.decode(data)], None) or store.decode_node(data)[0]
         contents, dirs = nodes.node_keys(data)
         if not bad_db.intersection(contents) and not any(under(objects.py_key(d)) for d in dirs):
             return None
         return nodes.decode_node(data)
+
+    def _whole(key: str, parts: Iterable[str], node: trees.Node | None) -> trees.Node | None:
+        """``node`` (a wide directory's, or None: read it), unless one of its ``parts`` is bad: then
+        the directory is unreadable, at its own path (a part is no entry a walk meets)."""
+        if any(part in bad for part in parts):
+            raise CorruptObject(f"tree node {key} has a part that cannot be read")
+        return node
 
     def under(key: str) -> Found:
         found = memo.get(key)
