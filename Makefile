@@ -59,6 +59,7 @@ bench: install
 		$(BIN)/python bench/bench_restart.py --corpus $$c --size 100k --profile && \
 		$(BIN)/python bench/profile_memory.py --corpus $$c --size 100k && \
 		$(BIN)/python bench/bench_cli.py --corpus $$c --size 100k || exit 1; done
+	$(BIN)/python bench/bench_mark.py --corpus npm --size 100k --widest --profile
 	$(BIN)/python bench/bench_baseline.py --corpus django --size 100k --cold
 	$(BIN)/python bench/make_tree.py --corpus django --size 500k
 	$(BIN)/python bench/bench_baseline.py --corpus django --size 500k --no-fsync-peer && \
