@@ -146,15 +146,12 @@ class Batch(deltas.Chooser):
         again after a collision or a replay's (its records kept, as :meth:`apply` keeps them;
         spliced from its base's when those are known, as :meth:`apply` splices)."""
         records = self._records_of(node, base, changed)
-        key, packed, data = self._node_objects(records, base, changed, self._put_now)
+        key, packed, data = self._node_objects(records, base, changed, self.put)
         # For this batch's reads and deltas:
         self._nodes[key], self._encoded[key] = packed, data
         if changed is not None:
             self._records[key] = records
         return key
-
-    def _put_now(self, data: bytes, digest: str, base: str | None) -> str:
-        return self.put(data, digest, base)
 
     def _node_objects(
         self, records: nodes.Records, base: str | None, changed: Iterable[bytes] | None, put: _Put

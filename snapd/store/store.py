@@ -82,33 +82,36 @@ class Store(StoreReader):
         """Cache the nodes among ``keys`` that the cache lacks, their chains read with one query
         (per 500 nodes); one that cannot be read is left for :meth:`load_node` to report."""
         fans: list[tuple[str, bytes]] = []  # wide directories: their parts read next, together
-        for key, chain in self._chains((k for k in keys if self.cached_node(k) is None), 500):
+        for key, data in self._readable(k for k in keys if self.cached_node(k) is None):
+            if fan.is_fan(data):
+                fans.append((key, data))
+                continue
             try:
-                data = deltas.decode_chain(key, chain, self._payload, self.hasher)
-                if fan.is_fan(data):
-                    fans.append((key, data))
-                else:
-                    self.cache_node(key, *nodes.decode_records(data))
-            except (CorruptObject, MissingObject):
+                self.cache_node(key, *nodes.decode_records(data))
+            except CorruptObject:
                 continue
         if not fans:
             return
-        parts: dict[str, bytes] = {}
         wanted = []
         for _, data in fans:
             try:
                 wanted += [part.key for part in fan.decode(data)]
             except CorruptObject:
                 continue
-        for key, chain in self._chains(wanted, 500):
-            try:
-                parts[key] = deltas.decode_chain(key, chain, self._payload, self.hasher)
-            except (CorruptObject, MissingObject):
-                continue
+        parts = dict(self._readable(wanted))
         for key, data in fans:
             try:
                 self.cache_node(key, fan.assemble(data, parts))
             except (CorruptObject, KeyError):  # a part damaged or missing: load_node reports it
+                continue
+
+    def _readable(self, keys: Iterable[str]) -> Iterator[tuple[str, bytes]]:
+        """(key, verified content) of each of ``keys`` that can be read, their chains read with
+        one query per 500; one that cannot is left out (:meth:`load_node` reports it)."""
+        for key, chain in self._chains(keys, 500):
+            try:
+                yield key, deltas.decode_chain(key, chain, self._payload, self.hasher)
+            except (CorruptObject, MissingObject):
                 continue
 
     def delta_link(self, key: str) -> tuple[str | None, int] | None:
