@@ -16,6 +16,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,9 @@ import pytest
 from e2e_helpers import Daemon, OtherUser, describe, git, start_daemon, unavailable, wait_for
 
 from snapd.capture.roots import fs_type
+from snapd.config import load_config
 from snapd.errors import NotFound
+from snapd.store import trees
 from snapd.store.store import Store
 
 pytestmark = pytest.mark.timeout(120)
@@ -197,6 +200,78 @@ def test_randomized_directory_move_bursts_match_the_disk(daemon: Daemon, ws: Pat
             f"differ: {sorted(k for k in set(got) & set(want) if got[k] != want[k])[:20]}"
         )
     shutil.rmtree(outside)
+
+
+# -- 1b. a baseline's walk places the watches as it goes --------------------------------------
+
+
+@pytest.mark.timeout(180)
+def test_changes_made_while_the_baseline_walks_are_in_the_next_mark(tmp_path: Path, ws: Path) -> None:
+    """A new workspace's baseline has each directory watched, then listed, as its walk reaches
+    it, while reader processes read what it found (snapd.capture.recorder.Recorder.baseline).
+    Writes, new directories, deletions and a directory rename made in every part of the tree
+    while it runs, and once more right after it, are all in the next mark: a directory listed
+    before a change has its watch, one listed after it reads the change."""
+    rng = random.Random(20261207)
+    dirs = [f"d{i:02d}/s{j}" for i in range(40) for j in range(8)]
+    for d in dirs:
+        for k in range(8):
+            write(ws / d / f"f{k}.txt", f"{d} {k}\n" * 20)
+    home = tmp_path / "snapd-home"
+    daemon = start_daemon(home)
+    try:
+        done = threading.Event()
+        answer: list[Any] = []
+
+        def watch() -> None:
+            try:
+                answer.append(daemon.client(120).call("watch", path=os.fsencode(ws)))
+            except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+                answer.append(exc)
+            done.set()
+
+        def churn(n: int) -> None:
+            d = rng.choice(dirs)
+            kind = rng.randrange(4)
+            if kind == 0:
+                write(ws / d / f"f{rng.randrange(8)}.txt", f"changed {n}\n")
+            elif kind == 1:
+                write(ws / d / f"new{n}" / "g.txt", f"new dir {n}\n")
+            elif kind == 2:
+                gone = ws / d / f"f{rng.randrange(8)}.txt"
+                if gone.exists():
+                    gone.unlink()
+            elif (ws / d).is_dir() and not (ws / f"{d}-moved").exists():
+                os.rename(ws / d, ws / f"{d}-moved")
+                write(ws / f"{d}-moved" / "after.txt", f"after the move {n}\n")
+                dirs.remove(d)
+
+        threading.Thread(target=watch, daemon=True).start()
+        n = 0
+        while not done.is_set():
+            churn(n)
+            n += 1
+            time.sleep(0.001)
+        assert not isinstance(answer[0], BaseException), answer[0]
+        for _ in range(100):  # every part of the tree, right after the baseline
+            churn(n)
+            n += 1
+        mark = daemon.call("mark", label="after", workspace=os.fsencode(ws))["id"]
+        print(f"{n} changes, {len(answer)} baseline; mark {mark}")
+    finally:
+        assert daemon.stop() == 0
+    with Store.open(load_config(daemon.env).locations.store_dir) as store:
+        tree = store.mark(mark).tree
+        got = {
+            p: ("dir", 0, b"") if e.kind == "dir" else (e.kind, stat.S_IMODE(e.mode), store.get(e.key))
+            for p, e in trees.walk(store.load_node, tree)
+        }
+    want = disk_tree(ws)
+    assert got == want, (
+        f"the mark differs from the disk: only in the mark {sorted(set(got) - set(want))[:10]}, "
+        f"only on disk {sorted(set(want) - set(got))[:10]}, "
+        f"differ {sorted(k for k in set(got) & set(want) if got[k] != want[k])[:10]}"
+    )
 
 
 # -- 2. hard links --------------------------------------------------------------------------------

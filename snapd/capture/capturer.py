@@ -10,10 +10,11 @@ paths.
 
 from __future__ import annotations
 
+import itertools
 import os
 import stat
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,14 +30,15 @@ from snapd.store import trees
 from snapd.store.batch import Batch
 
 
-@dataclass(frozen=True)
+@dataclass
 class Walk:
-    """A walk of the whole root: the paths to capture, and the directories that could not be
-    listed (why)."""
+    """A walk of the whole root, made as it is read: the paths to capture (an iterator: the
+    directories are listed as it reaches them), then the directories that could not be listed
+    (why), and how many paths it found so far, for the progress of a baseline."""
 
-    rels: list[bytes]
+    rels: Iterator[bytes]
     unlistable: dict[bytes, str]
-    files: int  # paths that are not directories: what a baseline's progress counts
+    files: int = 0  # paths found that are not directories: what a baseline's progress counts
 
 
 class Capturer:
@@ -178,10 +180,10 @@ class Capturer:
         )
         return changes, skipped
 
-    def walk_all(self, listings: dict[bytes, reader.Listing] | None = None) -> Walk:
+    def walk_all(self, lister: Callable[[bytes], reader.Listing | None] | None = None) -> Walk:
         """Walk the whole root (a baseline): every path captured, and the directories whose
-        listing failed. Counts what the rules leave out. ``listings`` are directories'
-        listings made already (:func:`reader.walk`'s ``listed``)."""
+        listing failed. Counts what the rules leave out. ``lister`` lists each directory as
+        the walk reaches it, after watching it (:func:`reader.walk`'s ``listed``)."""
         tally = ingest.IgnoredTally()
         unlistable: dict[bytes, str] = {}
 
@@ -195,22 +197,29 @@ class Capturer:
             descend=self._rules.current.dir_may_contain_captured,
             unreadable=unreadable,
             counters=self.counters,
-            listed=listings,
+            listed=lister,
             left_out=self.present.listed,
         )
-        rels, files = [], 0
-        for rel, is_dir in walked:
-            rels.append(rel)
-            files += not is_dir
         self.ignored = tally
-        return Walk(rels, unlistable, files)
+        walk = Walk(iter(()), unlistable)
+
+        def paths() -> Iterator[bytes]:
+            for rel, is_dir in walked:
+                walk.files += not is_dir
+                yield rel
+
+        walk.rels = paths()
+        return walk
 
     def read_walk(
         self, batch: Batch, walk: Walk, report: ingest.Report, progress: CountCallback | None
     ) -> dict[bytes, trees.Change]:
-        """Read what :meth:`walk_all` found into ``batch``, in parallel. ``progress`` counts
-        what the bar says, files (and symlinks) read, not directories, and ends at its total."""
-        rels = walk.rels
+        """Read what :meth:`walk_all` finds into ``batch``, in parallel, while it walks.
+        ``progress`` counts what the bar says, files (and symlinks) read, not directories, of
+        those found so far, and ends at its total."""
+        # reader processes for a big tree only: starting them costs ~0.1 s
+        first = list(itertools.islice(walk.rels, readers.FROM_PATHS))
+        rels = itertools.chain(first, walk.rels)
         done = 0
 
         def read(r: reader.Read) -> None:
@@ -232,7 +241,7 @@ class Capturer:
             on_read=read,
             from_walk=True,
             counters=self.counters,
-            processes=len(rels) >= readers.FROM_PATHS,
+            processes=len(first) >= readers.FROM_PATHS,
         )
         for rel, why in walk.unlistable.items():  # a listing failed where access() said it would not
             change = changes.get(rel)

@@ -216,7 +216,7 @@ def walk(
     descend: Callable[[bytes], bool] | None = None,
     unreadable: Callable[[bytes, str], None] | None = None,
     counters: Counters | None = None,
-    listed: dict[bytes, Listing] | None = None,
+    listed: Callable[[bytes], Listing | None] | None = None,
     left_out: LeftOut | None = None,
 ) -> Iterator[tuple[bytes, bool]]:
     """(relative path, is_dir) for every non-ignored path under ``rel_dir``, parents first.
@@ -227,16 +227,17 @@ def walk(
     unsorted: on a 100k-file tree a recursive, sorted walk costs several times the syscalls.
     A walk of the whole workspace counts as a full scan in ``counters``.
 
-    ``listed`` holds listings made already (the watcher lists each directory right after
-    watching it): each is judged like a fresh one, used once and dropped; a directory not in
-    it is listed here. ``left_out`` is told what each listing leaves out as ignored.
+    ``listed(d)``, if given, lists directory ``d`` as the walk reaches it, or returns None
+    (then ``d`` is listed here): a new workspace's watcher watches each directory, then lists
+    it. Its listing is judged like a fresh one. ``left_out`` is told what each listing leaves
+    out as ignored.
     """
     if counters is not None and not rel_dir:
         counters.scanned_all()
     stack = [rel_dir]
     while stack:
         d = stack.pop()
-        made = listed.pop(d, None) if listed is not None else None
+        made = listed(d) if listed is not None else None
         entries: Listing = []
         try:
             if made is None:

@@ -32,7 +32,7 @@ from snapd.capture.moves import MovePairing
 from snapd.capture.placement import DONE, Placement
 from snapd.capture.reader import Listing
 from snapd.capture.translator import Translator, created
-from snapd.capture.watches import OnListing, WatchTable
+from snapd.capture.watches import WatchTable
 from snapd.errors import NotFound, WorkspaceRefused
 
 log = structlog.get_logger(__name__)
@@ -137,14 +137,14 @@ class Watcher:
         thread = self._thread
         return thread is not None and thread.is_alive() and not self._stopping
 
-    def start(
-        self, known_dirs: Iterable[bytes] | None = None, on_listing: OnListing | None = None
-    ) -> None:
+    def start(self, known_dirs: Iterable[bytes] | None = None, *, walked: bool = False) -> None:
         """Place the watches and start reading.
 
-        ``known_dirs`` None: every directory is watched (then listed) before this returns;
-        ``on_listing`` is told each listing as it is made (a baseline walks them: the tree is
-        listed once, and whatever changes in a directory after its listing reaches its watch).
+        ``known_dirs`` None: every directory is watched (then listed) before this returns,
+        or with ``walked`` only the root: the caller's walk places the others, parents first,
+        through :meth:`watch_and_list` (a new workspace's baseline: the tree is listed once,
+        its files read while the walk goes on, and whatever changes in a directory after its
+        listing reaches its watch).
         Else they are the directories a previous run captured, watched without listing any
         (at start-up, listing tens of thousands of unchanged directories dominates), by the
         reader thread before it starts reading, in sorted order: :attr:`placement` tells how
@@ -159,7 +159,7 @@ class Watcher:
         if not os.path.isdir(self._root_b):
             raise NotFound(f"workspace root {self.root} does not exist or is not a directory")
         with self._lock:
-            self._watches.open(whole_tree=known_dirs is None, on_listing=on_listing)
+            self._watches.open(whole_tree=known_dirs is None and not walked)
         if known_dirs is not None:
             self.placement = Placement(sorted(known_dirs))
         with self._pipe_lock:  # a stop() from now on either finds the thread or was first
@@ -206,6 +206,16 @@ class Watcher:
         if not self.running:
             return False
         return self._cookies.barrier(timeout)
+
+    def watch_and_list(self, rel: bytes) -> Listing | None:
+        """Watch directory ``rel``, whose parent a walk watched and listed through here
+        already (:meth:`start` with ``walked``), then list it: its entries, or None if it is
+        not to be watched, its watch failed, it could not be listed or the watcher stopped
+        (the walk lists it itself then, and reports why it cannot)."""
+        with self._lock:
+            if not self.running:
+                return None
+            return self._watches.watch_and_list(rel)
 
     def watch_new(self, dirs: Iterable[bytes]) -> list[WatchEvent]:
         """Watch directories found after :meth:`start` (and everything below them); returns a

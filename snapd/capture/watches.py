@@ -49,10 +49,6 @@ _RACES: Final = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP})
 # ... that are the kernel's limits (fs.inotify.max_user_watches, memory), not the directory's.
 LIMITS: Final = frozenset({errno.ENOSPC, errno.ENOMEM})
 
-#: Told each directory's listing (its path, what it found) as the watches are placed.
-OnListing = Callable[[bytes, Listing], None]
-
-
 class WatchTable:
     """inotify watches of one root by watch descriptor and by path, on one inotify instance.
 
@@ -108,15 +104,16 @@ class WatchTable:
         """The directory ``wd`` watches, None for a removed or detached watch."""
         return self._wd_path.get(wd)
 
-    def open(self, *, whole_tree: bool, on_listing: OnListing | None = None) -> None:
+    def open(self, *, whole_tree: bool) -> None:
         """A new inotify instance with the root watched and, with ``whole_tree``, every
-        directory below it (watched, then listed: each listing handed to ``on_listing`` if
-        given); else the caller places the directories a previous run captured (:meth:`place`)."""
+        directory below it (watched, then listed); else the caller places the others: the
+        directories a previous run captured (:meth:`place`), or a new workspace's, one at a
+        time as its baseline walks them (:meth:`watch_and_list`)."""
         self.fd = inotify.open_instance(self.root)
         try:
             self.root_wd = self.add(b"", root=True)
             if whole_tree:
-                self.add_tree(b"", None, on_listing)
+                self.add_tree(b"", None)
         except BaseException:
             os.close(self.fd)
             self.fd = -1
@@ -355,52 +352,53 @@ class WatchTable:
         self.add_tree(dest, None)
 
     def add_tree(
-        self,
-        top: bytes,
-        found: Listing | None,
-        on_listing: OnListing | None = None,
-        *,
-        vanished: list[bytes] | None = None,
+        self, top: bytes, found: Listing | None, *, vanished: list[bytes] | None = None
     ) -> set[bytes]:
         """Watch ``top`` and the directories below it that ``should_watch_dir`` allows,
         watch first and list second, so nothing created in between is missed. With ``found``,
-        append every entry listed (cookies aside); ``on_listing`` gets each watched
-        directory's listing as it is made, before anything below it is judged (a new
-        workspace's baseline walks these instead of listing every directory a second time, and
-        its ignore rules learn which directories hold no ``.gitignore``). ``vanished`` gets
-        the directories gone before their watch was placed. Returns the directories watched."""
+        append every entry listed (cookies aside). ``vanished`` gets the directories gone
+        before their watch was placed. Returns the directories watched."""
         watched: set[bytes] = set()
         stack = [top]
         while stack:
             rel = stack.pop()
-            if rel != b"" and not self.should_watch(rel):
+            children = self._watch_listed(rel, watched, vanished)
+            if children is None:
                 continue
-            if self.add(rel, vanished=vanished) < 0:
-                continue
-            watched.add(rel)
-            if self._counters is not None:
-                self._counters.listed()
-            try:
-                with os.scandir(os.path.join(self._root_b, rel) if rel else self._root_b) as it:
-                    entries = [(e.name, entry_is_dir(e)) for e in it]
-            except (FileNotFoundError, NotADirectoryError):
-                if vanished is not None:
-                    vanished.append(rel)  # gone between its watch and its listing
-                continue
-            except OSError:
-                # A walker lists it again, and reports why it cannot. The watches below it
-                # that we have (it became unreadable after they were placed) still report.
-                watched.update(p for p in self._path_wd if at_or_below(p, rel))
-                continue
-            children = [
-                (join(rel, name), is_dir) for name, is_dir in entries if rel or not is_cookie_name(name)
-            ]
             if found is not None:
                 found.extend(children)
-            if on_listing is not None:
-                on_listing(rel, children)
             stack.extend(child for child, is_dir in children if is_dir)
         return watched
+
+    def watch_and_list(self, rel: bytes) -> Listing | None:
+        """Watch directory ``rel`` (its parent watched and listed already), then list it: its
+        entries as (relative path, is_dir), cookies aside. None when it is not to be watched,
+        its watch failed, or it could not be listed: the caller lists it itself, and reports
+        why it cannot."""
+        return self._watch_listed(rel, set(), None)
+
+    def _watch_listed(self, rel: bytes, watched: set[bytes], vanished: list[bytes] | None) -> Listing | None:
+        """One directory of :meth:`add_tree`: watched (added to ``watched``), then listed."""
+        if rel != b"" and not self.should_watch(rel):
+            return None
+        if self.add(rel, vanished=vanished) < 0:
+            return None
+        watched.add(rel)
+        if self._counters is not None:
+            self._counters.listed()
+        try:
+            with os.scandir(os.path.join(self._root_b, rel) if rel else self._root_b) as it:
+                entries = [(e.name, entry_is_dir(e)) for e in it]
+        except (FileNotFoundError, NotADirectoryError):
+            if vanished is not None:
+                vanished.append(rel)  # gone between its watch and its listing
+            return None
+        except OSError:
+            # A walker lists it again, and reports why it cannot. The watches below it
+            # that we have (it became unreadable after they were placed) still report.
+            watched.update(p for p in self._path_wd if at_or_below(p, rel))
+            return None
+        return [(join(rel, name), is_dir) for name, is_dir in entries if rel or not is_cookie_name(name)]
 
     def resync(self) -> None:
         """Re-apply ``should_watch_dir`` to the whole tree: add missing watches, drop the

@@ -31,7 +31,7 @@ from typing import Any
 import structlog
 
 from snapd import memtrim
-from snapd.capture import ignore, reader, roots
+from snapd.capture import ignore, roots
 from snapd.capture.capture_thread import CaptureThread
 from snapd.capture.capturer import Capturer
 from snapd.capture.conditions import Conditions
@@ -43,7 +43,6 @@ from snapd.capture.recorder import Recorder
 from snapd.capture.scan import CountCallback
 from snapd.capture.statcache import StatCache
 from snapd.capture.watcher import Watcher
-from snapd.capture.watches import OnListing
 from snapd.config import CaptureSettings
 from snapd.errors import SnapdError, WorkspaceRefused
 from snapd.store import safeio
@@ -133,15 +132,14 @@ class Workspace:
         self.watcher = self.recorder.watcher = watcher  # a stop() during the load reaches it
         # A known workspace: its stat cache first, then the directories it names are watched
         # without listing them (on the watcher's thread, every one before the reconcile scan
-        # looks at any path: :mod:`snapd.capture.placement`); a new one: watched and listed.
+        # looks at any path: :mod:`snapd.capture.placement`); a new one: the root, and the
+        # baseline's walk has each directory watched, then listed, as it reaches it.
         stats = StatCache.from_rows(self.store.load_stats(self.id)) if known else StatCache()
         self.capturer.stats = stats
         if known:
-            listings: dict[bytes, reader.Listing] | None = None
             watcher.start(stats.directories())
         else:
-            listings = {}
-            watcher.start(None, self._listed(listings))
+            watcher.start(walked=True)
         watcher.placement.wait_all()
 
         if self._recover is not None:
@@ -153,7 +151,7 @@ class Workspace:
                 progress(done, total)
 
         with self.lock:
-            baseline = self.recorder.catch_up(note, listings)
+            baseline = self.recorder.catch_up(note)
         if watcher.untrusted:
             self._watch_shortfall()
         self.progress = None
@@ -164,19 +162,6 @@ class Workspace:
         watches = watcher.watch_count
         log.info("workspace.started", workspace=str(self.root), files=stats.files(), watches=watches)
         return baseline
-
-    def _listed(self, listings: dict[bytes, reader.Listing]) -> OnListing:
-        """What the watcher tells of each directory it lists while placing a new workspace's
-        watches: kept for the baseline's walk, and a directory without a ``.gitignore`` spares
-        the rules an attempt to open one (one failed ``open`` per directory: 7% of a baseline's
-        request thread at django-100k, by py-spy)."""
-
-        def listed(rel_dir: bytes, entries: reader.Listing) -> None:
-            listings[rel_dir] = entries
-            if not any(rel.rpartition(b"/")[2] == ignore.RULE_FILE_NAME for rel, _ in entries):
-                self.live_rules.current.lacks_rule_file(rel_dir)
-
-        return listed
 
     def _watch_dir(self, rel: bytes) -> bool:
         # A directory captured before was judged then: if the rules changed meanwhile, the
