@@ -14,6 +14,7 @@ from e2e_helpers import unavailable, wait_for
 
 from snapd.capture.cookies import remove_stale_cookies
 from snapd.capture.events import WatchEvent
+from snapd.capture.reader import walk
 from snapd.capture.watcher import Watcher
 from snapd.errors import WorkspaceRefused
 from snapd.paths import is_cookie_name
@@ -451,3 +452,33 @@ def test_a_watcher_stopped_before_it_starts_never_watches(root: Path) -> None:
         w.start()
     assert not w.running
     assert not [t for t in threading.enumerate() if t.name == f"snapd-watch:{root}"]
+
+
+def test_a_walk_watches_nothing_below_a_directory_whose_watch_it_could_not_place(tmp_path: Path) -> None:
+    """A new workspace's baseline walk (``start(walked=True)``) reaches ``Q/b``, just moved there
+    from ``P/a`` and a symlink left at ``P/a``, before the watcher thread has read the move:
+    ``Q/b``'s watch is still named ``P/a`` in the table, so it is not placed (the records lag
+    the disk). Nothing below it is watched either: ``Q/b/x``'s watch, still named ``P/a/x``,
+    is the same directory through the symlink, and would pass for a bind mount (every mark a
+    full scan, until a restart). Once the move is read, the table names the disk."""
+    root = tmp_path / "ws"
+    (root / "P" / "a" / "x").mkdir(parents=True)
+    (root / "Q").mkdir()
+    rootb = os.fsencode(root)
+    w = Watcher(root, Recorder(), lambda rel: True)
+    w.start(walked=True)
+    try:
+        for _ in walk(rootb, lambda rel, is_dir: False, b"P", listed=w.watch_and_list):
+            pass  # P, P/a, P/a/x watched; Q not reached yet
+        with w._lock:  # the watcher thread cannot read the move until the walk below is done
+            os.rename(root / "P" / "a", root / "Q" / "b")
+            os.symlink("../Q/b", root / "P" / "a")
+            walked = [rel for rel, _ in walk(rootb, lambda rel, is_dir: False, b"Q", listed=w.watch_and_list)]
+        assert walked == [b"Q/b", b"Q/b/x"]
+        assert w.barrier(10) and w.barrier(10)
+        assert w.aliased == {}
+        assert not w.untrusted
+        with w._lock:
+            assert {w._watches.path_of(wd) for wd in w._watches._wd_path} >= {b"Q/b", b"Q/b/x"}
+    finally:
+        w.stop()

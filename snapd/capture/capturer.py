@@ -39,6 +39,7 @@ class Walk:
     rels: Iterator[bytes]
     unlistable: dict[bytes, str]
     files: int = 0  # paths found that are not directories: what a baseline's progress counts
+    complete: bool = False  # the walk is over: ``files`` is the total
 
 
 class Capturer:
@@ -207,6 +208,7 @@ class Capturer:
             for rel, is_dir in walked:
                 walk.files += not is_dir
                 yield rel
+            walk.complete = True
 
         walk.rels = paths()
         return walk
@@ -215,8 +217,8 @@ class Capturer:
         self, batch: Batch, walk: Walk, report: ingest.Report, progress: CountCallback | None
     ) -> dict[bytes, trees.Change]:
         """Read what :meth:`walk_all` finds into ``batch``, in parallel, while it walks.
-        ``progress`` counts what the bar says, files (and symlinks) read, not directories, of
-        those found so far, and ends at its total."""
+        ``progress`` counts what the bar says, files (and symlinks) read, not directories, of a
+        total unknown (None) until the walk is over, and ends at its total."""
         # reader processes for a big tree only: starting them costs ~0.1 s
         first = list(itertools.islice(walk.rels, readers.FROM_PATHS))
         rels = itertools.chain(first, walk.rels)
@@ -228,7 +230,7 @@ class Capturer:
             if progress is not None and r.kind != "dir":
                 done += 1
                 if done % 500 == 0:
-                    progress(min(done, walk.files), walk.files)
+                    progress(min(done, walk.files), walk.files if walk.complete else None)
 
         changes = ingest.capture(
             batch,

@@ -26,7 +26,9 @@ from snapd.capture.counters import Counters
 from snapd.capture.reader import Ignored, LeftOut, list_dir, lstat
 from snapd.capture.statcache import StatCache
 
-CountCallback = Callable[[int, int], None]  # (done, total): how far a scan or baseline has come
+# (done, total): how far a scan or baseline has come; total None while a baseline's walk is
+# still finding what there is
+CountCallback = Callable[[int, "int | None"], None]
 _ROOT = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC  # what recheck_files stats each name from
 
 

@@ -371,10 +371,15 @@ class WatchTable:
         return watched
 
     def watch_and_list(self, rel: bytes) -> Listing | None:
-        """Watch directory ``rel`` (its parent watched and listed already), then list it: its
+        """Watch directory ``rel`` (a walk's: its parent reached before it), then list it: its
         entries as (relative path, is_dir), cookies aside. None when it is not to be watched,
-        its watch failed, or it could not be listed: the caller lists it itself, and reports
-        why it cannot."""
+        its watch failed, it could not be listed, or its parent has no watch under its name
+        (none is placed below a failed one, as :meth:`add_tree` places none: a watch there
+        could be a moved directory's under a name the records have not caught up with, seen
+        through a symlink left at its old place as a bind mount). The caller lists it itself
+        then, and reports why it cannot."""
+        if rel and rel.rpartition(b"/")[0] not in self._path_wd:
+            return None
         return self._watch_listed(rel, set(), None)
 
     def _watch_listed(self, rel: bytes, watched: set[bytes], vanished: list[bytes] | None) -> Listing | None:

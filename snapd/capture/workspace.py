@@ -96,7 +96,7 @@ class Workspace:
             root, self.dirty, self.lock, self.recorder.capture_dirty, self._announce, self._stop_if_lost
         )
         self.watcher: Watcher | None = None
-        self.progress: tuple[int, int] | None = None  # (done, total) while starting
+        self.progress: tuple[int, int | None] | None = None  # (done, total) while starting
         self.root_id = ""
         self.recovered: dict[str, Any] | None = None  # what start-up recovery of a rollback did
         self.lost: str | None = None  # the root vanished or was replaced: capture stopped (why)
@@ -143,9 +143,11 @@ class Workspace:
         watcher.placement.wait_all()
 
         if self._recover is not None:
-            self._recover(self)  # it writes: with every watch in place
+            # It writes: a known workspace's watches are all in place, and a new one's baseline
+            # has yet to read anything.
+            self._recover(self)
 
-        def note(done: int, total: int) -> None:
+        def note(done: int, total: int | None) -> None:
             self.progress = (done, total)
             if progress is not None:
                 progress(done, total)

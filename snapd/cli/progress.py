@@ -31,6 +31,7 @@ class Bar:
         self.on = sys.stderr.isatty() and not args.json
         self.done = threading.Event()
         self.total: int | None = None  # the last total drawn
+        self.final: int | None = None  # the total the work ended at, if the command knows it
         self.drawn = False
         self.thread: threading.Thread | None = None
 
@@ -47,11 +48,17 @@ class Bar:
         if self.thread is None:
             return
         self.thread.join(timeout=3)  # a status call in flight ends within 2 s
-        if self.drawn and kind is None and self.total is not None:
-            sys.stderr.write("\r" + progress_bar(self.total, self.total, self.unit) + "\n")
+        total = self.final if self.final is not None else self.total
+        if self.drawn and kind is None and total is not None:
+            sys.stderr.write(_CLEAR + progress_bar(total, total, self.unit) + "\n")
         elif self.drawn:
             sys.stderr.write(_CLEAR)
         sys.stderr.flush()
+
+    def ends_at(self, total: int) -> None:
+        """The work succeeded at ``total``: the finished bar shows it (a total that became known
+        only near the end may have come after the last poll)."""
+        self.final = total
 
     def _poll(self) -> None:
         with client(self.args, self.env, quiet=True) as c:

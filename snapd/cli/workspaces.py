@@ -27,12 +27,16 @@ def ignored_line(fields: dict[str, Any]) -> str:
 
 
 def _baseline(root: str) -> Find:
-    """The baseline's progress of the workspace at ``root``, from ``status``."""
+    """The baseline's progress of the workspace at ``root``, from ``status``: files read of
+    the total, or, while the walk is still finding files (no total yet), how many were read."""
 
-    def find(st: dict[str, Any]) -> tuple[int, int] | None:
+    def find(st: dict[str, Any]) -> tuple[int, int] | str | None:
         for w in st["workspaces"]:
             if w["root"] == root and w.get("progress"):
-                return w["progress"][0], w["progress"][1]
+                done, total = w["progress"]
+                if total is None:
+                    return f"{count(done, 'file')} read, finding the rest"
+                return done, total
         return None
 
     return find
@@ -41,8 +45,10 @@ def _baseline(root: str) -> Find:
 def cmd_watch(args: argparse.Namespace, env: Env) -> int:
     path = named_workspace(args) or os.getcwd()
     root = os.path.realpath(path)
-    with client(args, env) as c, Bar(args, env, _baseline(root), "file"):
+    with client(args, env) as c, Bar(args, env, _baseline(root), "file") as bar:
         r = c.call("watch", path=os.fsencode(path))
+        if r.get("baseline"):
+            bar.ends_at(r["files"])  # the total, which the last poll may not have seen yet
     if not human(args, r):
         return 0
     base = r.get("baseline")
