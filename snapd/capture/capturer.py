@@ -32,14 +32,21 @@ from snapd.store.batch import Batch
 
 @dataclass
 class Walk:
-    """A walk of the whole root, made as it is read: the paths to capture (an iterator: the
-    directories are listed as it reaches them), then the directories that could not be listed
-    (why), and how many paths it found so far, for the progress of a baseline."""
+    """A walk of the whole root, made as it is read: iterating it yields the paths to capture
+    (each directory is listed as the walk reaches it); meanwhile it counts what it found, for a
+    baseline's progress, and ``unlistable`` gathers the directories that could not be listed
+    (why)."""
 
-    rels: Iterator[bytes]
+    walked: Iterator[tuple[bytes, bool]]  # reader.walk's (path, is_dir)
     unlistable: dict[bytes, str]
     files: int = 0  # paths found that are not directories: what a baseline's progress counts
     complete: bool = False  # the walk is over: ``files`` is the total
+
+    def __iter__(self) -> Iterator[bytes]:
+        for rel, is_dir in self.walked:
+            self.files += not is_dir
+            yield rel
+        self.complete = True
 
 
 class Capturer:
@@ -202,16 +209,7 @@ class Capturer:
             left_out=self.present.listed,
         )
         self.ignored = tally
-        walk = Walk(iter(()), unlistable)
-
-        def paths() -> Iterator[bytes]:
-            for rel, is_dir in walked:
-                walk.files += not is_dir
-                yield rel
-            walk.complete = True
-
-        walk.rels = paths()
-        return walk
+        return Walk(walked, unlistable)
 
     def read_walk(
         self, batch: Batch, walk: Walk, report: ingest.Report, progress: CountCallback | None
@@ -220,8 +218,9 @@ class Capturer:
         ``progress`` counts what the bar says, files (and symlinks) read, not directories, of a
         total unknown (None) until the walk is over, and ends at its total."""
         # reader processes for a big tree only: starting them costs ~0.1 s
-        first = list(itertools.islice(walk.rels, readers.FROM_PATHS))
-        rels = itertools.chain(first, walk.rels)
+        paths = iter(walk)
+        first = list(itertools.islice(paths, readers.FROM_PATHS))
+        rels = itertools.chain(first, paths)
         done = 0
 
         def read(r: reader.Read) -> None:
