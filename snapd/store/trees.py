@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Literal, Protocol, TypeGuard
+from typing import Any, Literal, Protocol, TypeGuard
 
 Kind = Literal["file", "symlink", "dir", "uncaptured"]
 
@@ -156,50 +156,70 @@ def apply_changes(load: Load, save: Save, root: str | None, changes: Mapping[byt
 
 
 def _build(save: Save, changes: Mapping[bytes, Change]) -> str | None:
-    """``apply_changes`` from the empty tree, bottom-up: the baseline of a big workspace.
+    """``apply_changes`` from the empty tree, bottom-up, in the order a walk gives the
+    changes: the baseline of a big workspace.
 
-    None when a path is given both as a file and as a directory's ancestor (the general
-    algorithm resolves that); a walk of a real tree never produces it.
+    A walk (:func:`snapd.capture.reader.walk`) gives each directory before what it holds, and
+    everything below a directory together; so each directory is saved as soon as the changes
+    leave it, and only the directories from the root down to the current path are held (the
+    whole tree at once was a 500k-file baseline's largest transient). None, for the general
+    algorithm, when the changes come in another order (a directory needed again after it was
+    saved, or given after a path below it) or a path is given both as a file and as a
+    directory's ancestor; a walk of a real tree gives neither.
     """
-    dirs: dict[bytes, dict[bytes, Entry]] = {b"": {}}
-    modes: dict[bytes, int] = {}
-    flags: dict[bytes, int] = {}
+    # The directories open, from the root down: (path, path + b"/", entries, mode, flags).
+    # In its parent's entries, a directory not opened yet is its Dir change, an open one _OPEN.
+    open_dirs: list[tuple[bytes, bytes, dict[bytes, Any], int, int]] = [(b"", b"", {}, 0, 0)]
+    empty: list[str] = []  # the empty node's key, once saved
+
+    def saved(entries: dict[bytes, Any]) -> str:
+        for name, e in entries.items():
+            if isinstance(e, Dir):  # never opened: it holds nothing
+                if not empty:
+                    empty.append(save({}))
+                entries[name] = Entry("dir", e.mode, 0 if e.listed else UNLISTED, empty[0])
+        return save(entries)
+
+    def close() -> None:
+        path, _, entries, mode, flags = open_dirs.pop()
+        open_dirs[-1][2][path.rpartition(b"/")[2]] = Entry("dir", mode, flags, saved(entries))
+
     for path, change in changes.items():
         if change is None:
             continue
-        split_path(path)
-        if isinstance(change, Dir):
-            modes[path] = change.mode
-            if not change.listed:
-                flags[path] = UNLISTED
-            dirs.setdefault(path, {})
-            node = None
-        else:
-            node = change
-        parent, _, name = path.rpartition(b"/")
-        while True:
-            siblings = dirs.get(parent)
-            fresh = siblings is None
-            if siblings is None:
-                siblings = dirs[parent] = {}
-            if node is not None:
-                siblings[name] = node
-            if not fresh or parent == b"":
-                break
-            node = None  # a parent directory only mentioned implicitly: make it exist
-            parent, _, name = parent.rpartition(b"/")
-    for path, change in changes.items():
-        if isinstance(change, Entry) and path in dirs:
-            return None
-    keys: dict[bytes, str] = {}
-    for path in sorted(dirs, key=lambda p: -p.count(b"/") if p else 1):
-        if path == b"":
-            continue
-        keys[path] = save(dirs[path])
-        parent, _, name = path.rpartition(b"/")
-        mode = modes.get(path, DEFAULT_DIR_MODE)
-        dirs.setdefault(parent, {})[name] = Entry("dir", mode, flags.get(path, 0), keys[path])
-    return save(dirs[b""])
+        parent, slash, name = path.rpartition(b"/")
+        if name in _BAD_NAMES or (slash and not parent):
+            raise ValueError(f"invalid relative path {path!r}")
+        while open_dirs[-1][0] != parent and len(open_dirs) > 1 and not parent.startswith(open_dirs[-1][1]):
+            close()
+        top = open_dirs[-1][0]
+        if top != parent:  # open the directories from the top one down to the parent
+            for part in (parent[len(top) + 1 :] if top else parent).split(b"/"):
+                if part in _BAD_NAMES:
+                    raise ValueError(f"invalid relative path {path!r}")
+                above = open_dirs[-1]
+                was = above[2].get(part)
+                if was is None:  # only mentioned by what it holds: made with the default mode
+                    mode, flags = DEFAULT_DIR_MODE, 0
+                elif isinstance(was, Dir):
+                    mode, flags = was.mode, 0 if was.listed else UNLISTED
+                else:  # saved already, or a file: not a walk's order
+                    return None
+                above[2][part] = _OPEN
+                sub = above[1] + part
+                open_dirs.append((sub, sub + b"/", {}, mode, flags))
+        entries = open_dirs[-1][2]
+        was = entries.get(name)
+        if was is not None and not (isinstance(change, Dir) and isinstance(was, Dir)):
+            return None  # a directory given after a path below it, or a file given twice
+        entries[name] = change
+    while len(open_dirs) > 1:
+        close()
+    return saved(open_dirs[0][2])
+
+
+_BAD_NAMES = (b"", b".", b"..")
+_OPEN = object()  # _build: a directory being built
 
 
 class _Edited(Mapping[bytes, Entry]):
