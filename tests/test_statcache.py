@@ -13,6 +13,7 @@ import stat
 import tracemalloc
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -121,11 +122,33 @@ def test_changes_waiting_for_a_commit_hold_no_second_copy() -> None:
         tracemalloc.stop()
     assert used / n < 300, f"{used / n:.0f} bytes per entry set"  # a copy each: over 400
     cache.set(b"d", (DIR, 0, 1, 1, 1), 5)
-    cache.remove(b"d0")  # set above, then gone with its directory: written as removed
+    cache.remove(b"d0")  # set above, then gone with its directory: never stored, nothing to delete
     changes = cache.take_changes()
-    assert changes[b"d0/f1"] is None and changes[b"d"] == ((DIR, 0, 1, 1, 1), 5)
+    assert changes._packed is cache._entries, "a new cache's first changes are its entries, not a copy"
+    assert b"d0/f1" not in changes and changes.removed() == [] and changes[b"d"] == ((DIR, 0, 1, 1, 1), 5)
     assert changes[b"d1/f10"] == ((FILE, 1010, 1_700 * S + 10, 1_700 * S + 10, 10**6 + 10), 1_800 * S + 10)
-    assert len(changes) == n + 2 and changes[b"d0"] is None and cache.take_changes() == {}
+    assert len(changes) == n - 10 + 1 and cache.take_changes() == {}
+    # A cache loaded from the store: its changes are the paths since, a removal written as one.
+    loaded = StatCache.from_rows(changes.rows())
+    loaded.set(b"e", (DIR, 0, 1, 1, 1), 5)
+    loaded.remove(b"d1")
+    later = loaded.take_changes()
+    assert later[b"d1"] is None and later[b"e"] == ((DIR, 0, 1, 1, 1), 5) and len(later) == 2
+    assert later.removed() == [b"d1"] and loaded.take_changes() == {}
+
+
+def test_a_new_caches_changes_refuse_to_be_read_once_it_changed() -> None:
+    """A new workspace's first changes are the cache's own entries: a put or removal before
+    they are written would write rows for what the commit's tree does not hold, so reading
+    them then is refused, never a silent mix."""
+    for edit in (lambda c: c.set(b"b", (FILE, 2, 2, 2, 2), 3), lambda c: c.remove(b"a")):
+        cache = StatCache()
+        cache.set(b"a", (FILE, 1, 1, 1, 1), 2)
+        changes = cache.take_changes()
+        assert dict(changes.rows()) == {b"a": ROW.pack(FILE, 1, 1, 1, 1, 2)}
+        edit(cache)
+        with pytest.raises(RuntimeError, match="changed before its changes were written"):
+            list(changes.rows())
 
 
 def test_children_of_small_and_big_directories() -> None:
@@ -162,8 +185,15 @@ def test_changes_are_written_in_path_order_and_packed() -> None:
     changes = cache.take_changes()
     assert [r[0] for r in changes.rows()] == sorted(set(names) - {b"m"})
     assert next(iter(changes.rows())) == (b"a", ROW.pack(FILE, 3, 3, 3, 3, 13))
-    assert changes.removed() == [b"m"] and changes[b"m"] is None
-    assert all(type(v) is bytes or v is None for v in changes._packed.values())
+    assert all(type(v) is bytes for v in changes._packed.values())
+    loaded = StatCache.from_rows(changes.rows())  # a known workspace's: removals are rows too
+    for i, p in enumerate(names):
+        loaded.set(p, (FILE, i, i, i, i), 20 + i)
+    loaded.remove(b"b")
+    again = loaded.take_changes()
+    assert [r[0] for r in again.rows()] == sorted(set(names) - {b"b"})
+    assert again.removed() == [b"b"] and again[b"b"] is None
+    assert all(type(v) is bytes or v is None for v in again._packed.values())
 
 
 def test_a_baseline_leaves_no_tree_nodes_cached(tmp_path: Path) -> None:
@@ -187,6 +217,44 @@ def test_a_baseline_leaves_no_tree_nodes_cached(tmp_path: Path) -> None:
         (root / "d3" / "e" / "f").write_text("changed")
         mark = ws.mark("after")
         assert mark.summary.get("changed") == 1
+    finally:
+        ws.stop()
+        store.close()
+
+
+@pytest.mark.parametrize("files", [30, 2100])  # read in threads; in reader processes
+def test_a_baseline_builds_its_tree_as_its_walk_goes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: int
+) -> None:
+    """A real walk's changes reach the tree build in an order it builds as they come (each
+    directory saved once the walk leaves it), never through the general algorithm, which
+    holds the whole tree at once; and the tree is the one on disk."""
+    from snapd.capture.workspace import Workspace
+    from snapd.config import CaptureSettings
+    from snapd.store import trees
+    from snapd.store.store import Store
+
+    root = tmp_path / "ws"
+    want: dict[bytes, bytes] = {}
+    for i in range(files):
+        rel = f"d{i % 7}/e{i % 5}/f{i % 3}/n{i}.txt" if i % 4 else f"d{i % 7}/top{i}.txt"
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(str(i))
+        want[rel.encode()] = str(i).encode()
+    (root / "empty" / "below").mkdir(parents=True)
+
+    def general(*args: object) -> object:
+        raise AssertionError("the baseline's changes took the general algorithm")
+
+    monkeypatch.setattr(trees, "_nest", general)
+    store = Store.open(tmp_path / "store")
+    ws = Workspace(store, store.add_workspace(os.fsencode(root)), root, CaptureSettings())
+    try:
+        assert ws.start() is not None  # the baseline
+        assert ws.tree is not None
+        got = dict(trees.walk(store.load_node, ws.tree))
+        assert {p: store.get(e.key) for p, e in got.items() if e.kind == "file"} == want
+        assert got[b"empty/below"].kind == "dir"
     finally:
         ws.stop()
         store.close()

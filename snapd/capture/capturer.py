@@ -291,7 +291,7 @@ class Capturer:
     def forget_uncommitted(self) -> None:
         """A commit failed: forget what the cache learnt since the last one, so those paths
         are read again."""
-        for path in self.stats.take_changes():
+        for path in list(self.stats.take_changes()):
             self.stats.remove(path)
 
     def recheck_loose_links(self) -> list[bytes]:

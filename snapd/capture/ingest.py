@@ -11,6 +11,7 @@ reason (:class:`Report`, :class:`IgnoredTally`), never dropped silently.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 import time
@@ -284,6 +285,13 @@ def _record_version(batch: Batch, ws: int, rel: bytes, now: int, change: trees.C
     so the marks' trees, which can, stay the only record of it."""
     if isinstance(change, trees.Dir):
         if change.listed:
-            batch.add_version(ws, rel, now, trees.Entry("dir", change.mode, 0, ""))
+            batch.add_version(ws, rel, now, _dir_version(change.mode))
         return
     batch.add_version(ws, rel, now, change)
+
+
+@functools.lru_cache(maxsize=64)
+def _dir_version(mode: int) -> trees.Entry:
+    """A directory's version row (its mode): one shared entry per mode, not one per directory
+    until the commit (239,171 of them at a 500k-file baseline)."""
+    return trees.Entry("dir", mode, 0, "")

@@ -291,8 +291,9 @@ class Recorder:
         with self._store.batch() as batch:
             changes = self._capturer.read_walk(batch, walk, report, progress)
             tree = batch.apply(None, changes)
-            added = [p for p, c in changes.items() if c is not None]
+            added = (p for p, c in changes.items() if c is not None)
             summary = ingest.summarize(batch, None, tree, report, added)
+            del changes, added  # 10^5 entries: not held through the commit
             summary["warnings"], told = self._conditions.for_mark(self.watcher)
             summary["ignored"] = self._capturer.ignored.to_json()
             state = self._mark_state(batch)

@@ -38,7 +38,7 @@ import os
 import stat
 import struct
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Final, Protocol
 
 from snapd import statrow
@@ -97,7 +97,10 @@ class StatCache:
         # entries on average, and a set costs 216 bytes at least: 10 MB at 10^5 paths), a set
         # past _SHORT (removing names one by one from a big directory stays O(1) each).
         self._kids: dict[bytes, list[bytes] | set[bytes]] | None = None
-        self._changed: set[bytes] = set()  # paths set or removed since take_changes()
+        # Paths set or removed since take_changes(); None: every entry, none of them stored
+        # yet (a new workspace's cache: its baseline's 10^5 paths are not listed again here).
+        self._changed: set[bytes] | None = None
+        self._edits = 0  # puts and removals so far: a Changes over the entries checks it
         self._links: dict[bytes, tuple[Inode, int]] = {}  # path -> (inode, st_nlink), nlink > 1
         self._by_ino: dict[int, set[bytes]] | None = None  # st_ino -> file paths, built on demand
         # Paths set or removed since take_touched() (another thread's: status); None is
@@ -117,6 +120,7 @@ class StatCache:
 
     def _load(self, packed: dict[bytes, bytes]) -> None:
         self._entries = packed
+        self._changed = set()
         self._files = sum(1 for v in packed.values() if _type(v) == stat.S_IFREG)
 
     @property
@@ -250,7 +254,9 @@ class StatCache:
             if stat.S_ISREG(sig[0]):
                 self._by_ino.setdefault(sig[4], set()).add(path)
         self._entries[path] = _pack(sig, entry[1])
-        self._changed.add(path)
+        self._edits += 1
+        if self._changed is not None:
+            self._changed.add(path)
         self._touch(path)
 
     def set(self, path: bytes, sig: Sig, read_ns: int) -> None:
@@ -269,7 +275,9 @@ class StatCache:
                 self._unindex(p, packed)
             self._links.pop(p, None)
             stack.extend(self._children.pop(p, ()))
-        self._changed.add(path)
+        self._edits += 1
+        if self._changed is not None:
+            self._changed.add(path)
         self._touch(path)
 
     # -- hard links ---------------------------------------------------------------------------
@@ -427,9 +435,16 @@ class StatCache:
         """Each path set or removed since the last call: its entry now, None when removed (a
         removed directory's row goes with everything below it). Only paths are remembered
         until then, and the entries stay packed until read: a baseline sets 10^5 entries, and
-        a second copy of each (as tuples: ~50 MB at django-100k) is felt."""
+        a second copy of each (as tuples: ~50 MB at django-100k) is felt.
+
+        A new workspace's first call (its baseline's commit): nothing is stored, so the
+        changes are every entry and no removal, and they are the entries themselves, not a
+        copy (a dict of 739,095 paths at django-500k, the baseline's peak); the cache must
+        not change until they are written (they refuse to be read after it has)."""
         changed, self._changed = self._changed, set()
         entries = self._entries
+        if changed is None:
+            return Changes(entries, lambda: self._edits)
         return Changes({p: entries.get(p) for p in changed})
 
 
@@ -437,27 +452,35 @@ class Changes(Mapping[bytes, "Entry | None"]):
     """Paths -> entry or None (removed), each entry unpacked only as it is read; a batch
     writes them as :meth:`removed` and :meth:`rows`, still packed (``store.batch.StatChanges``)."""
 
-    def __init__(self, packed: dict[bytes, bytes | None]) -> None:
+    def __init__(self, packed: Mapping[bytes, bytes | None], edits: Callable[[], int] | None = None) -> None:
+        """``edits``: the cache's edit count, when ``packed`` is its own entries (not a copy),
+        which must not have changed since."""
         self._packed = packed
+        self._edits, self._at = edits, edits() if edits is not None else 0
+
+    def _current(self) -> Mapping[bytes, bytes | None]:
+        if self._edits is not None and self._edits() != self._at:
+            raise RuntimeError("the stat cache changed before its changes were written")
+        return self._packed
 
     def removed(self) -> list[bytes]:
-        return [p for p, v in self._packed.items() if v is None]
+        return [p for p, v in self._current().items() if v is None]
 
     def rows(self) -> Iterator[Row]:
         """(path, packed entry) of each path set, in path order (the table's key: SQLite
         appends to its pages instead of splitting them)."""
-        packed = self._packed
+        packed = self._current()
         return ((p, v) for p in sorted(packed) if (v := packed[p]) is not None)
 
     def __getitem__(self, path: bytes) -> Entry | None:
-        packed = self._packed[path]
+        packed = self._current()[path]
         return None if packed is None else _unpack(packed)
 
     def __iter__(self) -> Iterator[bytes]:
-        return iter(self._packed)
+        return iter(self._current())
 
     def __len__(self) -> int:
-        return len(self._packed)
+        return len(self._current())
 
 
 def _racy(mtime_ns: int, read_ns: int, now_ns: int) -> bool:
