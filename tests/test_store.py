@@ -936,3 +936,33 @@ def test_a_capture_storing_a_content_between_the_sweeps_commit_and_its_unlink_ke
     assert gate.raced and got == [key] and rep.objects_deleted == 1
     assert store.object_path(key).exists(), "the sweep deleted the file a capture stored again"
     assert store.get(key) == data and verify(store).ok
+
+
+@pytest.mark.parametrize("flush_bytes", [1 << 30, 300])  # all pending at the commit; flushed as built
+def test_a_tree_built_from_nothing_is_not_kept_decoded(tmp_path: Path, flush_bytes: int) -> None:
+    """A baseline's nodes are stored as built, not kept decoded in the batch (every name and
+    record of the tree: most of a 500k-file baseline's heap); the batch still reads each one,
+    pending or flushed, and the commit stores them all. A directory in parts is kept."""
+    store = Store.open(tmp_path / "store", flush_bytes=flush_bytes)
+    try:
+        wide = {b"wide/n%05d" % i: trees.Entry("file", 0o644, 1, put(store, b"w")) for i in range(1_100)}
+        changes: dict[bytes, trees.Change] = {
+            b"a/b/f": trees.Entry("file", 0o644, 1, put(store, b"f")),
+            b"a/g": trees.Entry("file", 0o600, 1, put(store, b"g")),
+            b"e": trees.Dir(0o700),
+            **wide,
+        }
+        with store.batch() as batch:
+            root = batch.apply(None, changes)
+            assert [type(n).__name__ for n in batch._nodes.values()] == ["FanNode"], "only the wide one"
+            got = dict(trees.walk(batch.load_node, root))
+            assert {p: e for p, e in got.items() if e.kind == "file"} == {
+                p: c for p, c in changes.items() if isinstance(c, trees.Entry)
+            }
+            assert got[b"e"].mode == 0o700 and got[b"a"].kind == "dir"
+            batch.set_head(store.add_workspace(b"/w"), root)
+            batch.commit()
+        store.forget_caches()
+        assert dict(trees.walk(store.load_node, root)) == got
+    finally:
+        store.close()

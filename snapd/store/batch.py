@@ -125,7 +125,14 @@ class Batch(deltas.Chooser):
 
     def load_node(self, key: str) -> trees.Node:
         node = self._nodes.get(key)
-        return node if node is not None else self.store.load_node(key)
+        if node is not None:
+            return node
+        pending = self._pending.get(key)
+        if pending is not None and pending.base is None and not pending.external:
+            # a node of a tree built from nothing, not kept (:meth:`_save_built`): decoded again
+            data = objects.decode(key, pending.codec, pending.payload, self.store.hasher)
+            return nodes.decode_records(data)[0]
+        return self.store.load_node(key)
 
     def _records_of(
         self, node: trees.Node, base: str | None, changed: Iterable[bytes] | None
@@ -151,6 +158,19 @@ class Batch(deltas.Chooser):
         self._nodes[key], self._encoded[key] = packed, data
         if changed is not None:
             self._records[key] = records
+        return key
+
+    def _save_built(
+        self, node: trees.Node, base: str | None = None, changed: Iterable[bytes] | None = None
+    ) -> str:
+        """:meth:`save_node` for a tree built from nothing (a baseline): the node is stored but
+        not kept decoded until the commit (every name and entry record of the tree: most of a
+        500k-file baseline's heap, left fragmented when freed); :meth:`load_node` decodes it
+        from its payload if asked. A directory in parts is kept (its parts are objects apart)."""
+        records = self._records_of(node, base, changed)
+        key, packed, data = self._node_objects(records, base, changed, self.put)
+        if isinstance(packed, fan.FanNode):
+            self._nodes[key], self._encoded[key] = packed, data
         return key
 
     def _node_objects(
@@ -198,7 +218,7 @@ class Batch(deltas.Chooser):
         bytes (a collision: a variant key), the tree is built again, each node stored as made.
         A tree built from nothing (a baseline) is stored as built."""
         if root is None:
-            return trees.apply_changes(self.load_node, self.save_node, root, changes)
+            return trees.apply_changes(self.load_node, self._save_built, root, changes)
         objs: list[tuple[str, str, bytes, str | None]] = []  # key, digest, bytes, base: in order
         staged: list[tuple[str, trees.Node, bytes, nodes.Records]] = []
 
