@@ -51,6 +51,11 @@ class Dir:
     mode: int
     listed: bool = True
 
+    @property
+    def flags(self) -> int:
+        """Its entry's ``size``: :data:`UNLISTED` when it could not be listed, else 0."""
+        return 0 if self.listed else UNLISTED
+
 
 UNLISTED = 1
 """A directory entry's ``size``: its contents are unknown (it could not be listed). Directory
@@ -109,11 +114,12 @@ class Save(Protocol):
 
 
 DEFAULT_DIR_MODE = 0o755
+_BAD_NAMES = (b"", b".", b"..")  # no name in a relative path
 
 
 def split_path(path: bytes) -> list[bytes]:
     parts = path.split(b"/")
-    if b"" in parts or b"." in parts or b".." in parts:
+    if any(part in _BAD_NAMES for part in parts):
         raise ValueError(f"invalid relative path {path!r}")
     return parts
 
@@ -177,7 +183,7 @@ def _build(save: Save, changes: Mapping[bytes, Change]) -> str | None:
             if isinstance(e, Dir):  # never opened: it holds nothing
                 if not empty:
                     empty.append(save({}))
-                entries[name] = Entry("dir", e.mode, 0 if e.listed else UNLISTED, empty[0])
+                entries[name] = Entry("dir", e.mode, e.flags, empty[0])
         return save(entries)
 
     def close() -> None:
@@ -202,7 +208,7 @@ def _build(save: Save, changes: Mapping[bytes, Change]) -> str | None:
                 if was is None:  # only mentioned by what it holds: made with the default mode
                     mode, flags = DEFAULT_DIR_MODE, 0
                 elif isinstance(was, Dir):
-                    mode, flags = was.mode, 0 if was.listed else UNLISTED
+                    mode, flags = was.mode, was.flags
                 else:  # saved already, or a file: not a walk's order
                     return None
                 above[2][part] = _OPEN
@@ -218,7 +224,6 @@ def _build(save: Save, changes: Mapping[bytes, Change]) -> str | None:
     return saved(open_dirs[0][2])
 
 
-_BAD_NAMES = (b"", b".", b"..")
 _OPEN = object()  # _build: a directory being built
 
 
@@ -262,7 +267,7 @@ def _apply(load: Load, save: Save, key: str | None, pending: _Pending) -> str:
                 entry = None
             elif isinstance(ch, Dir):
                 keep = entry.key if entry is not None and entry.kind == "dir" else None
-                entry = Entry("dir", ch.mode, 0 if ch.listed else UNLISTED, keep or "")
+                entry = Entry("dir", ch.mode, ch.flags, keep or "")
             else:
                 entry = ch
         if sub.children and (sub.adds_below or (entry is not None and entry.kind == "dir")):
