@@ -25,16 +25,17 @@ def _bars(out: bytes, unit: bytes) -> list[tuple[int, int]]:
 
 @pytest.mark.timeout(300)
 def test_watch_bar_counts_files_not_directories_and_finishes(daemon: Daemon, tmp_path: Path) -> None:
-    """6000 files in 600 directories: the bar counts 6000 files (not 6601 paths) and is drawn
-    finished, 6000/6000, when the baseline is done."""
+    """20000 files in 2000 directories: the bar counts 20000 files (not 22001 paths) and is drawn
+    finished, 20000/20000, when the baseline is done. (6000 files were read before the bar's
+    first poll on a quick run: the baseline was over before anything was drawn.)"""
     root = tmp_path / "big"
-    _tree(root, 600, 10, "x")
+    _tree(root, 2000, 10, "x")
     t = Pty(daemon.env, "watch", root, cwd=tmp_path)
     t.read_until(b" files", timeout=120)  # drawn while the baseline runs
     assert t.finish(180) == 0, t.out
     bars = _bars(t.out, b"files")
-    assert bars and {total for _, total in bars} == {6000}, t.out[-2000:]
-    assert b"6000/6000 files\n" in t.out.replace(b"\r\n", b"\n"), t.out[-2000:]
+    assert bars and {total for _, total in bars} == {20000}, t.out[-2000:]
+    assert b"20000/20000 files\n" in t.out.replace(b"\r\n", b"\n"), t.out[-2000:]
     assert b"watching " in t.out
 
 
