@@ -161,6 +161,28 @@ def test_marks_on_a_full_store_fail_cleanly_and_lose_nothing(store: FullStore, t
         assert cat(store.d, m["id"], ws, name) == data
 
 
+def test_a_failed_mark_forgets_what_it_read_of_a_linked_files_other_names(
+    store: FullStore, tmp_path: Path
+) -> None:
+    """``ln a b; echo x >> b; rm b``: the mark reads ``a`` because ``b`` went (the only event
+    is ``b``'s). When that mark's commit fails, ``a``'s new signature must not stay in the stat
+    cache: only ``b`` is queued again, and ``a``'s new bytes would never be read."""
+    ws = workspace(tmp_path / "ws", random.Random(4))
+    a, b = ws / "a" / "linked.txt", ws / "a" / "other-name.txt"
+    a.write_bytes(b"before\n")
+    os.link(a, b)
+    store.d.ctl("watch", str(ws))
+    store.restart()  # the next catalog write needs new space
+    store.fill()
+    with b.open("ab") as f:
+        f.write(b"written through the other name\n")
+    b.unlink()
+    store.fails_full("mark", "full", "-w", str(ws))
+    store.free()
+    m = store.d.ctl_json("mark", "freed", "-w", str(ws))
+    assert cat(store.d, m["id"], ws, "a/linked.txt") == a.read_bytes()
+
+
 def test_rollback_on_a_full_store_changes_nothing(store: FullStore, tmp_path: Path) -> None:
     rng = random.Random(3)
     ws = workspace(tmp_path / "ws", rng)

@@ -173,6 +173,22 @@ def test_children_of_small_and_big_directories() -> None:
     assert cache.children(b"big") == set() and len(cache) == 2 and cache.files() == 1
 
 
+def test_forgetting_a_directory_keeps_what_is_below_it() -> None:
+    """A failed commit forgets each path it learnt (``Capturer.forget_uncommitted``): a
+    directory's own entry goes, so a scan lists it again, and its files' entries stay, each
+    right or forgotten on its own; a changed one queued."""
+    f = (FILE, 1, 1, 1, 1)
+    cache = StatCache({b"d": ((DIR, 0, 1, 1, 2), 1), b"d/a": (f, 1), b"d/b": (f, 1)})
+    cache.take_changes()
+    cache.forget(b"d")
+    cache.forget(b"d/b")
+    assert b"d" not in cache and b"d/a" in cache and b"d/b" not in cache
+    assert cache.files() == 1 and cache.children(b"d") == {b"d/a"} and cache.children(b"") == set()
+    assert dict(cache.take_changes()) == {b"d": None, b"d/b": None}
+    cache.set(b"d", (DIR, 0, 2, 2, 2), 3)  # listed again
+    assert cache.children(b"") == {b"d"} and sorted(cache.under(b"d")) == [b"d", b"d/a"]
+
+
 def test_changes_are_written_in_path_order_and_packed() -> None:
     """A baseline's 10^5 stat rows go to SQLite in key order (appended, not split into its
     pages at random), each as the packed bytes the catalog stores (format 7): the changes hold

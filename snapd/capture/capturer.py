@@ -25,7 +25,7 @@ from snapd.capture.events import Notify
 from snapd.capture.ignorednow import IgnoredNow
 from snapd.capture.liverules import LiveRules
 from snapd.capture.scan import CountCallback
-from snapd.capture.statcache import StatCache
+from snapd.capture.statcache import Changes, StatCache
 from snapd.store import trees
 from snapd.store.batch import Batch
 
@@ -67,6 +67,7 @@ class Capturer:
         self.ignored = ingest.IgnoredTally()
         self.counters = Counters()  # full scans, lstats, files read: the cost of captures, counted
         self.present = IgnoredNow(self.rootb, self.counters)
+        self._staged: Changes | None = None  # stat rows in a batch not yet committed
 
     def scan(
         self, top: bytes, progress: CountCallback | None = None, *, trust_listings: bool = True
@@ -285,14 +286,29 @@ class Capturer:
             self._announce("capture.skipped", {"path": rel, "reason": reason})
 
     def stage_stats(self, batch: Batch) -> None:
-        """Put what the cache learnt since the last commit into ``batch``."""
-        batch.set_stats(self._id, self.stats.take_changes())
+        """Put what the cache learnt since the last commit into ``batch``; until
+        :meth:`committed` says it was written, :meth:`forget_uncommitted` still knows it."""
+        self._staged = self.stats.take_changes()
+        batch.set_stats(self._id, self._staged)
 
-    def forget_uncommitted(self) -> None:
-        """A commit failed: forget what the cache learnt since the last one, so those paths
-        are read again."""
-        for path in list(self.stats.take_changes()):
-            self.stats.remove(path)
+    def committed(self) -> None:
+        """The batch :meth:`stage_stats` filled was committed."""
+        self._staged = None
+        self.present.committed()
+
+    def forget_uncommitted(self) -> list[bytes]:
+        """A commit failed: forget what the cache learnt since the last commit (staged in the
+        failed batch or not), so those paths are read again; the paths forgotten, for the
+        caller to queue. Not only the paths it was asked to read: the other names of a linked
+        file (``ln a b; echo x >> b; rm b``: ``a`` was read because ``b`` went) keep their new
+        signature otherwise, and their new bytes are never read again. A directory forgets
+        its own entry, not what is below it (its files' entries are each right or forgotten
+        here too): a scan lists it again."""
+        staged, self._staged = self._staged, None
+        paths = set(staged if staged is not None else ()) | set(self.stats.take_changes())
+        for path in paths:
+            self.stats.forget(path)
+        return sorted(paths)
 
     def recheck_loose_links(self) -> list[bytes]:
         """Files with a name outside the root (or ignored) were maybe written through it, which

@@ -161,8 +161,7 @@ class Recorder:
             return self._commit(paths, label, meta)
         except BaseException:
             # Nothing was committed: forget what the cache learnt and read it all again.
-            self._capturer.forget_uncommitted()
-            self._dirty.add_paths(paths)
+            self._dirty.add_paths([*paths, *self._capturer.forget_uncommitted()])
             raise
 
     def _commit(self, paths: list[bytes], label: str | None, meta: dict[str, Any]) -> Mark | None:
@@ -221,7 +220,7 @@ class Recorder:
                 tree = head
             capturer.stage_stats(batch)
             committed = batch.commit()
-        capturer.present.committed()
+        capturer.committed()
         self.tree = tree
         self._conditions.told = told
         self._recorded = (self._rules.current.inputs, state["root_mode"])
@@ -309,7 +308,7 @@ class Recorder:
             batch.add_state(State(self._id, start, tree, **state))
             self._capturer.stage_stats(batch)
             (mark,) = batch.commit()
-        self._capturer.present.committed()
+        self._capturer.committed()
         self._conditions.told = told
         self.tree = tree
         self._since_mark = (mark.id, set())

@@ -254,10 +254,7 @@ class StatCache:
             if stat.S_ISREG(sig[0]):
                 self._by_ino.setdefault(sig[4], set()).add(path)
         self._entries[path] = _pack(sig, entry[1])
-        self._edits += 1
-        if self._changed is not None:
-            self._changed.add(path)
-        self._touch(path)
+        self._edited(path)
 
     def set(self, path: bytes, sig: Sig, read_ns: int) -> None:
         self._put(path, (sig, read_ns))
@@ -267,14 +264,27 @@ class StatCache:
         stack = [path]
         while stack:
             p = stack.pop()
-            packed = self._entries.pop(p, None)
-            if packed is not None:
-                self._drop_child(p)
-                if _type(packed) == stat.S_IFREG:
-                    self._files -= 1
-                self._unindex(p, packed)
-            self._links.pop(p, None)
+            self._drop(p)
             stack.extend(self._children.pop(p, ()))
+        self._edited(path)
+
+    def forget(self, path: bytes) -> None:
+        """Forget ``path``'s own entry, not what is below it (:meth:`remove` drops a
+        directory's whole subtree): the next scan finds it unknown and reads it, a directory
+        listed again. What its children's entries say stands."""
+        self._drop(path)
+        self._edited(path)
+
+    def _drop(self, path: bytes) -> None:
+        packed = self._entries.pop(path, None)
+        if packed is not None:
+            self._drop_child(path)
+            if _type(packed) == stat.S_IFREG:
+                self._files -= 1
+            self._unindex(path, packed)
+        self._links.pop(path, None)
+
+    def _edited(self, path: bytes) -> None:
         self._edits += 1
         if self._changed is not None:
             self._changed.add(path)
