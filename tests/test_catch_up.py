@@ -16,12 +16,15 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from snapd.capture import readers, scan
 from snapd.capture import watcher as watcher_mod
 from snapd.capture import watches as watches_mod
-from snapd.capture.statcache import StatCache
 from snapd.capture.workspace import Workspace
 from snapd.config import CaptureSettings
 from snapd.errors import WorkspaceRefused
@@ -66,7 +69,8 @@ def _restarted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, on_seen: Callable[[bytes], None]
 ) -> Iterator[tuple[Store, Workspace]]:
     """A workspace watched, stopped, and started again with its watches placed one at a time,
-    slowly, and ``on_seen(rel)`` called right after the scan's ``lstat`` of each path."""
+    slowly, and ``on_seen(rel)`` called right after the scan's ``lstat`` of each path (in the
+    daemon's process: a cache this small is judged there, not in reader processes)."""
     root, store, ws_id = _watched_then_stopped(tmp_path)
 
     real_add = watches_mod.WatchTable.add
@@ -75,20 +79,21 @@ def _restarted(
         time.sleep(0.005)
         return real_add(self, rel, root=root)
 
-    real_seen = StatCache.seen
+    real_lstat = os.lstat
 
-    def seen_then(self: StatCache, rel: bytes, st: os.stat_result, now: int) -> tuple[bool, bool]:
-        result = real_seen(self, rel, st, now)
-        on_seen(rel)
+    def lstat_then(path: bytes, *, dir_fd: int | None = None) -> os.stat_result:
+        result = real_lstat(path, dir_fd=dir_fd)
+        if dir_fd is not None:  # a name relative to the root: the catch-up's (statcache.restat)
+            on_seen(path)
         return result
 
     monkeypatch.setattr(watcher_mod, "_CHUNK", 1)
     monkeypatch.setattr(watches_mod.WatchTable, "add", slow_add)
-    monkeypatch.setattr(StatCache, "seen", seen_then)
+    monkeypatch.setattr(os, "lstat", lstat_then)
     ws = Workspace(store, ws_id, root, CaptureSettings())
     try:
         ws.start()
-        monkeypatch.setattr(StatCache, "seen", real_seen)
+        monkeypatch.setattr(os, "lstat", real_lstat)
         yield store, ws
     finally:
         ws.stop()
@@ -125,16 +130,34 @@ def test_changes_made_during_the_catch_up_are_in_the_first_mark(
     assert files[b"d02/f.txt"] == b"old 2\n"
 
 
-def test_changes_made_while_down_are_in_the_first_mark(tmp_path: Path) -> None:
+@pytest.mark.parametrize("where", ["daemon", "reader processes"])
+def test_changes_made_while_down_are_in_the_first_mark(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
     """What the sorted pass has to get right besides the race: a vanished subtree, a directory
     turned into a file or into a symlink (nothing read through it), a new subtree inside a
-    known directory, a new entry at the root, and a file changed deep in an unchanged one."""
+    known directory, a new entry at the root, and a file changed deep in an unchanged one;
+    and a file with another name outside the root, whose links only the catch-up's ``lstat``
+    sees after a restart (links are not stored): a write through that name after the
+    restart is in the mark. Judged in the daemon (a small cache) and in reader processes
+    (a big one: here, forced)."""
+    if where == "reader processes":
+        monkeypatch.setattr(readers, "RESTAT_FROM", 0)
+    listed: list[bytes] = []
+    real_list = scan._list
+
+    def list_noted(root: bytes, d: bytes, *args: Any, **kwargs: Any) -> Any:
+        listed.append(d)
+        return real_list(root, d, *args, **kwargs)
+
+    monkeypatch.setattr(scan, "_list", list_noted)
     root = tmp_path / "ws"
     _tree(root)
     outside = tmp_path / "outside"
     (outside / "sub").mkdir(parents=True)
     (outside / "f.txt").write_text("outside\n")
     (outside / "sub" / "g.txt").write_text("outside\n")
+    os.link(root / "d11" / "f.txt", outside / "link.txt")
     store = Store.open(tmp_path / "store")
     first = Workspace(store, store.add_workspace(os.fsencode(root)), root, CaptureSettings())
     first.start()
@@ -159,6 +182,8 @@ def test_changes_made_while_down_are_in_the_first_mark(tmp_path: Path) -> None:
         ws = Workspace(store, ws_id, root, CaptureSettings())
         ws.start()
         try:
+            with (outside / "link.txt").open("a") as f:
+                f.write("written through the outside name\n")
             files = _files(store, ws, ws.mark("first").tree)
             kinds = {p: e.kind for p, e in trees.walk(store.load_node, ws.mark("second").tree)}
         finally:
@@ -169,10 +194,12 @@ def test_changes_made_while_down_are_in_the_first_mark(tmp_path: Path) -> None:
     assert files[b"d06"] == b"a file now\n"
     assert kinds[b"d07"] == "symlink"
     assert not any(p.startswith(b"d07/") for p in kinds)
+    assert not [d for d in listed if d.startswith(b"d07/")]  # nothing listed through the symlink
     assert files[b"d08/new/deeper/h.txt"] == b"new deep\n"
     assert files[b"top.txt"] == b"new at the root\n"
     assert files[b"d09/sub/g.txt"] == b"changed while down\n"
     assert files[b"d10/sub/g.txt"] == b"old sub 10\n"
+    assert files[b"d11/f.txt"] == b"old 11\nwritten through the outside name\n"
 
 
 def test_a_file_turned_directory_while_down_is_watched_after_the_restart(tmp_path: Path) -> None:
@@ -240,3 +267,20 @@ def test_a_workspace_stopped_while_it_loads_its_stat_cache_leaves_nothing_watchi
     finally:
         ws.stop()
         store.close()
+
+
+_NAMES = st.sampled_from([b"a", b"a.d", b"a-b", b"a0", b"b", b"ab", b"a.txt", b"z"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sets(st.lists(_NAMES, min_size=1, max_size=4).map(b"/".join), max_size=40), st.data())
+def test_a_directorys_children_are_found_in_sorted_paths_by_bisection(paths: set[bytes], data: Any) -> None:
+    """What the catch-up lists a directory against (its cached children) and what it marks
+    dirty below a vanished path, found in the sorted paths by bisection, are what a pass over
+    every path finds: names that sort between a child and its subtree ("a", "a.d", "a.d/x",
+    "a/y") included."""
+    ordered = sorted(paths)
+    d = data.draw(st.sampled_from([b"", *ordered]))
+    assert scan._children(ordered, d) == [p for p in ordered if p.rpartition(b"/")[0] == d]
+    lo, hi = scan._below(ordered, d)
+    assert ordered[lo:hi] == [p for p in ordered if not d or p.startswith(d + b"/")]

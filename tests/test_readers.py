@@ -15,10 +15,11 @@ import pytest
 from e2e_helpers import start_daemon, wait_for
 from ingest_helpers import vcs_only
 
-from snapd.capture import readers
+from snapd.capture import readers, statcache
 from snapd.capture.counters import Counters
 from snapd.capture.ingest import Report, capture
 from snapd.capture.reader import Read, read_path, walk
+from snapd.capture.statcache import RACY_NS, StatCache
 from snapd.ipc.client import Client
 from snapd.store.objwrite import LARGE_OBJECT
 from snapd.store.store import Store
@@ -259,3 +260,37 @@ def test_a_read_crosses_the_pipe_whole() -> None:
     assert all(values[f.name] != f.default for f in fields if f.default is not dataclasses.MISSING)
     r = Read(**values)  # type: ignore[arg-type]
     assert pickle.loads(pickle.dumps(r, pickle.HIGHEST_PROTOCOL)) == r
+
+
+def test_a_restat_in_reader_processes_reports_what_the_daemon_would_and_survives_a_death(
+    tmp_path: Path,
+) -> None:
+    """A restart's catch-up judges the stat cache's rows in the processes
+    (``ReaderProcesses.restat``): what they report is what :func:`statcache.restat` reports
+    in the daemon, chunk by chunk and in order; a process killed first costs nothing (its
+    chunks are judged in the daemon, the failure listed)."""
+    root = tmp_path / "ws"
+    make_tree(root)
+    rootb = os.fsencode(root)
+    cache = StatCache()
+    read_at = time.time_ns() + 10 * RACY_NS  # read well after every mtime: none is racy
+    for rel, _ in walk(rootb, vcs_only):
+        st = os.lstat(root / os.fsdecode(rel))
+        cache.set(rel, (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino), read_at)
+    (root / "d1" / "e1" / "own.txt").write_text("changed\n")  # reported: changed
+    (root / "d2" / "e2" / "own.txt").unlink()  # reported: gone, and its directory changed
+    os.link(root / "d3" / "e3" / "own.txt", root / "d3" / "e3" / "second-name")  # 2 links, dir changed
+    paths = sorted(cache.paths())
+    chunks = [cache.rows(paths[i : i + 7]) for i in range(0, len(paths), 7)]
+    here = [statcache.restat(rootb, rows, read_at) for rows in chunks]
+    reported = {r.path: r for rs in here for r in rs}
+    assert reported.keys() == {b"d1/e1/own.txt", b"d2/e2/own.txt", b"d3/e3/own.txt", b"d2/e2", b"d3/e3"}
+    assert reported[b"d2/e2/own.txt"].mode is None and not reported[b"d1/e1/own.txt"].same
+    assert reported[b"d3/e3/own.txt"].nlink == 2  # (a new link changed its ctime too)
+    with readers.ReaderProcesses(rootb, CAP, False, None, None) as rp:
+        assert list(rp.restat(read_at, chunks)) == here
+        victim = rp.pids[0]
+        os.kill(victim, signal.SIGKILL)
+        wait_for(lambda: Path(f"/proc/{victim}/stat").read_text().split()[2] == "Z", 10, what="victim dead")
+        assert list(rp.restat(read_at, chunks)) == here
+    assert any(str(victim) in f for f in rp.failures), rp.failures

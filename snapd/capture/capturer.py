@@ -10,6 +10,7 @@ paths.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import stat
@@ -101,15 +102,24 @@ class Capturer:
         """:meth:`scan` of everything at start-up, the known directories watched
         (:func:`snapd.capture.scan.catch_up`)."""
         rules = self._rules
-        return scan.catch_up(
-            self.rootb,
-            self.stats,
-            rules.is_ignored,
-            rules.current.dir_may_contain_captured,
-            progress=progress,
-            counters=self.counters,
-            left_out=self.present.listed,
-        )
+        with contextlib.ExitStack() as stack:
+            restat = None
+            if len(self.stats) >= readers.RESTAT_FROM:
+                procs = stack.enter_context(
+                    readers.ReaderProcesses(self.rootb, 0, False, None, self.counters)
+                )
+                stack.callback(ingest.log_failures, procs)
+                restat = procs.restat
+            return scan.catch_up(
+                self.rootb,
+                self.stats,
+                rules.is_ignored,
+                rules.current.dir_may_contain_captured,
+                progress=progress,
+                counters=self.counters,
+                left_out=self.present.listed,
+                restat=restat,
+            )
 
     def wanted(self, rel: bytes) -> bool:
         """Capture ``rel``: not ignored, or ignored now but still in the tree (to drop it).

@@ -201,7 +201,7 @@ def capture(
         chunks: Iterable[list[Read]] = _chunks(map(prepare, paths), CHUNK)
         if parallel and processes and batch.store.hasher is objects.xxh3_hex:
             procs = stack.enter_context(readers.ReaderProcesses(root, size_cap, from_walk, prepare, counters))
-            stack.callback(_log_failures, procs)
+            stack.callback(log_failures, procs)
             chunks = procs.map(_chunks(paths, CHUNK))
         elif parallel:  # a thread pool only where it pays: baselines, not a mark's few paths
             pool = stack.enter_context(ThreadPoolExecutor(WORKERS, thread_name_prefix="snapd-read"))
@@ -273,7 +273,8 @@ def _payload(r: Read) -> Callable[[], tuple[int, bytes]]:
     return payload
 
 
-def _log_failures(procs: readers.ReaderProcesses) -> None:
+def log_failures(procs: readers.ReaderProcesses) -> None:
+    """What went wrong in reader processes (the work was done in the daemon instead)."""
     for failure in procs.failures:
         log.warning("capture.reader_failed", error=failure)
 

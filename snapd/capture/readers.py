@@ -33,10 +33,12 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
-from typing import Any
+from typing import Any, NamedTuple, TypeVar
 
+from snapd.capture import statcache
 from snapd.capture.counters import Counters
 from snapd.capture.reader import Read, read_path
+from snapd.capture.statcache import Restated, Row
 from snapd.store import objects
 
 WORKERS = 2  # the machine's cores are shared with the request thread that consumes the results
@@ -50,6 +52,18 @@ FROM_PATHS = 2000  # fewer paths than this: threads (starting the processes cost
 RESULTS_PIPE = 1 << 20
 
 Chunk = list[bytes]
+RESTAT_FROM = 50_000  # cached paths from which a restart's catch-up judges them in the processes
+
+
+class Restat(NamedTuple):
+    """A message asking a process to judge stat-cache rows (:func:`statcache.restat`)."""
+
+    now_ns: int
+    rows: list[Row]
+
+
+_M = TypeVar("_M", Chunk, Restat)  # a message to a process
+_A = TypeVar("_A")  # its answer
 
 
 def digested(r: Read, claimed: set[bytes]) -> Read:
@@ -80,7 +94,7 @@ class _Process:
         except OSError:
             pass  # a lower pipe-max-size, or no such fcntl: slower, not wrong
         self.alive = True
-        self._out: queue.SimpleQueue[Chunk | None] = queue.SimpleQueue()
+        self._out: queue.SimpleQueue[Chunk | Restat | None] = queue.SimpleQueue()
         self._feeder = threading.Thread(target=self._feed, name="snapd-reader-feed", daemon=True)
         self._feeder.start()
 
@@ -98,13 +112,13 @@ class _Process:
         except OSError:
             pass
 
-    def send(self, chunk: Chunk) -> None:
-        self._out.put(chunk)
+    def send(self, message: Chunk | Restat) -> None:
+        self._out.put(message)
 
-    def receive(self) -> tuple[list[Read], int, int]:
+    def receive(self) -> Any:
+        """The answer to the oldest message not answered yet (what :func:`serve` sends)."""
         assert self.popen.stdout is not None
-        reads, lstats, files = pickle.load(self.popen.stdout)
-        return reads, lstats, files
+        return pickle.load(self.popen.stdout)
 
     def close(self) -> None:
         """Let the process end (stdin closed); one still writing results (a capture that
@@ -130,7 +144,7 @@ class ReaderProcesses:
         root: bytes,
         size_cap: int,
         trusted: bool,
-        fallback: Callable[[bytes], Read],
+        fallback: Callable[[bytes], Read] | None,
         counters: Counters | None,
         workers: int = WORKERS,
     ) -> None:
@@ -159,35 +173,63 @@ class ReaderProcesses:
 
     def map(self, chunks: Iterable[Chunk]) -> Iterator[list[Read]]:
         """The reads of each chunk, in order, at most WINDOW chunks in flight per process."""
-        pending: deque[tuple[_Process | None, Chunk]] = deque()
+        return self._ask(chunks, self._reads)
+
+    def restat(self, now_ns: int, chunks: Iterable[list[Row]]) -> Iterator[list[Restated]]:
+        """What :func:`statcache.restat` reports of each chunk of rows, in order (a
+        :data:`snapd.capture.scan.Restat`): a restart's catch-up on both cores, the ``lstat``
+        s and their judgement outside the daemon's GIL."""
+        return self._ask((Restat(now_ns, rows) for rows in chunks), self._restated)
+
+    def _ask(self, messages: Iterable[_M], answer: Callable[[_Process | None, _M], _A]) -> Iterator[_A]:
+        """Each message's answer, in order: sent to the processes in turn, at most WINDOW in
+        flight per process; ``answer`` reads one (from a process, or made here)."""
+        pending: deque[tuple[_Process | None, _M]] = deque()
         turn = 0
-        for chunk in chunks:
+        for message in messages:
             live = [p for p in self._procs if p.alive]
             proc = live[turn % len(live)] if live else None
             turn += 1
             if proc is not None:
-                proc.send(chunk)
-            pending.append((proc, chunk))
+                proc.send(message)
+            pending.append((proc, message))
             if len(pending) >= WINDOW * max(1, len(live)):
-                yield self._result(*pending.popleft())
+                yield answer(*pending.popleft())
         while pending:
-            yield self._result(*pending.popleft())
+            yield answer(*pending.popleft())
 
-    def _result(self, proc: _Process | None, chunk: Chunk) -> list[Read]:
-        if proc is not None and proc.alive:
-            try:
-                reads, lstats, files = proc.receive()
-            except Exception as exc:  # died, or sent what does not unpickle: read here instead
-                proc.alive = False
-                self.failures.append(f"reader process {proc.popen.pid} failed: {exc!r}")
-            else:
-                if self._counters is not None:
-                    self._counters.stat(lstats)
-                    self._counters.read(files)
-                for r, rel in zip(reads, chunk, strict=True):
-                    r.rel = rel  # the walk's bytes object, not a copy (10^5 paths stay in the cache)
-                return reads
-        return [self._fallback(rel) for rel in chunk]
+    def _receive(self, proc: _Process | None) -> Any:
+        """``proc``'s next answer; None when there is no process or it failed (then it is
+        marked dead, the failure listed, and the caller does the work itself)."""
+        if proc is None or not proc.alive:
+            return None
+        try:
+            return proc.receive()
+        except Exception as exc:  # died, or sent what does not unpickle: done here instead
+            proc.alive = False
+            self.failures.append(f"reader process {proc.popen.pid} failed: {exc!r}")
+            return None
+
+    def _reads(self, proc: _Process | None, chunk: Chunk) -> list[Read]:
+        got = self._receive(proc)
+        if got is None:
+            assert self._fallback is not None, "reads asked of processes started without a fallback"
+            return [self._fallback(rel) for rel in chunk]
+        reads: list[Read]
+        reads, lstats, files = got
+        if self._counters is not None:
+            self._counters.stat(lstats)
+            self._counters.read(files)
+        for r, rel in zip(reads, chunk, strict=True):
+            r.rel = rel  # the walk's bytes object, not a copy (10^5 paths stay in the cache)
+        return reads
+
+    def _restated(self, proc: _Process | None, message: Restat) -> list[Restated]:
+        got = self._receive(proc)
+        if got is None:
+            return statcache.restat(self._args[0], message.rows, message.now_ns)
+        restated: list[Restated] = got
+        return restated
 
 
 def serve(root: bytes, size_cap: int, trusted: bool) -> None:
@@ -205,15 +247,19 @@ def serve(root: bytes, size_cap: int, trusted: bool) -> None:
     claimed: set[bytes] = set()
     while True:
         try:
-            rels: Chunk = pickle.load(inp)
+            message: Chunk | Restat = pickle.load(inp)
         except EOFError:
             return
-        counters = Counters()
-        reads = [
-            digested(read_path(root, rel, size_cap, trusted=trusted, counters=counters), claimed)
-            for rel in rels
-        ]
-        answer: Any = (reads, counters.lstats, counters.files_read)
+        answer: Any
+        if not isinstance(message, list):  # a Restat (this module is __main__ here: not its class)
+            answer = statcache.restat(root, message.rows, message.now_ns)
+        else:
+            counters = Counters()
+            reads = [
+                digested(read_path(root, rel, size_cap, trusted=trusted, counters=counters), claimed)
+                for rel in message
+            ]
+            answer = (reads, counters.lstats, counters.files_read)
         try:
             pickle.dump(answer, out, pickle.HIGHEST_PROTOCOL)
             out.flush()
