@@ -69,8 +69,9 @@ def _restarted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, on_seen: Callable[[bytes], None]
 ) -> Iterator[tuple[Store, Workspace]]:
     """A workspace watched, stopped, and started again with its watches placed one at a time,
-    slowly, and ``on_seen(rel)`` called right after the scan's ``lstat`` of each path (in the
-    daemon's process: a cache this small is judged there, not in reader processes)."""
+    slowly, its scan four paths at a time behind them, and ``on_seen(rel)`` called right
+    after the scan's ``lstat`` of each path (in the daemon's process: a cache this small is
+    judged there, not in reader processes)."""
     root, store, ws_id = _watched_then_stopped(tmp_path)
 
     real_add = watches_mod.WatchTable.add
@@ -88,6 +89,7 @@ def _restarted(
         return result
 
     monkeypatch.setattr(watcher_mod, "_CHUNK", 1)
+    monkeypatch.setattr(scan, "ROWS_CHUNK", 4)  # the scan a few paths behind the placement
     monkeypatch.setattr(watches_mod.WatchTable, "add", slow_add)
     monkeypatch.setattr(os, "lstat", lstat_then)
     ws = Workspace(store, ws_id, root, CaptureSettings())

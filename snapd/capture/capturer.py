@@ -25,6 +25,7 @@ from snapd.capture.counters import Counters
 from snapd.capture.events import Notify
 from snapd.capture.ignorednow import IgnoredNow
 from snapd.capture.liverules import LiveRules
+from snapd.capture.placement import Placement
 from snapd.capture.scan import CountCallback
 from snapd.capture.statcache import Changes, StatCache
 from snapd.store import trees
@@ -98,7 +99,7 @@ class Capturer:
         """Captured files whose ``lstat`` differs from the stat cache (a rollback's re-check)."""
         return scan.recheck_files(self.rootb, self.stats, self.counters)
 
-    def catch_up_scan(self, progress: CountCallback | None) -> set[bytes]:
+    def catch_up_scan(self, progress: CountCallback | None, placement: Placement) -> set[bytes]:
         """:meth:`scan` of everything at start-up, the known directories watched
         (:func:`snapd.capture.scan.catch_up`)."""
         rules = self._rules
@@ -119,6 +120,7 @@ class Capturer:
                 counters=self.counters,
                 left_out=self.present.listed,
                 restat=restat,
+                placement=placement,
             )
 
     def wanted(self, rel: bytes) -> bool:

@@ -2,9 +2,11 @@
 
 A restarted workspace must watch every directory captured last time (~48k at django-100k)
 and ``lstat`` every captured path (~150k) before its first mark. The watcher's reader thread
-places the watches (parents first: sorted byte order) before it starts reading; the
-workspace's start thread waits until every one was attempted (:meth:`Placement.wait_all`),
-and only then does the scan look at any path. Hence, for every captured path:
+places the watches (parents first: sorted byte order) before it starts reading. The scan
+visits the cached paths in the same order, a chunk at a time, and looks at a chunk only once
+the watch of every directory sorted at or before its last path was attempted
+(:meth:`Placement.wait_past`): each path's parent's and, a directory, its own watch among
+them. Hence, for every captured path:
 
 * a change made *before* its ``lstat`` shows in its signature (a file's size, mtime, ctime
   or inode; a directory's mtime/ctime when an entry came or went, so its listing is not
@@ -12,13 +14,15 @@ and only then does the scan look at any path. Hence, for every captured path:
 * a change made *after* its ``lstat`` happens while its directory's (and, for a directory,
   its own) watch is in place -- inotify reports it, and the first mark's barrier collects it.
 
-Placing the watches *while* the stat cache loaded and the scan ran was tried, on the grounds
-that both are system calls that let go of the GIL, so two cores could share them. Measured
-at django-100k (restarts as bench/bench_restart.py makes them, the phases timed ad hoc inside
-the daemon), it cost more
-than it saved: each thread gave up the GIL at every ``inotify_add_watch``, ``sqlite3_step``
-and ``lstat``, and waited for it back behind the other, so loading took 0.9 s instead of
-0.26 s, and the first mark came 0.3 s later than with the phases one after the other.
+Placing the watches *while* the stat cache loaded and the scan ran, all in the daemon, was
+tried, on the grounds that both are system calls that let go of the GIL, so two cores could
+share them. Measured at django-100k (restarts as bench/bench_restart.py makes them, the
+phases timed ad hoc inside the daemon), it cost more than it saved: each thread gave up the
+GIL at every ``inotify_add_watch``, ``sqlite3_step`` and ``lstat``, and waited for it back
+behind the other, so loading took 0.9 s instead of 0.26 s, and the first mark came 0.3 s
+later than with the phases one after the other. The load still comes first; the scan's
+``lstat`` s now run in reader processes (:func:`snapd.capture.statcache.restat`), outside
+the daemon's GIL, so they go on beside the placement, a chunk behind it.
 
 A watch that could not be placed is a race with the tree (the directory went: its ``lstat``
 fails and the scan marks it dirty) or a failure counted by the watch table (the kernel's
@@ -63,6 +67,16 @@ class Placement:
         with self._cond:
             self._failed = why
             self._cond.notify_all()
+
+    def wait_past(self, path: bytes) -> None:
+        """Return once the watch of every directory sorted at or before ``path`` was attempted
+        (its ancestors' and, a directory, its own among them: they sort before it); raise if
+        placing stopped first."""
+        with self._cond:
+            while not self.complete and self.dirs[self.done] <= path:
+                if self._failed is not None:
+                    raise WorkspaceRefused(f"watches could not be placed: {self._failed}")
+                self._cond.wait()
 
     def wait_all(self) -> None:
         """Return once every directory's watch was attempted; raise if placing stopped first."""

@@ -233,8 +233,8 @@ class Recorder:
 
     def catch_up(self, progress: CountCallback | None) -> Mark | None:
         """At start: the baseline of a new workspace (returned; its walk places the watches
-        below the root as it goes, :meth:`baseline`), or a known one, every watch in place,
-        reconciled with the disk (what changed while snapd was down is captured;
+        below the root as it goes, :meth:`baseline`), or a known one, its known directories
+        watched as its scan goes, reconciled with the disk (what changed while snapd was down is captured;
         :mod:`snapd.capture.placement`)."""
         self.tree = self._store.head(self._id)
         if self.tree is None:
@@ -247,7 +247,7 @@ class Recorder:
             names = None
         if names is not None:
             present.load(names)  # what the catch-up finds changed corrects it
-        self._queue_found(self._capturer.catch_up_scan(progress))
+        self._queue_found(self._capturer.catch_up_scan(progress, self.watcher.placement))
         if not present.known or self._rules_changed_while_down():
             self.scan(b"", trust_listings=False)  # every name judged again, listed or not
         self._announce("workspace.rescanned", {"reason": "startup"})

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 
 from snapd.capture import statcache
 from snapd.capture.counters import Counters
+from snapd.capture.placement import DONE, Placement
 from snapd.capture.reader import Ignored, LeftOut, list_dir, lstat
 from snapd.capture.statcache import ROOT_OPEN, Restated, Row, StatCache
 
@@ -155,10 +156,11 @@ def catch_up(
     counters: Counters | None = None,
     left_out: LeftOut | None = None,
     restat: Restat | None = None,
+    placement: Placement = DONE,
 ) -> set[bytes]:
-    """:func:`scan` of everything at start-up, once every known directory's watch was
-    attempted (why that keeps the catch-up exact: :mod:`snapd.capture.placement`): what
-    differs from ``cache`` or vanished.
+    """:func:`scan` of everything at start-up, each path once the watches of the known
+    directories sorted before it were attempted (``placement``; why that keeps the catch-up
+    exact: :mod:`snapd.capture.placement`): what differs from ``cache`` or vanished.
 
     Every cached path is stat'ed and judged against its entry, in path order and in chunks,
     by ``restat`` (reader processes: at 500,000 files the ``lstat`` s alone took 2.2 s of one
@@ -178,9 +180,15 @@ def catch_up(
     cut: dict[bytes, bool] = {}  # path -> True: vanished (below: dirty); False: not a directory
     paths = sorted(cache.paths())
     total = len(paths)
-    chunks = (cache.rows(paths[i : i + ROWS_CHUNK]) for i in range(0, total, ROWS_CHUNK))
+
+    def chunks() -> Iterator[list[Row]]:
+        for i in range(0, total, ROWS_CHUNK):
+            part = paths[i : i + ROWS_CHUNK]
+            placement.wait_past(part[-1])  # its directories watched (snapd.capture.placement)
+            yield cache.rows(part)
+
     done = 0
-    for reports in restat(now, chunks):
+    for reports in restat(now, chunks()):
         for r in reports:
             rel = r.path
             if cut and _cut_above(rel, cut) is not None:
@@ -203,6 +211,8 @@ def catch_up(
             progress(done, total)
     if counters is not None:
         counters.stat(total)
+    # Every directory's watch was attempted by now: each is a cached path, at or before the
+    # last chunk's last path.
     for top, vanished in cut.items():
         if vanished:
             lo, hi = _below(paths, top)

@@ -131,8 +131,8 @@ class Workspace:
         )
         self.watcher = self.recorder.watcher = watcher  # a stop() during the load reaches it
         # A known workspace: its stat cache first, then the directories it names are watched
-        # without listing them (on the watcher's thread, every one before the reconcile scan
-        # looks at any path: :mod:`snapd.capture.placement`); a new one: the root, and the
+        # without listing them (on the watcher's thread, each before the reconcile scan looks
+        # at any path below it: :mod:`snapd.capture.placement`); a new one: the root, and the
         # baseline's walk has each directory watched, then listed, as it reaches it.
         stats = StatCache.from_rows(self.store.load_stats(self.id)) if known else StatCache()
         self.capturer.stats = stats
@@ -140,11 +140,11 @@ class Workspace:
             watcher.start(stats.directories())
         else:
             watcher.start(walked=True)
-        watcher.placement.wait_all()
-
-        if self._recover is not None:
-            # It writes: a known workspace's watches are all in place, and a new one's baseline
-            # has yet to read anything.
+        if self._recover is not None and safeio.exists(self.journal):
+            # A rollback to finish. It writes: a known workspace's watches all in place first,
+            # and a new one's baseline has yet to read anything. (Else the catch-up's scan
+            # follows the placement, a chunk of paths behind it.)
+            watcher.placement.wait_all()
             self._recover(self)
 
         def note(done: int, total: int | None) -> None:
