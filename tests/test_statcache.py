@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from snapd.capture import statcache
 from snapd.capture.statcache import RACY_NS, StatCache
 from snapd.statrow import ROW
 
@@ -173,22 +174,6 @@ def test_children_of_small_and_big_directories() -> None:
     assert cache.children(b"big") == set() and len(cache) == 2 and cache.files() == 1
 
 
-def test_forgetting_a_directory_keeps_what_is_below_it() -> None:
-    """A failed commit forgets each path it learnt (``Capturer.forget_uncommitted``): a
-    directory's own entry goes, so a scan lists it again, and its files' entries stay, each
-    right or forgotten on its own; a changed one queued."""
-    f = (FILE, 1, 1, 1, 1)
-    cache = StatCache({b"d": ((DIR, 0, 1, 1, 2), 1), b"d/a": (f, 1), b"d/b": (f, 1)})
-    cache.take_changes()
-    cache.forget(b"d")
-    cache.forget(b"d/b")
-    assert b"d" not in cache and b"d/a" in cache and b"d/b" not in cache
-    assert cache.files() == 1 and cache.children(b"d") == {b"d/a"} and cache.children(b"") == set()
-    assert dict(cache.take_changes()) == {b"d": None, b"d/b": None}
-    cache.set(b"d", (DIR, 0, 2, 2, 2), 3)  # listed again
-    assert cache.children(b"") == {b"d"} and sorted(cache.under(b"d")) == [b"d", b"d/a"]
-
-
 def test_changes_are_written_in_path_order_and_packed() -> None:
     """A baseline's 10^5 stat rows go to SQLite in key order (appended, not split into its
     pages at random), each as the packed bytes the catalog stores (format 7): the changes hold
@@ -274,3 +259,45 @@ def test_a_baseline_builds_its_tree_as_its_walk_goes(
     finally:
         ws.stop()
         store.close()
+
+
+def test_a_restat_looks_at_nothing_below_what_is_no_longer_a_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restart's judgement of the cached rows (``restat``): below a directory that is now a
+    symlink (it may lead anywhere: a hung mount too), a file, or gone, nothing is stat'ed or
+    reported; their subtrees interleave in sorted order with names like ``a.d`` ("a", "a.d",
+    "a.d/x", "a/y")."""
+    root = tmp_path / "ws"
+    for d in ("a", "a.d", "b", "c"):
+        (root / d).mkdir(parents=True)
+    for f in ("a/y", "a/z", "a.d/x", "b/w", "c/v"):
+        (root / f).write_text(f)
+    read_at = 10**19 // 2  # well after every mtime: nothing racy
+    cache = StatCache()
+    for rel in (b"a", b"a.d", b"a.d/x", b"a/y", b"a/z", b"b", b"b/w", b"c", b"c/v"):
+        st = os.lstat(root / os.fsdecode(rel))
+        cache.set(rel, (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino), read_at)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "y").write_text("a/y")
+    for f in ("a/y", "a/z", "a.d/x", "b/w"):
+        (root / f).unlink()
+    (root / "a").rmdir()
+    (root / "a").symlink_to(outside)
+    (root / "a.d").rmdir()
+    (root / "a.d").write_text("a file now")
+    (root / "b").rmdir()
+    stated: list[bytes] = []
+    real = os.lstat
+
+    def noted(path: bytes, *, dir_fd: int | None = None) -> os.stat_result:
+        stated.append(path)
+        return real(path, dir_fd=dir_fd)
+
+    monkeypatch.setattr(os, "lstat", noted)
+    paths = sorted(cache.paths())
+    reported = statcache.restat(os.fsencode(root), cache.rows(paths), read_at)
+    monkeypatch.setattr(os, "lstat", real)
+    assert stated == [b"a", b"a.d", b"b", b"c", b"c/v"]
+    assert [(r.path, r.mode is None) for r in reported] == [(b"a", False), (b"a.d", False), (b"b", True)]

@@ -299,7 +299,7 @@ class Capturer:
 
     def stage_stats(self, batch: Batch) -> None:
         """Put what the cache learnt since the last commit into ``batch``; until
-        :meth:`committed` says it was written, :meth:`forget_uncommitted` still knows it."""
+        :meth:`committed` says it was written, :meth:`uncommitted` still names its paths."""
         self._staged = self.stats.take_changes()
         batch.set_stats(self._id, self._staged)
 
@@ -308,19 +308,17 @@ class Capturer:
         self._staged = None
         self.present.committed()
 
-    def forget_uncommitted(self) -> list[bytes]:
-        """A commit failed: forget what the cache learnt since the last commit (staged in the
-        failed batch or not), so those paths are read again; the paths forgotten, for the
-        caller to queue. Not only the paths it was asked to read: the other names of a linked
-        file (``ln a b; echo x >> b; rm b``: ``a`` was read because ``b`` went) keep their new
-        signature otherwise, and their new bytes are never read again. A directory forgets
-        its own entry, not what is below it (its files' entries are each right or forgotten
-        here too): a scan lists it again."""
+    def uncommitted(self) -> list[bytes]:
+        """A commit failed: the paths whose reads it held (staged in the failed batch or
+        learnt since), for the caller to queue, so they are read again. Not only the paths it
+        was asked to read: the other names of a linked file (``ln a b; echo x >> b; rm b``:
+        ``a`` was read because ``b`` went) are read again only so. The cache keeps what it
+        learnt (a queued path is read whatever its entry says, and the read sets it again):
+        an entry dropped instead left a directory out of its parent's children, where a scan
+        trusting the parent's listing never reached it, and out of the rules' captured paths
+        (a directory ignored since stayed in the tree)."""
         staged, self._staged = self._staged, None
-        paths = set(staged if staged is not None else ()) | set(self.stats.take_changes())
-        for path in paths:
-            self.stats.forget(path)
-        return sorted(paths)
+        return sorted(set(staged if staged is not None else ()) | set(self.stats.take_changes()))
 
     def recheck_loose_links(self) -> list[bytes]:
         """Files with a name outside the root (or ignored) were maybe written through it, which

@@ -160,8 +160,8 @@ class Recorder:
         try:
             return self._commit(paths, label, meta)
         except BaseException:
-            # Nothing was committed: forget what the cache learnt and read it all again.
-            self._dirty.add_paths([*paths, *self._capturer.forget_uncommitted()])
+            # Nothing was committed: read it all again.
+            self._dirty.add_paths([*paths, *self._capturer.uncommitted()])
             raise
 
     def _commit(self, paths: list[bytes], label: str | None, meta: dict[str, Any]) -> Mark | None:

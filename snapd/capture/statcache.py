@@ -134,26 +134,40 @@ def restat(root: bytes, rows: list[Row], now_ns: int) -> list[Restated]:
     catch-up must look at again (:func:`snapd.capture.scan.catch_up`), in their order — the
     path is gone or not as cached, a directory's listing is not to be trusted, or a regular
     file has more than one link (its links are noted). Rows simply unchanged are not
-    reported: at 10^5 paths, after a restart with nothing changed, none are. Runs in a
-    reader process (no cache here, only its rows) or, for a small cache, in the daemon.
+    reported: at 10^5 paths, after a restart with nothing changed, none are. Nothing below a
+    path reported gone or no longer a directory is stat'ed or reported (in this chunk; the
+    caller leaves out what a later chunk reports below it). Runs in a reader process (no
+    cache here, only its rows) or, for a small cache, in the daemon.
 
     Each name is stat'ed relative to the root, opened once (``O_PATH``: the kernel walks
     only the name's own components); the root not openable, by whole paths (each then fails
     as the root's absence says)."""
     out: list[Restated] = []
+    # Paths below one reported gone or no longer a directory are not stat'ed (nor through a
+    # symlink now there: it may lead anywhere, a hung mount too): (lo, hi) of each such
+    # subtree in sorted order, the latest on top (a later one ends before an earlier begins).
+    skip: list[tuple[bytes, bytes]] = []
     try:
         top: int | None = os.open(root, ROOT_OPEN)
     except OSError:
         top = None
     try:
         for path, packed in rows:
+            if skip:
+                while skip and path >= skip[-1][1]:
+                    skip.pop()
+                if skip and path >= skip[-1][0]:
+                    continue  # the caller judges what lies below (catch_up: _cut_above)
             try:
                 st = os.lstat(path, dir_fd=top) if top is not None else os.lstat(root + b"/" + path)
             except OSError:
                 out.append(Restated(path, None))
+                skip.append((path + b"/", path + b"0"))
                 continue
             same, same_listing = judge(packed, st, now_ns)
             mode = st.st_mode
+            if not same and not stat.S_ISDIR(mode):
+                skip.append((path + b"/", path + b"0"))
             if stat.S_ISREG(mode):
                 if not same or st.st_nlink > 1:
                     out.append(Restated(path, mode, same, False, st.st_dev, st.st_ino, st.st_nlink))
@@ -330,7 +344,10 @@ class StatCache:
             if stat.S_ISREG(sig[0]):
                 self._by_ino.setdefault(sig[4], set()).add(path)
         self._entries[path] = _pack(sig, entry[1])
-        self._edited(path)
+        self._edits += 1
+        if self._changed is not None:
+            self._changed.add(path)
+        self._touch(path)
 
     def set(self, path: bytes, sig: Sig, read_ns: int) -> None:
         self._put(path, (sig, read_ns))
@@ -340,27 +357,14 @@ class StatCache:
         stack = [path]
         while stack:
             p = stack.pop()
-            self._drop(p)
+            packed = self._entries.pop(p, None)
+            if packed is not None:
+                self._drop_child(p)
+                if _type(packed) == stat.S_IFREG:
+                    self._files -= 1
+                self._unindex(p, packed)
+            self._links.pop(p, None)
             stack.extend(self._children.pop(p, ()))
-        self._edited(path)
-
-    def forget(self, path: bytes) -> None:
-        """Forget ``path``'s own entry, not what is below it (:meth:`remove` drops a
-        directory's whole subtree): the next scan finds it unknown and reads it, a directory
-        listed again. What its children's entries say stands."""
-        self._drop(path)
-        self._edited(path)
-
-    def _drop(self, path: bytes) -> None:
-        packed = self._entries.pop(path, None)
-        if packed is not None:
-            self._drop_child(path)
-            if _type(packed) == stat.S_IFREG:
-                self._files -= 1
-            self._unindex(path, packed)
-        self._links.pop(path, None)
-
-    def _edited(self, path: bytes) -> None:
         self._edits += 1
         if self._changed is not None:
             self._changed.add(path)
