@@ -57,6 +57,11 @@ def _mark_after_chmod(monkeypatch: pytest.MonkeyPatch, root: Path, ws: Workspace
     """``p/d``'s mode changed (its own entry in the next batch), then a mark whose commit
     fails with a full disk (``fail``) or succeeds."""
     os.chmod(root / "p" / "d", 0o700)
+    _fail_next_commit(monkeypatch, ws, fail)
+
+
+def _fail_next_commit(monkeypatch: pytest.MonkeyPatch, ws: Workspace, fail: bool) -> None:
+    """A mark whose commit fails with a full disk (``fail``) or succeeds."""
     real = Batch.commit
     armed = [fail]
 
@@ -101,3 +106,18 @@ def test_a_directory_of_a_failed_commit_ignored_since_leaves_the_tree(
         paths = {p for p, _ in trees.walk(store.load_node, ws.mark("m2").tree)}
     assert b"p/.gitignore" in paths
     assert not {p for p in paths if p.startswith(b"p/d")}, sorted(paths)
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_a_file_ignored_in_a_failed_commit_leaves_the_tree_in_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail: bool
+) -> None:
+    """A rule added ignores a captured file: the capture drops it from the tree and the
+    cache. If that commit fails, the next must still drop it, although the rules are already
+    the new ones (no rule change is seen again) and the cache no longer names it."""
+    with _watched(tmp_path, monkeypatch) as (root, store, ws):
+        (root / "p" / ".gitignore").write_text("other.txt\n")
+        _fail_next_commit(monkeypatch, ws, fail)
+        paths = {p for p, _ in trees.walk(store.load_node, ws.mark("m2").tree)}
+    assert b"p/.gitignore" in paths
+    assert b"p/other.txt" not in paths, sorted(paths)

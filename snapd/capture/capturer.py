@@ -70,6 +70,9 @@ class Capturer:
         self.counters = Counters()  # full scans, lstats, files read: the cost of captures, counted
         self.present = IgnoredNow(self.rootb, self.counters)
         self._staged: Changes | None = None  # stat rows in a batch not yet committed
+        # Paths a failed commit held that the cache no longer names (removed, or dropped as
+        # ignored now): still in the committed tree, maybe, so captured even if ignored.
+        self._unsettled: set[bytes] = set()
 
     def scan(
         self, top: bytes, progress: CountCallback | None = None, *, trust_listings: bool = True
@@ -133,7 +136,7 @@ class Capturer:
         rules = self._rules.current
         ignored = rules.is_ignored(rel, st is not None and stat.S_ISDIR(st.st_mode))
         self.present.saw(rel, st, ignored, rules)
-        return not ignored or rel in self.stats
+        return not ignored or rel in self.stats or rel in self._unsettled
 
     def capture(self, batch: Batch, todo: list[bytes]) -> dict[bytes, trees.Change]:
         """Read ``todo`` into ``batch``, and with each file that has other links, its other
@@ -306,6 +309,7 @@ class Capturer:
     def committed(self) -> None:
         """The batch :meth:`stage_stats` filled was committed."""
         self._staged = None
+        self._unsettled.clear()
         self.present.committed()
 
     def uncommitted(self) -> list[bytes]:
@@ -316,9 +320,15 @@ class Capturer:
         learnt (a queued path is read whatever its entry says, and the read sets it again):
         an entry dropped instead left a directory out of its parent's children, where a scan
         trusting the parent's listing never reached it, and out of the rules' captured paths
-        (a directory ignored since stayed in the tree)."""
+        (a directory ignored since stayed in the tree). A path the cache no longer names is
+        captured until a commit succeeds, ignored or not (:meth:`wanted`): the failed batch
+        may have been the one dropping it from the tree."""
         staged, self._staged = self._staged, None
-        return sorted(set(staged if staged is not None else ()) | set(self.stats.take_changes()))
+        paths = set(staged if staged is not None else ()) | set(self.stats.take_changes())
+        # Dropped from the cache (gone, or ignored since: the rules that said so are current
+        # now, and no rule change brings it back to be judged): the tree may still hold it.
+        self._unsettled.update(p for p in paths if p not in self.stats)
+        return sorted(paths)
 
     def recheck_loose_links(self) -> list[bytes]:
         """Files with a name outside the root (or ignored) were maybe written through it, which
