@@ -225,11 +225,8 @@ class ReaderProcesses:
         return reads
 
     def _restated(self, proc: _Process | None, message: Restat) -> list[Restated]:
-        got = self._receive(proc)
-        if got is None:
-            return statcache.restat(self._args[0], message.rows, message.now_ns)
-        restated: list[Restated] = got
-        return restated
+        got: list[Restated] | None = self._receive(proc)
+        return got if got is not None else statcache.restat(self._args[0], message.rows, message.now_ns)
 
 
 def serve(root: bytes, size_cap: int, trusted: bool) -> None:

@@ -21,13 +21,12 @@ import os
 import stat
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 
 from snapd.capture import statcache
 from snapd.capture.counters import Counters
 from snapd.capture.placement import DONE, Placement
 from snapd.capture.reader import Ignored, LeftOut, list_dir, lstat
-from snapd.capture.statcache import ROOT_OPEN, Restated, Row, StatCache
+from snapd.capture.statcache import Restated, Row, StatCache
 
 # (done, total): how far a scan or baseline has come; total None while a baseline's walk is
 # still finding what there is
@@ -129,7 +128,7 @@ def recheck_files(root: bytes, cache: StatCache, counters: Counters | None = Non
     byte comparison per unchanged file."""
     now = time.time_ns()
     rows = cache.file_rows()
-    with _root_opened(root) as top:
+    with statcache.root_opened(root) as top:
         if top is None:  # the root gone: every file is
             found = {rel for rel, _ in rows}
         else:
@@ -275,21 +274,6 @@ def _children(paths: list[bytes], d: bytes) -> list[bytes]:
 
 
 _UNLISTABLE: list[bytes] = []
-
-
-@contextmanager
-def _root_opened(root: bytes) -> Iterator[int | None]:
-    """``root`` opened to stat names relative to it (``O_PATH``: the kernel then walks only
-    each name's own components), closed after; None when it cannot be opened."""
-    try:
-        top = os.open(root, ROOT_OPEN)
-    except OSError:
-        yield None
-        return
-    try:
-        yield top
-    finally:
-        os.close(top)
 
 
 def _list(

@@ -39,6 +39,7 @@ import stat
 import struct
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Final, NamedTuple, Protocol
 
 from snapd import statrow
@@ -72,7 +73,7 @@ SAME: Final = (True, False)
 SAME_LISTING: Final = (True, True)
 _SHORT: Final = 32  # children kept in a list up to this many, in a set beyond
 _FILE_BYTE: Final = stat.S_IFREG >> 8  # a regular file's type, in a packed entry's second byte
-ROOT_OPEN: Final = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC  # a root names are stat'ed from
+_ROOT_OPEN: Final = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC  # a root names are stat'ed from
 TOUCHED_MAX: Final = 1 << 16  # paths :meth:`StatCache.take_touched` lists; past it, "everything"
 
 
@@ -147,11 +148,7 @@ def restat(root: bytes, rows: list[Row], now_ns: int) -> list[Restated]:
     # symlink now there: it may lead anywhere, a hung mount too): (lo, hi) of each such
     # subtree in sorted order, the latest on top (a later one ends before an earlier begins).
     skip: list[tuple[bytes, bytes]] = []
-    try:
-        top: int | None = os.open(root, ROOT_OPEN)
-    except OSError:
-        top = None
-    try:
+    with root_opened(root) as top:
         for path, packed in rows:
             if skip:
                 while skip and path >= skip[-1][1]:
@@ -173,10 +170,22 @@ def restat(root: bytes, rows: list[Row], now_ns: int) -> list[Restated]:
                     out.append(Restated(path, mode, same, False, st.st_dev, st.st_ino, st.st_nlink))
             elif not same or (stat.S_ISDIR(mode) and not same_listing):
                 out.append(Restated(path, mode, same, same_listing))
-    finally:
-        if top is not None:
-            os.close(top)
     return out
+
+
+@contextmanager
+def root_opened(root: bytes) -> Iterator[int | None]:
+    """``root`` opened to stat names relative to it (``O_PATH``: the kernel then walks only
+    each name's own components), closed after; None when it cannot be opened."""
+    try:
+        top = os.open(root, _ROOT_OPEN)
+    except OSError:
+        yield None
+        return
+    try:
+        yield top
+    finally:
+        os.close(top)
 
 
 class StatCache:
